@@ -1,0 +1,32 @@
+# plait: an event-sourced actor runtime for LLM agent sessions.
+# Layers: `events` (the log) <- `actors` (the runtime) <- `replay` (replay, audit, recovery);
+# the modules at this level wire them together. Nothing imports `cli`.
+"""plait: replayable, auditable, crash-safe LLM agent sessions."""
+
+from plait.errors import (
+    ConcurrencyError,
+    ConfigError,
+    CorruptEventError,
+    PlaitError,
+    StoreError,
+    StoreUnavailableError,
+)
+from plait.events.store import EventStore
+from plait.events.stores.memory import MemoryStore
+from plait.events.stores.sqlite import SqliteStore
+from plait.events.stores import open_store
+
+__all__ = [
+    "ConcurrencyError",
+    "ConfigError",
+    "CorruptEventError",
+    "EventStore",
+    "MemoryStore",
+    "PlaitError",
+    "SqliteStore",
+    "StoreError",
+    "StoreUnavailableError",
+    "open_store",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,105 @@
+"""The one exception tree of plait: every error a user can see is a ``PlaitError``.
+
+Messages say where (store, stream, seq) and what was expected; the same facts are kept as
+attributes so callers can act on them without parsing text.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BlobMissingError",
+    "ConcurrencyError",
+    "ConfigError",
+    "CorruptEventError",
+    "DivergenceError",
+    "McpError",
+    "PlaitError",
+    "ReplayError",
+    "StoreError",
+    "StoreUnavailableError",
+    "ToolError",
+    "TransientEventError",
+    "UnknownEventTypeError",
+]
+
+
+class PlaitError(Exception):
+    """Base of every error plait raises on purpose."""
+
+
+class StoreError(PlaitError):
+    """The event store refused or failed an operation."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be opened or reached (missing file, not a database, server down)."""
+
+
+class ConcurrencyError(StoreError):
+    """An append expected a stream position that another writer has already moved past."""
+
+    def __init__(self, stream: str, expected_seq: int, actual_seq: int) -> None:
+        self.stream = stream
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+        super().__init__(
+            f"stream {stream}: append expected last seq {expected_seq}, but the stream is at "
+            f"seq {actual_seq} (another writer appended first; reload and retry)"
+        )
+
+
+class CorruptEventError(StoreError):
+    """A stored event cannot be read back: bad bytes, a gap, or a broken hash chain."""
+
+    def __init__(self, stream: str, seq: int | None, reason: str) -> None:
+        self.stream = stream
+        self.seq = seq
+        self.reason = reason
+        where = f"stream {stream} seq {seq}" if seq is not None else f"stream {stream}"
+        super().__init__(f"{where}: {reason}")
+
+
+class UnknownEventTypeError(CorruptEventError):
+    """A stored event names a type or version this plait cannot read."""
+
+    def __init__(self, stream: str, seq: int | None, type_name: str, version: int) -> None:
+        self.type_name = type_name
+        self.version = version
+        super().__init__(
+            stream,
+            seq,
+            f"unknown event type {type_name!r} version {version} "
+            "(written by a newer plait, or no upcaster is registered for it)",
+        )
+
+
+class BlobMissingError(StoreError):
+    """An event references a blob that is neither stored nor redacted."""
+
+    def __init__(self, sha256: str, where: str) -> None:
+        self.sha256 = sha256
+        super().__init__(f"{where}: blob sha256:{sha256} is missing from the store")
+
+
+class TransientEventError(StoreError, TypeError):
+    """A transient notification (a delta) was handed to a store, which never persists them."""
+
+
+class ConfigError(PlaitError):
+    """A configuration file, key or value is wrong."""
+
+
+class McpError(PlaitError):
+    """An MCP server failed to start, answer or stay up."""
+
+
+class ToolError(PlaitError):
+    """A tool call failed in a way the model should be told about."""
+
+
+class ReplayError(PlaitError):
+    """A replay could not run."""
+
+
+class DivergenceError(ReplayError):
+    """A replayed program produced an event different from the recorded one."""

@@ -1,0 +1,183 @@
+"""Bytes in and out: msgpack for storage, JSON Lines for export, upcasters for old versions.
+
+The stored bytes of an event are the msgpack of its ``Event`` without ``position`` and ``hash``;
+``hash = sha256(stored bytes)`` and each event carries the previous event's hash, which makes a
+chain per stream. Reading the current version of a body is one typed decode; older versions go
+through the upcaster registry, one version step at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import msgspec
+
+from plait.errors import CorruptEventError, UnknownEventTypeError
+from plait.events.types import AnyBody, Body, Event
+
+__all__ = [
+    "GENESIS_HASH",
+    "CURRENT_VERSIONS",
+    "UPCASTERS",
+    "Upcasters",
+    "decode_event",
+    "encode_event",
+    "event_hash",
+    "from_jsonl",
+    "to_jsonl",
+]
+
+GENESIS_HASH = bytes(32)
+"""``prev_hash`` of the first event of every stream."""
+
+
+def _body_types() -> dict[str, type[Body]]:
+    found: dict[str, type[Body]] = {}
+    for cls in AnyBody.__args__:
+        tag = cls.__struct_config__.tag
+        assert isinstance(tag, str)
+        found[tag] = cls
+    return found
+
+
+BODY_TYPES = _body_types()
+CURRENT_VERSIONS: dict[str, int] = {name: cls.VERSION for name, cls in BODY_TYPES.items()}
+"""Body type name → the version this plait writes."""
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class Upcasters:
+    """Functions that lift a body, as a plain dict, from one version to the next.
+
+    ``register("ToolCallCompleted", 1)`` decorates ``upcast_v1_v2(body) -> body``. Old logs are
+    read through these and never rewritten.
+    """
+
+    def __init__(self, current: dict[str, int] | None = None) -> None:
+        self._steps: dict[tuple[str, int], Upcaster] = {}
+        self.current = dict(CURRENT_VERSIONS if current is None else current)
+
+    def register(self, type_name: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+        """Register ``fn`` to lift ``type_name`` from ``from_version`` to the next version."""
+
+        def deco(fn: Upcaster) -> Upcaster:
+            self._steps[(type_name, from_version)] = fn
+            return fn
+
+        return deco
+
+    def upcast(
+        self, body: dict[str, Any], version: int, stream: str, seq: int | None
+    ) -> tuple[dict[str, Any], int]:
+        """Lift ``body`` to the current version of its type; return it and that version."""
+        type_name = str(body.get("type"))
+        while self.current.get(type_name) != version:
+            step = self._steps.get((type_name, version))
+            if step is None:
+                raise UnknownEventTypeError(stream, seq, type_name, version)
+            body = step(body)
+            version += 1
+            type_name = str(body.get("type"))
+        return body, version
+
+
+UPCASTERS = Upcasters()
+"""The registry plait reads its own logs with."""
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Event)
+_json_encoder = msgspec.json.Encoder()
+_json_decoder = msgspec.json.Decoder(Event)
+_set = msgspec.structs.force_setattr
+
+
+def encode_event(event: Event) -> bytes:
+    """Return the stored bytes of ``event`` (position and hash are never part of them)."""
+    if event.position or event.hash:
+        event = msgspec.structs.replace(event, position=0, hash=b"")
+    return _encoder.encode(event)
+
+
+def event_hash(data: bytes) -> bytes:
+    """Return the chain hash of an event's stored bytes."""
+    return hashlib.sha256(data).digest()
+
+
+def decode_event(
+    data: bytes,
+    *,
+    stream: str,
+    seq: int,
+    type_name: str,
+    version: int,
+    position: int,
+    hash: bytes,
+    upcasters: Upcasters = UPCASTERS,
+) -> Event:
+    """Decode one stored row; errors name the stream and seq the row claims to be."""
+    try:
+        if upcasters.current.get(type_name) == version:
+            event = _decoder.decode(data)
+        else:
+            raw = msgspec.msgpack.decode(data)
+            event = _lift(raw, stream, seq, upcasters)
+    except msgspec.DecodeError as exc:
+        raise CorruptEventError(stream, seq, f"cannot decode the stored event: {exc}") from exc
+    except msgspec.ValidationError as exc:
+        if type_name not in upcasters.current:
+            raise UnknownEventTypeError(stream, seq, type_name, version) from exc
+        raise CorruptEventError(stream, seq, f"stored event does not fit its type: {exc}") from exc
+    if event.stream != stream or event.seq != seq:
+        raise CorruptEventError(
+            stream, seq, f"row holds the event of stream {event.stream} seq {event.seq}"
+        )
+    _set(event, "position", position)
+    _set(event, "hash", hash)
+    return event
+
+
+def _lift(raw: Any, stream: str, seq: int | None, upcasters: Upcasters) -> Event:
+    if not isinstance(raw, dict) or not isinstance(raw.get("body"), dict):
+        raise CorruptEventError(stream, seq, "stored event is not an event record")
+    body, version = upcasters.upcast(raw["body"], int(raw.get("v", 1)), stream, seq)
+    return msgspec.convert({**raw, "body": body, "v": version}, Event)
+
+
+def to_jsonl(events: Iterable[Event]) -> Iterator[bytes]:
+    """Yield one JSON line (with its newline) per event, hash and position included."""
+    for event in events:
+        yield _json_encoder.encode(event) + b"\n"
+
+
+def from_jsonl(
+    lines: Iterable[bytes | str], *, source: str = "<jsonl>", upcasters: Upcasters = UPCASTERS
+) -> Iterator[Event]:
+    """Parse JSON Lines written by ``to_jsonl`` (any plait version); errors name line and seq."""
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{source} line {lineno}"
+        try:
+            raw = msgspec.json.decode(line)
+        except msgspec.DecodeError as exc:
+            raise CorruptEventError(where, None, f"not JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise CorruptEventError(where, None, "a line must hold one JSON object")
+        seq = raw.get("seq") if isinstance(raw.get("seq"), int) else None
+        body = raw.get("body")
+        type_name = str(body.get("type")) if isinstance(body, dict) else "?"
+        version = raw.get("v")
+        if not isinstance(version, int):
+            raise CorruptEventError(where, seq, "missing the body version `v`")
+        try:
+            if upcasters.current.get(type_name) == version:
+                yield _json_decoder.decode(line)
+            else:
+                body, version = upcasters.upcast(dict(body or {}), version, where, seq)
+                lifted = _json_encoder.encode({**raw, "body": body, "v": version})
+                yield _json_decoder.decode(lifted)
+        except msgspec.ValidationError as exc:
+            raise CorruptEventError(where, seq, f"not a valid event: {exc}") from exc

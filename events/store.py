@@ -1,0 +1,490 @@
+"""The store contract, and everything about it that does not depend on the backend.
+
+A backend stores rows ``(position, stream, seq, type, v, data, hash)`` and blobs, and provides a
+few primitives (``_append_rows``, ``_rows``, ``_all_rows``...). Encoding, the hash chain, blob
+extraction, decoding, gap detection, verification and subscriptions live here, once, so every
+backend behaves the same and one contract suite tests them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Final, NamedTuple
+
+import msgspec
+
+from plait.errors import BlobMissingError, ConcurrencyError, CorruptEventError, TransientEventError
+from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, blob_refs, externalize, resolve
+from plait.events.codec import GENESIS_HASH, decode_event, encode_event, event_hash
+from plait.events.types import Body, Event, NewEvent, Transient
+from plait.events.values import Redacted
+
+__all__ = [
+    "REDACTED",
+    "Clock",
+    "EventStore",
+    "Row",
+    "StreamInfo",
+    "Subscription",
+    "Verification",
+    "utc_now",
+]
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """Return the current time in UTC (the default store clock)."""
+    return datetime.now(UTC)
+
+
+class _RedactedMarker:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REDACTED"
+
+
+REDACTED: Final = _RedactedMarker()
+"""What ``_blob`` returns for a blob that was deliberately deleted (a tombstone remains)."""
+
+
+class Row(NamedTuple):
+    """A stored event as the backend keeps it."""
+
+    position: int
+    stream: str
+    seq: int
+    type: str
+    v: int
+    data: bytes
+    hash: bytes
+
+
+class StreamInfo(msgspec.Struct, frozen=True):
+    """One stream (session) in a store."""
+
+    stream: str
+    """The stream id."""
+    last_seq: int
+    """Its last event's seq."""
+
+
+class Verification(msgspec.Struct, frozen=True):
+    """What ``verify`` found walking a stream's hash chain and blob references."""
+
+    stream: str
+    """The stream walked."""
+    ok: bool
+    """True when nothing was found edited, missing or out of place."""
+    events: int
+    """Events checked."""
+    first_bad_seq: int | None = None
+    """The first seq where a check failed."""
+    reason: str = ""
+    """What failed there, for people."""
+    blobs: int = 0
+    """Blob references checked."""
+    redacted: int = 0
+    """Blob references whose content was deliberately deleted (not an error)."""
+
+
+class PreparedAppend(NamedTuple):
+    """An append encoded and chained, ready for the backend to write in one transaction."""
+
+    rows: list[tuple[int, str, int, bytes, bytes]]
+    """``(seq, type, v, data, hash)`` per event."""
+    events: list[Event]
+    """The events as the caller will see them (position filled in after the write)."""
+    blobs: dict[str, bytes]
+    """Blob content by hex sha-256."""
+
+    def placed(self, first_position: int) -> list[Event]:
+        """Return the events, numbered from ``first_position`` in global order."""
+        for offset, event in enumerate(self.events):
+            msgspec.structs.force_setattr(event, "position", first_position + offset)
+        return self.events
+
+
+class EventStore(ABC):
+    """An append-only log of event streams with content-addressed blobs.
+
+    ``append`` is atomic: all of its events are stored, chained and visible, or none are.
+    """
+
+    def __init__(
+        self, *, blob_threshold: int = DEFAULT_BLOB_THRESHOLD, clock: Clock = utc_now
+    ) -> None:
+        self.blob_threshold = blob_threshold
+        self.clock = clock
+        self._changed = threading.Condition()
+        self._change_count = 0
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def append(
+        self, stream: str, events: Sequence[Body | NewEvent], expected_seq: int
+    ) -> list[Event]:
+        """Append ``events`` after seq ``expected_seq`` of ``stream`` (0 for a new stream).
+
+        Raises ``ConcurrencyError`` when the stream has moved on, and ``TransientEventError``
+        for a notification that is never persisted.
+        """
+        drafts = [self._draft(stream, item) for item in events]
+        if not drafts:
+            return []
+        events_out = self._append_rows(
+            stream,
+            expected_seq,
+            lambda head_seq, head_hash: self._prepare(stream, drafts, head_seq, head_hash),
+        )
+        self._notify()
+        return events_out
+
+    def _draft(self, stream: str, item: Body | NewEvent) -> NewEvent:
+        if isinstance(item, NewEvent):
+            draft = item
+        elif isinstance(item, Body):
+            draft = NewEvent(item)
+        else:
+            what = "transient notification" if isinstance(item, Transient) else "non-event"
+            raise TransientEventError(
+                f"stream {stream}: a {what} ({type(item).__name__}) cannot be stored"
+            )
+        if isinstance(draft.body, Transient) or not isinstance(draft.body, Body):
+            raise TransientEventError(
+                f"stream {stream}: {type(draft.body).__name__} is not a persisted event body"
+            )
+        return draft
+
+    def _prepare(
+        self, stream: str, drafts: list[NewEvent], head_seq: int, head_hash: bytes
+    ) -> PreparedAppend:
+        rows: list[tuple[int, str, int, bytes, bytes]] = []
+        out: list[Event] = []
+        blobs: dict[str, bytes] = {}
+        prev = head_hash
+        now = self.clock()
+        for offset, draft in enumerate(drafts, start=1):
+            seq = head_seq + offset
+            at = draft.at if draft.at is not None else now
+            if at.tzinfo is None:
+                raise CorruptEventError(stream, seq, "event time must be timezone-aware (UTC)")
+            at = at.astimezone(UTC)
+            body = draft.body
+            stored_body = externalize(body, self.blob_threshold, blobs)
+            version = type(body).VERSION
+            event = Event(
+                stream=stream,
+                seq=seq,
+                at=at,
+                v=version,
+                body=stored_body,  # type: ignore[arg-type]
+                prev_hash=prev,
+                conversation_id=draft.conversation_id,
+                task_id=draft.task_id,
+            )
+            data = encode_event(event)
+            digest = event_hash(data)
+            tag = type(body).__struct_config__.tag
+            assert isinstance(tag, str)
+            rows.append((seq, tag, version, data, digest))
+            shown = msgspec.structs.replace(event, body=body, hash=digest)
+            out.append(shown)
+            prev = digest
+        return PreparedAppend(rows, out, blobs)
+
+    @staticmethod
+    def _check_expected(stream: str, expected_seq: int, head_seq: int) -> None:
+        if expected_seq != head_seq:
+            raise ConcurrencyError(stream, expected_seq, head_seq)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def read(
+        self,
+        stream: str,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        limit: int | None = None,
+        resolve_blobs: bool = True,
+    ) -> list[Event]:
+        """Return the events of ``stream`` with ``after < seq <= upto``, at most ``limit``."""
+        rows = self._rows(stream, after, upto, limit)
+        expected = after + 1
+        for row in rows:
+            if row.seq != expected:
+                raise CorruptEventError(stream, expected, f"event missing (next stored is {row.seq})")
+            expected += 1
+        if upto is not None and (limit is None or len(rows) < limit):
+            head = min(upto, self.last_seq(stream))
+            if expected <= head:
+                raise CorruptEventError(stream, expected, "event missing (the stream is longer)")
+        return [self._decode(row, resolve_blobs) for row in rows]
+
+    def read_all(
+        self, after_position: int = 0, *, limit: int | None = 1000, resolve_blobs: bool = True
+    ) -> list[Event]:
+        """Return events of every stream after ``after_position``, in global order."""
+        rows = self._all_rows(after_position, limit)
+        return [self._decode(row, resolve_blobs) for row in rows]
+
+    def iter_all(
+        self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
+    ) -> Iterator[Event]:
+        """Iterate over every stored event in global order, reading ``batch`` at a time."""
+        while True:
+            events = self.read_all(after_position, limit=batch, resolve_blobs=resolve_blobs)
+            yield from events
+            if len(events) < batch:
+                return
+            after_position = events[-1].position
+
+    def _decode(self, row: Row, resolve_blobs: bool) -> Event:
+        event = decode_event(
+            row.data,
+            stream=row.stream,
+            seq=row.seq,
+            type_name=row.type,
+            version=row.v,
+            position=row.position,
+            hash=row.hash,
+        )
+        if resolve_blobs and event.body.BLOB_FIELDS:
+            body = resolve(event.body, lambda sha: self._blob_text(sha, row))
+            if body is not event.body:
+                event = msgspec.structs.replace(event, body=body)
+        return event
+
+    def _blob_text(self, sha: str, row: Row) -> str | Redacted:
+        found = self._blob(sha)
+        if found is REDACTED:
+            return Redacted(sha256=sha, size=self._blob_size(sha))
+        if not isinstance(found, bytes):
+            raise BlobMissingError(sha, f"stream {row.stream} seq {row.seq}")
+        return found.decode()
+
+    def last_seq(self, stream: str) -> int:
+        """Return the seq of the last event of ``stream`` (0 when it has none)."""
+        return self._head(stream)[0]
+
+    def streams(self) -> list[StreamInfo]:
+        """List every stream, oldest first."""
+        return [StreamInfo(stream, last) for stream, last in self._streams()]
+
+    def blob(self, sha256: str) -> bytes | None:
+        """Return a blob's bytes, or ``None`` when it is missing or redacted."""
+        found = self._blob(sha256)
+        return found if isinstance(found, bytes) else None
+
+    def redact(self, sha256: str) -> bool:
+        """Delete a blob's content, leaving a tombstone; return whether it was stored."""
+        return self._redact(sha256)
+
+    # --- live tails -------------------------------------------------------------------------
+
+    def subscribe(self, from_position: int = 0) -> Subscription:
+        """Return a live iterator over every event after ``from_position``, each exactly once."""
+        return Subscription(self, from_position, self._waiter())
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._change_count += 1
+            self._changed.notify_all()
+
+    def _waiter(self) -> Waiter:
+        return _ConditionWaiter(self)
+
+    # --- integrity --------------------------------------------------------------------------
+
+    def verify(self, stream: str) -> Verification:
+        """Walk ``stream``'s hash chain and blob references; report the first bad seq."""
+        prev = GENESIS_HASH
+        seq = 0
+        blobs = redacted = 0
+
+        def bad(at: int, reason: str) -> Verification:
+            return Verification(stream, False, seq, at, reason, blobs, redacted)
+
+        for row in self._rows(stream, 0, None, None):
+            seq += 1
+            if row.seq != seq:
+                return bad(seq, f"event missing (next stored is {row.seq})")
+            if event_hash(row.data) != row.hash:
+                return bad(seq, "stored bytes do not match their hash (edited)")
+            try:
+                event = self._decode(row, resolve_blobs=False)
+            except CorruptEventError as exc:
+                return bad(seq, exc.reason)
+            if event.prev_hash != prev:
+                return bad(seq, "prev_hash does not match the event before it (chain broken)")
+            for ref in blob_refs(event.body):
+                blobs += 1
+                found = self._blob(ref.sha256)
+                if found is REDACTED:
+                    redacted += 1
+                elif not isinstance(found, bytes):
+                    return bad(seq, f"blob sha256:{ref.sha256} is missing")
+                elif hashlib.sha256(found).hexdigest() != ref.sha256:
+                    return bad(seq, f"blob sha256:{ref.sha256} content was edited")
+            prev = row.hash
+        head_seq, head_hash = self._head(stream)
+        if head_seq != seq:
+            return bad(seq + 1, f"the stream head says seq {head_seq}, the log ends at {seq}")
+        if seq and head_hash != prev:
+            return bad(seq, "the stream head's hash does not match the last event")
+        return Verification(stream, True, seq, None, "", blobs, redacted)
+
+    # --- backend primitives -----------------------------------------------------------------
+
+    @abstractmethod
+    def _append_rows(
+        self,
+        stream: str,
+        expected_seq: int,
+        prepare: Callable[[int, bytes], PreparedAppend],
+    ) -> list[Event]:
+        """In one transaction: read the head, check it, ``prepare``, write rows, blobs, head."""
+
+    @abstractmethod
+    def _head(self, stream: str) -> tuple[int, bytes]:
+        """Return ``(last_seq, last_hash)`` of a stream, ``(0, GENESIS_HASH)`` when empty."""
+
+    @abstractmethod
+    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
+        """Return a stream's rows with ``after < seq <= upto`` in seq order."""
+
+    @abstractmethod
+    def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
+        """Return rows of all streams after ``after_position`` in position order."""
+
+    @abstractmethod
+    def _streams(self) -> list[tuple[str, int]]:
+        """Return ``(stream, last_seq)`` for each stream, oldest first."""
+
+    @abstractmethod
+    def _blob(self, sha256: str) -> bytes | _RedactedMarker | None:
+        """Return a blob's bytes, ``REDACTED``, or ``None`` when unknown."""
+
+    @abstractmethod
+    def _blob_size(self, sha256: str) -> int:
+        """Return a stored or redacted blob's size in bytes."""
+
+    @abstractmethod
+    def _redact(self, sha256: str) -> bool:
+        """Delete a blob's content, keep a tombstone; return whether it existed."""
+
+    def close(self) -> None:
+        """Release the store's connections; idempotent."""
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Waiter(ABC):
+    """Blocks a subscription until the store may hold new events."""
+
+    @abstractmethod
+    def token(self) -> int:
+        """Return a value that changes whenever an append may have committed."""
+
+    @abstractmethod
+    def wait(self, token: int, timeout: float | None) -> None:
+        """Return once ``token()`` differs from ``token``, or after ``timeout`` seconds."""
+
+    def close(self) -> None:
+        """Release what the waiter holds."""
+
+
+class _ConditionWaiter(Waiter):
+    """Wakes on appends made through this store object (same process)."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+        self._closed = False
+
+    def token(self) -> int:
+        return self._store._change_count
+
+    def wait(self, token: int, timeout: float | None) -> None:
+        changed = self._store._changed
+        with changed:
+            changed.wait_for(
+                lambda: self._closed or self._store._change_count != token, timeout
+            )
+
+    def close(self) -> None:
+        self._closed = True
+        with self._store._changed:
+            self._store._changed.notify_all()
+
+
+class Subscription(Iterator[Event]):
+    """Every event after a position, in global order, each once; blocks for new ones."""
+
+    def __init__(self, store: EventStore, after_position: int, waiter: Waiter) -> None:
+        self._store = store
+        self._after = after_position
+        self._waiter = waiter
+        self._buffer: deque[Event] = deque()
+        self._closed = False
+        self._handed = after_position
+
+    @property
+    def position(self) -> int:
+        """The position of the last event handed out (or the starting position)."""
+        return self._handed
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        """Return the next event, waiting at most ``timeout`` seconds; ``None`` on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._closed:
+            if self._buffer:
+                event = self._buffer.popleft()
+                self._handed = event.position
+                return event
+            token = self._waiter.token()
+            batch = self._store.read_all(self._after, limit=500)
+            if batch:
+                self._buffer.extend(batch)
+                self._after = batch[-1].position
+                continue
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            self._waiter.wait(token, remaining)
+        return None
+
+    def __next__(self) -> Event:
+        event = self.get()
+        if event is None:
+            raise StopIteration
+        return event
+
+    def close(self) -> None:
+        """Stop the subscription; a blocked ``get`` returns ``None`` at its next wake-up."""
+        if not self._closed:
+            self._closed = True
+            self._waiter.close()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

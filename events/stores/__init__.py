@@ -1,0 +1,36 @@
+"""Store backends: in memory, SQLite (the embedded default) and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from plait.errors import StoreUnavailableError
+from plait.events.store import EventStore
+
+__all__ = ["open_store"]
+
+
+def open_store(url: str | Path) -> EventStore:
+    """Open a store by URL: ``memory:``, a SQLite path (or ``sqlite:///path``), ``postgresql://...``.
+
+    A PostgreSQL URL may carry ``?schema=NAME`` to keep plait's tables in their own schema.
+    """
+    text = str(url)
+    if text == "memory:":
+        from plait.events.stores.memory import MemoryStore
+
+        return MemoryStore()
+    if text.startswith(("postgresql://", "postgres://")):
+        from plait.events.stores.postgres import PostgresStore
+
+        return PostgresStore(text)
+    if text.startswith("sqlite://"):
+        text = text.removeprefix("sqlite://")
+    if "://" in text:
+        raise StoreUnavailableError(
+            f"{url}: unknown store URL (expected a SQLite path, sqlite:///PATH, "
+            "postgresql://... or memory:)"
+        )
+    from plait.events.stores.sqlite import SqliteStore
+
+    return SqliteStore(text)

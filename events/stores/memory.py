@@ -1,0 +1,96 @@
+"""``MemoryStore``: the contract in process memory, for tests and throwaway sessions."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable
+
+from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
+from plait.events.codec import GENESIS_HASH
+from plait.events.store import (
+    REDACTED,
+    Clock,
+    EventStore,
+    PreparedAppend,
+    Row,
+    _RedactedMarker,
+    utc_now,
+)
+from plait.events.types import Event
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore(EventStore):
+    """Keeps the same encoded rows a durable store would, so it behaves the same; not durable."""
+
+    def __init__(
+        self, *, blob_threshold: int = DEFAULT_BLOB_THRESHOLD, clock: Clock = utc_now
+    ) -> None:
+        super().__init__(blob_threshold=blob_threshold, clock=clock)
+        self._lock = threading.Lock()
+        self._all: list[Row] = []
+        self._by_stream: dict[str, list[Row]] = {}
+        self._blobs: dict[str, bytes | _RedactedMarker] = {}
+        self._sizes: dict[str, int] = {}
+
+    def _append_rows(
+        self, stream: str, expected_seq: int, prepare: Callable[[int, bytes], PreparedAppend]
+    ) -> list[Event]:
+        with self._lock:
+            head_seq, head_hash = self._head_locked(stream)
+            self._check_expected(stream, expected_seq, head_seq)
+            prepared = prepare(head_seq, head_hash)
+            first = len(self._all) + 1
+            rows = self._by_stream.setdefault(stream, [])
+            for position, (seq, type_name, v, data, digest) in enumerate(prepared.rows, first):
+                row = Row(position, stream, seq, type_name, v, data, digest)
+                self._all.append(row)
+                rows.append(row)
+            for sha, data in prepared.blobs.items():
+                self._blobs[sha] = data
+                self._sizes[sha] = len(data)
+            return prepared.placed(first)
+
+    def _head_locked(self, stream: str) -> tuple[int, bytes]:
+        rows = self._by_stream.get(stream)
+        return (rows[-1].seq, rows[-1].hash) if rows else (0, GENESIS_HASH)
+
+    def _head(self, stream: str) -> tuple[int, bytes]:
+        with self._lock:
+            return self._head_locked(stream)
+
+    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
+        with self._lock:
+            rows = self._by_stream.get(stream, [])
+            start = bisect.bisect_right(rows, after, key=lambda r: r.seq)
+            end = len(rows) if upto is None else bisect.bisect_right(rows, upto, key=lambda r: r.seq)
+            if limit is not None:
+                end = min(end, start + limit)
+            return rows[start:end]
+
+    def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
+        with self._lock:
+            end = len(self._all) if limit is None else min(len(self._all), after_position + limit)
+            return self._all[after_position:end]
+
+    def _streams(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return [(stream, rows[-1].seq) for stream, rows in self._by_stream.items()]
+
+    def _blob(self, sha256: str) -> bytes | _RedactedMarker | None:
+        with self._lock:
+            return self._blobs.get(sha256)
+
+    def _blob_size(self, sha256: str) -> int:
+        with self._lock:
+            return self._sizes.get(sha256, 0)
+
+    def _redact(self, sha256: str) -> bool:
+        with self._lock:
+            if sha256 not in self._blobs:
+                return False
+            self._blobs[sha256] = REDACTED
+            return True
+

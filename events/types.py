@@ -1,0 +1,440 @@
+"""The event envelope and every body type: each a frozen, tagged, past-tense ``msgspec.Struct``.
+
+Schema rule: a new field gets a default and goes last; any other change bumps the body's
+``VERSION`` and registers an upcaster from the old version (see ``codec.Upcasters``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import msgspec
+
+from plait.events.values import (
+    Content,
+    McpToolSnapshot,
+    StoragePolicy,
+    TaskPlan,
+    ToolCall,
+    ToolPrefs,
+    Usage,
+    UtcDateTime,
+)
+
+__all__ = [
+    "AgentMessageDelta",
+    "AnyBody",
+    "Body",
+    "ConversationContextChanged",
+    "ConversationDestroyed",
+    "ConversationOpened",
+    "Event",
+    "ForkOrigin",
+    "HistoryCompacted",
+    "McpServerFailed",
+    "McpServerReady",
+    "ModelRequestFailed",
+    "ModelRequested",
+    "ModelResponded",
+    "NewEvent",
+    "ReasoningDelta",
+    "SessionClosed",
+    "SessionStarted",
+    "TaskCompleted",
+    "TaskDropped",
+    "TaskEnqueued",
+    "TaskStarted",
+    "TokensCounted",
+    "ToolApprovalDecided",
+    "ToolApprovalRequested",
+    "ToolCallCompleted",
+    "ToolCallRequested",
+    "Transient",
+    "TurnAborted",
+    "TurnStarted",
+]
+
+
+class Body(msgspec.Struct, frozen=True, tag=True, tag_field="type", omit_defaults=True):
+    """Base of persisted event bodies; the tag is the class name."""
+
+    VERSION: ClassVar[int] = 1
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+
+# --- session ---------------------------------------------------------------------------------
+
+
+class ForkOrigin(msgspec.Struct, frozen=True):
+    """Where a forked session came from."""
+
+    stream: str
+    """The source session."""
+    at_seq: int
+    """The last source event copied."""
+
+
+class SessionStarted(Body, frozen=True):
+    """A session's stream begins; its root conversation follows."""
+
+    root_conversation_id: str
+    """The root conversation, which cannot be destroyed."""
+    model: str = ""
+    """The model the session was configured with."""
+    forked_from: ForkOrigin | None = None
+    """Set when the session is a fork."""
+
+
+class SessionClosed(Body, frozen=True):
+    """The session was closed; nothing runs in it until it is resumed."""
+
+    reason: str = ""
+    """Why, for people."""
+
+
+# --- conversations ---------------------------------------------------------------------------
+
+
+class ConversationOpened(Body, frozen=True):
+    """A conversation exists, with its full context (seed 001 ``ConversationContext``)."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("base_instructions", "user_instructions")
+    parent_id: str | None = None
+    """The conversation that created it; ``None`` for the root."""
+    base_instructions: Content | None = None
+    """System instructions; ``None`` means the built-in default."""
+    user_instructions: Content | None = None
+    """Standing user instructions, recorded as the first history message."""
+    mcp_allowlist: list[str] | None = None
+    """Fully-qualified tool names it may see; ``None`` means every tool of the session."""
+    tool_prefs: ToolPrefs = ToolPrefs()
+    """Built-in tool switches."""
+    storage_policy: StoragePolicy = StoragePolicy()
+    """What of its content is persisted."""
+
+
+class ConversationContextChanged(Body, frozen=True):
+    """A live conversation's context changed; it applies from the next turn (seed 001)."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("base_instructions", "user_instructions")
+    changed: list[str]
+    """Names of the fields below that carry new values."""
+    base_instructions: Content | None = None
+    """New base instructions, if named in ``changed``."""
+    user_instructions: Content | None = None
+    """New user instructions, if named in ``changed``."""
+    mcp_allowlist: list[str] | None = None
+    """New allowlist, if named in ``changed``."""
+    tool_prefs: ToolPrefs | None = None
+    """New tool switches, if named in ``changed``."""
+    clear_history: bool = False
+    """Start the history afresh with a rebuild message."""
+
+
+class ConversationDestroyed(Body, frozen=True):
+    """A conversation was destroyed (``conv.destroy``); its history stays in the log."""
+
+    reason: str = ""
+    """Why, for people."""
+
+
+# --- tasks and turns -------------------------------------------------------------------------
+
+
+class TaskEnqueued(Body, frozen=True):
+    """A task was planned (seed 000 ``TaskPlan``)."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("plan",)
+    plan: TaskPlan
+    """The whole plan."""
+    front: bool = False
+    """Queued ahead of waiting tasks (an interrupting tool's plans run next)."""
+
+
+class TaskStarted(Body, frozen=True):
+    """The scheduler started the task named in the envelope; its input joins the history."""
+
+
+class TaskCompleted(Body, frozen=True):
+    """The task ran to its end."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("last_assistant_message",)
+    last_assistant_message: Content | None = None
+    """The final assistant text, handed to a continuation as the tool's return value."""
+
+
+class TaskDropped(Body, frozen=True):
+    """A planned task will never run (its conversation was destroyed, a chain limit hit)."""
+
+    reason: str
+    """Why, for people."""
+
+
+class TurnStarted(Body, frozen=True):
+    """A turn of the running task began."""
+
+    turn: int
+    """1-based turn number within the task."""
+
+
+class TurnAborted(Body, frozen=True):
+    """The running turn ended early; unanswered tool calls get a synthetic output."""
+
+    reason: Literal["interrupted", "replaced", "crashed", "failed"]
+    """Why the turn ended."""
+    detail: str = ""
+    """What happened, for people."""
+    awaiting_call_ids: list[str] = []
+    """Calls left open because a continuation task will answer them (``conv_create``/``conv_send``)."""
+
+
+# --- the model -------------------------------------------------------------------------------
+
+
+class ModelRequested(Body, frozen=True):
+    """A model request is about to be sent; hashes let replay compare what would be sent."""
+
+    model: str
+    """Model name."""
+    tools_sha256: str
+    """Hex sha-256 of the tool list sent."""
+    instructions_sha256: str
+    """Hex sha-256 of the system instructions sent."""
+    messages_sha256: str = ""
+    """Hex sha-256 of the messages sent."""
+    message_count: int = 0
+    """How many messages were sent."""
+    attempt: int = 1
+    """1 for the first try, more for retries."""
+
+
+class ModelRequestFailed(Body, frozen=True):
+    """One attempt at a model request failed."""
+
+    attempt: int
+    """The attempt that failed."""
+    error: str
+    """What went wrong, for people."""
+    status: int | None = None
+    """HTTP status, when there was one."""
+    retry_in_sec: float | None = None
+    """Backoff before the next attempt; ``None`` when it will not be retried."""
+
+
+class ModelResponded(Body, frozen=True):
+    """The model's whole response: one assistant message with text and tool calls (seed 004)."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("text", "tool_calls")
+    text: Content = ""
+    """Assistant text."""
+    tool_calls: list[ToolCall] = []
+    """Tool calls in the model's order."""
+    finish_reason: str | None = None
+    """As the server reported it."""
+    usage: Usage | None = None
+    """Token usage, when the server sent it."""
+
+
+class TokensCounted(Body, frozen=True):
+    """Token usage of one model response, counted toward the conversation and session."""
+
+    usage: Usage
+    """The counts."""
+    context_window: int | None = None
+    """The model's context window, when known."""
+
+
+# --- tools -----------------------------------------------------------------------------------
+
+
+class ToolCallRequested(Body, frozen=True):
+    """A tool call is about to run (or be refused); recorded before anything runs it."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("arguments",)
+    call_id: str
+    """The model's call id."""
+    tool: str
+    """Fully-qualified tool name."""
+    arguments: Content = "{}"
+    """Arguments as a JSON string."""
+    read_only: bool = False
+    """Whether the tool declares it changes nothing (safe to run in parallel and to re-run)."""
+
+
+class ToolApprovalRequested(Body, frozen=True):
+    """A tool call needs a decision before it runs."""
+
+    call_id: str
+    """The call waiting."""
+    tool: str
+    """Fully-qualified tool name."""
+    reason: str = ""
+    """Why approval is needed."""
+
+
+class ToolApprovalDecided(Body, frozen=True):
+    """A tool call was approved or denied."""
+
+    call_id: str
+    """The call decided."""
+    approved: bool
+    """The decision."""
+    decided_by: str
+    """Who or what decided: ``policy``, ``user``, ``approver``, ``timeout``, ``recovery``."""
+    scope: Literal["once", "conversation", "session"] = "once"
+    """How far the approval reaches."""
+    expires_at: UtcDateTime | None = None
+    """When a remembered approval lapses."""
+
+
+class ToolCallCompleted(Body, frozen=True):
+    """A tool call ended; its output goes back to the model."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("output",)
+    call_id: str
+    """The call answered."""
+    output: Content
+    """What the model is shown."""
+    outcome: Literal["ok", "error", "timeout", "refused", "unknown"] = "ok"
+    """How it ended; ``unknown`` when a crash hid the result."""
+    duration_ms: float = 0.0
+    """Wall time of the call, milliseconds."""
+
+    @property
+    def is_error(self) -> bool:
+        """Whether the model is told the call failed."""
+        return self.outcome != "ok"
+
+
+# --- history ---------------------------------------------------------------------------------
+
+
+class HistoryCompacted(Body, frozen=True):
+    """Older history was replaced by a summary; the latest messages were kept."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("summary",)
+    summary: Content
+    """The summary that stands for what was dropped."""
+    kept_from: int
+    """Index in the history before compaction of the first message kept."""
+    tokens_before: int = 0
+    """Approximate prompt tokens before."""
+    tokens_after: int = 0
+    """Approximate prompt tokens after."""
+
+
+# --- MCP -------------------------------------------------------------------------------------
+
+
+class McpServerReady(Body, frozen=True):
+    """An MCP server answered ``initialize`` and listed its tools."""
+
+    server: str
+    """The configured server name."""
+    tools: list[McpToolSnapshot] = []
+    """Its tools, in name order."""
+
+
+class McpServerFailed(Body, frozen=True):
+    """An MCP server could not start or died."""
+
+    server: str
+    """The configured server name."""
+    reason: str
+    """What happened, for people (command not found, stderr tail, timeout)."""
+    attempt: int = 1
+    """Which start attempt failed."""
+
+
+AnyBody = (
+    SessionStarted
+    | SessionClosed
+    | ConversationOpened
+    | ConversationContextChanged
+    | ConversationDestroyed
+    | TaskEnqueued
+    | TaskStarted
+    | TaskCompleted
+    | TaskDropped
+    | TurnStarted
+    | TurnAborted
+    | ModelRequested
+    | ModelRequestFailed
+    | ModelResponded
+    | TokensCounted
+    | ToolCallRequested
+    | ToolApprovalRequested
+    | ToolApprovalDecided
+    | ToolCallCompleted
+    | HistoryCompacted
+    | McpServerReady
+    | McpServerFailed
+)
+"""Every persisted body type."""
+
+
+class Event(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One stored event: where it sits in its stream, when, and what happened."""
+
+    stream: str
+    """The session id."""
+    seq: int
+    """Dense, from 1, per stream."""
+    at: UtcDateTime
+    """When it was recorded (UTC); recorded, never re-read from the clock."""
+    v: int
+    """Schema version of ``body``."""
+    body: AnyBody
+    """What happened."""
+    prev_hash: bytes
+    """``hash`` of the event before it in the stream (32 zero bytes for seq 1)."""
+    conversation_id: str | None = None
+    """The conversation it belongs to, if any."""
+    task_id: str | None = None
+    """The task it belongs to, if any."""
+    position: int = 0
+    """Global position across streams, assigned by the store; not part of the hashed bytes."""
+    hash: bytes = b""
+    """sha-256 of the stored bytes; filled in on read, not part of them."""
+
+
+class NewEvent(msgspec.Struct, frozen=True):
+    """A body to append, with its routing ids and (optionally) its recorded time."""
+
+    body: Body
+    """What happened."""
+    conversation_id: str | None = None
+    """The conversation it belongs to."""
+    task_id: str | None = None
+    """The task it belongs to."""
+    at: UtcDateTime | None = None
+    """When it happened; ``None`` lets the store's clock stamp it at append."""
+
+
+# --- transient notifications (never persisted) -----------------------------------------------
+
+
+class Transient(msgspec.Struct, frozen=True, tag=True, tag_field="type"):
+    """Base of notifications that go to subscribers only; stores refuse them."""
+
+
+class AgentMessageDelta(Transient, frozen=True):
+    """A piece of assistant text as it streams."""
+
+    conversation_id: str
+    """Where it streams."""
+    task_id: str
+    """The task streaming."""
+    text: str
+    """The new text."""
+
+
+class ReasoningDelta(Transient, frozen=True):
+    """A piece of reasoning text as it streams."""
+
+    conversation_id: str
+    """Where it streams."""
+    task_id: str
+    """The task streaming."""
+    text: str
+    """The new text."""

@@ -1,0 +1,181 @@
+"""Value types that events carry: plans, input items, tool calls, usage, blob references."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, ClassVar, Literal
+
+import msgspec
+
+__all__ = [
+    "BlobRef",
+    "Closure",
+    "Content",
+    "FunctionCallOutput",
+    "InputImage",
+    "InputItem",
+    "InputText",
+    "McpToolSnapshot",
+    "Redacted",
+    "StoragePolicy",
+    "TaskPlan",
+    "ToolCall",
+    "ToolPrefs",
+    "Usage",
+    "UtcDateTime",
+]
+
+UtcDateTime = Annotated[datetime, msgspec.Meta(tz=True)]
+"""An aware datetime; plait writes UTC only (msgpack keeps no offset)."""
+
+
+class Value(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):
+    """Base of event values; ``BLOB_FIELDS`` names string fields that may move to a blob."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+
+class BlobRef(msgspec.Struct, frozen=True, tag="blob", tag_field="kind"):
+    """Stands in a stored event for a large string kept once, content-addressed, beside the log."""
+
+    sha256: str
+    """Hex sha-256 of the UTF-8 content."""
+    size: int
+    """Content size in bytes."""
+
+
+class Redacted(msgspec.Struct, frozen=True, tag="redacted", tag_field="kind"):
+    """What a reader sees where content was deleted (redaction, TTL expiry)."""
+
+    sha256: str
+    """Hex sha-256 of the content that was removed."""
+    size: int
+    """Size in bytes of the content that was removed."""
+
+
+Content = str | BlobRef | Redacted
+"""Text that may be large: inline when small, a ``BlobRef`` on disk, ``Redacted`` once deleted."""
+
+
+class InputText(Value, frozen=True, tag="input_text", tag_field="type"):
+    """User or system text given to a task."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("text",)
+    text: Content
+    """The text."""
+
+
+class InputImage(Value, frozen=True, tag="input_image", tag_field="type"):
+    """An image given to a task, as a data: or http(s): URL."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("image_url",)
+    image_url: Content
+    """``data:image/...;base64,...`` or an ``http(s)://`` URL."""
+    detail: Literal["auto", "low", "high"] = "auto"
+    """The image detail the model is asked for."""
+
+
+class FunctionCallOutput(Value, frozen=True, tag="function_call_output", tag_field="type"):
+    """The result of a tool call that a continuation task hands back to the model (seed 000)."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("output",)
+    call_id: str
+    """The ``tool_call.id`` this output answers."""
+    output: Content
+    """The JSON payload of the tool, as a string."""
+
+
+InputItem = InputText | InputImage | FunctionCallOutput
+
+
+class Closure(Value, frozen=True):
+    """The tool call a continuation task closes (seed 000 ``TaskPlan.closure``)."""
+
+    call_id: str
+    """The ``tool_call.id`` of the interrupting call."""
+    tool_name: str
+    """The tool that interrupted, e.g. ``conv_create``."""
+
+
+class TaskPlan(Value, frozen=True):
+    """A task waiting to run: where, with what input, and what call it closes (seed 000)."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("input_items",)
+    task_id: str
+    """The task's id (generated, so recorded here)."""
+    conversation_id: str
+    """The conversation the task runs in."""
+    input_items: list[InputItem] = []
+    """What the task feeds the model before its first turn."""
+    base_instructions_override: str | None = None
+    """Instructions for this task only (compaction); never written back to the conversation."""
+    closure: Closure | None = None
+    """For a continuation: the interrupting call whose output is in ``input_items``."""
+    chain_depth: int = 0
+    """How many interrupting tools led to this task (bounded by ``max_interrupt_chain_depth``)."""
+
+
+class ToolCall(Value, frozen=True):
+    """One tool call in a model response, as the model sent it."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("arguments",)
+    id: str
+    """The call id the model gave."""
+    name: str
+    """The tool's name on the wire (``conv_create``, ``server__tool``)."""
+    arguments: Content
+    """The arguments, a JSON string exactly as streamed (it may be invalid JSON)."""
+
+
+class Usage(Value, frozen=True):
+    """Token counts reported for one model response."""
+
+    prompt_tokens: int = 0
+    """Tokens in the request."""
+    completion_tokens: int = 0
+    """Tokens generated."""
+    total_tokens: int = 0
+    """As reported by the server."""
+    cached_tokens: int = 0
+    """Prompt tokens served from the provider's cache."""
+    reasoning_tokens: int = 0
+    """Completion tokens spent on hidden reasoning."""
+
+
+class ToolPrefs(Value, frozen=True):
+    """Per-conversation switches for built-in tools (seed 001 ``ToolsPrefs``)."""
+
+    include_plan_tool: bool = False
+    """Offer the plan tool."""
+    include_apply_patch_tool: bool = False
+    """Offer the apply-patch tool."""
+    web_search_request: bool = False
+    """Offer web search."""
+    conversation_tools: bool = True
+    """Offer the ``conv_*`` built-ins."""
+
+
+class StoragePolicy(Value, frozen=True):
+    """What content of a conversation is persisted (seed 003 §12)."""
+
+    kind: Literal["full", "headers_only", "none", "ttl"] = "full"
+    """``full`` keeps everything; ``headers_only`` and ``none`` keep no content; ``ttl`` expires it."""
+    ttl_sec: float | None = None
+    """For ``ttl``: seconds after which content is redacted."""
+
+
+class McpToolSnapshot(Value, frozen=True):
+    """One tool as an MCP server listed it when it became ready."""
+
+    name: str
+    """Fully-qualified name offered to the model, ``server__tool`` (shortened past 64 chars)."""
+    tool: str
+    """The tool's own name on its server."""
+    description: str = ""
+    """The server's description."""
+    schema_sha256: str = ""
+    """Hex sha-256 of the canonical JSON of its input schema."""
+    read_only: bool = False
+    """``ToolAnnotations.readOnlyHint`` (or the config's override)."""
+    annotations: dict[str, str | bool | None] = {}
+    """The other annotations, as the server sent them."""
