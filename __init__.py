@@ -12,9 +12,9 @@ from plait.errors import (
     StoreUnavailableError,
 )
 from plait.events.store import EventStore
+from plait.events.stores import open_store
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
-from plait.events.stores import open_store
 
 __all__ = [
     "ConcurrencyError",

@@ -27,7 +27,7 @@ BlobLookup = Callable[[str], "str | Redacted"]
 
 
 def externalize(value: T, threshold: int, out: dict[str, bytes]) -> T:
-    """Return ``value`` with its large blob fields replaced by ``BlobRef``; add the blobs to ``out``."""
+    """Return ``value`` with large blob fields as ``BlobRef``s; put their bytes in ``out``."""
     fields: tuple[str, ...] = getattr(value, "BLOB_FIELDS", ())
     if not fields:
         return value

@@ -18,8 +18,8 @@ from plait.errors import CorruptEventError, UnknownEventTypeError
 from plait.events.types import AnyBody, Body, Event
 
 __all__ = [
-    "GENESIS_HASH",
     "CURRENT_VERSIONS",
+    "GENESIS_HASH",
     "UPCASTERS",
     "Upcasters",
     "decode_event",

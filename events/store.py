@@ -222,10 +222,15 @@ class EventStore(ABC):
         expected = after + 1
         for row in rows:
             if row.seq != expected:
-                raise CorruptEventError(stream, expected, f"event missing (next stored is {row.seq})")
+                raise CorruptEventError(
+                    stream, expected, f"event missing (next stored is {row.seq})"
+                )
             expected += 1
-        if upto is not None and (limit is None or len(rows) < limit):
-            head = min(upto, self.last_seq(stream))
+        if limit is None or len(rows) < limit:
+            # A short read must be the true end of the window, not a lost tail.
+            head = self.last_seq(stream)
+            if upto is not None:
+                head = min(upto, head)
             if expected <= head:
                 raise CorruptEventError(stream, expected, "event missing (the stream is longer)")
         return [self._decode(row, resolve_blobs) for row in rows]
@@ -382,7 +387,7 @@ class EventStore(ABC):
     def _redact(self, sha256: str) -> bool:
         """Delete a blob's content, keep a tombstone; return whether it existed."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a backend without connections has nothing to do
         """Release the store's connections; idempotent."""
 
     def __enter__(self) -> EventStore:
@@ -408,7 +413,7 @@ class Waiter(ABC):
     def wait(self, token: int, timeout: float | None) -> None:
         """Return once ``token()`` differs from ``token``, or after ``timeout`` seconds."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - most waiters hold nothing
         """Release what the waiter holds."""
 
 
@@ -425,9 +430,7 @@ class _ConditionWaiter(Waiter):
     def wait(self, token: int, timeout: float | None) -> None:
         changed = self._store._changed
         with changed:
-            changed.wait_for(
-                lambda: self._closed or self._store._change_count != token, timeout
-            )
+            changed.wait_for(lambda: self._closed or self._store._change_count != token, timeout)
 
     def close(self) -> None:
         self._closed = True

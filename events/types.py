@@ -185,7 +185,7 @@ class TurnAborted(Body, frozen=True):
     detail: str = ""
     """What happened, for people."""
     awaiting_call_ids: list[str] = []
-    """Calls left open because a continuation task will answer them (``conv_create``/``conv_send``)."""
+    """Calls left open because a continuation task answers them (``conv_create``, ``conv_send``)."""
 
 
 # --- the model -------------------------------------------------------------------------------

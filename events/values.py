@@ -159,7 +159,7 @@ class StoragePolicy(Value, frozen=True):
     """What content of a conversation is persisted (seed 003 §12)."""
 
     kind: Literal["full", "headers_only", "none", "ttl"] = "full"
-    """``full`` keeps everything; ``headers_only`` and ``none`` keep no content; ``ttl`` expires it."""
+    """``full`` keeps all; ``headers_only`` and ``none`` keep no content; ``ttl`` expires it."""
     ttl_sec: float | None = None
     """For ``ttl``: seconds after which content is redacted."""
 

@@ -34,6 +34,7 @@ class MemoryStore(EventStore):
         self._by_stream: dict[str, list[Row]] = {}
         self._blobs: dict[str, bytes | _RedactedMarker] = {}
         self._sizes: dict[str, int] = {}
+        self._heads: dict[str, tuple[int, bytes]] = {}
 
     def _append_rows(
         self, stream: str, expected_seq: int, prepare: Callable[[int, bytes], PreparedAppend]
@@ -51,11 +52,12 @@ class MemoryStore(EventStore):
             for sha, data in prepared.blobs.items():
                 self._blobs[sha] = data
                 self._sizes[sha] = len(data)
+            last = prepared.rows[-1]
+            self._heads[stream] = (last[0], last[4])
             return prepared.placed(first)
 
     def _head_locked(self, stream: str) -> tuple[int, bytes]:
-        rows = self._by_stream.get(stream)
-        return (rows[-1].seq, rows[-1].hash) if rows else (0, GENESIS_HASH)
+        return self._heads.get(stream, (0, GENESIS_HASH))
 
     def _head(self, stream: str) -> tuple[int, bytes]:
         with self._lock:
@@ -65,7 +67,9 @@ class MemoryStore(EventStore):
         with self._lock:
             rows = self._by_stream.get(stream, [])
             start = bisect.bisect_right(rows, after, key=lambda r: r.seq)
-            end = len(rows) if upto is None else bisect.bisect_right(rows, upto, key=lambda r: r.seq)
+            end = (
+                len(rows) if upto is None else bisect.bisect_right(rows, upto, key=lambda r: r.seq)
+            )
             if limit is not None:
                 end = min(end, start + limit)
             return rows[start:end]
@@ -77,7 +81,7 @@ class MemoryStore(EventStore):
 
     def _streams(self) -> list[tuple[str, int]]:
         with self._lock:
-            return [(stream, rows[-1].seq) for stream, rows in self._by_stream.items()]
+            return [(stream, head[0]) for stream, head in self._heads.items()]
 
     def _blob(self, sha256: str) -> bytes | _RedactedMarker | None:
         with self._lock:
@@ -93,4 +97,3 @@ class MemoryStore(EventStore):
                 return False
             self._blobs[sha256] = REDACTED
             return True
-

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
@@ -142,10 +142,7 @@ class SqliteStore(EventStore):
                 first = last_position + 1
                 db.executemany(
                     f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (position, stream, *row)
-                        for position, row in enumerate(prepared.rows, first)
-                    ],
+                    [(position, stream, *row) for position, row in enumerate(prepared.rows, first)],
                 )
                 if prepared.blobs:
                     db.executemany(
@@ -172,7 +169,7 @@ class SqliteStore(EventStore):
             db.execute("COMMIT")
             return prepared.placed(first)
 
-    def _query(self, sql: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
+    def _query(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         with self._lock, self._errors():
             return self._db.execute(sql, params).fetchall()
 
@@ -181,8 +178,7 @@ class SqliteStore(EventStore):
         if not rows:
             return 0, GENESIS_HASH
         seq, digest = rows[0]
-        assert isinstance(seq, int) and isinstance(digest, bytes)
-        return seq, digest
+        return int(seq), bytes(digest)
 
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
         rows = self._query(
@@ -201,18 +197,18 @@ class SqliteStore(EventStore):
 
     def _streams(self) -> list[tuple[str, int]]:
         rows = self._query("SELECT stream, last_seq FROM streams ORDER BY created", ())
-        return [(str(stream), int(str(last))) for stream, last in rows]
+        return [(str(stream), int(last)) for stream, last in rows]
 
     def _blob(self, sha256: str) -> bytes | _RedactedMarker | None:
         rows = self._query("SELECT data FROM blobs WHERE sha256 = ?", (sha256,))
         if not rows:
             return None
         data = rows[0][0]
-        return REDACTED if data is None else bytes(data)  # type: ignore[arg-type]
+        return REDACTED if data is None else bytes(data)
 
     def _blob_size(self, sha256: str) -> int:
         rows = self._query("SELECT size FROM blobs WHERE sha256 = ?", (sha256,))
-        return int(str(rows[0][0])) if rows else 0
+        return int(rows[0][0]) if rows else 0
 
     def _redact(self, sha256: str) -> bool:
         with self._lock, self._errors():
@@ -221,7 +217,7 @@ class SqliteStore(EventStore):
 
     def _data_version(self) -> int:
         rows = self._query("PRAGMA data_version", ())
-        return int(str(rows[0][0]))
+        return int(rows[0][0])
 
     def _waiter(self) -> Waiter:
         return _FileWaiter(self)
@@ -258,8 +254,7 @@ class _FileWaiter(Waiter):
                     return
             with changed:
                 changed.wait_for(
-                    lambda: self._closed
-                    or self._store._change_count != token // 2**32,
+                    lambda: self._closed or self._store._change_count != token // 2**32,
                     step,
                 )
 

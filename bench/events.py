@@ -1,0 +1,357 @@
+"""Event-store benchmarks, each printed beside a raw SQLite / msgspec baseline.
+
+Run from the repository root: ``python bench/events.py [--quick] [--profile]`` (see README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import importlib
+import itertools
+import pstats
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from plait.events import (
+    Body,
+    ConversationOpened,
+    InputText,
+    ModelResponded,
+    NewEvent,
+    SessionStarted,
+    SqliteStore,
+    TaskCompleted,
+    TaskEnqueued,
+    TaskPlan,
+    TaskStarted,
+    ToolCall,
+    ToolCallCompleted,
+    ToolCallRequested,
+    Usage,
+)
+
+# The shape of SqliteStore's ``events`` table, for the raw baseline.
+EVENTS_DDL = """CREATE TABLE events (
+    position INTEGER PRIMARY KEY, stream TEXT NOT NULL, seq INTEGER NOT NULL,
+    type TEXT NOT NULL, v INTEGER NOT NULL, data BLOB NOT NULL, hash BLOB NOT NULL,
+    UNIQUE (stream, seq))"""
+COLUMNS = "position, stream, seq, type, v, data, hash"
+USAGE = Usage(prompt_tokens=1834, completion_tokens=57, total_tokens=1891, cached_tokens=1536)
+SHORT_OUTPUT = (
+    "tests/test_parser.py::test_escaped_quotes FAILED\n"
+    "E   AssertionError: expected ['a\"b'] got ['a', 'b']\n"
+    "tests/test_parser.py:41: in test_escaped_quotes\n"
+    "1 failed, 118 passed in 0.84s\n"
+)
+StoredRow = tuple[int, str, int, str, int, bytes, bytes]
+Line = tuple[str, str, str, str, str]
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def table(title: str, lines: list[Line]) -> None:
+    """Print ``lines`` as aligned columns under a section header."""
+    rows = [("", "ours", "raw", "ratio", "goal"), *lines]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    print(f"\n== {title}")
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        print("  " + " | ".join(cells).rstrip())
+
+
+def num(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+# --- event generators ------------------------------------------------------------------------
+
+
+def chat_events(n: int) -> list[NewEvent]:
+    """Alternate a short model response with a ~200-byte tool output."""
+    out: list[NewEvent] = []
+    for i in range(n):
+        body: Body
+        if i % 2 == 0:
+            text = f"Running the parser tests again (attempt {i // 2})."
+            body = ModelResponded(text=text, finish_reason="stop", usage=USAGE)
+        else:
+            body = ToolCallCompleted(
+                call_id=f"call_{i:06d}", output=SHORT_OUTPUT, duration_ms=840.0
+            )
+        out.append(NewEvent(body, conversation_id="conv-root", task_id=f"task-{i // 10}"))
+    return out
+
+
+def turn_events(conv: str, task: str, n: int, output: str) -> list[NewEvent]:
+    """One user task: plan, start, a tool call and its output, the answer, completion."""
+    call = f"call-{task}"
+    args = f'{{"path": "src/parser/module_{n % 50}.py", "start": 1, "end": 400}}'
+    answer = f"Fixed bug #{n}: the tokenizer dropped escaped quotes; added a regression test."
+    plan = TaskPlan(task, conv, input_items=[InputText(f"Please fix bug #{n} in the parser.")])
+    bodies: list[Body] = [
+        TaskEnqueued(plan),
+        TaskStarted(),
+        ModelResponded(
+            tool_calls=[ToolCall(id=call, name="read_file", arguments=args)],
+            finish_reason="tool_calls",
+            usage=USAGE,
+        ),
+        ToolCallRequested(call_id=call, tool="read_file", arguments=args, read_only=True),
+        ToolCallCompleted(call_id=call, output=output, duration_ms=3.5),
+        ModelResponded(text=answer, finish_reason="stop", usage=USAGE),
+        TaskCompleted(last_assistant_message=answer),
+    ]
+    return [NewEvent(body, conversation_id=conv, task_id=task) for body in bodies]
+
+
+def session_events(session: int) -> Iterator[NewEvent]:
+    """An endless session: its start, its root conversation, then turn after turn."""
+    conv = f"conv-{session:03d}"
+    yield NewEvent(SessionStarted(root_conversation_id=conv, model="gpt-5-mini"))
+    yield NewEvent(
+        ConversationOpened(user_instructions="Prefer small diffs."), conversation_id=conv
+    )
+    for turn in itertools.count(1):
+        yield from turn_events(conv, f"task-{session:03d}-{turn:05d}", turn, SHORT_OUTPUT)
+
+
+# --- 1. durable appends ----------------------------------------------------------------------
+
+
+def ours_appends(path: Path, events: list[NewEvent], per_commit: int) -> float:
+    with SqliteStore(path) as store:
+        start = time.perf_counter()
+        for seq in range(0, len(events), per_commit):
+            store.append("session-1", events[seq : seq + per_commit], seq)
+        return time.perf_counter() - start
+
+
+def stored_rows(path: Path) -> list[StoredRow]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return db.execute(f"SELECT {COLUMNS} FROM events ORDER BY position").fetchall()
+
+
+def raw_appends(path: Path, rows: list[StoredRow], per_commit: int) -> float:
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute(EVENTS_DDL)
+        insert = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        start = time.perf_counter()
+        for i in range(0, len(rows), per_commit):
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany(insert, rows[i : i + per_commit])
+            db.execute("COMMIT")
+        return time.perf_counter() - start
+
+
+def append_rates(tmp: Path, name: str, n: int, per_commit: int) -> tuple[float, float]:
+    """Median events/s of ours and raw over 3 interleaved repeats, on fresh files."""
+    events = chat_events(n)
+    ours: list[float] = []
+    raw: list[float] = []
+    for rep in range(3):
+        path = tmp / f"{name}-{rep}.db"
+        ours.append(n / ours_appends(path, events, per_commit))
+        raw.append(n / raw_appends(tmp / f"{name}-{rep}-raw.db", stored_rows(path), per_commit))
+    return statistics.median(ours), statistics.median(raw)
+
+
+def bench_appends(tmp: Path, scale: int) -> None:
+    singles, batches = 2000 // scale, 200 // scale
+    lines: list[Line] = []
+    for label, n, per in (
+        (f"{singles:,} x 1 event/commit, ev/s", singles, 1),
+        (f"{batches:,} x 100 events/commit, ev/s", batches * 100, 100),
+    ):
+        ours, raw = append_rates(tmp, f"append-{per}", n, per)
+        lines.append((label, num(ours), num(raw), f"{ours / raw:.2f}x", ">= 0.80x"))
+    table("1. durable appends (WAL, synchronous=FULL; median of 3)", lines)
+
+
+# --- 2. full rebuild of the history projection -----------------------------------------------
+
+
+def write_sessions(path: Path, total: int, sessions: int = 100, batch: int = 1000) -> None:
+    streams = [session_events(s) for s in range(sessions)]
+    heads = [0] * sessions
+    with SqliteStore(path, synchronous="OFF") as store:
+        for i in range(total // batch):
+            s = i % sessions
+            store.append(f"session-{s:03d}", list(itertools.islice(streams[s], batch)), heads[s])
+            heads[s] += batch
+
+
+def load_projection() -> tuple[Any, str]:
+    """Return a fresh ``HistoryProjection`` (``None`` when missing) and what the rebuild does."""
+    try:
+        module = importlib.import_module("plait.events.projections")
+        return module.HistoryProjection(), "iter_all + HistoryProjection.apply"
+    except (ImportError, AttributeError) as exc:
+        return None, f"iter_all only, no HistoryProjection ({exc})"
+
+
+def rebuild_ours(path: Path, batch: int, project: bool = True) -> tuple[float, int]:
+    """Seconds to fold every event into the history projection (or only read them), and count."""
+    projection = load_projection()[0] if project else None
+    with SqliteStore(path) as store:
+        start = time.perf_counter()
+        n = 0
+        if projection is None:
+            for _ in store.iter_all(batch=batch):
+                n += 1
+        else:
+            state = projection.initial()
+            apply = projection.apply
+            for event in store.iter_all(batch=batch):
+                state = apply(state, event)
+                n += 1
+            if getattr(state, "anomalies", None):
+                print(f"  !! history anomalies: {state.anomalies[:3]}")
+        return time.perf_counter() - start, n
+
+
+def rebuild_raw(path: Path) -> tuple[float, int]:
+    """Seconds to read and untyped-decode every row: the floor for any rebuild."""
+    decode = msgspec.msgpack.decode
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        start = time.perf_counter()
+        n = 0
+        for (data,) in db.execute("SELECT data FROM events ORDER BY position"):
+            decode(data)
+            n += 1
+        return time.perf_counter() - start, n
+
+
+def bench_rebuild(tmp: Path, scale: int, profile: bool) -> None:
+    total, batch = 1_000_000 // scale, 2000
+    path = tmp / "rebuild.db"
+    start = time.perf_counter()
+    write_sessions(path, total)
+    setup = time.perf_counter() - start
+    rebuild_raw(path)  # warm the page cache for both
+    raw_s, raw_n = min(rebuild_raw(path) for _ in range(3))
+    read_s, _ = min(rebuild_ours(path, batch, project=False) for _ in range(3))
+    ours_s, ours_n = min(rebuild_ours(path, batch) for _ in range(3))
+    assert ours_n == raw_n == total, (ours_n, raw_n, total)
+    limit = 3.0 / scale
+    mode = load_projection()[1]
+    table(
+        f"2. full rebuild from {total:,} events, 100 sessions "
+        f"(setup {setup:.1f} s; best of 3; ours: {mode}, batch={batch})",
+        [
+            ("seconds", f"{ours_s:.2f}", f"{raw_s:.2f}", "", f"< {limit:g} s"),
+            ("events/s", num(ours_n / ours_s), num(raw_n / raw_s), "", ""),
+            ("raw_time / our_time", "", "", f"{raw_s / ours_s:.2f}x", ">= 0.50x"),
+            (f"under {limit:g} s", "yes" if ours_s < limit else "NO", "", "", "yes"),
+            (
+                "  of which iter_all alone, s",
+                f"{read_s:.2f}",
+                f"{raw_s:.2f}",
+                f"{raw_s / read_s:.2f}x",
+                "",
+            ),
+        ],
+    )
+    if profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(rebuild_ours, path, batch)
+        print("\n-- cProfile of ours (top 20 by own time)")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+
+
+# --- 3. bytes on disk per turn ---------------------------------------------------------------
+
+
+def big_outputs(count: int = 5, size: int = 50 * 1024) -> list[str]:
+    """``count`` distinct ~``size``-byte tool outputs (file listings with line numbers)."""
+    outputs = []
+    for k in range(count):
+        lines = (f"{i:5d}  def handler_{k}_{i}(request):  # variant {k}\n" for i in range(size))
+        outputs.append("".join(itertools.islice(lines, size // 40))[:size])
+    return outputs
+
+
+def disk_bytes(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    wal = path.with_name(path.name + "-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def blob_stats(path: Path) -> tuple[int, int]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        count, size = db.execute(
+            "SELECT count(*), coalesce(sum(length(data)), 0) FROM blobs"
+        ).fetchone()
+    return int(count), int(size)
+
+
+def bench_disk(tmp: Path, scale: int) -> None:
+    turns = 1000 // scale
+    marks = [m // scale for m in (100, 250, 500, 1000)]
+    outputs = big_outputs()
+    path = tmp / "disk.db"
+    lines: list[Line] = []
+    naive = prev_size = prev_turn = 0
+    with SqliteStore(path) as store:
+        for turn in range(1, turns + 1):
+            output = outputs[turn % len(outputs)]
+            naive += len(output)
+            events = turn_events("conv-root", f"task-{turn:05d}", turn, output)
+            store.append("session-1", events, (turn - 1) * len(events))
+            if turn in marks:
+                size = disk_bytes(path)
+                per = (size - prev_size) / (turn - prev_turn)
+                lines.append(
+                    (
+                        f"bytes/turn @ {turn:,}",
+                        num(size / turn),
+                        num(naive / turn),
+                        f"{size / naive:.3f}x",
+                        "<< 1x",
+                    )
+                )
+                lines.append(
+                    (f"  marginal, turns {prev_turn + 1:,}-{turn:,}", num(per), "", "", "flat")
+                )
+                prev_size, prev_turn = size, turn
+    count, blob_bytes = blob_stats(path)
+    lines.append(("blob rows", str(count), str(turns), "", f"{len(outputs)}"))
+    lines.append(("blob bytes", num(blob_bytes), num(naive), f"{blob_bytes / naive:.3f}x", ""))
+    lines.append(("file bytes (db + wal)", num(prev_size), num(naive), "", ""))
+    table(
+        f"3. bytes on disk, one stream of {turns:,} turns "
+        f"({len(outputs)} distinct ~50 KiB outputs cycling; raw = naive, outputs inline)",
+        lines,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="sizes / 10, for a smoke run")
+    parser.add_argument("--profile", action="store_true", help="cProfile the rebuild once")
+    args = parser.parse_args()
+    scale = 10 if args.quick else 1
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="plait-bench-") as tmp:
+        bench_appends(Path(tmp), scale)
+        bench_rebuild(Path(tmp), scale, args.profile)
+        bench_disk(Path(tmp), scale)
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

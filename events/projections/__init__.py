@@ -1,0 +1,36 @@
+"""Projections: pure folds of the event log into what people and the runtime read."""
+
+from plait.events.projections.audit import AuditLog, AuditProjection, AuditRow
+from plait.events.projections.base import Projection, fold
+from plait.events.projections.history import (
+    ChatMessage,
+    ConversationHistory,
+    ConversationInfo,
+    Histories,
+    HistoryProjection,
+    conversation_index,
+    rfc3339,
+)
+from plait.events.projections.timeline import Timeline, TimelineEntry, TimelineProjection
+from plait.events.projections.tokens import TokensProjection, TokenTotals, add_usage
+
+__all__ = [
+    "AuditLog",
+    "AuditProjection",
+    "AuditRow",
+    "ChatMessage",
+    "ConversationHistory",
+    "ConversationInfo",
+    "Histories",
+    "HistoryProjection",
+    "Projection",
+    "Timeline",
+    "TimelineEntry",
+    "TimelineProjection",
+    "TokenTotals",
+    "TokensProjection",
+    "add_usage",
+    "conversation_index",
+    "fold",
+    "rfc3339",
+]

@@ -1,0 +1,351 @@
+"""Conversation histories as OpenAI chat messages (seed 004, option 2), and the conversation index.
+
+Per model response: one assistant message holding its text and all its ``tool_calls``, then one
+``tool`` message per result. Invariant: every tool call is answered before the next model
+request; a turn aborted with calls open answers them with ``aborted: <reason>`` unless a
+continuation task will (``TurnAborted.awaiting_call_ids``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import msgspec
+
+from plait.events.projections.base import Projection
+from plait.events.types import (
+    ConversationContextChanged,
+    ConversationDestroyed,
+    ConversationOpened,
+    Event,
+    HistoryCompacted,
+    ModelRequested,
+    ModelResponded,
+    TaskCompleted,
+    TaskDropped,
+    TaskEnqueued,
+    TaskStarted,
+    ToolCallCompleted,
+    TurnAborted,
+)
+from plait.events.values import (
+    Content,
+    FunctionCallOutput,
+    InputImage,
+    InputText,
+    Redacted,
+    TaskPlan,
+    ToolCall,
+)
+
+__all__ = [
+    "ChatMessage",
+    "ConversationHistory",
+    "ConversationInfo",
+    "Histories",
+    "HistoryProjection",
+    "conversation_index",
+    "rfc3339",
+]
+
+Part = InputText | InputImage
+
+
+class ChatMessage(msgspec.Struct, omit_defaults=True):
+    """One chat message of a conversation's history."""
+
+    role: Literal["user", "assistant", "tool"]
+    """Who speaks."""
+    content: Content | list[Part] | None = None
+    """Text, content parts (text and images), or ``None`` for a tool-calls-only assistant turn."""
+    tool_calls: list[ToolCall] | None = None
+    """For an assistant message: the calls it made."""
+    tool_call_id: str | None = None
+    """For a tool message: the call it answers."""
+    seq: int = 0
+    """The seq of the event that wrote it."""
+
+    def to_openai(self) -> dict[str, Any]:
+        """Return the message as the Chat Completions API takes it."""
+        out: dict[str, Any] = {"role": self.role, "content": _wire_content(self.content)}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": _text(call.arguments)},
+                }
+                for call in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+def _text(content: Content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Redacted):
+        return f"[redacted: {content.size} bytes]"
+    return f"[blob sha256:{content.sha256}]"
+
+
+def _wire_content(content: Content | list[Part] | None) -> Any:
+    if content is None or not isinstance(content, list):
+        return None if content is None else _text(content)
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if isinstance(part, InputText):
+            parts.append({"type": "text", "text": _text(part.text)})
+        else:
+            url = {"url": _text(part.image_url), "detail": part.detail}
+            parts.append({"type": "image_url", "image_url": url})
+    return parts
+
+
+class ConversationHistory(msgspec.Struct):
+    """One conversation: where it came from, its messages, the tool calls still open."""
+
+    id: str
+    """The conversation id."""
+    stream: str
+    """The session it lives in."""
+    parent_id: str | None
+    """The conversation that created it."""
+    created_at: datetime
+    """When it was opened."""
+    last_active_at: datetime
+    """Refreshed on every history write and on ``TaskCompleted`` (seed 000 §5)."""
+    messages: list[ChatMessage] = []
+    """The history, oldest first."""
+    open_calls: list[str] = []
+    """Tool call ids of the last assistant message not yet answered."""
+    destroyed_at: datetime | None = None
+    """When ``conv.destroy`` removed it; its history stays readable."""
+
+
+class Histories(msgspec.Struct):
+    """State of ``HistoryProjection``."""
+
+    conversations: dict[str, ConversationHistory] = {}
+    """By conversation id, in opening order."""
+    plans: dict[str, TaskPlan] = {}
+    """Tasks enqueued and not yet started, by task id."""
+    anomalies: list[str] = []
+    """Events that broke a history invariant (the runtime must never produce them)."""
+
+
+class HistoryProjection(Projection[Histories]):
+    """Folds events into each conversation's chat history."""
+
+    state_type = Histories
+
+    def initial(self) -> Histories:
+        return Histories()
+
+    def handlers(self) -> dict[type[Any], Callable[[Histories, Event], None]]:
+        return {
+            ConversationOpened: self._opened,
+            ConversationContextChanged: self._context_changed,
+            ConversationDestroyed: self._destroyed,
+            TaskEnqueued: self._enqueued,
+            TaskDropped: self._dropped,
+            TaskStarted: self._started,
+            TaskCompleted: self._completed,
+            ModelRequested: self._requested,
+            ModelResponded: self._responded,
+            ToolCallCompleted: self._tool_completed,
+            TurnAborted: self._aborted,
+            HistoryCompacted: self._compacted,
+        }
+
+    @staticmethod
+    def _conversation(state: Histories, event: Event) -> ConversationHistory | None:
+        cid = event.conversation_id
+        conv = state.conversations.get(cid) if cid is not None else None
+        if conv is None:
+            state.anomalies.append(
+                f"stream {event.stream} seq {event.seq}: {type(event.body).__name__} "
+                f"for unknown conversation {cid}"
+            )
+        return conv
+
+    @staticmethod
+    def _write(conv: ConversationHistory, event: Event, message: ChatMessage) -> None:
+        message.seq = event.seq
+        conv.messages.append(message)
+        conv.last_active_at = event.at
+
+    def _opened(self, state: Histories, event: Event) -> None:
+        body = event.body
+        assert isinstance(body, ConversationOpened)
+        if event.conversation_id is None:
+            state.anomalies.append(f"stream {event.stream} seq {event.seq}: no conversation id")
+            return
+        conv = ConversationHistory(
+            id=event.conversation_id,
+            stream=event.stream,
+            parent_id=body.parent_id,
+            created_at=event.at,
+            last_active_at=event.at,
+        )
+        state.conversations[conv.id] = conv
+        if body.user_instructions is not None:
+            self._write(conv, event, ChatMessage("user", body.user_instructions))
+
+    def _context_changed(self, state: Histories, event: Event) -> None:
+        body = event.body
+        assert isinstance(body, ConversationContextChanged)
+        conv = self._conversation(state, event)
+        if conv is None:
+            return
+        if body.clear_history:
+            conv.messages = []
+            conv.open_calls = []
+            self._write(conv, event, ChatMessage("user", "[context rebuilt: history cleared]"))
+        if "user_instructions" in body.changed and body.user_instructions is not None:
+            self._write(conv, event, ChatMessage("user", body.user_instructions))
+
+    def _destroyed(self, state: Histories, event: Event) -> None:
+        conv = self._conversation(state, event)
+        if conv is not None:
+            conv.destroyed_at = event.at
+
+    def _enqueued(self, state: Histories, event: Event) -> None:
+        body = event.body
+        assert isinstance(body, TaskEnqueued)
+        state.plans[body.plan.task_id] = body.plan
+
+    def _dropped(self, state: Histories, event: Event) -> None:
+        if event.task_id is not None:
+            state.plans.pop(event.task_id, None)
+
+    def _started(self, state: Histories, event: Event) -> None:
+        plan = state.plans.pop(event.task_id or "", None)
+        conv = self._conversation(state, event)
+        if conv is None or plan is None:
+            return
+        run: list[Part] = []
+        for item in plan.input_items:
+            if isinstance(item, FunctionCallOutput):
+                self._flush(conv, event, run)
+                self._answer(state, conv, event, item.call_id, item.output)
+            else:
+                run.append(item)
+        self._flush(conv, event, run)
+
+    def _flush(self, conv: ConversationHistory, event: Event, run: list[Part]) -> None:
+        if not run:
+            return
+        only = run[0]
+        content: Content | list[Part] = (
+            only.text if len(run) == 1 and isinstance(only, InputText) else list(run)
+        )
+        self._write(conv, event, ChatMessage("user", content))
+        run.clear()
+
+    def _answer(
+        self,
+        state: Histories,
+        conv: ConversationHistory,
+        event: Event,
+        call_id: str,
+        output: Content,
+    ) -> None:
+        if call_id not in conv.open_calls:
+            state.anomalies.append(
+                f"stream {event.stream} seq {event.seq}: output for call {call_id}, "
+                f"which is not open in conversation {conv.id}"
+            )
+            return
+        conv.open_calls.remove(call_id)
+        self._write(conv, event, ChatMessage("tool", output, tool_call_id=call_id))
+
+    def _completed(self, state: Histories, event: Event) -> None:
+        conv = self._conversation(state, event)
+        if conv is not None:
+            conv.last_active_at = event.at
+
+    def _requested(self, state: Histories, event: Event) -> None:
+        conv = self._conversation(state, event)
+        if conv is not None and conv.open_calls:
+            state.anomalies.append(
+                f"stream {event.stream} seq {event.seq}: model request with calls "
+                f"{conv.open_calls} unanswered in conversation {conv.id}"
+            )
+
+    def _responded(self, state: Histories, event: Event) -> None:
+        body = event.body
+        assert isinstance(body, ModelResponded)
+        conv = self._conversation(state, event)
+        if conv is None:
+            return
+        calls = list(body.tool_calls) or None
+        text: Content | None = body.text if body.text != "" or calls is None else None
+        self._write(conv, event, ChatMessage("assistant", text, tool_calls=calls))
+        conv.open_calls = [call.id for call in body.tool_calls]
+
+    def _tool_completed(self, state: Histories, event: Event) -> None:
+        body = event.body
+        assert isinstance(body, ToolCallCompleted)
+        conv = self._conversation(state, event)
+        if conv is not None:
+            self._answer(state, conv, event, body.call_id, body.output)
+
+    def _aborted(self, state: Histories, event: Event) -> None:
+        body = event.body
+        assert isinstance(body, TurnAborted)
+        conv = self._conversation(state, event)
+        if conv is None:
+            return
+        awaiting = set(body.awaiting_call_ids)
+        for call_id in [c for c in conv.open_calls if c not in awaiting]:
+            self._answer(state, conv, event, call_id, f"aborted: {body.reason}")
+
+    def _compacted(self, state: Histories, event: Event) -> None:
+        body = event.body
+        assert isinstance(body, HistoryCompacted)
+        conv = self._conversation(state, event)
+        if conv is None:
+            return
+        kept = conv.messages[body.kept_from :]
+        conv.messages = []
+        self._write(conv, event, ChatMessage("user", body.summary))
+        conv.messages.extend(kept)
+
+
+class ConversationInfo(msgspec.Struct, frozen=True):
+    """One row of ``conv.list`` (seed 000)."""
+
+    id: str
+    """The conversation id."""
+    parent_id: str | None
+    """Who created it."""
+    created_at: str
+    """RFC 3339, UTC."""
+    message_count: int
+    """Messages in its history."""
+    last_active_at: str
+    """RFC 3339, UTC."""
+
+
+def rfc3339(at: datetime) -> str:
+    """Format ``at`` as RFC 3339 in UTC with a ``Z``."""
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def conversation_index(state: Histories, stream: str | None = None) -> list[ConversationInfo]:
+    """List live conversations (of ``stream``, or all), in opening order."""
+    return [
+        ConversationInfo(
+            id=conv.id,
+            parent_id=conv.parent_id,
+            created_at=rfc3339(conv.created_at),
+            message_count=len(conv.messages),
+            last_active_at=rfc3339(conv.last_active_at),
+        )
+        for conv in state.conversations.values()
+        if conv.destroyed_at is None and (stream is None or conv.stream == stream)
+    ]

@@ -1,0 +1,339 @@
+"""``PostgresStore``: the event store in a PostgreSQL schema, shared by many processes.
+
+* One autocommit connection per store object, guarded by a lock, serves every thread; each
+  append is one explicit transaction. A broken connection is reopened on the next call.
+* Appends to *all* streams commit one at a time, under a transaction-scoped advisory lock keyed
+  on the schema. Positions are assigned as ``max + 1`` under that lock, so they are dense and in
+  commit order: a live reader of ``position > N`` can never see N+2 committed before N+1 and skip
+  N+1 for good (as a sequence with concurrent writers would allow). The ``streams`` head is read
+  under the same lock, so a lost race is a ``ConcurrencyError``, never a fork of the chain.
+  Serializing writers costs throughput, which a store of agent sessions can afford.
+* Each append ``NOTIFY``s a channel named after the schema inside its transaction; PostgreSQL
+  delivers it only once the events are committed and visible. Subscriptions ``LISTEN`` on a
+  connection of their own, so appends from any process wake them at once, with no table polling.
+* Tables are created on open (``IF NOT EXISTS``, under the same advisory lock so two processes
+  opening a fresh database do not race); existing tables are left alone, so a role without
+  ``CREATE`` rights can use a schema an administrator prepared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from plait.errors import StoreError, StoreUnavailableError
+from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
+from plait.events.codec import GENESIS_HASH
+from plait.events.store import (
+    REDACTED,
+    Clock,
+    EventStore,
+    PreparedAppend,
+    Row,
+    Waiter,
+    _RedactedMarker,
+    utc_now,
+)
+from plait.events.types import Event
+
+__all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
+
+DEFAULT_SCHEMA = "plait"
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # PostgreSQL truncates at 63 bytes
+_DDL = [
+    "CREATE SCHEMA IF NOT EXISTS {s}",
+    "CREATE TABLE IF NOT EXISTS {s}.events (position BIGINT PRIMARY KEY, stream TEXT NOT NULL, "
+    "seq BIGINT NOT NULL, type TEXT NOT NULL, v INT NOT NULL, data BYTEA NOT NULL, "
+    "hash BYTEA NOT NULL, UNIQUE (stream, seq))",
+    "CREATE TABLE IF NOT EXISTS {s}.streams (stream TEXT PRIMARY KEY, last_seq BIGINT NOT NULL, "
+    "last_hash BYTEA NOT NULL, created BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.blobs (sha256 TEXT PRIMARY KEY, size BIGINT NOT NULL, "
+    "data BYTEA)",  # data NULL: redacted, a tombstone
+]
+_COLUMNS = "position, stream, seq, type, v, data, hash"
+_COPY_TYPES = ["int8", "text", "int8", "text", "int4", "bytea", "bytea"]
+_QUERIES = {
+    "lock": "SELECT pg_advisory_xact_lock(%s)",
+    "head": "SELECT last_seq, last_hash FROM {s}.streams WHERE stream = %s",
+    "max": "SELECT coalesce(max(position), 0) FROM {s}.events",
+    "copy": f"COPY {{s}}.events ({_COLUMNS}) FROM STDIN (FORMAT BINARY)",
+    "put_blob": "INSERT INTO {s}.blobs AS b (sha256, size, data) VALUES (%s, %s, %s) "
+    "ON CONFLICT (sha256) DO UPDATE SET data = excluded.data WHERE b.data IS NULL",
+    "put_head": "INSERT INTO {s}.streams (stream, last_seq, last_hash, created) "
+    "VALUES (%s, %s, %s, %s) ON CONFLICT (stream) DO UPDATE "
+    "SET last_seq = excluded.last_seq, last_hash = excluded.last_hash",
+    "notify": "SELECT pg_notify(%s, %s)",
+    "rows": f"SELECT {_COLUMNS} FROM {{s}}.events WHERE stream = %s AND seq > %s AND seq <= %s "
+    "ORDER BY seq LIMIT %s",
+    "all": f"SELECT {_COLUMNS} FROM {{s}}.events WHERE position > %s ORDER BY position LIMIT %s",
+    "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
+    "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
+    "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
+    "tables": "SELECT count(to_regclass(format('%%I.%%I', %s::text, t))) "
+    "FROM unnest(array['events', 'streams', 'blobs']) t",
+}
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+def _split_url(url: str) -> tuple[str, str | None]:
+    """Return ``url`` without its ``schema`` query parameter (libpq rejects it), and its value."""
+    parts = urlsplit(url)
+    schema, kept = None, []
+    for item in parts.query.split("&") if parts.scheme and parts.query else ():
+        key, _, value = item.partition("=")
+        if unquote(key) == "schema":
+            schema = unquote(value)
+        else:
+            kept.append(item)
+    return (urlunsplit(parts._replace(query="&".join(kept))) if schema else url), schema
+
+
+def _public_url(url: str) -> str:
+    """Return ``url`` with any password masked, for messages."""
+    parts = urlsplit(url)
+    if not parts.scheme:  # a "key=value" conninfo string
+        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", url)
+    user, at, host = parts.netloc.rpartition("@")
+    query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return urlunsplit(parts._replace(netloc=user.partition(":")[0] + at + host, query=query))
+
+
+def _text(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class PostgresStore(EventStore):
+    """An event store in one PostgreSQL schema (created with its tables if missing).
+
+    ``url`` is a libpq URL or conninfo string. The schema is the ``schema`` argument, else the
+    URL's ``?schema=NAME`` query parameter, else ``plait``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+        clock: Clock = utc_now,
+    ) -> None:
+        super().__init__(blob_threshold=blob_threshold, clock=clock)
+        self._conninfo, url_schema = _split_url(url)
+        self.url = _public_url(url)
+        """The URL, with any password masked."""
+        self.schema = schema or url_schema or DEFAULT_SCHEMA
+        """The PostgreSQL schema holding the tables."""
+        if not _SCHEMA_NAME.fullmatch(self.schema):
+            raise StoreUnavailableError(
+                f"{self.url}: invalid schema name {self.schema!r} (expected at most 63 letters, "
+                "digits and underscores, not starting with a digit)"
+            )
+        digest = hashlib.sha256(f"plait.events:{self.schema}".encode()).digest()
+        self._key = int.from_bytes(digest[:8], "big", signed=True)
+        self.channel = f"plait_{self.schema}_events"
+        """The ``LISTEN``/``NOTIFY`` channel announcing appends (payload: the last position)."""
+        if len(self.channel) > 63:
+            self.channel = f"plait_{digest.hex()[:40]}_events"
+        s = sql.Identifier(self.schema)
+        self._sql = {name: sql.SQL(text).format(s=s) for name, text in _QUERIES.items()}
+        self._lock = threading.RLock()
+        self._closed = False
+        self._waiters: weakref.WeakSet[_NotifyWaiter] = weakref.WeakSet()
+        self._conn = self._connect()
+        try:
+            with self._errors(opening=True) as conn:
+                found = conn.execute(self._sql["tables"], (self.schema,)).fetchone()
+                if not found or found[0] != 3:
+                    with conn.transaction():
+                        conn.execute(self._sql["lock"], (self._key,))
+                        for statement in _DDL:
+                            conn.execute(sql.SQL(statement).format(s=s))
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _connect(self) -> Connection:
+        """Open an autocommit connection (by default: 10 s connect timeout, named plait)."""
+        try:
+            extra: dict[str, str | int] = {"connect_timeout": 10, "application_name": "plait"}
+            given = conninfo_to_dict(self._conninfo)
+            defaults = {key: value for key, value in extra.items() if key not in given}
+            return psycopg.connect(make_conninfo(self._conninfo, **defaults), autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(
+                f"{self.url}: cannot connect to PostgreSQL: {_text(exc)}"
+            ) from exc
+
+    @contextlib.contextmanager
+    def _errors(self, *, opening: bool = False) -> Iterator[Connection]:
+        """Hold the lock, yield a live connection, and turn psycopg errors into store errors."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"{self.url}: the store is closed")
+            if self._conn.broken:
+                self._conn = self._connect()
+            try:
+                yield self._conn
+            except psycopg.Error as exc:
+                lost = self._conn.broken or (exc.sqlstate or "").startswith(("08", "57P"))
+                if opening or lost:
+                    what = "cannot open the store" if opening else "connection lost"
+                    raise StoreUnavailableError(f"{self.url}: {what}: {_text(exc)}") from exc
+                raise StoreError(f"{self.url} (schema {self.schema}): {_text(exc)}") from exc
+
+    def _append_rows(
+        self, stream: str, expected_seq: int, prepare: Callable[[int, bytes], PreparedAppend]
+    ) -> list[Event]:
+        q = self._sql
+        with self._errors() as conn, conn.transaction(), conn.cursor(binary=True) as cur:
+            cur.execute(q["lock"], (self._key,))
+            head = cur.execute(q["head"], (stream,)).fetchone()
+            head_seq, head_hash = (int(head[0]), bytes(head[1])) if head else (0, GENESIS_HASH)
+            self._check_expected(stream, expected_seq, head_seq)
+            prepared = prepare(head_seq, head_hash)
+            found = cur.execute(q["max"]).fetchone()
+            first = int(found[0]) + 1 if found else 1
+            # COPY: as fast as a pipelined executemany for 1-10 rows, 2.5x faster for 100.
+            with cur.copy(q["copy"]) as copy:
+                copy.set_types(_COPY_TYPES)
+                for position, row in enumerate(prepared.rows, first):
+                    copy.write_row((position, stream, *row))
+            if prepared.blobs:
+                blobs = [(sha, len(data), data) for sha, data in prepared.blobs.items()]
+                cur.executemany(q["put_blob"], blobs)
+            last_seq, _, _, _, last_hash = prepared.rows[-1]
+            cur.execute(q["put_head"], (stream, last_seq, last_hash, first))
+            cur.execute(q["notify"], (self.channel, str(first + len(prepared.rows) - 1)))
+        return prepared.placed(first)
+
+    def _query(self, name: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._errors() as conn:
+            return conn.execute(self._sql[name], params, binary=True).fetchall()
+
+    def _head(self, stream: str) -> tuple[int, bytes]:
+        rows = self._query("head", (stream,))
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else (0, GENESIS_HASH)
+
+    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
+        rows = self._query("rows", (stream, after, 2**62 if upto is None else upto, limit))
+        return [_row(row) for row in rows]
+
+    def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
+        return [_row(row) for row in self._query("all", (after_position, limit))]
+
+    def _streams(self) -> list[tuple[str, int]]:
+        return [(str(stream), int(last)) for stream, last in self._query("streams")]
+
+    def _blob(self, sha256: str) -> bytes | _RedactedMarker | None:
+        rows = self._query("blob", (sha256,))
+        if not rows:
+            return None
+        return REDACTED if rows[0][0] is None else bytes(rows[0][0])
+
+    def _blob_size(self, sha256: str) -> int:
+        rows = self._query("blob", (sha256,))
+        return int(rows[0][1]) if rows else 0
+
+    def _redact(self, sha256: str) -> bool:
+        with self._errors() as conn:
+            return conn.execute(self._sql["redact"], (sha256,)).rowcount > 0
+
+    def _waiter(self) -> Waiter:
+        waiter = _NotifyWaiter(self)
+        self._waiters.add(waiter)
+        return waiter
+
+    def close(self) -> None:
+        """Close the connection and every live subscription's listener; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()
+        for waiter in list(self._waiters):
+            waiter.close()
+
+
+def _row(row: tuple[Any, ...]) -> Row:
+    position, stream, seq, type_name, v, data, digest = row
+    return Row(int(position), stream, int(seq), type_name, int(v), bytes(data), bytes(digest))
+
+
+class _NotifyWaiter(Waiter):
+    """Counts ``NOTIFY``s on the store's channel, received on a connection of its own.
+
+    ``LISTEN`` runs at construction, before the subscription's first read, so a commit falling
+    between a read and the wait is still noticed. psycopg must not close a connection another
+    thread is waiting on, so ``wait`` blocks in short steps and closing happens between them.
+    """
+
+    STEP_SEC = 0.1
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._io = threading.Lock()
+        self._closed = False
+        self._count = 0
+        self._conn = self._listen()
+
+    def _listen(self) -> Connection:
+        conn = self._store._connect()
+        try:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._store.channel)))
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreUnavailableError(f"{self._store.url}: cannot LISTEN: {_text(exc)}") from exc
+        return conn
+
+    def _receive(self, timeout: float) -> None:
+        """Count the notifications arriving within ``timeout`` (0: only those pending)."""
+        with self._io:
+            try:
+                if self._closed:
+                    return
+                if self._conn.broken:
+                    self._conn = self._listen()
+                    self._count += 1  # notifications may have been lost: make the reader look
+                for _ in self._conn.notifies(timeout=timeout, stop_after=1 if timeout else None):
+                    self._count += 1
+            except psycopg.Error as exc:
+                if not self._conn.broken:
+                    raise StoreError(f"{self._store.url}: LISTEN failed: {_text(exc)}") from exc
+                self._count += 1  # reconnect on the next call; the reader re-reads meanwhile
+            finally:
+                if self._closed:
+                    self._conn.close()
+
+    def token(self) -> int:
+        """Return how many notifications (and reconnections) this waiter has seen."""
+        self._receive(0)
+        return self._count
+
+    def wait(self, token: int, timeout: float | None) -> None:
+        """Block until a notification arrives after ``token``, ``timeout`` passes, or close."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._closed and self._count == token:
+            step = self.STEP_SEC
+            if deadline is not None:
+                step = min(step, deadline - time.monotonic())
+                if step <= 0:
+                    return
+            self._receive(step)
+
+    def close(self) -> None:
+        """Close the listening connection; a blocked ``wait`` returns within ``STEP_SEC``."""
+        self._closed = True
+        with self._io:  # a waiting thread holds it for at most STEP_SEC
+            self._conn.close()

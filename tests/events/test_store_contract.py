@@ -1,0 +1,326 @@
+"""The store contract: every backend (memory, SQLite, PostgreSQL) passes the same tests."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+from support import StoreFactory
+
+from plait.errors import (
+    BlobMissingError,
+    ConcurrencyError,
+    CorruptEventError,
+    StoreError,
+    TransientEventError,
+    UnknownEventTypeError,
+)
+from plait.events import (
+    GENESIS_HASH,
+    AgentMessageDelta,
+    BlobRef,
+    ConversationOpened,
+    EventStore,
+    NewEvent,
+    Redacted,
+    SessionStarted,
+    TaskCompleted,
+    TaskStarted,
+    ToolCallCompleted,
+    TurnStarted,
+    encode_event,
+)
+
+BIG = "x" * 20_000
+
+
+def started(n: int = 3) -> list[NewEvent]:
+    """A session start, a root conversation, then turns."""
+    events = [
+        NewEvent(SessionStarted(root_conversation_id="root")),
+        NewEvent(ConversationOpened(), conversation_id="root"),
+    ]
+    events += [NewEvent(TurnStarted(turn=i), "root", "t1") for i in range(1, n - 1)]
+    return events[:n]
+
+
+def test_append_numbers_and_chains_events(store: EventStore) -> None:
+    written = store.append("s1", started(3), expected_seq=0)
+    assert [e.seq for e in written] == [1, 2, 3]
+    assert written[0].prev_hash == GENESIS_HASH
+    assert [e.prev_hash for e in written[1:]] == [e.hash for e in written[:-1]]
+    positions = [e.position for e in written]
+    assert positions == sorted(positions) and len(set(positions)) == 3
+    assert store.read("s1") == written
+    assert store.last_seq("s1") == 3
+
+
+def test_append_records_given_time_and_stamps_missing_time(stores: StoreFactory) -> None:
+    store = stores.open()
+    at = datetime(2025, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    written = store.append("s1", [NewEvent(TaskStarted(), at=at), TaskStarted()], 0)
+    read = store.read("s1")
+    assert read[0].at == at
+    assert read[1].at == stores.clock.now
+    assert written == read
+
+
+def test_read_window(store: EventStore) -> None:
+    store.append("s1", [TurnStarted(turn=i) for i in range(1, 11)], 0)
+    assert [e.seq for e in store.read("s1", after=3, upto=6)] == [4, 5, 6]
+    assert [e.seq for e in store.read("s1", after=8)] == [9, 10]
+    assert [e.seq for e in store.read("s1", limit=2)] == [1, 2]
+    assert store.read("s1", after=10) == []
+    assert store.read("unknown") == []
+    assert store.last_seq("unknown") == 0
+
+
+def test_stale_expected_seq_raises_and_writes_nothing(store: EventStore) -> None:
+    store.append("s1", started(2), 0)
+    with pytest.raises(ConcurrencyError) as info:
+        store.append("s1", [TaskStarted(), TaskStarted()], expected_seq=1)
+    assert (info.value.stream, info.value.expected_seq, info.value.actual_seq) == ("s1", 1, 2)
+    assert "s1" in str(info.value) and "seq 2" in str(info.value)
+    assert store.last_seq("s1") == 2
+    with pytest.raises(ConcurrencyError):
+        store.append("s2", [TaskStarted()], expected_seq=5)
+    assert store.read("s2") == []
+
+
+def test_append_is_all_or_nothing(store: EventStore) -> None:
+    store.append("s1", started(2), 0)
+    naive = datetime(2025, 1, 1)  # no timezone: refused while preparing the third event
+    bad = [TaskStarted(), TaskStarted(), NewEvent(TaskStarted(), at=naive)]
+    with pytest.raises(CorruptEventError, match="seq 5"):
+        store.append("s1", bad, 2)
+    assert store.last_seq("s1") == 2
+    assert len(store.read_all()) == 2
+    assert store.append("s1", [TaskStarted()], 2)[0].seq == 3
+
+
+def test_transient_notifications_are_refused(store: EventStore) -> None:
+    delta = AgentMessageDelta(conversation_id="root", task_id="t", text="hi")
+    with pytest.raises(TransientEventError, match="AgentMessageDelta"):
+        store.append("s1", [TaskStarted(), delta], 0)  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        store.append("s1", [NewEvent(delta)], 0)  # type: ignore[arg-type]
+    assert store.read("s1") == []
+
+
+def test_read_all_orders_streams_globally(store: EventStore) -> None:
+    store.append("a", [TurnStarted(turn=1)], 0)
+    store.append("b", [TurnStarted(turn=1), TurnStarted(turn=2)], 0)
+    store.append("a", [TurnStarted(turn=2)], 1)
+    everything = store.read_all()
+    assert [(e.stream, e.seq) for e in everything] == [("a", 1), ("b", 1), ("b", 2), ("a", 2)]
+    after = store.read_all(everything[1].position)
+    assert [(e.stream, e.seq) for e in after] == [("b", 2), ("a", 2)]
+    assert len(store.read_all(limit=1)) == 1
+    assert list(store.iter_all(batch=1)) == everything
+    assert [(s.stream, s.last_seq) for s in store.streams()] == [("a", 2), ("b", 2)]
+
+
+def test_large_content_is_stored_once_and_read_back(store: EventStore) -> None:
+    events = [
+        NewEvent(ToolCallCompleted(call_id="c1", output=BIG), "root"),
+        NewEvent(ToolCallCompleted(call_id="c2", output=BIG), "root"),
+        NewEvent(ToolCallCompleted(call_id="c3", output="small"), "root"),
+    ]
+    written = store.append("s1", events, 0)
+    assert [w.body for w in written] == [e.body for e in events]
+    assert [e.body for e in store.read("s1")] == [e.body for e in events]
+    raw = store.read("s1", resolve_blobs=False)
+    refs = [e.body.output for e in raw if isinstance(e.body, ToolCallCompleted)]
+    assert isinstance(refs[0], BlobRef) and refs[0] == refs[1]
+    assert refs[0].size == len(BIG)
+    assert refs[2] == "small"
+    assert store.blob(refs[0].sha256) == BIG.encode()
+
+
+def test_redacting_a_blob_keeps_the_chain_and_shows_a_marker(store: EventStore) -> None:
+    store.append("s1", [NewEvent(ToolCallCompleted(call_id="c", output=BIG), "root")], 0)
+    raw = store.read("s1", resolve_blobs=False)[0].body
+    assert isinstance(raw, ToolCallCompleted) and isinstance(raw.output, BlobRef)
+    assert store.redact(raw.output.sha256) is True
+    body = store.read("s1")[0].body
+    assert isinstance(body, ToolCallCompleted)
+    assert body.output == Redacted(sha256=raw.output.sha256, size=len(BIG))
+    report = store.verify("s1")
+    assert report.ok and report.redacted == 1 and report.blobs == 1
+    assert store.redact("0" * 64) is False
+
+
+def test_rewriting_redacted_content_restores_it(store: EventStore) -> None:
+    store.append("s1", [NewEvent(ToolCallCompleted(call_id="c", output=BIG))], 0)
+    ref = store.read("s1", resolve_blobs=False)[0].body
+    assert isinstance(ref, ToolCallCompleted) and isinstance(ref.output, BlobRef)
+    store.redact(ref.output.sha256)
+    store.append("s1", [NewEvent(ToolCallCompleted(call_id="d", output=BIG))], 1)
+    bodies = [e.body for e in store.read("s1")]
+    assert all(isinstance(b, ToolCallCompleted) and b.output == BIG for b in bodies)
+
+
+def test_subscription_delivers_past_then_live_events_once_in_order(store: EventStore) -> None:
+    store.append("a", [TurnStarted(turn=1), TurnStarted(turn=2)], 0)
+    got: list[tuple[str, int]] = []
+    done = threading.Event()
+
+    with store.subscribe() as sub:
+
+        def consume() -> None:
+            for event in sub:
+                got.append((event.stream, event.seq))
+                if len(got) == 6:
+                    done.set()
+                    return
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        store.append("b", [TurnStarted(turn=1)], 0)
+        store.append("a", [TurnStarted(turn=3), TurnStarted(turn=4)], 2)
+        store.append("b", [TurnStarted(turn=2)], 1)
+        assert done.wait(10), f"subscriber saw only {got}"
+        reader.join(10)
+    assert got == [("a", 1), ("a", 2), ("b", 1), ("a", 3), ("a", 4), ("b", 2)]
+
+
+def test_subscription_from_a_position_and_timeout(store: EventStore) -> None:
+    written = store.append("a", [TurnStarted(turn=1), TurnStarted(turn=2)], 0)
+    with store.subscribe(written[0].position) as sub:
+        first = sub.get(timeout=5)
+        assert first is not None and first.seq == 2
+        assert sub.position == first.position
+        assert sub.get(timeout=0.05) is None
+
+
+def test_closing_a_subscription_wakes_a_blocked_reader(store: EventStore) -> None:
+    sub = store.subscribe()
+    result: list[object] = []
+    reader = threading.Thread(target=lambda: result.append(sub.get()))
+    reader.start()
+    sub.close()
+    reader.join(10)
+    assert not reader.is_alive() and result == [None]
+
+
+def test_concurrent_writers_lose_races_cleanly(stores: StoreFactory) -> None:
+    """Writers on separate store objects race on one stream; retries keep the chain whole."""
+    writers, each = 4, 15
+    barrier = threading.Barrier(writers)
+    conflicts = [0]
+
+    def write(store: EventStore, who: int) -> None:
+        barrier.wait(10)
+        for turn in range(each):
+            while True:
+                seq = store.last_seq("s")
+                try:
+                    store.append("s", [NewEvent(TurnStarted(turn=turn), task_id=str(who))], seq)
+                    break
+                except ConcurrencyError:
+                    conflicts[0] += 1
+
+    opened = [stores.open() for _ in range(writers)]
+    threads = [threading.Thread(target=write, args=(s, i)) for i, s in enumerate(opened)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    events = opened[0].read("s")
+    assert [e.seq for e in events] == list(range(1, writers * each + 1))
+    assert sorted(e.task_id or "" for e in events) == sorted(
+        str(w) for w in range(writers) for _ in range(each)
+    )
+    assert opened[0].verify("s").ok
+
+
+def test_verify_names_the_first_edited_event(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=i) for i in range(1, 6)], 0)
+    assert store.verify("s1").ok
+    original = store.read("s1")[2]
+    data = encode_event(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
+    stores.tamper.set_data("s1", 3, data)
+    report = store.verify("s1")
+    assert (report.ok, report.first_bad_seq) == (False, 3)
+    assert "hash" in report.reason
+
+
+def test_verify_catches_an_edit_with_a_recomputed_hash(stores: StoreFactory) -> None:
+    from plait.events.codec import event_hash
+
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=i) for i in range(1, 6)], 0)
+    original = store.read("s1")[1]
+    data = encode_event(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
+    stores.tamper.set_data("s1", 2, data, event_hash(data))
+    report = store.verify("s1")
+    assert (report.ok, report.first_bad_seq) == (False, 3)
+    assert "chain" in report.reason
+
+
+def test_verify_and_read_catch_a_deleted_event(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=i) for i in range(1, 6)], 0)
+    stores.tamper.delete("s1", 4)
+    assert store.verify("s1").first_bad_seq == 4
+    with pytest.raises(CorruptEventError, match=r"stream s1 seq 4: event missing"):
+        store.read("s1")
+    stores.tamper.delete("s1", 5)
+    with pytest.raises(CorruptEventError, match="seq 4"):
+        store.read("s1")  # a truncated tail is caught by the stream head
+    assert not store.verify("s1").ok
+
+
+def test_verify_catches_edited_and_missing_blobs(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TaskStarted(), ToolCallCompleted(call_id="c", output=BIG)], 0)
+    body = store.read("s1", resolve_blobs=False)[1].body
+    assert isinstance(body, ToolCallCompleted) and isinstance(body.output, BlobRef)
+    stores.tamper.set_blob(body.output.sha256, b"y" * len(BIG))
+    report = store.verify("s1")
+    assert (report.ok, report.first_bad_seq) == (False, 2) and "edited" in report.reason
+    stores.tamper.delete_blob(body.output.sha256)
+    assert "missing" in store.verify("s1").reason
+    with pytest.raises(
+        BlobMissingError, match=f"stream s1 seq 2: blob sha256:{body.output.sha256}"
+    ):
+        store.read("s1")
+
+
+def test_corrupt_bytes_name_stream_and_seq(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=i) for i in range(1, 4)], 0)
+    stores.tamper.set_data("s1", 2, b"\xc1\x00garbage")
+    with pytest.raises(CorruptEventError, match=r"stream s1 seq 2: cannot decode"):
+        store.read("s1")
+    with pytest.raises(StoreError):
+        store.read_all()
+
+
+def test_unknown_event_type_names_stream_and_seq(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
+    raw = msgspec.msgpack.decode(encode_event(store.read("s1")[1]))
+    raw["body"] = {"type": "FromTheFuture", "gadget": 1}
+    stores.tamper.set_data("s1", 2, msgspec.msgpack.encode(raw))
+    stores.tamper.set_type("s1", 2, "FromTheFuture", 1)
+    with pytest.raises(UnknownEventTypeError, match=r"stream s1 seq 2: unknown event type"):
+        store.read("s1")
+    raw["body"], raw["v"] = {"type": "TaskStarted"}, 7
+    stores.tamper.set_data("s1", 2, msgspec.msgpack.encode(raw))
+    stores.tamper.set_type("s1", 2, "TaskStarted", 7)
+    with pytest.raises(UnknownEventTypeError, match="'TaskStarted' version 7"):
+        store.read("s1")
+
+
+def test_events_survive_reopening(durable_stores: StoreFactory) -> None:
+    stores = durable_stores
+    first = stores.open()
+    written = first.append("s1", [TaskStarted(), TaskCompleted(last_assistant_message=BIG)], 0)
+    first.close()
+    again = stores.open()
+    assert again.read("s1") == written
+    assert again.verify("s1").ok

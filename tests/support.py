@@ -1,0 +1,181 @@
+"""Test support: stores of every backend, a deterministic clock, and a way to tamper with a store."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plait.events.store import EventStore, Row
+from plait.events.stores.memory import MemoryStore
+from plait.events.stores.sqlite import SqliteStore
+
+POSTGRES_URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+class TickClock:
+    """A deterministic clock: each call is one millisecond after the last."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(milliseconds=1)
+        return self.now
+
+
+class Tamper:
+    """Edits a store's rows behind its back, as a disk fault or an attacker would."""
+
+    def __init__(self, execute: Callable[[str, tuple[Any, ...]], None], param: str) -> None:
+        self._execute = execute
+        self._p = param
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", self._p)
+
+    def set_data(self, stream: str, seq: int, data: bytes, digest: bytes | None = None) -> None:
+        if digest is None:
+            self._execute(
+                self._sql("UPDATE events SET data = ? WHERE stream = ? AND seq = ?"),
+                (data, stream, seq),
+            )
+        else:
+            self._execute(
+                self._sql("UPDATE events SET data = ?, hash = ? WHERE stream = ? AND seq = ?"),
+                (data, digest, stream, seq),
+            )
+
+    def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
+        self._execute(
+            self._sql("UPDATE events SET type = ?, v = ? WHERE stream = ? AND seq = ?"),
+            (type_name, version, stream, seq),
+        )
+
+    def delete(self, stream: str, seq: int) -> None:
+        self._execute(self._sql("DELETE FROM events WHERE stream = ? AND seq = ?"), (stream, seq))
+
+    def set_blob(self, sha256: str, data: bytes) -> None:
+        self._execute(self._sql("UPDATE blobs SET data = ? WHERE sha256 = ?"), (data, sha256))
+
+    def delete_blob(self, sha256: str) -> None:
+        self._execute(self._sql("DELETE FROM blobs WHERE sha256 = ?"), (sha256,))
+
+
+class MemoryTamper(Tamper):
+    """The same edits on ``MemoryStore``'s lists."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def _index(self, stream: str, seq: int) -> int:
+        return [row.seq for row in self._store._by_stream[stream]].index(seq)
+
+    def _replace(self, stream: str, seq: int, **changes: Any) -> None:
+        rows = self._store._by_stream[stream]
+        at = self._index(stream, seq)
+        old = rows[at]
+        new = old._replace(**changes)
+        rows[at] = new
+        self._store._all[self._store._all.index(old)] = new
+
+    def set_data(self, stream: str, seq: int, data: bytes, digest: bytes | None = None) -> None:
+        self._replace(stream, seq, data=data, **({} if digest is None else {"hash": digest}))
+
+    def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
+        self._replace(stream, seq, type=type_name, v=version)
+
+    def delete(self, stream: str, seq: int) -> None:
+        row: Row = self._store._by_stream[stream].pop(self._index(stream, seq))
+        self._store._all.remove(row)
+
+    def set_blob(self, sha256: str, data: bytes) -> None:
+        self._store._blobs[sha256] = data
+
+    def delete_blob(self, sha256: str) -> None:
+        del self._store._blobs[sha256]
+
+
+BACKENDS = ["memory", "sqlite", "postgres"]
+
+
+def _drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _postgres_tamper(schema: str) -> Tamper:
+    import psycopg
+
+    def execute(sql: str, params: tuple[Any, ...]) -> None:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            conn.execute(sql, params)  # type: ignore[call-overload]
+
+    return Tamper(execute, "%s")
+
+
+def _sqlite_tamper(path: Path) -> Tamper:
+    def execute(sql: str, params: tuple[Any, ...]) -> None:
+        with sqlite3.connect(path) as db:
+            db.execute(sql, params)
+
+    return Tamper(execute, "?")
+
+
+class StoreFactory:
+    """Opens stores of one backend, all on the same underlying database."""
+
+    def __init__(self, backend: str, tmp_path: Path) -> None:
+        self.backend = backend
+        self.path = tmp_path / "plait.db"
+        self.schema = f"plait_test_{uuid.uuid4().hex[:12]}"
+        self.clock = TickClock()
+        self._memory: MemoryStore | None = None
+        self._opened: list[EventStore] = []
+
+    def open(self, **kwargs: Any) -> EventStore:
+        kwargs.setdefault("clock", self.clock)
+        if self.backend == "memory":
+            if self._memory is None:
+                self._memory = MemoryStore(**kwargs)
+            store: EventStore = self._memory
+        elif self.backend == "sqlite":
+            store = SqliteStore(self.path, **kwargs)
+        else:
+            from plait.events.stores.postgres import PostgresStore
+
+            try:
+                store = PostgresStore(POSTGRES_URL, schema=self.schema, **kwargs)
+            except Exception as exc:  # the suite must fail, not skip, when Postgres is missing
+                pytest.fail(
+                    f"PostgreSQL at {POSTGRES_URL} is needed by the contract tests: {exc}\n"
+                    "Start it: pg_ctlcluster --skip-systemctl-redirect "
+                    "$(ls /etc/postgresql) main start",
+                    pytrace=False,
+                )
+        self._opened.append(store)
+        return store
+
+    @property
+    def tamper(self) -> Tamper:
+        if self.backend == "memory":
+            assert self._memory is not None
+            return MemoryTamper(self._memory)
+        if self.backend == "sqlite":
+            return _sqlite_tamper(self.path)
+        return _postgres_tamper(self.schema)
+
+    def close(self) -> None:
+        for store in self._opened:
+            store.close()
+        if self.backend == "postgres":
+            _drop_schema(self.schema)
