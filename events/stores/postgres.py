@@ -97,7 +97,7 @@ def _split_url(url: str) -> tuple[str, str | None]:
             schema = unquote(value)
         else:
             kept.append(item)
-    return (urlunsplit(parts._replace(query="&".join(kept))) if schema else url), schema
+    return (urlunsplit(parts._replace(query="&".join(kept))) if schema is not None else url), schema
 
 
 def _public_url(url: str) -> str:

@@ -1,0 +1,7 @@
+"""``python -m plait``."""
+
+import sys
+
+from plait.cli import main
+
+sys.exit(main())
