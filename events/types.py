@@ -316,7 +316,8 @@ class HistoryCompacted(Body, frozen=True):
     summary: Content
     """The summary that stands for what was dropped."""
     kept_from: int
-    """Index in the history before compaction of the first message kept."""
+    """Index in the history before compaction of the first message kept (moved back, if need
+    be, so that no tool call is parted from its answers)."""
     tokens_before: int = 0
     """Approximate prompt tokens before."""
     tokens_after: int = 0

@@ -87,3 +87,100 @@ def new_events(items: list[Any], start: datetime) -> list[NewEvent]:
 
 
 __all__ = ["AnyBody", "bodies", "events", "new_events", "struct_strategy"]
+
+
+@st.composite
+def session_items(draw: st.DrawFn) -> list[tuple[Any, str | None, str | None]]:
+    """A plausible session as ``(body, conversation_id, task_id)`` triples: tasks with tool
+    calls, approvals, aborts, compactions, context changes, new and destroyed conversations."""
+    from plait.events import (
+        ConversationContextChanged,
+        ConversationDestroyed,
+        ConversationOpened,
+        HistoryCompacted,
+        InputImage,
+        InputText,
+        ModelResponded,
+        SessionStarted,
+        TaskCompleted,
+        TaskEnqueued,
+        TaskPlan,
+        TaskStarted,
+        TokensCounted,
+        ToolApprovalDecided,
+        ToolApprovalRequested,
+        ToolCall,
+        ToolCallCompleted,
+        ToolCallRequested,
+        TurnAborted,
+        Usage,
+    )
+
+    counter = iter(range(10**6))
+
+    def new_id(prefix: str) -> str:
+        return f"{prefix}{next(counter)}"
+
+    items: list[tuple[Any, str | None, str | None]] = [
+        (SessionStarted(root_conversation_id="root"), None, None),
+        (ConversationOpened(user_instructions=draw(texts)), "root", None),
+    ]
+    live = ["root"]
+    for _ in range(draw(st.integers(1, 12))):
+        action = draw(
+            st.sampled_from(["task", "task", "task", "open", "compact", "change", "destroy"])
+        )
+        conv = draw(st.sampled_from(live))
+        if action == "open":
+            child = new_id("c")
+            items.append((ConversationOpened(parent_id=conv), child, None))
+            live.append(child)
+        elif action == "destroy" and conv != "root":
+            items.append((ConversationDestroyed("test"), conv, None))
+            live.remove(conv)
+        elif action == "compact":
+            items.append((HistoryCompacted(draw(texts), draw(st.integers(0, 6))), conv, None))
+        elif action == "change":
+            clear = draw(st.booleans())
+            change = ConversationContextChanged(
+                ["user_instructions"], user_instructions="u", clear_history=clear
+            )
+            items.append((change, conv, None))
+        elif action == "task":
+            task = new_id("t")
+            inputs = draw(
+                st.lists(st.sampled_from([InputText("hi"), InputImage("data:,x")]), max_size=2)
+            )
+            items.append((TaskEnqueued(TaskPlan(task, conv, inputs)), conv, task))
+            items.append((TaskStarted(), conv, task))
+            for _turn in range(draw(st.integers(1, 3))):
+                calls = [
+                    ToolCall(new_id("call"), "srv__tool", "{}")
+                    for _ in range(draw(st.integers(0, 2)))
+                ]
+                usage = Usage(draw(st.integers(0, 500)), draw(st.integers(0, 50)))
+                items.append((ModelResponded(draw(texts), calls, "stop"), conv, task))
+                items.append((TokensCounted(usage), conv, task))
+                for call in calls:
+                    items.append((ToolCallRequested(call.id, call.name), conv, task))
+                    if draw(st.booleans()):
+                        items.append((ToolApprovalRequested(call.id, call.name), conv, task))
+                        items.append(
+                            (ToolApprovalDecided(call.id, draw(st.booleans()), "user"), conv, task)
+                        )
+                    if draw(st.integers(0, 4)):
+                        items.append((ToolCallCompleted(call.id, draw(texts)), conv, task))
+                if calls and draw(st.integers(0, 3)) == 0:
+                    reason = draw(st.sampled_from(["interrupted", "crashed", "failed"]))
+                    items.append((TurnAborted(reason), conv, task))
+                    break
+                if any(
+                    not any(
+                        isinstance(b, ToolCallCompleted) and b.call_id == c.id for b, _, _ in items
+                    )
+                    for c in calls
+                ):
+                    items.append((TurnAborted("failed", "tool lost"), conv, task))
+                    break
+            items.append((TaskCompleted(draw(texts)), conv, task))
+    return items

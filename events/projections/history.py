@@ -310,10 +310,22 @@ class HistoryProjection(Projection[Histories]):
         conv = self._conversation(state, event)
         if conv is None:
             return
-        kept = conv.messages[body.kept_from :]
+        kept = conv.messages[_safe_cut(conv, body.kept_from) :]
         conv.messages = []
         self._write(conv, event, ChatMessage("user", body.summary))
         conv.messages.extend(kept)
+
+
+def _safe_cut(conv: ConversationHistory, kept_from: int) -> int:
+    """Move a compaction cut back so no tool call is parted from its answers."""
+    messages = conv.messages
+    cut = max(0, min(kept_from, len(messages)))
+    while 0 < cut < len(messages) and messages[cut].role == "tool":
+        cut -= 1
+    if conv.open_calls:
+        last_call = max(i for i, m in enumerate(messages) if m.tool_calls)
+        cut = min(cut, last_call)
+    return cut
 
 
 class ConversationInfo(msgspec.Struct, frozen=True):

@@ -140,7 +140,9 @@ def test_bad_jsonl_lines_name_the_line() -> None:
 
 def test_a_row_holding_another_event_is_caught() -> None:
     event = Event("s", 3, datetime(2026, 1, 1, tzinfo=UTC), 1, ToolCallCompleted("c", "o"), b"p")
-    with pytest.raises(CorruptEventError, match="stream s seq 4: row holds the event of stream s seq 3"):
+    with pytest.raises(
+        CorruptEventError, match="stream s seq 4: row holds the event of stream s seq 3"
+    ):
         decode_event(
             encode_event(event),
             stream="s",
