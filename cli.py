@@ -7,7 +7,6 @@ Results go to stdout, progress and errors to stderr. A ``PlaitError`` is one lin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -56,7 +55,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with store:
         session, events = demo_events(datetime.now(UTC))
         written = store.append(session, events, expected_seq=0)
-        print(f"recorded session {session}: {len(written)} events in {_store_url(args)}", file=sys.stderr)
+        print(
+            f"recorded session {session}: {len(written)} events in {_store_url(args)}",
+            file=sys.stderr,
+        )
         _show_session(store, session)
     return 0
 
@@ -74,7 +76,8 @@ def _show_session(store: Any, session: str) -> None:
     print("\nconversations")
     for info in conversation_index(histories, session):
         parent = f"  (created by {info.parent_id[:8]})" if info.parent_id else "  (root)"
-        print(f"  {info.id[:8]}  {info.message_count:>2} messages  last active {info.last_active_at}{parent}")
+        active = f"last active {info.last_active_at}"
+        print(f"  {info.id[:8]}  {info.message_count:>2} messages  {active}{parent}")
     for conv in histories.conversations.values():
         print(f"\nhistory of {conv.id[:8]}")
         for message in conv.messages:
@@ -154,11 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replayable, auditable, crash-safe LLM agent sessions.",
         epilog="example: plait demo && plait sessions",
     )
-    parser.add_argument("--store", help=f"store path or URL (default $PLAIT_STORE or {DEFAULT_STORE})")
+    parser.add_argument(
+        "--store", help=f"store path or URL (default $PLAIT_STORE or {DEFAULT_STORE})"
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, fn: Callable[[argparse.Namespace], int], example: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, fn: Callable[[argparse.Namespace], int], example: str
+    ) -> argparse.ArgumentParser:
         doc = (fn.__doc__ or "").strip()
         cmd = sub.add_parser(name, help=doc, description=doc, epilog=f"example: {example}")
         cmd.set_defaults(func=fn)

@@ -18,7 +18,7 @@ times = st.datetimes(
 )
 
 
-def _from_info(info: msgspec.inspect.Type) -> st.SearchStrategy[Any]:  # noqa: PLR0911
+def _from_info(info: msgspec.inspect.Type) -> st.SearchStrategy[Any]:
     mi = msgspec.inspect
     if isinstance(info, mi.StrType):
         return texts

@@ -1,4 +1,4 @@
-"""Test support: stores of every backend, a deterministic clock, and a way to tamper with a store."""
+"""Test support: stores of every backend, a deterministic clock, a way to tamper with a store."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ folding in pieces from saved states gives what one full fold gives."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -103,7 +104,9 @@ def test_demo_session_histories_follow_seed_004() -> None:
         {"role": "assistant", "content": "I'll ask a helper conversation.", "tool_calls": [create]},
         {
             "role": "tool",
-            "content": f'{{"conversation_id": "{helper}", "last_assistant_message": "{HELPER_ANSWER}"}}',
+            "content": json.dumps(
+                {"conversation_id": helper, "last_assistant_message": HELPER_ANSWER}
+            ),
             "tool_call_id": "call_id06",
         },
         {"role": "assistant", "content": FINAL_ANSWER},
@@ -157,7 +160,7 @@ def test_replaced_turn_leaves_the_interrupting_call_to_its_continuation() -> Non
     state = HistoryProjection().fold(events)
     assert state.conversations["root"].open_calls == ["x"]
     assert state.conversations["root"].messages[-1].content == "aborted: replaced"
-    later = record(items + [*task("root", "t2"), (ToolCallCompleted("x", "payload"), "root", "t2")])
+    later = record([*items, *task("root", "t2"), (ToolCallCompleted("x", "payload"), "root", "t2")])
     messages = wire(later, "root")
     assert messages[-1] == {"role": "tool", "content": "payload", "tool_call_id": "x"}
     assert_api_valid(messages)
@@ -311,7 +314,7 @@ def test_folding_in_pieces_from_saved_states_equals_one_fold(
     whole = projection.fold(events)
     state = projection.initial()
     start = 0
-    for cut in sorted({min(c, len(events)) for c in cuts}) + [len(events)]:
+    for cut in [*sorted({min(c, len(events)) for c in cuts}), len(events)]:
         state = projection.load(projection.save(projection.fold(events[start:cut], state)))
         start = cut
     assert projection.save(state) == projection.save(whole)

@@ -1,0 +1,88 @@
+"""The ``plait`` command as a user runs it: a real subprocess in a fresh directory."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def plait(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "plait", *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture
+def demo_dir(tmp_path: Path) -> Path:
+    result = plait(tmp_path, "demo")
+    assert result.returncode == 0, result.stderr
+    return tmp_path
+
+
+def session_id(cwd: Path) -> str:
+    lines = plait(cwd, "sessions", "--json").stdout.splitlines()
+    assert len(lines) == 1
+    return str(json.loads(lines[0])["stream"])
+
+
+def test_demo_records_a_session_and_shows_its_projections(tmp_path: Path) -> None:
+    result = plait(tmp_path, "demo")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / ".plait" / "plait.db").exists()
+    assert "recorded session" in result.stderr
+    out = result.stdout
+    assert "conversations" in out and "(root)" in out and "(created by" in out
+    assert "conv_create" in out and "time__now" in out
+    assert "My helper checked: it is 18:04 in Tokyo." in out
+    assert "hash chain: 32 events, intact" in out
+
+
+def test_log_prints_every_event_and_jsonl(demo_dir: Path) -> None:
+    session = session_id(demo_dir)
+    text = plait(demo_dir, "log", session[:8])
+    assert text.returncode == 0 and len(text.stdout.splitlines()) == 32
+    assert "SessionStarted" in text.stdout.splitlines()[0]
+    lines = plait(demo_dir, "log", session, "--json").stdout.splitlines()
+    assert [json.loads(line)["seq"] for line in lines] == list(range(1, 33))
+
+
+def test_verify_passes_then_names_the_tampered_seq(demo_dir: Path) -> None:
+    session = session_id(demo_dir)
+    ok = plait(demo_dir, "verify", session)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: 32 events")
+    with sqlite3.connect(demo_dir / ".plait" / "plait.db") as db:
+        (data,) = db.execute("SELECT data FROM events WHERE seq = 7").fetchone()
+        db.execute(
+            "UPDATE events SET data = ? WHERE seq = 7", (data.replace(b"helper", b"HELPER"),)
+        )
+    bad = plait(demo_dir, "verify", session)
+    assert bad.returncode == 1
+    assert bad.stdout.startswith("tampered: seq 7: stored bytes do not match their hash")
+
+
+def test_user_errors_are_one_line_without_traceback(demo_dir: Path, tmp_path: Path) -> None:
+    unknown = plait(demo_dir, "log", "no-such-session")
+    assert unknown.returncode == 1
+    assert (
+        unknown.stderr
+        == "plait: no session in the store match 'no-such-session' (see `plait sessions`)\n"
+    )
+    (tmp_path / "junk.db").write_text("not a database" * 200)
+    junk = plait(tmp_path, "--store", "junk.db", "sessions")
+    assert junk.returncode == 1 and junk.stderr.startswith(
+        "plait: junk.db: not a readable plait store"
+    )
+    assert "Traceback" not in junk.stderr
+    missing = plait(tmp_path, "--store", "nowhere.db", "sessions")
+    assert missing.returncode == 1 and "no store here" in missing.stderr
+
+
+def test_every_command_has_help_with_an_example(tmp_path: Path) -> None:
+    for command in ["demo", "sessions", "log", "show", "verify"]:
+        result = plait(tmp_path, command, "--help")
+        assert result.returncode == 0 and "example: plait" in result.stdout

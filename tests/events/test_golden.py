@@ -1,0 +1,66 @@
+"""Logs written by earlier plait versions stay readable, forever (``tests/golden/``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from plait.events import GENESIS_HASH, BlobRef, encode_event, from_jsonl
+from plait.events.codec import event_hash
+from plait.events.projections import AuditProjection, HistoryProjection, conversation_index
+from plait.events.stores.sqlite import SqliteStore
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+VERSIONS = sorted(p.name.removesuffix("-demo.sqlite") for p in GOLDEN.glob("*-demo.sqlite"))
+
+
+def test_there_is_a_golden_log() -> None:
+    assert "v1" in VERSIONS
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_golden_sqlite_log_reads_verifies_and_projects(version: str, tmp_path: Path) -> None:
+    db = tmp_path / "golden.sqlite"
+    shutil.copy(GOLDEN / f"{version}-demo.sqlite", db)  # opening may write WAL files
+    expected = json.loads((GOLDEN / f"{version}-demo.expected.json").read_text())
+    with SqliteStore(db) as store:
+        session = expected["session"]
+        assert store.verify(session).ok
+        events = store.read(session)
+        assert len(events) == expected["events"]
+        assert events[-1].hash.hex() == expected["last_hash"]
+        histories = HistoryProjection().fold(events)
+        index = [
+            [i.id, i.parent_id, i.message_count, i.last_active_at]
+            for i in conversation_index(histories)
+        ]
+        assert index == expected["index"]
+        assert {
+            cid: [m.to_openai() for m in conv.messages]
+            for cid, conv in histories.conversations.items()
+        } == expected["histories"]
+        audit = [
+            [r.seq, r.call_id, r.tool, r.outcome, r.output_size]
+            for r in AuditProjection().fold(events).rows
+        ]
+        assert audit == expected["audit"]
+        stored = store.read(session, resolve_blobs=False)
+        assert any(isinstance(getattr(e.body, "output", None), BlobRef) for e in stored)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_golden_jsonl_export_reads_and_its_chain_holds(version: str, tmp_path: Path) -> None:
+    with (GOLDEN / f"{version}-demo.jsonl").open("rb") as lines:
+        events = list(from_jsonl(lines, source=f"{version}-demo.jsonl"))
+    prev = GENESIS_HASH
+    for event in events:
+        assert event.prev_hash == prev
+        assert event_hash(encode_event(event)) == event.hash, f"seq {event.seq}"
+        prev = event.hash
+    db = tmp_path / "golden.sqlite"
+    shutil.copy(GOLDEN / f"{version}-demo.sqlite", db)
+    with SqliteStore(db) as store:
+        assert store.read(events[0].stream, resolve_blobs=False) == events

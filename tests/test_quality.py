@@ -1,0 +1,39 @@
+"""The code stays ruff-clean and ``mypy --strict``-clean; run in the suite so CI holds it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def run(
+    *cmd: str, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=240, env=env)
+
+
+def test_ruff_lint_and_format() -> None:
+    lint = run(str(BIN / "ruff"), "check", ".")
+    assert lint.returncode == 0, lint.stdout
+    fmt = run(str(BIN / "ruff"), "format", "--check", ".")
+    assert fmt.returncode == 0, fmt.stdout
+
+
+def test_mypy_strict(tmp_path: Path) -> None:
+    # The repository root is the package `plait`: give mypy a directory in which it is named so.
+    (tmp_path / "plait").symlink_to(ROOT)
+    env = {**os.environ, "MYPYPATH": str(tmp_path)}
+    result = run(
+        str(BIN / "mypy"),
+        "--config-file", str(ROOT / "pyproject.toml"),
+        "--cache-dir", str(tmp_path / ".mypy_cache"),
+        "-p", "plait",
+        cwd=tmp_path,
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout
