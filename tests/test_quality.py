@@ -37,3 +37,17 @@ def test_mypy_strict(tmp_path: Path) -> None:
         env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout
+
+
+def test_every_subpackage_ships_in_the_wheel() -> None:
+    import tomllib
+
+    declared = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {"plait"} | {
+        "plait." + ".".join(init.parent.relative_to(ROOT).parts)
+        for init in ROOT.glob("*/**/__init__.py")
+        if init.relative_to(ROOT).parts[0] not in {"tests", "bench", ".venv", "build"}
+    }
+    assert declared == found
