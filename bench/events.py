@@ -21,23 +21,7 @@ from typing import Any
 
 import msgspec
 
-from plait.events import (
-    Body,
-    ConversationOpened,
-    InputText,
-    ModelResponded,
-    NewEvent,
-    SessionStarted,
-    SqliteStore,
-    TaskCompleted,
-    TaskEnqueued,
-    TaskPlan,
-    TaskStarted,
-    ToolCall,
-    ToolCallCompleted,
-    ToolCallRequested,
-    Usage,
-)
+from plait import events as ev
 
 # The shape of SqliteStore's ``events`` table, for the raw baseline.
 EVENTS_DDL = """CREATE TABLE events (
@@ -45,7 +29,7 @@ EVENTS_DDL = """CREATE TABLE events (
     type TEXT NOT NULL, v INTEGER NOT NULL, data BLOB NOT NULL, hash BLOB NOT NULL,
     UNIQUE (stream, seq))"""
 COLUMNS = "position, stream, seq, type, v, data, hash"
-USAGE = Usage(prompt_tokens=1834, completion_tokens=57, total_tokens=1891, cached_tokens=1536)
+USAGE = ev.Usage(prompt_tokens=1834, completion_tokens=57, total_tokens=1891, cached_tokens=1536)
 SHORT_OUTPUT = (
     "tests/test_parser.py::test_escaped_quotes FAILED\n"
     "E   AssertionError: expected ['a\"b'] got ['a', 'b']\n"
@@ -78,50 +62,52 @@ def num(x: float) -> str:
 # --- event generators ------------------------------------------------------------------------
 
 
-def chat_events(n: int) -> list[NewEvent]:
+def chat_events(n: int) -> list[ev.NewEvent]:
     """Alternate a short model response with a ~200-byte tool output."""
-    out: list[NewEvent] = []
+    out: list[ev.NewEvent] = []
     for i in range(n):
-        body: Body
+        body: ev.Body
         if i % 2 == 0:
             text = f"Running the parser tests again (attempt {i // 2})."
-            body = ModelResponded(text=text, finish_reason="stop", usage=USAGE)
+            body = ev.ModelResponded(text=text, finish_reason="stop", usage=USAGE)
         else:
-            body = ToolCallCompleted(
+            body = ev.ToolCallCompleted(
                 call_id=f"call_{i:06d}", output=SHORT_OUTPUT, duration_ms=840.0
             )
-        out.append(NewEvent(body, conversation_id="conv-root", task_id=f"task-{i // 10}"))
+        out.append(ev.NewEvent(body, conversation_id="conv-root", task_id=f"task-{i // 10}"))
     return out
 
 
-def turn_events(conv: str, task: str, n: int, output: str) -> list[NewEvent]:
+def turn_events(conv: str, task: str, n: int, output: str) -> list[ev.NewEvent]:
     """One user task: plan, start, a tool call and its output, the answer, completion."""
     call = f"call-{task}"
     args = f'{{"path": "src/parser/module_{n % 50}.py", "start": 1, "end": 400}}'
     answer = f"Fixed bug #{n}: the tokenizer dropped escaped quotes; added a regression test."
-    plan = TaskPlan(task, conv, input_items=[InputText(f"Please fix bug #{n} in the parser.")])
-    bodies: list[Body] = [
-        TaskEnqueued(plan),
-        TaskStarted(),
-        ModelResponded(
-            tool_calls=[ToolCall(id=call, name="read_file", arguments=args)],
+    plan = ev.TaskPlan(
+        task, conv, input_items=[ev.InputText(f"Please fix bug #{n} in the parser.")]
+    )
+    bodies: list[ev.Body] = [
+        ev.TaskEnqueued(plan),
+        ev.TaskStarted(),
+        ev.ModelResponded(
+            tool_calls=[ev.ToolCall(id=call, name="read_file", arguments=args)],
             finish_reason="tool_calls",
             usage=USAGE,
         ),
-        ToolCallRequested(call_id=call, tool="read_file", arguments=args, read_only=True),
-        ToolCallCompleted(call_id=call, output=output, duration_ms=3.5),
-        ModelResponded(text=answer, finish_reason="stop", usage=USAGE),
-        TaskCompleted(last_assistant_message=answer),
+        ev.ToolCallRequested(call_id=call, tool="read_file", arguments=args, read_only=True),
+        ev.ToolCallCompleted(call_id=call, output=output, duration_ms=3.5),
+        ev.ModelResponded(text=answer, finish_reason="stop", usage=USAGE),
+        ev.TaskCompleted(last_assistant_message=answer),
     ]
-    return [NewEvent(body, conversation_id=conv, task_id=task) for body in bodies]
+    return [ev.NewEvent(body, conversation_id=conv, task_id=task) for body in bodies]
 
 
-def session_events(session: int) -> Iterator[NewEvent]:
+def session_events(session: int) -> Iterator[ev.NewEvent]:
     """An endless session: its start, its root conversation, then turn after turn."""
     conv = f"conv-{session:03d}"
-    yield NewEvent(SessionStarted(root_conversation_id=conv, model="gpt-5-mini"))
-    yield NewEvent(
-        ConversationOpened(user_instructions="Prefer small diffs."), conversation_id=conv
+    yield ev.NewEvent(ev.SessionStarted(root_conversation_id=conv, model="gpt-5-mini"))
+    yield ev.NewEvent(
+        ev.ConversationOpened(user_instructions="Prefer small diffs."), conversation_id=conv
     )
     for turn in itertools.count(1):
         yield from turn_events(conv, f"task-{session:03d}-{turn:05d}", turn, SHORT_OUTPUT)
@@ -130,8 +116,8 @@ def session_events(session: int) -> Iterator[NewEvent]:
 # --- 1. durable appends ----------------------------------------------------------------------
 
 
-def ours_appends(path: Path, events: list[NewEvent], per_commit: int) -> float:
-    with SqliteStore(path) as store:
+def ours_appends(path: Path, events: list[ev.NewEvent], per_commit: int) -> float:
+    with ev.SqliteStore(path) as store:
         start = time.perf_counter()
         for seq in range(0, len(events), per_commit):
             store.append("session-1", events[seq : seq + per_commit], seq)
@@ -188,7 +174,7 @@ def bench_appends(tmp: Path, scale: int) -> None:
 def write_sessions(path: Path, total: int, sessions: int = 100, batch: int = 1000) -> None:
     streams = [session_events(s) for s in range(sessions)]
     heads = [0] * sessions
-    with SqliteStore(path, synchronous="OFF") as store:
+    with ev.SqliteStore(path, synchronous="OFF") as store:
         for i in range(total // batch):
             s = i % sessions
             store.append(f"session-{s:03d}", list(itertools.islice(streams[s], batch)), heads[s])
@@ -207,7 +193,7 @@ def load_projection() -> tuple[Any, str]:
 def rebuild_ours(path: Path, batch: int, project: bool = True) -> tuple[float, int]:
     """Seconds to fold every event into the history projection (or only read them), and count."""
     projection = load_projection()[0] if project else None
-    with SqliteStore(path) as store:
+    with ev.SqliteStore(path) as store:
         start = time.perf_counter()
         n = 0
         if projection is None:
@@ -255,7 +241,13 @@ def bench_rebuild(tmp: Path, scale: int, profile: bool) -> None:
             ("events/s", num(ours_n / ours_s), num(raw_n / raw_s), "", ""),
             ("raw_time / our_time", "", "", f"{raw_s / ours_s:.2f}x", ">= 0.50x"),
             (f"under {limit:g} s", "yes" if ours_s < limit else "NO", "", "", "yes"),
-            ("iter_all alone (no fold), s", f"{read_s:.2f}", f"{raw_s:.2f}", "", ""),
+            (
+                "iter_all alone (no fold), s",
+                f"{read_s:.2f}",
+                f"{raw_s:.2f}",
+                f"{raw_s / read_s:.2f}x",
+                "",
+            ),
         ],
         f"ours: {load_projection()[1]}, batch={batch}; raw: SELECT data + msgpack.decode",
     )
@@ -302,7 +294,7 @@ def write_turns(path: Path, turns: int, marks: list[int]) -> tuple[list[Line], i
     outputs = big_outputs()
     lines: list[Line] = []
     naive = prev_size = prev_turn = 0
-    with SqliteStore(path) as store:
+    with ev.SqliteStore(path) as store:
         for turn in range(1, turns + 1):
             output = outputs[turn % len(outputs)]
             naive += len(output)
@@ -327,7 +319,7 @@ def bench_disk(tmp: Path, scale: int) -> None:
     blobs, blob_bytes, event_bytes = store_stats(path)
     lines += [
         ("event rows: data+hash bytes/turn", num(event_bytes / turns), "", "", "small"),
-        ("blob rows", str(blobs), str(turns), "", "5"),
+        ("blob rows", str(blobs), num(turns), "", "5"),
         ("blob bytes", num(blob_bytes), num(naive), f"{blob_bytes / naive:.3f}x", ""),
         ("file bytes (db + wal)", num(disk_bytes(path)), num(naive), "", ""),
     ]
