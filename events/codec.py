@@ -23,6 +23,7 @@ __all__ = [
     "UPCASTERS",
     "Upcasters",
     "decode_event",
+    "decode_rows",
     "encode_event",
     "event_hash",
     "from_jsonl",
@@ -43,6 +44,8 @@ def _body_types() -> dict[str, type[Body]]:
 
 
 BODY_TYPES = _body_types()
+BODY_TAGS: dict[type[Body], str] = {cls: name for name, cls in BODY_TYPES.items()}
+"""Body type → its tag, the type name stored beside each event."""
 CURRENT_VERSIONS: dict[str, int] = {name: cls.VERSION for name, cls in BODY_TYPES.items()}
 """Body type name → the version this plait writes."""
 
@@ -106,29 +109,52 @@ def event_hash(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
+def decode_rows(
+    rows: Iterable[tuple[int, bytes, bytes]], locate: Callable[[int], tuple[str, int]]
+) -> list[Event]:
+    """Decode stored rows ``(position, data, hash)``; the hot path of every read.
+
+    The stored bytes carry everything (stream, seq, type, version), so a row of the current
+    version is one typed decode. Anything else takes the careful path of ``decode_event``,
+    which asks ``locate(position)`` where the row sits so its errors can name stream and seq.
+    """
+    out: list[Event] = []
+    append = out.append
+    decode = _decoder.decode
+    set_ = _set
+    for position, data, digest in rows:
+        try:
+            event: Event | None = decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            event = None
+        if event is None or event.v != event.body.VERSION:
+            stream, seq = locate(position)
+            event = decode_event(data, stream=stream, seq=seq, position=position, hash=digest)
+        else:
+            set_(event, "position", position)
+            set_(event, "hash", digest)
+        append(event)
+    return out
+
+
 def decode_event(
     data: bytes,
     *,
     stream: str,
     seq: int,
-    type_name: str,
-    version: int,
-    position: int,
-    hash: bytes,
+    position: int = 0,
+    hash: bytes = b"",
     upcasters: Upcasters = UPCASTERS,
 ) -> Event:
-    """Decode one stored row; errors name the stream and seq the row claims to be."""
+    """Decode one event's stored bytes, lifting old versions; errors name ``stream`` and ``seq``
+    (where the event is supposed to be), and so does a row that holds some other event."""
     try:
-        if upcasters.current.get(type_name) == version:
-            event = _decoder.decode(data)
-        else:
-            raw = msgspec.msgpack.decode(data)
-            event = _lift(raw, stream, seq, upcasters)
+        raw = msgspec.msgpack.decode(data)
     except msgspec.DecodeError as exc:
         raise CorruptEventError(stream, seq, f"cannot decode the stored event: {exc}") from exc
+    try:
+        event = _lift(raw, stream, seq, upcasters)
     except msgspec.ValidationError as exc:
-        if type_name not in upcasters.current:
-            raise UnknownEventTypeError(stream, seq, type_name, version) from exc
         raise CorruptEventError(stream, seq, f"stored event does not fit its type: {exc}") from exc
     if event.stream != stream or event.seq != seq:
         raise CorruptEventError(
@@ -142,7 +168,10 @@ def decode_event(
 def _lift(raw: Any, stream: str, seq: int | None, upcasters: Upcasters) -> Event:
     if not isinstance(raw, dict) or not isinstance(raw.get("body"), dict):
         raise CorruptEventError(stream, seq, "stored event is not an event record")
-    body, version = upcasters.upcast(raw["body"], int(raw.get("v", 1)), stream, seq)
+    version = raw.get("v")
+    if not isinstance(version, int):
+        raise CorruptEventError(stream, seq, "stored event has no body version `v`")
+    body, version = upcasters.upcast(raw["body"], version, stream, seq)
     return msgspec.convert({**raw, "body": body, "v": version}, Event)
 
 

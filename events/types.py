@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 
-class Body(msgspec.Struct, frozen=True, tag=True, tag_field="type", omit_defaults=True):
+class Body(msgspec.Struct, frozen=True, tag=True, tag_field="type", omit_defaults=True, gc=False):
     """Base of persisted event bodies; the tag is the class name."""
 
     VERSION: ClassVar[int] = 1
@@ -65,7 +65,7 @@ class Body(msgspec.Struct, frozen=True, tag=True, tag_field="type", omit_default
 # --- session ---------------------------------------------------------------------------------
 
 
-class ForkOrigin(msgspec.Struct, frozen=True):
+class ForkOrigin(msgspec.Struct, frozen=True, gc=False):
     """Where a forked session came from."""
 
     stream: str
@@ -374,7 +374,7 @@ AnyBody = (
 """Every persisted body type."""
 
 
-class Event(msgspec.Struct, frozen=True, omit_defaults=True):
+class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One stored event: where it sits in its stream, when, and what happened."""
 
     stream: str

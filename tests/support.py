@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from plait.events.store import EventStore, Row
-from plait.events.stores.memory import MemoryStore
+from plait.events.store import EventStore
+from plait.events.stores.memory import MemoryStore, Stored
 from plait.events.stores.sqlite import SqliteStore
 
 POSTGRES_URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -75,13 +75,16 @@ class MemoryTamper(Tamper):
         self._store = store
 
     def _index(self, stream: str, seq: int) -> int:
-        return [row.seq for row in self._store._by_stream[stream]].index(seq)
+        return [row[2] for row in self._store._by_stream[stream]].index(seq)
 
     def _replace(self, stream: str, seq: int, **changes: Any) -> None:
         rows = self._store._by_stream[stream]
         at = self._index(stream, seq)
         old = rows[at]
-        new = old._replace(**changes)
+        fields = ["position", "stream", "seq", "type", "v", "data", "hash"]
+        new: Stored = tuple(
+            changes.get(name, value) for name, value in zip(fields, old, strict=True)
+        )  # type: ignore[assignment]
         rows[at] = new
         self._store._all[self._store._all.index(old)] = new
 
@@ -92,7 +95,7 @@ class MemoryTamper(Tamper):
         self._replace(stream, seq, type=type_name, v=version)
 
     def delete(self, stream: str, seq: int) -> None:
-        row: Row = self._store._by_stream[stream].pop(self._index(stream, seq))
+        row: Stored = self._store._by_stream[stream].pop(self._index(stream, seq))
         self._store._all.remove(row)
 
     def set_blob(self, sha256: str, data: bytes) -> None:

@@ -53,7 +53,7 @@ __all__ = [
 Part = InputText | InputImage
 
 
-class ChatMessage(msgspec.Struct, omit_defaults=True):
+class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
     """One chat message of a conversation's history."""
 
     role: Literal["user", "assistant", "tool"]

@@ -21,6 +21,9 @@ from plait.events.types import Event
 
 __all__ = ["MemoryStore"]
 
+Stored = tuple[int, str, int, str, int, bytes, bytes]
+"""A row as the SQL backends keep it: ``(position, stream, seq, type, v, data, hash)``."""
+
 
 class MemoryStore(EventStore):
     """Keeps the same encoded rows a durable store would, so it behaves the same; not durable."""
@@ -30,8 +33,8 @@ class MemoryStore(EventStore):
     ) -> None:
         super().__init__(blob_threshold=blob_threshold, clock=clock)
         self._lock = threading.Lock()
-        self._all: list[Row] = []
-        self._by_stream: dict[str, list[Row]] = {}
+        self._all: list[Stored] = []
+        self._by_stream: dict[str, list[Stored]] = {}
         self._blobs: dict[str, bytes | _RedactedMarker] = {}
         self._sizes: dict[str, int] = {}
         self._heads: dict[str, tuple[int, bytes]] = {}
@@ -43,10 +46,10 @@ class MemoryStore(EventStore):
             head_seq, head_hash = self._head_locked(stream)
             self._check_expected(stream, expected_seq, head_seq)
             prepared = prepare(head_seq, head_hash)
-            first = len(self._all) + 1
+            first = self._all[-1][0] + 1 if self._all else 1
             rows = self._by_stream.setdefault(stream, [])
             for position, (seq, type_name, v, data, digest) in enumerate(prepared.rows, first):
-                row = Row(position, stream, seq, type_name, v, data, digest)
+                row: Stored = (position, stream, seq, type_name, v, data, digest)
                 self._all.append(row)
                 rows.append(row)
             for sha, data in prepared.blobs.items():
@@ -66,18 +69,23 @@ class MemoryStore(EventStore):
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
         with self._lock:
             rows = self._by_stream.get(stream, [])
-            start = bisect.bisect_right(rows, after, key=lambda r: r.seq)
-            end = (
-                len(rows) if upto is None else bisect.bisect_right(rows, upto, key=lambda r: r.seq)
-            )
+            start = bisect.bisect_right(rows, after, key=_seq)
+            end = len(rows) if upto is None else bisect.bisect_right(rows, upto, key=_seq)
             if limit is not None:
                 end = min(end, start + limit)
-            return rows[start:end]
+            return [(row[0], row[5], row[6]) for row in rows[start:end]]
 
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         with self._lock:
-            end = len(self._all) if limit is None else min(len(self._all), after_position + limit)
-            return self._all[after_position:end]
+            start = bisect.bisect_right(self._all, after_position, key=_position)
+            end = len(self._all) if limit is None else start + limit
+            return [(row[0], row[5], row[6]) for row in self._all[start:end]]
+
+    def _locate(self, position: int) -> tuple[str, int]:
+        with self._lock:
+            at = bisect.bisect_left(self._all, position, key=_position)
+            found = self._all[at] if at < len(self._all) else None
+            return (found[1], found[2]) if found and found[0] == position else ("?", 0)
 
     def _streams(self) -> list[tuple[str, int]]:
         with self._lock:
@@ -97,3 +105,11 @@ class MemoryStore(EventStore):
                 return False
             self._blobs[sha256] = REDACTED
             return True
+
+
+def _seq(row: Stored) -> int:
+    return row[2]
+
+
+def _position(row: Stored) -> int:
+    return row[0]

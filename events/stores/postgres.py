@@ -74,9 +74,11 @@ _QUERIES = {
     "VALUES (%s, %s, %s, %s) ON CONFLICT (stream) DO UPDATE "
     "SET last_seq = excluded.last_seq, last_hash = excluded.last_hash",
     "notify": "SELECT pg_notify(%s, %s)",
-    "rows": f"SELECT {_COLUMNS} FROM {{s}}.events WHERE stream = %s AND seq > %s AND seq <= %s "
-    "ORDER BY seq LIMIT %s",
-    "all": f"SELECT {_COLUMNS} FROM {{s}}.events WHERE position > %s ORDER BY position LIMIT %s",
+    "rows": "SELECT position, data, hash FROM {s}.events "
+    "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",
+    "all": "SELECT position, data, hash FROM {s}.events "
+    "WHERE position > %s ORDER BY position LIMIT %s",
+    "locate": "SELECT stream, seq FROM {s}.events WHERE position = %s",
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
@@ -233,6 +235,10 @@ class PostgresStore(EventStore):
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         return [_row(row) for row in self._query("all", (after_position, limit))]
 
+    def _locate(self, position: int) -> tuple[str, int]:
+        rows = self._query("locate", (position,))
+        return (str(rows[0][0]), int(rows[0][1])) if rows else ("?", 0)
+
     def _streams(self) -> list[tuple[str, int]]:
         return [(str(stream), int(last)) for stream, last in self._query("streams")]
 
@@ -267,8 +273,8 @@ class PostgresStore(EventStore):
 
 
 def _row(row: tuple[Any, ...]) -> Row:
-    position, stream, seq, type_name, v, data, digest = row
-    return Row(int(position), stream, int(seq), type_name, int(v), bytes(data), bytes(digest))
+    position, data, digest = row
+    return (int(position), bytes(data), bytes(digest))
 
 
 class _NotifyWaiter(Waiter):

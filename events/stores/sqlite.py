@@ -182,18 +182,22 @@ class SqliteStore(EventStore):
 
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
         rows = self._query(
-            f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND seq > ? AND seq <= ? "
+            "SELECT position, data, hash FROM events WHERE stream = ? AND seq > ? AND seq <= ? "
             "ORDER BY seq LIMIT ?",
             (stream, after, upto if upto is not None else 2**62, -1 if limit is None else limit),
         )
-        return [Row._make(row) for row in rows]
+        return rows
 
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         rows = self._query(
-            f"SELECT {_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            "SELECT position, data, hash FROM events WHERE position > ? ORDER BY position LIMIT ?",
             (after_position, -1 if limit is None else limit),
         )
-        return [Row._make(row) for row in rows]
+        return rows
+
+    def _locate(self, position: int) -> tuple[str, int]:
+        rows = self._query("SELECT stream, seq FROM events WHERE position = ?", (position,))
+        return (str(rows[0][0]), int(rows[0][1])) if rows else ("?", 0)
 
     def _streams(self) -> list[tuple[str, int]]:
         rows = self._query("SELECT stream, last_seq FROM streams ORDER BY created", ())
