@@ -155,6 +155,8 @@ class EventStore(ABC):
         return events_out
 
     def _draft(self, stream: str, item: Body | NewEvent) -> NewEvent:
+        if type(item) is NewEvent and isinstance(item.body, Body):
+            return item
         if isinstance(item, NewEvent):
             draft = item
         elif isinstance(item, Body):
@@ -179,6 +181,7 @@ class EventStore(ABC):
         prev = head_hash
         now = self.clock().astimezone(UTC)
         threshold = self.blob_threshold
+        encode, sha256, set_ = encode_event, hashlib.sha256, msgspec.structs.force_setattr
         for seq, draft in enumerate(drafts, start=head_seq + 1):
             at = now if draft.at is None else draft.at
             if at.tzinfo is None:
@@ -197,15 +200,15 @@ class EventStore(ABC):
                 draft.conversation_id,
                 draft.task_id,
             )
-            data = encode_event(event)
+            data = encode(event)
             # Only an event longer than the threshold can hold a string longer than it.
             if len(data) > threshold and cls.BLOB_FIELDS:
                 stored = externalize(body, threshold, blobs)
                 if stored is not body:
-                    data = encode_event(msgspec.structs.replace(event, body=stored))
-            digest = event_hash(data)
+                    data = encode(msgspec.structs.replace(event, body=stored))
+            digest = sha256(data).digest()
             rows.append((seq, BODY_TAGS[cls], cls.VERSION, data, digest))
-            msgspec.structs.force_setattr(event, "hash", digest)
+            set_(event, "hash", digest)
             out.append(event)
             prev = digest
         return PreparedAppend(rows, out, blobs)

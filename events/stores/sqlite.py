@@ -60,6 +60,12 @@ CREATE TABLE IF NOT EXISTS blobs (
 
 _COLUMNS = "position, stream, seq, type, v, data, hash"
 
+# The last position and the stream's head, in one statement (a row even for a new stream).
+_HEAD = (
+    "SELECT (SELECT coalesce(max(position), 0) FROM events), last_seq, last_hash "
+    "FROM (SELECT 1) LEFT JOIN streams ON streams.stream = ?"
+)
+
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
@@ -130,15 +136,12 @@ class SqliteStore(EventStore):
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                head = db.execute(
-                    "SELECT last_seq, last_hash FROM streams WHERE stream = ?", (stream,)
-                ).fetchone()
-                head_seq, head_hash = head if head else (0, GENESIS_HASH)
+                last_position, head_seq, head_hash = db.execute(_HEAD, (stream,)).fetchone()
+                head = head_seq is not None
+                if not head:
+                    head_seq, head_hash = 0, GENESIS_HASH
                 self._check_expected(stream, expected_seq, head_seq)
                 prepared = prepare(head_seq, head_hash)
-                (last_position,) = db.execute(
-                    "SELECT coalesce(max(position), 0) FROM events"
-                ).fetchone()
                 first = last_position + 1
                 db.executemany(
                     f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
