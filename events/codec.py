@@ -109,19 +109,28 @@ def event_hash(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
+# How a ``BlobRef`` starts in msgpack. A row without these bytes holds no blob reference, so
+# reading it skips the walk over its blob fields (a false positive only costs that walk).
+_BLOB_MARK = b"\xa4kind\xa4blob"
+
+
 def decode_rows(
-    rows: Iterable[tuple[int, bytes, bytes]], locate: Callable[[int], tuple[str, int]]
+    rows: Iterable[tuple[int, bytes, bytes]],
+    locate: Callable[[int], tuple[str, int]],
+    resolve: Callable[[Event], Event] | None = None,
 ) -> list[Event]:
     """Decode stored rows ``(position, data, hash)``; the hot path of every read.
 
     The stored bytes carry everything (stream, seq, type, version), so a row of the current
     version is one typed decode. Anything else takes the careful path of ``decode_event``,
     which asks ``locate(position)`` where the row sits so its errors can name stream and seq.
+    ``resolve`` is applied to events whose bytes may hold a blob reference.
     """
     out: list[Event] = []
     append = out.append
     decode = _decoder.decode
     set_ = _set
+    mark = _BLOB_MARK
     for position, data, digest in rows:
         try:
             event: Event | None = decode(data)
@@ -133,6 +142,8 @@ def decode_rows(
         else:
             set_(event, "position", position)
             set_(event, "hash", digest)
+        if resolve is not None and event.body.BLOB_FIELDS and mark in data:
+            event = resolve(event)
         append(event)
     return out
 

@@ -60,8 +60,10 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
     """Who speaks."""
     content: Content | list[Part] | None = None
     """Text, content parts (text and images), or ``None`` for a tool-calls-only assistant turn."""
-    tool_calls: list[ToolCall] | None = None
-    """For an assistant message: the calls it made."""
+    tool_calls: tuple[ToolCall, ...] | None = None
+    """For an assistant message: the calls it made (a tuple: once the collector has seen that
+    it holds only untracked structs it stops scanning it, which a history of a million
+    messages needs)."""
     tool_call_id: str | None = None
     """For a tool message: the call it answers."""
     seq: int = 0
@@ -282,7 +284,7 @@ class HistoryProjection(Projection[Histories]):
         conv = self._conversation(state, event)
         if conv is None:
             return
-        calls = list(body.tool_calls) or None
+        calls = tuple(body.tool_calls) or None
         text: Content | None = body.text if body.text != "" or calls is None else None
         self._write(conv, event, ChatMessage("assistant", text, tool_calls=calls))
         conv.open_calls = [call.id for call in body.tool_calls]

@@ -51,6 +51,9 @@ __all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
 
 DEFAULT_SCHEMA = "plait"
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # PostgreSQL truncates at 63 bytes
+SCHEMA_VERSION = 1
+"""Version of the table layout; a store written by a newer plait is refused, not misread."""
+
 _DDL = [
     "CREATE SCHEMA IF NOT EXISTS {s}",
     "CREATE TABLE IF NOT EXISTS {s}.events (position BIGINT PRIMARY KEY, stream TEXT NOT NULL, "
@@ -60,6 +63,8 @@ _DDL = [
     "last_hash BYTEA NOT NULL, created BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS {s}.blobs (sha256 TEXT PRIMARY KEY, size BIGINT NOT NULL, "
     "data BYTEA)",  # data NULL: redacted, a tombstone
+    "CREATE TABLE IF NOT EXISTS {s}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    f"INSERT INTO {{s}}.meta VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT DO NOTHING",
 ]
 _COLUMNS = "position, stream, seq, type, v, data, hash"
 _COPY_TYPES = ["int8", "text", "int8", "text", "int4", "bytea", "bytea"]
@@ -83,7 +88,8 @@ _QUERIES = {
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
     "tables": "SELECT count(to_regclass(format('%%I.%%I', %s::text, t))) "
-    "FROM unnest(array['events', 'streams', 'blobs']) t",
+    "FROM unnest(array['events', 'streams', 'blobs', 'meta']) t",
+    "version": "SELECT value FROM {s}.meta WHERE key = 'schema_version'",
 }
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -157,11 +163,17 @@ class PostgresStore(EventStore):
         try:
             with self._errors(opening=True) as conn:
                 found = conn.execute(self._sql["tables"], (self.schema,)).fetchone()
-                if not found or found[0] != 3:
+                if not found or found[0] != 4:
                     with conn.transaction():
                         conn.execute(self._sql["lock"], (self._key,))
                         for statement in _DDL:
                             conn.execute(sql.SQL(statement).format(s=s))
+                (version,) = conn.execute(self._sql["version"]).fetchone() or ("0",)
+            if int(version) > SCHEMA_VERSION:
+                raise StoreUnavailableError(
+                    f"{self.url} schema {self.schema}: store schema version {version} is "
+                    f"newer than this plait understands ({SCHEMA_VERSION}); upgrade plait"
+                )
         except BaseException:
             self._conn.close()
             raise
