@@ -28,22 +28,10 @@ BlobLookup = Callable[[str], "str | Redacted"]
 
 def externalize(value: T, threshold: int, out: dict[str, bytes]) -> T:
     """Return ``value`` with large blob fields as ``BlobRef``s; put their bytes in ``out``."""
-    fields: tuple[str, ...] = getattr(value, "BLOB_FIELDS", ())
-    if not fields:
-        return value
-    changes: dict[str, Any] = {}
-    for name in fields:
-        old = getattr(value, name)
-        new = _externalize_field(old, threshold, out)
-        if new is not old:
-            changes[name] = new
-    return msgspec.structs.replace(value, **changes) if changes else value  # type: ignore[type-var]
 
-
-def _externalize_field(old: Any, threshold: int, out: dict[str, bytes]) -> Any:
-    if isinstance(old, str):
-        # A cheap length test first: a str's UTF-8 size is at least its length.
-        if len(old) * 4 <= threshold:
+    def leaf(old: Any) -> Any:
+        # A cheap length test first: a str's UTF-8 size is at most 4 bytes a character.
+        if not isinstance(old, str) or len(old) * 4 <= threshold:
             return old
         data = old.encode()
         if len(data) <= threshold:
@@ -51,52 +39,47 @@ def _externalize_field(old: Any, threshold: int, out: dict[str, bytes]) -> Any:
         sha = hashlib.sha256(data).hexdigest()
         out[sha] = data
         return BlobRef(sha256=sha, size=len(data))
-    if isinstance(old, list):
-        items = [externalize(item, threshold, out) for item in old]
-        return items if any(a is not b for a, b in zip(items, old, strict=True)) else old
-    if isinstance(old, msgspec.Struct):
-        return externalize(old, threshold, out)
-    return old
+
+    return _map(value, leaf)
 
 
 def resolve(value: T, lookup: BlobLookup) -> T:
     """Return ``value`` with every ``BlobRef`` in its blob fields replaced by its content."""
+    return _map(value, lambda old: lookup(old.sha256) if isinstance(old, BlobRef) else old)
+
+
+def blob_refs(value: Any) -> list[BlobRef]:
+    """List every ``BlobRef`` in ``value``'s blob fields, in field order."""
+    found: list[BlobRef] = []
+
+    def leaf(old: Any) -> Any:
+        if isinstance(old, BlobRef):
+            found.append(old)
+        return old
+
+    _map(value, leaf)
+    return found
+
+
+def _map(value: T, leaf: Callable[[Any], Any]) -> T:
+    """Return ``value`` with ``leaf`` applied to every leaf of its blob fields, recursing into
+    lists and structs; unchanged parts are shared, not copied."""
     fields: tuple[str, ...] = getattr(value, "BLOB_FIELDS", ())
     if not fields:
         return value
     changes: dict[str, Any] = {}
     for name in fields:
         old = getattr(value, name)
-        new = _resolve_field(old, lookup)
+        new = _map_field(old, leaf)
         if new is not old:
             changes[name] = new
     return msgspec.structs.replace(value, **changes) if changes else value  # type: ignore[type-var]
 
 
-def _resolve_field(old: Any, lookup: BlobLookup) -> Any:
-    if isinstance(old, BlobRef):
-        return lookup(old.sha256)
+def _map_field(old: Any, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(old, list):
-        items = [resolve(item, lookup) for item in old]
+        items = [_map_field(item, leaf) for item in old]
         return items if any(a is not b for a, b in zip(items, old, strict=True)) else old
-    if isinstance(old, msgspec.Struct):
-        return resolve(old, lookup)
-    return old
-
-
-def blob_refs(value: Any) -> list[BlobRef]:
-    """List every ``BlobRef`` in ``value``'s blob fields, in field order."""
-    found: list[BlobRef] = []
-    for name in getattr(value, "BLOB_FIELDS", ()):
-        _collect(getattr(value, name), found)
-    return found
-
-
-def _collect(old: Any, found: list[BlobRef]) -> None:
-    if isinstance(old, BlobRef):
-        found.append(old)
-    elif isinstance(old, list):
-        for item in old:
-            _collect(item, found)
-    elif isinstance(old, msgspec.Struct):
-        found.extend(blob_refs(old))
+    if isinstance(old, msgspec.Struct) and hasattr(old, "BLOB_FIELDS"):
+        return _map(old, leaf)
+    return leaf(old)
