@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from abc import ABC, abstractmethod
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
@@ -30,6 +28,7 @@ from plait.events.codec import (
     encode_event,
     event_hash,
 )
+from plait.events.subscription import ConditionWaiter, Subscription, Waiter
 from plait.events.types import Body, Event, NewEvent, Transient
 from plait.events.values import Redacted
 
@@ -37,10 +36,12 @@ __all__ = [
     "REDACTED",
     "Clock",
     "EventStore",
+    "RedactedMarker",
     "Row",
     "StreamInfo",
     "Subscription",
     "Verification",
+    "Waiter",
     "utc_now",
 ]
 
@@ -52,14 +53,14 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class _RedactedMarker:
+class RedactedMarker:
     __slots__ = ()
 
     def __repr__(self) -> str:
         return "REDACTED"
 
 
-REDACTED: Final = _RedactedMarker()
+REDACTED: Final = RedactedMarker()
 """What ``_blob`` returns for a blob that was deliberately deleted (a tombstone remains)."""
 
 
@@ -316,7 +317,7 @@ class EventStore(ABC):
             self._changed.notify_all()
 
     def _waiter(self) -> Waiter:
-        return _ConditionWaiter(self)
+        return ConditionWaiter(self)
 
     # --- integrity --------------------------------------------------------------------------
 
@@ -388,7 +389,7 @@ class EventStore(ABC):
         """Return ``(stream, last_seq)`` for each stream, oldest first."""
 
     @abstractmethod
-    def _blob(self, sha256: str) -> bytes | _RedactedMarker | None:
+    def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         """Return a blob's bytes, ``REDACTED``, or ``None`` when unknown."""
 
     @abstractmethod
@@ -411,95 +412,4 @@ class EventStore(ABC):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
-
-
-class Waiter(ABC):
-    """Blocks a subscription until the store may hold new events."""
-
-    @abstractmethod
-    def token(self) -> int:
-        """Return a value that changes whenever an append may have committed."""
-
-    @abstractmethod
-    def wait(self, token: int, timeout: float | None) -> None:
-        """Return once ``token()`` differs from ``token``, or after ``timeout`` seconds."""
-
-    def close(self) -> None:  # noqa: B027 - most waiters hold nothing
-        """Release what the waiter holds."""
-
-
-class _ConditionWaiter(Waiter):
-    """Wakes on appends made through this store object (same process)."""
-
-    def __init__(self, store: EventStore) -> None:
-        self._store = store
-        self._closed = False
-
-    def token(self) -> int:
-        return self._store._change_count
-
-    def wait(self, token: int, timeout: float | None) -> None:
-        changed = self._store._changed
-        with changed:
-            changed.wait_for(lambda: self._closed or self._store._change_count != token, timeout)
-
-    def close(self) -> None:
-        self._closed = True
-        with self._store._changed:
-            self._store._changed.notify_all()
-
-
-class Subscription(Iterator[Event]):
-    """Every event after a position, in global order, each once; blocks for new ones."""
-
-    def __init__(self, store: EventStore, after_position: int, waiter: Waiter) -> None:
-        self._store = store
-        self._after = after_position
-        self._waiter = waiter
-        self._buffer: deque[Event] = deque()
-        self._closed = False
-        self._handed = after_position
-
-    @property
-    def position(self) -> int:
-        """The position of the last event handed out (or the starting position)."""
-        return self._handed
-
-    def get(self, timeout: float | None = None) -> Event | None:
-        """Return the next event, waiting at most ``timeout`` seconds; ``None`` on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._closed:
-            if self._buffer:
-                event = self._buffer.popleft()
-                self._handed = event.position
-                return event
-            token = self._waiter.token()
-            batch = self._store.read_all(self._after, limit=500)
-            if batch:
-                self._buffer.extend(batch)
-                self._after = batch[-1].position
-                continue
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return None
-            self._waiter.wait(token, remaining)
-        return None
-
-    def __next__(self) -> Event:
-        event = self.get()
-        if event is None:
-            raise StopIteration
-        return event
-
-    def close(self) -> None:
-        """Stop the subscription; a blocked ``get`` returns ``None`` at its next wake-up."""
-        if not self._closed:
-            self._closed = True
-            self._waiter.close()
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
         self.close()

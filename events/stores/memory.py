@@ -13,8 +13,8 @@ from plait.events.store import (
     Clock,
     EventStore,
     PreparedAppend,
+    RedactedMarker,
     Row,
-    _RedactedMarker,
     utc_now,
 )
 from plait.events.types import Event
@@ -35,7 +35,7 @@ class MemoryStore(EventStore):
         self._lock = threading.Lock()
         self._all: list[Stored] = []
         self._by_stream: dict[str, list[Stored]] = {}
-        self._blobs: dict[str, bytes | _RedactedMarker] = {}
+        self._blobs: dict[str, bytes | RedactedMarker] = {}
         self._sizes: dict[str, int] = {}
         self._heads: dict[str, tuple[int, bytes]] = {}
 
@@ -91,7 +91,7 @@ class MemoryStore(EventStore):
         with self._lock:
             return [(stream, head[0]) for stream, head in self._heads.items()]
 
-    def _blob(self, sha256: str) -> bytes | _RedactedMarker | None:
+    def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         with self._lock:
             return self._blobs.get(sha256)
 

@@ -40,9 +40,9 @@ from plait.events.store import (
     Clock,
     EventStore,
     PreparedAppend,
+    RedactedMarker,
     Row,
     Waiter,
-    _RedactedMarker,
     utc_now,
 )
 from plait.events.types import Event
@@ -254,7 +254,7 @@ class PostgresStore(EventStore):
     def _streams(self) -> list[tuple[str, int]]:
         return [(str(stream), int(last)) for stream, last in self._query("streams")]
 
-    def _blob(self, sha256: str) -> bytes | _RedactedMarker | None:
+    def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         rows = self._query("blob", (sha256,))
         if not rows:
             return None

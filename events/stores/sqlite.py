@@ -23,9 +23,9 @@ from plait.events.store import (
     Clock,
     EventStore,
     PreparedAppend,
+    RedactedMarker,
     Row,
     Waiter,
-    _RedactedMarker,
     utc_now,
 )
 from plait.events.types import Event
@@ -206,7 +206,7 @@ class SqliteStore(EventStore):
         rows = self._query("SELECT stream, last_seq FROM streams ORDER BY created", ())
         return [(str(stream), int(last)) for stream, last in rows]
 
-    def _blob(self, sha256: str) -> bytes | _RedactedMarker | None:
+    def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         rows = self._query("SELECT data FROM blobs WHERE sha256 = ?", (sha256,))
         if not rows:
             return None

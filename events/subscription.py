@@ -1,0 +1,113 @@
+"""Live tails: a ``Subscription`` hands out every event after a position, in global order, once.
+
+It reads what is stored, then blocks on its ``Waiter`` until the store may hold more. A waiter's
+``token`` is taken before each read, so a commit landing between the read and the wait is never
+slept through. Backends supply the waiter: an in-process condition (memory), SQLite's
+``data_version`` for other processes' commits, PostgreSQL's ``LISTEN``.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from plait.events.types import Event
+
+if TYPE_CHECKING:
+    from plait.events.store import EventStore
+
+__all__ = ["ConditionWaiter", "Subscription", "Waiter"]
+
+
+class Waiter(ABC):
+    """Blocks a subscription until the store may hold new events."""
+
+    @abstractmethod
+    def token(self) -> int:
+        """Return a value that changes whenever an append may have committed."""
+
+    @abstractmethod
+    def wait(self, token: int, timeout: float | None) -> None:
+        """Return once ``token()`` differs from ``token``, or after ``timeout`` seconds."""
+
+    def close(self) -> None:  # noqa: B027 - most waiters hold nothing
+        """Release what the waiter holds."""
+
+
+class ConditionWaiter(Waiter):
+    """Wakes on appends made through this store object (same process)."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+        self._closed = False
+
+    def token(self) -> int:
+        return self._store._change_count
+
+    def wait(self, token: int, timeout: float | None) -> None:
+        changed = self._store._changed
+        with changed:
+            changed.wait_for(lambda: self._closed or self._store._change_count != token, timeout)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._store._changed:
+            self._store._changed.notify_all()
+
+
+class Subscription(Iterator[Event]):
+    """Every event after a position, in global order, each once; blocks for new ones."""
+
+    def __init__(self, store: EventStore, after_position: int, waiter: Waiter) -> None:
+        self._store = store
+        self._after = after_position
+        self._waiter = waiter
+        self._buffer: deque[Event] = deque()
+        self._closed = False
+        self._handed = after_position
+
+    @property
+    def position(self) -> int:
+        """The position of the last event handed out (or the starting position)."""
+        return self._handed
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        """Return the next event, waiting at most ``timeout`` seconds; ``None`` on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._closed:
+            if self._buffer:
+                event = self._buffer.popleft()
+                self._handed = event.position
+                return event
+            token = self._waiter.token()
+            batch = self._store.read_all(self._after, limit=500)
+            if batch:
+                self._buffer.extend(batch)
+                self._after = batch[-1].position
+                continue
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            self._waiter.wait(token, remaining)
+        return None
+
+    def __next__(self) -> Event:
+        event = self.get()
+        if event is None:
+            raise StopIteration
+        return event
+
+    def close(self) -> None:
+        """Stop the subscription; a blocked ``get`` returns ``None`` at its next wake-up."""
+        if not self._closed:
+            self._closed = True
+            self._waiter.close()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
