@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS blobs (
 """
 
 _COLUMNS = "position, stream, seq, type, v, data, hash"
+_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 # The last position and the stream's head, in one statement (a row even for a new stream).
 _HEAD = (
@@ -143,10 +144,13 @@ class SqliteStore(EventStore):
                 self._check_expected(stream, expected_seq, head_seq)
                 prepared = prepare(head_seq, head_hash)
                 first = last_position + 1
-                db.executemany(
-                    f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [(position, stream, *row) for position, row in enumerate(prepared.rows, first)],
-                )
+                if len(prepared.rows) == 1:  # the common case; execute is cheaper for one row
+                    db.execute(_INSERT, (first, stream, *prepared.rows[0]))
+                else:
+                    db.executemany(
+                        _INSERT,
+                        [(pos, stream, *row) for pos, row in enumerate(prepared.rows, first)],
+                    )
                 if prepared.blobs:
                     db.executemany(
                         "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
