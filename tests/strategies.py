@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 from plait.events import AnyBody, Event, NewEvent
 from plait.events.codec import BODY_TYPES
 
+START = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+"""When generated sessions begin."""
+
 texts = st.text(max_size=30)
 times = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)

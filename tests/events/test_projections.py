@@ -4,13 +4,13 @@ folding in pieces from saved states gives what one full fold gives."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import new_events, session_items
+from strategies import START, new_events, session_items
 
 from plait.demo import FINAL_ANSWER, HELPER_ANSWER, HELPER_TASK, QUESTION, demo_events
 from plait.events import (
@@ -48,8 +48,6 @@ from plait.events.projections import (
     TokensProjection,
     conversation_index,
 )
-
-START = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 
 
 def record(

@@ -1,0 +1,260 @@
+"""The built-in conversation tools of seed 000: their wire names, JSON schemas and arguments.
+
+OpenAI function names cannot contain ``.``, so on the wire the tools are ``conv_create``,
+``conv_send``, ``conv_list``, ``conv_history`` and ``conv_destroy``; a model that sends the
+dotted form (``conv.create``) is understood too. Arguments are decoded with msgspec into the
+structs below, so a bad call becomes a tool error that names the argument, never an exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import msgspec
+
+from plait.events.values import FunctionCallOutput, InputImage, InputItem, InputText
+
+__all__ = [
+    "BUILTIN_NAMES",
+    "INTERRUPTING",
+    "ConvCreate",
+    "ConvDestroy",
+    "ConvHistory",
+    "ConvList",
+    "ConvSend",
+    "InternalTools",
+    "WireItem",
+    "builtin_specs",
+    "canonical_name",
+    "parse_arguments",
+]
+
+
+class WireItem(msgspec.Struct, frozen=True):
+    """One input item as a model writes it: ``{"type": "text", "text": ...}`` or an image."""
+
+    type: Literal["text", "input_text", "image", "input_image"]
+    """``text`` or ``image`` (the ``input_`` forms are accepted too)."""
+    text: str | None = None
+    """The text, for a text item."""
+    image_url: str | None = None
+    """A ``data:`` or ``http(s)://`` URL, for an image item."""
+
+    def to_item(self) -> InputItem:
+        """Return the stored form of this item."""
+        if self.type in ("image", "input_image"):
+            return InputImage(self.image_url or "")
+        return InputText(self.text or "")
+
+
+class InternalTools(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``conv.create``'s ``internal_tools`` (seed 000); absent fields inherit the caller's."""
+
+    include_plan_tool: bool | None = None
+    include_apply_patch_tool: bool | None = None
+    web_search_request: bool | None = None
+    use_streamable_shell_tool: bool | None = None
+
+
+class ConvCreate(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of ``conv_create``: open a conversation and run its first task (interrupts)."""
+
+    base_instruction_text: str | None = None
+    base_instruction_file: str | None = None
+    user_instruction: str | None = None
+    items: list[WireItem] | None = None
+    mcp_allowlist: list[str] | None = None
+    internal_tools: InternalTools | None = None
+
+    def problem(self) -> str | None:
+        """Return what is wrong with these arguments beyond their types, if anything."""
+        if self.base_instruction_text is not None and self.base_instruction_file is not None:
+            return "give base_instruction_text or base_instruction_file, not both"
+        if not self.user_instruction and not self.items:
+            return "give user_instruction or items (at least one)"
+        return None
+
+
+class ConvSend(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of ``conv_send``: run a task in another conversation (interrupts)."""
+
+    conversation_id: str
+    text: str | None = None
+    items: list[WireItem] | None = None
+
+    def problem(self) -> str | None:
+        """Return what is wrong with these arguments beyond their types, if anything."""
+        return None if self.text or self.items else "give text or items (at least one)"
+
+
+class ConvList(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``conv_list`` takes no arguments."""
+
+    def problem(self) -> str | None:
+        """Nothing can be wrong."""
+        return None
+
+
+class ConvHistory(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of ``conv_history``: a conversation's messages, the last ``limit``."""
+
+    conversation_id: str
+    limit: int | None = None
+
+    def problem(self) -> str | None:
+        """Return what is wrong with these arguments beyond their types, if anything."""
+        return "limit must be positive" if self.limit is not None and self.limit < 1 else None
+
+
+class ConvDestroy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of ``conv_destroy``."""
+
+    conversation_id: str
+
+    def problem(self) -> str | None:
+        """Nothing beyond the types can be wrong."""
+        return None
+
+
+Arguments = ConvCreate | ConvSend | ConvList | ConvHistory | ConvDestroy
+
+_ARGUMENTS: Final[dict[str, type[Arguments]]] = {
+    "conv_create": ConvCreate,
+    "conv_send": ConvSend,
+    "conv_list": ConvList,
+    "conv_history": ConvHistory,
+    "conv_destroy": ConvDestroy,
+}
+BUILTIN_NAMES: Final = tuple(_ARGUMENTS)
+"""The built-ins in their fixed order (seed 000)."""
+INTERRUPTING: Final = frozenset({"conv_create", "conv_send"})
+"""Built-ins that replace the running task."""
+
+
+def canonical_name(name: str) -> str | None:
+    """Return the wire name of a built-in (``conv.create`` → ``conv_create``), else ``None``."""
+    wire = name.replace(".", "_", 1) if name.startswith("conv.") else name
+    return wire if wire in _ARGUMENTS else None
+
+
+def parse_arguments(name: str, arguments: str) -> Arguments | str:
+    """Decode a built-in's JSON arguments; return them, or a message the model can act on."""
+    wire = canonical_name(name)
+    if wire is None:
+        return f"{name} is not a built-in tool"
+    try:
+        parsed = msgspec.json.decode(arguments or "{}", type=_ARGUMENTS[wire])
+    except msgspec.ValidationError as exc:
+        return f"invalid arguments for {wire}: {exc}"
+    except msgspec.DecodeError as exc:
+        return f"arguments for {wire} are not valid JSON: {exc}"
+    problem = parsed.problem()
+    return f"invalid arguments for {wire}: {problem}" if problem else parsed
+
+
+def input_items(text: str | None, items: list[WireItem] | None) -> list[InputItem]:
+    """Return the stored input items for a text and/or wire items."""
+    out: list[InputItem] = [InputText(text)] if text else []
+    out.extend(item.to_item() for item in items or ())
+    return out
+
+
+def continuation_input(call_id: str, payload: dict[str, Any]) -> list[InputItem]:
+    """Return a continuation task's input: the interrupting call's JSON output (seed 000)."""
+    return [FunctionCallOutput(call_id, msgspec.json.encode(payload).decode())]
+
+
+_ITEMS_SCHEMA: Final[dict[str, Any]] = {
+    "type": "array",
+    "description": "Multimodal input items.",
+    "items": {
+        "type": "object",
+        "properties": {
+            "type": {"type": "string", "enum": ["text", "image"]},
+            "text": {"type": "string"},
+            "image_url": {"type": "string", "description": "data: or http(s):// URL"},
+        },
+        "required": ["type"],
+    },
+}
+
+_SPECS: Final[list[tuple[str, str, dict[str, Any], list[str]]]] = [
+    (
+        "conv_create",
+        "Create a new conversation and run its first task to completion. INTERRUPTS the current "
+        "task: it resumes afterwards with this tool's result, whose last_assistant_message is "
+        "the new conversation's final answer.",
+        {
+            "base_instruction_text": {"type": "string", "description": "Its system instructions."},
+            "base_instruction_file": {
+                "type": "string",
+                "description": "A file with its system instructions, relative to the working "
+                "directory (exclusive with base_instruction_text); default: inherit yours.",
+            },
+            "user_instruction": {"type": "string", "description": "Its first user message."},
+            "items": _ITEMS_SCHEMA,
+            "mcp_allowlist": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Fully-qualified tool names (server__tool) it may use; "
+                "default: the tools you have.",
+            },
+            "internal_tools": {
+                "type": "object",
+                "properties": {
+                    name: {"type": "boolean"}
+                    for name in (
+                        "include_plan_tool",
+                        "include_apply_patch_tool",
+                        "web_search_request",
+                        "use_streamable_shell_tool",
+                    )
+                },
+            },
+        },
+        [],
+    ),
+    (
+        "conv_send",
+        "Send a message to an existing conversation and run its task to completion. INTERRUPTS "
+        "the current task: it resumes with the target's last_assistant_message.",
+        {
+            "conversation_id": {"type": "string"},
+            "text": {"type": "string"},
+            "items": _ITEMS_SCHEMA,
+        },
+        ["conversation_id"],
+    ),
+    ("conv_list", "List the conversations of this session. Does not interrupt.", {}, []),
+    (
+        "conv_history",
+        "Read a conversation's messages (no tool calls). Does not interrupt.",
+        {
+            "conversation_id": {"type": "string"},
+            "limit": {"type": "integer", "minimum": 1, "description": "Only the last N."},
+        },
+        ["conversation_id"],
+    ),
+    (
+        "conv_destroy",
+        "Destroy a conversation (not the root, not one waiting in the current chain). "
+        "Does not interrupt.",
+        {"conversation_id": {"type": "string"}},
+        ["conversation_id"],
+    ),
+]
+
+
+def builtin_specs() -> list[dict[str, Any]]:
+    """Return the built-in tools as OpenAI function specs, in their fixed order."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": description,
+                "parameters": {"type": "object", "properties": properties, "required": required},
+            },
+        }
+        for name, description, properties, required in _SPECS
+    ]

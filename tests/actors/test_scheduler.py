@@ -1,0 +1,96 @@
+"""The scheduler is a fold of the log: FIFO, interrupts go first in order, one task at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from strategies import START, new_events, session_items
+
+from plait.actors.scheduler import SchedulerState, chain_to_drop, evolve, next_task
+from plait.events import (
+    Closure,
+    Event,
+    MemoryStore,
+    TaskCompleted,
+    TaskDropped,
+    TaskEnqueued,
+    TaskPlan,
+    TaskStarted,
+    TurnAborted,
+)
+
+
+def fold(items: list[tuple[Any, str | None, str | None]]) -> SchedulerState:
+    state = SchedulerState()
+    for event in MemoryStore().append("s", new_events(items, START), 0):
+        evolve(state, event)
+    return state
+
+
+def plan(task: str, conv: str = "root", depth: int = 0, closure: str | None = None) -> TaskPlan:
+    return TaskPlan(
+        task, conv, chain_depth=depth, closure=Closure(closure, "conv_send") if closure else None
+    )
+
+
+def enqueue(p: TaskPlan, front: bool = False) -> tuple[Any, str | None, str | None]:
+    return (TaskEnqueued(p, front=front), p.conversation_id, p.task_id)
+
+
+def test_tasks_wait_in_order_and_one_runs() -> None:
+    state = fold([enqueue(plan("a")), enqueue(plan("b"))])
+    assert next_task(state) == plan("a")
+    state = fold([enqueue(plan("a")), enqueue(plan("b")), (TaskStarted(), "root", "a")])
+    assert state.running == plan("a") and next_task(state) is None
+    assert [p.task_id for p in state.pending] == ["b"]
+
+
+def test_an_interrupt_runs_target_then_continuation_ahead_of_waiting_tasks() -> None:
+    items = [
+        enqueue(plan("a")),
+        enqueue(plan("queued")),
+        (TaskStarted(), "root", "a"),
+        (TurnAborted("replaced", awaiting_call_ids=["c1"]), "root", "a"),
+        enqueue(plan("target", "helper", 1), front=True),
+        enqueue(plan("cont", "root", 1, closure="c1"), front=True),
+    ]
+    state = fold(items)
+    assert state.running is None
+    assert [p.task_id for p in state.pending] == ["target", "cont", "queued"]
+    nested = [
+        *items,
+        (TaskStarted(), "helper", "target"),
+        (TurnAborted("replaced", awaiting_call_ids=["c2"]), "helper", "target"),
+        enqueue(plan("deeper", "third", 2), front=True),
+        enqueue(plan("cont2", "helper", 2, closure="c2"), front=True),
+    ]
+    assert [p.task_id for p in fold(nested).pending] == ["deeper", "cont2", "cont", "queued"]
+
+
+def test_completion_frees_the_timeline_and_drops_leave_the_queue() -> None:
+    items = [
+        enqueue(plan("a")),
+        enqueue(plan("b", depth=1)),
+        enqueue(plan("c")),
+        (TaskStarted(), "root", "a"),
+        (TaskCompleted("done"), "root", "a"),
+    ]
+    state = fold(items)
+    assert state.running is None and next_task(state) == plan("b", depth=1)
+    assert chain_to_drop(state) == [plan("b", depth=1)]
+    state = fold([*items, (TaskDropped("interrupted by the user"), "root", "b")])
+    assert [p.task_id for p in state.pending] == ["c"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(items=session_items())
+def test_generated_sessions_never_run_two_tasks_at_once(
+    items: list[tuple[Any, str | None, str | None]],
+) -> None:
+    state = SchedulerState()
+    events: list[Event] = MemoryStore().append("s", new_events(items, START), 0)
+    for event in events:
+        if isinstance(event.body, TaskStarted):
+            assert state.running is None, f"seq {event.seq} starts a task while one runs"
+        evolve(state, event)
