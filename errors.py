@@ -6,13 +6,18 @@ attributes so callers can act on them without parsing text.
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
     "BlobMissingError",
     "ConcurrencyError",
     "ConfigError",
     "CorruptEventError",
     "DivergenceError",
+    "EffectLoopClosedError",
     "McpError",
+    "ModelError",
+    "ModelErrorKind",
     "PlaitError",
     "ReplayError",
     "StoreError",
@@ -103,3 +108,29 @@ class ReplayError(PlaitError):
 
 class DivergenceError(ReplayError):
     """A replayed program produced an event different from the recorded one."""
+
+
+ModelErrorKind = Literal[
+    "auth", "bad_request", "timeout", "rate_limited", "unavailable", "malformed", "disconnected"
+]
+"""Why a model request failed, so a caller can act without parsing the message."""
+
+
+class ModelError(PlaitError):
+    """A model request failed for good: retries are spent, or retrying cannot help."""
+
+    def __init__(
+        self, message: str, *, kind: ModelErrorKind, status: int | None = None, attempts: int = 1
+    ) -> None:
+        self.kind: ModelErrorKind = kind
+        """``auth``, ``bad_request``, ``timeout``, ``rate_limited``, ``unavailable``,
+        ``malformed`` or ``disconnected``."""
+        self.status = status
+        """The HTTP status of the last attempt, when the server answered with one."""
+        self.attempts = attempts
+        """How many requests were sent (0 when none could be: e.g. no API key)."""
+        super().__init__(message)
+
+
+class EffectLoopClosedError(PlaitError, RuntimeError):
+    """Work was submitted to an effect loop that has been closed."""

@@ -8,19 +8,51 @@ actor appends what ``decide`` returns and folds it back with ``evolve``.
 
 from __future__ import annotations
 
-import msgspec
+from typing import Any
 
+import msgspec
+import pykka
+
+from plait.actors.messages import (
+    Abort,
+    Dispatch,
+    Enqueue,
+    Interrupt,
+    Recorded,
+    Replace,
+    RunTask,
+    TaskEnded,
+)
 from plait.events.types import (
     Event,
+    NewEvent,
     TaskCompleted,
     TaskDropped,
     TaskEnqueued,
     TaskStarted,
+    ToolCallCompleted,
     TurnAborted,
 )
-from plait.events.values import TaskPlan
+from plait.events.values import Content, TaskPlan
 
-__all__ = ["SchedulerState", "chain_to_drop", "evolve", "next_task"]
+__all__ = [
+    "Scheduler",
+    "SchedulerState",
+    "TaskResult",
+    "chain_to_drop",
+    "continuation_output",
+    "evolve",
+    "next_task",
+]
+
+
+class TaskResult(msgspec.Struct, frozen=True):
+    """How a task ended, kept for the continuation that reports it."""
+
+    last_assistant_message: Content | None = None
+    """Its final answer."""
+    error: str | None = None
+    """Why it ended without one."""
 
 
 class SchedulerState(msgspec.Struct):
@@ -32,6 +64,8 @@ class SchedulerState(msgspec.Struct):
     """The task running now."""
     front: int = 0
     """Where the next front-enqueued plan goes (plans of one interrupt keep their order)."""
+    results: dict[str, TaskResult] = {}
+    """How finished tasks that a continuation waits for ended, by task id."""
 
 
 def evolve(state: SchedulerState, event: Event) -> SchedulerState:
@@ -47,9 +81,21 @@ def evolve(state: SchedulerState, event: Event) -> SchedulerState:
         plan = _take(state, event.task_id)
         state.running = plan
         state.front = 0
+        if plan is not None and plan.closure is not None:
+            state.results.pop(plan.closure.target_task_id or "", None)
     elif isinstance(body, TaskCompleted | TurnAborted):
-        if state.running is not None and state.running.task_id == event.task_id:
+        running = state.running
+        if running is not None and running.task_id == event.task_id:
             state.running = None
+            if running.chain_depth > 0 and running.closure is None:
+                # The target of an interrupt: its continuation reports how it ended.
+                if isinstance(body, TaskCompleted):
+                    result = TaskResult(body.last_assistant_message)
+                else:
+                    result = TaskResult(
+                        error=f"the task ended early ({body.reason}) {body.detail}".strip()
+                    )
+                state.results[running.task_id] = result
     elif isinstance(body, TaskDropped):
         _take(state, event.task_id)
     return state
@@ -76,3 +122,91 @@ def chain_to_drop(state: SchedulerState) -> list[TaskPlan]:
     A user interrupt ends the running task and drops these; tasks the user queued stay.
     """
     return [plan for plan in state.pending if plan.chain_depth > 0]
+
+
+def continuation_output(state: SchedulerState, plan: TaskPlan) -> str | None:
+    """Return the JSON output a continuation hands back to the model (seed 000 payloads)."""
+    closure = plan.closure
+    if closure is None:
+        return None
+    result = state.results.get(closure.target_task_id or "")
+    payload: dict[str, Any] = {"conversation_id": closure.target_conversation_id}
+    if closure.first_user_message is not None:
+        payload["first_user_message"] = closure.first_user_message
+    if closure.first_items_count is not None:
+        payload["first_items_count"] = closure.first_items_count
+    if result is None or result.error is not None:
+        payload["last_assistant_message"] = None
+        payload["error"] = result.error if result is not None else "the task did not run"
+    else:
+        payload["last_assistant_message"] = result.last_assistant_message
+    return msgspec.json.encode(payload).decode()
+
+
+class Scheduler(pykka.ThreadingActor):
+    """The session's single flight: starts one task at a time, in ``pending`` order."""
+
+    def __init__(self, journal: Any, session: Any, past: list[Event]) -> None:
+        super().__init__()
+        self.journal = journal
+        self.session = session
+        self.state = SchedulerState()
+        for event in past:
+            evolve(self.state, event)
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case Recorded(events=events):
+                for event in events:
+                    evolve(self.state, event)
+            case Enqueue(plans=plans):
+                self._record(
+                    [NewEvent(TaskEnqueued(p), p.conversation_id, p.task_id) for p in plans]
+                )
+                self._maybe_start()
+            case Replace(plans=plans):
+                front = [
+                    NewEvent(TaskEnqueued(p, front=True), p.conversation_id, p.task_id)
+                    for p in plans
+                ]
+                self._record(front)
+                self._maybe_start()
+            case TaskEnded():
+                self._maybe_start()
+            case Interrupt():
+                self._interrupt()
+            case "state":
+                return msgspec.structs.replace(self.state)
+            case "kick":
+                self._maybe_start()
+        return None
+
+    def _record(self, items: list[NewEvent]) -> None:
+        for event in self.journal.record(items, origin=self.actor_ref):
+            evolve(self.state, event)
+
+    def _maybe_start(self) -> None:
+        plan = next_task(self.state)
+        if plan is None:
+            return
+        output = continuation_output(self.state, plan)  # before TaskStarted forgets the result
+        self._record([NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)])
+        self.session.tell(Dispatch(RunTask(plan, output)))
+
+    def _interrupt(self) -> None:
+        dropped: list[NewEvent] = []
+        for plan in chain_to_drop(self.state):
+            if plan.closure is not None:
+                # The call this continuation would have answered is answered now, so the
+                # caller's history stays valid for its next model request.
+                output = ToolCallCompleted(plan.closure.call_id, "aborted: interrupted", "error")
+                dropped.append(NewEvent(output, plan.conversation_id, plan.task_id))
+            reason = TaskDropped("interrupted by the user")
+            dropped.append(NewEvent(reason, plan.conversation_id, plan.task_id))
+        if dropped:
+            self._record(dropped)
+        running = self.state.running
+        if running is not None:
+            self.session.tell(Abort(running.task_id, "interrupted", "interrupted by the user"))
+        else:
+            self._maybe_start()

@@ -100,6 +100,14 @@ class Closure(Value, frozen=True):
     """The ``tool_call.id`` of the interrupting call."""
     tool_name: str
     """The tool that interrupted, e.g. ``conv_create``."""
+    target_task_id: str | None = None
+    """The task whose final answer is the call's return value."""
+    target_conversation_id: str | None = None
+    """The conversation that task runs in."""
+    first_user_message: str | None = None
+    """For ``conv_create``: the new conversation's first user message (echoed in the payload)."""
+    first_items_count: int | None = None
+    """For ``conv_create``: how many input items it was given."""
 
 
 class TaskPlan(Value, frozen=True):

@@ -1,0 +1,414 @@
+"""``Conversation``: one conversation's context, history and turn loop (seed 002).
+
+A task runs as turns: build the prompt from the base instructions and the history, record
+``TurnStarted`` and ``ModelRequested``, stream the model on the effect loop, record its reply,
+run the tool calls in the model's order, and loop until the model answers without tool calls.
+Model calls never block this actor: their results come back as ``ModelFinished`` messages
+carrying the turn's token, so a reply that arrives after an abort is recognised and dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pykka
+
+from plait.actors import builtins
+from plait.actors.builtins import ConvCreate, ConvSend
+from plait.actors.messages import (
+    Abort,
+    AttemptFailedNotice,
+    BuiltinCall,
+    ModelFinished,
+    OpenConversation,
+    Recorded,
+    Replace,
+    RunTask,
+    TaskEnded,
+)
+from plait.events.projections.history import Histories, HistoryProjection
+from plait.events.types import (
+    AgentMessageDelta,
+    Body,
+    ConversationContextChanged,
+    ConversationOpened,
+    Event,
+    ModelRequested,
+    ModelRequestFailed,
+    ModelResponded,
+    NewEvent,
+    TaskCompleted,
+    TokensCounted,
+    ToolCallCompleted,
+    ToolCallRequested,
+    TurnAborted,
+    TurnStarted,
+)
+from plait.events.values import Closure, Content, TaskPlan, ToolCall, ToolPrefs
+
+__all__ = ["DEFAULT_INSTRUCTIONS", "Conversation", "ConversationDeps"]
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a capable assistant working in a session of several conversations. "
+    "Answer directly when you can; use the tools you are given when they help."
+)
+"""Base instructions of a conversation that names none (seed 001: the built-in default)."""
+
+READ_ONLY_BUILTINS = frozenset({"conv_list", "conv_history"})
+
+
+class ConversationDeps(msgspec.Struct, frozen=True):
+    """What every conversation of a session shares: the journal, effects, model, settings."""
+
+    journal: Any
+    """The session's ``Journal``."""
+    effects: Any
+    """The runtime's ``EffectLoop``."""
+    model_client: Any
+    """The ``ModelClient``."""
+    model: str
+    """Model name, recorded in ``ModelRequested``."""
+    new_id: Callable[[], str]
+    """Makes task ids (they enter the log as data)."""
+    workdir: str
+    """Where ``base_instruction_file`` paths are resolved; files outside it are refused."""
+    max_interrupt_chain_depth: int = 8
+    """Nested interrupting tools allowed before the tool returns an error instead."""
+
+
+def sha256_of(value: Any) -> str:
+    """Return the hex sha-256 of ``value``'s canonical JSON."""
+    return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()
+
+
+def _text(content: Content | None) -> str | None:
+    return content if isinstance(content, str) or content is None else "[redacted]"
+
+
+class _Run(msgspec.Struct):
+    """The task this conversation is running."""
+
+    plan: TaskPlan
+    turn: int = 0
+    token: int = 0
+    future: Any = None
+
+
+class Conversation(pykka.ThreadingActor):
+    """One conversation of a session; the session starts one actor per conversation."""
+
+    def __init__(
+        self,
+        conversation_id: str,
+        deps: ConversationDeps,
+        session: Any,
+        scheduler: Any,
+        past: list[Event],
+    ) -> None:
+        super().__init__()
+        self.id = conversation_id
+        self.deps = deps
+        self.session = session
+        self.scheduler = scheduler
+        self.projection = HistoryProjection()
+        self.histories: Histories = self.projection.initial()
+        self.context = ConversationOpened()
+        self.run: _Run | None = None
+        self.token = 0
+        self._apply(past)
+
+    # --- state -------------------------------------------------------------------------------
+
+    def _apply(self, events: list[Event] | tuple[Event, ...]) -> None:
+        for event in events:
+            if event.conversation_id != self.id:
+                continue
+            self.projection.apply(self.histories, event)
+            body = event.body
+            if isinstance(body, ConversationOpened):
+                self.context = body
+            elif isinstance(body, ConversationContextChanged):
+                changes = {name: getattr(body, name) for name in body.changed}
+                self.context = msgspec.structs.replace(self.context, **changes)
+
+    def _record(self, *bodies: Body, task: str | None = None) -> list[Event]:
+        task_id = task if task is not None else (self.run.plan.task_id if self.run else None)
+        items = [NewEvent(body, self.id, task_id) for body in bodies]
+        events: list[Event] = self.deps.journal.record(items, origin=self.actor_ref)
+        self._apply(events)
+        return events
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The history as the model is shown it."""
+        conv = self.histories.conversations.get(self.id)
+        return [m.to_openai() for m in conv.messages] if conv else []
+
+    # --- messages ----------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case Recorded(events=events):
+                self._apply(events)
+            case RunTask():
+                self._start(message)
+            case ModelFinished():
+                self._model_finished(message)
+            case AttemptFailedNotice():
+                if self.run and message.token == self.run.token:
+                    self._record(
+                        ModelRequestFailed(
+                            message.attempt, message.error, message.status, message.retry_in_sec
+                        )
+                    )
+            case Abort(task_id=task_id, reason=reason, detail=detail):
+                if self.run and self.run.plan.task_id == task_id:
+                    self._abort(reason, detail)
+            case "messages":
+                return self.messages
+        return None
+
+    def on_failure(self, *args: Any) -> None:  # pragma: no cover - a bug, not a user error
+        if self.run is not None:
+            self.scheduler.tell(TaskEnded(self.run.plan.task_id))
+
+    # --- the turn loop -----------------------------------------------------------------------
+
+    def _start(self, run: RunTask) -> None:
+        self.run = _Run(run.plan)
+        closure = run.plan.closure
+        if closure is not None and run.closure_output is not None:
+            self._record(ToolCallCompleted(closure.call_id, run.closure_output))
+        self._next_turn()
+
+    def _next_turn(self) -> None:
+        assert self.run is not None
+        run = self.run
+        run.turn += 1
+        self.token += 1
+        run.token = token = self.token
+        instructions = _text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
+        if run.plan.base_instructions_override is not None:
+            instructions = run.plan.base_instructions_override
+        messages = [{"role": "system", "content": instructions}, *self.messages]
+        tools = builtins.builtin_specs() if self.context.tool_prefs.conversation_tools else []
+        self._record(
+            TurnStarted(run.turn),
+            ModelRequested(
+                self.deps.model,
+                sha256_of(tools),
+                sha256_of(instructions),
+                sha256_of(messages),
+                len(messages),
+            ),
+        )
+        self._call_model(token, messages, tools)
+
+    def _call_model(self, token: int, messages: list[dict[str, Any]], tools: list[Any]) -> None:
+        from plait.actors.model import ModelRequest
+
+        assert self.run is not None
+        me, journal, task = self.actor_ref, self.deps.journal, self.run.plan.task_id
+
+        def on_text(text: str) -> None:
+            journal.publish(AgentMessageDelta(self.id, task, text))
+
+        def on_attempt_failed(failed: Any) -> None:
+            _tell(
+                me,
+                AttemptFailedNotice(
+                    token, failed.attempt, failed.error, failed.status, failed.retry_in_sec
+                ),
+            )
+
+        future: Future[Any] = self.deps.effects.submit(
+            self.deps.model_client.complete(
+                ModelRequest(messages=messages, tools=tools),
+                on_text=on_text,
+                on_attempt_failed=on_attempt_failed,
+            )
+        )
+
+        def done(f: Future[Any]) -> None:
+            if f.cancelled():
+                return
+            error = f.exception()
+            if error is None:
+                _tell(me, ModelFinished(token, reply=f.result()))
+            else:
+                _tell(me, ModelFinished(token, error=str(error) or type(error).__name__))
+
+        self.run.future = future
+        future.add_done_callback(done)
+
+    def _model_finished(self, finished: ModelFinished) -> None:
+        run = self.run
+        if run is None or finished.token != run.token:
+            return  # a call whose turn was aborted: nothing of it is applied
+        run.future = None
+        if finished.error is not None:
+            self._abort("failed", finished.error)
+            return
+        reply = finished.reply
+        bodies: list[Body] = [
+            ModelResponded(reply.text, list(reply.tool_calls), reply.finish_reason, reply.usage)
+        ]
+        if reply.usage is not None:
+            bodies.append(TokensCounted(reply.usage))
+        self._record(*bodies)
+        if not reply.tool_calls:
+            self._record(TaskCompleted(reply.text))
+            self._end()
+            return
+        self._run_tools(list(reply.tool_calls))
+
+    def _run_tools(self, calls: list[ToolCall]) -> None:
+        self._record(
+            *[
+                ToolCallRequested(
+                    call.id,
+                    builtins.canonical_name(call.name) or call.name,
+                    call.arguments,
+                    read_only=builtins.canonical_name(call.name) in READ_ONLY_BUILTINS,
+                )
+                for call in calls
+            ]
+        )
+        for i, call in enumerate(calls):
+            name = builtins.canonical_name(call.name)
+            arguments = call.arguments if isinstance(call.arguments, str) else "{}"
+            if name is None:
+                self._complete(
+                    call, f"unknown tool {call.name!r}: it is not offered here", "refused"
+                )
+            elif name in builtins.INTERRUPTING:
+                if self._interrupt(call, name, arguments, calls[i + 1 :]):
+                    return
+            else:
+                parsed = builtins.parse_arguments(name, arguments)
+                if isinstance(parsed, str):
+                    self._complete(call, parsed, "error")
+                else:
+                    result = self.session.ask(BuiltinCall(self.id, name, parsed), timeout=30)
+                    self._complete(call, msgspec.json.encode(result).decode(), "ok")
+        self._next_turn()
+
+    def _complete(self, call: ToolCall, output: str, outcome: str) -> None:
+        self._record(ToolCallCompleted(call.id, output, outcome))  # type: ignore[arg-type]
+
+    # --- interrupting tools (seed 000) -------------------------------------------------------
+
+    def _interrupt(self, call: ToolCall, name: str, arguments: str, rest: list[ToolCall]) -> bool:
+        """Replace this task by the target's task and a continuation; False on a tool error."""
+        assert self.run is not None
+        parsed = builtins.parse_arguments(name, arguments)
+        depth = self.run.plan.chain_depth + 1
+        if isinstance(parsed, str):
+            self._complete(call, parsed, "error")
+            return False
+        if depth > self.deps.max_interrupt_chain_depth:
+            limit = self.deps.max_interrupt_chain_depth
+            self._complete(
+                call, f"{name} refused: interrupt chain depth limit {limit} reached", "error"
+            )
+            return False
+        target = self._target(parsed)
+        if isinstance(target, str):
+            self._complete(
+                call, msgspec.json.encode({"ok": False, "reason": target}).decode(), "error"
+            )
+            return False
+        target_id, items, first_message = target
+        new_task = TaskPlan(self.deps.new_id(), target_id, items, chain_depth=depth)
+        closure = Closure(
+            call.id,
+            name,
+            target_task_id=new_task.task_id,
+            target_conversation_id=target_id,
+            first_user_message=first_message if name == "conv_create" else None,
+            first_items_count=len(items) if name == "conv_create" else None,
+        )
+        continuation = TaskPlan(self.deps.new_id(), self.id, closure=closure, chain_depth=depth)
+        for later in rest:
+            self._complete(later, "aborted: replaced", "error")
+        task_id = self.run.plan.task_id
+        self._record(TurnAborted("replaced", f"{name} -> {target_id}", awaiting_call_ids=[call.id]))
+        self._end(notify=False)
+        self.scheduler.tell(Replace(task_id, (new_task, continuation)))
+        return True
+
+    def _target(self, parsed: Any) -> tuple[str, list[Any], str | None] | str:
+        """Open or check the target conversation; return it with the task's input, or why not."""
+        if isinstance(parsed, ConvSend):
+            check = self.session.ask(BuiltinCall(self.id, "conv_send", parsed), timeout=30)
+            if not check.get("ok"):
+                return str(check.get("reason"))
+            return parsed.conversation_id, builtins.input_items(parsed.text, parsed.items), None
+        assert isinstance(parsed, ConvCreate)
+        base = parsed.base_instruction_text
+        if parsed.base_instruction_file is not None:
+            read = self._read_instructions(parsed.base_instruction_file)
+            if read.startswith("!"):
+                return read[1:]
+            base = read
+        prefs = None
+        if parsed.internal_tools is not None:
+            given = {
+                k: v
+                for k, v in msgspec.structs.asdict(parsed.internal_tools).items()
+                if v is not None
+            }
+            known = {k: v for k, v in given.items() if k in ToolPrefs.__struct_fields__}
+            prefs = msgspec.structs.replace(self.context.tool_prefs, **known)
+        opened = self.session.ask(
+            OpenConversation(
+                self.id,
+                base,
+                inherit_base=base is None,
+                mcp_allowlist=parsed.mcp_allowlist,
+                tool_prefs=prefs,
+            ),
+            timeout=30,
+        )
+        if not opened.get("ok"):
+            return str(opened.get("reason"))
+        items = builtins.input_items(parsed.user_instruction, parsed.items)
+        return str(opened["conversation_id"]), items, parsed.user_instruction
+
+    def _read_instructions(self, name: str) -> str:
+        """Return a file's text, or ``!reason`` when it is outside the workdir or unreadable."""
+        root = Path(self.deps.workdir).resolve()
+        path = (root / name).resolve()
+        if not path.is_relative_to(root):
+            return f"!base_instruction_file {name!r} is outside the working directory"
+        try:
+            return path.read_text()
+        except OSError as exc:
+            return f"!cannot read base_instruction_file {name!r}: {exc.strerror or exc}"
+
+    # --- ending ------------------------------------------------------------------------------
+
+    def _abort(self, reason: str, detail: str) -> None:
+        assert self.run is not None
+        if self.run.future is not None:
+            self.run.future.cancel()  # closes the HTTP stream at once
+        self._record(TurnAborted(reason, detail))  # type: ignore[arg-type]
+        self._end()
+
+    def _end(self, notify: bool = True) -> None:
+        assert self.run is not None
+        task_id = self.run.plan.task_id
+        self.run = None
+        if notify:
+            self.scheduler.tell(TaskEnded(task_id))
+
+
+def _tell(ref: Any, message: Any) -> None:
+    with contextlib.suppress(pykka.ActorDeadError):  # the session closed meanwhile
+        ref.tell(message)

@@ -1,0 +1,125 @@
+"""A session's journal: the one writer of its stream, and the live feed of what happens in it.
+
+Every actor of a session records through the journal. Under one lock it appends to the store
+(with the stream's expected seq, so a second process writing the same session fails loudly
+instead of forking the log), tells the other actors what was recorded (in log order, before
+any command they send afterwards), and hands the events to live subscribers together with the
+transient notifications (text deltas) that are never stored.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from plait.actors.messages import Recorded
+from plait.events.store import EventStore
+from plait.events.types import Body, Event, NewEvent, Transient
+
+__all__ = ["Feed", "Journal"]
+
+_CLOSED = object()
+
+
+class Feed(Iterator["Event | Transient"]):
+    """A live view of a session: its events as they are recorded, and transient deltas."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._closed = False
+
+    def put(self, item: Event | Transient) -> None:
+        self._queue.put(item)
+
+    def get(self, timeout: float | None = None) -> Event | Transient | None:
+        """Return the next item, or ``None`` after ``timeout`` seconds or once closed."""
+        if self._closed:
+            return None
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if item is _CLOSED:
+            self._closed = True
+            return None
+        return item  # type: ignore[no-any-return]
+
+    def __next__(self) -> Event | Transient:
+        item = self.get()
+        if item is None:
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        """Stop the feed; a blocked ``get`` returns ``None``."""
+        self._journal._unsubscribe(self)
+        self._queue.put(_CLOSED)
+
+    def __enter__(self) -> Feed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Journal:
+    """Appends a session's events in order and tells whoever folds them."""
+
+    def __init__(self, store: EventStore, stream: str, last_seq: int) -> None:
+        self.store = store
+        self.stream = stream
+        self._seq = last_seq
+        self._lock = threading.Lock()
+        self._listeners: list[Any] = []
+        self._feeds: list[Feed] = []
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last event recorded."""
+        return self._seq
+
+    def listen(self, actor_ref: Any) -> None:
+        """Tell ``actor_ref`` a ``Recorded`` for every event another actor records."""
+        with self._lock:
+            self._listeners.append(actor_ref)
+
+    def unlisten(self, actor_ref: Any) -> None:
+        """Stop telling ``actor_ref``."""
+        with self._lock:
+            if actor_ref in self._listeners:
+                self._listeners.remove(actor_ref)
+
+    def record(self, items: Sequence[Body | NewEvent], origin: Any = None) -> list[Event]:
+        """Append ``items`` as one atomic group; ``origin`` (the recording actor) is not told."""
+        with self._lock:
+            events = self.store.append(self.stream, items, self._seq)
+            self._seq = events[-1].seq if events else self._seq
+            notice = Recorded(tuple(events))
+            for ref in self._listeners:
+                if ref is not origin and ref.is_alive():
+                    ref.tell(notice)
+            for feed in self._feeds:
+                for event in events:
+                    feed.put(event)
+        return events
+
+    def publish(self, notice: Transient) -> None:
+        """Hand a transient notification to the live feeds (it is never stored)."""
+        with self._lock:
+            for feed in self._feeds:
+                feed.put(notice)
+
+    def feed(self) -> Feed:
+        """Return a live feed of everything recorded or published from now on."""
+        feed = Feed(self)
+        with self._lock:
+            self._feeds.append(feed)
+        return feed
+
+    def _unsubscribe(self, feed: Feed) -> None:
+        with self._lock:
+            if feed in self._feeds:
+                self._feeds.remove(feed)

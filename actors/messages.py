@@ -1,0 +1,155 @@
+"""The commands and notices the actors of a session send each other: frozen msgspec Structs.
+
+Commands are imperative (``RunTask``, ``Abort``); notices say what happened (``Recorded``,
+``TaskEnded``). Every field is immutable data, so a message can cross threads safely.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from plait.events.types import Event
+from plait.events.values import InputItem, TaskPlan, ToolPrefs
+
+__all__ = [
+    "Abort",
+    "AttemptFailedNotice",
+    "BuiltinCall",
+    "Destroy",
+    "Dispatch",
+    "Enqueue",
+    "Interrupt",
+    "ModelFinished",
+    "OpenConversation",
+    "Recorded",
+    "Replace",
+    "RunTask",
+    "TaskEnded",
+]
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    """Events another actor of the session just recorded, for folding into this one's state."""
+
+    events: tuple[Event, ...]
+    """In log order."""
+
+
+class RunTask(msgspec.Struct, frozen=True):
+    """Run this task (its ``TaskStarted`` is recorded already) in the receiving conversation."""
+
+    plan: TaskPlan
+    """The task."""
+    closure_output: str | None = None
+    """For a continuation: the JSON output that answers the interrupting call."""
+
+
+class Abort(msgspec.Struct, frozen=True):
+    """End the running task now, if it is ``task_id``."""
+
+    task_id: str
+    """The task to end."""
+    reason: Literal["interrupted", "replaced", "failed"]
+    """Recorded in ``TurnAborted``."""
+    detail: str = ""
+    """For people."""
+
+
+class ModelFinished(msgspec.Struct, frozen=True):
+    """A model call ended (reply or error); ``token`` tells a stale call from the current one."""
+
+    token: int
+    """The turn the call belongs to."""
+    reply: Any = None
+    """The ``ModelReply`` on success."""
+    error: str | None = None
+    """What went wrong, for people."""
+
+
+class AttemptFailedNotice(msgspec.Struct, frozen=True):
+    """One model attempt failed and may be retried; recorded as ``ModelRequestFailed``."""
+
+    token: int
+    """The turn the call belongs to."""
+    attempt: int
+    """Which attempt."""
+    error: str
+    """What went wrong."""
+    status: int | None
+    """HTTP status, if any."""
+    retry_in_sec: float | None
+    """Backoff before the next attempt, ``None`` when this was the last."""
+
+
+class Enqueue(msgspec.Struct, frozen=True):
+    """Queue tasks at the back of the session's timeline."""
+
+    plans: tuple[TaskPlan, ...]
+    """In order."""
+
+
+class Replace(msgspec.Struct, frozen=True):
+    """The running task was replaced by an interrupting tool: queue these first, in order."""
+
+    task_id: str
+    """The task that was replaced."""
+    plans: tuple[TaskPlan, ...]
+    """The target's task, then the caller's continuation."""
+
+
+class TaskEnded(msgspec.Struct, frozen=True):
+    """The running task ended (completed or aborted); the timeline may move on."""
+
+    task_id: str
+    """The task."""
+
+
+class Interrupt(msgspec.Struct, frozen=True):
+    """The user interrupts: end the running task and drop the chain it started."""
+
+
+class Dispatch(msgspec.Struct, frozen=True):
+    """Route a ``RunTask`` to the conversation it names (sent to the session)."""
+
+    run: RunTask
+    """What to deliver."""
+
+
+class OpenConversation(msgspec.Struct, frozen=True):
+    """Open a conversation (``conv_create``); the reply is its id or an error message."""
+
+    parent_id: str
+    """The calling conversation, whose context is inherited."""
+    base_instructions: str | None
+    """Its base instructions, already read from a file if one was named."""
+    inherit_base: bool
+    """True when neither text nor file was given: inherit the parent's."""
+    mcp_allowlist: list[str] | None
+    """``None``: inherit the parent's view."""
+    tool_prefs: ToolPrefs | None
+    """``None``: inherit the parent's."""
+
+
+class BuiltinCall(msgspec.Struct, frozen=True):
+    """A non-interrupting built-in (``conv_list``, ``conv_history``, ``conv_destroy``)."""
+
+    caller_id: str
+    """The calling conversation."""
+    name: str
+    """Wire name of the tool."""
+    arguments: Any
+    """Its parsed arguments."""
+
+
+class Destroy(msgspec.Struct, frozen=True):
+    """Destroy a conversation (API or ``conv_destroy``); the reply is the seed's payload."""
+
+    conversation_id: str
+    """The conversation."""
+    caller_id: str | None = None
+    """The calling conversation, when a tool asks."""
+
+
+InputItems = list[InputItem]

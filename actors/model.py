@@ -1,0 +1,392 @@
+"""The model client: Chat Completions streaming against any OpenAI-compatible server.
+
+The ``openai`` SDK supplies configuration, auth headers, the HTTP client and its status errors;
+plait encodes the request body and decodes the SSE stream itself with msgspec, because the SDK's
+request transform and pydantic chunk objects cost more than the rest of a turn (DESIGN.md,
+"Speed of a turn"). plait also does its own retries, so that every failed attempt is reported
+(``on_attempt_failed``) and can be recorded as a ``ModelRequestFailed`` event.
+
+``openai`` is imported when a client is built, never at module import: it takes about a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from plait.errors import ModelError, ModelErrorKind
+from plait.events.values import ToolCall, Usage
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["AttemptFailed", "ModelClient", "ModelReply", "ModelRequest", "ModelSettings"]
+
+MAX_BACKOFF_SEC = 8.0
+"""The longest wait between two attempts, whatever the backoff or a ``retry-after`` header say."""
+
+
+class ModelSettings(msgspec.Struct, frozen=True):
+    """Where the model is and how hard to try."""
+
+    base_url: str | None = None
+    """The server's base URL (``.../v1``); ``None``: ``OPENAI_BASE_URL``, else OpenAI's."""
+    api_key: str | None = None
+    """The API key; ``None``: ``OPENAI_API_KEY``. Local servers accept any string."""
+    model: str = "gpt-4o-mini"
+    """The model name sent with each request."""
+    timeout_sec: float = 60.0
+    """Seconds allowed to connect, and for each read: the longest silence inside a stream."""
+    max_attempts: int = 3
+    """Requests sent at most for one completion, the first included."""
+    backoff_sec: float = 0.5
+    """Wait before attempt n+1 is ``backoff_sec * 2**(n-1)`` (or ``retry-after``), at most 8 s."""
+    context_window: int | None = None
+    """The model's context window in tokens, when known (for compaction thresholds)."""
+
+
+class ModelRequest(msgspec.Struct, frozen=True):
+    """One completion to ask for."""
+
+    messages: list[dict[str, Any]]
+    """The conversation as OpenAI chat messages."""
+    tools: list[dict[str, Any]] = []
+    """OpenAI function tool specs (``{"type": "function", "function": {...}}``), in order."""
+
+
+class ModelReply(msgspec.Struct, frozen=True):
+    """The whole streamed response, assembled."""
+
+    text: str
+    """Assistant text: every streamed fragment, concatenated."""
+    tool_calls: list[ToolCall]
+    """Tool calls in the order of their stream ``index``, arguments exactly as streamed."""
+    finish_reason: str | None
+    """As the server reported it (``stop``, ``tool_calls``, ``length``...)."""
+    usage: Usage | None
+    """Token usage, when the server sent it."""
+
+
+class AttemptFailed(msgspec.Struct, frozen=True):
+    """One request attempt failed (the fields of a ``ModelRequestFailed`` event)."""
+
+    attempt: int
+    """The attempt that failed, from 1."""
+    error: str
+    """What went wrong, one line for people."""
+    status: int | None
+    """The HTTP status, when the server answered with one."""
+    retry_in_sec: float | None
+    """Seconds until the next attempt; ``None`` when there will be none."""
+
+
+def _ignore(_: object) -> None:
+    pass
+
+
+# --- the wire: just the parts of a chat.completion.chunk that plait reads ----------------------
+
+
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCallDelta(msgspec.Struct):
+    index: int | None = None
+    id: str | None = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_ToolCallDelta] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Details(msgspec.Struct):
+    cached_tokens: int | None = None  # in prompt_tokens_details
+    reasoning_tokens: int | None = None  # in completion_tokens_details
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    prompt_tokens_details: _Details | None = None
+    completion_tokens_details: _Details | None = None
+
+
+class _StreamError(msgspec.Struct):
+    message: str | None = None
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: _StreamError | None = None  # some servers report a failure in-band, mid-stream
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_encode = msgspec.json.Encoder().encode
+
+
+class _Failure(Exception):
+    """One failed attempt, classified: what to tell people, and whether to try again."""
+
+    def __init__(self, kind: ModelErrorKind, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind: ModelErrorKind = kind
+        self.message = message
+        self.status = status
+        self.retryable = kind in ("rate_limited", "unavailable", "disconnected")
+        self.retry_after: float | None = None  # seconds, from a retry-after header
+
+
+class _Assembly:
+    """The reply being put together from stream chunks."""
+
+    def __init__(self, on_text: Callable[[str], None]) -> None:
+        self.on_text = on_text
+        self.text: list[str] = []
+        self.calls: dict[int, list[str]] = {}  # stream index -> [id, name, *argument fragments]
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.done = False  # saw ``data: [DONE]``
+
+    def feed(self, chunk: _Chunk) -> None:
+        if chunk.error is not None:
+            detail = chunk.error.message or "no message"
+            raise _Failure("unavailable", f"the model server failed mid-stream: {detail}")
+        if chunk.usage is not None:
+            self.usage = _usage(chunk.usage)
+        for choice in chunk.choices or ():
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                self.text.append(delta.content)
+                self.on_text(delta.content)
+            for call in delta.tool_calls or ():
+                self._feed_call(call)
+
+    def _feed_call(self, delta: _ToolCallDelta) -> None:
+        index = delta.index
+        if index is None:  # a server that omits it: a new id starts a call, the rest continue it
+            ids = [parts[0] for parts in self.calls.values()]
+            index = len(ids) if delta.id and delta.id not in ids else max(self.calls, default=0)
+        parts = self.calls.setdefault(index, ["", ""])
+        if delta.id and not parts[0]:
+            parts[0] = delta.id
+        function = delta.function
+        if function is not None:
+            if function.name and not parts[1]:
+                parts[1] = function.name
+            if function.arguments:
+                parts.append(function.arguments)
+
+    def reply(self) -> ModelReply:
+        calls = [
+            ToolCall(
+                id=p[0] or f"call_{uuid.uuid4().hex[:24]}", name=p[1], arguments="".join(p[2:])
+            )
+            for _, p in sorted(self.calls.items())
+        ]
+        return ModelReply("".join(self.text), calls, self.finish_reason, self.usage)
+
+
+def _usage(wire: _Usage) -> Usage:
+    prompt, completion = wire.prompt_tokens or 0, wire.completion_tokens or 0
+    total = wire.total_tokens if wire.total_tokens is not None else prompt + completion
+    cached = (wire.prompt_tokens_details or _Details()).cached_tokens or 0
+    reasoning = (wire.completion_tokens_details or _Details()).reasoning_tokens or 0
+    return Usage(prompt, completion, total, cached, reasoning)
+
+
+class ModelClient:
+    """Stream completions from one OpenAI-compatible server; use it on one event loop."""
+
+    def __init__(self, settings: ModelSettings) -> None:
+        """Build the SDK client; raise ``ModelError(kind="auth")`` when no API key is set."""
+        api_key = settings.api_key or os.environ.get("OPENAI_API_KEY")
+        if not api_key:
+            raise ModelError(
+                "no API key for the model server: set OPENAI_API_KEY "
+                "(any non-empty string will do for a local server)",
+                kind="auth",
+                attempts=0,
+            )
+        import openai  # lazily: importing it takes about a second
+
+        self.settings = settings
+        """The settings this client was built with."""
+        self._client = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=api_key,
+            timeout=settings.timeout_sec,
+            max_retries=0,  # plait retries itself, so that each attempt is reported
+        )
+        self.base_url = str(self._client.base_url).rstrip("/")
+        """The base URL requests go to, after the environment and SDK defaults applied."""
+
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        on_text: Callable[[str], None] = _ignore,
+        on_attempt_failed: Callable[[AttemptFailed], None] = _ignore,
+    ) -> ModelReply:
+        """Stream one completion, calling ``on_text`` with each text fragment as it arrives.
+
+        Retries 429, 5xx, connection failures and streams that drop before any text was
+        passed to ``on_text``; ``on_attempt_failed`` hears of every failed attempt. Raises
+        ``ModelError`` when retries are spent or retrying cannot help. Cancelling the calling
+        task closes the HTTP stream and raises ``CancelledError``.
+        """
+        body: dict[str, Any] = {"model": self.settings.model, "messages": request.messages}
+        if request.tools:
+            body["tools"] = request.tools
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        content = _encode(body)
+        attempt = 0
+        while True:
+            attempt += 1
+            assembly = _Assembly(on_text)
+            try:
+                await self._attempt(content, assembly)
+                return assembly.reply()
+            except _Failure as failure:
+                retry = failure.retryable and not assembly.text and attempt < self._max_attempts
+                delay = self._delay(attempt, failure.retry_after) if retry else None
+                on_attempt_failed(AttemptFailed(attempt, failure.message, failure.status, delay))
+                if delay is None:
+                    message = failure.message
+                    if failure.retryable and attempt > 1:
+                        message += f" (gave up after {attempt} attempts)"
+                    raise ModelError(
+                        message, kind=failure.kind, status=failure.status, attempts=attempt
+                    ) from failure.__cause__
+                await asyncio.sleep(delay)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._client.close()
+
+    @property
+    def _max_attempts(self) -> int:
+        return max(1, self.settings.max_attempts)
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None and retry_after >= 0:
+            return min(retry_after, MAX_BACKOFF_SEC)
+        return min(self.settings.backoff_sec * 2.0 ** (attempt - 1), MAX_BACKOFF_SEC)
+
+    async def _attempt(self, content: bytes, assembly: _Assembly) -> None:
+        """Send one request and feed its stream to ``assembly``; raise ``_Failure`` on failure."""
+        import httpx2
+        import openai
+
+        try:
+            # The SDK's documented route for raw requests: its headers, auth, URL and status
+            # errors, without the per-message request transform.
+            response = await self._client.post(
+                "/chat/completions",
+                cast_to=httpx2.Response,
+                content=content,
+                options={"headers": {"Content-Type": "application/json"}},
+                stream=True,
+            )
+        except openai.APIStatusError as exc:
+            raise _status_failure(exc) from exc
+        except openai.APITimeoutError as exc:
+            if isinstance(exc.__cause__, httpx2.ConnectTimeout | httpx2.PoolTimeout):
+                raise self._unreachable(exc.__cause__) from exc
+            raise self._timeout() from exc
+        except openai.APIConnectionError as exc:
+            raise self._unreachable(exc.__cause__ or exc) from exc
+        async with contextlib.aclosing(response):
+            try:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:") or assembly.done:
+                        continue  # blank separators, ``event:``/``id:`` fields, ``:`` comments
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        # Read on to the end of the body, so the connection can be reused.
+                        assembly.done = True
+                        continue
+                    try:
+                        chunk = _decode_chunk(data)
+                    except msgspec.DecodeError as exc:
+                        raise _Failure(
+                            "malformed",
+                            f"malformed stream from the model server: {exc}: {data[:80]!r}",
+                        ) from exc
+                    assembly.feed(chunk)
+            except httpx2.TimeoutException as exc:
+                if not assembly.done:
+                    raise self._timeout() from exc
+            except httpx2.TransportError as exc:
+                if not assembly.done:
+                    raise _dropped(assembly, str(exc) or type(exc).__name__) from exc
+        if not assembly.done and assembly.finish_reason is None:
+            raise _dropped(assembly, "the stream ended without a finish_reason or [DONE]")
+
+    def _timeout(self) -> _Failure:
+        return _Failure(
+            "timeout", f"no data from the model server for {self.settings.timeout_sec:g} s"
+        )
+
+    def _unreachable(self, cause: BaseException) -> _Failure:
+        detail = str(cause) or type(cause).__name__
+        return _Failure(
+            "unavailable", f"cannot reach the model server at {self.base_url}: {detail}"
+        )
+
+
+def _dropped(assembly: _Assembly, detail: str) -> _Failure:
+    streamed = sum(map(len, assembly.text))
+    where = f"after {streamed} characters of text" if streamed else "before the reply was complete"
+    # Retried only before any text: text already shown to someone cannot be taken back.
+    return _Failure("disconnected", f"the model server closed the stream {where}: {detail}")
+
+
+def _status_failure(exc: openai.APIStatusError) -> _Failure:
+    status = exc.status_code
+    kind: ModelErrorKind
+    if status in (401, 403):
+        kind, what = "auth", "rejected the API key"
+    elif status == 429:
+        kind, what = "rate_limited", "is rate limiting requests"
+    elif status >= 500 or status in (408, 409):  # the SDK retries 408 and 409 too
+        kind, what = "unavailable", "failed"
+    else:
+        kind, what = "bad_request", "refused the request"
+    failure = _Failure(kind, f"the model server {what} ({status}): {_server_message(exc)}", status)
+    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        with contextlib.suppress(ValueError):
+            failure.retry_after = float(exc.response.headers.get(header, "")) * scale
+            break
+    return failure
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        error = error.get("message")
+    if isinstance(error, str) and error.strip():
+        return " ".join(error.split())[:300]
+    return exc.response.reason_phrase or "no message"

@@ -1,0 +1,240 @@
+"""``Session``: owns a session's conversations and answers the non-interrupting built-ins.
+
+It starts the ``Scheduler`` and one ``Conversation`` actor per live conversation, opens new
+conversations (``conv_create``), and answers ``conv_list``, ``conv_history`` and
+``conv_destroy`` from its fold of the whole session's log. It never asks another actor and
+waits (conversations ask it), so no two actors of a session can wait on each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pykka
+
+from plait.actors.builtins import ConvDestroy, ConvHistory, ConvSend
+from plait.actors.conversation import Conversation, ConversationDeps
+from plait.actors.messages import (
+    Abort,
+    BuiltinCall,
+    Destroy,
+    Dispatch,
+    OpenConversation,
+    Recorded,
+)
+from plait.actors.scheduler import Scheduler, SchedulerState, evolve
+from plait.events.projections.history import (
+    ChatMessage,
+    Histories,
+    HistoryProjection,
+    conversation_index,
+)
+from plait.events.types import (
+    ConversationDestroyed,
+    ConversationOpened,
+    Event,
+    NewEvent,
+    TaskDropped,
+)
+from plait.events.values import InputImage, InputText, Redacted
+
+__all__ = ["Session"]
+
+NOT_FOUND = {"ok": False, "reason": "conversation not found"}
+
+
+class Session(pykka.ThreadingActor):
+    """The actor at the top of a session."""
+
+    def __init__(
+        self, journal: Any, deps: ConversationDeps, root_id: str, past: list[Event]
+    ) -> None:
+        super().__init__()
+        self.journal = journal
+        self.deps = deps
+        self.root_id = root_id
+        self.past = past
+        self.projection = HistoryProjection()
+        self.histories: Histories = self.projection.fold(past)
+        self.contexts: dict[str, ConversationOpened] = {}
+        self.timeline = SchedulerState()
+        self.conversations: dict[str, Any] = {}
+        self.scheduler: Any = None
+        self._fold(past)
+
+    def on_start(self) -> None:
+        self.scheduler = Scheduler.start(self.journal, self.actor_ref, self.past)
+        self.journal.listen(self.actor_ref)
+        self.journal.listen(self.scheduler)
+        for cid, conv in self.histories.conversations.items():
+            if conv.destroyed_at is None:
+                self._spawn(cid, self.past)
+        self.past = []
+
+    def on_stop(self) -> None:
+        self.journal.unlisten(self.actor_ref)
+        for ref in [*self.conversations.values(), self.scheduler]:
+            if ref is not None:
+                self.journal.unlisten(ref)
+                ref.stop(block=False)
+
+    def _fold(self, events: list[Event] | tuple[Event, ...]) -> None:
+        for event in events:
+            if isinstance(event.body, ConversationOpened) and event.conversation_id:
+                self.contexts[event.conversation_id] = event.body
+            evolve(self.timeline, event)
+
+    def _spawn(self, cid: str, past: list[Event]) -> None:
+        ref = Conversation.start(cid, self.deps, self.actor_ref, self.scheduler, past)
+        self.conversations[cid] = ref
+        self.journal.listen(ref)
+
+    def _record(self, items: list[NewEvent]) -> list[Event]:
+        events: list[Event] = self.journal.record(items, origin=self.actor_ref)
+        for event in events:
+            self.projection.apply(self.histories, event)
+        self._fold(events)
+        return events
+
+    # --- messages ----------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case Recorded(events=events):
+                for event in events:
+                    self.projection.apply(self.histories, event)
+                self._fold(events)
+            case Dispatch(run=run):
+                ref = self.conversations.get(run.plan.conversation_id)
+                if ref is not None:
+                    ref.tell(run)
+            case Abort(task_id=task_id):
+                running = self.timeline.running
+                if running is not None and running.task_id == task_id:
+                    ref = self.conversations.get(running.conversation_id)
+                    if ref is not None:
+                        ref.tell(message)
+            case OpenConversation():
+                return self._open(message)
+            case BuiltinCall(name="conv_list"):
+                return self._list()
+            case BuiltinCall(name="conv_history", arguments=ConvHistory() as args):
+                return self._history(args)
+            case BuiltinCall(name="conv_destroy", caller_id=caller, arguments=ConvDestroy() as a):
+                return self._destroy(a.conversation_id, caller)
+            case BuiltinCall(name="conv_send", caller_id=caller, arguments=ConvSend() as args):
+                return self._check_target(args.conversation_id, caller)
+            case Destroy(conversation_id=cid, caller_id=caller):
+                return self._destroy(cid, caller)
+            case "scheduler":
+                return self.scheduler
+            case "histories":
+                return self.histories
+        return None
+
+    def _live(self, cid: str) -> bool:
+        conv = self.histories.conversations.get(cid)
+        return conv is not None and conv.destroyed_at is None
+
+    def _open(self, request: OpenConversation) -> dict[str, Any]:
+        parent = self.contexts.get(request.parent_id)
+        if parent is None:
+            return {"ok": False, "reason": f"unknown parent conversation {request.parent_id}"}
+        cid = self.deps.new_id()
+        opened = ConversationOpened(
+            parent_id=request.parent_id,
+            base_instructions=parent.base_instructions
+            if request.inherit_base
+            else request.base_instructions,
+            mcp_allowlist=parent.mcp_allowlist
+            if request.mcp_allowlist is None
+            else request.mcp_allowlist,
+            tool_prefs=parent.tool_prefs if request.tool_prefs is None else request.tool_prefs,
+            storage_policy=parent.storage_policy,
+        )
+        events = self._record([NewEvent(opened, cid)])
+        self._spawn(cid, events)
+        return {"ok": True, "conversation_id": cid}
+
+    def _list(self) -> dict[str, Any]:
+        return {
+            "conversations": [
+                {"id": i.id, "message_count": i.message_count, "last_active_at": i.last_active_at}
+                for i in conversation_index(self.histories)
+            ]
+        }
+
+    def _history(self, args: ConvHistory) -> dict[str, Any]:
+        if not self._live(args.conversation_id):
+            return NOT_FOUND
+        messages = self.histories.conversations[args.conversation_id].messages
+        entries = [_entry(m) for m in messages if m.role in ("user", "assistant")]
+        entries = [e for e in entries if e is not None]
+        if args.limit is not None:
+            entries = entries[-args.limit :]
+        return {"entries": entries}
+
+    def _waiting(self, cid: str) -> bool:
+        """Whether ``cid`` waits for a tool result in the current interrupt chain."""
+        return any(
+            plan.closure is not None and plan.conversation_id == cid
+            for plan in self.timeline.pending
+        )
+
+    def _check_target(self, cid: str, caller: str) -> dict[str, Any]:
+        if not self._live(cid):
+            return NOT_FOUND
+        if cid == caller:
+            return {"ok": False, "reason": "a conversation cannot send to itself"}
+        if self._waiting(cid):
+            return {"ok": False, "reason": f"conversation {cid} is waiting in the current chain"}
+        return {"ok": True}
+
+    def _destroy(self, cid: str, caller: str | None) -> dict[str, Any]:
+        if not self._live(cid):
+            return NOT_FOUND
+        if cid == self.root_id:
+            return {"ok": False, "reason": "the root conversation cannot be destroyed"}
+        if cid == caller:
+            return {"ok": False, "reason": "a conversation cannot destroy itself"}
+        if self._waiting(cid):
+            return {"ok": False, "reason": f"conversation {cid} is waiting in the current chain"}
+        running = self.timeline.running
+        ref = self.conversations.pop(cid, None)
+        if running is not None and running.conversation_id == cid and ref is not None:
+            ref.tell(Abort(running.task_id, "interrupted", "conversation destroyed"))
+        dropped = [
+            NewEvent(TaskDropped("conversation destroyed"), cid, plan.task_id)
+            for plan in self.timeline.pending
+            if plan.conversation_id == cid
+        ]
+        self._record([*dropped, NewEvent(ConversationDestroyed("conv.destroy"), cid)])
+        if ref is not None:
+            self.journal.unlisten(ref)
+            ref.stop(block=False)
+        return {"ok": True}
+
+
+def _entry(message: ChatMessage) -> dict[str, Any] | None:
+    """Return a ``conv.history`` entry: role, text and image attachments (seed 000)."""
+    content = message.content
+    if content is None:
+        return None  # an assistant turn made only of tool calls
+    entry: dict[str, Any] = {"role": message.role}
+    if isinstance(content, list):
+        texts = [p.text for p in content if isinstance(p, InputText) and isinstance(p.text, str)]
+        images = [p.image_url for p in content if isinstance(p, InputImage)]
+        if texts:
+            entry["text"] = "\n".join(texts)
+        if images:
+            entry["attachments"] = [
+                {"type": "image", "image_url": url if isinstance(url, str) else "[redacted]"}
+                for url in images
+            ]
+    else:
+        entry["text"] = content if isinstance(content, str) else _redacted(content)
+    return entry
+
+
+def _redacted(content: Any) -> str:
+    return f"[redacted: {content.size} bytes]" if isinstance(content, Redacted) else "[blob]"

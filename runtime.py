@@ -1,0 +1,317 @@
+"""The embedding API: a ``Runtime`` on a store, and ``SessionHandle``s to drive sessions.
+
+    runtime = Runtime(".plait/plait.db", model=ModelSettings(base_url=..., model=...))
+    session = runtime.start_session(base_instructions="Be brief.")
+    outcome = session.run("What changed in the last release?")
+    print(outcome.status, outcome.last_assistant_message)
+    runtime.close()
+
+``run`` waits for the task and every continuation an interrupting tool (``conv_create``,
+``conv_send``) chains after it, and returns how the chain ended. ``subscribe`` gives the
+session's events as they are recorded, with the transient text deltas between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import msgspec
+import pykka
+
+from plait.actors.conversation import ConversationDeps
+from plait.actors.effects import EffectLoop
+from plait.actors.journal import Feed, Journal
+from plait.actors.messages import Destroy, Enqueue, Interrupt
+from plait.actors.model import ModelClient, ModelSettings
+from plait.actors.scheduler import SchedulerState, evolve
+from plait.actors.session import Session
+from plait.errors import PlaitError
+from plait.events.projections.history import ConversationInfo, Histories, conversation_index
+from plait.events.store import EventStore
+from plait.events.stores import open_store
+from plait.events.types import (
+    ConversationOpened,
+    Event,
+    NewEvent,
+    SessionClosed,
+    SessionStarted,
+    TaskCompleted,
+    TaskDropped,
+    TaskEnqueued,
+    Transient,
+    TurnAborted,
+)
+from plait.events.values import InputItem, InputText, TaskPlan
+
+__all__ = ["Runtime", "SessionHandle", "TaskOutcome"]
+
+Status = Literal["completed", "interrupted", "failed", "crashed", "dropped"]
+
+
+class TaskOutcome(msgspec.Struct, frozen=True):
+    """How a submitted task (and the continuations it chained) ended."""
+
+    task_id: str
+    """The task that was submitted."""
+    conversation_id: str
+    """Where it ran."""
+    status: Status
+    """``completed``, or why not."""
+    last_assistant_message: str | None = None
+    """The final answer, when completed."""
+    detail: str = ""
+    """What happened, when it did not complete."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the task completed."""
+        return self.status == "completed"
+
+
+class SessionHandle:
+    """Drives one session of a ``Runtime``; all methods are safe from any thread."""
+
+    def __init__(self, runtime: Runtime, journal: Journal, root_id: str, past: list[Event]):
+        self.runtime = runtime
+        self.session_id = journal.stream
+        """The session id (its stream in the store)."""
+        self.root_conversation_id = root_id
+        """The root conversation, which cannot be destroyed."""
+        self._journal = journal
+        self._actor = Session.start(journal, runtime._deps(journal), root_id, past)
+        self._scheduler: Any = self._actor.ask("scheduler")
+        self._closed = False
+
+    def submit(
+        self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
+    ) -> str:
+        """Queue a task in a conversation (the root by default); return its task id."""
+        self._check_open()
+        items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
+        cid = conversation_id or self.root_conversation_id
+        plan = TaskPlan(self.runtime.new_id(), cid, items)
+        self._scheduler.tell(Enqueue((plan,)))
+        return plan.task_id
+
+    def run(
+        self,
+        prompt: str | Sequence[InputItem],
+        *,
+        conversation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> TaskOutcome:
+        """Submit a task and wait until it and its continuations end; return how."""
+        with self.subscribe() as feed:
+            task_id = self.submit(prompt, conversation_id=conversation_id)
+            return _await_outcome(feed, task_id, timeout)
+
+    async def arun(
+        self,
+        prompt: str | Sequence[InputItem],
+        *,
+        conversation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> TaskOutcome:
+        """``run`` for asyncio code: waits without blocking the event loop."""
+        return await asyncio.to_thread(
+            self.run, prompt, conversation_id=conversation_id, timeout=timeout
+        )
+
+    def interrupt(self) -> None:
+        """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""
+        self._scheduler.tell(Interrupt())
+
+    def destroy(self, conversation_id: str) -> dict[str, Any]:
+        """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``."""
+        return cast(dict[str, Any], self._actor.ask(Destroy(conversation_id), timeout=30))
+
+    def subscribe(self) -> Feed:
+        """Return a live feed of the session's events and transient deltas from now on."""
+        return self._journal.feed()
+
+    async def events(self) -> AsyncIterator[Event | Transient]:
+        """Iterate over the live feed from asyncio code."""
+        feed = self.subscribe()
+        try:
+            while (item := await asyncio.to_thread(feed.get, 0.5)) is not None or not self._closed:
+                if item is not None:
+                    yield item
+        finally:
+            feed.close()
+
+    def conversations(self) -> list[ConversationInfo]:
+        """The live conversations (``conv.list``)."""
+        return conversation_index(self._histories())
+
+    def history(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
+        """A conversation's history as OpenAI chat messages (the root by default)."""
+        conv = self._histories().conversations.get(conversation_id or self.root_conversation_id)
+        if conv is None:
+            raise PlaitError(f"session {self.session_id}: no conversation {conversation_id}")
+        return [m.to_openai() for m in conv.messages]
+
+    def _histories(self) -> Histories:
+        return cast(Histories, self._actor.ask("histories", timeout=30))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PlaitError(f"session {self.session_id} is closed")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel a running task (waiting up to ``timeout``), record the close, stop the actors.
+
+        Closing twice is harmless.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with self.subscribe() as feed:
+            state: SchedulerState = self._scheduler.ask("state", timeout=timeout)
+            if state.running is not None:
+                self._scheduler.tell(Interrupt())
+                _await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
+        self._journal.record([SessionClosed("closed by the embedder")])
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._actor.stop(timeout=timeout)
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._scheduler.stop(timeout=timeout)
+        self.runtime._sessions.pop(self.session_id, None)
+
+
+def _await_outcome(
+    feed: Feed, task_id: str, timeout: float | None, raise_timeout: bool = True
+) -> TaskOutcome:
+    """Follow ``task_id`` through the continuations it chains until the chain ends."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    watched = {task_id}
+    awaited: set[str] = set()
+    conversation = ""
+    while True:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        item = feed.get(timeout=remaining if remaining is None else max(remaining, 0))
+        if item is None:
+            if raise_timeout:
+                raise PlaitError(f"task {task_id} did not end within {timeout} s (it goes on)")
+            return TaskOutcome(task_id, conversation, "interrupted", detail="timed out")
+        if not isinstance(item, Event) or item.task_id is None:
+            continue
+        body = item.body
+        if isinstance(body, TaskEnqueued) and body.plan.closure is not None:
+            if body.plan.closure.call_id in awaited:
+                watched.add(body.plan.task_id)
+            continue
+        if item.task_id not in watched:
+            continue
+        conversation = item.conversation_id or conversation
+        if isinstance(body, TaskCompleted):
+            text = body.last_assistant_message
+            return TaskOutcome(
+                task_id, conversation, "completed", text if isinstance(text, str) else None
+            )
+        if isinstance(body, TurnAborted):
+            if body.reason == "replaced":
+                awaited.update(body.awaiting_call_ids)
+                continue
+            return TaskOutcome(task_id, conversation, body.reason, detail=body.detail)
+        if isinstance(body, TaskDropped):
+            return TaskOutcome(task_id, conversation, "dropped", detail=body.reason)
+
+
+class Runtime:
+    """Runs sessions on a store: actors, the effect loop, and the model client."""
+
+    def __init__(
+        self,
+        store: EventStore | str | Path = ".plait/plait.db",
+        *,
+        model: ModelSettings | None = None,
+        workdir: str | Path = ".",
+        max_interrupt_chain_depth: int = 8,
+        new_id: Callable[[], str] | None = None,
+    ) -> None:
+        self._owns_store = not isinstance(store, EventStore)
+        self.store = store if isinstance(store, EventStore) else open_store(store)
+        self.settings = model or ModelSettings()
+        self.new_id = new_id or (lambda: str(uuid.uuid4()))
+        self.workdir = str(workdir)
+        self.max_interrupt_chain_depth = max_interrupt_chain_depth
+        self.effects = EffectLoop()
+        self.client = ModelClient(self.settings)
+        self._sessions: dict[str, SessionHandle] = {}
+
+    def _deps(self, journal: Journal) -> ConversationDeps:
+        return ConversationDeps(
+            journal,
+            self.effects,
+            self.client,
+            self.settings.model,
+            self.new_id,
+            self.workdir,
+            self.max_interrupt_chain_depth,
+        )
+
+    def start_session(
+        self,
+        *,
+        base_instructions: str | None = None,
+        user_instructions: str | None = None,
+        mcp_allowlist: list[str] | None = None,
+    ) -> SessionHandle:
+        """Start a new session with its root conversation; it is stored from its first event."""
+        session_id, root = self.new_id(), self.new_id()
+        journal = Journal(self.store, session_id, 0)
+        opened = ConversationOpened(
+            base_instructions=base_instructions,
+            user_instructions=user_instructions,
+            mcp_allowlist=mcp_allowlist,
+        )
+        past = journal.record(
+            [SessionStarted(root, model=self.settings.model), NewEvent(opened, root)]
+        )
+        return self._attach(journal, root, past)
+
+    def resume(self, session_id: str) -> SessionHandle:
+        """Continue a stored session where it was; a task cut off by a crash is aborted."""
+        if session_id in self._sessions:
+            return self._sessions[session_id]
+        past = self.store.read(session_id)
+        if not past or not isinstance(past[0].body, SessionStarted):
+            raise PlaitError(f"no session {session_id} in the store")
+        journal = Journal(self.store, session_id, past[-1].seq)
+        state = SchedulerState()
+        for event in past:
+            evolve(state, event)
+        if state.running is not None:
+            plan = state.running
+            crashed = TurnAborted("crashed", "the process stopped while the task ran")
+            past += journal.record([NewEvent(crashed, plan.conversation_id, plan.task_id)])
+        handle = self._attach(journal, past[0].body.root_conversation_id, past)
+        handle._scheduler.tell("kick")
+        return handle
+
+    def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:
+        handle = SessionHandle(self, journal, root, past)
+        self._sessions[journal.stream] = handle
+        return handle
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close every session, the effect loop and the store (if the runtime opened it)."""
+        for handle in list(self._sessions.values()):
+            handle.close(timeout)
+        with contextlib.suppress(Exception):
+            self.effects.submit(self.client.aclose()).result(timeout)
+        self.effects.close()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

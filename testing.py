@@ -1,0 +1,438 @@
+"""A scripted OpenAI-compatible model server on loopback, for testing code that calls a model.
+
+``ScriptedModelServer`` speaks the Chat Completions protocol (``POST /v1/chat/completions``,
+streamed as server-sent events or answered as one JSON object, with usage) and answers each
+request with the next ``Step`` of its script. It records every request, so a test can assert
+on what the model was shown, and it misbehaves on cue: HTTP errors, dropped connections,
+malformed chunks, slow streams::
+
+    from openai import OpenAI
+    from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+
+    with ScriptedModelServer([
+        Step(tool_calls=[ScriptedToolCall("conv_create", '{"title": "notes"}')]),
+        Step(text="Created."),
+    ]) as server:
+        client = OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        run_my_agent(client)
+        client.close()
+        second = server.requests[1]
+        assert second.messages[-1]["role"] == "tool"
+
+The server is stdlib ``http.server`` in a daemon thread and never writes to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+import sys
+import threading
+from collections import deque
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
+
+import msgspec
+
+__all__ = ["RecordedRequest", "ScriptedModelServer", "ScriptedToolCall", "Step"]
+
+CREATED = 1_700_000_000
+"""The ``created`` stamp of every response: fixed, so recorded runs are deterministic."""
+
+_DROPPED = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+class ScriptedToolCall(msgspec.Struct, frozen=True):
+    """A function call the scripted model makes."""
+
+    name: str
+    """The function's name, e.g. ``conv_create``."""
+    arguments: str = "{}"
+    """The arguments as a JSON string; streamed in about three fragments."""
+    id: str | None = None
+    """The call id; default ``call_<n>``, ``n`` counting calls (from 1) over the server's life."""
+
+
+class Step(msgspec.Struct, frozen=True):
+    """One scripted answer: the reply to one chat completion request."""
+
+    text: str = ""
+    """Assistant text, streamed in chunks of ``chunk_chars`` characters."""
+    tool_calls: list[ScriptedToolCall] = []
+    """Function calls, after the text."""
+    finish_reason: str | None = None
+    """Default ``"tool_calls"`` if there are tool calls, else ``"stop"``."""
+    prompt_tokens: int | None = None
+    """Reported prompt tokens; default a rough count, the request body's bytes // 4."""
+    completion_tokens: int | None = None
+    """Reported completion tokens; default ``len(text) // 4`` plus 10 per tool call."""
+    send_usage: bool = True
+    """Report usage: the last chunk if the client asked (``stream_options.include_usage``), or
+    the ``usage`` field of a non-streamed answer."""
+    chunk_chars: int = 8
+    """Characters of text per streamed chunk."""
+    chunk_delay: float = 0.0
+    """Seconds to wait between streamed chunks (simulated model latency)."""
+    status: int | None = None
+    """Answer with this HTTP error status and an OpenAI-style error body instead."""
+    error_message: str = "scripted error"
+    """The error body's message when ``status`` is set."""
+    disconnect_after: int | None = None
+    """Stream this many chunks, then drop the connection without ``[DONE]`` (a non-streamed
+    request gets no answer at all)."""
+    malformed: bool = False
+    """After the first chunk, send the line ``data: {not json`` and end the stream."""
+
+
+class RecordedRequest(msgspec.Struct, frozen=True):
+    """A request as the server received it: what the model was shown."""
+
+    path: str
+    """The request path, e.g. ``/v1/chat/completions``."""
+    headers: dict[str, str]
+    """The request headers, names lower-cased."""
+    body: dict[str, Any]
+    """The whole JSON body (empty if there was none, or it was not a JSON object)."""
+
+    @property
+    def model(self) -> str:
+        """The model the client asked for."""
+        return str(self.body.get("model", ""))
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The chat messages sent, in order."""
+        return cast(list[dict[str, Any]], self.body.get("messages", []))
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """The tool definitions offered, or None if the request offered none."""
+        return cast(list[dict[str, Any]] | None, self.body.get("tools"))
+
+    @property
+    def stream(self) -> bool:
+        """Whether the client asked for a streamed answer."""
+        return bool(self.body.get("stream", False))
+
+
+class ScriptedModelServer:
+    """An OpenAI Chat Completions server on 127.0.0.1 that answers from a script of ``Step``s."""
+
+    def __init__(self, steps: Iterable[Step] = (), *, model: str = "scripted-model") -> None:
+        self.model = model
+        """The model name the server reports in its answers and in ``GET /v1/models``."""
+        self._cond = threading.Condition()
+        self._steps: deque[Step] = deque(steps)
+        self._requests: list[RecordedRequest] = []
+        self._served = 0  # chat completion requests answered from the script
+        self._calls = 0  # default tool call ids handed out
+        self._disconnects = 0
+        self._connections: set[socket.socket] = set()
+        self._closing = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ScriptedModelServer:
+        """Bind a free loopback port and serve in a daemon thread; a no-op if started."""
+        if self._httpd is None:
+            self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+            self._httpd.script = self
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"ScriptedModelServer:{self._httpd.server_port}",
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving, cut open connections and wait for their threads; idempotent."""
+        if self._httpd is None or self._closing.is_set():
+            return
+        self._closing.set()
+        self._httpd.shutdown()
+        with self._cond:
+            connections = list(self._connections)
+        for conn in connections:  # idle keep-alive connections would otherwise block the join
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> ScriptedModelServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def base_url(self) -> str:
+        """The URL to give an OpenAI client, ``http://127.0.0.1:PORT/v1``."""
+        if self._httpd is None:
+            raise RuntimeError("ScriptedModelServer: call start() (or use `with`) first")
+        return f"http://127.0.0.1:{self._httpd.server_port}/v1"
+
+    def push(self, *steps: Step) -> None:
+        """Append steps to the script (safe while requests are being served)."""
+        with self._cond:
+            self._steps.extend(steps)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, in arrival order (a copy)."""
+        with self._cond:
+            return list(self._requests)
+
+    @property
+    def disconnects(self) -> int:
+        """How many times a client closed the connection before a streamed reply ended."""
+        with self._cond:
+            return self._disconnects
+
+    def wait_for_requests(self, count: int, timeout: float = 10.0) -> list[RecordedRequest]:
+        """Block until ``count`` requests have arrived and return all of them."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self._requests) >= count, timeout):
+                raise TimeoutError(
+                    f"ScriptedModelServer: waited {timeout} s for {count} requests, "
+                    f"{len(self._requests)} arrived"
+                )
+            return list(self._requests)
+
+    def wait_for_disconnects(self, count: int, timeout: float = 10.0) -> None:
+        """Block until clients have dropped ``count`` streamed replies in total."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._disconnects >= count, timeout):
+                raise TimeoutError(
+                    f"ScriptedModelServer: waited {timeout} s for {count} client disconnects, "
+                    f"{self._disconnects} happened"
+                )
+
+    def _admit(
+        self, request: RecordedRequest, wants_step: bool
+    ) -> tuple[int, Step | None, list[str]]:
+        """Record a request and take its step: (request number, step or None, tool call ids)."""
+        with self._cond:
+            self._requests.append(request)
+            self._cond.notify_all()
+            if not wants_step or not self._steps:
+                return self._served, None, []
+            step = self._steps.popleft()
+            self._served += 1
+            ids = []
+            for call in step.tool_calls:
+                if call.id is None:
+                    self._calls += 1
+                ids.append(call.id or f"call_{self._calls}")
+            return self._served, step, ids
+
+    def _track(self, conn: socket.socket, live: bool) -> None:
+        with self._cond:
+            if not live:
+                self._connections.discard(conn)
+            elif self._closing.is_set():  # accepted just before close() took its snapshot
+                conn.shutdown(socket.SHUT_RDWR)
+            else:
+                self._connections.add(conn)
+
+    def _client_dropped(self) -> None:
+        with self._cond:
+            if not self._closing.is_set():
+                self._disconnects += 1
+                self._cond.notify_all()
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    script: ScriptedModelServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client hanging up is a scripted or expected event, not a server fault to print.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+_ERROR_KINDS = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("invalid_request_error", "not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    default = ("server_error" if status >= 500 else "invalid_request_error", None)
+    kind, code = _ERROR_KINDS.get(status, default)
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    size = max(size, 1)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _finish(step: Step) -> str:
+    if step.finish_reason is not None:
+        return step.finish_reason
+    return "tool_calls" if step.tool_calls else "stop"
+
+
+def _usage(step: Step, request_bytes: int) -> dict[str, int]:
+    prompt = request_bytes // 4 if step.prompt_tokens is None else step.prompt_tokens
+    completion = step.completion_tokens
+    if completion is None:
+        completion = len(step.text) // 4 + 10 * len(step.tool_calls)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _completion(step: Step, head: dict[str, Any], ids: list[str], usage: dict[str, int]) -> Any:
+    message: dict[str, Any] = {"role": "assistant", "refusal": None}
+    message["content"] = step.text or (None if step.tool_calls else "")
+    if step.tool_calls:
+        message["tool_calls"] = [
+            {"id": id_, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c, id_ in zip(step.tool_calls, ids, strict=True)
+        ]
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish(step)}
+    return {**head, "choices": [choice], **({"usage": usage} if step.send_usage else {})}
+
+
+def _chunks(
+    step: Step, head: dict[str, Any], ids: list[str], usage: dict[str, int], with_usage: bool
+) -> list[dict[str, Any]]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        # With include_usage OpenAI sends `"usage": null` on every chunk but the last.
+        return {**head, "choices": [choice], **({"usage": None} if with_usage else {})}
+
+    chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
+    chunks += [chunk({"content": piece}) for piece in _pieces(step.text, step.chunk_chars)]
+    for i, (call, id_) in enumerate(zip(step.tool_calls, ids, strict=True)):
+        start = {"index": i, "id": id_, "type": "function"}
+        chunks.append(
+            chunk({"tool_calls": [{**start, "function": {"name": call.name, "arguments": ""}}]})
+        )
+        for piece in _pieces(call.arguments, math.ceil(len(call.arguments) / 3)):
+            chunks.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+    chunks.append(chunk({}, _finish(step)))
+    if with_usage and step.send_usage:
+        chunks.append({**head, "choices": [], "usage": usage})
+    return chunks
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 lets streams use chunked encoding, as OpenAI's do: a stream cut short is then
+    # an incomplete body the client notices, not the clean end of a connection-delimited one.
+    protocol_version = "HTTP/1.1"
+
+    @property
+    def script(self) -> ScriptedModelServer:
+        return cast(_HTTPServer, self.server).script
+
+    def setup(self) -> None:
+        super().setup()
+        self.script._track(self.connection, live=True)
+
+    def finish(self) -> None:
+        self.script._track(self.connection, live=False)
+        super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Keep quiet: a test's output is its own."""
+
+    def do_GET(self) -> None:
+        self.script._admit(self._recorded({}), wants_step=False)
+        if self.path.rstrip("/") == "/v1/models":
+            model = {"id": self.script.model, "object": "model", "created": CREATED}
+            self._send_json(200, {"object": "list", "data": [{**model, "owned_by": "plait"}]})
+        else:
+            self._send_error(404, f"ScriptedModelServer: no route GET {self.path}")
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body = msgspec.json.decode(raw) if raw else {}
+        except msgspec.DecodeError:
+            body = None
+        is_chat = self.path.rstrip("/") == "/v1/chat/completions"
+        request = self._recorded(body if isinstance(body, dict) else {})
+        n, step, ids = self.script._admit(request, wants_step=is_chat and isinstance(body, dict))
+        head = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": CREATED}
+        head["model"] = self.script.model
+        if not is_chat:
+            self._send_error(404, f"ScriptedModelServer: no route POST {self.path}")
+        elif not isinstance(body, dict):
+            self._send_error(400, "ScriptedModelServer: the body is not a JSON object")
+        elif step is None:
+            plural = "" if n == 1 else "s"
+            self._send_error(
+                500, f"ScriptedModelServer: script exhausted after {n} request{plural}"
+            )
+        elif step.status is not None:
+            self._send_error(step.status, step.error_message)
+        elif not request.stream:
+            if step.disconnect_after is None:
+                self._send_json(200, _completion(step, head, ids, _usage(step, len(raw))))
+            else:
+                self.close_connection = True  # no answer at all
+        else:
+            options = body.get("stream_options")
+            with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            head["object"] = "chat.completion.chunk"
+            self._stream(step, _chunks(step, head, ids, _usage(step, len(raw)), with_usage))
+
+    def _recorded(self, body: dict[str, Any]) -> RecordedRequest:
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        return RecordedRequest(self.path, headers, body)
+
+    def _send_error(self, status: int, message: str) -> None:
+        # retry-after-ms keeps the SDK's backoff before retrying a 429 to a millisecond.
+        headers = {"retry-after-ms": "1"} if status == 429 else {}
+        self._send_json(status, _error_body(status, message), headers)
+
+    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = msgspec.json.encode(payload)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, step: Step, chunks: list[dict[str, Any]]) -> None:
+        lines = [b"data: " + msgspec.json.encode(chunk) + b"\n\n" for chunk in chunks]
+        if step.malformed:
+            lines = [*lines[:1], b"data: {not json\n\n"]
+        else:
+            lines.append(b"data: [DONE]\n\n")
+        if step.disconnect_after is not None:
+            lines = lines[: min(step.disconnect_after, len(chunks))]
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for i, line in enumerate(lines):
+                if i and step.chunk_delay and self.script._closing.wait(step.chunk_delay):
+                    return
+                self._write(line)
+            if step.disconnect_after is None:
+                self._write(b"")  # the last HTTP chunk; a dropped stream never gets it
+        except _DROPPED:
+            self.script._client_dropped()
+
+    def _write(self, data: bytes) -> None:
+        """Send one HTTP chunk and flush it."""
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()

@@ -1,0 +1,250 @@
+"""The runtime end to end: real actors, a real HTTP model server, the real openai SDK."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plait.actors.model import ModelSettings
+from plait.events import (
+    AgentMessageDelta,
+    Event,
+    ModelRequestFailed,
+    TaskCompleted,
+    ToolCallCompleted,
+    TurnAborted,
+)
+from plait.events.projections import HistoryProjection
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer() as server:
+        yield server
+
+
+def runtime_for(server: ScriptedModelServer, tmp_path: Path, **kwargs: Any) -> Runtime:
+    settings = ModelSettings(
+        base_url=server.base_url, api_key="test", model="scripted-model", backoff_sec=0.01
+    )
+    return Runtime(tmp_path / "plait.db", model=settings, workdir=tmp_path, **kwargs)
+
+
+def kinds(events: list[Event], conversation: str) -> list[str]:
+    return [type(e.body).__name__ for e in events if e.conversation_id == conversation]
+
+
+def call(name: str, **arguments: Any) -> ScriptedToolCall:
+    return ScriptedToolCall(name, json.dumps(arguments))
+
+
+def assert_histories_valid(events: list[Event]) -> None:
+    state = HistoryProjection().fold(events)
+    assert state.anomalies == []
+    for conv in state.conversations.values():
+        open_calls: list[str] = []
+        for message in conv.messages:
+            if message.role == "tool":
+                open_calls.remove(message.tool_call_id or "")
+            else:
+                assert open_calls == []
+                open_calls = [c.id for c in message.tool_calls or ()]
+
+
+def test_a_task_streams_records_and_completes(server: ScriptedModelServer, tmp_path: Path) -> None:
+    server.push(Step(text="Hello from the model."))
+    with runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session(base_instructions="Be brief.")
+        with session.subscribe() as feed:
+            outcome = session.run("hi", timeout=30)
+            deltas = []
+            while (item := feed.get(timeout=0)) is not None:
+                if isinstance(item, AgentMessageDelta):
+                    deltas.append(item.text)
+        assert outcome.ok and outcome.last_assistant_message == "Hello from the model."
+        assert "".join(deltas) == "Hello from the model."
+        events = runtime.store.read(session.session_id)
+        assert kinds(events, session.root_conversation_id) == [
+            "ConversationOpened",
+            "TaskEnqueued",
+            "TaskStarted",
+            "TurnStarted",
+            "ModelRequested",
+            "ModelResponded",
+            "TokensCounted",
+            "TaskCompleted",
+        ]
+        (request,) = server.requests
+        assert request.messages == [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hi"},
+        ]
+        assert [t["function"]["name"] for t in request.tools or []][:2] == [
+            "conv_create",
+            "conv_send",
+        ]
+        assert session.history() == [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hello from the model."},
+        ]
+
+
+def test_conv_create_replaces_the_task_and_continues_with_the_answer(
+    server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    server.push(
+        Step(
+            text="Asking a helper.",
+            tool_calls=[call("conv_create", user_instruction="Count to 3.")],
+        ),
+        Step(text="1 2 3"),
+        Step(text="The helper counted: 1 2 3"),
+    )
+    with runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        outcome = session.run("Get a helper to count.", timeout=30)
+        assert outcome.ok and outcome.last_assistant_message == "The helper counted: 1 2 3"
+        events = runtime.store.read(session.session_id)
+        root = session.root_conversation_id
+        helper = next(c.id for c in session.conversations() if c.id != root)
+        sequence = [(type(e.body).__name__, e.conversation_id) for e in events]
+        aborted = sequence.index(("TurnAborted", root))
+        helper_started = sequence.index(("TaskStarted", helper))
+        helper_done = sequence.index(("TaskCompleted", helper))
+        continued = [i for i, s in enumerate(sequence) if s == ("TaskStarted", root)][1]
+        assert aborted < helper_started < helper_done < continued
+        replaced = events[aborted].body
+        assert isinstance(replaced, TurnAborted) and replaced.reason == "replaced"
+        answer = next(e.body for e in events[continued:] if isinstance(e.body, ToolCallCompleted))
+        assert json.loads(str(answer.output)) == {
+            "conversation_id": helper,
+            "first_user_message": "Count to 3.",
+            "first_items_count": 1,
+            "last_assistant_message": "1 2 3",
+        }
+        helper_request, continuation_request = server.requests[1], server.requests[2]
+        assert helper_request.messages[1:] == [{"role": "user", "content": "Count to 3."}]
+        assert continuation_request.messages[-1]["role"] == "tool"
+        assert_histories_valid(events)
+
+
+def test_conv_list_history_and_destroy_do_not_interrupt(
+    server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    server.push(
+        Step(tool_calls=[call("conv_create", user_instruction="Say hi.")]),
+        Step(text="hi"),
+        Step(tool_calls=[call("conv_list")]),
+        Step(text="listed"),
+    )
+    with runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("make a helper", timeout=30).ok
+        root = session.root_conversation_id
+        helper = next(c.id for c in session.conversations() if c.id != root)
+        server.push(
+            Step(
+                tool_calls=[
+                    call("conv_history", conversation_id=helper),
+                    call("conv_destroy", conversation_id=root),
+                    call("conv_destroy", conversation_id="nope"),
+                    call("conv_destroy", conversation_id=helper),
+                ]
+            ),
+            Step(text="done"),
+        )
+        assert session.run("inspect", timeout=30).ok
+        events = runtime.store.read(session.session_id)
+        outputs = [
+            json.loads(str(e.body.output)) for e in events if isinstance(e.body, ToolCallCompleted)
+        ]
+        listed = outputs[1]["conversations"]
+        assert [c["id"] for c in listed] == [root, helper]
+        assert all(c["last_active_at"].endswith("Z") for c in listed)
+        assert outputs[2] == {
+            "entries": [{"role": "user", "text": "Say hi."}, {"role": "assistant", "text": "hi"}]
+        }
+        assert outputs[3] == {"ok": False, "reason": "the root conversation cannot be destroyed"}
+        assert outputs[4] == {"ok": False, "reason": "conversation not found"}
+        assert outputs[5] == {"ok": True}
+        assert [c.id for c in session.conversations()] == [root]
+        assert [type(e.body).__name__ for e in events].count("TurnAborted") == 1  # only conv_create
+        assert_histories_valid(events)
+
+
+def test_interrupt_mid_stream_closes_the_stream_and_aborts(
+    server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    server.push(Step(text="word " * 400, chunk_chars=5, chunk_delay=0.01))
+    with runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        with session.subscribe() as feed:
+            task = session.submit("talk a lot")
+            while not isinstance(feed.get(timeout=10), AgentMessageDelta):
+                pass
+            session.interrupt()
+            while True:
+                item = feed.get(timeout=10)
+                assert item is not None, "no TurnAborted after the interrupt"
+                if isinstance(item, Event) and isinstance(item.body, TurnAborted):
+                    break
+        assert item.task_id == task and item.body.reason == "interrupted"
+        server.wait_for_disconnects(1, timeout=10)
+        events = runtime.store.read(session.session_id)
+        assert not any(isinstance(e.body, TaskCompleted) for e in events)
+
+
+def test_model_errors_end_the_task_with_a_reason(
+    server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    server.push(Step(status=500), Step(status=401, error_message="bad key"))
+    with runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        outcome = session.run("hi", timeout=30)
+        assert outcome.status == "failed"
+        assert "401" in outcome.detail and "bad key" in outcome.detail
+        events = runtime.store.read(session.session_id)
+        failures = [e.body for e in events if isinstance(e.body, ModelRequestFailed)]
+        assert [(f.attempt, f.status) for f in failures] == [(1, 500), (2, 401)]
+
+
+def test_interrupt_chains_stop_at_the_depth_limit(
+    server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    server.push(
+        Step(tool_calls=[call("conv_create", user_instruction="go deeper")]),
+        Step(tool_calls=[call("conv_create", user_instruction="deeper still")]),
+        Step(text="could not go deeper"),
+        Step(text="root done"),
+    )
+    with runtime_for(server, tmp_path, max_interrupt_chain_depth=1) as runtime:
+        session = runtime.start_session()
+        outcome = session.run("nest", timeout=30)
+        assert outcome.ok and outcome.last_assistant_message == "root done"
+        refused = server.requests[2].messages[-1]
+        assert refused["role"] == "tool" and "depth limit 1" in refused["content"]
+        assert len(session.conversations()) == 2
+
+
+def test_a_closed_session_resumes_with_its_history(
+    server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    server.push(Step(text="first answer"), Step(text="second answer"))
+    with runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("one", timeout=30).ok
+        session_id = session.session_id
+    with runtime_for(server, tmp_path) as runtime:
+        resumed = runtime.resume(session_id)
+        assert resumed.run("two", timeout=30).last_assistant_message == "second answer"
+        assert [m["content"] for m in server.requests[1].messages[1:]] == [
+            "one",
+            "first answer",
+            "two",
+        ]

@@ -1,0 +1,346 @@
+"""``ScriptedModelServer`` through the real ``openai`` SDK: what it streams, records and breaks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from openai import AsyncOpenAI, OpenAI
+from openai.types.chat import ChatCompletionChunk
+
+from plait.testing import RecordedRequest, ScriptedModelServer, ScriptedToolCall, Step
+
+HELLO: list[Any] = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def client(server: ScriptedModelServer) -> Iterator[OpenAI]:
+    client = OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    yield client
+    client.close()
+
+
+def stream_chat(client: OpenAI, **kwargs: Any) -> list[ChatCompletionChunk]:
+    kwargs.setdefault("messages", HELLO)
+    with client.chat.completions.create(model="m", stream=True, **kwargs) as stream:
+        return list(stream)
+
+
+def text_of(chunks: list[ChatCompletionChunk]) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def tool_calls_of(chunks: list[ChatCompletionChunk]) -> dict[int, dict[str, str]]:
+    """Assemble streamed tool calls by index, as a client must."""
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] += delta.id or ""
+            if delta.function is not None:
+                call["name"] += delta.function.name or ""
+                call["arguments"] += delta.function.arguments or ""
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk_chars"),
+    [("Hello, world! How are you?", 8), ("é日本語🙂 mixed", 3), ("x", 1), ("", 8), ("a" * 100, 7)],
+)
+def test_streamed_text_reassembles_exactly(
+    server: ScriptedModelServer, client: OpenAI, text: str, chunk_chars: int
+) -> None:
+    server.push(Step(text=text, chunk_chars=chunk_chars))
+    chunks = stream_chat(client)
+    assert text_of(chunks) == text
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert {(c.id, c.created, c.model, c.object) for c in chunks} == {
+        ("chatcmpl-1", 1_700_000_000, "scripted-model", "chat.completion.chunk")
+    }
+
+
+def test_streamed_tool_calls_assemble_by_index(server: ScriptedModelServer, client: OpenAI) -> None:
+    arguments = json.dumps({"title": "Quarterly notes", "tags": ["a", "b"], "n": 12})
+    server.push(
+        Step(
+            text="Let me do that.",
+            tool_calls=[
+                ScriptedToolCall("conv_create", arguments),
+                ScriptedToolCall("conv_list", id="call_explicit"),
+                ScriptedToolCall("conv_get", '{"id": 3}'),
+            ],
+        ),
+        Step(tool_calls=[ScriptedToolCall("conv_get")]),
+    )
+    chunks = stream_chat(client)
+    assert text_of(chunks) == "Let me do that."
+    assert tool_calls_of(chunks) == {
+        0: {"id": "call_1", "name": "conv_create", "arguments": arguments},
+        1: {"id": "call_explicit", "name": "conv_list", "arguments": "{}"},
+        2: {"id": "call_2", "name": "conv_get", "arguments": '{"id": 3}'},
+    }
+    fragments = [
+        c.choices[0].delta.tool_calls[0]
+        for c in chunks
+        if c.choices and c.choices[0].delta.tool_calls
+    ]
+    assert sum(f.index == 0 and f.id is None for f in fragments) == 3  # arguments in pieces
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    # Default ids count calls over the server's life, not per request.
+    assert tool_calls_of(stream_chat(client))[0]["id"] == "call_3"
+
+
+@pytest.mark.parametrize(
+    ("include_usage", "send_usage", "expected"),
+    [(True, True, True), (False, True, False), (True, False, False)],
+)
+def test_usage_chunk_comes_only_when_asked_for_and_scripted(
+    server: ScriptedModelServer,
+    client: OpenAI,
+    include_usage: bool,
+    send_usage: bool,
+    expected: bool,
+) -> None:
+    server.push(Step(text="x" * 40, send_usage=send_usage))
+    options: Any = {"include_usage": True} if include_usage else openai.omit
+    chunks = stream_chat(client, stream_options=options)
+    usages = [c.usage for c in chunks if c.usage is not None]
+    if not expected:
+        assert usages == []
+        assert chunks[-1].choices[0].finish_reason == "stop"
+        return
+    assert chunks[-1].choices == []
+    assert usages == [chunks[-1].usage]
+    sent = len(json.dumps(server.requests[0].body, separators=(",", ":")))
+    assert usages[0].completion_tokens == 10
+    assert usages[0].prompt_tokens == pytest.approx(sent // 4, abs=3)
+    assert usages[0].total_tokens == usages[0].prompt_tokens + 10
+
+
+def test_scripted_usage_and_finish_reason_are_reported(
+    server: ScriptedModelServer, client: OpenAI
+) -> None:
+    server.push(Step(text="cut", finish_reason="length", prompt_tokens=1000, completion_tokens=7))
+    chunks = stream_chat(client, stream_options={"include_usage": True})
+    assert chunks[-2].choices[0].finish_reason == "length"
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (1000, 7, 1007)
+
+
+def test_non_streaming_response(server: ScriptedModelServer, client: OpenAI) -> None:
+    server.push(
+        Step(text="Plain answer.", prompt_tokens=5, completion_tokens=3),
+        Step(tool_calls=[ScriptedToolCall("conv_create", '{"a": 1}')]),
+        Step(text="no usage", send_usage=False),
+    )
+    first = client.chat.completions.create(model="m", messages=HELLO)
+    assert (first.id, first.object, first.created) == (
+        "chatcmpl-1",
+        "chat.completion",
+        1_700_000_000,
+    )
+    assert first.choices[0].message.content == "Plain answer."
+    assert first.choices[0].message.tool_calls is None
+    assert first.choices[0].finish_reason == "stop"
+    assert first.usage is not None
+    assert (first.usage.prompt_tokens, first.usage.completion_tokens) == (5, 3)
+
+    second = client.chat.completions.create(model="m", messages=HELLO)
+    message = second.choices[0].message
+    assert message.content is None
+    assert message.tool_calls is not None
+    [call] = message.tool_calls
+    assert call.type == "function"
+    assert (call.id, call.function.name, call.function.arguments) == (
+        "call_1",
+        "conv_create",
+        '{"a": 1}',
+    )
+    assert second.choices[0].finish_reason == "tool_calls"
+
+    assert client.chat.completions.create(model="m", messages=HELLO).usage is None
+
+
+def test_records_what_the_model_was_shown(server: ScriptedModelServer, client: OpenAI) -> None:
+    tools: list[Any] = [
+        {
+            "type": "function",
+            "function": {
+                "name": "conv_create",
+                "description": "Create a conversation.",
+                "parameters": {"type": "object", "properties": {"title": {"type": "string"}}},
+            },
+        }
+    ]
+    messages: list[Any] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Make one."},
+    ]
+    server.push(Step(text="a"), Step(text="b"))
+    stream_chat(client, messages=messages, tools=tools)
+    client.chat.completions.create(model="other", messages=messages[:1])
+
+    first, second = server.wait_for_requests(2)
+    assert isinstance(first, RecordedRequest)
+    assert first.path == "/v1/chat/completions"
+    assert (first.model, first.messages, first.tools, first.stream) == ("m", messages, tools, True)
+    assert first.headers["authorization"] == "Bearer test"
+    assert first.headers["content-type"] == "application/json"
+    assert (second.model, second.messages, second.tools, second.stream) == (
+        "other",
+        messages[:1],
+        None,
+        False,
+    )
+    assert server.requests == [first, second]
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (400, openai.BadRequestError),
+        (401, openai.AuthenticationError),
+        (403, openai.PermissionDeniedError),
+        (429, openai.RateLimitError),
+        (500, openai.InternalServerError),
+        (503, openai.InternalServerError),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_http_errors_map_to_sdk_exceptions(
+    server: ScriptedModelServer,
+    client: OpenAI,
+    status: int,
+    error: type[openai.APIStatusError],
+    stream: bool,
+) -> None:
+    server.push(Step(status=status, error_message=f"scripted {status}"))
+    with pytest.raises(error) as raised:
+        client.chat.completions.create(model="m", messages=HELLO, stream=stream)
+    assert raised.value.status_code == status
+    assert isinstance(raised.value.body, dict)
+    assert raised.value.body["message"] == f"scripted {status}"
+    assert f"scripted {status}" in str(raised.value)
+
+
+def test_rate_limit_is_retried_after_a_millisecond(server: ScriptedModelServer) -> None:
+    server.push(Step(status=429), Step(status=429), Step(text="finally"))
+    with OpenAI(base_url=server.base_url, api_key="test", max_retries=2) as client:
+        answer = client.chat.completions.create(model="m", messages=HELLO)
+    assert answer.choices[0].message.content == "finally"
+    retries = [r.headers["x-stainless-retry-count"] for r in server.requests]
+    assert retries == ["0", "1", "2"]
+
+
+@pytest.mark.parametrize("after", [0, 1, 3, 100])
+def test_midstream_disconnect_makes_the_iteration_raise(
+    server: ScriptedModelServer, client: OpenAI, after: int
+) -> None:
+    server.push(Step(text="abcdefghijklmnopqrstuvwxyz", chunk_chars=4, disconnect_after=after))
+    received: list[ChatCompletionChunk] = []
+    with (
+        pytest.raises(openai.APIConnectionError) as raised,
+        client.chat.completions.create(model="m", messages=HELLO, stream=True) as stream,
+    ):
+        for chunk in stream:
+            received.append(chunk)
+    assert len(received) == min(after, 9)  # role chunk + 7 text chunks + finish chunk
+    assert "incomplete chunked read" in str(raised.value.__cause__)
+
+
+def test_non_streamed_disconnect_raises_a_connection_error(
+    server: ScriptedModelServer, client: OpenAI
+) -> None:
+    server.push(Step(text="never sent", disconnect_after=0))
+    with pytest.raises(openai.APIConnectionError):
+        client.chat.completions.create(model="m", messages=HELLO)
+
+
+def test_malformed_chunk_raises(server: ScriptedModelServer, client: OpenAI) -> None:
+    server.push(Step(text="hello there", malformed=True))
+    received: list[ChatCompletionChunk] = []
+    with (
+        pytest.raises(json.JSONDecodeError),
+        client.chat.completions.create(model="m", messages=HELLO, stream=True) as stream,
+    ):
+        for chunk in stream:
+            received.append(chunk)
+    assert [c.choices[0].delta.role for c in received] == ["assistant"]
+
+
+def test_exhausted_script_answers_500_and_records_the_request(
+    server: ScriptedModelServer, client: OpenAI
+) -> None:
+    server.push(Step(text="one"))
+    stream_chat(client)
+    with pytest.raises(openai.InternalServerError, match="script exhausted after 1 request"):
+        client.chat.completions.create(model="m", messages=HELLO)
+    assert len(server.requests) == 2
+    server.push(Step(text="two"))
+    assert text_of(stream_chat(client)) == "two"
+
+
+def test_unknown_paths_answer_404_and_models_are_listed(
+    server: ScriptedModelServer, client: OpenAI
+) -> None:
+    with pytest.raises(openai.NotFoundError, match="no route POST /v1/completions"):
+        client.completions.create(model="m", prompt="hi")
+    assert [m.id for m in client.models.list()] == ["scripted-model"]
+    assert [r.path for r in server.requests] == ["/v1/completions", "/v1/models"]
+
+
+def test_waits_time_out_naming_what_arrived(server: ScriptedModelServer, client: OpenAI) -> None:
+    server.push(Step(text="a"))
+    stream_chat(client)
+    with pytest.raises(TimeoutError, match="for 2 requests, 1 arrived"):
+        server.wait_for_requests(2, timeout=0.05)
+    with pytest.raises(TimeoutError, match="for 1 client disconnects, 0 happened"):
+        server.wait_for_disconnects(1, timeout=0.05)
+
+
+def test_a_client_closing_midstream_is_counted_as_a_disconnect(
+    server: ScriptedModelServer, client: OpenAI
+) -> None:
+    server.push(Step(text="x" * 400, chunk_chars=1, chunk_delay=0.05), Step(text="whole"))
+    with client.chat.completions.create(model="m", messages=HELLO, stream=True) as stream:
+        for n, _ in enumerate(stream):
+            if n == 2:
+                break
+    server.wait_for_disconnects(1)
+    assert server.disconnects == 1
+    assert text_of(stream_chat(client)) == "whole"  # a stream read to its end is no disconnect
+    assert server.disconnects == 1
+
+
+async def test_async_client_streams_too(server: ScriptedModelServer) -> None:
+    server.push(Step(text="async hello", tool_calls=[ScriptedToolCall("f", '{"x": 1}')]))
+    async with AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0) as client:
+        stream = await client.chat.completions.create(model="m", messages=HELLO, stream=True)
+        async with stream:
+            chunks = [chunk async for chunk in stream]
+    assert text_of(chunks) == "async hello"
+    assert tool_calls_of(chunks) == {0: {"id": "call_1", "name": "f", "arguments": '{"x": 1}'}}
+
+
+def test_lifecycle() -> None:
+    server = ScriptedModelServer([Step(text="hi")])
+    with pytest.raises(RuntimeError, match="start"):
+        _ = server.base_url
+    assert server.start() is server.start()
+    # A client left open keeps an idle keep-alive connection; close() must not wait on it.
+    client = OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    assert client.chat.completions.create(model="m", messages=HELLO).choices[0].message.content
+    server.close()
+    server.close()
+    client.close()
