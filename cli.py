@@ -10,7 +10,6 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,19 +47,15 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Record the demo session in the store, then show what the log holds."""
-    from plait.demo import demo_events
+    """Run a session offline against a scripted model, then show what its log holds."""
+    from plait.demo import run_demo
 
-    store = _open(args, must_exist=False)
-    with store:
-        session, events = demo_events(datetime.now(UTC))
-        written = store.append(session, events, expected_seq=0)
-        print(
-            f"recorded session {session}: {len(written)} events in {_store_url(args)}",
-            file=sys.stderr,
-        )
+    url = _store_url(args)
+    session, outcome = run_demo(url, sys.stdout, sys.stderr)
+    with _open(args) as store:
         _show_session(store, session)
-    return 0
+    print(f"\nstored in {url}; try: plait log {session[:8]}", file=sys.stderr)
+    return 0 if outcome.ok else 1
 
 
 def _show_session(store: Any, session: str) -> None:

@@ -1,90 +1,109 @@
-"""The offline demo: a recorded session of seed 000's interrupt-and-continue story.
+"""The offline demo: a real session run by the runtime against a scripted model.
 
-Until the runtime lands, the demo writes the events such a session produces (the root
-conversation creates a helper with ``conv_create``, the helper calls a read-only tool, the root
-continues with the helper's answer) to the embedded SQLite store, then reads them back and prints
-the projections: conversations, histories, tool-call audit, token usage and the hash-chain check.
+A ``ScriptedModelServer`` stands in for the model (real HTTP, the real ``openai`` SDK, no key,
+no network). The root conversation hands work to a helper with ``conv_create``; the helper
+calls a tool (``conv_list``); the root continues with the helper's answer. The demo streams the
+session as it happens, then prints what the log holds: conversations, histories, the tool-call
+audit, token usage and the hash-chain check.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from typing import Any, TextIO
 
+from plait.actors.model import ModelSettings
 from plait.events.types import (
-    Body,
+    AgentMessageDelta,
     ConversationOpened,
-    ModelRequested,
-    ModelResponded,
-    NewEvent,
-    SessionStarted,
+    Event,
     TaskCompleted,
-    TaskEnqueued,
     TaskStarted,
-    TokensCounted,
     ToolCallCompleted,
     ToolCallRequested,
+    Transient,
     TurnAborted,
-    TurnStarted,
 )
-from plait.events.values import Closure, InputText, TaskPlan, ToolCall, Usage
+from plait.runtime import Runtime, TaskOutcome
+from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
-__all__ = ["demo_events"]
+__all__ = ["QUESTION", "demo_script", "run_demo"]
 
-QUESTION = "What time is it in Tokyo? Ask a helper conversation to find out."
-HELPER_TASK = "Find the current time in Tokyo with the time tool."
-HELPER_ANSWER = "It is 18:04 in Tokyo (Asia/Tokyo, UTC+9)."
-FINAL_ANSWER = "My helper checked: it is 18:04 in Tokyo."
+QUESTION = "Plan a tiny release: ask a helper conversation to check what conversations exist."
+HELPER_TASK = "List this session's conversations and report how many there are."
 
 
-def demo_events(
-    start: datetime, new_id: Callable[[], str] = lambda: str(uuid.uuid4())
-) -> tuple[str, list[NewEvent]]:
-    """Return a session id and the events of the demo session, a few milliseconds apart."""
-    session, root, helper = new_id(), new_id(), new_id()
-    t_root, t_helper, t_cont = new_id(), new_id(), new_id()
-    create_call, time_call = f"call_{new_id()[:8]}", f"call_{new_id()[:8]}"
-    out: list[NewEvent] = []
+def demo_script() -> list[Step]:
+    """The scripted model's answers, in the order the session asks for them."""
+    create = {"user_instruction": HELPER_TASK, "base_instruction_text": "You are a careful helper."}
+    return [
+        Step(
+            text="I'll hand the check to a helper conversation.",
+            tool_calls=[ScriptedToolCall("conv_create", json.dumps(create), id="call_create")],
+            chunk_delay=0.01,
+        ),
+        Step(tool_calls=[ScriptedToolCall("conv_list", "{}", id="call_list")]),
+        Step(text="There are 2 conversations: the root and me.", chunk_delay=0.01),
+        Step(
+            text="The helper found 2 conversations, so the release plan has one reviewer.",
+            chunk_delay=0.01,
+        ),
+    ]
 
-    def add(body: Body, conversation: str | None = None, task: str | None = None) -> None:
-        out.append(NewEvent(body, conversation, task, start + timedelta(milliseconds=len(out))))
 
-    def model_turn(
-        conv: str, task: str, turn: int, text: str, calls: list[ToolCall], tokens: int
-    ) -> None:
-        add(TurnStarted(turn=turn), conv, task)
-        add(ModelRequested("demo-model", "tools", "instructions", message_count=turn), conv, task)
-        usage = Usage(prompt_tokens=tokens, completion_tokens=20, total_tokens=tokens + 20)
-        finish = "tool_calls" if calls else "stop"
-        add(ModelResponded(text, calls, finish, usage), conv, task)
-        add(TokensCounted(usage, context_window=128_000), conv, task)
+def run_demo(store: str, out: TextIO, err: TextIO) -> tuple[str, TaskOutcome]:
+    """Run the demo session in ``store``, streaming it to ``out``; return its id and outcome."""
+    with ScriptedModelServer(demo_script()) as server:
+        settings = ModelSettings(
+            base_url=server.base_url, api_key="offline-demo", model="scripted-model"
+        )
+        with Runtime(store, model=settings) as runtime:
+            session = runtime.start_session(base_instructions="You are the demo's root agent.")
+            print(f"session {session.session_id} (model: scripted, offline)", file=err)
+            printer = _Printer(session.root_conversation_id, out)
+            print(f"\nuser: {QUESTION}", file=out)
+            outcome = session.run(QUESTION, timeout=60, on_item=printer)
+            print("", file=out)
+            return session.session_id, outcome
 
-    add(SessionStarted(root_conversation_id=root, model="demo-model"))
-    add(ConversationOpened(base_instructions="You are the demo's root agent."), root)
-    add(TaskEnqueued(TaskPlan(t_root, root, [InputText(QUESTION)])), root, t_root)
-    add(TaskStarted(), root, t_root)
-    create_args = json.dumps({"user_instruction": HELPER_TASK, "mcp_allowlist": ["time__now"]})
-    call = ToolCall(create_call, "conv_create", create_args)
-    model_turn(root, t_root, 1, "I'll ask a helper conversation.", [call], 120)
-    add(ToolCallRequested(create_call, "conv_create", create_args), root, t_root)
-    add(TurnAborted("replaced", "conv_create", awaiting_call_ids=[create_call]), root, t_root)
-    add(ConversationOpened(parent_id=root, mcp_allowlist=["time__now"]), helper)
-    add(TaskEnqueued(TaskPlan(t_helper, helper, [InputText(HELPER_TASK)], chain_depth=1)), helper)
-    plan = TaskPlan(t_cont, root, closure=Closure(create_call, "conv_create"), chain_depth=1)
-    add(TaskEnqueued(plan), root, t_cont)
-    add(TaskStarted(), helper, t_helper)
-    time_args = json.dumps({"timezone": "Asia/Tokyo"})
-    model_turn(helper, t_helper, 1, "", [ToolCall(time_call, "time__now", time_args)], 90)
-    add(ToolCallRequested(time_call, "time__now", time_args, read_only=True), helper, t_helper)
-    tokyo = json.dumps({"timezone": "Asia/Tokyo", "datetime": "2026-11-23T18:04:00+09:00"})
-    add(ToolCallCompleted(time_call, tokyo, duration_ms=3.2), helper, t_helper)
-    model_turn(helper, t_helper, 2, HELPER_ANSWER, [], 140)
-    add(TaskCompleted(HELPER_ANSWER), helper, t_helper)
-    add(TaskStarted(), root, t_cont)
-    payload = json.dumps({"conversation_id": helper, "last_assistant_message": HELPER_ANSWER})
-    add(ToolCallCompleted(create_call, payload, duration_ms=25.0), root, t_cont)
-    model_turn(root, t_cont, 1, FINAL_ANSWER, [], 200)
-    add(TaskCompleted(FINAL_ANSWER), root, t_cont)
-    return session, out
+
+class _Printer:
+    """Renders the live feed: text as it streams, tools, and which conversation runs."""
+
+    def __init__(self, root: str, out: TextIO) -> None:
+        self.root = root
+        self.out = out
+        self.names: dict[str, str] = {root: "root"}
+        self.speaking: str | None = None
+
+    def __call__(self, item: Event | Transient) -> None:
+        write: Callable[[str], Any] = self.out.write
+        if isinstance(item, AgentMessageDelta):
+            if self.speaking != item.conversation_id:
+                write(f"\n{self._name(item.conversation_id)}: ")
+                self.speaking = item.conversation_id
+            write(item.text)
+            self.out.flush()
+            return
+        body, conv = item.body, item.conversation_id
+        line = None
+        if isinstance(body, ConversationOpened) and conv is not None and conv != self.root:
+            self.names[conv] = f"helper-{len(self.names)}"
+            line = f"[{self._name(conv)} opened by {self._name(body.parent_id)}]"
+        elif isinstance(body, TurnAborted) and body.reason == "replaced":
+            line = f"[{self._name(conv)}'s task is replaced by {body.detail.split(' ')[0]}]"
+        elif isinstance(body, TaskStarted):
+            line = f"[{self._name(conv)} running]"
+        elif isinstance(body, ToolCallRequested):
+            line = f"  -> {body.tool}({body.arguments})"
+        elif isinstance(body, ToolCallCompleted):
+            line = f"  <- {body.outcome}: {body.output}"
+        elif isinstance(body, TaskCompleted):
+            line = f"[{self._name(conv)} done]"
+        if line is not None:
+            write(f"\n{line}")
+            self.speaking = None
+
+    def _name(self, conv: str | None) -> str:
+        return self.names.get(conv or "", (conv or "?")[:8])

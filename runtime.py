@@ -105,11 +105,15 @@ class SessionHandle:
         *,
         conversation_id: str | None = None,
         timeout: float | None = None,
+        on_item: Callable[[Event | Transient], object] | None = None,
     ) -> TaskOutcome:
-        """Submit a task and wait until it and its continuations end; return how."""
+        """Submit a task and wait until it and its continuations end; return how.
+
+        ``on_item`` sees every event and text delta of the session while it waits.
+        """
         with self.subscribe() as feed:
             task_id = self.submit(prompt, conversation_id=conversation_id)
-            return _await_outcome(feed, task_id, timeout)
+            return _await_outcome(feed, task_id, timeout, on_item=on_item)
 
     async def arun(
         self,
@@ -185,7 +189,11 @@ class SessionHandle:
 
 
 def _await_outcome(
-    feed: Feed, task_id: str, timeout: float | None, raise_timeout: bool = True
+    feed: Feed,
+    task_id: str,
+    timeout: float | None,
+    raise_timeout: bool = True,
+    on_item: Callable[[Event | Transient], object] | None = None,
 ) -> TaskOutcome:
     """Follow ``task_id`` through the continuations it chains until the chain ends."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -199,6 +207,8 @@ def _await_outcome(
             if raise_timeout:
                 raise PlaitError(f"task {task_id} did not end within {timeout} s (it goes on)")
             return TaskOutcome(task_id, conversation, "interrupted", detail="timed out")
+        if on_item is not None:
+            on_item(item)
         if not isinstance(item, Event) or item.task_id is None:
             continue
         body = item.body

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -53,6 +55,8 @@ from plait.events.types import (
 from plait.events.values import Closure, Content, TaskPlan, ToolCall, ToolPrefs
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "Conversation", "ConversationDeps"]
+
+log = logging.getLogger("plait")
 
 DEFAULT_INSTRUCTIONS = (
     "You are a capable assistant working in a session of several conversations. "
@@ -153,6 +157,18 @@ class Conversation(pykka.ThreadingActor):
     # --- messages ----------------------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
+        try:
+            return self._receive(message)
+        except Exception as exc:
+            # A bug or a store failure must end the task, not kill the actor and hang the
+            # session: record why (if the store still takes it) and free the timeline.
+            log.exception("conversation %s: %s failed", self.id, type(message).__name__)
+            if self.run is not None and not isinstance(exc, pykka.ActorDeadError):
+                with contextlib.suppress(Exception):
+                    self._abort("failed", f"internal error: {exc!r}")
+            return None
+
+    def _receive(self, message: Any) -> Any:
         match message:
             case Recorded(events=events):
                 self._apply(events)
@@ -173,10 +189,6 @@ class Conversation(pykka.ThreadingActor):
             case "messages":
                 return self.messages
         return None
-
-    def on_failure(self, *args: Any) -> None:  # pragma: no cover - a bug, not a user error
-        if self.run is not None:
-            self.scheduler.tell(TaskEnded(self.run.plan.task_id))
 
     # --- the turn loop -----------------------------------------------------------------------
 
@@ -295,12 +307,14 @@ class Conversation(pykka.ThreadingActor):
                 if isinstance(parsed, str):
                     self._complete(call, parsed, "error")
                 else:
+                    started = time.monotonic()  # the duration enters the log as data
                     result = self.session.ask(BuiltinCall(self.id, name, parsed), timeout=30)
-                    self._complete(call, msgspec.json.encode(result).decode(), "ok")
+                    elapsed = (time.monotonic() - started) * 1000
+                    self._complete(call, msgspec.json.encode(result).decode(), "ok", elapsed)
         self._next_turn()
 
-    def _complete(self, call: ToolCall, output: str, outcome: str) -> None:
-        self._record(ToolCallCompleted(call.id, output, outcome))  # type: ignore[arg-type]
+    def _complete(self, call: ToolCall, output: str, outcome: str, ms: float = 0.0) -> None:
+        self._record(ToolCallCompleted(call.id, output, outcome, ms))  # type: ignore[arg-type]
 
     # --- interrupting tools (seed 000) -------------------------------------------------------
 
@@ -398,8 +412,10 @@ class Conversation(pykka.ThreadingActor):
         assert self.run is not None
         if self.run.future is not None:
             self.run.future.cancel()  # closes the HTTP stream at once
-        self._record(TurnAborted(reason, detail))  # type: ignore[arg-type]
-        self._end()
+        try:
+            self._record(TurnAborted(reason, detail))  # type: ignore[arg-type]
+        finally:
+            self._end()
 
     def _end(self, notify: bool = True) -> None:
         assert self.run is not None

@@ -8,6 +8,7 @@ actor appends what ``decide`` returns and folds it back with ``evolve``.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
@@ -44,6 +45,9 @@ __all__ = [
     "evolve",
     "next_task",
 ]
+
+
+log = logging.getLogger("plait")
 
 
 class TaskResult(msgspec.Struct, frozen=True):
@@ -155,6 +159,13 @@ class Scheduler(pykka.ThreadingActor):
             evolve(self.state, event)
 
     def on_receive(self, message: Any) -> Any:
+        try:
+            return self._receive(message)
+        except Exception:
+            log.exception("scheduler of session %s: %s failed", self.journal.stream, message)
+            return None
+
+    def _receive(self, message: Any) -> Any:
         match message:
             case Recorded(events=events):
                 for event in events:

@@ -8,6 +8,7 @@ waits (conversations ask it), so no two actors of a session can wait on each oth
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pykka
@@ -41,6 +42,8 @@ from plait.events.values import InputImage, InputText, Redacted
 __all__ = ["Session"]
 
 NOT_FOUND = {"ok": False, "reason": "conversation not found"}
+
+log = logging.getLogger("plait")
 
 
 class Session(pykka.ThreadingActor):
@@ -99,6 +102,14 @@ class Session(pykka.ThreadingActor):
     # --- messages ----------------------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
+        try:
+            return self._receive(message)
+        except Exception as exc:
+            # Keep the session alive: a tool asking gets an error result it can show the model.
+            log.exception("session %s: %s failed", self.journal.stream, type(message).__name__)
+            return {"ok": False, "reason": f"internal error: {exc!r}"}
+
+    def _receive(self, message: Any) -> Any:
         match message:
             case Recorded(events=events):
                 for event in events:

@@ -30,33 +30,39 @@ def session_id(cwd: Path) -> str:
     return str(json.loads(lines[0])["stream"])
 
 
-def test_demo_records_a_session_and_shows_its_projections(tmp_path: Path) -> None:
+def test_demo_runs_a_session_through_the_runtime_and_shows_its_log(tmp_path: Path) -> None:
     result = plait(tmp_path, "demo")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / ".plait" / "plait.db").exists()
-    assert "recorded session" in result.stderr
+    assert "(model: scripted, offline)" in result.stderr
     out = result.stdout
-    assert "conversations" in out and "(root)" in out and "(created by" in out
-    assert "conv_create" in out and "time__now" in out
-    assert "My helper checked: it is 18:04 in Tokyo." in out
-    assert "hash chain: 32 events, intact" in out
+    streamed, shown = out.split("\nconversations\n")
+    assert streamed.index("[root's task is replaced by conv_create]") < streamed.index(
+        "[helper-1 running]"
+    )
+    assert "-> conv_list({})" in streamed
+    assert streamed.rstrip().endswith("[root done]")
+    assert "(root)" in shown and "(created by" in shown
+    assert "The helper found 2 conversations" in shown
+    assert "hash chain: 33 events, intact" in shown
 
 
 def test_log_prints_every_event_and_jsonl(demo_dir: Path) -> None:
     session = session_id(demo_dir)
     text = plait(demo_dir, "log", session[:8])
-    assert text.returncode == 0 and len(text.stdout.splitlines()) == 32
+    assert text.returncode == 0 and len(text.stdout.splitlines()) == 33
     assert "SessionStarted" in text.stdout.splitlines()[0]
     lines = plait(demo_dir, "log", session, "--json").stdout.splitlines()
-    assert [json.loads(line)["seq"] for line in lines] == list(range(1, 33))
+    assert [json.loads(line)["seq"] for line in lines] == list(range(1, 34))
 
 
 def test_verify_passes_then_names_the_tampered_seq(demo_dir: Path) -> None:
     session = session_id(demo_dir)
     ok = plait(demo_dir, "verify", session)
-    assert ok.returncode == 0 and ok.stdout.startswith("ok: 32 events")
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: 33 events")
     with sqlite3.connect(demo_dir / ".plait" / "plait.db") as db:
         (data,) = db.execute("SELECT data FROM events WHERE seq = 7").fetchone()
+        assert b"helper" in data
         db.execute(
             "UPDATE events SET data = ? WHERE seq = 7", (data.replace(b"helper", b"HELPER"),)
         )

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recorded import FINAL_ANSWER, HELPER_ANSWER, HELPER_TASK, QUESTION, demo_events
 from strategies import START, new_events, session_items
 
-from plait.demo import FINAL_ANSWER, HELPER_ANSWER, HELPER_TASK, QUESTION, demo_events
 from plait.events import (
     ConversationContextChanged,
     ConversationDestroyed,

@@ -11,7 +11,10 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from plait.demo import demo_events
+sys.path.insert(0, str(Path(__file__).parent.parent))  # the tests' support modules
+
+from recorded import demo_events
+
 from plait.events.codec import to_jsonl
 from plait.events.projections import AuditProjection, HistoryProjection, conversation_index
 from plait.events.stores.sqlite import SqliteStore
