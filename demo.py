@@ -86,6 +86,8 @@ class _Printer:
             write(item.text)
             self.out.flush()
             return
+        if not isinstance(item, Event):
+            return
         body, conv = item.body, item.conversation_id
         line = None
         if isinstance(body, ConversationOpened) and conv is not None and conv != self.root:
