@@ -39,6 +39,7 @@ from plait.events.types import (
     AgentMessageDelta,
     Body,
     ConversationContextChanged,
+    ConversationDestroyed,
     ConversationOpened,
     Event,
     ModelRequested,
@@ -183,9 +184,14 @@ class Conversation(pykka.ThreadingActor):
                             message.attempt, message.error, message.status, message.retry_in_sec
                         )
                     )
-            case Abort(task_id=task_id, reason=reason, detail=detail):
+            case Abort(task_id=task_id, reason=reason, detail=detail, destroy=destroy):
                 if self.run and self.run.plan.task_id == task_id:
-                    self._abort(reason, detail)
+                    extra = [ConversationDestroyed(detail)] if destroy else []
+                    self._abort(reason, detail, *extra)
+                elif destroy:
+                    self._record(ConversationDestroyed(detail), task=None)
+                if destroy:
+                    self.actor_ref.stop(block=False)
             case "messages":
                 return self.messages
         return None
@@ -408,12 +414,12 @@ class Conversation(pykka.ThreadingActor):
 
     # --- ending ------------------------------------------------------------------------------
 
-    def _abort(self, reason: str, detail: str) -> None:
+    def _abort(self, reason: str, detail: str, *after: Body) -> None:
         assert self.run is not None
         if self.run.future is not None:
             self.run.future.cancel()  # closes the HTTP stream at once
         try:
-            self._record(TurnAborted(reason, detail))  # type: ignore[arg-type]
+            self._record(TurnAborted(reason, detail), *after)  # type: ignore[arg-type]
         finally:
             self._end()
 

@@ -55,6 +55,8 @@ class Abort(msgspec.Struct, frozen=True):
     """Recorded in ``TurnAborted``."""
     detail: str = ""
     """For people."""
+    destroy: bool = False
+    """Record the conversation's destruction with the abort (``conv.destroy`` of a running one)."""
 
 
 class ModelFinished(msgspec.Struct, frozen=True):

@@ -31,7 +31,6 @@ from plait.events.projections.history import (
     conversation_index,
 )
 from plait.events.types import (
-    ConversationDestroyed,
     ConversationOpened,
     Event,
     NewEvent,
@@ -145,7 +144,7 @@ class Session(pykka.ThreadingActor):
 
     def _live(self, cid: str) -> bool:
         conv = self.histories.conversations.get(cid)
-        return conv is not None and conv.destroyed_at is None
+        return conv is not None and conv.destroyed_at is None and cid in self.conversations
 
     def _open(self, request: OpenConversation) -> dict[str, Any]:
         parent = self.contexts.get(request.parent_id)
@@ -210,19 +209,19 @@ class Session(pykka.ThreadingActor):
             return {"ok": False, "reason": "a conversation cannot destroy itself"}
         if self._waiting(cid):
             return {"ok": False, "reason": f"conversation {cid} is waiting in the current chain"}
-        running = self.timeline.running
-        ref = self.conversations.pop(cid, None)
-        if running is not None and running.conversation_id == cid and ref is not None:
-            ref.tell(Abort(running.task_id, "interrupted", "conversation destroyed"))
         dropped = [
             NewEvent(TaskDropped("conversation destroyed"), cid, plan.task_id)
             for plan in self.timeline.pending
             if plan.conversation_id == cid
         ]
-        self._record([*dropped, NewEvent(ConversationDestroyed("conv.destroy"), cid)])
-        if ref is not None:
-            self.journal.unlisten(ref)
-            ref.stop(block=False)
+        if dropped:
+            self._record(dropped)
+        ref = self.conversations.pop(cid)
+        self.journal.unlisten(ref)
+        running = self.timeline.running
+        task = running.task_id if running and running.conversation_id == cid else ""
+        # The conversation records its own end: TurnAborted (if it runs), then the destruction.
+        ref.tell(Abort(task, "interrupted", "conversation destroyed", destroy=True))
         return {"ok": True}
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from scripted import assert_histories_valid, call, kinds, runtime_for
 
-from plait.actors.model import ModelSettings
 from plait.events import (
     AgentMessageDelta,
     Event,
@@ -18,43 +17,13 @@ from plait.events import (
     ToolCallCompleted,
     TurnAborted,
 )
-from plait.events.projections import HistoryProjection
-from plait.runtime import Runtime
-from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+from plait.testing import ScriptedModelServer, Step
 
 
 @pytest.fixture
 def server() -> Iterator[ScriptedModelServer]:
     with ScriptedModelServer() as server:
         yield server
-
-
-def runtime_for(server: ScriptedModelServer, tmp_path: Path, **kwargs: Any) -> Runtime:
-    settings = ModelSettings(
-        base_url=server.base_url, api_key="test", model="scripted-model", backoff_sec=0.01
-    )
-    return Runtime(tmp_path / "plait.db", model=settings, workdir=tmp_path, **kwargs)
-
-
-def kinds(events: list[Event], conversation: str) -> list[str]:
-    return [type(e.body).__name__ for e in events if e.conversation_id == conversation]
-
-
-def call(name: str, **arguments: Any) -> ScriptedToolCall:
-    return ScriptedToolCall(name, json.dumps(arguments))
-
-
-def assert_histories_valid(events: list[Event]) -> None:
-    state = HistoryProjection().fold(events)
-    assert state.anomalies == []
-    for conv in state.conversations.values():
-        open_calls: list[str] = []
-        for message in conv.messages:
-            if message.role == "tool":
-                open_calls.remove(message.tool_call_id or "")
-            else:
-                assert open_calls == []
-                open_calls = [c.id for c in message.tool_calls or ()]
 
 
 def test_a_task_streams_records_and_completes(server: ScriptedModelServer, tmp_path: Path) -> None:
