@@ -1,0 +1,114 @@
+"""200 randomly scripted sessions through the real runtime: whatever the model does, the log
+stays consistent — valid histories, one task at a time, every task ended once, an intact chain,
+and live projections equal to a rebuild from the log."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from scripted import assert_histories_valid
+
+from plait.actors.model import ModelSettings
+from plait.actors.scheduler import SchedulerState, evolve
+from plait.events import (
+    Event,
+    SqliteStore,
+    TaskCompleted,
+    TaskStarted,
+    TurnAborted,
+)
+from plait.events.projections import (
+    AuditProjection,
+    HistoryProjection,
+    Projection,
+    TimelineProjection,
+    TokensProjection,
+)
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+
+SESSIONS = 200
+TOOLS = ["conv_list", "conv_history", "conv_create", "conv_send", "conv_destroy", "web_search"]
+
+
+def random_call(rng: random.Random) -> ScriptedToolCall:
+    name = rng.choice(TOOLS)
+    target = f"id-{rng.randint(1, 40)}"  # ids are counted, so some of these exist
+    arguments: dict[str, Any] = {
+        "conv_create": {"user_instruction": "help with part of it"},
+        "conv_send": {"conversation_id": target, "text": "and this?"},
+        "conv_history": {"conversation_id": target, "limit": rng.randint(1, 3)},
+        "conv_destroy": {"conversation_id": target},
+    }.get(name, {})
+    text = json.dumps(arguments) if rng.random() > 0.1 else "{not json"
+    return ScriptedToolCall(rng.choice([name, name.replace("_", ".", 1)]), text)
+
+
+def random_script(rng: random.Random) -> list[Step]:
+    steps = []
+    for _ in range(rng.randint(1, 9)):
+        calls = [random_call(rng) for _ in range(rng.randint(1, 2))] if rng.random() < 0.55 else []
+        status = 500 if rng.random() < 0.05 else None
+        steps.append(
+            Step(text=rng.choice(["", "ok", "thinking it over"]), tool_calls=calls, status=status)
+        )
+    return steps
+
+
+def assert_one_task_at_a_time(events: list[Event]) -> None:
+    state = SchedulerState()
+    started: dict[str, int] = {}
+    ended: dict[str, int] = {}
+    for event in events:
+        if isinstance(event.body, TaskStarted):
+            assert state.running is None, f"seq {event.seq}: a task starts while one runs"
+            started[event.task_id or ""] = event.seq
+        if isinstance(event.body, TaskCompleted | TurnAborted):
+            assert event.task_id not in ended, f"seq {event.seq}: task {event.task_id} ended twice"
+            ended[event.task_id or ""] = event.seq
+        evolve(state, event)
+    assert set(started) == set(ended), "every started task ends exactly once"
+
+
+def assert_rebuilds_agree(events: list[Event], cut: int) -> None:
+    projections: list[Projection[Any]] = [
+        HistoryProjection(),
+        TokensProjection(),
+        AuditProjection(),
+        TimelineProjection(),
+    ]
+    for projection in projections:
+        resumed = projection.load(projection.save(projection.fold(events[:cut])))
+        assert projection.fold(events[cut:], resumed) == projection.fold(events)
+
+
+def test_random_scripted_sessions_keep_the_log_consistent(tmp_path: Path) -> None:
+    rng = random.Random(20261123)
+    store = SqliteStore(tmp_path / "random.db")
+    counter = itertools.count(1)
+    failures = completions = 0
+    for number in range(SESSIONS):
+        with ScriptedModelServer(random_script(rng)) as server:
+            settings = ModelSettings(
+                base_url=server.base_url, api_key="test", backoff_sec=0.001, max_attempts=2
+            )
+            with Runtime(store, model=settings, new_id=lambda: f"id-{next(counter)}") as runtime:
+                session = runtime.start_session()
+                outcome = session.run(f"session {number}", timeout=60)
+                completions += outcome.ok
+                failures += outcome.status == "failed"
+                live = session._histories()
+                session.close()
+        events = store.read(session.session_id)
+        assert store.verify(session.session_id).ok
+        assert_histories_valid(events)
+        assert_one_task_at_a_time(events)
+        rebuilt = HistoryProjection().fold(events)
+        assert live.conversations == rebuilt.conversations
+        assert_rebuilds_agree(events, rng.randint(0, len(events)))
+    assert completions > SESSIONS // 4 and failures > 0  # the scripts reach both ends
+    store.close()
