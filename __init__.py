@@ -3,10 +3,12 @@
 # the modules at this level wire them together. Nothing imports `cli`.
 """plait: replayable, auditable, crash-safe LLM agent sessions."""
 
+from plait.actors.model import ModelSettings
 from plait.errors import (
     ConcurrencyError,
     ConfigError,
     CorruptEventError,
+    ModelError,
     PlaitError,
     StoreError,
     StoreUnavailableError,
@@ -15,6 +17,7 @@ from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
+from plait.runtime import Runtime, SessionHandle, TaskOutcome
 
 __all__ = [
     "ConcurrencyError",
@@ -22,10 +25,15 @@ __all__ = [
     "CorruptEventError",
     "EventStore",
     "MemoryStore",
+    "ModelError",
+    "ModelSettings",
     "PlaitError",
+    "Runtime",
+    "SessionHandle",
     "SqliteStore",
     "StoreError",
     "StoreUnavailableError",
+    "TaskOutcome",
     "open_store",
 ]
 

@@ -51,3 +51,11 @@ def test_every_subpackage_ships_in_the_wheel() -> None:
         if init.relative_to(ROOT).parts[0] not in {"tests", "bench", ".venv", "build"}
     }
     assert declared == found
+
+
+def test_importing_plait_leaves_the_heavy_clients_unloaded() -> None:
+    # `import openai` costs about a second and `import mcp` more: only a model call loads them.
+    code = "import sys, plait, plait.cli; print(sorted({'openai', 'mcp'} & set(sys.modules)))"
+    result = run(sys.executable, "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
