@@ -68,6 +68,15 @@ DEFAULT_INSTRUCTIONS = (
 READ_ONLY_BUILTINS = frozenset({"conv_list", "conv_history"})
 
 
+def sha256_of(value: Any) -> str:
+    """Return the hex sha-256 of ``value``'s canonical JSON."""
+    return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()
+
+
+_TOOLS = builtins.builtin_specs()
+_TOOLS_SHA = sha256_of(_TOOLS)
+
+
 class ConversationDeps(msgspec.Struct, frozen=True):
     """What every conversation of a session shares: the journal, effects, model, settings."""
 
@@ -85,11 +94,6 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     """Where ``base_instruction_file`` paths are resolved; files outside it are refused."""
     max_interrupt_chain_depth: int = 8
     """Nested interrupting tools allowed before the tool returns an error instead."""
-
-
-def sha256_of(value: Any) -> str:
-    """Return the hex sha-256 of ``value``'s canonical JSON."""
-    return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()
 
 
 def _text(content: Content | None) -> str | None:
@@ -126,6 +130,9 @@ class Conversation(pykka.ThreadingActor):
         self.context = ConversationOpened()
         self.run: _Run | None = None
         self.token = 0
+        self._wire: list[dict[str, Any]] = []
+        self._wire_source: list[Any] = []
+        self._wire_hash = hashlib.sha256()
         self._apply(past)
 
     # --- state -------------------------------------------------------------------------------
@@ -151,9 +158,24 @@ class Conversation(pykka.ThreadingActor):
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The history as the model is shown it."""
+        """The history as the model is shown it (a view kept up to date, not rebuilt per turn)."""
+        self._sync_wire()
+        return self._wire
+
+    def _sync_wire(self) -> None:
+        """Convert only the messages added since the last turn; start over after a compaction.
+
+        The running hash covers the history's canonical JSON, so neither the prompt nor its
+        ``messages_sha256`` costs more as the conversation grows.
+        """
         conv = self.histories.conversations.get(self.id)
-        return [m.to_openai() for m in conv.messages] if conv else []
+        history = conv.messages if conv else []
+        if history is not self._wire_source or len(history) < len(self._wire):
+            self._wire_source, self._wire, self._wire_hash = history, [], hashlib.sha256()
+        for message in history[len(self._wire) :]:
+            wire = message.to_openai()
+            self._wire.append(wire)
+            self._wire_hash.update(msgspec.json.encode(wire, order="sorted"))
 
     # --- messages ----------------------------------------------------------------------------
 
@@ -215,14 +237,14 @@ class Conversation(pykka.ThreadingActor):
         if run.plan.base_instructions_override is not None:
             instructions = run.plan.base_instructions_override
         messages = [{"role": "system", "content": instructions}, *self.messages]
-        tools = builtins.builtin_specs() if self.context.tool_prefs.conversation_tools else []
+        tools = _TOOLS if self.context.tool_prefs.conversation_tools else []
         self._record(
             TurnStarted(run.turn),
             ModelRequested(
                 self.deps.model,
-                sha256_of(tools),
+                _TOOLS_SHA if tools else sha256_of(tools),
                 sha256_of(instructions),
-                sha256_of(messages),
+                self._wire_hash.hexdigest(),
                 len(messages),
             ),
         )

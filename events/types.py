@@ -201,7 +201,8 @@ class ModelRequested(Body, frozen=True):
     instructions_sha256: str
     """Hex sha-256 of the system instructions sent."""
     messages_sha256: str = ""
-    """Hex sha-256 of the messages sent."""
+    """Hex sha-256 over the history messages sent, each as canonical (key-sorted) JSON, in
+    order; the system instructions have their own hash."""
     message_count: int = 0
     """How many messages were sent."""
     attempt: int = 1
