@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,9 +30,13 @@ from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 ANSWER = "Escaped quotes now survive the tokenizer; a regression test covers it, all 119 pass."
 MODEL, WARM = "scripted-model", 3
 Line = tuple[str, str, str, str, str]
+WAITS = {
+    "<method 'acquire' of '_thread.lock' objects>",
+    "<method 'get' of '_queue.SimpleQueue' objects>",
+    "<method 'poll' of 'select.epoll' objects>",
+}
 Message = dict[str, Any]
-Calls = list[list[str]]  # [id, name, arguments] per tool call
-Complete = Callable[[list[Message]], tuple[str, Calls]]
+Stream = Callable[[list[Message]], Iterable[Any]]  # a request, and its streamed choices
 
 
 class Shape(msgspec.Struct):
@@ -94,46 +98,51 @@ def ours(tmp: Path, n: int, tool: bool, name: str) -> tuple[list[float], Shape]:
 # --- raw: the same requests from a plain loop, by the SDK or by http.client + msgspec ---------
 
 
-def raw_tasks(complete: Complete, shape: Shape, n: int) -> list[float]:
+def raw_tasks(stream: Stream, shape: Shape, n: int) -> list[float]:
     """Time ``n`` tasks, each a model request (two with a tool call), the history growing."""
     messages: list[Message] = [shape.system]
     times: list[float] = []
     for i in range(n):
         start = time.perf_counter()
         messages.append({"role": "user", "content": prompt(i)})
-        text, calls = complete(messages)
-        if calls:
+        text, calls = gather(stream(messages))
+        if calls:  # one: conv_list
+            [(c, f, a)] = calls
             wire = [{"id": c, "type": "function", "function": {"name": f, "arguments": a}}]
             messages.append({"role": "assistant", "content": text or None, "tool_calls": wire})
-            messages += [{"role": "tool", "tool_call_id": c, "content": shape.tool_output}]
-            text, calls = complete(messages)
+            messages.append({"role": "tool", "tool_call_id": c, "content": shape.tool_output})
+            text, calls = gather(stream(messages))
         messages.append({"role": "assistant", "content": text})
         times.append(time.perf_counter() - start)
     return times
 
 
-def sdk_complete(client: OpenAI, tools: list[Any]) -> Complete:
-    def complete(messages: list[Message]) -> tuple[str, Calls]:
-        text: list[str] = []
-        calls: Calls = []
-        stream = client.chat.completions.create(
+def gather(choices: Iterable[Any]) -> tuple[str, list[list[str]]]:
+    """Concatenate the streamed text and tool calls ([id, name, arguments] each)."""
+    text: list[str] = []
+    calls: list[list[str]] = []
+    for choice in choices:
+        text.append(choice.delta.content or "")
+        for call in choice.delta.tool_calls or ():
+            if call.id and call.function:
+                calls.append([call.id, call.function.name or "", ""])
+            if call.function and call.function.arguments:
+                calls[-1][2] += call.function.arguments
+    return "".join(text), calls
+
+
+def sdk_stream(client: OpenAI, tools: list[Any]) -> Stream:
+    def stream(messages: list[Message]) -> Iterator[Any]:
+        for chunk in client.chat.completions.create(  # type: ignore[call-overload]
             model=MODEL,
-            messages=messages,  # type: ignore[arg-type]
+            messages=messages,
             tools=tools,
             stream=True,
             stream_options={"include_usage": True},
-        )
-        for chunk in stream:
-            for choice in chunk.choices:
-                text.append(choice.delta.content or "")
-                for call in choice.delta.tool_calls or ():
-                    if call.id and call.function:
-                        calls.append([call.id, call.function.name or "", ""])
-                    if call.function and call.function.arguments:
-                        calls[-1][2] += call.function.arguments
-        return "".join(text), calls
+        ):
+            yield from chunk.choices
 
-    return complete
+    return stream
 
 
 class _Function(msgspec.Struct):
@@ -159,44 +168,154 @@ class _Chunk(msgspec.Struct):
     choices: list[_Choice] = []
 
 
-def floor_complete(base_url: str, tools: list[Any]) -> Complete:
+def floor_stream(base_url: str, tools: list[Any]) -> Stream:
     """The floor of DESIGN.md: stdlib HTTP, msgspec to encode the body and decode the SSE."""
     url = urlsplit(base_url)
     decode, encode = msgspec.json.Decoder(_Chunk).decode, msgspec.json.Encoder().encode
     headers = {"Content-Type": "application/json", "Authorization": "Bearer x"}
-    opts = {"include_usage": True}
+    options = {"include_usage": True}
 
-    def complete(messages: list[Message]) -> tuple[str, Calls]:
+    def stream(messages: list[Message]) -> Iterator[Any]:
         body = {"model": MODEL, "messages": messages, "tools": tools, "stream": True}
         conn = http.client.HTTPConnection(url.hostname or "", url.port)
-        conn.request("POST", f"{url.path}/chat/completions", encode({**body, "stream_options": opts}), headers)
-        text: list[str] = []
-        calls: Calls = []
+        content = encode({**body, "stream_options": options})
+        conn.request("POST", f"{url.path}/chat/completions", content, headers)
         for line in conn.getresponse():
-            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                continue
-            for choice in decode(line[6:]).choices:
-                text.append(choice.delta.content or "")
-                for call in choice.delta.tool_calls or ():
-                    if call.id and call.function:
-                        calls.append([call.id, call.function.name or "", ""])
-                    if call.function and call.function.arguments:
-                        calls[-1][2] += call.function.arguments
+            if line.startswith(b"data: {"):
+                yield from decode(line[6:]).choices
         conn.close()
-        return "".join(text), calls
 
-    return complete
+    return stream
 
 
 def raw(n: int, tool: bool, shape: Shape, floor: bool) -> list[float]:
     with ScriptedModelServer(steps(WARM + n, tool), model=MODEL) as server:
         client = OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-        complete = (
-            floor_complete(server.base_url, shape.tools)
-            if floor
-            else sdk_complete(client, shape.tools)
-        )
-        raw_tasks(complete, shape, WARM)
-        times = raw_tasks(complete, shape, n)
+        make = floor_stream if floor else lambda url, tools: sdk_stream(client, tools)
+        stream = make(server.base_url, shape.tools)
+        raw_tasks(stream, shape, WARM)
+        times = raw_tasks(stream, shape, n)
         client.close()
         return times
+
+
+# --- output, diagnosis, profile ----------------------------------------------------------------
+
+
+def turn_lines(ours_s: list[float], raw_s: list[float], raw_name: str) -> list[Line]:
+    n, k = len(ours_s), max(1, len(ours_s) // 10)
+    stats: list[tuple[str, Callable[[list[float]], float]]] = [
+        ("median", statistics.median),
+        ("p90", lambda t: statistics.quantiles(t, n=10)[-1]),
+        (f"median of tasks 1-{k}", lambda t: statistics.median(t[:k])),
+        (f"median of tasks {n - k + 1}-{n}", lambda t: statistics.median(t[-k:])),
+    ]
+    lines: list[Line] = [(f"raw = {raw_name}:", "", "", "", "")]
+    for label, stat in stats:
+        a, b = stat(ours_s), stat(raw_s)
+        lines.append((f"  {label}, ms", ms(a), ms(b), f"{a / b:.2f}x", ""))
+    for (label, stat), goal in zip(stats[::2] + stats[3:], ("<= 2 ms", "", "flat"), strict=True):
+        overhead = ms(stat(ours_s) - stat(raw_s))
+        lines.append((f"  overhead = ours - raw, {label}", overhead, "", "", goal))
+    return lines
+
+
+def diagnose(tmp: Path, n: int) -> None:
+    """Median time from submit to the first of each event, and what store.append costs."""
+    with ScriptedModelServer(steps(WARM + n, False), model=MODEL) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
+        with Runtime(tmp / "diag.db", model=settings, workdir=tmp) as runtime:
+            store, appends = runtime.store, list[float]()
+            append = store.append
+
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return append(*args, **kwargs)
+                finally:
+                    appends.append(time.perf_counter() - start)
+
+            store.append = timed  # type: ignore[method-assign]
+            warm = runtime.start_session()
+            for i in range(WARM):
+                assert warm.run(prompt(i), timeout=60).ok
+            session = runtime.start_session()
+            appends.clear()
+            marks: dict[str, list[float]] = {}
+            for i in range(n):
+                with session.subscribe() as feed:
+                    start = time.perf_counter()
+                    session.submit(prompt(i))
+                    seen: set[str] = set()
+                    while (item := feed.get(timeout=60)) is not None:
+                        name = type(item.body if isinstance(item, Event) else item).__name__
+                        if name not in seen:
+                            seen.add(name)
+                            marks.setdefault(name, []).append(time.perf_counter() - start)
+                        if isinstance(item, Event) and isinstance(item.body, TaskCompleted):
+                            break
+    medians = sorted((statistics.median(t), name) for name, t in marks.items())
+    lines: list[Line] = [(f"submit -> first {name}", ms(t), "", "", "") for t, name in medians]
+    lines += [
+        ("store.append calls per turn", f"{len(appends) / n:.1f}", "", "", ""),
+        ("store.append, median ms", ms(statistics.median(appends)), "", "", ""),
+        ("store.append, total ms per turn", ms(sum(appends) / n), "", "", ""),
+    ]
+    table(f"3. where one turn's time goes (ours, {n} turns, medians)", lines)
+
+
+def profile(tmp: Path, n: int) -> None:
+    """cProfile ``n`` turns of ours in every thread but the model server's."""
+    profilers: list[cProfile.Profile] = []
+
+    def boot(*_: Any) -> None:
+        sys.setprofile(None)
+        name = threading.current_thread().name
+        if not name.startswith("ScriptedModelServer") and "process_request" not in name:
+            profilers.append(profiler := cProfile.Profile())
+            profiler.enable()
+
+    threading.setprofile(boot)
+    main_thread = cProfile.Profile()
+    main_thread.enable()
+    try:
+        ours(tmp, n, False, "profile")
+    finally:
+        main_thread.disable()
+        threading.setprofile(None)
+    stats = pstats.Stats(main_thread).add(*profilers)
+    for key in [key for key in stats.stats if key[2] in WAITS]:  # type: ignore[attr-defined]
+        del stats.stats[key]  # type: ignore[attr-defined]
+    stats.total_tt = sum(row[2] for row in stats.stats.values())  # type: ignore[attr-defined]
+    print(f"\n-- cProfile of {n} turns of ours, all threads but the server's, without")
+    print("   the blocking waits (lock, queue, epoll): top 30 by own time")
+    stats.sort_stats("tottime").print_stats(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="counts / 10, for a smoke run")
+    parser.add_argument("--profile", action="store_true", help="cProfile ours once")
+    args = parser.parse_args()
+    scale = 10 if args.quick else 1
+    turns, tasks = 500 // scale, 200 // scale
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="plait-bench-") as name:
+        tmp = Path(name)
+        for title, n, tool in (
+            (f"1. a plain turn (~20 streamed chunks), {turns} in one session", turns, False),
+            (f"2. a task with one conv_list call (2 model requests), {tasks} tasks", tasks, True),
+        ):
+            ours_s, shape = ours(tmp, n, tool, f"ours-{n}-{tool}")
+            sdk_s, floor_s = raw(n, tool, shape, floor=False), raw(n, tool, shape, floor=True)
+            lines = turn_lines(ours_s, sdk_s, "the openai SDK, same requests")
+            lines += turn_lines(ours_s, floor_s, "http.client + msgspec (floor)")
+            table(title, lines, "ours: Runtime on SQLite (WAL, synchronous=FULL), session.run")
+        diagnose(tmp, 100 // scale)
+        if args.profile:
+            profile(tmp, turns)
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
