@@ -301,11 +301,12 @@ class Conversation(pykka.ThreadingActor):
         ]
         if reply.usage is not None:
             bodies.append(TokensCounted(reply.usage))
-        self._record(*bodies)
         if not reply.tool_calls:
-            self._record(TaskCompleted(reply.text))
+            # The reply and the task's end belong together: one transaction, one fsync.
+            self._record(*bodies, TaskCompleted(reply.text))
             self._end()
             return
+        self._record(*bodies)
         self._run_tools(list(reply.tool_calls))
 
     def _run_tools(self, calls: list[ToolCall]) -> None:

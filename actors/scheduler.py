@@ -171,10 +171,16 @@ class Scheduler(pykka.ThreadingActor):
                 for event in events:
                     evolve(self.state, event)
             case Enqueue(plans=plans):
-                self._record(
-                    [NewEvent(TaskEnqueued(p), p.conversation_id, p.task_id) for p in plans]
-                )
-                self._maybe_start()
+                queued = [NewEvent(TaskEnqueued(p), p.conversation_id, p.task_id) for p in plans]
+                first = plans[0]
+                if self.state.running is None and not self.state.pending and not first.closure:
+                    # Idle: the first task starts at once, in the same transaction.
+                    started = NewEvent(TaskStarted(), first.conversation_id, first.task_id)
+                    self._record([*queued, started])
+                    self.session.tell(Dispatch(RunTask(first, None)))
+                else:
+                    self._record(queued)
+                    self._maybe_start()
             case Replace(plans=plans):
                 front = [
                     NewEvent(TaskEnqueued(p, front=True), p.conversation_id, p.task_id)
