@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
+from report import Line, table
 
 from plait import events as ev
 from plait.events.projections import HistoryProjection
@@ -36,22 +37,9 @@ SHORT_OUTPUT = (
     "1 failed, 118 passed in 0.84s\n"
 )
 StoredRow = tuple[int, str, int, str, int, bytes, bytes]
-Line = tuple[str, str, str, str, str]
 
 
 # --- output ----------------------------------------------------------------------------------
-
-
-def table(title: str, lines: list[Line], note: str = "") -> None:
-    """Print ``lines`` as aligned columns under a section header (and a note)."""
-    rows = [("", "ours", "raw", "ratio", "goal"), *lines]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    print(f"\n== {title}" + (f"\n   {note}" if note else ""))
-    for row in rows:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        print("  " + " | ".join(cells).rstrip())
 
 
 def num(x: float) -> str:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 from openai import OpenAI
+from report import Line, table
 
 from plait.actors.model import ModelSettings
 from plait.events.types import Event, TaskCompleted
@@ -29,7 +30,6 @@ from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 ANSWER = "Escaped quotes now survive the tokenizer; a regression test covers it, all 119 pass."
 MODEL, WARM = "scripted-model", 3
-Line = tuple[str, str, str, str, str]
 WAITS = {
     "<method 'acquire' of '_thread.lock' objects>",
     "<method 'get' of '_queue.SimpleQueue' objects>",
@@ -45,18 +45,6 @@ class Shape(msgspec.Struct):
     system: Message
     tools: list[Any]
     tool_output: str = ""
-
-
-def table(title: str, lines: list[Line], note: str = "") -> None:
-    """Print ``lines`` as aligned columns under a section header (and a note)."""
-    rows = [("", "ours", "raw", "ratio", "goal"), *lines]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    print(f"\n== {title}" + (f"\n   {note}" if note else ""))
-    for row in rows:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        print("  " + " | ".join(cells).rstrip())
 
 
 def ms(x: float) -> str:

@@ -9,6 +9,7 @@ import pytest
 from support import BACKENDS, StoreFactory
 
 from plait.events.store import EventStore
+from plait.testing import ScriptedModelServer
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -31,3 +32,10 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFact
 def store(stores: StoreFactory) -> EventStore:
     """An empty store of each backend."""
     return stores.open()
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedModelServer]:
+    """A scripted model server; tests push the steps they need."""
+    with ScriptedModelServer() as server:
+        yield server

@@ -23,12 +23,6 @@ from plait.testing import ScriptedModelServer, Step
 
 
 @pytest.fixture
-def server() -> Iterator[ScriptedModelServer]:
-    with ScriptedModelServer() as server:
-        yield server
-
-
-@pytest.fixture
 def runtime(server: ScriptedModelServer, tmp_path: Path) -> Iterator[Runtime]:
     with runtime_for(server, tmp_path) as runtime:
         yield runtime

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from scripted import assert_histories_valid, call, kinds, runtime_for
 
 from plait.events import (
@@ -18,12 +16,6 @@ from plait.events import (
     TurnAborted,
 )
 from plait.testing import ScriptedModelServer, Step
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedModelServer]:
-    with ScriptedModelServer() as server:
-        yield server
 
 
 def test_a_task_streams_records_and_completes(server: ScriptedModelServer, tmp_path: Path) -> None:
