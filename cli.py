@@ -22,11 +22,11 @@ def _store_url(args: argparse.Namespace) -> str:
     return str(args.store or os.environ.get("PLAIT_STORE") or DEFAULT_STORE)
 
 
-def _open(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
+def _open(args: argparse.Namespace) -> Any:
     from plait.events.stores import open_store
 
     url = _store_url(args)
-    if must_exist and "://" not in url and url != "memory:" and not Path(url).exists():
+    if "://" not in url and url != "memory:" and not Path(url).exists():
         raise PlaitError(f"{url}: no store here (run `plait demo` first, or pass --store)")
     return open_store(url)
 

@@ -214,8 +214,6 @@ class Conversation(pykka.ThreadingActor):
                     self._record(ConversationDestroyed(detail), task=None)
                 if destroy:
                     self.actor_ref.stop(block=False)
-            case "messages":
-                return self.messages
         return None
 
     # --- the turn loop -----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import msgspec
 
 from plait.events.types import Event
-from plait.events.values import InputItem, TaskPlan, ToolPrefs
+from plait.events.values import TaskPlan, ToolPrefs
 
 __all__ = [
     "Abort",
@@ -152,6 +152,3 @@ class Destroy(msgspec.Struct, frozen=True):
     """The conversation."""
     caller_id: str | None = None
     """The calling conversation, when a tool asks."""
-
-
-InputItems = list[InputItem]

@@ -171,23 +171,9 @@ class Scheduler(pykka.ThreadingActor):
                 for event in events:
                     evolve(self.state, event)
             case Enqueue(plans=plans):
-                queued = [NewEvent(TaskEnqueued(p), p.conversation_id, p.task_id) for p in plans]
-                first = plans[0]
-                if self.state.running is None and not self.state.pending and not first.closure:
-                    # Idle: the first task starts at once, in the same transaction.
-                    started = NewEvent(TaskStarted(), first.conversation_id, first.task_id)
-                    self._record([*queued, started])
-                    self.session.tell(Dispatch(RunTask(first, None)))
-                else:
-                    self._record(queued)
-                    self._maybe_start()
+                self._enqueue(plans, front=False)
             case Replace(plans=plans):
-                front = [
-                    NewEvent(TaskEnqueued(p, front=True), p.conversation_id, p.task_id)
-                    for p in plans
-                ]
-                self._record(front)
-                self._maybe_start()
+                self._enqueue(plans, front=True)
             case TaskEnded():
                 self._maybe_start()
             case Interrupt():
@@ -202,12 +188,28 @@ class Scheduler(pykka.ThreadingActor):
         for event in self.journal.record(items, origin=self.actor_ref):
             evolve(self.state, event)
 
+    def _enqueue(self, plans: tuple[TaskPlan, ...], front: bool) -> None:
+        """Queue ``plans``; if the timeline is free, start the next task in the same
+        transaction (one fsync for both)."""
+        queued = [
+            NewEvent(TaskEnqueued(p, front=front), p.conversation_id, p.task_id) for p in plans
+        ]
+        nxt = None
+        if self.state.running is None:
+            # Front plans go first (the cursor is 0 once the replaced task has ended).
+            nxt = plans[0] if front or not self.state.pending else self.state.pending[0]
+        self._start(nxt, queued)
+
     def _maybe_start(self) -> None:
-        plan = next_task(self.state)
+        self._start(next_task(self.state), [])
+
+    def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> None:
         if plan is None:
+            if before:
+                self._record(before)
             return
         output = continuation_output(self.state, plan)  # before TaskStarted forgets the result
-        self._record([NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)])
+        self._record([*before, NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)])
         self.session.tell(Dispatch(RunTask(plan, output)))
 
     def _interrupt(self) -> None:

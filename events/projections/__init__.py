@@ -1,7 +1,7 @@
 """Projections: pure folds of the event log into what people and the runtime read."""
 
 from plait.events.projections.audit import AuditLog, AuditProjection, AuditRow
-from plait.events.projections.base import Projection, fold
+from plait.events.projections.base import Projection
 from plait.events.projections.history import (
     ChatMessage,
     ConversationHistory,
@@ -31,6 +31,5 @@ __all__ = [
     "TokensProjection",
     "add_usage",
     "conversation_index",
-    "fold",
     "rfc3339",
 ]

@@ -17,7 +17,7 @@ import msgspec
 
 from plait.events.types import Event
 
-__all__ = ["Projection", "fold"]
+__all__ = ["Projection"]
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -63,8 +63,3 @@ class Projection(ABC, Generic[S]):
         """Decode a state saved by ``save``."""
         loaded: S = msgspec.msgpack.decode(data, type=self.state_type)  # type: ignore[assignment]
         return loaded
-
-
-def fold(projection: Projection[S], events: Iterable[Event]) -> S:
-    """Fold ``events`` from the projection's initial state."""
-    return projection.fold(events)
