@@ -111,7 +111,7 @@ class SessionHandle:
 
         ``on_item`` sees every event and text delta of the session while it waits.
         """
-        with self.subscribe() as feed:
+        with self.subscribe(transient=on_item is not None) as feed:
             task_id = self.submit(prompt, conversation_id=conversation_id)
             return _await_outcome(feed, task_id, timeout, on_item=on_item)
 
@@ -135,9 +135,13 @@ class SessionHandle:
         """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``."""
         return cast(dict[str, Any], self._actor.ask(Destroy(conversation_id), timeout=30))
 
-    def subscribe(self) -> Feed:
-        """Return a live feed of the session's events and transient deltas from now on."""
-        return self._journal.feed()
+    def subscribe(self, *, transient: bool = True) -> Feed:
+        """Return a live feed of the session's events from now on.
+
+        Its transient text deltas come too, unless ``transient`` is false: a waiter that reads
+        only events is then not woken for every streamed fragment.
+        """
+        return self._journal.feed(transient)
 
     async def events(self) -> AsyncIterator[Event | Transient]:
         """Iterate over the live feed from asyncio code."""
@@ -175,7 +179,7 @@ class SessionHandle:
         if self._closed:
             return
         self._closed = True
-        with self.subscribe() as feed:
+        with self.subscribe(transient=False) as feed:
             state: SchedulerState = self._scheduler.ask("state", timeout=timeout)
             if state.running is not None:
                 self._scheduler.tell(Interrupt())

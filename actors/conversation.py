@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -236,6 +237,10 @@ class Conversation(pykka.ThreadingActor):
             instructions = run.plan.base_instructions_override
         messages = [{"role": "system", "content": instructions}, *self.messages]
         tools = _TOOLS if self.context.tool_prefs.conversation_tools else []
+        # The request is built from the log alone, so it may go out while its record is being
+        # made durable: the fsync overlaps the network. Its reply comes back as a message, after
+        # this handler; its text deltas are held until the record is in the feeds.
+        deltas = self._call_model(token, messages, tools)
         self._record(
             TurnStarted(run.turn),
             ModelRequested(
@@ -246,16 +251,19 @@ class Conversation(pykka.ThreadingActor):
                 len(messages),
             ),
         )
-        self._call_model(token, messages, tools)
+        deltas.open()
 
-    def _call_model(self, token: int, messages: list[dict[str, Any]], tools: list[Any]) -> None:
+    def _call_model(
+        self, token: int, messages: list[dict[str, Any]], tools: list[Any]
+    ) -> _HeldDeltas:
         from plait.actors.model import ModelRequest
 
         assert self.run is not None
         me, journal, task = self.actor_ref, self.deps.journal, self.run.plan.task_id
+        deltas = _HeldDeltas(journal.publish)
 
         def on_text(text: str) -> None:
-            journal.publish(AgentMessageDelta(self.id, task, text))
+            deltas.publish(AgentMessageDelta(self.id, task, text))
 
         def on_attempt_failed(failed: Any) -> None:
             _tell(
@@ -284,6 +292,7 @@ class Conversation(pykka.ThreadingActor):
 
         self.run.future = future
         future.add_done_callback(done)
+        return deltas
 
     def _model_finished(self, finished: ModelFinished) -> None:
         run = self.run
@@ -450,6 +459,30 @@ class Conversation(pykka.ThreadingActor):
         self.run = None
         if notify:
             self.scheduler.tell(TaskEnded(task_id))
+
+
+class _HeldDeltas:
+    """A model call's text deltas, held back until the turn's record is in the feeds."""
+
+    def __init__(self, publish: Callable[[AgentMessageDelta], None]) -> None:
+        self._publish = publish
+        self._lock = threading.Lock()
+        self._held: list[AgentMessageDelta] | None = []
+
+    def publish(self, delta: AgentMessageDelta) -> None:
+        """Publish ``delta`` now, or hold it until :meth:`open`."""
+        with self._lock:  # held or not, deltas reach the feeds in the order they arrived
+            if self._held is not None:
+                self._held.append(delta)
+            else:
+                self._publish(delta)
+
+    def open(self) -> None:
+        """Publish what was held, and from now on publish at once."""
+        with self._lock:
+            held, self._held = self._held or [], None
+            for delta in held:
+                self._publish(delta)
 
 
 def _tell(ref: Any, message: Any) -> None:

@@ -26,8 +26,10 @@ _CLOSED = object()
 class Feed(Iterator["Event | Transient"]):
     """A live view of a session: its events as they are recorded, and transient deltas."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, transient: bool = True) -> None:
         self._journal = journal
+        self.transient = transient
+        """Whether transient notifications (text deltas) are handed to this feed."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
 
@@ -110,11 +112,15 @@ class Journal:
         """Hand a transient notification to the live feeds (it is never stored)."""
         with self._lock:
             for feed in self._feeds:
-                feed.put(notice)
+                if feed.transient:
+                    feed.put(notice)
 
-    def feed(self) -> Feed:
-        """Return a live feed of everything recorded or published from now on."""
-        feed = Feed(self)
+    def feed(self, transient: bool = True) -> Feed:
+        """Return a live feed of what is recorded from now on.
+
+        Transient notifications are handed to it too, unless ``transient`` is false.
+        """
+        feed = Feed(self, transient)
         with self._lock:
             self._feeds.append(feed)
         return feed
