@@ -34,6 +34,8 @@ from plait.actors.messages import (
     Replace,
     RunTask,
     TaskEnded,
+    ToolFinished,
+    ToolResult,
 )
 from plait.events.projections.history import Histories, HistoryProjection
 from plait.events.types import (
@@ -101,6 +103,31 @@ def _text(content: Content | None) -> str | None:
     return content if isinstance(content, str) or content is None else "[redacted]"
 
 
+class _Batch(msgspec.Struct):
+    """The tool calls of one model reply, being run."""
+
+    calls: list[ToolCall]
+    """In the model's order."""
+    names: list[str | None]
+    """Each call's canonical tool name; ``None``: no such tool here."""
+    parallel: bool
+    """All read-only: start them all at once."""
+    started: int = 0
+    """Calls started (a prefix)."""
+    recorded: int = 0
+    """Calls whose ``ToolCallCompleted`` is recorded (a prefix)."""
+    results: dict[int, ToolResult] = {}
+    """Ended calls not yet recorded, by index."""
+
+
+def _refused(why: str) -> ToolResult:
+    return ToolResult(why, "refused")
+
+
+def _error(why: str) -> ToolResult:
+    return ToolResult(why, "error")
+
+
 class _Run(msgspec.Struct):
     """The task this conversation is running."""
 
@@ -108,6 +135,7 @@ class _Run(msgspec.Struct):
     turn: int = 0
     token: int = 0
     future: Any = None
+    tools: _Batch | None = None
 
 
 class Conversation(pykka.ThreadingActor):
@@ -200,6 +228,8 @@ class Conversation(pykka.ThreadingActor):
                 self._start(message)
             case ModelFinished():
                 self._model_finished(message)
+            case ToolFinished():
+                self._tool_finished(message)
             case AttemptFailedNotice():
                 if self.run and message.token == self.run.token:
                     self._record(
@@ -316,64 +346,98 @@ class Conversation(pykka.ThreadingActor):
         self._record(*bodies)
         self._run_tools(list(reply.tool_calls))
 
+    # --- tools (seed 002: all read-only, concurrently; otherwise serially in the model's order)
+
     def _run_tools(self, calls: list[ToolCall]) -> None:
+        assert self.run is not None
+        names = [builtins.canonical_name(call.name) for call in calls]
+        read_only = [name in READ_ONLY_BUILTINS for name in names]
         self._record(
             *[
-                ToolCallRequested(
-                    call.id,
-                    builtins.canonical_name(call.name) or call.name,
-                    call.arguments,
-                    read_only=builtins.canonical_name(call.name) in READ_ONLY_BUILTINS,
-                )
-                for call in calls
+                ToolCallRequested(call.id, name or call.name, call.arguments, read_only=ro)
+                for call, name, ro in zip(calls, names, read_only, strict=True)
             ]
         )
-        for i, call in enumerate(calls):
-            name = builtins.canonical_name(call.name)
-            arguments = call.arguments if isinstance(call.arguments, str) else "{}"
-            if name is None:
-                self._complete(
-                    call, f"unknown tool {call.name!r}: it is not offered here", "refused"
+        self.run.tools = _Batch(calls, names, parallel=all(read_only))
+        self._advance_tools()
+
+    def _advance_tools(self) -> None:
+        """Start what may start, record what ended in the model's order, then loop the turn.
+
+        Outputs are recorded in the model's order even when calls run concurrently, so the log
+        (and a replay of it) does not depend on which call happened to finish first.
+        """
+        assert self.run is not None and self.run.tools is not None
+        batch = self.run.tools
+        while batch.recorded < len(batch.calls):
+            index = batch.recorded
+            if index in batch.results:
+                result = batch.results.pop(index)
+                call = batch.calls[index]
+                self._record(
+                    ToolCallCompleted(call.id, result.output, result.outcome, result.duration_ms)
                 )
-            elif name in builtins.INTERRUPTING:
-                if self._interrupt(call, name, arguments, calls[i + 1 :]):
-                    return
+                batch.recorded += 1
+            elif batch.started <= index:
+                last = len(batch.calls) if batch.parallel else index + 1
+                while batch.started < last:
+                    batch.started += 1
+                    if self._start_tool(batch, batch.started - 1):
+                        return  # the task was replaced by an interrupting tool
             else:
-                parsed = builtins.parse_arguments(name, arguments)
-                if isinstance(parsed, str):
-                    self._complete(call, parsed, "error")
-                else:
-                    started = time.monotonic()  # the duration enters the log as data
-                    result = self.session.ask(BuiltinCall(self.id, name, parsed), timeout=30)
-                    elapsed = (time.monotonic() - started) * 1000
-                    self._complete(call, msgspec.json.encode(result).decode(), "ok", elapsed)
+                return  # a call is running elsewhere; its ToolFinished continues the batch
+        self.run.tools = None
         self._next_turn()
 
-    def _complete(self, call: ToolCall, output: str, outcome: str, ms: float = 0.0) -> None:
-        self._record(ToolCallCompleted(call.id, output, outcome, ms))  # type: ignore[arg-type]
+    def _start_tool(self, batch: _Batch, index: int) -> bool:
+        """Run or start call ``index``; True when it replaced the task (conv_create/send)."""
+        call, name = batch.calls[index], batch.names[index]
+        arguments = call.arguments if isinstance(call.arguments, str) else "{}"
+        if name is None:
+            batch.results[index] = _refused(f"unknown tool {call.name!r}: it is not offered here")
+        elif name in builtins.INTERRUPTING:
+            outcome = self._interrupt(call, name, arguments, batch.calls[index + 1 :])
+            if outcome is None:
+                return True
+            batch.results[index] = outcome
+        else:
+            batch.results[index] = self._builtin(name, arguments)
+        return False
+
+    def _tool_finished(self, finished: ToolFinished) -> None:
+        run = self.run
+        if run is None or run.tools is None or finished.token != run.token:
+            return  # a call whose turn was aborted: nothing of it is applied
+        run.tools.results[finished.index] = finished.result
+        self._advance_tools()
+
+    def _builtin(self, name: str, arguments: str) -> ToolResult:
+        parsed = builtins.parse_arguments(name, arguments)
+        if isinstance(parsed, str):
+            return _error(parsed)
+        started = time.monotonic()  # the duration enters the log as data
+        result = self.session.ask(BuiltinCall(self.id, name, parsed), timeout=30)
+        elapsed = (time.monotonic() - started) * 1000
+        return ToolResult(msgspec.json.encode(result).decode(), "ok", elapsed)
 
     # --- interrupting tools (seed 000) -------------------------------------------------------
 
-    def _interrupt(self, call: ToolCall, name: str, arguments: str, rest: list[ToolCall]) -> bool:
-        """Replace this task by the target's task and a continuation; False on a tool error."""
+    def _interrupt(
+        self, call: ToolCall, name: str, arguments: str, rest: list[ToolCall]
+    ) -> ToolResult | None:
+        """Replace this task by the target's task and a continuation; ``None`` once replaced,
+        else the tool error to answer the call with."""
         assert self.run is not None
         parsed = builtins.parse_arguments(name, arguments)
         depth = self.run.plan.chain_depth + 1
         if isinstance(parsed, str):
-            self._complete(call, parsed, "error")
-            return False
+            return ToolResult(parsed, "error")
         if depth > self.deps.max_interrupt_chain_depth:
             limit = self.deps.max_interrupt_chain_depth
-            self._complete(
-                call, f"{name} refused: interrupt chain depth limit {limit} reached", "error"
-            )
-            return False
+            return _error(f"{name} refused: interrupt chain depth limit {limit} reached")
         target = self._target(parsed)
         if isinstance(target, str):
-            self._complete(
-                call, msgspec.json.encode({"ok": False, "reason": target}).decode(), "error"
-            )
-            return False
+            return _error(msgspec.json.encode({"ok": False, "reason": target}).decode())
         target_id, items, first_message = target
         new_task = TaskPlan(self.deps.new_id(), target_id, items, chain_depth=depth)
         closure = Closure(
@@ -385,13 +449,14 @@ class Conversation(pykka.ThreadingActor):
             first_items_count=len(items) if name == "conv_create" else None,
         )
         continuation = TaskPlan(self.deps.new_id(), self.id, closure=closure, chain_depth=depth)
-        for later in rest:
-            self._complete(later, "aborted: replaced", "error")
         task_id = self.run.plan.task_id
-        self._record(TurnAborted("replaced", f"{name} -> {target_id}", awaiting_call_ids=[call.id]))
+        self._record(
+            *[ToolCallCompleted(later.id, "aborted: replaced", "error") for later in rest],
+            TurnAborted("replaced", f"{name} -> {target_id}", awaiting_call_ids=[call.id]),
+        )
         self._end(notify=False)
         self.scheduler.tell(Replace(task_id, (new_task, continuation)))
-        return True
+        return None
 
     def _target(self, parsed: Any) -> tuple[str, list[Any], str | None] | str:
         """Open or check the target conversation; return it with the task's input, or why not."""

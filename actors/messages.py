@@ -27,6 +27,8 @@ __all__ = [
     "Replace",
     "RunTask",
     "TaskEnded",
+    "ToolFinished",
+    "ToolResult",
 ]
 
 
@@ -68,6 +70,28 @@ class ModelFinished(msgspec.Struct, frozen=True):
     """The ``ModelReply`` on success."""
     error: str | None = None
     """What went wrong, for people."""
+
+
+class ToolResult(msgspec.Struct, frozen=True):
+    """How one tool call ended: the fields of its ``ToolCallCompleted``."""
+
+    output: str
+    """What the model is shown."""
+    outcome: Literal["ok", "error", "timeout", "refused"] = "ok"
+    """How it ended."""
+    duration_ms: float = 0.0
+    """Wall time of the call, measured where it ran."""
+
+
+class ToolFinished(msgspec.Struct, frozen=True):
+    """A tool call run elsewhere (on the effect loop) ended."""
+
+    token: int
+    """The turn the call belongs to; a stale one is dropped."""
+    index: int
+    """The call's position in the model's reply."""
+    result: ToolResult
+    """How it ended."""
 
 
 class AttemptFailedNotice(msgspec.Struct, frozen=True):
