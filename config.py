@@ -1,0 +1,195 @@
+"""plait's configuration: ``plait.toml``, ``mcp.json``, the environment, then flags.
+
+Where it comes from, in order, each overriding the one before: the defaults below; the file
+(``--config PATH``, else ``PLAIT_CONFIG``, else ``plait.toml`` in the working directory, if
+there is one); ``mcp.json`` files in the ``{"mcpServers": {...}}`` form named by ``mcp_json``;
+the environment (``OPENAI_BASE_URL``, the key in ``model.api_key_env``, ``PLAIT_MODEL``,
+``PLAIT_STORE``); then what the caller passes (the command line's flags). Every value is
+checked by msgspec: an unknown key, a wrong type or a missing field is one ``ConfigError``
+naming the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from plait.errors import ConfigError
+
+__all__ = [
+    "CONFIG_FILE",
+    "DEFAULT_STORE",
+    "Config",
+    "ModelConfig",
+    "PolicyConfig",
+    "StoreConfig",
+    "load_config",
+]
+
+CONFIG_FILE = "plait.toml"
+"""The file looked for in the working directory."""
+DEFAULT_STORE = ".plait/plait.db"
+"""The store when none is configured: a SQLite file under the working directory."""
+
+
+class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[model]``: the OpenAI-compatible server."""
+
+    base_url: str | None = None
+    """The server's base URL (``.../v1``); ``None``: ``OPENAI_BASE_URL``, else OpenAI's."""
+    model: str = "gpt-4o-mini"
+    """The model name sent with each request (``PLAIT_MODEL`` overrides it)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """The environment variable holding the API key (keys never go in the file)."""
+    context_window: int | None = None
+    """The model's context window in tokens, when known."""
+    timeout_sec: float = 60.0
+    """Seconds to connect, and the longest silence inside a stream."""
+    max_attempts: int = 3
+    """Requests sent at most for one completion."""
+
+
+class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[store]``: where the event log lives."""
+
+    url: str = DEFAULT_STORE
+    """A SQLite path (relative to the working directory), ``memory:`` or ``postgresql://...``."""
+
+
+class PolicyConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[policy]``: limits that hold for every session."""
+
+    approval: Literal["never", "on-request", "untrusted"] = "never"
+    """When tool calls wait for a person's approval."""
+    max_interrupt_chain_depth: int = 8
+    """Nested ``conv_create``/``conv_send`` allowed before the tool answers with an error."""
+    max_concurrent_tool_calls: int = 8
+    """MCP calls in flight at once in a session; more wait, in order."""
+    max_concurrent_tool_calls_per_conversation: int = 4
+    """MCP calls in flight at once in one conversation, under the session's cap."""
+
+
+class Config(msgspec.Struct, frozen=True):
+    """Everything configurable, after files, environment and overrides were applied."""
+
+    model: ModelConfig = ModelConfig()
+    """The model server."""
+    store: StoreConfig = StoreConfig()
+    """The event log."""
+    policy: PolicyConfig = PolicyConfig()
+    """Session-wide limits."""
+    mcp_servers: dict[str, Any] = {}
+    """MCP servers by name (``McpServerConfig`` values)."""
+    api_key: str | None = None
+    """The API key read from ``model.api_key_env``; ``None`` when unset."""
+    source: str = "defaults"
+    """The files the configuration was read from, for messages."""
+
+
+class _File(msgspec.Struct, forbid_unknown_fields=True):
+    model: ModelConfig = ModelConfig()
+    store: StoreConfig = StoreConfig()
+    policy: PolicyConfig = PolicyConfig()
+    mcp_servers: dict[str, dict[str, Any]] = {}
+    mcp_json: list[str] = []
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    cwd: str | Path = ".",
+    env: Mapping[str, str] | None = None,
+    model: str | None = None,
+    store: str | None = None,
+) -> Config:
+    """Read the configuration for a run in ``cwd``; ``model``/``store`` are the flags' values.
+
+    Raises ``ConfigError`` naming the file and the key when anything is wrong.
+    """
+    env = os.environ if env is None else env
+    root = Path(cwd)
+    named = path if path is not None else env.get("PLAIT_CONFIG") or None
+    file = Path(named) if named is not None else root / CONFIG_FILE
+    if named is not None and not file.is_absolute():
+        file = root / file
+    parsed, sources = _File(), []
+    if named is not None or file.exists():
+        parsed = _read_toml(file)
+        sources.append(str(file))
+    servers = _servers(parsed.mcp_servers, str(file))
+    for name in parsed.mcp_json:
+        json_path = root / name
+        servers.update(_read_mcp_json(json_path))
+        sources.append(str(json_path))
+    settings = parsed.model
+    changes: dict[str, Any] = {}
+    if env.get("OPENAI_BASE_URL") and settings.base_url is None:
+        changes["base_url"] = env["OPENAI_BASE_URL"]
+    if model or env.get("PLAIT_MODEL"):
+        changes["model"] = model or env["PLAIT_MODEL"]
+    url = store or env.get("PLAIT_STORE") or parsed.store.url
+    if "://" not in url and url != "memory:" and not Path(url).is_absolute():
+        url = str(root / url)
+    return Config(
+        model=msgspec.structs.replace(settings, **changes),
+        store=StoreConfig(url),
+        policy=parsed.policy,
+        mcp_servers=servers,
+        api_key=env.get(settings.api_key_env) or None,
+        source=", ".join(sources) or "defaults",
+    )
+
+
+def _read_toml(path: Path) -> _File:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return _convert(data, _File, path)
+
+
+def _read_mcp_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("mcpServers"), dict):
+        raise ConfigError(f'{path}: expected an object with "mcpServers": {{NAME: {{...}}}}')
+    return _servers(data["mcpServers"], str(path))
+
+
+def _servers(mapping: Mapping[str, Any], source: str) -> dict[str, Any]:
+    if not mapping:
+        return {}
+    from plait.actors.mcp.config import parse_servers
+
+    return dict(parse_servers(mapping, source))
+
+
+def _convert(data: Any, kind: type[_File], path: Path) -> _File:
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{path}: {_where(str(exc))}") from exc
+
+
+def _where(message: str) -> str:
+    """Turn msgspec's ``Expected `int`, got `str` - at `$.policy.x``` into ``policy.x: ...``."""
+    text, _, at = message.partition(" - at `$")
+    key = at.rstrip("`").lstrip(".")
+    if text.startswith("Object contains unknown field"):
+        field = text.split("`")[1]
+        key = f"{key}.{field}" if key else field
+        return f"{key}: unknown key"
+    text = text[0].lower() + text[1:] if text else text
+    return f"{key}: {text}" if key else text
