@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -27,8 +27,10 @@ import pykka
 from plait.actors.conversation import ConversationDeps
 from plait.actors.effects import EffectLoop
 from plait.actors.journal import Feed, Journal
+from plait.actors.mcp.config import McpServerConfig
 from plait.actors.messages import Destroy, Enqueue, Interrupt
 from plait.actors.model import ModelClient, ModelSettings
+from plait.actors.pool import McpLimits
 from plait.actors.scheduler import SchedulerState, evolve
 from plait.actors.session import Session
 from plait.errors import PlaitError
@@ -84,7 +86,14 @@ class SessionHandle:
         self.root_conversation_id = root_id
         """The root conversation, which cannot be destroyed."""
         self._journal = journal
-        self._actor = Session.start(journal, runtime._deps(journal), root_id, past)
+        self._pool: Any = None
+        if runtime.mcp_servers:
+            from plait.actors.pool import McpPool
+
+            self._pool = McpPool.start(
+                journal, runtime.effects, runtime.mcp_servers, past, runtime.mcp_limits
+            )
+        self._actor = Session.start(journal, runtime._deps(journal, self._pool), root_id, past)
         self._scheduler: Any = self._actor.ask("scheduler")
         self._closed = False
 
@@ -189,6 +198,9 @@ class SessionHandle:
             self._actor.stop(timeout=timeout)
         with contextlib.suppress(pykka.ActorDeadError):
             self._scheduler.stop(timeout=timeout)
+        if self._pool is not None:
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._pool.stop(timeout=timeout)  # closes every server: nothing is left running
         self.runtime._sessions.pop(self.session_id, None)
 
 
@@ -248,6 +260,8 @@ class Runtime:
         workdir: str | Path = ".",
         max_interrupt_chain_depth: int = 8,
         new_id: Callable[[], str] | None = None,
+        mcp_servers: Mapping[str, McpServerConfig] | None = None,
+        mcp_limits: McpLimits | None = None,
     ) -> None:
         self._owns_store = not isinstance(store, EventStore)
         self.store = store if isinstance(store, EventStore) else open_store(store)
@@ -255,11 +269,14 @@ class Runtime:
         self.new_id = new_id or (lambda: str(uuid.uuid4()))
         self.workdir = str(workdir)
         self.max_interrupt_chain_depth = max_interrupt_chain_depth
+        self.mcp_servers = dict(mcp_servers or {})
+        """MCP servers by name; each session starts its own, in the background."""
+        self.mcp_limits = mcp_limits
         self.effects = EffectLoop()
         self.client = ModelClient(self.settings)
         self._sessions: dict[str, SessionHandle] = {}
 
-    def _deps(self, journal: Journal) -> ConversationDeps:
+    def _deps(self, journal: Journal, pool: Any = None) -> ConversationDeps:
         return ConversationDeps(
             journal,
             self.effects,
@@ -268,6 +285,7 @@ class Runtime:
             self.new_id,
             self.workdir,
             self.max_interrupt_chain_depth,
+            pool,
         )
 
     def start_session(

@@ -27,15 +27,21 @@ from plait.actors.builtins import ConvCreate, ConvSend
 from plait.actors.messages import (
     Abort,
     AttemptFailedNotice,
+    AwaitServers,
     BuiltinCall,
+    CallTool,
+    CancelCalls,
     ModelFinished,
     OpenConversation,
     Recorded,
     Replace,
     RunTask,
+    ServersSettled,
     TaskEnded,
     ToolFinished,
     ToolResult,
+    ToolView,
+    ViewFor,
 )
 from plait.events.projections.history import Histories, HistoryProjection
 from plait.events.types import (
@@ -97,6 +103,8 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     """Where ``base_instruction_file`` paths are resolved; files outside it are refused."""
     max_interrupt_chain_depth: int = 8
     """Nested interrupting tools allowed before the tool returns an error instead."""
+    pool: Any = None
+    """The session's ``McpPool``; ``None`` when it has no MCP servers."""
 
 
 def _text(content: Content | None) -> str | None:
@@ -110,6 +118,8 @@ class _Batch(msgspec.Struct):
     """In the model's order."""
     names: list[str | None]
     """Each call's canonical tool name; ``None``: no such tool here."""
+    mcp: frozenset[str]
+    """The names that are MCP tools (run by the pool)."""
     parallel: bool
     """All read-only: start them all at once."""
     started: int = 0
@@ -136,6 +146,10 @@ class _Run(msgspec.Struct):
     token: int = 0
     future: Any = None
     tools: _Batch | None = None
+    view: ToolView = ToolView()
+    """The MCP tools this turn offers."""
+    waited: bool = False
+    """Whether this task already waited for MCP servers still starting."""
 
 
 class Conversation(pykka.ThreadingActor):
@@ -230,6 +244,9 @@ class Conversation(pykka.ThreadingActor):
                 self._model_finished(message)
             case ToolFinished():
                 self._tool_finished(message)
+            case ServersSettled(token=token):
+                if self.run is not None and self.run.token == token and self.run.future is None:
+                    self._prompt()
             case AttemptFailedNotice():
                 if self.run and message.token == self.run.token:
                     self._record(
@@ -261,21 +278,35 @@ class Conversation(pykka.ThreadingActor):
         run = self.run
         run.turn += 1
         self.token += 1
-        run.token = token = self.token
+        run.token = self.token
+        self._prompt()
+
+    def _prompt(self) -> None:
+        """Build the turn's prompt and send it, once the MCP servers it needs have started."""
+        assert self.run is not None
+        run = self.run
+        run.view = ToolView()
+        if self.deps.pool is not None:
+            run.view = self.deps.pool.ask(ViewFor(self.context.mcp_allowlist), timeout=30)
+            if run.view.waiting and not run.waited:
+                run.waited = True  # once per task: a late server is not waited for twice
+                self.deps.pool.tell(AwaitServers(run.view.waiting, run.token, self.actor_ref))
+                return  # ServersSettled continues
         instructions = _text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
         if run.plan.base_instructions_override is not None:
             instructions = run.plan.base_instructions_override
         messages = [{"role": "system", "content": instructions}, *self.messages]
-        tools = _TOOLS if self.context.tool_prefs.conversation_tools else []
+        tools = [*(_TOOLS if self.context.tool_prefs.conversation_tools else ()), *run.view.specs]
+        tools_sha = _TOOLS_SHA if tools is _TOOLS or tools == _TOOLS else sha256_of(tools)
         # The request is built from the log alone, so it may go out while its record is being
         # made durable: the fsync overlaps the network. Its reply comes back as a message, after
         # this handler; its text deltas are held until the record is in the feeds.
-        deltas = self._call_model(token, messages, tools)
+        deltas = self._call_model(run.token, messages, tools)
         self._record(
             TurnStarted(run.turn),
             ModelRequested(
                 self.deps.model,
-                _TOOLS_SHA if tools else sha256_of(tools),
+                tools_sha,
                 sha256_of(instructions),
                 self._wire_hash.hexdigest(),
                 len(messages),
@@ -350,15 +381,24 @@ class Conversation(pykka.ThreadingActor):
 
     def _run_tools(self, calls: list[ToolCall]) -> None:
         assert self.run is not None
-        names = [builtins.canonical_name(call.name) for call in calls]
-        read_only = [name in READ_ONLY_BUILTINS for name in names]
+        offered = {tool.name: tool for tool in self.run.view.tools}
+        # A name the model made up, or of a tool outside this conversation's view, is None.
+        names = [
+            builtins.canonical_name(c.name) or (c.name if c.name in offered else None)
+            for c in calls
+        ]
+        read_only = [
+            name in READ_ONLY_BUILTINS or (name in offered and offered[name].read_only)
+            for name in names
+        ]
         self._record(
             *[
                 ToolCallRequested(call.id, name or call.name, call.arguments, read_only=ro)
                 for call, name, ro in zip(calls, names, read_only, strict=True)
             ]
         )
-        self.run.tools = _Batch(calls, names, parallel=all(read_only))
+        mcp = frozenset(name for name in names if name in offered)
+        self.run.tools = _Batch(calls, names, mcp, parallel=all(read_only))
         self._advance_tools()
 
     def _advance_tools(self) -> None:
@@ -395,6 +435,10 @@ class Conversation(pykka.ThreadingActor):
         arguments = call.arguments if isinstance(call.arguments, str) else "{}"
         if name is None:
             batch.results[index] = _refused(f"unknown tool {call.name!r}: it is not offered here")
+        elif name in batch.mcp:
+            assert self.run is not None
+            me, token = self.actor_ref, self.run.token
+            self.deps.pool.tell(CallTool(self.id, token, index, name, arguments, me))
         elif name in builtins.INTERRUPTING:
             outcome = self._interrupt(call, name, arguments, batch.calls[index + 1 :])
             if outcome is None:
@@ -513,6 +557,8 @@ class Conversation(pykka.ThreadingActor):
         assert self.run is not None
         if self.run.future is not None:
             self.run.future.cancel()  # closes the HTTP stream at once
+        if self.run.tools is not None and self.run.tools.mcp:
+            self.deps.pool.tell(CancelCalls(self.id, self.run.token))
         try:
             self._record(TurnAborted(reason, detail), *after)  # type: ignore[arg-type]
         finally:

@@ -11,12 +11,15 @@ from typing import Any, Literal
 import msgspec
 
 from plait.events.types import Event
-from plait.events.values import TaskPlan, ToolPrefs
+from plait.events.values import InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
 
 __all__ = [
     "Abort",
     "AttemptFailedNotice",
+    "AwaitServers",
     "BuiltinCall",
+    "CallTool",
+    "CancelCalls",
     "Destroy",
     "Dispatch",
     "Enqueue",
@@ -26,9 +29,12 @@ __all__ = [
     "Recorded",
     "Replace",
     "RunTask",
+    "ServersSettled",
     "TaskEnded",
     "ToolFinished",
     "ToolResult",
+    "ToolView",
+    "ViewFor",
 ]
 
 
@@ -81,6 +87,8 @@ class ToolResult(msgspec.Struct, frozen=True):
     """How it ended."""
     duration_ms: float = 0.0
     """Wall time of the call, measured where it ran."""
+    images: list[InputImage] = []
+    """Images the tool returned (``data:`` URLs), kept as attachments."""
 
 
 class ToolFinished(msgspec.Struct, frozen=True):
@@ -176,3 +184,70 @@ class Destroy(msgspec.Struct, frozen=True):
     """The conversation."""
     caller_id: str | None = None
     """The calling conversation, when a tool asks."""
+
+
+# --- the MCP pool -------------------------------------------------------------------------------
+
+
+class ViewFor(msgspec.Struct, frozen=True):
+    """Ask the pool which MCP tools a conversation sees now; the reply is a ``ToolView``."""
+
+    allowlist: list[str] | None
+    """The conversation's allowlist (fully-qualified names); ``None``: every tool."""
+
+
+class ToolView(msgspec.Struct, frozen=True):
+    """The MCP tools a conversation sees, as the model is shown them."""
+
+    tools: tuple[McpToolSnapshot, ...] = ()
+    """Sorted by fully-qualified name."""
+    specs: tuple[dict[str, Any], ...] = ()
+    """The Chat Completions tool specs, in the same order."""
+    sha256: str = ""
+    """Hash of ``specs``."""
+    waiting: tuple[str, ...] = ()
+    """Servers of the view still starting: a turn waits for them (up to their timeout)."""
+
+
+class AwaitServers(msgspec.Struct, frozen=True):
+    """Tell ``reply_to`` a ``ServersSettled`` once these servers are ready, failed or late."""
+
+    servers: tuple[str, ...]
+    """Configured server names."""
+    token: int
+    """The turn that waits."""
+    reply_to: Any
+    """The conversation's actor ref."""
+
+
+class ServersSettled(msgspec.Struct, frozen=True):
+    """The servers a turn waited for are ready, failed or out of time: build the prompt."""
+
+    token: int
+    """The turn that waited."""
+
+
+class CallTool(msgspec.Struct, frozen=True):
+    """Run an MCP tool call; its ``ToolFinished`` goes to ``reply_to``."""
+
+    conversation_id: str
+    """The calling conversation (its concurrency limit applies)."""
+    token: int
+    """The calling turn."""
+    index: int
+    """The call's position in the model's reply."""
+    name: str
+    """Fully-qualified tool name."""
+    arguments: str
+    """The arguments as the model sent them (JSON text, checked against the schema)."""
+    reply_to: Any
+    """The conversation's actor ref."""
+
+
+class CancelCalls(msgspec.Struct, frozen=True):
+    """Drop the queued and cancel the running calls of a turn that was aborted."""
+
+    conversation_id: str
+    """The conversation."""
+    token: int
+    """The aborted turn."""

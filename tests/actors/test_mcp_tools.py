@@ -1,0 +1,158 @@
+"""MCP tools in the turn loop: a real test server over stdio, a scripted model over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from scripted import assert_histories_valid, call, kinds, runtime_for
+
+from plait.actors.mcp import McpServerConfig
+from plait.events.types import (
+    Event,
+    McpServerReady,
+    ModelRequested,
+    ToolCallCompleted,
+    ToolCallRequested,
+    TurnAborted,
+)
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
+
+SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
+
+
+def mcp_server(*args: str, **config: Any) -> McpServerConfig:
+    return McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio", *args], **config)
+
+
+def mcp_runtime(server: ScriptedModelServer, tmp_path: Path, **servers: McpServerConfig) -> Runtime:
+    return runtime_for(server, tmp_path, mcp_servers=servers or {"t": mcp_server()})
+
+
+def bodies(events: list[Event], kind: type[Any]) -> list[Any]:
+    return [e.body for e in events if isinstance(e.body, kind)]
+
+
+def tool_names(request: Any) -> list[str]:
+    return [tool["function"]["name"] for tool in request.body.get("tools", [])]
+
+
+def test_a_call_goes_to_the_server_and_its_output_back_to_the_model(tmp_path: Path) -> None:
+    script = [Step(tool_calls=[call("t__echo", text="hello")]), Step(text="it said hello")]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        outcome = session.run("echo hello", timeout=60)
+        events = runtime.store.read(session.session_id)
+    assert outcome.last_assistant_message == "it said hello"
+    # The first turn waited for the server: the model saw built-ins, then MCP tools by name.
+    names = tool_names(server.requests[0])
+    assert names[:5] == ["conv_create", "conv_send", "conv_list", "conv_history", "conv_destroy"]
+    assert names[5:] == sorted(names[5:]) and "t__echo" in names and "t__crash" in names
+    [requested] = bodies(events, ToolCallRequested)
+    assert (requested.tool, requested.read_only) == ("t__echo", True)
+    [completed] = bodies(events, ToolCallCompleted)
+    assert (completed.output, completed.outcome) == ("hello", "ok")
+    assert server.requests[1].messages[-1] == {
+        "role": "tool",
+        "content": "hello",
+        "tool_call_id": requested.call_id,
+    }
+    [ready] = bodies(events, McpServerReady)
+    assert ready.server == "t" and len(ready.tools) >= 10  # listed across pages
+    assert_histories_valid(events)
+
+
+def test_the_tool_list_and_its_hash_are_the_same_in_every_session(tmp_path: Path) -> None:
+    hashes, lists = [], []
+    for run in range(2):
+        with (
+            ScriptedModelServer([Step(text="ok")]) as server,
+            mcp_runtime(server, tmp_path / str(run)) as runtime,
+        ):
+            session = runtime.start_session()
+            assert session.run("hi", timeout=60).ok
+            events = runtime.store.read(session.session_id)
+            [requested] = bodies(events, ModelRequested)
+            hashes.append(requested.tools_sha256)
+            lists.append(json.dumps(server.requests[0].body["tools"], sort_keys=True))
+    assert hashes[0] == hashes[1] and lists[0] == lists[1]
+
+
+def test_tools_outside_the_view_are_refused_and_recorded(tmp_path: Path) -> None:
+    script = [
+        Step(tool_calls=[call("t__note", key="k", text="x"), call("t__invented")]),
+        Step(text="done"),
+    ]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session(mcp_allowlist=["t__echo"])
+        assert session.run("try", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    assert tool_names(server.requests[0])[5:] == ["t__echo"]
+    outcomes = [(c.outcome, c.output) for c in bodies(events, ToolCallCompleted)]
+    assert [o for o, _ in outcomes] == ["refused", "refused"]
+    assert "t__note" in outcomes[0][1] and "not offered" in outcomes[0][1]
+    assert_histories_valid(events)
+
+
+def test_errors_and_bad_arguments_go_back_to_the_model(tmp_path: Path) -> None:
+    script = [
+        Step(tool_calls=[call("t__fail", message="disk full")]),
+        Step(tool_calls=[call("t__add", a="one", b=2)]),
+        Step(text="gave up"),
+    ]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("go", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    failed, invalid = bodies(events, ToolCallCompleted)
+    assert failed.outcome == "error" and "disk full" in failed.output
+    assert invalid.outcome == "error" and "arguments" in invalid.output and "a" in invalid.output
+    assert_histories_valid(events)
+
+
+def test_an_interrupt_during_a_tool_call_aborts_the_task(tmp_path: Path) -> None:
+    script = [Step(tool_calls=[call("t__slow", seconds=30)]), Step(text="never")]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        with session.subscribe(transient=False) as feed:
+            session.submit("be slow")
+            for item in feed:
+                if isinstance(item, Event) and isinstance(item.body, ToolCallRequested):
+                    session.interrupt()
+                if isinstance(item, Event) and isinstance(item.body, TurnAborted):
+                    break
+        events = runtime.store.read(session.session_id)
+    root = events[1].conversation_id or ""
+    assert kinds(events, root)[-2:] == ["ToolCallRequested", "TurnAborted"]
+    assert bodies(events, TurnAborted)[0].reason == "interrupted"
+    assert_histories_valid(events)  # the open call got its synthetic output
+    assert len(server.requests) == 1
+
+
+def test_closing_the_runtime_leaves_no_server_running(tmp_path: Path) -> None:
+    with ScriptedModelServer([Step(text="ok")]) as server:
+        with mcp_runtime(server, tmp_path) as runtime:
+            session = runtime.start_session()
+            assert session.run("hi", timeout=60).ok
+            pids = [int(p) for p in _children()]
+            assert pids, "the server process should be running"
+        assert [p for p in pids if _alive(p)] == []
+
+
+def _children() -> list[str]:
+    """The pids of this process's children, whichever of its threads started them."""
+    tasks = Path(f"/proc/{os.getpid()}/task").iterdir()
+    return [pid for task in tasks for pid in (task / "children").read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.split(")")[-1].split()[0] != "Z"
