@@ -31,6 +31,7 @@ from plait.actors.messages import (
     BuiltinCall,
     CallTool,
     CancelCalls,
+    CheckAllowlist,
     ModelFinished,
     OpenConversation,
     Recorded,
@@ -51,6 +52,7 @@ from plait.events.types import (
     ConversationDestroyed,
     ConversationOpened,
     Event,
+    McpAllowlistNormalized,
     ModelRequested,
     ModelRequestFailed,
     ModelResponded,
@@ -525,12 +527,18 @@ class Conversation(pykka.ThreadingActor):
             }
             known = {k: v for k, v in given.items() if k in ToolPrefs.__struct_fields__}
             prefs = msgspec.structs.replace(self.context.tool_prefs, **known)
+        allowlist = parsed.mcp_allowlist
+        if allowlist:
+            checked = self._check_allowlist(allowlist)
+            if isinstance(checked, str):
+                return checked
+            allowlist = checked
         opened = self.session.ask(
             OpenConversation(
                 self.id,
                 base,
                 inherit_base=base is None,
-                mcp_allowlist=parsed.mcp_allowlist,
+                mcp_allowlist=allowlist,
                 tool_prefs=prefs,
             ),
             timeout=30,
@@ -539,6 +547,17 @@ class Conversation(pykka.ThreadingActor):
             return str(opened.get("reason"))
         items = builtins.input_items(parsed.user_instruction, parsed.items)
         return str(opened["conversation_id"]), items, parsed.user_instruction
+
+    def _check_allowlist(self, entries: list[str]) -> list[str] | str:
+        """Return ``conv_create``'s allowlist normalized, or why it is refused."""
+        if self.deps.pool is None:
+            return f"mcp_allowlist names {entries[0]!r}, but this session has no MCP servers"
+        checked = self.deps.pool.ask(CheckAllowlist(entries), timeout=30)
+        if isinstance(checked, str):
+            return checked
+        if checked.deprecated:
+            self._record(McpAllowlistNormalized(checked.deprecated, checked.became))
+        return list(checked.names)
 
     def _read_instructions(self, name: str) -> str:
         """Return a file's text, or ``!reason`` when it is outside the workdir or unreadable."""

@@ -15,11 +15,13 @@ from plait.events.values import InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
 
 __all__ = [
     "Abort",
+    "Allowlist",
     "AttemptFailedNotice",
     "AwaitServers",
     "BuiltinCall",
     "CallTool",
     "CancelCalls",
+    "CheckAllowlist",
     "Destroy",
     "Dispatch",
     "Enqueue",
@@ -251,3 +253,21 @@ class CancelCalls(msgspec.Struct, frozen=True):
     """The conversation."""
     token: int
     """The aborted turn."""
+
+
+class CheckAllowlist(msgspec.Struct, frozen=True):
+    """Check and normalize an ``mcp_allowlist``; the reply is an ``Allowlist`` or an error text."""
+
+    entries: list[str]
+    """As the caller gave them (``server__tool``, or the deprecated ``server/tool``)."""
+
+
+class Allowlist(msgspec.Struct, frozen=True):
+    """A checked allowlist."""
+
+    names: list[str]
+    """Fully-qualified names, sorted."""
+    deprecated: list[str] = []
+    """Entries given as ``server/tool``."""
+    became: list[str] = []
+    """What each deprecated entry became, in the same order."""

@@ -21,17 +21,20 @@ import msgspec
 import pykka
 
 from plait.actors.mcp.config import McpServerConfig
-from plait.actors.mcp.names import Conflict, merge, openai_spec, tool_list_hash
+from plait.actors.mcp.names import Conflict, merge, openai_spec, qualify, tool_list_hash
 from plait.actors.messages import (
+    Allowlist,
     AwaitServers,
     CallTool,
     CancelCalls,
+    CheckAllowlist,
     ServersSettled,
     ToolFinished,
     ToolResult,
     ToolView,
     ViewFor,
 )
+from plait.errors import ToolError
 from plait.events.types import (
     Event,
     McpServerFailed,
@@ -198,6 +201,24 @@ class McpPool(pykka.ThreadingActor):
 
         await asyncio.gather(*(one(server) for server in servers))
 
+    def _check_allowlist(self, request: CheckAllowlist) -> Allowlist | str:
+        """Normalize ``server/tool`` entries; refuse malformed ones and tools nobody offers.
+
+        A tool of a server still starting cannot be checked yet: it is taken on trust.
+        """
+        from plait.actors.mcp.names import normalize_allowlist, server_of
+
+        unsettled = [s for s in self.configs if s not in self.catalog.settled]
+        given = [qualify(*e.split("/", 1)) if e.count("/") == 1 else e for e in request.entries]
+        trusted = {name for name in given if server_of(name, unsettled) is not None}
+        try:
+            names, _ = normalize_allowlist(request.entries, {*self.tools, *trusted})
+        except ToolError as exc:
+            return str(exc)
+        deprecated = [e for e in request.entries if "/" in e]
+        became = [qualify(*e.split("/", 1)) for e in deprecated]
+        return Allowlist(names, deprecated, became)
+
     # --- calls -------------------------------------------------------------------------------
 
     def _call(self, request: CallTool) -> None:
@@ -275,6 +296,8 @@ class McpPool(pykka.ThreadingActor):
         match message:
             case ViewFor():
                 return self._view(message)
+            case CheckAllowlist():
+                return self._check_allowlist(message)
             case CallTool():
                 self._call(message)
             case CancelCalls():

@@ -12,7 +12,9 @@ from scripted import assert_histories_valid, call, kinds, runtime_for
 
 from plait.actors.mcp import McpServerConfig
 from plait.events.types import (
+    ConversationOpened,
     Event,
+    McpAllowlistNormalized,
     McpServerReady,
     ModelRequested,
     ToolCallCompleted,
@@ -156,3 +158,39 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.split(")")[-1].split()[0] != "Z"
+
+
+def test_conv_create_narrows_the_view_and_normalizes_server_slash_tool(tmp_path: Path) -> None:
+    script = [
+        Step(tool_calls=[call("conv_create", user_instruction="go", mcp_allowlist=["t/echo"])]),
+        Step(text="child done"),  # the child's only turn
+        Step(tool_calls=[call("conv_create", user_instruction="go", mcp_allowlist=["t__nope"])]),
+        Step(text="root done"),
+    ]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("delegate", timeout=60).last_assistant_message == "root done"
+        events = runtime.store.read(session.session_id)
+    assert tool_names(server.requests[1])[5:] == ["t__echo"]  # the child's view
+    [normalized] = bodies(events, McpAllowlistNormalized)
+    assert (normalized.entries, normalized.names) == (["t/echo"], ["t__echo"])
+    refused = bodies(events, ToolCallCompleted)[-1]
+    assert refused.outcome == "error" and "t__nope" in refused.output
+    assert len(runtime_conversations(events)) == 2  # the refused one was never opened
+    assert_histories_valid(events)
+
+
+def test_a_child_inherits_the_callers_view(tmp_path: Path) -> None:
+    script = [
+        Step(tool_calls=[call("conv_create", user_instruction="go")]),
+        Step(text="child done"),
+        Step(text="root done"),
+    ]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session(mcp_allowlist=["t__add"])
+        assert session.run("delegate", timeout=60).ok
+    assert tool_names(server.requests[0])[5:] == tool_names(server.requests[1])[5:] == ["t__add"]
+
+
+def runtime_conversations(events: list[Event]) -> list[str]:
+    return [e.conversation_id or "" for e in events if isinstance(e.body, ConversationOpened)]
