@@ -376,12 +376,12 @@ class Conversation(pykka.ThreadingActor):
             self._record(*bodies, TaskCompleted(reply.text))
             self._end()
             return
-        self._record(*bodies)
-        self._run_tools(list(reply.tool_calls))
+        self._run_tools(list(reply.tool_calls), bodies)
 
     # --- tools (seed 002: all read-only, concurrently; otherwise serially in the model's order)
 
-    def _run_tools(self, calls: list[ToolCall]) -> None:
+    def _run_tools(self, calls: list[ToolCall], reply: list[Body]) -> None:
+        """Record the reply with its calls (one transaction, one fsync), then run them."""
         assert self.run is not None
         offered = {tool.name: tool for tool in self.run.view.tools}
         # A name the model made up, or of a tool outside this conversation's view, is None.
@@ -394,10 +394,11 @@ class Conversation(pykka.ThreadingActor):
             for name in names
         ]
         self._record(
+            *reply,
             *[
                 ToolCallRequested(call.id, name or call.name, call.arguments, read_only=ro)
                 for call, name, ro in zip(calls, names, read_only, strict=True)
-            ]
+            ],
         )
         mcp = frozenset(name for name in names if name in offered)
         self.run.tools = _Batch(calls, names, mcp, parallel=all(read_only))
