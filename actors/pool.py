@@ -249,23 +249,16 @@ class McpPool(pykka.ThreadingActor):
         coroutine = self.servers.call(call.server, call.snapshot.tool, request.arguments)
         call.future = future = self.effects.submit(coroutine)
 
-        def done(f: Future[Any]) -> None:
-            self._tell(_Ended(key, None if f.cancelled() else f))
+        def done(f: Future[Any]) -> None:  # on the loop: answer the caller first, directly
+            if not f.cancelled():
+                result = _result(request.name, f)
+                _reply(request.reply_to, ToolFinished(request.token, request.index, result))
+            self._tell(_Ended(key))
 
         future.add_done_callback(done)
 
     def _ended(self, ended: _Ended) -> None:
-        call = self.running.pop(ended.key, None)
-        if call is not None and ended.future is not None:
-            request = call.request
-            error = ended.future.exception()
-            if error is not None:
-                result = ToolResult(f"{request.name} failed: {error!r}", "error")
-            else:
-                done = ended.future.result()
-                images = [InputImage(f"data:{mime};base64,{data}") for mime, data in done.images]
-                result = ToolResult(done.output, done.outcome, done.duration_ms, images)
-            _reply(request.reply_to, ToolFinished(request.token, request.index, result))
+        self.running.pop(ended.key, None)
         self._dispatch()
 
     def _cancel(self, request: CancelCalls) -> None:
@@ -317,7 +310,15 @@ class _Reported(msgspec.Struct, frozen=True):
 
 class _Ended(msgspec.Struct, frozen=True):
     key: tuple[str, int, int]
-    future: Any
+
+
+def _result(name: str, future: Future[Any]) -> ToolResult:
+    error = future.exception()
+    if error is not None:  # McpServers.call reports failures as results: this is a bug
+        return ToolResult(f"{name} failed: {error!r}", "error")
+    done = future.result()
+    images = [InputImage(f"data:{mime};base64,{data}") for mime, data in done.images]
+    return ToolResult(done.output, done.outcome, done.duration_ms, images)
 
 
 def _reply(ref: Any, message: Any) -> None:

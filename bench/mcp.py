@@ -1,0 +1,130 @@
+"""What a tool call through plait costs beyond the MCP call itself.
+
+Run from the repository root: ``python bench/mcp.py [--quick]`` (see README.md).
+"""
+
+from __future__ import annotations
+
+import sys
+
+# This file is named like the ``mcp`` package: look for modules in bench/ last, not first.
+sys.path.append(sys.path.pop(0))
+
+import argparse
+import asyncio
+import itertools
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from report import Line, table
+
+from plait.actors.mcp import McpServerConfig
+from plait.actors.model import ModelSettings
+from plait.events.types import Event, ToolCallCompleted, ToolCallRequested
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+
+SERVER = Path(__file__).parents[1] / "tests" / "mcp" / "server.py"
+ARGS = {"text": "the quick brown fox"}
+WARM = 5
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:.2f}"
+
+
+def direct(n: int) -> list[float]:
+    """``ClientSession.call_tool`` in a loop on the same stdio server."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    async def run() -> list[float]:
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER), "stdio"])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            times: list[float] = []
+            for i in range(WARM + n):
+                start = time.perf_counter()
+                result = await session.call_tool("echo", ARGS)
+                if i >= WARM:
+                    times.append(time.perf_counter() - start)
+                assert not result.is_error
+            return times
+
+    return asyncio.run(run())
+
+
+def ours(tmp: Path, n: int) -> tuple[list[float], list[float]]:
+    """From the model's call recorded to its output recorded, seen by a live subscriber.
+
+    That span holds the pool's dispatch, the MCP call on the effect loop, and the durable
+    commit of ``ToolCallCompleted``. Also returned: the whole turn (the model asks, the
+    tool runs, the next request goes out), from one ``ToolCallRequested`` to the next.
+    """
+    config = McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])
+    call = Step(tool_calls=[ScriptedToolCall("t__echo", json.dumps(ARGS))])
+    with ScriptedModelServer([call] * (WARM + n) + [Step(text="done")]) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="x", model="scripted")
+        with Runtime(
+            tmp / "mcp.db", model=settings, workdir=tmp, mcp_servers={"t": config}
+        ) as runtime:
+            session = runtime.start_session()
+            asked: list[float] = []
+            answered: list[float] = []
+            with session.subscribe(transient=False) as feed:
+                session.submit("echo it, many times")
+                while (item := feed.get(timeout=60)) is not None:
+                    if isinstance(item, Event) and isinstance(item.body, ToolCallRequested):
+                        asked.append(time.perf_counter())
+                    elif isinstance(item, Event) and isinstance(item.body, ToolCallCompleted):
+                        assert item.body.outcome == "ok", item.body
+                        answered.append(time.perf_counter())
+                        if len(answered) == WARM + n:
+                            break
+    calls = [b - a for a, b in zip(asked, answered, strict=True)][WARM:]
+    turns = [b - a for a, b in itertools.pairwise(asked)][WARM:]
+    return calls, turns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="50 calls instead of 500")
+    args = parser.parse_args()
+    n = 50 if args.quick else 500
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="plait-bench-") as name:
+        ours_calls, ours_turns = ours(Path(name), n)
+    raw = direct(n)
+    a, b = statistics.median(ours_calls), statistics.median(raw)
+    lines: list[Line] = [
+        ("median, ms", ms(a), ms(b), f"{a / b:.2f}x", ""),
+        (
+            "p90, ms",
+            ms(statistics.quantiles(ours_calls, n=10)[-1]),
+            ms(statistics.quantiles(raw, n=10)[-1]),
+            "",
+            "",
+        ),
+        ("overhead = ours - raw, median, ms", ms(a - b), "", "", "<= 1 ms"),
+        (
+            "whole tool turn (call + next model request), ms",
+            ms(statistics.median(ours_turns)),
+            "",
+            "",
+            "",
+        ),
+    ]
+    table(
+        f"a tool call (echo over stdio), {n} calls",
+        lines,
+        "ours: Runtime on SQLite (WAL, synchronous=FULL): ToolCallRequested seen -> "
+        "ToolCallCompleted seen; raw: ClientSession.call_tool",
+    )
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
