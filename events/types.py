@@ -31,8 +31,11 @@ __all__ = [
     "Event",
     "ForkOrigin",
     "HistoryCompacted",
+    "McpAllowlistNormalized",
     "McpServerFailed",
     "McpServerReady",
+    "McpToolWithheld",
+    "McpToolsRefreshed",
     "ModelRequestFailed",
     "ModelRequested",
     "ModelResponded",
@@ -335,6 +338,8 @@ class McpServerReady(Body, frozen=True):
     """The configured server name."""
     tools: list[McpToolSnapshot] = []
     """Its tools, in name order."""
+    attempt: int = 1
+    """Which start attempt this is; more than 1 means the server was restarted."""
 
 
 class McpServerFailed(Body, frozen=True):
@@ -345,7 +350,38 @@ class McpServerFailed(Body, frozen=True):
     reason: str
     """What happened, for people (command not found, stderr tail, timeout)."""
     attempt: int = 1
-    """Which start attempt failed."""
+    """Which start attempt failed (or, for a server that died, which one it was running)."""
+    retry_in_sec: float | None = None
+    """Backoff before it is started again; ``None`` when it will not be."""
+
+
+class McpToolsRefreshed(Body, frozen=True):
+    """A ready MCP server said its tools changed (``tools/list_changed``) and was re-listed."""
+
+    server: str
+    """The configured server name."""
+    tools: list[McpToolSnapshot] = []
+    """Its tools now, in name order."""
+
+
+class McpToolWithheld(Body, frozen=True):
+    """Servers offer one fully-qualified tool name with different schemas: nobody gets it."""
+
+    name: str
+    """The fully-qualified name in conflict."""
+    servers: list[str]
+    """The servers offering it, in name order."""
+    schema_sha256s: list[str] = []
+    """Each server's schema hash, in the order of ``servers``."""
+
+
+class McpAllowlistNormalized(Body, frozen=True):
+    """A conversation's allowlist used the deprecated ``server/tool`` form and was rewritten."""
+
+    entries: list[str]
+    """The deprecated entries, as given."""
+    names: list[str]
+    """What each became, in the order of ``entries``."""
 
 
 AnyBody = (
@@ -371,6 +407,9 @@ AnyBody = (
     | HistoryCompacted
     | McpServerReady
     | McpServerFailed
+    | McpToolsRefreshed
+    | McpToolWithheld
+    | McpAllowlistNormalized
 )
 """Every persisted body type."""
 

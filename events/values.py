@@ -192,3 +192,6 @@ class McpToolSnapshot(Value, frozen=True):
     """``ToolAnnotations.readOnlyHint`` (or the config's override)."""
     annotations: dict[str, str | bool | None] = {}
     """The other annotations, as the server sent them."""
+    input_schema: str = ""
+    """Its input schema as compact JSON, as the server sent it: what the model is shown and
+    what arguments are checked against (``schema_sha256`` hashes its key-sorted form)."""

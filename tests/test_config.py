@@ -1,4 +1,4 @@
-"""``plait.config``: files, environment and flags, in that order; clear errors naming file and key."""
+"""``plait.config``: files, environment and flags, in that order; errors name file and key."""
 
 from __future__ import annotations
 

@@ -1,0 +1,56 @@
+# The MCP part of the actors wing: server configs, tool names and lists, connections, servers.
+# `config`, `names`, `calls` and `servers` import no `mcp`; `client` and `stdio` do, and are
+# loaded only when a server starts, so a session without MCP servers never imports `mcp`.
+"""MCP servers for plait sessions: configs, fully-qualified tool names, connections."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from plait.actors.mcp.calls import CallResult, Outcome
+from plait.actors.mcp.config import McpServerConfig, parse_servers
+from plait.actors.mcp.names import (
+    Conflict,
+    merge,
+    normalize_allowlist,
+    openai_spec,
+    qualify,
+    schema_sha256,
+    server_of,
+    snapshot,
+    tool_list_hash,
+)
+from plait.actors.mcp.servers import Backoff, McpServers, Report, Status
+
+if TYPE_CHECKING:
+    from plait.actors.mcp.client import McpConnection
+
+__all__ = [
+    "Backoff",
+    "CallResult",
+    "Conflict",
+    "McpConnection",
+    "McpServerConfig",
+    "McpServers",
+    "Outcome",
+    "Report",
+    "Status",
+    "merge",
+    "normalize_allowlist",
+    "openai_spec",
+    "parse_servers",
+    "qualify",
+    "schema_sha256",
+    "server_of",
+    "snapshot",
+    "tool_list_hash",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # `McpConnection` lives beside the `mcp` import: load it on first use only.
+    if name == "McpConnection":
+        from plait.actors.mcp.client import McpConnection
+
+        return McpConnection
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

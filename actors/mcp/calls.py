@@ -1,0 +1,123 @@
+"""What an MCP call gives back (``CallResult``), and the checks made before one is sent.
+
+Arguments are checked against the tool's input schema here, without the server: invalid
+JSON or a schema violation becomes an ``error`` result whose text tells the model what to
+fix. The check uses ``jsonschema`` (a dependency of ``mcp``), imported on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = ["CallResult", "Outcome", "decode_arguments", "from_mcp_result", "schema_problem"]
+
+Outcome = Literal["ok", "error", "timeout"]
+"""How a call ended, as ``ToolCallCompleted.outcome`` spells it."""
+
+
+class CallResult(msgspec.Struct, frozen=True):
+    """The outcome of one MCP tool call, ready to record and to show the model."""
+
+    output: str
+    """The text for the model: text parts joined, else the structured content as JSON."""
+    outcome: Outcome = "ok"
+    """``ok``, ``error`` (the server's ``isError``, a refused or failed call) or ``timeout``."""
+    images: list[tuple[str, str]] = []
+    """Images returned, as ``(mime type, base64 data)``, kept as attachments."""
+    duration_ms: float = 0.0
+    """Wall time of the call, milliseconds (0 when it was refused before being sent)."""
+
+    @property
+    def is_error(self) -> bool:
+        """Whether the model is told the call failed."""
+        return self.outcome != "ok"
+
+
+def decode_arguments(tool: str, arguments: str | Mapping[str, Any]) -> dict[str, Any] | str:
+    """Return the arguments as an object, or a message for the model if they are not one."""
+    if not isinstance(arguments, str):
+        return dict(arguments)
+    try:
+        decoded = msgspec.json.decode(arguments or "{}")
+    except msgspec.DecodeError as exc:
+        return f"arguments for {tool} are not valid JSON ({exc}); send a JSON object"
+    if not isinstance(decoded, dict):
+        return f"arguments for {tool} must be a JSON object, got {_json_type(decoded)}"
+    return decoded
+
+
+def schema_problem(tool: str, input_schema: str, arguments: Mapping[str, Any]) -> str | None:
+    """Return what is wrong with ``arguments`` for the schema (compact JSON), or ``None``.
+
+    A schema that is not valid JSON Schema is not enforced: the server is the judge then.
+    """
+    validator = _validator(input_schema) if input_schema else None
+    if validator is None:
+        return None
+    from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
+
+    error = best_match(validator.iter_errors(dict(arguments)))
+    if error is None:
+        return None
+    where = "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+    )
+    at = f" at arguments{where}" if where else ""
+    return f"invalid arguments for {tool}{at}: {error.message}"
+
+
+@functools.lru_cache(maxsize=512)
+def _validator(input_schema: str) -> Any:
+    """Compile a schema once (compiling costs far more than validating)."""
+    from jsonschema import SchemaError  # type: ignore[import-untyped]
+    from jsonschema.validators import validator_for  # type: ignore[import-untyped]
+
+    schema = msgspec.json.decode(input_schema)
+    if not isinstance(schema, dict):
+        return None
+    cls = validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except SchemaError:
+        return None
+    return cls(schema)
+
+
+def from_mcp_result(
+    content: Sequence[Any], structured: Any, is_error: bool, duration_ms: float
+) -> CallResult:
+    """Convert a ``CallToolResult``'s parts (read by attribute, so no ``mcp`` import here).
+
+    Text parts are joined with newlines; with no text, ``structured`` becomes JSON; images
+    are kept; other parts (audio, resources) are named in the text so the model knows.
+    """
+    texts: list[str] = []
+    images: list[tuple[str, str]] = []
+    for part in content:
+        kind = getattr(part, "type", None)
+        if kind == "text":
+            texts.append(part.text)
+        elif kind == "image":
+            images.append((part.mime_type, part.data))
+        elif kind == "resource":
+            resource = part.resource
+            text = getattr(resource, "text", None)
+            texts.append(text if text is not None else f"[resource {resource.uri} omitted]")
+        elif kind == "resource_link":
+            texts.append(f"[resource link: {part.uri}]")
+        else:
+            texts.append(f"[{kind} content omitted: {getattr(part, 'mime_type', '')}]")
+    output = "\n".join(texts)
+    if not texts and structured is not None:
+        output = msgspec.json.encode(structured).decode()
+    outcome: Outcome = "error" if is_error else "ok"
+    return CallResult(output, outcome, images, round(duration_ms, 3))
+
+
+def _json_type(value: object) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")

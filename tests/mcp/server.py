@@ -1,0 +1,190 @@
+"""A real MCP server for plait's tests, written with the SDK's ``MCPServer``.
+
+Run it as ``python tests/mcp/server.py [stdio | http --port N] [--name X] [--variant a|b]``;
+over HTTP it prints ``listening on <url>`` once it accepts connections.
+It lists its tools three to a page, so a client must follow ``next_cursor``. Tools:
+
+- ``echo``, ``add``, ``pick``, ``slow``, ``huge``, ``image``, ``lookup``, ``served`` (how many
+  calls it ran), ``header`` (an HTTP request header): read-only;
+- ``note`` (writes, idempotent), ``fail`` (returns an error result), ``crash`` (the process
+  exits with code 3 after a line on stderr), ``grow`` (adds the tool ``extra`` and sends
+  ``notifications/tools/list_changed``).
+
+``--variant b`` gives ``lookup`` a different input schema, for conflict tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import socket
+import sys
+from typing import Any, Literal
+
+import anyio
+from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ListToolsResult, PaginatedRequestParams, ToolAnnotations
+
+PAGE = 3
+"""Tools per ``tools/list`` page."""
+
+PNG_1X1 = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+"""The smallest PNG: one transparent pixel."""
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
+
+
+class PagedServer(MCPServer):
+    """An ``MCPServer`` that lists its tools ``PAGE`` at a time and counts the calls it serves."""
+
+    served = 0
+    """Tool calls run so far, not counting ``served`` itself."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if name != "served":
+            self.served += 1
+        return await super().call_tool(name, arguments, context)
+
+    async def _handle_list_tools(  # type: ignore[override]
+        self, ctx: Any, params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        tools = await self.list_tools()
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        end = start + PAGE
+        return ListToolsResult(
+            tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
+        )
+
+
+def build(name: str, variant: str) -> PagedServer:
+    """Return the server with every tool registered."""
+    server = PagedServer(name, log_level="WARNING")
+    notes: dict[str, str] = {}
+
+    @server.tool(annotations=READ_ONLY)
+    def echo(text: str) -> str:
+        """Return the text unchanged."""
+        return text
+
+    @server.tool(annotations=READ_ONLY)
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @server.tool(annotations=READ_ONLY)
+    def pick(color: Literal["red", "green"], count: int) -> str:
+        """Pick ``count`` things of a colour."""
+        return f"{count} {color}"
+
+    @server.tool(annotations=READ_ONLY)
+    async def slow(seconds: float) -> str:
+        """Sleep, then answer."""
+        await anyio.sleep(seconds)
+        return f"slept {seconds}s"
+
+    @server.tool(annotations=READ_ONLY)
+    def huge(size: int = 1_000_000) -> str:
+        """Return ``size`` characters."""
+        return "x" * size
+
+    @server.tool(annotations=READ_ONLY)
+    def image() -> Image:
+        """Return a one-pixel PNG."""
+        return Image(data=PNG_1X1, format="png")
+
+    @server.tool(annotations=READ_ONLY)
+    def served() -> int:
+        """Return how many tool calls this server has run (not counting this one)."""
+        return server.served
+
+    @server.tool(annotations=READ_ONLY)
+    def header(name: str, ctx: Context) -> str:
+        """Return an HTTP request header ("" over stdio)."""
+        return (ctx.headers or {}).get(name.lower(), "")
+
+    if variant == "b":
+
+        @server.tool(annotations=READ_ONLY)
+        def lookup(key: str, exact: bool) -> str:
+            """Look a key up (variant b: an extra argument)."""
+            return f"b:{key}:{exact}"
+
+    else:
+
+        @server.tool(annotations=READ_ONLY)
+        def lookup(key: str) -> str:
+            """Look a key up."""
+            return f"a:{key}"
+
+    @server.tool(annotations=WRITES)
+    def note(key: str, text: str) -> str:
+        """Remember a note."""
+        notes[key] = text
+        return f"noted {key}"
+
+    @server.tool()
+    def fail(message: str) -> str:
+        """Fail with the message."""
+        raise ToolError(message)
+
+    @server.tool()
+    def crash() -> str:
+        """Exit the whole process with code 3."""
+        sys.stderr.write("crashing on purpose\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    @server.tool()
+    async def grow(ctx: Context) -> str:
+        """Add the tool ``extra`` and tell the client its tool list changed."""
+
+        def extra() -> str:
+            """A tool that appeared later."""
+            return "extra"
+
+        server.add_tool(extra, annotations=READ_ONLY)
+        await ctx.session.send_tool_list_changed()
+        return "grown"
+
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("transport", choices=["stdio", "http"], nargs="?", default="stdio")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--name", default="plait-test")
+    parser.add_argument("--variant", choices=["a", "b"], default="a")
+    args = parser.parse_args()
+    server = build(args.name, args.variant)
+    if args.transport == "http":
+        anyio.run(serve_http, server, args.port)
+    else:
+        server.run("stdio")
+
+
+async def serve_http(server: MCPServer, port: int) -> None:
+    """Serve streamable HTTP on loopback; print the URL once the socket listens.
+
+    The socket is bound (``--port 0``: any free port) and listening before the line is
+    printed, so a client that reads it can connect at once: no polling, no sleeping.
+    """
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(64)
+    print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()
