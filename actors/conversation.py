@@ -418,7 +418,9 @@ class Conversation(pykka.ThreadingActor):
                 result = batch.results.pop(index)
                 call = batch.calls[index]
                 self._record(
-                    ToolCallCompleted(call.id, result.output, result.outcome, result.duration_ms)
+                    ToolCallCompleted(
+                        call.id, result.output, result.outcome, result.duration_ms, result.images
+                    )
                 )
                 batch.recorded += 1
             elif batch.started <= index:
@@ -441,7 +443,9 @@ class Conversation(pykka.ThreadingActor):
         elif name in batch.mcp:
             assert self.run is not None
             me, token = self.actor_ref, self.run.token
-            self.deps.pool.tell(CallTool(self.id, token, index, name, arguments, me))
+            task = self.run.plan.task_id
+            request = CallTool(self.id, task, call.id, token, index, name, arguments, me)
+            self.deps.pool.tell(request)
         elif name in builtins.INTERRUPTING:
             outcome = self._interrupt(call, name, arguments, batch.calls[index + 1 :])
             if outcome is None:

@@ -234,6 +234,10 @@ class CallTool(msgspec.Struct, frozen=True):
 
     conversation_id: str
     """The calling conversation (its concurrency limit applies)."""
+    task_id: str
+    """Its running task."""
+    call_id: str
+    """The model's call id."""
     token: int
     """The calling turn."""
     index: int

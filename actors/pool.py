@@ -41,6 +41,8 @@ from plait.events.types import (
     McpServerReady,
     McpToolsRefreshed,
     McpToolWithheld,
+    NewEvent,
+    ToolCallStarted,
 )
 from plait.events.values import InputImage, McpToolSnapshot
 
@@ -93,6 +95,10 @@ class _Call(msgspec.Struct):
     snapshot: McpToolSnapshot
     server: str
     future: Any = None
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.request.conversation_id, self.request.token, self.request.index)
 
 
 class McpPool(pykka.ThreadingActor):
@@ -231,20 +237,33 @@ class McpPool(pykka.ThreadingActor):
         self._dispatch()
 
     def _dispatch(self) -> None:
+        """Send every queued call a slot is free for, in order; record their start first."""
         waiting: list[_Call] = []
+        sending: list[_Call] = []
         for call in self.queue:
             conversation = call.request.conversation_id
-            mine = sum(1 for key in self.running if key[0] == conversation)
-            full = len(self.running) >= self.limits.per_session
-            if full or mine >= self.limits.per_conversation:
+            busy = [*self.running, *(c.key for c in sending)]
+            mine = sum(1 for key in busy if key[0] == conversation)
+            if len(busy) >= self.limits.per_session or mine >= self.limits.per_conversation:
                 waiting.append(call)
             else:
-                self._send(call)
+                sending.append(call)
         self.queue = waiting
+        if sending:
+            started = [
+                NewEvent(
+                    ToolCallStarted(c.request.call_id, c.server),
+                    c.request.conversation_id,
+                    c.request.task_id,
+                )
+                for c in sending
+            ]
+            self.journal.record(started, origin=self.actor_ref)
+        for call in sending:
+            self._send(call)
 
     def _send(self, call: _Call) -> None:
-        request = call.request
-        key = (request.conversation_id, request.token, request.index)
+        request, key = call.request, call.key
         self.running[key] = call
         coroutine = self.servers.call(call.server, call.snapshot.tool, request.arguments)
         call.future = future = self.effects.submit(coroutine)

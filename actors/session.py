@@ -178,7 +178,9 @@ class Session(pykka.ThreadingActor):
         if not self._live(args.conversation_id):
             return NOT_FOUND
         messages = self.histories.conversations[args.conversation_id].messages
-        entries = [_entry(m) for m in messages if m.role in ("user", "assistant")]
+        # Messages only (seed 000), and tool outputs that carry images, as attachments.
+        shown = [m for m in messages if m.role != "tool" or isinstance(m.content, list)]
+        entries = [_entry(m) for m in shown]
         entries = [e for e in entries if e is not None]
         if args.limit is not None:
             entries = entries[-args.limit :]

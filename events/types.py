@@ -12,6 +12,7 @@ import msgspec
 
 from plait.events.values import (
     Content,
+    InputImage,
     McpToolSnapshot,
     StoragePolicy,
     TaskPlan,
@@ -52,6 +53,7 @@ __all__ = [
     "ToolApprovalRequested",
     "ToolCallCompleted",
     "ToolCallRequested",
+    "ToolCallStarted",
     "Transient",
     "TurnAborted",
     "TurnStarted",
@@ -291,10 +293,23 @@ class ToolApprovalDecided(Body, frozen=True):
     """When a remembered approval lapses."""
 
 
+class ToolCallStarted(Body, frozen=True):
+    """An MCP tool call was sent to its server, once a slot under the limits was free.
+
+    Recorded before the server sees the call: a call requested but never started can be
+    re-run safely after a crash, whatever the tool does.
+    """
+
+    call_id: str
+    """The call sent."""
+    server: str
+    """The configured MCP server it went to."""
+
+
 class ToolCallCompleted(Body, frozen=True):
     """A tool call ended; its output goes back to the model."""
 
-    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("output",)
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("output", "images")
     call_id: str
     """The call answered."""
     output: Content
@@ -303,6 +318,8 @@ class ToolCallCompleted(Body, frozen=True):
     """How it ended; ``unknown`` when a crash hid the result."""
     duration_ms: float = 0.0
     """Wall time of the call, milliseconds."""
+    images: list[InputImage] = []
+    """Images the tool returned (MCP image content), kept as attachments."""
 
     @property
     def is_error(self) -> bool:
@@ -403,6 +420,7 @@ AnyBody = (
     | ToolCallRequested
     | ToolApprovalRequested
     | ToolApprovalDecided
+    | ToolCallStarted
     | ToolCallCompleted
     | HistoryCompacted
     | McpServerReady

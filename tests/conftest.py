@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,3 +40,18 @@ def server() -> Iterator[ScriptedModelServer]:
     """A scripted model server; tests push the steps they need."""
     with ScriptedModelServer() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def git_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git repository with one commit (for ``mcp-server-git``)."""
+    path = tmp_path_factory.mktemp("repo")
+    (path / "README").write_text("hello\n")
+    git = ["git", "-C", str(path), "-c", "user.name=plait", "-c", "user.email=plait@example.com"]
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "README"],
+        ["commit", "-qm", "first commit"],
+    ):
+        subprocess.run([*git, *args], check=True)
+    return path

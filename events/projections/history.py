@@ -71,7 +71,13 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
 
     def to_openai(self) -> dict[str, Any]:
         """Return the message as the Chat Completions API takes it."""
-        out: dict[str, Any] = {"role": self.role, "content": _wire_content(self.content)}
+        content = self.content
+        if self.role == "tool" and isinstance(content, list):
+            # Chat Completions takes only text from a tool: say what else there was.
+            texts = [_text(p.text) for p in content if isinstance(p, InputText)]
+            images = sum(1 for p in content if isinstance(p, InputImage))
+            content = "\n".join([*texts, f"[{images} image(s) returned, kept as attachments]"])
+        out: dict[str, Any] = {"role": self.role, "content": _wire_content(content)}
         if self.tool_calls:
             out["tool_calls"] = [
                 {
@@ -254,7 +260,7 @@ class HistoryProjection(Projection[Histories]):
         conv: ConversationHistory,
         event: Event,
         call_id: str,
-        output: Content,
+        output: Content | list[Part],
     ) -> None:
         if call_id not in conv.open_calls:
             state.anomalies.append(
@@ -294,7 +300,10 @@ class HistoryProjection(Projection[Histories]):
         assert isinstance(body, ToolCallCompleted)
         conv = self._conversation(state, event)
         if conv is not None:
-            self._answer(state, conv, event, body.call_id, body.output)
+            output: Content | list[Part] = body.output
+            if body.images:  # kept as attachments: conv.history shows them
+                output = [InputText(body.output), *body.images]
+            self._answer(state, conv, event, body.call_id, output)
 
     def _aborted(self, state: Histories, event: Event) -> None:
         body = event.body

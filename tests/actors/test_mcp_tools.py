@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from scripted import assert_histories_valid, call, kinds, runtime_for
+from scripted import assert_histories_valid, call, runtime_for
 
 from plait.actors.mcp import McpServerConfig
 from plait.events.types import (
@@ -19,6 +20,7 @@ from plait.events.types import (
     ModelRequested,
     ToolCallCompleted,
     ToolCallRequested,
+    ToolCallStarted,
     TurnAborted,
 )
 from plait.runtime import Runtime
@@ -32,7 +34,9 @@ def mcp_server(*args: str, **config: Any) -> McpServerConfig:
 
 
 def mcp_runtime(server: ScriptedModelServer, tmp_path: Path, **servers: McpServerConfig) -> Runtime:
-    return runtime_for(server, tmp_path, mcp_servers=servers or {"t": mcp_server()})
+    ids = itertools.count(1)  # the session is id-1, its root conversation id-2
+    servers = servers or {"t": mcp_server()}
+    return runtime_for(server, tmp_path, mcp_servers=servers, new_id=lambda: f"id-{next(ids)}")
 
 
 def bodies(events: list[Event], kind: type[Any]) -> list[Any]:
@@ -117,22 +121,29 @@ def test_errors_and_bad_arguments_go_back_to_the_model(tmp_path: Path) -> None:
 
 
 def test_an_interrupt_during_a_tool_call_aborts_the_task(tmp_path: Path) -> None:
-    script = [Step(tool_calls=[call("t__slow", seconds=30)]), Step(text="never")]
+    script = [
+        Step(tool_calls=[call("t__slow", seconds=30)]),
+        Step(tool_calls=[call("t__echo", text="still here")]),
+        Step(text="fine"),
+    ]
     with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
         session = runtime.start_session()
         with session.subscribe(transient=False) as feed:
             session.submit("be slow")
             for item in feed:
-                if isinstance(item, Event) and isinstance(item.body, ToolCallRequested):
-                    session.interrupt()
+                if isinstance(item, Event) and isinstance(item.body, ToolCallStarted):
+                    session.interrupt()  # the call is with the server now
                 if isinstance(item, Event) and isinstance(item.body, TurnAborted):
                     break
+        after = session.run("and now?", timeout=60)  # the server still answers
         events = runtime.store.read(session.session_id)
-    root = events[1].conversation_id or ""
-    assert kinds(events, root)[-2:] == ["ToolCallRequested", "TurnAborted"]
-    assert bodies(events, TurnAborted)[0].reason == "interrupted"
+    assert after.last_assistant_message == "fine"
+    aborted = [e for e in events if isinstance(e.body, TurnAborted)]
+    before = [type(e.body).__name__ for e in events if e.seq < aborted[0].seq][-2:]
+    assert before == ["ToolCallRequested", "ToolCallStarted"]
+    assert aborted[0].body.reason == "interrupted"
+    assert bodies(events, ToolCallCompleted)[0].output == "still here"
     assert_histories_valid(events)  # the open call got its synthetic output
-    assert len(server.requests) == 1
 
 
 def test_closing_the_runtime_leaves_no_server_running(tmp_path: Path) -> None:
@@ -194,3 +205,96 @@ def test_a_child_inherits_the_callers_view(tmp_path: Path) -> None:
 
 def runtime_conversations(events: list[Event]) -> list[str]:
     return [e.conversation_id or "" for e in events if isinstance(e.body, ConversationOpened)]
+
+
+def started_and_completed(events: list[Event]) -> list[str]:
+    return [
+        f"{type(e.body).__name__}:{e.body.call_id}"
+        for e in events
+        if isinstance(e.body, ToolCallStarted | ToolCallCompleted)
+    ]
+
+
+def test_read_only_calls_of_one_reply_run_concurrently(tmp_path: Path) -> None:
+    meet = call("t__rendezvous", count=2)
+    script = [Step(tool_calls=[meet, meet]), Step(text="we met")]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("meet", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    assert [c.output for c in bodies(events, ToolCallCompleted)] == ["met", "met"]
+    assert started_and_completed(events) == [
+        "ToolCallStarted:call_1",
+        "ToolCallStarted:call_2",
+        "ToolCallCompleted:call_1",  # outputs in the model's order, whoever finished first
+        "ToolCallCompleted:call_2",
+    ]
+
+
+def test_a_writing_call_makes_the_whole_reply_serial(tmp_path: Path) -> None:
+    script = [
+        Step(
+            tool_calls=[
+                call("t__rendezvous", count=2, within=0.3),
+                call("t__note", key="k", text="v"),
+            ]
+        ),
+        Step(text="alone"),
+    ]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("go", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    assert [c.output for c in bodies(events, ToolCallCompleted)] == ["alone", "noted k"]
+    assert started_and_completed(events) == [
+        "ToolCallStarted:call_1",
+        "ToolCallCompleted:call_1",
+        "ToolCallStarted:call_2",
+        "ToolCallCompleted:call_2",
+    ]
+
+
+def test_an_image_is_kept_as_an_attachment(tmp_path: Path) -> None:
+    script = [
+        Step(tool_calls=[call("t__image")]),
+        Step(tool_calls=[call("conv_history", conversation_id="id-2")]),
+        Step(text="seen"),
+    ]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.root_conversation_id == "id-2"
+        assert session.run("draw", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    image, history = bodies(events, ToolCallCompleted)
+    assert image.images and str(image.images[0].image_url).startswith("data:image/png;base64,")
+    assert "[1 image(s) returned" in server.requests[1].messages[-1]["content"]
+    [entry] = [e for e in json.loads(history.output)["entries"] if e["role"] == "tool"]
+    assert entry["attachments"][0]["image_url"] == image.images[0].image_url
+
+
+def test_git_read_only_calls_run_together_and_a_commit_makes_them_serial(
+    tmp_path: Path, git_repo: Path
+) -> None:
+    git = McpServerConfig(
+        command=str(Path(sys.executable).parent / "mcp-server-git"),
+        args=["--repository", str(git_repo)],
+    )
+    repo = str(git_repo)
+    status, log = call("git__git_status", repo_path=repo), call("git__git_log", repo_path=repo)
+    commit = call("git__git_commit", repo_path=repo, message="nothing staged")
+    script = [
+        Step(tool_calls=[status, log]),
+        Step(tool_calls=[status, log, commit]),
+        Step(text="ok"),
+    ]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path, git=git) as runtime:
+        session = runtime.start_session()
+        assert session.run("look around", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    requested = bodies(events, ToolCallRequested)
+    assert [r.read_only for r in requested] == [True, True, True, True, False]
+    assert [c.outcome for c in bodies(events, ToolCallCompleted)][:4] == ["ok"] * 4
+    assert "first commit" in bodies(events, ToolCallCompleted)[1].output
+    kinds_seen = [k.split(":")[0] for k in started_and_completed(events)]
+    assert kinds_seen[:4] == ["ToolCallStarted"] * 2 + ["ToolCallCompleted"] * 2
+    assert kinds_seen[4:] == ["ToolCallStarted", "ToolCallCompleted"] * 3

@@ -20,9 +20,11 @@ from plait.events.values import McpToolSnapshot
 
 TOOLS = [
     "add", "crash", "echo", "fail", "grow", "header", "huge", "image",
-    "lookup", "note", "pick", "served", "slow",
+    "lookup", "note", "pick", "rendezvous", "served", "slow",
 ]  # fmt: skip
-READ_ONLY = {"add", "echo", "header", "huge", "image", "lookup", "pick", "served", "slow"}
+READ_ONLY = {
+    "add", "echo", "header", "huge", "image", "lookup", "pick", "rendezvous", "served", "slow"
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def served(loop, conn: McpConnection) -> int:
 
 
 def test_start_lists_every_page_of_tools(kit: McpConnection) -> None:
-    # The server pages by 3, so 13 tools take 5 tools/list requests.
+    # The server pages by 3, so 14 tools take 5 tools/list requests.
     assert [t.tool for t in kit.tools] == TOOLS
     assert [t.name for t in kit.tools] == [f"kit__{name}" for name in TOOLS]
     assert kit.alive and kit.pid is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,29 +25,14 @@ GIT_WRITES = ["git_add", "git_checkout", "git_commit", "git_create_branch", "git
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A git repository with one commit."""
-    path = tmp_path_factory.mktemp("repo")
-    (path / "README").write_text("hello\n")
-    git = ["git", "-C", str(path), "-c", "user.name=plait", "-c", "user.email=plait@example.com"]
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["add", "README"],
-        ["commit", "-qm", "first commit"],
-    ):
-        subprocess.run([*git, *args], check=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def servers(loop, bin_dir: Path, repo: Path, new_reports) -> Iterator[McpServers]:
+def servers(loop, bin_dir: Path, git_repo: Path, new_reports) -> Iterator[McpServers]:
     """Both servers, started together."""
     configs = {
         "time": McpServerConfig(
             command=str(bin_dir / "mcp-server-time"), args=["--local-timezone", "UTC"]
         ),
         "git": McpServerConfig(
-            command=str(bin_dir / "mcp-server-git"), args=["--repository", str(repo)]
+            command=str(bin_dir / "mcp-server-git"), args=["--repository", str(git_repo)]
         ),
     }
     servers = McpServers(configs, new_reports())
@@ -86,7 +70,8 @@ def test_git_read_only_annotations_are_as_published(servers: McpServers) -> None
     assert tools["git_commit"].annotations["destructiveHint"] is False
 
 
-def test_git_calls_read_the_repository(loop, servers: McpServers, repo: Path) -> None:
+def test_git_calls_read_the_repository(loop, servers: McpServers, git_repo: Path) -> None:
+    repo = git_repo
     log = loop.run(servers.call("git", "git_log", {"repo_path": str(repo)}))
     assert log.outcome == "ok" and "first commit" in log.output
     status = loop.run(servers.call("git", "git_status", {"repo_path": str(repo)}))
