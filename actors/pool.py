@@ -50,6 +50,9 @@ __all__ = ["McpLimits", "McpPool", "catalog_of"]
 
 log = logging.getLogger("plait")
 
+STARTUP_MARGIN_SEC = 5.0
+"""How much longer than a server's startup timeout a turn waits before going on without it."""
+
 
 class McpLimits(msgspec.Struct, frozen=True):
     """How many MCP calls may be in flight at once."""
@@ -201,9 +204,12 @@ class McpPool(pykka.ThreadingActor):
         import asyncio
 
         async def one(server: str) -> None:
-            # Failed, or not ready within its startup timeout: the view goes on without it.
+            # Ready, or failed (its start gives up after startup_timeout_sec, and the failure
+            # is recorded first): either way the view is settled. The margin only guards
+            # against a server that neither starts nor fails.
+            limit = self.configs[server].startup_timeout_sec + STARTUP_MARGIN_SEC
             with contextlib.suppress(Exception):
-                await self.servers.wait_ready(server)
+                await self.servers.wait_ready(server, limit)
 
         await asyncio.gather(*(one(server) for server in servers))
 

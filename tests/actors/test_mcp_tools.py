@@ -12,11 +12,14 @@ from typing import Any
 from scripted import assert_histories_valid, call, runtime_for
 
 from plait.actors.mcp import McpServerConfig
+from plait.actors.pool import McpLimits
 from plait.events.types import (
     ConversationOpened,
     Event,
     McpAllowlistNormalized,
+    McpServerFailed,
     McpServerReady,
+    McpToolsRefreshed,
     ModelRequested,
     ToolCallCompleted,
     ToolCallRequested,
@@ -298,3 +301,100 @@ def test_git_read_only_calls_run_together_and_a_commit_makes_them_serial(
     kinds_seen = [k.split(":")[0] for k in started_and_completed(events)]
     assert kinds_seen[:4] == ["ToolCallStarted"] * 2 + ["ToolCallCompleted"] * 2
     assert kinds_seen[4:] == ["ToolCallStarted", "ToolCallCompleted"] * 3
+
+
+def test_a_server_that_crashes_is_restarted_and_later_calls_work(tmp_path: Path) -> None:
+    script = [
+        Step(tool_calls=[call("t__crash")]),
+        Step(tool_calls=[call("t__echo", text="back")]),
+        Step(text="recovered"),
+    ]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("crash it", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    crashed, echoed = bodies(events, ToolCallCompleted)
+    assert crashed.outcome == "error" and "exited with code 3" in crashed.output
+    assert "crashing on purpose" in crashed.output  # its stderr, for people
+    assert (echoed.outcome, echoed.output) == ("ok", "back")
+    [failed] = bodies(events, McpServerFailed)
+    assert failed.retry_in_sec is not None  # it will be started again, and was:
+    assert [r.attempt for r in bodies(events, McpServerReady)] == [1, 2]
+
+
+def test_a_tool_list_change_is_recorded_and_offered_next_turn(tmp_path: Path) -> None:
+    script = [
+        Step(tool_calls=[call("t__grow")]),
+        Step(text="grown"),
+        Step(tool_calls=[call("t__extra")]),
+        Step(text="called it"),
+    ]
+    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        with session.subscribe(transient=False) as feed:
+            assert session.run("grow", timeout=60).ok
+            for item in feed:  # recorded when the server says its list changed
+                if isinstance(item, Event) and isinstance(item.body, McpToolsRefreshed):
+                    break
+        assert session.run("now call it", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    assert "t__extra" not in tool_names(server.requests[0])
+    assert "t__extra" in tool_names(server.requests[2])
+    assert [c.output for c in bodies(events, ToolCallCompleted)] == ["grown", "extra"]
+
+
+def test_a_call_past_its_timeout_is_a_timeout_for_the_model(tmp_path: Path) -> None:
+    script = [Step(tool_calls=[call("t__slow", seconds=30)]), Step(text="too slow")]
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=mcp_server(tool_timeout_sec=0.5)) as runtime,
+    ):
+        session = runtime.start_session()
+        assert session.run("wait", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    [timed_out] = bodies(events, ToolCallCompleted)
+    assert timed_out.outcome == "timeout" and "timed out after 0.5s" in timed_out.output
+
+
+def test_calls_past_the_session_limit_wait_their_turn(tmp_path: Path) -> None:
+    meet = call("t__rendezvous", count=2, within=0.3)
+    script = [Step(tool_calls=[meet, meet]), Step(text="never met")]
+    with ScriptedModelServer(script) as server:
+        runtime = runtime_for(
+            server,
+            tmp_path,
+            mcp_servers={"t": mcp_server()},
+            mcp_limits=McpLimits(per_session=1),
+        )
+        with runtime:
+            session = runtime.start_session()
+            assert session.run("meet", timeout=60).ok
+            events = runtime.store.read(session.session_id)
+    # Read-only, so started together, but one slot: the second waited for the first.
+    assert [c.output for c in bodies(events, ToolCallCompleted)] == ["alone", "alone"]
+
+
+def test_only_conversations_that_need_a_starting_server_wait_for_it(tmp_path: Path) -> None:
+    hung = McpServerConfig(  # never answers initialize
+        command=sys.executable, args=["-c", "import time; time.sleep(60)"], startup_timeout_sec=3
+    )
+    script = [Step(text="t only"), Step(text="everything")]
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=mcp_server(), hung=hung) as runtime,
+    ):
+        narrow = runtime.start_session(mcp_allowlist=["t__echo"])
+        assert narrow.run("hi", timeout=60).ok
+        wide = runtime.start_session()
+        assert wide.run("hi", timeout=60).ok
+        narrow_events = runtime.store.read(narrow.session_id)
+        wide_events = runtime.store.read(wide.session_id)
+
+    def order(events: list[Event]) -> list[str]:
+        wanted = McpServerFailed | ModelRequested
+        return [type(e.body).__name__ for e in events if isinstance(e.body, wanted)]
+
+    assert order(narrow_events)[0] == "ModelRequested"  # it did not wait for "hung"
+    assert order(wide_events) == ["McpServerFailed", "ModelRequested"]  # it waited, in vain
+    assert "initialize timed out" in bodies(wide_events, McpServerFailed)[0].reason
+    assert tool_names(server.requests[1])[5:] == sorted(tool_names(server.requests[1])[5:])

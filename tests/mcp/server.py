@@ -87,21 +87,26 @@ def build(name: str, variant: str) -> PagedServer:
         await anyio.sleep(seconds)
         return f"slept {seconds}s"
 
-    arrivals = {"count": 0}
-    everyone = anyio.Event()
+    gathering: dict[str, Any] = {"running": 0, "met": anyio.Event()}
 
     @server.tool(annotations=READ_ONLY)
     async def rendezvous(count: int, within: float = 10.0) -> str:
-        """Wait until ``count`` calls of this tool are running at once: ``met``, else ``alone``.
+        """Wait until ``count`` calls of this tool run at once: ``met``, else ``alone``.
 
         Proof of concurrency without timing: calls sent one after the other never meet.
         """
-        arrivals["count"] += 1
-        if arrivals["count"] >= count:
-            everyone.set()
-        with anyio.move_on_after(within):
-            await everyone.wait()
-        return "met" if everyone.is_set() else "alone"
+        met: anyio.Event = gathering["met"]
+        gathering["running"] += 1
+        try:
+            if gathering["running"] >= count:
+                met.set()
+            with anyio.move_on_after(within):
+                await met.wait()
+            return "met" if met.is_set() else "alone"
+        finally:
+            gathering["running"] -= 1
+            if gathering["running"] == 0 and met.is_set():
+                gathering["met"] = anyio.Event()  # the next group meets afresh
 
     @server.tool(annotations=READ_ONLY)
     def huge(size: int = 1_000_000) -> str:
