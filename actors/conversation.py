@@ -12,18 +12,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pykka
 
-from plait.actors import builtins
+from plait.actors import builtins, targets
 from plait.actors.builtins import ConvCreate, ConvSend
+from plait.actors.journal import HeldDeltas
 from plait.actors.messages import (
     Abort,
     AttemptFailedNotice,
@@ -31,9 +30,7 @@ from plait.actors.messages import (
     BuiltinCall,
     CallTool,
     CancelCalls,
-    CheckAllowlist,
     ModelFinished,
-    OpenConversation,
     Recorded,
     Replace,
     RunTask,
@@ -52,7 +49,6 @@ from plait.events.types import (
     ConversationDestroyed,
     ConversationOpened,
     Event,
-    McpAllowlistNormalized,
     ModelRequested,
     ModelRequestFailed,
     ModelResponded,
@@ -64,7 +60,7 @@ from plait.events.types import (
     TurnAborted,
     TurnStarted,
 )
-from plait.events.values import Closure, Content, TaskPlan, ToolCall, ToolPrefs
+from plait.events.values import Closure, Content, TaskPlan, ToolCall
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "Conversation", "ConversationDeps"]
 
@@ -318,12 +314,12 @@ class Conversation(pykka.ThreadingActor):
 
     def _call_model(
         self, token: int, messages: list[dict[str, Any]], tools: list[Any]
-    ) -> _HeldDeltas:
+    ) -> HeldDeltas:
         from plait.actors.model import ModelRequest
 
         assert self.run is not None
         me, journal, task = self.actor_ref, self.deps.journal, self.run.plan.task_id
-        deltas = _HeldDeltas(journal.publish)
+        deltas = HeldDeltas(journal.publish)
 
         def on_text(text: str) -> None:
             deltas.publish(AgentMessageDelta(self.id, task, text))
@@ -483,10 +479,13 @@ class Conversation(pykka.ThreadingActor):
         depth = self.run.plan.chain_depth + 1
         if isinstance(parsed, str):
             return ToolResult(parsed, "error")
+        assert isinstance(parsed, ConvCreate | ConvSend)  # the interrupting built-ins
         if depth > self.deps.max_interrupt_chain_depth:
             limit = self.deps.max_interrupt_chain_depth
             return _error(f"{name} refused: interrupt chain depth limit {limit} reached")
-        target = self._target(parsed)
+        target = targets.resolve(
+            parsed, self.id, self.context, self.deps, self.session, lambda b: self._record(b)
+        )
         if isinstance(target, str):
             return _error(msgspec.json.encode({"ok": False, "reason": target}).decode())
         target_id, items, first_message = target
@@ -509,72 +508,6 @@ class Conversation(pykka.ThreadingActor):
         self.scheduler.tell(Replace(task_id, (new_task, continuation)))
         return None
 
-    def _target(self, parsed: Any) -> tuple[str, list[Any], str | None] | str:
-        """Open or check the target conversation; return it with the task's input, or why not."""
-        if isinstance(parsed, ConvSend):
-            check = self.session.ask(BuiltinCall(self.id, "conv_send", parsed), timeout=30)
-            if not check.get("ok"):
-                return str(check.get("reason"))
-            return parsed.conversation_id, builtins.input_items(parsed.text, parsed.items), None
-        assert isinstance(parsed, ConvCreate)
-        base = parsed.base_instruction_text
-        if parsed.base_instruction_file is not None:
-            read = self._read_instructions(parsed.base_instruction_file)
-            if read.startswith("!"):
-                return read[1:]
-            base = read
-        prefs = None
-        if parsed.internal_tools is not None:
-            given = {
-                k: v
-                for k, v in msgspec.structs.asdict(parsed.internal_tools).items()
-                if v is not None
-            }
-            known = {k: v for k, v in given.items() if k in ToolPrefs.__struct_fields__}
-            prefs = msgspec.structs.replace(self.context.tool_prefs, **known)
-        allowlist = parsed.mcp_allowlist
-        if allowlist:
-            checked = self._check_allowlist(allowlist)
-            if isinstance(checked, str):
-                return checked
-            allowlist = checked
-        opened = self.session.ask(
-            OpenConversation(
-                self.id,
-                base,
-                inherit_base=base is None,
-                mcp_allowlist=allowlist,
-                tool_prefs=prefs,
-            ),
-            timeout=30,
-        )
-        if not opened.get("ok"):
-            return str(opened.get("reason"))
-        items = builtins.input_items(parsed.user_instruction, parsed.items)
-        return str(opened["conversation_id"]), items, parsed.user_instruction
-
-    def _check_allowlist(self, entries: list[str]) -> list[str] | str:
-        """Return ``conv_create``'s allowlist normalized, or why it is refused."""
-        if self.deps.pool is None:
-            return f"mcp_allowlist names {entries[0]!r}, but this session has no MCP servers"
-        checked = self.deps.pool.ask(CheckAllowlist(entries), timeout=30)
-        if isinstance(checked, str):
-            return checked
-        if checked.deprecated:
-            self._record(McpAllowlistNormalized(checked.deprecated, checked.became))
-        return list(checked.names)
-
-    def _read_instructions(self, name: str) -> str:
-        """Return a file's text, or ``!reason`` when it is outside the workdir or unreadable."""
-        root = Path(self.deps.workdir).resolve()
-        path = (root / name).resolve()
-        if not path.is_relative_to(root):
-            return f"!base_instruction_file {name!r} is outside the working directory"
-        try:
-            return path.read_text()
-        except OSError as exc:
-            return f"!cannot read base_instruction_file {name!r}: {exc.strerror or exc}"
-
     # --- ending ------------------------------------------------------------------------------
 
     def _abort(self, reason: str, detail: str, *after: Body) -> None:
@@ -594,30 +527,6 @@ class Conversation(pykka.ThreadingActor):
         self.run = None
         if notify:
             self.scheduler.tell(TaskEnded(task_id))
-
-
-class _HeldDeltas:
-    """A model call's text deltas, held back until the turn's record is in the feeds."""
-
-    def __init__(self, publish: Callable[[AgentMessageDelta], None]) -> None:
-        self._publish = publish
-        self._lock = threading.Lock()
-        self._held: list[AgentMessageDelta] | None = []
-
-    def publish(self, delta: AgentMessageDelta) -> None:
-        """Publish ``delta`` now, or hold it until :meth:`open`."""
-        with self._lock:  # held or not, deltas reach the feeds in the order they arrived
-            if self._held is not None:
-                self._held.append(delta)
-            else:
-                self._publish(delta)
-
-    def open(self) -> None:
-        """Publish what was held, and from now on publish at once."""
-        with self._lock:
-            held, self._held = self._held or [], None
-            for delta in held:
-                self._publish(delta)
 
 
 def _tell(ref: Any, message: Any) -> None:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from plait.actors.messages import Recorded
 from plait.events.store import EventStore
 from plait.events.types import Body, Event, NewEvent, Transient
 
-__all__ = ["Feed", "Journal"]
+__all__ = ["Feed", "HeldDeltas", "Journal"]
 
 _CLOSED = object()
 
@@ -129,3 +129,31 @@ class Journal:
         with self._lock:
             if feed in self._feeds:
                 self._feeds.remove(feed)
+
+
+class HeldDeltas:
+    """Transient notifications held back until what they follow is in the feeds.
+
+    A model call starts before its ``ModelRequested`` is durable; its text deltas wait here
+    until the conversation has recorded it, so subscribers always see the record first.
+    """
+
+    def __init__(self, publish: Callable[[Transient], None]) -> None:
+        self._publish = publish
+        self._lock = threading.Lock()
+        self._held: list[Transient] | None = []
+
+    def publish(self, delta: Transient) -> None:
+        """Publish ``delta`` now, or hold it until :meth:`open`."""
+        with self._lock:  # held or not, deltas reach the feeds in the order they arrived
+            if self._held is not None:
+                self._held.append(delta)
+            else:
+                self._publish(delta)
+
+    def open(self) -> None:
+        """Publish what was held, and from now on publish at once."""
+        with self._lock:
+            held, self._held = self._held or [], None
+            for delta in held:
+                self._publish(delta)

@@ -1,0 +1,98 @@
+"""Where ``conv_create`` and ``conv_send`` send their work: the target conversation, checked.
+
+``conv_send`` names a live conversation (not the caller, not one waiting in the current chain);
+``conv_create`` opens one, with base instructions given as text or read from a file inside
+the session's working directory, an MCP allowlist checked by the pool, and the caller's
+context inherited where nothing is given (seed 001).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from plait.actors import builtins
+from plait.actors.builtins import ConvCreate, ConvSend
+from plait.actors.messages import BuiltinCall, CheckAllowlist, OpenConversation
+from plait.events.types import Body, ConversationOpened, McpAllowlistNormalized
+from plait.events.values import InputItem, ToolPrefs
+
+__all__ = ["Target", "resolve"]
+
+Target = tuple[str, list[InputItem], str | None]
+"""The target conversation, the input of its task, and (``conv_create``) its first message."""
+
+
+def resolve(
+    parsed: ConvCreate | ConvSend,
+    caller_id: str,
+    context: ConversationOpened,
+    deps: Any,
+    session: Any,
+    record: Callable[[Body], object],
+) -> Target | str:
+    """Open or check the target conversation; return it with the task's input, or why not.
+
+    ``deps`` is the caller's ``ConversationDeps``; ``record`` records an event for the caller.
+    """
+    if isinstance(parsed, ConvSend):
+        check = session.ask(BuiltinCall(caller_id, "conv_send", parsed), timeout=30)
+        if not check.get("ok"):
+            return str(check.get("reason"))
+        return parsed.conversation_id, builtins.input_items(parsed.text, parsed.items), None
+    base = parsed.base_instruction_text
+    if parsed.base_instruction_file is not None:
+        read = _read_instructions(deps.workdir, parsed.base_instruction_file)
+        if read.startswith("!"):
+            return read[1:]
+        base = read
+    prefs = None
+    if parsed.internal_tools is not None:
+        given = msgspec.structs.asdict(parsed.internal_tools).items()
+        known = {k: v for k, v in given if v is not None and k in ToolPrefs.__struct_fields__}
+        prefs = msgspec.structs.replace(context.tool_prefs, **known)
+    allowlist = parsed.mcp_allowlist
+    if allowlist:
+        checked = _check_allowlist(deps.pool, allowlist, record)
+        if isinstance(checked, str):
+            return checked
+        allowlist = checked
+    opened = session.ask(
+        OpenConversation(
+            caller_id, base, inherit_base=base is None, mcp_allowlist=allowlist, tool_prefs=prefs
+        ),
+        timeout=30,
+    )
+    if not opened.get("ok"):
+        return str(opened.get("reason"))
+    items = builtins.input_items(parsed.user_instruction, parsed.items)
+    return str(opened["conversation_id"]), items, parsed.user_instruction
+
+
+def _check_allowlist(
+    pool: Any, entries: list[str], record: Callable[[Body], object]
+) -> list[str] | str:
+    """Return ``conv_create``'s allowlist normalized, or why it is refused."""
+    if pool is None:
+        return f"mcp_allowlist names {entries[0]!r}, but this session has no MCP servers"
+    checked = pool.ask(CheckAllowlist(entries), timeout=30)
+    if isinstance(checked, str):
+        return checked
+    if checked.deprecated:
+        record(McpAllowlistNormalized(checked.deprecated, checked.became))
+    return list(checked.names)
+
+
+def _read_instructions(workdir: str, name: str) -> str:
+    """Return a file's text, or ``!reason`` when it is outside ``workdir`` or unreadable."""
+    root = Path(workdir).resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root):
+        return f"!base_instruction_file {name!r} is outside the working directory"
+    try:
+        return path.read_text()
+    except OSError as exc:
+        return f"!cannot read base_instruction_file {name!r}: {exc.strerror or exc}"
