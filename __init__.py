@@ -3,15 +3,19 @@
 # the modules at this level wire them together. Nothing imports `cli`.
 """plait: replayable, auditable, crash-safe LLM agent sessions."""
 
+from plait.actors.mcp.config import McpServerConfig
 from plait.actors.model import ModelSettings
+from plait.actors.pool import McpLimits
 from plait.errors import (
     ConcurrencyError,
     ConfigError,
     CorruptEventError,
+    McpError,
     ModelError,
     PlaitError,
     StoreError,
     StoreUnavailableError,
+    ToolError,
 )
 from plait.events.store import EventStore
 from plait.events.stores import open_store
@@ -24,6 +28,9 @@ __all__ = [
     "ConfigError",
     "CorruptEventError",
     "EventStore",
+    "McpError",
+    "McpLimits",
+    "McpServerConfig",
     "MemoryStore",
     "ModelError",
     "ModelSettings",
@@ -34,6 +41,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "TaskOutcome",
+    "ToolError",
     "open_store",
 ]
 
