@@ -155,6 +155,7 @@ class McpPool(pykka.ThreadingActor):
     # --- the catalog ---------------------------------------------------------------------------
 
     def _merge(self) -> list[Conflict]:
+        self.views: dict[tuple[str, ...] | None, ToolView] = {}
         tools, conflicts = merge(self.catalog.tools)
         self.tools = {tool.name: tool for tool in tools}
         self.owner = {
@@ -177,15 +178,20 @@ class McpPool(pykka.ThreadingActor):
     # --- views -------------------------------------------------------------------------------
 
     def _view(self, request: ViewFor) -> ToolView:
-        allowed = request.allowlist
-        names = sorted(self.tools) if allowed is None else [n for n in allowed if n in self.tools]
-        tools = tuple(self.tools[name] for name in names)
-        specs = tuple(openai_spec(tool) for tool in tools)
+        allowed = None if request.allowlist is None else tuple(sorted(set(request.allowlist)))
+        view = self.views.get(allowed)
+        if view is None:  # built once per allowlist and catalog: a turn only looks it up
+            names = (
+                sorted(self.tools) if allowed is None else [n for n in allowed if n in self.tools]
+            )
+            tools = tuple(self.tools[name] for name in names)
+            specs = tuple(openai_spec(tool) for tool in tools)
+            view = self.views[allowed] = ToolView(tools, specs, tool_list_hash(specs))
         needed = set(self.configs) if allowed is None else self._servers_of(allowed)
         waiting = tuple(sorted(s for s in needed if s not in self.catalog.settled))
-        return ToolView(tools, specs, tool_list_hash(specs), waiting)
+        return msgspec.structs.replace(view, waiting=waiting) if waiting else view
 
-    def _servers_of(self, names: list[str]) -> set[str]:
+    def _servers_of(self, names: tuple[str, ...]) -> set[str]:
         from plait.actors.mcp.names import server_of
 
         found = {server_of(name, self.configs) for name in names}
