@@ -91,7 +91,12 @@ class SessionHandle:
             from plait.actors.pool import McpPool
 
             self._pool = McpPool.start(
-                journal, runtime.effects, runtime.mcp_servers, past, runtime.mcp_limits
+                journal,
+                runtime.effects,
+                runtime.mcp_servers,
+                past,
+                runtime.mcp_limits,
+                runtime.mcp_factory,
             )
         self._actor = Session.start(journal, runtime._deps(journal, self._pool), root_id, past)
         self._scheduler: Any = self._actor.ask("scheduler")
@@ -262,7 +267,14 @@ class Runtime:
         new_id: Callable[[], str] | None = None,
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
         mcp_limits: McpLimits | None = None,
+        model_client: Any = None,
+        mcp_factory: Callable[..., Any] | None = None,
     ) -> None:
+        """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
+
+        ``model_client`` and ``mcp_factory`` replace the model client and the MCP servers: this
+        is how replay answers both from the log. Everything else is for everyone.
+        """
         self._owns_store = not isinstance(store, EventStore)
         self.store = store if isinstance(store, EventStore) else open_store(store)
         self.settings = model or ModelSettings()
@@ -273,7 +285,8 @@ class Runtime:
         """MCP servers by name; each session starts its own, in the background."""
         self.mcp_limits = mcp_limits
         self.effects = EffectLoop()
-        self.client = ModelClient(self.settings)
+        self.client = model_client if model_client is not None else ModelClient(self.settings)
+        self.mcp_factory = mcp_factory
         self._sessions: dict[str, SessionHandle] = {}
 
     def _deps(self, journal: Journal, pool: Any = None) -> ConversationDeps:

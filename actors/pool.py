@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -114,8 +114,12 @@ class McpPool(pykka.ThreadingActor):
         configs: Mapping[str, McpServerConfig],
         past: list[Event],
         limits: McpLimits | None = None,
+        servers_factory: Callable[..., Any] | None = None,
     ) -> None:
+        """``servers_factory(configs, report)`` makes the servers (``McpServers`` by default;
+        replay answers from the log instead)."""
         super().__init__()
+        self.servers_factory = servers_factory
         self.journal = journal
         self.effects = effects
         self.configs = {name: c for name, c in sorted(configs.items()) if c.enabled}
@@ -141,7 +145,7 @@ class McpPool(pykka.ThreadingActor):
             with contextlib.suppress(pykka.ActorDeadError):
                 me.tell(_Reported(body))
 
-        self.servers = McpServers(self.configs, report)
+        self.servers = (self.servers_factory or McpServers)(self.configs, report)
         self.effects.submit(self.servers.start()).result(10)
 
     def on_stop(self) -> None:
@@ -277,7 +281,9 @@ class McpPool(pykka.ThreadingActor):
     def _send(self, call: _Call) -> None:
         request, key = call.request, call.key
         self.running[key] = call
-        coroutine = self.servers.call(call.server, call.snapshot.tool, request.arguments)
+        coroutine = self.servers.call(
+            call.server, call.snapshot.tool, request.arguments, call_id=request.call_id
+        )
         call.future = future = self.effects.submit(coroutine)
 
         def done(f: Future[Any]) -> None:  # on the loop: answer the caller first, directly

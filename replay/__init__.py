@@ -1,5 +1,7 @@
 # The replay wing: deterministic replay, fork, audit, crash recovery.
-# It imports `plait.events` and `plait.actors`.
-"""Replay, audit and recovery (arrive with the replay issue)."""
+# It imports `plait.events` and `plait.actors`; nothing in them imports it.
+"""Replay a recorded session exactly, and say where a program departs from its log."""
 
-__all__: list[str] = []
+from plait.replay.replay import Divergence, ReplayResult, replay
+
+__all__ = ["Divergence", "ReplayResult", "replay"]

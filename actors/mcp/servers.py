@@ -238,10 +238,13 @@ class McpServers:
         tool: str,
         arguments: str | Mapping[str, Any],
         timeout: float | None = None,
+        *,
+        call_id: str = "",
     ) -> CallResult:
         """Call ``tool`` (the server's own name) of ``server``; failures are results, not raised.
 
         A server that is starting or restarting is waited for up to its startup timeout.
+        ``call_id`` (the model's) is not sent: replay answers calls by it.
         """
         if server not in self._servers:
             return CallResult(f"no MCP server named {server!r}", "error")

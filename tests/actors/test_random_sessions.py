@@ -5,12 +5,11 @@ and live projections equal to a rebuild from the log."""
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from pathlib import Path
 from typing import Any
 
-from scripted import assert_histories_valid
+from scripted import assert_histories_valid, random_script
 
 from plait.actors.model import ModelSettings
 from plait.actors.scheduler import SchedulerState, evolve
@@ -29,34 +28,9 @@ from plait.events.projections import (
     TokensProjection,
 )
 from plait.runtime import Runtime
-from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+from plait.testing import ScriptedModelServer
 
 SESSIONS = 200
-TOOLS = ["conv_list", "conv_history", "conv_create", "conv_send", "conv_destroy", "web_search"]
-
-
-def random_call(rng: random.Random) -> ScriptedToolCall:
-    name = rng.choice(TOOLS)
-    target = f"id-{rng.randint(1, 40)}"  # ids are counted, so some of these exist
-    arguments: dict[str, Any] = {
-        "conv_create": {"user_instruction": "help with part of it"},
-        "conv_send": {"conversation_id": target, "text": "and this?"},
-        "conv_history": {"conversation_id": target, "limit": rng.randint(1, 3)},
-        "conv_destroy": {"conversation_id": target},
-    }.get(name, {})
-    text = json.dumps(arguments) if rng.random() > 0.1 else "{not json"
-    return ScriptedToolCall(rng.choice([name, name.replace("_", ".", 1)]), text)
-
-
-def random_script(rng: random.Random) -> list[Step]:
-    steps = []
-    for _ in range(rng.randint(1, 9)):
-        calls = [random_call(rng) for _ in range(rng.randint(1, 2))] if rng.random() < 0.55 else []
-        status = 500 if rng.random() < 0.05 else None
-        steps.append(
-            Step(text=rng.choice(["", "ok", "thinking it over"]), tool_calls=calls, status=status)
-        )
-    return steps
 
 
 def assert_one_task_at_a_time(events: list[Event]) -> None:

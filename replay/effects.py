@@ -1,0 +1,197 @@
+"""The effects of a replay: a model and MCP servers that answer from the recorded log.
+
+Both are driven by the replay driver, from its own thread: a model call or a tool call waits
+until the driver reaches the recorded event that answers it, so the program advances only
+as fast as the log allows, and always in the recorded order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from plait.actors.mcp.calls import CallResult
+from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
+from plait.errors import McpError, ReplayError
+from plait.events.types import Body, McpServerFailed, McpServerReady, McpToolsRefreshed
+
+__all__ = ["ReplayModel", "ReplayServers"]
+
+
+class _Pending:
+    """An awaited answer: a future on the effect loop, settled from the driver's thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *extra: Any) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self.extra = extra
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        def done() -> None:
+            if self.future.done():
+                return  # cancelled meanwhile (an abort): nothing of it is applied
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+
+        self.loop.call_soon_threadsafe(done)
+
+
+class ReplayModel:
+    """Stands in for ``ModelClient``: each ``complete`` waits for the driver's answer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._call: _Pending | None = None
+        self._requested = threading.Condition(self._lock)
+        self.requests: list[ModelRequest] = []
+        """What the program asked, in order."""
+
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        on_text: Callable[[str], None] = lambda _: None,
+        on_attempt_failed: Callable[[AttemptFailed], None] = lambda _: None,
+    ) -> ModelReply:
+        """Wait until the driver answers with the recorded reply (or error)."""
+        call = _Pending(asyncio.get_running_loop(), on_text, on_attempt_failed)
+        with self._lock:
+            self.requests.append(request)
+            self._call = call
+            self._requested.notify_all()
+        try:
+            reply: ModelReply = await call.future
+        finally:
+            with self._lock:
+                if self._call is call:
+                    self._call = None
+        return reply
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
+
+    def pending(self, timeout: float) -> _Pending | None:
+        """Return the call waiting for an answer, waiting up to ``timeout`` for one."""
+        with self._lock:
+            self._requested.wait_for(lambda: self._call is not None, timeout)
+            return self._call
+
+    def answer(self, reply: ModelReply, timeout: float) -> bool:
+        """Answer the waiting call with ``reply`` (its text as one delta); False if none."""
+        call = self.pending(timeout)
+        if call is None:
+            return False
+        on_text = call.extra[0]
+        if reply.text:
+            call.loop.call_soon_threadsafe(on_text, reply.text)
+        self._clear(call)
+        call.settle(reply)
+        return True
+
+    def attempt_failed(self, failed: AttemptFailed, timeout: float) -> bool:
+        """Tell the waiting call one attempt failed (it goes on waiting); False if none."""
+        call = self.pending(timeout)
+        if call is None:
+            return False
+        call.loop.call_soon_threadsafe(call.extra[1], failed)
+        return True
+
+    def fail(self, error: str, timeout: float) -> bool:
+        """End the waiting call with ``error``; False if there is none."""
+        call = self.pending(timeout)
+        if call is None:
+            return False
+        self._clear(call)
+        call.settle(error=ReplayError(error))  # its text is the recorded reason
+        return True
+
+    def _clear(self, call: _Pending) -> None:
+        with self._lock:
+            if self._call is call:
+                self._call = None
+
+
+class ReplayServers:
+    """Stands in for ``McpServers``: lifecycle and call results come from the driver."""
+
+    def __init__(self, configs: Mapping[str, Any], report: Callable[[Body], None]) -> None:
+        self._report = report
+        self._lock = threading.Condition()
+        self._status: dict[str, str] = {name: "starting" for name in configs}
+        self._changed: dict[str, asyncio.Event] = {}
+        self._calls: dict[str, _Pending] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        """Remember the loop; the servers 'start' when the driver says so."""
+        self._loop = asyncio.get_running_loop()
+
+    async def close(self) -> None:
+        """Nothing runs."""
+
+    def status(self, server: str) -> str:
+        """Where ``server`` is, as far as the log has said."""
+        return self._status.get(server, "failed")
+
+    def inject(self, body: McpServerReady | McpServerFailed | McpToolsRefreshed) -> None:
+        """Report a recorded lifecycle fact, as the live servers did."""
+        if isinstance(body, McpServerReady):
+            self._status[body.server] = "ready"
+        elif isinstance(body, McpServerFailed):
+            self._status[body.server] = "failed" if body.retry_in_sec is None else "restarting"
+        self._report(body)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake, body.server)
+
+    def _wake(self, server: str) -> None:
+        event = self._changed.pop(server, None)
+        if event is not None:
+            event.set()
+
+    async def wait_ready(self, server: str, timeout: float | None = None) -> None:
+        """Wait until the log says ``server`` is ready (or failed: ``McpError``)."""
+        async with asyncio.timeout(timeout):
+            while self.status(server) not in ("ready", "restarting"):
+                if self.status(server) == "failed":
+                    raise McpError(f"MCP server {server!r} failed (as recorded)")
+                await self._changed.setdefault(server, asyncio.Event()).wait()
+
+    async def call(
+        self,
+        server: str,
+        tool: str,
+        arguments: Any,
+        timeout: float | None = None,
+        *,
+        call_id: str = "",
+    ) -> CallResult:
+        """Wait for the driver to answer call ``call_id`` with its recorded result."""
+        pending = _Pending(asyncio.get_running_loop())
+        with self._lock:
+            self._calls[call_id] = pending
+            self._lock.notify_all()
+        try:
+            result: CallResult = await pending.future
+        finally:
+            with self._lock:
+                self._calls.pop(call_id, None)
+        return result
+
+    def answer(self, call_id: str, result: CallResult, timeout: float) -> bool:
+        """Answer call ``call_id``; False when the program made no such call in time."""
+        with self._lock:
+            self._lock.wait_for(lambda: call_id in self._calls, timeout)
+            pending = self._calls.pop(call_id, None)
+        if pending is None:
+            return False
+        pending.settle(result)
+        return True
+
+    def calls(self) -> set[str]:
+        """The call ids waiting for an answer."""
+        with self._lock:
+            return set(self._calls)

@@ -1,0 +1,376 @@
+"""Deterministic replay: run the same actors again, answered from the log, and compare.
+
+The driver walks the recorded events in order. What came from outside the program — a task
+the user submitted, a user interrupt or destroy, the close, an MCP server's lifecycle, a model
+reply or failure, an MCP tool result — it feeds in when its turn comes (model and tool calls
+wait for it: ``ReplayModel``, ``ReplayServers``). Everything else the program must produce by
+itself, and each produced event is compared with the recorded one at the same seq. The first
+difference stops the replay with a report; no network, no API key, no MCP server is needed.
+
+Time comes from the log too: the replay's store stamps event n with the time event n was
+recorded, so whatever the program derives from it (``last_active_at``...) is the same. Not
+compared: the measured ``duration_ms`` of a call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any
+
+import msgspec
+
+from plait.actors.journal import Feed
+from plait.actors.mcp.calls import CallResult, Outcome
+from plait.actors.mcp.config import McpServerConfig
+from plait.actors.messages import Enqueue
+from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
+from plait.errors import DivergenceError, ReplayError
+from plait.events.store import EventStore, PreparedAppend
+from plait.events.stores.memory import MemoryStore
+from plait.events.types import (
+    Body,
+    ConversationDestroyed,
+    ConversationOpened,
+    Event,
+    McpServerFailed,
+    McpServerReady,
+    McpToolsRefreshed,
+    ModelRequestFailed,
+    ModelResponded,
+    NewEvent,
+    SessionClosed,
+    SessionStarted,
+    TaskDropped,
+    TaskEnqueued,
+    ToolCallCompleted,
+    ToolCallRequested,
+    ToolCallStarted,
+    TurnAborted,
+)
+from plait.events.values import InputImage
+from plait.replay.effects import ReplayModel, ReplayServers
+
+__all__ = ["Divergence", "ReplayResult", "replay"]
+
+BY_USER = "interrupted by the user"
+DESTROYED = "conversation destroyed"
+IGNORED_FIELDS = frozenset({"duration_ms"})
+"""Measurements, not decisions: they are not compared."""
+
+
+class Divergence(msgspec.Struct, frozen=True):
+    """Where a replay first differed from the log."""
+
+    session_id: str
+    """The session replayed."""
+    seq: int
+    """The seq of the recorded event that was not reproduced."""
+    conversation_id: str | None
+    """Its conversation."""
+    expected: str
+    """The recorded event, one line."""
+    got: str
+    """What the program produced instead (``nothing`` if it produced nothing)."""
+    fields: dict[str, list[Any]] = {}
+    """Each differing field: ``[expected, got]``."""
+
+    def message(self) -> str:
+        """Say where and what, for people."""
+        where = f"session {self.session_id} seq {self.seq}"
+        if self.conversation_id:
+            where += f" (conversation {self.conversation_id})"
+        detail = "".join(
+            f"\n  {k}: expected {v[0]!r}, got {v[1]!r}" for k, v in self.fields.items()
+        )
+        return f"{where}: expected {self.expected}, got {self.got}{detail}"
+
+
+class ReplayResult(msgspec.Struct, frozen=True):
+    """How a replay went."""
+
+    session_id: str
+    """The session replayed."""
+    events: int
+    """Recorded events reproduced and equal."""
+    total: int
+    """Recorded events in the session."""
+    divergence: Divergence | None = None
+    """The first difference, if any."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether every recorded event was reproduced."""
+        return self.divergence is None
+
+
+def replay(
+    store: EventStore,
+    session_id: str,
+    *,
+    timeout: float = 10.0,
+    raise_on_divergence: bool = False,
+    max_interrupt_chain_depth: int = 8,
+    workdir: str = ".",
+) -> ReplayResult:
+    """Replay ``session_id`` from ``store`` and compare every event it produces.
+
+    ``timeout`` bounds the wait for each event the program should produce. With
+    ``raise_on_divergence`` a difference raises ``DivergenceError`` (its ``divergence``
+    attribute holds the report) instead of being returned.
+    """
+    recorded = store.read(session_id)
+    if not recorded or not isinstance(recorded[0].body, SessionStarted):
+        raise ReplayError(f"no session {session_id} in the store")
+    result = _Driver(recorded, timeout, max_interrupt_chain_depth, workdir).run()
+    if raise_on_divergence and result.divergence is not None:
+        error = DivergenceError(result.divergence.message())
+        error.divergence = result.divergence  # type: ignore[attr-defined]
+        raise error
+    return result
+
+
+class _RecordedTime(MemoryStore):
+    """A memory store whose clock is the log's: event n gets the time event n was recorded."""
+
+    def __init__(self, recorded: list[Event]) -> None:
+        super().__init__()
+        self._times = [event.at for event in recorded]
+
+    def _prepare(
+        self, stream: str, drafts: list[NewEvent], head_seq: int, head_hash: bytes
+    ) -> PreparedAppend:
+        timed = [
+            msgspec.structs.replace(draft, at=self._times[seq - 1])
+            if seq <= len(self._times)
+            else draft
+            for seq, draft in enumerate(drafts, start=head_seq + 1)
+        ]
+        return super()._prepare(stream, timed, head_seq, head_hash)
+
+
+def _ids(recorded: list[Event]) -> list[str]:
+    """Every id the program made, in the order the log first shows it (the session's and its
+    root's first: ``start_session`` makes them)."""
+    ids = [recorded[0].stream]
+    for event in recorded:
+        body = event.body
+        found: list[str | None] = []
+        if isinstance(body, SessionStarted):
+            found = [body.root_conversation_id]
+        elif isinstance(body, ConversationOpened):
+            found = [event.conversation_id]
+        elif isinstance(body, TaskEnqueued) and not _submitted(body):
+            found = [body.plan.task_id]  # a submitted task's id came with it, from outside
+        ids += [i for i in found if i is not None and i not in ids]
+    return ids
+
+
+class _Driver:
+    def __init__(self, recorded: list[Event], timeout: float, depth: int, workdir: str) -> None:
+        from plait.runtime import Runtime
+
+        self.recorded = recorded
+        self.session_id = recorded[0].stream
+        self.timeout = timeout
+        started = recorded[0].body
+        assert isinstance(started, SessionStarted)
+        ids = iter(_ids(recorded))
+        servers = {
+            e.body.server
+            for e in recorded
+            if isinstance(e.body, McpServerReady | McpServerFailed | McpToolsRefreshed)
+        }
+        self.model = ReplayModel()
+        self.servers: ReplayServers | None = None
+
+        def make_servers(configs: Any, report: Any) -> ReplayServers:
+            self.servers = ReplayServers(configs, report)
+            return self.servers
+
+        self.runtime = Runtime(
+            _RecordedTime(recorded),
+            model=ModelSettings(model=started.model or "replay", api_key="replay"),
+            workdir=workdir,
+            max_interrupt_chain_depth=depth,
+            new_id=lambda: next(ids, None) or str(uuid.uuid4()),
+            mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
+            model_client=self.model,
+            mcp_factory=make_servers,
+        )
+        self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered
+        self.started: set[str] = set()  # MCP calls sent and not answered
+        self.feed: Feed | None = None
+
+    def run(self) -> ReplayResult:
+        try:
+            return self._run()
+        finally:
+            if self.feed is not None:
+                self.feed.close()
+            self.runtime.close(timeout=2.0)
+
+    def _run(self) -> ReplayResult:
+        root = self.recorded[1]
+        if not isinstance(root.body, ConversationOpened):
+            raise ReplayError(f"session {self.session_id} seq 2 is not the root conversation")
+        handle = self.runtime.start_session(
+            base_instructions=_text(root.body.base_instructions),
+            user_instructions=_text(root.body.user_instructions),
+            mcp_allowlist=root.body.mcp_allowlist,
+        )
+        self.handle = handle
+        self.feed = handle.subscribe(transient=False)
+        produced = self.runtime.store.read(self.session_id)
+        for expected in self.recorded:
+            if expected.seq > len(produced):
+                self._feed_in(expected)
+                event = self._next(expected.seq)
+                if event is not None:
+                    produced.append(event)
+            got = produced[expected.seq - 1] if expected.seq <= len(produced) else None
+            divergence = _compare(expected, got)
+            if divergence is not None:
+                return ReplayResult(
+                    self.session_id, expected.seq - 1, len(self.recorded), divergence
+                )
+            self._track(expected)
+        return ReplayResult(self.session_id, len(self.recorded), len(self.recorded))
+
+    def _next(self, seq: int) -> Event | None:
+        assert self.feed is not None
+        while (item := self.feed.get(timeout=self.timeout)) is not None:
+            if isinstance(item, Event) and item.seq >= seq:
+                return item
+        return None
+
+    def _track(self, event: Event) -> None:
+        body = event.body
+        if isinstance(body, ToolCallRequested):
+            self.open_calls[body.call_id] = body.tool
+        elif isinstance(body, ToolCallStarted):
+            self.started.add(body.call_id)
+        elif isinstance(body, ToolCallCompleted):
+            self.open_calls.pop(body.call_id, None)
+            self.started.discard(body.call_id)
+
+    # --- what came from outside ----------------------------------------------------------------
+
+    def _feed_in(self, event: Event) -> None:
+        """If ``event`` came from outside the program, make it happen as it did."""
+        body, wait = event.body, self.timeout
+        if isinstance(body, TaskEnqueued) and _submitted(body):
+            self.handle._scheduler.tell(Enqueue((body.plan,)))
+        elif isinstance(body, ModelResponded):
+            reply = ModelReply(
+                _text(body.text) or "", list(body.tool_calls), body.finish_reason, body.usage
+            )
+            self.model.answer(reply, wait)
+        elif isinstance(body, ModelRequestFailed):
+            failed = AttemptFailed(body.attempt, body.error, body.status, body.retry_in_sec)
+            self.model.attempt_failed(failed, wait)
+        elif isinstance(body, TurnAborted) and body.reason == "failed":
+            self.model.fail(body.detail, min(wait, 0.5))  # else the program failed by itself
+        elif isinstance(body, ToolCallCompleted) and self._is_mcp(body.call_id):
+            assert self.servers is not None
+            images = [_image(i) for i in body.images]
+            outcome: Outcome = "timeout" if body.outcome == "timeout" else "error"
+            if body.outcome == "ok":
+                outcome = "ok"
+            result = CallResult(_text(body.output) or "", outcome, images, body.duration_ms)
+            self.servers.answer(body.call_id, result, wait)
+        elif isinstance(body, McpServerReady | McpServerFailed | McpToolsRefreshed):
+            if self.servers is not None:
+                self.servers.inject(body)
+        elif self._by_user(event):
+            self.handle.interrupt()
+        elif self._destroyed_from_outside(event):
+            self.handle.destroy(event.conversation_id or "")
+        elif isinstance(body, SessionClosed):
+            self.handle._journal.record([body])
+        elif isinstance(body, TurnAborted) and body.reason == "crashed":
+            raise ReplayError(
+                f"session {self.session_id} seq {event.seq}: the process stopped here and the "
+                "session was resumed; replaying across a crash is not supported yet"
+            )
+
+    def _is_mcp(self, call_id: str) -> bool:
+        """Whether the call went to an MCP server (only those wait for a recorded result)."""
+        return call_id in self.started
+
+    def _by_user(self, event: Event) -> bool:
+        """The first event of a user interrupt (what it drops, or the abort)."""
+        body = event.body
+        previous = self.recorded[event.seq - 2].body if event.seq > 1 else None
+        starts = (isinstance(body, TaskDropped) and body.reason == BY_USER) or (
+            isinstance(body, TurnAborted) and body.detail == BY_USER
+        )
+        if isinstance(body, ToolCallCompleted) and body.output == "aborted: interrupted":
+            starts = True
+        follows = isinstance(previous, TaskDropped) and previous.reason == BY_USER
+        return starts and not follows
+
+    def _destroyed_from_outside(self, event: Event) -> bool:
+        """A destroy by the embedder (not by a ``conv_destroy`` call being answered)."""
+        body = event.body
+        destroying = (isinstance(body, TaskDropped) and body.reason == DESTROYED) or isinstance(
+            body, ConversationDestroyed
+        )
+        if isinstance(body, TurnAborted) and body.detail == DESTROYED:
+            destroying = True
+        by_tool = "conv_destroy" in self.open_calls.values()
+        previous = self.recorded[event.seq - 2]
+        follows = previous.conversation_id == event.conversation_id and (
+            (isinstance(previous.body, TaskDropped) and previous.body.reason == DESTROYED)
+            or (isinstance(previous.body, TurnAborted) and previous.body.detail == DESTROYED)
+        )
+        return destroying and not by_tool and not follows
+
+
+def _submitted(body: TaskEnqueued) -> bool:
+    """Whether the task was submitted from outside (the program queues the others first)."""
+    return not body.front and body.plan.closure is None
+
+
+def _text(content: Any) -> str | None:
+    return content if isinstance(content, str) or content is None else None
+
+
+def _image(image: InputImage) -> tuple[str, str]:
+    url = _text(image.image_url) or ""
+    head, _, data = url.partition(",")
+    return head.removeprefix("data:").removesuffix(";base64"), data
+
+
+def _compare(expected: Event, got: Event | None) -> Divergence | None:
+    if got is None:
+        return Divergence(
+            expected.stream, expected.seq, expected.conversation_id, _line(expected), "nothing"
+        )
+    fields: dict[str, list[Any]] = {}
+    for name in ("conversation_id", "task_id"):
+        if getattr(expected, name) != getattr(got, name):
+            fields[name] = [getattr(expected, name), getattr(got, name)]
+    if type(expected.body) is type(got.body):
+        fields |= _differences(expected.body, got.body)
+    else:
+        fields["type"] = [type(expected.body).__name__, type(got.body).__name__]
+    if not fields:
+        return None
+    return Divergence(
+        expected.stream, expected.seq, expected.conversation_id, _line(expected), _line(got), fields
+    )
+
+
+def _differences(expected: Body, got: Body) -> dict[str, list[Any]]:
+    mine, theirs = msgspec.to_builtins(expected), msgspec.to_builtins(got)
+    return {
+        name: [mine.get(name), theirs.get(name)]
+        for name in itertools.chain(mine, (k for k in theirs if k not in mine))
+        if name not in IGNORED_FIELDS and mine.get(name) != theirs.get(name)
+    }
+
+
+def _line(event: Event) -> str:
+    text = msgspec.json.encode(event.body).decode()
+    return f"{type(event.body).__name__} {text[:200]}"
