@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -61,6 +63,10 @@ class McpLimits(msgspec.Struct, frozen=True):
     """In the whole session."""
     per_conversation: int = 4
     """In one conversation, under the session's limit."""
+    per_conversation_rate: int | None = None
+    """Calls one conversation may start within any ``rate_window_sec``; ``None``: no limit."""
+    rate_window_sec: float = 60.0
+    """The window of ``per_conversation_rate``."""
 
 
 class _Catalog(msgspec.Struct):
@@ -133,6 +139,7 @@ class McpPool(pykka.ThreadingActor):
         self.servers: Any = None
         self.queue: list[_Call] = []
         self.running: dict[tuple[str, int, int], _Call] = {}
+        self.starts: dict[str, deque[float]] = {}  # each conversation's recent call starts
 
     def on_start(self) -> None:
         if not self.configs:
@@ -256,14 +263,18 @@ class McpPool(pykka.ThreadingActor):
         """Send every queued call a slot is free for, in order; record their start first."""
         waiting: list[_Call] = []
         sending: list[_Call] = []
+        blocked: set[str] = set()  # a conversation's later calls wait behind its first waiting one
         for call in self.queue:
             conversation = call.request.conversation_id
             busy = [*self.running, *(c.key for c in sending)]
             mine = sum(1 for key in busy if key[0] == conversation)
-            if len(busy) >= self.limits.per_session or mine >= self.limits.per_conversation:
+            full = len(busy) >= self.limits.per_session or mine >= self.limits.per_conversation
+            if conversation in blocked or full or not self._within_rate(conversation):
+                blocked.add(conversation)
                 waiting.append(call)
             else:
                 sending.append(call)
+                self.starts.setdefault(conversation, deque()).append(time.monotonic())
         self.queue = waiting
         if sending:
             started = [
@@ -277,6 +288,23 @@ class McpPool(pykka.ThreadingActor):
             self.journal.record(started, origin=self.actor_ref)
         for call in sending:
             self._send(call)
+
+    def _within_rate(self, conversation: str) -> bool:
+        """Whether ``conversation`` may start a call now; if not, dispatch again when it may."""
+        limit, window = self.limits.per_conversation_rate, self.limits.rate_window_sec
+        starts = self.starts.get(conversation)
+        if limit is None or not starts:
+            return True
+        now = time.monotonic()
+        while starts and starts[0] <= now - window:
+            starts.popleft()
+        if len(starts) < limit:
+            return True
+        delay = starts[0] + window - now
+        self.effects.loop.call_soon_threadsafe(
+            lambda: self.effects.loop.call_later(delay, self._tell, _Wake())
+        )
+        return False
 
     def _send(self, call: _Call) -> None:
         request, key = call.request, call.key
@@ -338,11 +366,17 @@ class McpPool(pykka.ThreadingActor):
                 self._ended(message)
             case _Reported(body=body):
                 self._reported(body)
+            case _Wake():
+                self._dispatch()
         return None
 
 
 class _Reported(msgspec.Struct, frozen=True):
     body: Any
+
+
+class _Wake(msgspec.Struct, frozen=True):
+    """A conversation's rate window has room again."""
 
 
 class _Ended(msgspec.Struct, frozen=True):

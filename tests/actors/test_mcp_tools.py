@@ -398,3 +398,17 @@ def test_only_conversations_that_need_a_starting_server_wait_for_it(tmp_path: Pa
     assert order(wide_events) == ["McpServerFailed", "ModelRequested"]  # it waited, in vain
     assert "initialize timed out" in bodies(wide_events, McpServerFailed)[0].reason
     assert tool_names(server.requests[1])[5:] == sorted(tool_names(server.requests[1])[5:])
+
+
+def test_calls_past_a_conversations_rate_wait_for_the_window(tmp_path: Path) -> None:
+    meet = call("t__rendezvous", count=2, within=0.3)
+    script = [Step(tool_calls=[meet, meet]), Step(text="one at a time")]
+    limits = McpLimits(per_conversation_rate=1, rate_window_sec=1.0)
+    with ScriptedModelServer(script) as server:
+        runtime = runtime_for(server, tmp_path, mcp_servers={"t": mcp_server()}, mcp_limits=limits)
+        with runtime:
+            session = runtime.start_session()
+            assert session.run("meet", timeout=60).ok
+            events = runtime.store.read(session.session_id)
+    # Allowed to run together, but one start per second: the first gave up waiting first.
+    assert [c.output for c in bodies(events, ToolCallCompleted)] == ["alone", "alone"]
