@@ -1,0 +1,145 @@
+"""Record the replay golden sessions: ``python tests/replay/golden/make_golden.py NAME``.
+
+Each run records real sessions (a scripted model, the test MCP server) into ``NAME.sqlite``
+and lists them in ``NAME.json`` with what each covers. Commit both and never rewrite them:
+``test_golden_replay.py`` replays them forever, so a change to the program that would replay
+an old session differently is caught. ``NAME.json`` also names one deliberately changed
+program (a smaller interrupt depth limit) and the seq where its replay must diverge.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parents[2]))  # the tests' support modules
+
+from scripted import call
+
+from plait.actors.mcp import McpServerConfig
+from plait.actors.model import ModelSettings
+from plait.events.stores.sqlite import SqliteStore
+from plait.events.types import Event, TurnAborted
+from plait.replay import replay
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
+
+HERE = Path(__file__).parent
+SERVER = HERE.parents[1] / "mcp" / "server.py"
+
+
+def chains() -> tuple[list[Step], list[str]]:
+    """Nested interrupts: create, create inside it, send back, conv_list and history."""
+    return [
+        Step(tool_calls=[call("conv_create", user_instruction="plan the release")]),
+        Step(tool_calls=[call("conv_create", user_instruction="check the changelog")]),
+        Step(text="the changelog is complete"),
+        Step(tool_calls=[call("conv_list"), call("conv_history", conversation_id="g1-4")]),
+        Step(text="plan: tag, build, publish"),
+        Step(text="the helper planned it"),
+        Step(tool_calls=[call("conv_send", conversation_id="g1-4", text="and the date?")]),
+        Step(text="Friday"),
+        Step(text="Friday it is"),
+    ], ["release plan", "pick a date"]
+
+
+def tools() -> tuple[list[Step], list[str]]:
+    """MCP calls: read-only in parallel, then a writing one, an invalid one, an unknown one."""
+    meet = call("t__rendezvous", count=2)
+    return [
+        Step(tool_calls=[meet, meet]),
+        Step(tool_calls=[call("t__echo", text="a"), call("t__note", key="k", text="v")]),
+        Step(tool_calls=[call("t__add", a="one", b=2), call("t__invented")]),
+        Step(text="tools done"),
+    ], ["use the tools"]
+
+
+def failures() -> tuple[list[Step], list[str]]:
+    """A retried 500, a failed task (3 failures), then a good one."""
+    return [
+        Step(status=500),
+        Step(text="after one retry"),
+        Step(status=503),
+        Step(status=500),
+        Step(status=500),
+        Step(text="recovered"),
+    ], ["first", "second", "third"]
+
+
+def record(store: SqliteStore, name: str, make: Any, **runtime: Any) -> str:
+    script, prompts = make()
+    ids = itertools.count(1)
+    with ScriptedModelServer(script) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="golden", backoff_sec=0.01)
+        with Runtime(store, model=settings, new_id=lambda: f"{name}-{next(ids)}", **runtime) as rt:
+            session = rt.start_session()
+            for prompt in prompts:
+                session.run(prompt, timeout=60)
+            session.close()
+    return session.session_id
+
+
+def interrupted(store: SqliteStore) -> str:
+    """A user interrupt mid-stream, then a destroy by the embedder."""
+    ids = itertools.count(1)
+    script = [
+        Step(tool_calls=[call("conv_create", user_instruction="draft it")]),
+        Step(text="drafted"),
+        Step(text="done"),
+        Step(text="a long answer that will be cut", chunk_chars=2, chunk_delay=0.05),
+    ]
+    with ScriptedModelServer(script) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="golden")
+        with Runtime(store, model=settings, new_id=lambda: f"g4-{next(ids)}") as rt:
+            session = rt.start_session()
+            session.run("delegate", timeout=60)
+            with session.subscribe() as feed:
+                session.submit("talk")
+                while (item := feed.get(timeout=30)) is not None:
+                    if not isinstance(item, Event):
+                        session.interrupt()
+                    elif isinstance(item.body, TurnAborted):
+                        break
+            session.destroy("g4-4")
+            session.close()
+    return session.session_id
+
+
+def main(name: str) -> None:
+    db = HERE / f"{name}.sqlite"
+    if db.exists():
+        sys.exit(f"{db} exists: golden logs are never rewritten")
+    mcp = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])}
+    with SqliteStore(db) as store:
+        sessions = {
+            record(store, "g1", chains): "nested conv_create, conv_send, conv_list, conv_history",
+            record(store, "g2", tools, mcp_servers=mcp): "MCP calls: parallel, serial, refused",
+            record(store, "g3", failures): "model errors: retried, failed task, recovery",
+            interrupted(store): "a user interrupt mid-stream, a destroy by the embedder",
+        }
+        for session in sessions:
+            result = replay(store, session)
+            assert result.ok, result.divergence and result.divergence.message()
+        changed = replay(store, "g1-1", max_interrupt_chain_depth=1)
+        assert changed.divergence is not None
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for extra in ("-wal", "-shm"):
+        db.with_name(db.name + extra).unlink(missing_ok=True)
+    manifest = {
+        "sessions": sessions,
+        "changed_program": {
+            "session": "g1-1",
+            "max_interrupt_chain_depth": 1,
+            "diverges_at_seq": changed.divergence.seq,
+            "expected": changed.divergence.expected.split()[0],
+            "got": changed.divergence.got.split()[0],
+        },
+    }
+    (HERE / f"{name}.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
