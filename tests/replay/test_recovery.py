@@ -1,0 +1,121 @@
+"""``kill -9`` a process in the middle of a session; the next one recovers it.
+
+A child process runs a scripted session (a scripted model, the test MCP server) on a SQLite
+file; the parent follows the file and kills the child with SIGKILL at a chosen event. Then it
+reopens the store: nothing acknowledged lost, no half-written group, the chain intact, the
+running task ended ``crashed``, every open call answered, and the session goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from scripted import assert_histories_valid
+
+from plait.actors.model import ModelSettings
+from plait.events.stores.sqlite import SqliteStore
+from plait.events.types import (
+    ModelRequested,
+    TaskCompleted,
+    ToolCallCompleted,
+    ToolCallStarted,
+    TurnAborted,
+)
+from plait.runtime import NOT_SENT, UNKNOWN, Runtime
+from plait.testing import ScriptedModelServer, Step
+
+SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
+
+CHILD = textwrap.dedent(
+    """
+    import itertools, json, sys
+    from plait.actors.mcp import McpServerConfig
+    from plait.actors.model import ModelSettings
+    from plait.actors.pool import McpLimits
+    from plait.runtime import Runtime
+    from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+
+    db, server_py, case = sys.argv[1:4]
+    slow = ScriptedToolCall("t__slow", json.dumps({"seconds": 60}))
+    echo = ScriptedToolCall("t__echo", json.dumps({"text": "hi"}))
+    script = {
+        "mid-stream": [Step(text="x" * 400, chunk_chars=1, chunk_delay=0.05)],
+        "mid-call": [Step(tool_calls=[slow])],
+        "queued-call": [Step(tool_calls=[slow, echo])],
+    }[case]
+    ids = itertools.count(1)
+    mcp = {"t": McpServerConfig(command=sys.executable, args=[server_py, "stdio"])}
+    with ScriptedModelServer(script) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
+        runtime = Runtime(
+            db, model=settings, mcp_servers=mcp, mcp_limits=McpLimits(per_session=1),
+            new_id=lambda: f"id-{next(ids)}",
+        )
+        session = runtime.start_session()
+        session.run("work", timeout=120)
+    """
+)
+
+KILL_AT = {
+    "mid-stream": ModelRequested,
+    "mid-call": ToolCallStarted,
+    "queued-call": ToolCallStarted,
+}
+
+
+def crash(tmp_path: Path, case: str) -> Path:
+    """Run the child until the case's event is in the log, then SIGKILL it."""
+    db = tmp_path / "crash.db"
+    SqliteStore(db).close()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(db), str(SERVER), case], start_new_session=True
+    )
+    try:
+        with SqliteStore(db) as store, store.subscribe() as tail:
+            while (event := tail.get(timeout=60)) is not None:
+                if isinstance(event.body, KILL_AT[case]):
+                    break
+            assert event is not None, "the child never reached the point to kill it at"
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the child and its MCP server, at once
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    return db
+
+
+@pytest.mark.parametrize("case", ["mid-stream", "mid-call", "queued-call"])
+def test_a_killed_session_is_recovered_and_goes_on(tmp_path: Path, case: str) -> None:
+    db = crash(tmp_path, case)
+    with SqliteStore(db) as store:
+        before = store.read("id-1")
+        assert store.verify("id-1").ok
+        with ScriptedModelServer([Step(text="back again")]) as server:
+            settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
+            with Runtime(store, model=settings) as runtime:
+                session = runtime.resume("id-1")
+                after = session.run("are you there?", timeout=60)
+        events = store.read("id-1")
+        assert store.verify("id-1").ok
+    assert after.last_assistant_message == "back again"
+    recovered = events[len(before) :]
+    aborted = next(e.body for e in recovered if isinstance(e.body, TurnAborted))
+    assert aborted.reason == "crashed"
+    answers = [
+        (e.body.output, e.body.outcome) for e in recovered if isinstance(e.body, ToolCallCompleted)
+    ]
+    assert (
+        answers
+        == {
+            "mid-stream": [],
+            "mid-call": [(UNKNOWN, "unknown")],
+            "queued-call": [(UNKNOWN, "unknown"), (NOT_SENT, "error")],
+        }[case]
+    )
+    assert isinstance(events[-2].body, TaskCompleted)  # then the close
+    assert_histories_valid(events)
