@@ -24,7 +24,6 @@ from typing import Any, Literal, cast
 import msgspec
 import pykka
 
-from plait.actors.builtins import canonical_name
 from plait.actors.conversation import ConversationDeps
 from plait.actors.effects import EffectLoop
 from plait.actors.journal import Feed, Journal
@@ -47,13 +46,11 @@ from plait.events.types import (
     TaskCompleted,
     TaskDropped,
     TaskEnqueued,
-    ToolCallCompleted,
-    ToolCallRequested,
-    ToolCallStarted,
     Transient,
     TurnAborted,
 )
 from plait.events.values import InputItem, InputText, TaskPlan
+from plait.replay.recovery import unanswered
 
 __all__ = ["Runtime", "SessionHandle", "TaskOutcome"]
 
@@ -203,6 +200,11 @@ class SessionHandle:
                 self._scheduler.tell(Interrupt())
                 _await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
         self._journal.record([SessionClosed("closed by the embedder")])
+        self._stop(timeout)
+
+    def _stop(self, timeout: float) -> None:
+        """Stop the session's actors and servers, recording nothing (as a crash would)."""
+        self._closed = True
         with contextlib.suppress(pykka.ActorDeadError):
             self._actor.stop(timeout=timeout)
         with contextlib.suppress(pykka.ActorDeadError):
@@ -211,39 +213,6 @@ class SessionHandle:
             with contextlib.suppress(pykka.ActorDeadError):
                 self._pool.stop(timeout=timeout)  # closes every server: nothing is left running
         self.runtime._sessions.pop(self.session_id, None)
-
-
-NOT_SENT = "not run: the process stopped before this call was sent to its server"
-UNKNOWN = (
-    "result unknown: the process stopped while this call ran; it may or may not have "
-    "taken effect, check before running it again"
-)
-
-
-def _unanswered(past: list[Event], task_id: str) -> list[ToolCallCompleted]:
-    """Answer the calls a crash left open in ``task_id``: unknown, unless never sent.
-
-    A built-in may have run. An MCP call with no ``ToolCallStarted`` never reached its server
-    (nor did a call of a tool that was not offered), so it did not run.
-    """
-    requested: dict[str, ToolCallRequested] = {}
-    started: set[str] = set()
-    for event in past:
-        body = event.body
-        if event.task_id != task_id:
-            continue
-        if isinstance(body, ToolCallRequested):
-            requested[body.call_id] = body
-        elif isinstance(body, ToolCallStarted):
-            started.add(body.call_id)
-        elif isinstance(body, ToolCallCompleted):
-            requested.pop(body.call_id, None)
-    return [
-        ToolCallCompleted(call_id, UNKNOWN, "unknown")
-        if call_id in started or canonical_name(body.tool) is not None
-        else ToolCallCompleted(call_id, NOT_SENT, "error")
-        for call_id, body in requested.items()
-    ]
 
 
 def _await_outcome(
@@ -372,13 +341,8 @@ class Runtime:
         if state.running is not None:
             plan = state.running
             crashed = TurnAborted("crashed", "the process stopped while the task ran")
-            answers = [
-                NewEvent(answer, plan.conversation_id, plan.task_id)
-                for answer in _unanswered(past, plan.task_id)
-            ]
-            past += journal.record(
-                [*answers, NewEvent(crashed, plan.conversation_id, plan.task_id)]
-            )
+            ended = [*unanswered(past, plan.task_id), crashed]
+            past += journal.record([NewEvent(b, plan.conversation_id, plan.task_id) for b in ended])
         handle = self._attach(journal, past[0].body.root_conversation_id, past)
         handle._scheduler.tell("kick")
         return handle

@@ -109,6 +109,13 @@ class ReplayModel:
         call.settle(error=ReplayError(error))  # its text is the recorded reason
         return True
 
+    def abandon(self) -> None:
+        """Forget the waiting call: its process stopped (a crash being replayed)."""
+        with self._lock:
+            call, self._call = self._call, None
+        if call is not None:
+            call.loop.call_soon_threadsafe(call.future.cancel)
+
     def _clear(self, call: _Pending) -> None:
         with self._lock:
             if self._call is call:

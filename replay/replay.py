@@ -20,14 +20,15 @@ from typing import Any
 
 import msgspec
 
-from plait.actors.journal import Feed
 from plait.actors.mcp.calls import CallResult, Outcome
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.messages import Enqueue
 from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
+from plait.actors.pool import McpLimits
 from plait.errors import DivergenceError, ReplayError
 from plait.events.store import EventStore, PreparedAppend
 from plait.events.stores.memory import MemoryStore
+from plait.events.subscription import Subscription
 from plait.events.types import (
     Body,
     ConversationDestroyed,
@@ -50,6 +51,7 @@ from plait.events.types import (
 )
 from plait.events.values import InputImage
 from plait.replay.effects import ReplayModel, ReplayServers
+from plait.replay.recovery import NOT_SENT, UNKNOWN
 
 __all__ = ["Divergence", "ReplayResult", "replay"]
 
@@ -111,18 +113,22 @@ def replay(
     timeout: float = 10.0,
     raise_on_divergence: bool = False,
     max_interrupt_chain_depth: int = 8,
+    mcp_limits: McpLimits | None = None,
     workdir: str = ".",
 ) -> ReplayResult:
     """Replay ``session_id`` from ``store`` and compare every event it produces.
 
-    ``timeout`` bounds the wait for each event the program should produce. With
+    The program is configured as the live one was: ``max_interrupt_chain_depth``,
+    ``mcp_limits`` and ``workdir`` (where ``base_instruction_file`` is read) must be given as
+    they were. ``timeout`` bounds the wait for each event the program should produce. With
     ``raise_on_divergence`` a difference raises ``DivergenceError`` (its ``divergence``
     attribute holds the report) instead of being returned.
     """
     recorded = store.read(session_id)
     if not recorded or not isinstance(recorded[0].body, SessionStarted):
         raise ReplayError(f"no session {session_id} in the store")
-    result = _Driver(recorded, timeout, max_interrupt_chain_depth, workdir).run()
+    program = _Program(max_interrupt_chain_depth, mcp_limits, workdir)
+    result = _Driver(recorded, timeout, program).run()
     if raise_on_divergence and result.divergence is not None:
         error = DivergenceError(result.divergence.message())
         error.divergence = result.divergence  # type: ignore[attr-defined]
@@ -166,8 +172,16 @@ def _ids(recorded: list[Event]) -> list[str]:
     return ids
 
 
+class _Program(msgspec.Struct, frozen=True):
+    """How the live program was configured (not recorded in the log)."""
+
+    max_interrupt_chain_depth: int
+    mcp_limits: McpLimits | None
+    workdir: str
+
+
 class _Driver:
-    def __init__(self, recorded: list[Event], timeout: float, depth: int, workdir: str) -> None:
+    def __init__(self, recorded: list[Event], timeout: float, program: _Program) -> None:
         from plait.runtime import Runtime
 
         self.recorded = recorded
@@ -191,8 +205,9 @@ class _Driver:
         self.runtime = Runtime(
             _RecordedTime(recorded),
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
-            workdir=workdir,
-            max_interrupt_chain_depth=depth,
+            workdir=program.workdir,
+            max_interrupt_chain_depth=program.max_interrupt_chain_depth,
+            mcp_limits=program.mcp_limits,
             new_id=lambda: next(ids, None) or str(uuid.uuid4()),
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
             model_client=self.model,
@@ -200,14 +215,15 @@ class _Driver:
         )
         self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered
         self.started: set[str] = set()  # MCP calls sent and not answered
-        self.feed: Feed | None = None
+        self.tail: Subscription | None = None
+        self.crashing = False  # inside the group of events a recovery records
 
     def run(self) -> ReplayResult:
         try:
             return self._run()
         finally:
-            if self.feed is not None:
-                self.feed.close()
+            if self.tail is not None:
+                self.tail.close()
             self.runtime.close(timeout=2.0)
 
     def _run(self) -> ReplayResult:
@@ -220,8 +236,8 @@ class _Driver:
             mcp_allowlist=root.body.mcp_allowlist,
         )
         self.handle = handle
-        self.feed = handle.subscribe(transient=False)
         produced = self.runtime.store.read(self.session_id)
+        self.tail = self.runtime.store.subscribe(produced[-1].position)
         for expected in self.recorded:
             if expected.seq > len(produced):
                 self._feed_in(expected)
@@ -238,10 +254,9 @@ class _Driver:
         return ReplayResult(self.session_id, len(self.recorded), len(self.recorded))
 
     def _next(self, seq: int) -> Event | None:
-        assert self.feed is not None
-        while (item := self.feed.get(timeout=self.timeout)) is not None:
-            if isinstance(item, Event) and item.seq >= seq:
-                return item
+        while (event := self.tail.get(timeout=self.timeout)) is not None:
+            if event.seq >= seq:
+                return event
         return None
 
     def _track(self, event: Event) -> None:
@@ -259,7 +274,9 @@ class _Driver:
     def _feed_in(self, event: Event) -> None:
         """If ``event`` came from outside the program, make it happen as it did."""
         body, wait = event.body, self.timeout
-        if isinstance(body, TaskEnqueued) and _submitted(body):
+        if self._recovered(event):  # first: its answers look like results otherwise
+            self._crash_and_resume()
+        elif isinstance(body, TaskEnqueued) and _submitted(body):
             self.handle._scheduler.tell(Enqueue((body.plan,)))
         elif isinstance(body, ModelResponded):
             reply = ModelReply(
@@ -288,11 +305,22 @@ class _Driver:
             self.handle.destroy(event.conversation_id or "")
         elif isinstance(body, SessionClosed):
             self.handle._journal.record([body])
-        elif isinstance(body, TurnAborted) and body.reason == "crashed":
-            raise ReplayError(
-                f"session {self.session_id} seq {event.seq}: the process stopped here and the "
-                "session was resumed; replaying across a crash is not supported yet"
-            )
+
+    def _recovered(self, event: Event) -> bool:
+        """The first event a recovery recorded: the process had stopped just before it."""
+        body = event.body
+        recovery = (isinstance(body, TurnAborted) and body.reason == "crashed") or (
+            isinstance(body, ToolCallCompleted) and body.output in (UNKNOWN, NOT_SENT)
+        )
+        first = recovery and not self.crashing
+        self.crashing = recovery
+        return first
+
+    def _crash_and_resume(self) -> None:
+        """Stop the replayed session as the process stopped, and resume it as it was resumed."""
+        self.handle._stop(timeout=2.0)
+        self.model.abandon()
+        self.handle = self.runtime.resume(self.session_id)
 
     def _is_mcp(self, call_id: str) -> bool:
         """Whether the call went to an MCP server (only those wait for a recorded result)."""

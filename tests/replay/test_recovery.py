@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from scripted import assert_histories_valid
 
+from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
+from plait.actors.pool import McpLimits
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.types import (
     ModelRequested,
@@ -27,10 +29,14 @@ from plait.events.types import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.runtime import NOT_SENT, UNKNOWN, Runtime
+from plait.replay import replay
+from plait.replay.recovery import NOT_SENT, UNKNOWN
+from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
 SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
+MCP = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])}
+LIMITS = McpLimits(per_session=1)  # the child's, and the process that recovers it
 
 CHILD = textwrap.dedent(
     """
@@ -97,7 +103,7 @@ def test_a_killed_session_is_recovered_and_goes_on(tmp_path: Path, case: str) ->
         assert store.verify("id-1").ok
         with ScriptedModelServer([Step(text="back again")]) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
-            with Runtime(store, model=settings) as runtime:
+            with Runtime(store, model=settings, mcp_servers=MCP, mcp_limits=LIMITS) as runtime:
                 session = runtime.resume("id-1")
                 after = session.run("are you there?", timeout=60)
         events = store.read("id-1")
@@ -119,3 +125,6 @@ def test_a_killed_session_is_recovered_and_goes_on(tmp_path: Path, case: str) ->
     )
     assert isinstance(events[-2].body, TaskCompleted)  # then the close
     assert_histories_valid(events)
+    with SqliteStore(db) as store:  # and the session replays, across its crash
+        result = replay(store, "id-1", timeout=5, mcp_limits=LIMITS)
+        assert result.ok, result.divergence and result.divergence.message()
