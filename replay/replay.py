@@ -254,6 +254,7 @@ class _Driver:
         return ReplayResult(self.session_id, len(self.recorded), len(self.recorded))
 
     def _next(self, seq: int) -> Event | None:
+        assert self.tail is not None
         while (event := self.tail.get(timeout=self.timeout)) is not None:
             if event.seq >= seq:
                 return event
