@@ -155,7 +155,7 @@ class _RecordedTime(MemoryStore):
         return super()._prepare(stream, timed, head_seq, head_hash)
 
 
-def _ids(recorded: list[Event]) -> list[str]:
+def _ids(recorded: list[Event], given: int = 0) -> list[str]:
     """Every id the program made, in the order the log first shows it (the session's and its
     root's first: ``start_session`` makes them)."""
     ids = [recorded[0].stream]
@@ -169,6 +169,9 @@ def _ids(recorded: list[Event]) -> list[str]:
         elif isinstance(body, TaskEnqueued) and not _submitted(body):
             found = [body.plan.task_id]  # a submitted task's id came with it, from outside
         ids += [i for i in found if i is not None and i not in ids]
+    if given:  # a fork's copied events were not made by the program: nor were their ids
+        copied = set(_ids(recorded[:given]))
+        ids = [i for i in ids if i not in copied]
     return ids
 
 
@@ -189,7 +192,9 @@ class _Driver:
         self.timeout = timeout
         started = recorded[0].body
         assert isinstance(started, SessionStarted)
-        ids = iter(_ids(recorded))
+        self._started = started
+        given = started.forked_from.at_seq if started.forked_from is not None else 0
+        ids = iter(_ids(recorded, given))
         servers = {
             e.body.server
             for e in recorded
@@ -230,12 +235,20 @@ class _Driver:
         root = self.recorded[1]
         if not isinstance(root.body, ConversationOpened):
             raise ReplayError(f"session {self.session_id} seq 2 is not the root conversation")
-        handle = self.runtime.start_session(
-            base_instructions=_text(root.body.base_instructions),
-            user_instructions=_text(root.body.user_instructions),
-            mcp_allowlist=root.body.mcp_allowlist,
-        )
-        self.handle = handle
+        origin = self._started.forked_from
+        if origin is None:
+            self.handle = self.runtime.start_session(
+                base_instructions=_text(root.body.base_instructions),
+                user_instructions=_text(root.body.user_instructions),
+                mcp_allowlist=root.body.mcp_allowlist,
+            )
+        else:  # a fork: its copied events are given, what follows them is replayed
+            copied = [
+                NewEvent(e.body, e.conversation_id, e.task_id, at=e.at)
+                for e in self.recorded[: origin.at_seq]
+            ]
+            self.runtime.store.append(self.session_id, copied, 0)
+            self.handle = self.runtime.resume(self.session_id)
         produced = self.runtime.store.read(self.session_id)
         self.tail = self.runtime.store.subscribe(produced[-1].position)
         for expected in self.recorded:

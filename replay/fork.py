@@ -1,0 +1,42 @@
+"""Fork: a new session whose log is an old one's up to a seq, which then runs live.
+
+The fork's first event is the source's ``SessionStarted`` with ``forked_from`` set; the
+events after it are the source's, with their conversation and task ids and their times, so
+every projection of the fork up to that point equals the source's. The source is untouched.
+Resume the fork with ``Runtime.resume``: a task the cut left running ends ``crashed`` then,
+its open calls answered, as after a crash.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+
+from plait.errors import PlaitError
+from plait.events.store import EventStore
+from plait.events.types import ForkOrigin, NewEvent, SessionStarted
+
+__all__ = ["fork"]
+
+
+def fork(
+    store: EventStore, session_id: str, at_seq: int, *, new_session_id: str | None = None
+) -> str:
+    """Copy ``session_id``'s events up to ``at_seq`` into a new session; return its id."""
+    events = store.read(session_id, upto=at_seq)
+    if not events or not isinstance(events[0].body, SessionStarted):
+        raise PlaitError(f"no session {session_id} in the store")
+    last = store.last_seq(session_id)
+    if not 2 <= at_seq <= last:
+        raise PlaitError(
+            f"session {session_id}: cannot fork at seq {at_seq}: choose 2 to {last} "
+            "(the root conversation is opened at seq 2)"
+        )
+    origin = msgspec.structs.replace(events[0].body, forked_from=ForkOrigin(session_id, at_seq))
+    new = new_session_id or str(uuid.uuid4())
+    copied = [NewEvent(origin, at=events[0].at)] + [
+        NewEvent(e.body, e.conversation_id, e.task_id, at=e.at) for e in events[1:]
+    ]
+    store.append(new, copied, 0)
+    return new
