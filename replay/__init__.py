@@ -2,7 +2,17 @@
 # It imports `plait.events` and `plait.actors`; nothing in them imports it.
 """Replay a recorded session exactly, and say where a program departs from its log."""
 
+from plait.replay.audit import AuditRow, audit, audit_jsonl, verify
 from plait.replay.fork import fork
 from plait.replay.replay import Divergence, ReplayResult, replay
 
-__all__ = ["Divergence", "ReplayResult", "fork", "replay"]
+__all__ = [
+    "AuditRow",
+    "Divergence",
+    "ReplayResult",
+    "audit",
+    "audit_jsonl",
+    "fork",
+    "replay",
+    "verify",
+]

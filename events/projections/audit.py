@@ -15,6 +15,7 @@ from plait.events.types import (
     ToolApprovalRequested,
     ToolCallCompleted,
     ToolCallRequested,
+    ToolCallStarted,
 )
 from plait.events.values import Content
 
@@ -54,6 +55,10 @@ class AuditRow(msgspec.Struct):
     """Wall time of the call."""
     completed_at: datetime | None = None
     """When the outcome was recorded."""
+    server: str | None = None
+    """The MCP server the call was sent to (``None``: a built-in, or never sent)."""
+    started_at: datetime | None = None
+    """When it was sent to its server (after waiting for a free slot)."""
 
 
 class AuditLog(msgspec.Struct):
@@ -82,6 +87,7 @@ class AuditProjection(Projection[AuditLog]):
             ToolCallRequested: self._requested,
             ToolApprovalRequested: self._approval_requested,
             ToolApprovalDecided: self._decided,
+            ToolCallStarted: self._started,
             ToolCallCompleted: self._completed,
         }
 
@@ -123,6 +129,14 @@ class AuditProjection(Projection[AuditLog]):
         if row is not None:
             row.approval = "approved" if body.approved else "denied"
             row.decided_by = body.decided_by
+
+    def _started(self, state: AuditLog, event: Event) -> None:
+        body = event.body
+        assert isinstance(body, ToolCallStarted)
+        row = self._row(state, event, body.call_id)
+        if row is not None:
+            row.server = body.server
+            row.started_at = event.at
 
     def _completed(self, state: AuditLog, event: Event) -> None:
         body = event.body
