@@ -145,6 +145,49 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Replay a session from its log, no network or key; exit 1 at the first difference."""
+    from plait.replay import replay
+
+    with _open(args) as store:
+        session = _session(store, args.session)
+        result = replay(store, session, max_interrupt_chain_depth=args.max_interrupt_chain_depth)
+    if args.json:
+        _print_json(result)
+    elif result.divergence is None:
+        print(f"replayed {result.events} of {result.total} events: no difference")
+    else:
+        print(f"diverged after {result.events} of {result.total} events:")
+        print(result.divergence.message())
+    return 0 if result.ok else 1
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """List every tool call of a session: tool, server, outcome, size, duration."""
+    from plait.replay import audit, audit_jsonl
+
+    with _open(args) as store:
+        rows = audit(
+            store,
+            _session(store, args.session),
+            tool=args.tool,
+            conversation_id=args.conversation,
+            outcome=args.outcome,
+        )
+    if args.json:
+        sys.stdout.buffer.write(audit_jsonl(rows))
+        return 0
+    for row in rows:
+        took = f"{row.duration_ms:8.1f} ms" if row.duration_ms is not None else "       - ms"
+        size = f"{row.output_size} B" if row.output_size is not None else "-"
+        print(
+            f"seq {row.seq:4}  {row.tool:<28} {row.outcome:<8} {took}  {size:>9}  "
+            f"{row.server or '-':<10} conversation {(row.conversation_id or '')[:8]}"
+        )
+    print(f"{len(rows)} calls", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``plait`` command."""
     parser = argparse.ArgumentParser(
@@ -175,6 +218,20 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("session", help="session id (a unique prefix is enough)")
         if name != "show":
             cmd.add_argument("--json", action="store_true", help="JSON Lines")
+    replay = add("replay", cmd_replay, "plait replay 3f2a")
+    replay.add_argument("session", help="session id (a unique prefix is enough)")
+    replay.add_argument("--json", action="store_true", help="the result as JSON")
+    replay.add_argument(
+        "--max-interrupt-chain-depth", type=int, default=8, help="as the session ran with"
+    )
+    audit = add("audit", cmd_audit, "plait audit 3f2a --outcome error")
+    audit.add_argument("session", help="session id (a unique prefix is enough)")
+    audit.add_argument("--json", action="store_true", help="JSON Lines")
+    audit.add_argument("--tool", help="a tool name, or a server prefix such as git__")
+    audit.add_argument("--conversation", help="a conversation id")
+    audit.add_argument(
+        "--outcome", choices=["ok", "error", "timeout", "refused", "unknown", "pending"]
+    )
     return parser
 
 

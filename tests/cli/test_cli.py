@@ -89,6 +89,35 @@ def test_user_errors_are_one_line_without_traceback(demo_dir: Path, tmp_path: Pa
 
 
 def test_every_command_has_help_with_an_example(tmp_path: Path) -> None:
-    for command in ["demo", "sessions", "log", "show", "verify"]:
+    for command in ["demo", "sessions", "log", "show", "verify", "replay", "audit"]:
         result = plait(tmp_path, command, "--help")
         assert result.returncode == 0 and "example: plait" in result.stdout
+
+
+def test_replay_checks_a_session_then_reports_where_a_changed_program_departs(
+    demo_dir: Path,
+) -> None:
+    session = session_id(demo_dir)
+    clean = plait(demo_dir, "replay", session[:8])
+    assert clean.returncode == 0, clean.stderr
+    assert clean.stdout == "replayed 33 of 33 events: no difference\n"
+    changed = plait(demo_dir, "replay", session[:8], "--max-interrupt-chain-depth", "0")
+    assert changed.returncode == 1
+    assert changed.stdout.startswith("diverged after 9 of 33 events:")
+    assert f"session {session} seq 10" in changed.stdout
+    assert "expected ConversationOpened" in changed.stdout
+    report = json.loads(plait(demo_dir, "replay", session, "--json").stdout)
+    assert report["events"] == report["total"] == 33 and report["divergence"] is None
+
+
+def test_audit_lists_the_tool_calls_and_filters_them(demo_dir: Path) -> None:
+    session = session_id(demo_dir)
+    table = plait(demo_dir, "audit", session)
+    assert table.returncode == 0
+    lines = table.stdout.splitlines()
+    assert [line.split()[2] for line in lines] == ["conv_create", "conv_list"]
+    assert table.stderr == "2 calls\n"
+    rows = [json.loads(x) for x in plait(demo_dir, "audit", session, "--json").stdout.splitlines()]
+    assert [(r["tool"], r["outcome"]) for r in rows] == [("conv_create", "ok"), ("conv_list", "ok")]
+    only = plait(demo_dir, "audit", session, "--tool", "conv_list", "--json").stdout.splitlines()
+    assert len(only) == 1 and json.loads(only[0])["tool"] == "conv_list"
