@@ -45,10 +45,15 @@ def test_every_subpackage_ships_in_the_wheel() -> None:
     declared = set(
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
+
+    def ours(top: str) -> bool:  # not tests, benchmarks, builds, or any virtualenv in the tree
+        skipped = top in {"tests", "bench", "build"} or top.startswith(".")
+        return not skipped and not (ROOT / top / "pyvenv.cfg").exists()
+
     found = {"plait"} | {
         "plait." + ".".join(init.parent.relative_to(ROOT).parts)
         for init in ROOT.glob("*/**/__init__.py")
-        if init.relative_to(ROOT).parts[0] not in {"tests", "bench", ".venv", "build"}
+        if ours(init.relative_to(ROOT).parts[0])
     }
     assert declared == found
 
