@@ -187,9 +187,10 @@ class SessionHandle:
             raise PlaitError(f"session {self.session_id} is closed")
 
     def close(self, timeout: float = 10.0) -> None:
-        """Cancel a running task (waiting up to ``timeout``), record the close, stop the actors.
+        """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close.
 
-        Closing twice is harmless.
+        A task that has not stopped by then is force-aborted (``TurnAborted(interrupted)``,
+        its open calls answered) and recorded so. Closing twice is harmless.
         """
         if self._closed:
             return
@@ -199,18 +200,30 @@ class SessionHandle:
             if state.running is not None:
                 self._scheduler.tell(Interrupt())
                 _await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
-        self._journal.record([SessionClosed("closed by the embedder")])
         self._stop(timeout)
+        # A task that did not stop in time is ended here, once no actor can record any more.
+        past = self.runtime.store.read(self.session_id)
+        state = SchedulerState()
+        for event in past:
+            evolve(state, event)
+        ended: list[NewEvent] = []
+        if state.running is not None:
+            plan = state.running
+            why = f"force-aborted: the task did not stop within {timeout:g} s of the close"
+            bodies = [*unanswered(past, plan.task_id), TurnAborted("interrupted", why)]
+            ended = [NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies]
+        self._journal.record([*ended, SessionClosed("closed by the embedder")])
 
     def _stop(self, timeout: float) -> None:
         """Stop the session's actors and servers, recording nothing (as a crash would)."""
         self._closed = True
-        with contextlib.suppress(pykka.ActorDeadError):
+        stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
+        with contextlib.suppress(*stuck):
             self._actor.stop(timeout=timeout)
-        with contextlib.suppress(pykka.ActorDeadError):
+        with contextlib.suppress(*stuck):
             self._scheduler.stop(timeout=timeout)
         if self._pool is not None:
-            with contextlib.suppress(pykka.ActorDeadError):
+            with contextlib.suppress(*stuck):
                 self._pool.stop(timeout=timeout)  # closes every server: nothing is left running
         self.runtime._sessions.pop(self.session_id, None)
 

@@ -31,6 +31,7 @@ from plait.events.projections.history import (
     conversation_index,
 )
 from plait.events.types import (
+    ConversationDestroyed,
     ConversationOpened,
     Event,
     NewEvent,
@@ -216,14 +217,18 @@ class Session(pykka.ThreadingActor):
             for plan in self.timeline.pending
             if plan.conversation_id == cid
         ]
+        running = self.timeline.running
+        task = running.task_id if running and running.conversation_id == cid else ""
+        if not task:  # idle: its end is recorded now, before the caller goes on
+            dropped.append(NewEvent(ConversationDestroyed("conversation destroyed"), cid))
         if dropped:
             self._record(dropped)
         ref = self.conversations.pop(cid)
         self.journal.unlisten(ref)
-        running = self.timeline.running
-        task = running.task_id if running and running.conversation_id == cid else ""
-        # The conversation records its own end: TurnAborted (if it runs), then the destruction.
-        ref.tell(Abort(task, "interrupted", "conversation destroyed", destroy=True))
+        if task:  # a running conversation records its own end: TurnAborted, the destruction
+            ref.tell(Abort(task, "interrupted", "conversation destroyed", destroy=True))
+        else:
+            ref.stop(block=False)
         return {"ok": True}
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 
 from scripted import assert_histories_valid, call, kinds, runtime_for
@@ -11,8 +13,10 @@ from plait.events import (
     AgentMessageDelta,
     Event,
     ModelRequestFailed,
+    SessionClosed,
     TaskCompleted,
     ToolCallCompleted,
+    ToolCallRequested,
     TurnAborted,
 )
 from plait.testing import ScriptedModelServer, Step
@@ -209,3 +213,37 @@ def test_a_closed_session_resumes_with_its_history(
             "first answer",
             "two",
         ]
+
+
+def test_a_task_that_does_not_stop_is_force_aborted_at_close(tmp_path: Path) -> None:
+    fifo = tmp_path / "instructions.fifo"
+    os.mkfifo(fifo)  # reading it blocks until someone writes: a conversation stuck in I/O
+    script = [
+        Step(
+            tool_calls=[call("conv_create", user_instruction="go", base_instruction_file=fifo.name)]
+        )
+    ]
+    with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        with session.subscribe(transient=False) as feed:
+            session.submit("delegate")
+            while (item := feed.get(timeout=30)) is not None:
+                if isinstance(item, Event) and isinstance(item.body, ToolCallRequested):
+                    break
+        try:
+            session.close(timeout=0.5)
+            session.close(timeout=0.5)  # closing twice is harmless
+        finally:  # let the stuck thread finish (if it is there to read)
+            with contextlib.suppress(OSError):
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(writer, b"be brief")
+                os.close(writer)
+        events = runtime.store.read(session.session_id)
+    root = events[1].conversation_id or ""
+    assert kinds(events, root)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "TurnAborted"]
+    aborted = events[-2].body
+    assert isinstance(aborted, TurnAborted) and aborted.reason == "interrupted"
+    assert aborted.detail == "force-aborted: the task did not stop within 0.5 s of the close"
+    assert isinstance(events[-1].body, SessionClosed)
+    assert sum(isinstance(e.body, SessionClosed) for e in events) == 1
+    assert_histories_valid(events)
