@@ -222,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("session", help="session id (a unique prefix is enough)")
     replay.add_argument("--json", action="store_true", help="the result as JSON")
     replay.add_argument(
-        "--max-interrupt-chain-depth", type=int, default=8, help="as the session ran with"
+        "--max-interrupt-chain-depth",
+        type=int,
+        help="replay as if the program had this limit (default: as the session recorded)",
     )
     audit = add("audit", cmd_audit, "plait audit 3f2a --outcome error")
     audit.add_argument("session", help="session id (a unique prefix is enough)")

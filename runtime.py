@@ -49,7 +49,7 @@ from plait.events.types import (
     Transient,
     TurnAborted,
 )
-from plait.events.values import InputItem, InputText, TaskPlan
+from plait.events.values import InputItem, InputText, RuntimeSettings, TaskPlan
 from plait.replay.recovery import unanswered
 
 __all__ = ["Runtime", "SessionHandle", "TaskOutcome"]
@@ -320,6 +320,19 @@ class Runtime:
             pool,
         )
 
+    def _recorded(self) -> RuntimeSettings:
+        """This runtime's configuration, as a session's first event keeps it for replay."""
+        limits = self.mcp_limits or McpLimits()
+        return RuntimeSettings(
+            self.max_interrupt_chain_depth,
+            sorted(self.mcp_servers),
+            limits.per_session,
+            limits.per_conversation,
+            limits.per_conversation_rate,
+            limits.rate_window_sec,
+            str(Path(self.workdir).resolve()),
+        )
+
     def start_session(
         self,
         *,
@@ -335,9 +348,8 @@ class Runtime:
             user_instructions=user_instructions,
             mcp_allowlist=mcp_allowlist,
         )
-        past = journal.record(
-            [SessionStarted(root, model=self.settings.model), NewEvent(opened, root)]
-        )
+        started = SessionStarted(root, model=self.settings.model, settings=self._recorded())
+        past = journal.record([started, NewEvent(opened, root)])
         return self._attach(journal, root, past)
 
     def resume(self, session_id: str) -> SessionHandle:

@@ -14,6 +14,7 @@ from plait.events.values import (
     Content,
     InputImage,
     McpToolSnapshot,
+    RuntimeSettings,
     StoragePolicy,
     TaskPlan,
     ToolCall,
@@ -88,6 +89,8 @@ class SessionStarted(Body, frozen=True):
     """The model the session was configured with."""
     forked_from: ForkOrigin | None = None
     """Set when the session is a fork."""
+    settings: RuntimeSettings | None = None
+    """How the runtime that started it was configured (``None`` in logs before it was kept)."""
 
 
 class SessionClosed(Body, frozen=True):

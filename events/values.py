@@ -17,6 +17,7 @@ __all__ = [
     "InputText",
     "McpToolSnapshot",
     "Redacted",
+    "RuntimeSettings",
     "StoragePolicy",
     "TaskPlan",
     "ToolCall",
@@ -166,6 +167,25 @@ class ToolPrefs(Value, frozen=True):
     """Offer web search."""
     conversation_tools: bool = True
     """Offer the ``conv_*`` built-ins."""
+
+
+class RuntimeSettings(Value, frozen=True):
+    """How the runtime running a session was configured: what replay must configure alike."""
+
+    max_interrupt_chain_depth: int = 8
+    """Nested interrupting tools allowed."""
+    mcp_servers: list[str] = []
+    """The configured MCP servers' names, sorted."""
+    mcp_per_session: int = 8
+    """MCP calls in flight at once in the session."""
+    mcp_per_conversation: int = 4
+    """MCP calls in flight at once in one conversation."""
+    mcp_per_conversation_rate: int | None = None
+    """Calls one conversation may start per ``mcp_rate_window_sec``; ``None``: no limit."""
+    mcp_rate_window_sec: float = 60.0
+    """The window of that rate."""
+    workdir: str = ""
+    """Where ``base_instruction_file`` paths were read from."""
 
 
 class StoragePolicy(Value, frozen=True):

@@ -49,7 +49,7 @@ from plait.events.types import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.values import InputImage
+from plait.events.values import InputImage, RuntimeSettings
 from plait.replay.effects import ReplayModel, ReplayServers
 from plait.replay.recovery import NOT_SENT, UNKNOWN
 
@@ -112,22 +112,40 @@ def replay(
     *,
     timeout: float = 10.0,
     raise_on_divergence: bool = False,
-    max_interrupt_chain_depth: int = 8,
+    max_interrupt_chain_depth: int | None = None,
     mcp_limits: McpLimits | None = None,
-    workdir: str = ".",
+    workdir: str | None = None,
 ) -> ReplayResult:
     """Replay ``session_id`` from ``store`` and compare every event it produces.
 
-    The program is configured as the live one was: ``max_interrupt_chain_depth``,
-    ``mcp_limits`` and ``workdir`` (where ``base_instruction_file`` is read) must be given as
-    they were. ``timeout`` bounds the wait for each event the program should produce. With
+    The program is configured as the session's ``SessionStarted.settings`` recorded; a given
+    ``max_interrupt_chain_depth``, ``mcp_limits`` or ``workdir`` (where ``base_instruction_file``
+    is read) overrides it, to see how a changed program would have run, or to supply what
+    older logs did not record. ``timeout`` bounds the wait for each event the program should
+    produce. With
     ``raise_on_divergence`` a difference raises ``DivergenceError`` (its ``divergence``
     attribute holds the report) instead of being returned.
     """
     recorded = store.read(session_id)
     if not recorded or not isinstance(recorded[0].body, SessionStarted):
         raise ReplayError(f"no session {session_id} in the store")
-    program = _Program(max_interrupt_chain_depth, mcp_limits, workdir)
+    started = recorded[0].body
+    assert isinstance(started, SessionStarted)
+    kept = started.settings or RuntimeSettings()
+    if mcp_limits is None and started.settings is not None:
+        mcp_limits = McpLimits(
+            kept.mcp_per_session,
+            kept.mcp_per_conversation,
+            kept.mcp_per_conversation_rate,
+            kept.mcp_rate_window_sec,
+        )
+    program = _Program(
+        kept.max_interrupt_chain_depth
+        if max_interrupt_chain_depth is None
+        else max_interrupt_chain_depth,
+        mcp_limits,
+        workdir if workdir is not None else kept.workdir or ".",
+    )
     result = _Driver(recorded, timeout, program).run()
     if raise_on_divergence and result.divergence is not None:
         error = DivergenceError(result.divergence.message())
@@ -156,8 +174,8 @@ class _RecordedTime(MemoryStore):
 
 
 def _ids(recorded: list[Event], given: int = 0) -> list[str]:
-    """Every id the program made, in the order the log first shows it (the session's and its
-    root's first: ``start_session`` makes them)."""
+    """Every id the program made, in the order the log first shows it; the ids in the first
+    ``given`` events (given to the replay, not made by it) are left out."""
     ids = [recorded[0].stream]
     for event in recorded:
         body = event.body
@@ -192,13 +210,15 @@ class _Driver:
         self.timeout = timeout
         started = recorded[0].body
         assert isinstance(started, SessionStarted)
-        self._started = started
-        given = started.forked_from.at_seq if started.forked_from is not None else 0
-        ids = iter(_ids(recorded, given))
-        servers = {
-            e.body.server
-            for e in recorded
-            if isinstance(e.body, McpServerReady | McpServerFailed | McpToolsRefreshed)
+        self.given = started.forked_from.at_seq if started.forked_from is not None else 2
+        ids = iter(_ids(recorded, self.given))
+        servers = {  # configured (as recorded), or heard of
+            *(started.settings.mcp_servers if started.settings else ()),
+            *(
+                e.body.server
+                for e in recorded
+                if isinstance(e.body, McpServerReady | McpServerFailed | McpToolsRefreshed)
+            ),
         }
         self.model = ReplayModel()
         self.servers: ReplayServers | None = None
@@ -235,20 +255,14 @@ class _Driver:
         root = self.recorded[1]
         if not isinstance(root.body, ConversationOpened):
             raise ReplayError(f"session {self.session_id} seq 2 is not the root conversation")
-        origin = self._started.forked_from
-        if origin is None:
-            self.handle = self.runtime.start_session(
-                base_instructions=_text(root.body.base_instructions),
-                user_instructions=_text(root.body.user_instructions),
-                mcp_allowlist=root.body.mcp_allowlist,
-            )
-        else:  # a fork: its copied events are given, what follows them is replayed
-            copied = [
-                NewEvent(e.body, e.conversation_id, e.task_id, at=e.at)
-                for e in self.recorded[: origin.at_seq]
-            ]
-            self.runtime.store.append(self.session_id, copied, 0)
-            self.handle = self.runtime.resume(self.session_id)
+        # The session's start (its recorded configuration, its root) is given, as is all a
+        # fork copied: the replay resumes from there, and the program runs the rest.
+        copied = [
+            NewEvent(e.body, e.conversation_id, e.task_id, at=e.at)
+            for e in self.recorded[: self.given]
+        ]
+        self.runtime.store.append(self.session_id, copied, 0)
+        self.handle = self.runtime.resume(self.session_id)
         produced = self.runtime.store.read(self.session_id)
         self.tail = self.runtime.store.subscribe(produced[-1].position)
         for expected in self.recorded:

@@ -126,5 +126,5 @@ def test_a_killed_session_is_recovered_and_goes_on(tmp_path: Path, case: str) ->
     assert isinstance(events[-2].body, TaskCompleted)  # then the close
     assert_histories_valid(events)
     with SqliteStore(db) as store:  # and the session replays, across its crash
-        result = replay(store, "id-1", timeout=5, mcp_limits=LIMITS)
+        result = replay(store, "id-1", timeout=5)  # with the limits the session recorded
         assert result.ok, result.divergence and result.divergence.message()

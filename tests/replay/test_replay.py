@@ -14,7 +14,7 @@ from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.errors import DivergenceError
 from plait.events import SqliteStore
-from plait.events.types import Event, McpServerReady, TurnAborted
+from plait.events.types import Event, McpServerReady, SessionStarted, TurnAborted
 from plait.replay import replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
@@ -144,4 +144,19 @@ def test_mcp_sessions_replay_with_no_server_running(tmp_path: Path) -> None:
     result = replay(store, session, timeout=5)
     assert result.ok, result.divergence and result.divergence.message()
     assert result.events == len(recorded)
+    store.close()
+
+
+def test_the_program_is_configured_as_the_session_recorded(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "settings.db")
+    script = [
+        Step(tool_calls=[call("conv_create", user_instruction="look into it")]),
+        Step(text="refused, so I answer myself"),
+    ]
+    session = live(store, script, ["delegate"], max_interrupt_chain_depth=0)
+    started = store.read(session)[0].body
+    assert isinstance(started, SessionStarted) and started.settings is not None
+    assert started.settings.max_interrupt_chain_depth == 0
+    assert replay(store, session, timeout=2).ok  # no argument needed: the log says it
+    assert not replay(store, session, timeout=2, max_interrupt_chain_depth=8).ok
     store.close()
