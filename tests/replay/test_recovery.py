@@ -54,6 +54,7 @@ CHILD = textwrap.dedent(
         "mid-stream": [Step(text="x" * 400, chunk_chars=1, chunk_delay=0.05)],
         "mid-call": [Step(tool_calls=[slow])],
         "queued-call": [Step(tool_calls=[slow, echo])],
+        "queued-task": [Step(tool_calls=[slow])],
     }[case]
     ids = itertools.count(1)
     mcp = {"t": McpServerConfig(command=sys.executable, args=[server_py, "stdio"])}
@@ -64,7 +65,9 @@ CHILD = textwrap.dedent(
             new_id=lambda: f"id-{next(ids)}",
         )
         session = runtime.start_session()
-        session.run("work", timeout=120)
+        if case == "queued-task":
+            session.submit("work")  # runs first; "later" waits behind it
+        session.run("later" if case == "queued-task" else "work", timeout=120)
     """
 )
 
@@ -72,6 +75,7 @@ KILL_AT = {
     "mid-stream": ModelRequested,
     "mid-call": ToolCallStarted,
     "queued-call": ToolCallStarted,
+    "queued-task": ToolCallStarted,
 }
 
 
@@ -95,20 +99,24 @@ def crash(tmp_path: Path, case: str) -> Path:
     return db
 
 
-@pytest.mark.parametrize("case", ["mid-stream", "mid-call", "queued-call"])
+@pytest.mark.parametrize("case", ["mid-stream", "mid-call", "queued-call", "queued-task"])
 def test_a_killed_session_is_recovered_and_goes_on(tmp_path: Path, case: str) -> None:
     db = crash(tmp_path, case)
     with SqliteStore(db) as store:
         before = store.read("id-1")
         assert store.verify("id-1").ok
-        with ScriptedModelServer([Step(text="back again")]) as server:
+        with ScriptedModelServer([Step(text="back again"), Step(text="and again")]) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
             with Runtime(store, model=settings, mcp_servers=MCP, mcp_limits=LIMITS) as runtime:
                 session = runtime.resume("id-1")
                 after = session.run("are you there?", timeout=60)
         events = store.read("id-1")
         assert store.verify("id-1").ok
-    assert after.last_assistant_message == "back again"
+    # A task that waited behind the crashed one runs first, then the new one.
+    queued = case == "queued-task"
+    assert after.last_assistant_message == ("and again" if queued else "back again")
+    completed = [e.task_id for e in events[len(before) :] if isinstance(e.body, TaskCompleted)]
+    assert len(completed) == (2 if queued else 1)
     recovered = events[len(before) :]
     aborted = next(e.body for e in recovered if isinstance(e.body, TurnAborted))
     assert aborted.reason == "crashed"
@@ -121,6 +129,7 @@ def test_a_killed_session_is_recovered_and_goes_on(tmp_path: Path, case: str) ->
             "mid-stream": [],
             "mid-call": [(UNKNOWN, "unknown")],
             "queued-call": [(UNKNOWN, "unknown"), (NOT_SENT, "error")],
+            "queued-task": [(UNKNOWN, "unknown")],
         }[case]
     )
     assert isinstance(events[-2].body, TaskCompleted)  # then the close
