@@ -37,6 +37,7 @@ from plait.events.types import (
     McpServerFailed,
     McpServerReady,
     McpToolsRefreshed,
+    McpToolWithheld,
     ModelRequestFailed,
     ModelResponded,
     NewEvent,
@@ -154,23 +155,40 @@ def replay(
     return result
 
 
+LIFECYCLE = (McpServerReady, McpServerFailed, McpToolsRefreshed, McpToolWithheld)
+"""What MCP servers did (and the pool made of it): recorded as it happened, so its place among
+the program's events is a race; replay compares it apart from them."""
+
+
+def _lifecycle(body: Body) -> bool:
+    return isinstance(body, LIFECYCLE)
+
+
 class _RecordedTime(MemoryStore):
-    """A memory store whose clock is the log's: event n gets the time event n was recorded."""
+    """A memory store whose clock is the log's: the n-th event of the program gets the time
+    the n-th was recorded at, and a server's event the time it was recorded at."""
 
     def __init__(self, recorded: list[Event]) -> None:
         super().__init__()
-        self._times = [event.at for event in recorded]
+        self._program = [e.at for e in recorded if not _lifecycle(e.body)]
+        self._servers = [(e.body, e.at) for e in recorded if _lifecycle(e.body)]
+        self._count = 0
 
     def _prepare(
         self, stream: str, drafts: list[NewEvent], head_seq: int, head_hash: bytes
     ) -> PreparedAppend:
-        timed = [
-            msgspec.structs.replace(draft, at=self._times[seq - 1])
-            if seq <= len(self._times)
-            else draft
-            for seq, draft in enumerate(drafts, start=head_seq + 1)
-        ]
+        timed = [msgspec.structs.replace(draft, at=self._time(draft.body)) for draft in drafts]
         return super()._prepare(stream, timed, head_seq, head_hash)
+
+    def _time(self, body: Body) -> Any:
+        if _lifecycle(body):
+            for i, (recorded, at) in enumerate(self._servers):
+                if recorded == body:
+                    del self._servers[i]
+                    return at
+            return None
+        self._count += 1
+        return self._program[self._count - 1] if self._count <= len(self._program) else None
 
 
 def _ids(recorded: list[Event], given: int = 0) -> list[str]:
@@ -265,25 +283,24 @@ class _Driver:
         self.handle = self.runtime.resume(self.session_id)
         produced = self.runtime.store.read(self.session_id)
         self.tail = self.runtime.store.subscribe(produced[-1].position)
-        for expected in self.recorded:
-            if expected.seq > len(produced):
-                self._feed_in(expected)
-                event = self._next(expected.seq)
-                if event is not None:
-                    produced.append(event)
-            got = produced[expected.seq - 1] if expected.seq <= len(produced) else None
-            divergence = _compare(expected, got)
+        done = self.given
+        for expected in self.recorded[self.given :]:
+            self._feed_in(expected)
+            if _lifecycle(expected.body):
+                done += 1  # fed in; where it lands among the program's events is a race
+                continue
+            divergence = _compare(expected, self._next())
             if divergence is not None:
-                return ReplayResult(
-                    self.session_id, expected.seq - 1, len(self.recorded), divergence
-                )
+                return ReplayResult(self.session_id, done, len(self.recorded), divergence)
             self._track(expected)
-        return ReplayResult(self.session_id, len(self.recorded), len(self.recorded))
+            done += 1
+        return ReplayResult(self.session_id, done, len(self.recorded))
 
-    def _next(self, seq: int) -> Event | None:
+    def _next(self) -> Event | None:
+        """The program's next event (servers' events are passed over: see ``LIFECYCLE``)."""
         assert self.tail is not None
         while (event := self.tail.get(timeout=self.timeout)) is not None:
-            if event.seq >= seq:
+            if not _lifecycle(event.body):
                 return event
         return None
 
