@@ -17,6 +17,7 @@ from plait.events.values import FunctionCallOutput, InputImage, InputItem, Input
 __all__ = [
     "BUILTIN_NAMES",
     "INTERRUPTING",
+    "READ_ONLY",
     "ConvCreate",
     "ConvDestroy",
     "ConvHistory",
@@ -129,6 +130,8 @@ BUILTIN_NAMES: Final = tuple(_ARGUMENTS)
 """The built-ins in their fixed order (seed 000)."""
 INTERRUPTING: Final = frozenset({"conv_create", "conv_send"})
 """Built-ins that replace the running task."""
+READ_ONLY: Final = frozenset({"conv_list", "conv_history"})
+"""Built-ins that change nothing: a batch of them runs together."""
 
 
 def canonical_name(name: str) -> str | None:

@@ -23,6 +23,7 @@ import pykka
 from plait.actors import builtins, targets
 from plait.actors.builtins import ConvCreate, ConvSend
 from plait.actors.journal import HeldDeltas
+from plait.actors.mcp.names import canonical_sha256
 from plait.actors.messages import (
     Abort,
     AttemptFailedNotice,
@@ -72,16 +73,8 @@ DEFAULT_INSTRUCTIONS = (
 )
 """Base instructions of a conversation that names none (seed 001: the built-in default)."""
 
-READ_ONLY_BUILTINS = frozenset({"conv_list", "conv_history"})
-
-
-def sha256_of(value: Any) -> str:
-    """Return the hex sha-256 of ``value``'s canonical JSON."""
-    return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()
-
-
 _TOOLS = builtins.builtin_specs()
-_TOOLS_SHA = sha256_of(_TOOLS)
+_TOOLS_SHA = canonical_sha256(_TOOLS)
 
 
 class ConversationDeps(msgspec.Struct, frozen=True):
@@ -174,6 +167,8 @@ class Conversation(pykka.ThreadingActor):
         self._wire: list[dict[str, Any]] = []
         self._wire_source: list[Any] = []
         self._wire_hash = hashlib.sha256()
+        self._tools_key: tuple[bool, str] | None = None
+        self._tools_cached: tuple[list[Any], str] = ([], "")
         self._apply(past)
 
     # --- state -------------------------------------------------------------------------------
@@ -294,8 +289,7 @@ class Conversation(pykka.ThreadingActor):
         if run.plan.base_instructions_override is not None:
             instructions = run.plan.base_instructions_override
         messages = [{"role": "system", "content": instructions}, *self.messages]
-        tools = [*(_TOOLS if self.context.tool_prefs.conversation_tools else ()), *run.view.specs]
-        tools_sha = _TOOLS_SHA if tools is _TOOLS or tools == _TOOLS else sha256_of(tools)
+        tools, tools_sha = self._tools(run.view)
         # The request is built from the log alone, so it may go out while its record is being
         # made durable: the fsync overlaps the network. Its reply comes back as a message, after
         # this handler; its text deltas are held until the record is in the feeds.
@@ -305,12 +299,21 @@ class Conversation(pykka.ThreadingActor):
             ModelRequested(
                 self.deps.model,
                 tools_sha,
-                sha256_of(instructions),
+                canonical_sha256(instructions),
                 self._wire_hash.hexdigest(),
                 len(messages),
             ),
         )
         deltas.open()
+
+    def _tools(self, view: ToolView) -> tuple[list[Any], str]:
+        """The turn's tool list and its hash, hashed once per (built-ins, MCP view)."""
+        key = (self.context.tool_prefs.conversation_tools, view.sha256)
+        if self._tools_key != key:
+            tools = [*(_TOOLS if key[0] else ()), *view.specs]
+            sha = _TOOLS_SHA if tools == _TOOLS else canonical_sha256(tools)
+            self._tools_key, self._tools_cached = key, (tools, sha)
+        return self._tools_cached
 
     def _call_model(
         self, token: int, messages: list[dict[str, Any]], tools: list[Any]
@@ -386,7 +389,7 @@ class Conversation(pykka.ThreadingActor):
             for c in calls
         ]
         read_only = [
-            name in READ_ONLY_BUILTINS or (name in offered and offered[name].read_only)
+            name in builtins.READ_ONLY or (name in offered and offered[name].read_only)
             for name in names
         ]
         self._record(
@@ -478,7 +481,7 @@ class Conversation(pykka.ThreadingActor):
         parsed = builtins.parse_arguments(name, arguments)
         depth = self.run.plan.chain_depth + 1
         if isinstance(parsed, str):
-            return ToolResult(parsed, "error")
+            return _error(parsed)
         assert isinstance(parsed, ConvCreate | ConvSend)  # the interrupting built-ins
         if depth > self.deps.max_interrupt_chain_depth:
             limit = self.deps.max_interrupt_chain_depth

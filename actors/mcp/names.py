@@ -22,11 +22,11 @@ from plait.events.values import McpToolSnapshot
 __all__ = [
     "MAX_NAME",
     "Conflict",
+    "canonical_sha256",
     "merge",
     "normalize_allowlist",
     "openai_spec",
     "qualify",
-    "schema_sha256",
     "server_of",
     "snapshot",
     "tool_list_hash",
@@ -56,9 +56,9 @@ def qualify(server: str, tool: str) -> str:
     return f"{prefix}_{digest}"
 
 
-def schema_sha256(schema: Any) -> str:
-    """Return the hex sha-256 of ``schema`` as canonical JSON (sorted keys, no spaces)."""
-    return hashlib.sha256(msgspec.json.encode(schema, order="sorted")).hexdigest()
+def canonical_sha256(value: Any) -> str:
+    """Return the hex sha-256 of ``value`` as canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()
 
 
 def snapshot(
@@ -83,7 +83,7 @@ def snapshot(
         name=qualify(server, tool),
         tool=tool,
         description=description or "",
-        schema_sha256=schema_sha256(input_schema),
+        schema_sha256=canonical_sha256(input_schema),
         read_only=tool in config.read_only_tools or hint is True,
         annotations={
             key: value
@@ -212,4 +212,4 @@ def openai_spec(
 
 def tool_list_hash(specs: Sequence[Mapping[str, Any]]) -> str:
     """Return the hex sha-256 of a tool list exactly as offered (canonical JSON, in order)."""
-    return schema_sha256(list(specs))
+    return canonical_sha256(list(specs))

@@ -11,11 +11,11 @@ from plait.actors.builtins import builtin_specs
 from plait.actors.mcp import (
     Conflict,
     McpServerConfig,
+    canonical_sha256,
     merge,
     normalize_allowlist,
     openai_spec,
     qualify,
-    schema_sha256,
     server_of,
     snapshot,
     tool_list_hash,
@@ -89,8 +89,8 @@ def test_schema_hash_ignores_key_order_and_spaces() -> None:
     b = msgspec.json.decode(
         b'{"properties": {"y": {"type": "string"}, "x": {"type": "integer"}}, "type": "object"}'
     )
-    assert schema_sha256(a) == schema_sha256(b)
-    assert schema_sha256(a) != schema_sha256({**a, "required": ["x"]})
+    assert canonical_sha256(a) == canonical_sha256(b)
+    assert canonical_sha256(a) != canonical_sha256({**a, "required": ["x"]})
 
 
 def test_snapshot_takes_read_only_from_the_hint_or_the_config() -> None:
@@ -106,7 +106,7 @@ def test_snapshot_takes_read_only_from_the_hint_or_the_config() -> None:
 def test_snapshot_keeps_the_schema_it_hashes() -> None:
     made = tool("s", "look")
     assert msgspec.json.decode(made.input_schema) == SCHEMA
-    assert made.schema_sha256 == schema_sha256(SCHEMA)
+    assert made.schema_sha256 == canonical_sha256(SCHEMA)
     assert (made.name, made.tool) == ("s__look", "look")
 
 
@@ -141,7 +141,7 @@ def test_merge_withholds_a_name_offered_with_different_schemas() -> None:
     )
     assert [t.name for t in tools] == ["a__ok"]
     assert conflicts == [
-        Conflict("a__b__c", ["a", "a__b"], [schema_sha256(SCHEMA), schema_sha256(other)])
+        Conflict("a__b__c", ["a", "a__b"], [canonical_sha256(SCHEMA), canonical_sha256(other)])
     ]
     assert "'a' and 'a__b'" in conflicts[0].message()
 
