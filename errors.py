@@ -12,6 +12,7 @@ __all__ = [
     "BlobMissingError",
     "ConcurrencyError",
     "ConfigError",
+    "ContentUnavailableError",
     "CorruptEventError",
     "DivergenceError",
     "EffectLoopClosedError",
@@ -92,6 +93,16 @@ class TransientEventError(StoreError, TypeError):
 
 class ConfigError(PlaitError):
     """A configuration file, key or value is wrong."""
+
+
+class ContentUnavailableError(PlaitError):
+    """What was asked needs content the log does not have: its storage policy never stored it,
+    it expired, or it was redacted."""
+
+    def __init__(self, session_id: str, what: str, reason: str) -> None:
+        super().__init__(f"session {session_id}: cannot {what}: {reason}")
+        self.session_id = session_id
+        self.reason = reason
 
 
 class McpError(PlaitError):

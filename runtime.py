@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -33,11 +35,13 @@ from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.pool import McpLimits
 from plait.actors.scheduler import SchedulerState, evolve
 from plait.actors.session import Session
-from plait.errors import PlaitError
+from plait.errors import ContentUnavailableError, PlaitError
 from plait.events.projections.history import ConversationInfo, Histories, conversation_index
+from plait.events.storage import Expiry, missing_content
 from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.types import (
+    ConversationDestroyed,
     ConversationOpened,
     Event,
     NewEvent,
@@ -49,10 +53,12 @@ from plait.events.types import (
     Transient,
     TurnAborted,
 )
-from plait.events.values import InputItem, InputText, RuntimeSettings, TaskPlan
-from plait.replay.recovery import unanswered
+from plait.events.values import InputItem, InputText, RuntimeSettings, StoragePolicy, TaskPlan
+from plait.replay.recovery import OpenCalls, Rerun, open_calls
 
-__all__ = ["Runtime", "SessionHandle", "TaskOutcome"]
+__all__ = ["Recovery", "Runtime", "SessionHandle", "TaskOutcome"]
+
+log = logging.getLogger("plait")
 
 Status = Literal["completed", "interrupted", "failed", "crashed", "dropped"]
 
@@ -203,14 +209,11 @@ class SessionHandle:
         self._stop(timeout)
         # A task that did not stop in time is ended here, once no actor can record any more.
         past = self.runtime.store.read(self.session_id)
-        state = SchedulerState()
-        for event in past:
-            evolve(state, event)
+        plan = _scheduled(past).running
         ended: list[NewEvent] = []
-        if state.running is not None:
-            plan = state.running
+        if plan is not None:
             why = f"force-aborted: the task did not stop within {timeout:g} s of the close"
-            bodies = [*unanswered(past, plan.task_id), TurnAborted("interrupted", why)]
+            bodies = open_calls(past, plan.task_id).ending(TurnAborted("interrupted", why))
             ended = [NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies]
         self._journal.record([*ended, SessionClosed("closed by the embedder")])
 
@@ -273,6 +276,36 @@ def _await_outcome(
             return TaskOutcome(task_id, conversation, "dropped", detail=body.reason)
 
 
+class Recovery(msgspec.Struct, frozen=True):
+    """A session ``Runtime.recover`` found in flight."""
+
+    session_id: str
+    """The session."""
+    crashed_task: str | None
+    """The task the process stopped in, now ended ``crashed``; ``None`` if none ran."""
+    waiting: int
+    """Tasks that were waiting to run; they run now, in order, if the session resumed."""
+    not_resumed: str = ""
+    """Why the session was not resumed (empty when it was)."""
+
+
+def _scheduled(past: Sequence[Event]) -> SchedulerState:
+    state = SchedulerState()
+    for event in past:
+        evolve(state, event)
+    return state
+
+
+def _end_crashed(journal: Journal, past: list[Event]) -> list[Event]:
+    """Record the end of a task the process stopped in: its open calls answered, the task
+    ``TurnAborted(crashed)``; return what was recorded."""
+    plan = _scheduled(past).running
+    if plan is None:
+        return []
+    ended = open_calls(past, plan.task_id).ending()
+    return journal.record([NewEvent(b, plan.conversation_id, plan.task_id) for b in ended])
+
+
 class Runtime:
     """Runs sessions on a store: actors, the effect loop, and the model client."""
 
@@ -286,13 +319,18 @@ class Runtime:
         new_id: Callable[[], str] | None = None,
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
         mcp_limits: McpLimits | None = None,
+        storage_policy: StoragePolicy | None = None,
+        expire_every_sec: float | None = 60.0,
         model_client: Any = None,
         mcp_factory: Callable[..., Any] | None = None,
     ) -> None:
         """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
 
-        ``model_client`` and ``mcp_factory`` replace the model client and the MCP servers: this
-        is how replay answers both from the log. Everything else is for everyone.
+        ``storage_policy`` is new sessions' default (``full``). Every ``expire_every_sec``,
+        from the start, content of ``ttl`` conversations that is due is deleted from the store
+        (``None``: only when ``expire_content`` is called). ``model_client`` and
+        ``mcp_factory`` replace the model client and the MCP servers: this is how replay
+        answers both from the log. Everything else is for everyone.
         """
         self._owns_store = not isinstance(store, EventStore)
         self.store = store if isinstance(store, EventStore) else open_store(store)
@@ -306,7 +344,19 @@ class Runtime:
         self.effects = EffectLoop()
         self.client = model_client if model_client is not None else ModelClient(self.settings)
         self.mcp_factory = mcp_factory
+        self.storage_policy = storage_policy or StoragePolicy()
         self._sessions: dict[str, SessionHandle] = {}
+        self._expiry = Expiry(self.store)
+        self._expiring = threading.Event()  # set: stop sweeping
+        self._sweeper: threading.Thread | None = None
+        if expire_every_sec is not None:
+            self._sweeper = threading.Thread(
+                target=self._expire_every,
+                args=(expire_every_sec,),
+                name="plait-expiry",
+                daemon=True,
+            )
+            self._sweeper.start()
 
     def _deps(self, journal: Journal, pool: Any = None) -> ConversationDeps:
         return ConversationDeps(
@@ -339,38 +389,101 @@ class Runtime:
         base_instructions: str | None = None,
         user_instructions: str | None = None,
         mcp_allowlist: list[str] | None = None,
+        storage_policy: StoragePolicy | None = None,
     ) -> SessionHandle:
-        """Start a new session with its root conversation; it is stored from its first event."""
+        """Start a new session with its root conversation; it is stored from its first event.
+
+        ``storage_policy`` (the runtime's by default) is the root's, and so, inherited, every
+        conversation's of the session.
+        """
         session_id, root = self.new_id(), self.new_id()
-        journal = Journal(self.store, session_id, 0)
+        journal = Journal(self.store, session_id)
         opened = ConversationOpened(
             base_instructions=base_instructions,
             user_instructions=user_instructions,
             mcp_allowlist=mcp_allowlist,
+            storage_policy=storage_policy or self.storage_policy,
         )
         started = SessionStarted(root, model=self.settings.model, settings=self._recorded())
         past = journal.record([started, NewEvent(opened, root)])
         return self._attach(journal, root, past)
 
     def resume(self, session_id: str) -> SessionHandle:
-        """Continue a stored session where it was; a task cut off by a crash is aborted."""
+        """Continue a stored session where it was; a task cut off by a crash is aborted.
+
+        Raises ``ContentUnavailableError`` (and records nothing) when a live conversation's
+        content is not in the log: its storage policy did not keep it, or it expired.
+        """
         if session_id in self._sessions:
             return self._sessions[session_id]
-        past = self.store.read(session_id)
-        if not past or not isinstance(past[0].body, SessionStarted):
-            raise PlaitError(f"no session {session_id} in the store")
-        journal = Journal(self.store, session_id, past[-1].seq)
-        state = SchedulerState()
-        for event in past:
-            evolve(state, event)
-        if state.running is not None:
-            plan = state.running
-            crashed = TurnAborted("crashed", "the process stopped while the task ran")
-            ended = [*unanswered(past, plan.task_id), crashed]
-            past += journal.record([NewEvent(b, plan.conversation_id, plan.task_id) for b in ended])
-        handle = self._attach(journal, past[0].body.root_conversation_id, past)
-        handle._scheduler.tell("kick")
+        past, started = self._read_session(session_id)
+        destroyed = {e.conversation_id for e in past if isinstance(e.body, ConversationDestroyed)}
+        missing = missing_content(past, lambda cid: cid is not None and cid not in destroyed)
+        if missing:
+            raise ContentUnavailableError(session_id, "resume", missing)
+        journal = Journal(self.store, session_id, past)
+        plan = _scheduled(past).running
+        calls = open_calls(past, plan.task_id) if plan is not None else OpenCalls()
+        if plan is None or not (calls.rerun and self.mcp_servers):
+            past += _end_crashed(journal, past)
+            handle = self._attach(journal, started.root_conversation_id, past)
+            handle._scheduler.tell("kick")
+            return handle
+        # Safe calls run again: recorded started first, so the crash point is plain in the log.
+        again = [NewEvent(b, plan.conversation_id, plan.task_id) for b in calls.rerun]
+        past += journal.record(again)
+        handle = self._attach(journal, started.root_conversation_id, past)
+        Rerun.start(journal, handle._pool, handle._scheduler, plan, calls)
         return handle
+
+    def recover(self) -> list[Recovery]:
+        """Resume every stored session a process left with a task running or waiting.
+
+        A session that cannot be resumed (its content is not in the log) still has its
+        cut-off task ended ``crashed``; its ``Recovery`` says why it was not resumed.
+        """
+        found: list[Recovery] = []
+        for info in self.store.streams():
+            past = self.store.read(info.stream)
+            if (
+                not past
+                or not isinstance(past[0].body, SessionStarted)
+                or info.stream in self._sessions
+            ):
+                continue
+            state = _scheduled(past)
+            if isinstance(past[-1].body, SessionClosed) or (
+                state.running is None and not state.pending
+            ):
+                continue
+            crashed = state.running.task_id if state.running else None
+            try:
+                self.resume(info.stream)
+            except ContentUnavailableError as exc:
+                _end_crashed(Journal(self.store, info.stream, past), past)
+                found.append(Recovery(info.stream, crashed, len(state.pending), exc.reason))
+            else:
+                found.append(Recovery(info.stream, crashed, len(state.pending)))
+        return found
+
+    def expire_content(self) -> int:
+        """Delete ``ttl`` conversations' content that is due; return how many blobs."""
+        return self._expiry.sweep()
+
+    def _expire_every(self, interval: float) -> None:
+        while True:
+            try:
+                self._expiry.sweep()
+            except PlaitError as exc:  # a store error now; the next sweep tries again
+                log.warning("expiring ttl content failed: %s", exc)
+            if self._expiring.wait(interval):
+                return
+
+    def _read_session(self, session_id: str) -> tuple[list[Event], SessionStarted]:
+        past = self.store.read(session_id)
+        if not past or not isinstance(started := past[0].body, SessionStarted):
+            raise PlaitError(f"no session {session_id} in the store")
+        return past, started
 
     def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:
         handle = SessionHandle(self, journal, root, past)
@@ -379,6 +492,9 @@ class Runtime:
 
     def close(self, timeout: float = 10.0) -> None:
         """Close every session, the effect loop and the store (if the runtime opened it)."""
+        self._expiring.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout)  # before the store closes under it
         for handle in list(self._sessions.values()):
             handle.close(timeout)
         with contextlib.suppress(Exception):

@@ -33,7 +33,6 @@ from plait.actors.messages import (
     CancelCalls,
     ModelFinished,
     Recorded,
-    Replace,
     RunTask,
     ServersSettled,
     TaskEnded,
@@ -55,13 +54,14 @@ from plait.events.types import (
     ModelResponded,
     NewEvent,
     TaskCompleted,
+    TaskEnqueued,
     TokensCounted,
     ToolCallCompleted,
     ToolCallRequested,
     TurnAborted,
     TurnStarted,
 )
-from plait.events.values import Closure, Content, TaskPlan, ToolCall
+from plait.events.values import Closure, TaskPlan, ToolCall, as_text
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "Conversation", "ConversationDeps"]
 
@@ -96,10 +96,6 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     """Nested interrupting tools allowed before the tool returns an error instead."""
     pool: Any = None
     """The session's ``McpPool``; ``None`` when it has no MCP servers."""
-
-
-def _text(content: Content | None) -> str | None:
-    return content if isinstance(content, str) or content is None else "[redacted]"
 
 
 class _Batch(msgspec.Struct):
@@ -187,7 +183,9 @@ class Conversation(pykka.ThreadingActor):
 
     def _record(self, *bodies: Body, task: str | None = None) -> list[Event]:
         task_id = task if task is not None else (self.run.plan.task_id if self.run else None)
-        items = [NewEvent(body, self.id, task_id) for body in bodies]
+        return self._record_events([NewEvent(body, self.id, task_id) for body in bodies])
+
+    def _record_events(self, items: list[NewEvent]) -> list[Event]:
         events: list[Event] = self.deps.journal.record(items, origin=self.actor_ref)
         self._apply(events)
         return events
@@ -260,10 +258,7 @@ class Conversation(pykka.ThreadingActor):
     # --- the turn loop -----------------------------------------------------------------------
 
     def _start(self, run: RunTask) -> None:
-        self.run = _Run(run.plan)
-        closure = run.plan.closure
-        if closure is not None and run.closure_output is not None:
-            self._record(ToolCallCompleted(closure.call_id, run.closure_output))
+        self.run = _Run(run.plan)  # a continuation's answer came with its TaskStarted
         self._next_turn()
 
     def _next_turn(self) -> None:
@@ -285,9 +280,9 @@ class Conversation(pykka.ThreadingActor):
                 run.waited = True  # once per task: a late server is not waited for twice
                 self.deps.pool.tell(AwaitServers(run.view.waiting, run.token, self.actor_ref))
                 return  # ServersSettled continues
-        instructions = _text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
+        instructions = as_text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
         if run.plan.base_instructions_override is not None:
-            instructions = run.plan.base_instructions_override
+            instructions = as_text(run.plan.base_instructions_override) or ""
         messages = [{"role": "system", "content": instructions}, *self.messages]
         tools, tools_sha = self._tools(run.view)
         # The request is built from the log alone, so it may go out while its record is being
@@ -502,13 +497,19 @@ class Conversation(pykka.ThreadingActor):
             first_items_count=len(items) if name == "conv_create" else None,
         )
         continuation = TaskPlan(self.deps.new_id(), self.id, closure=closure, chain_depth=depth)
+        # The task's end and the plans that replace it are one group: a crash keeps both or
+        # neither, so the call is never left waiting for a continuation that was not queued.
         task_id = self.run.plan.task_id
-        self._record(
+        ended = [
             *[ToolCallCompleted(later.id, "aborted: replaced", "error") for later in rest],
             TurnAborted("replaced", f"{name} -> {target_id}", awaiting_call_ids=[call.id]),
-        )
-        self._end(notify=False)
-        self.scheduler.tell(Replace(task_id, (new_task, continuation)))
+        ]
+        queued = [
+            NewEvent(TaskEnqueued(plan, front=True), plan.conversation_id, plan.task_id)
+            for plan in (new_task, continuation)
+        ]
+        self._record_events([NewEvent(body, self.id, task_id) for body in ended] + queued)
+        self._end()
         return None
 
     # --- ending ------------------------------------------------------------------------------

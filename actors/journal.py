@@ -14,7 +14,10 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import msgspec
+
 from plait.actors.messages import Recorded
+from plait.events.storage import Policies
 from plait.events.store import EventStore
 from plait.events.types import Body, Event, NewEvent, Transient
 
@@ -70,10 +73,11 @@ class Feed(Iterator["Event | Transient"]):
 class Journal:
     """Appends a session's events in order and tells whoever folds them."""
 
-    def __init__(self, store: EventStore, stream: str, last_seq: int) -> None:
+    def __init__(self, store: EventStore, stream: str, past: Sequence[Event] = ()) -> None:
         self.store = store
         self.stream = stream
-        self._seq = last_seq
+        self._seq = past[-1].seq if past else 0
+        self._policies = Policies(past)
         self._lock = threading.Lock()
         self._listeners: list[Any] = []
         self._feeds: list[Feed] = []
@@ -97,8 +101,7 @@ class Journal:
     def record(self, items: Sequence[Body | NewEvent], origin: Any = None) -> list[Event]:
         """Append ``items`` as one atomic group; ``origin`` (the recording actor) is not told."""
         with self._lock:
-            events = self.store.append(self.stream, items, self._seq)
-            self._seq = events[-1].seq if events else self._seq
+            events = self._append(items)
             notice = Recorded(tuple(events))
             for ref in self._listeners:
                 if ref is not origin and ref.is_alive():
@@ -106,6 +109,36 @@ class Journal:
             for feed in self._feeds:
                 for event in events:
                     feed.put(event)
+        return events
+
+    def _append(self, items: Sequence[Body | NewEvent]) -> list[Event]:
+        """Append what each conversation's storage policy keeps of ``items``; return them all,
+        with their content, as the actors fold them."""
+        drafts = [item if isinstance(item, NewEvent) else NewEvent(item) for item in items]
+        self._policies.learn(drafts)  # a conversation's opening follows its own policy
+        kept = [self._policies.shape(draft) for draft in drafts] if self._policies.of else drafts
+        appended = iter(self.store.append(self.stream, [k for k in kept if k], self._seq))
+        events: list[Event] = []
+        for draft, stored in zip(drafts, kept, strict=True):
+            if stored is None:  # not in the log: placed after the last event that is
+                at = events[-1].at if events else self.store.clock()
+                body = draft.body
+                event = Event(
+                    self.stream,
+                    self._seq,
+                    at,
+                    body.VERSION,
+                    body,  # type: ignore[arg-type]
+                    b"",
+                    draft.conversation_id,
+                    draft.task_id,
+                )
+            else:
+                event = next(appended)
+                self._seq = event.seq
+                if stored.body is not draft.body:
+                    event = msgspec.structs.replace(event, body=draft.body)
+            events.append(event)
         return events
 
     def publish(self, notice: Transient) -> None:

@@ -29,7 +29,6 @@ __all__ = [
     "ModelFinished",
     "OpenConversation",
     "Recorded",
-    "Replace",
     "RunTask",
     "ServersSettled",
     "TaskEnded",
@@ -52,8 +51,6 @@ class RunTask(msgspec.Struct, frozen=True):
 
     plan: TaskPlan
     """The task."""
-    closure_output: str | None = None
-    """For a continuation: the JSON output that answers the interrupting call."""
 
 
 class Abort(msgspec.Struct, frozen=True):
@@ -124,15 +121,6 @@ class Enqueue(msgspec.Struct, frozen=True):
 
     plans: tuple[TaskPlan, ...]
     """In order."""
-
-
-class Replace(msgspec.Struct, frozen=True):
-    """The running task was replaced by an interrupting tool: queue these first, in order."""
-
-    task_id: str
-    """The task that was replaced."""
-    plans: tuple[TaskPlan, ...]
-    """The target's task, then the caller's continuation."""
 
 
 class TaskEnded(msgspec.Struct, frozen=True):
@@ -248,6 +236,8 @@ class CallTool(msgspec.Struct, frozen=True):
     """The arguments as the model sent them (JSON text, checked against the schema)."""
     reply_to: Any
     """The conversation's actor ref."""
+    start_recorded: bool = False
+    """Its ``ToolCallStarted`` is already in the log (a call run again after a crash)."""
 
 
 class CancelCalls(msgspec.Struct, frozen=True):

@@ -276,15 +276,16 @@ class McpPool(pykka.ThreadingActor):
                 sending.append(call)
                 self.starts.setdefault(conversation, deque()).append(time.monotonic())
         self.queue = waiting
-        if sending:
-            started = [
-                NewEvent(
-                    ToolCallStarted(c.request.call_id, c.server),
-                    c.request.conversation_id,
-                    c.request.task_id,
-                )
-                for c in sending
-            ]
+        started = [
+            NewEvent(
+                ToolCallStarted(c.request.call_id, c.server),
+                c.request.conversation_id,
+                c.request.task_id,
+            )
+            for c in sending
+            if not c.request.start_recorded
+        ]
+        if started:
             self.journal.record(started, origin=self.actor_ref)
         for call in sending:
             self._send(call)

@@ -20,7 +20,6 @@ from plait.actors.messages import (
     Enqueue,
     Interrupt,
     Recorded,
-    Replace,
     RunTask,
     TaskEnded,
 )
@@ -34,7 +33,7 @@ from plait.events.types import (
     ToolCallCompleted,
     TurnAborted,
 )
-from plait.events.values import Content, TaskPlan
+from plait.events.values import Content, TaskPlan, as_text
 
 __all__ = [
     "Scheduler",
@@ -136,7 +135,7 @@ def continuation_output(state: SchedulerState, plan: TaskPlan) -> str | None:
     result = state.results.get(closure.target_task_id or "")
     payload: dict[str, Any] = {"conversation_id": closure.target_conversation_id}
     if closure.first_user_message is not None:
-        payload["first_user_message"] = closure.first_user_message
+        payload["first_user_message"] = as_text(closure.first_user_message)
     if closure.first_items_count is not None:
         payload["first_items_count"] = closure.first_items_count
     if result is None or result.error is not None:
@@ -171,9 +170,7 @@ class Scheduler(pykka.ThreadingActor):
                 for event in events:
                     evolve(self.state, event)
             case Enqueue(plans=plans):
-                self._enqueue(plans, front=False)
-            case Replace(plans=plans):
-                self._enqueue(plans, front=True)
+                self._enqueue(plans)
             case TaskEnded():
                 self._maybe_start()
             case Interrupt():
@@ -188,16 +185,13 @@ class Scheduler(pykka.ThreadingActor):
         for event in self.journal.record(items, origin=self.actor_ref):
             evolve(self.state, event)
 
-    def _enqueue(self, plans: tuple[TaskPlan, ...], front: bool) -> None:
+    def _enqueue(self, plans: tuple[TaskPlan, ...]) -> None:
         """Queue ``plans``; if the timeline is free, start the next task in the same
         transaction (one fsync for both)."""
-        queued = [
-            NewEvent(TaskEnqueued(p, front=front), p.conversation_id, p.task_id) for p in plans
-        ]
+        queued = [NewEvent(TaskEnqueued(p), p.conversation_id, p.task_id) for p in plans]
         nxt = None
         if self.state.running is None:
-            # Front plans go first (the cursor is 0 once the replaced task has ended).
-            nxt = plans[0] if front or not self.state.pending else self.state.pending[0]
+            nxt = self.state.pending[0] if self.state.pending else plans[0]
         self._start(nxt, queued)
 
     def _maybe_start(self) -> None:
@@ -208,9 +202,15 @@ class Scheduler(pykka.ThreadingActor):
             if before:
                 self._record(before)
             return
+        started = [NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)]
         output = continuation_output(self.state, plan)  # before TaskStarted forgets the result
-        self._record([*before, NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)])
-        self.session.tell(Dispatch(RunTask(plan, output)))
+        if plan.closure is not None and output is not None:
+            # A continuation starts by answering the call it closes, in the same group: a
+            # crash keeps both or neither.
+            answer = ToolCallCompleted(plan.closure.call_id, output)
+            started.append(NewEvent(answer, plan.conversation_id, plan.task_id))
+        self._record([*before, *started])
+        self.session.tell(Dispatch(RunTask(plan)))
 
     def _interrupt(self) -> None:
         dropped: list[NewEvent] = []

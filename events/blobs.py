@@ -2,7 +2,8 @@
 
 Only fields a type names in ``BLOB_FIELDS`` are looked at, so the walk costs nothing for the
 many small events. A deleted blob (redaction, TTL expiry) reads back as ``Redacted``; the event's
-stored bytes, and so the hash chain, never change.
+stored bytes, and so the hash chain, never change. ``withhold`` keeps only each content's hash
+and size, for content a storage policy does not store.
 """
 
 from __future__ import annotations
@@ -15,19 +16,29 @@ import msgspec
 
 from plait.events.values import BlobRef, Redacted
 
-__all__ = ["DEFAULT_BLOB_THRESHOLD", "blob_refs", "externalize", "resolve"]
+__all__ = [
+    "DEFAULT_BLOB_THRESHOLD",
+    "blob_refs",
+    "externalize",
+    "redactions",
+    "resolve",
+    "withhold",
+]
 
 DEFAULT_BLOB_THRESHOLD = 8 * 1024
 """Strings of more UTF-8 bytes than this are stored as blobs."""
 
 T = TypeVar("T")
 
-BlobLookup = Callable[[str], "str | Redacted"]
-"""Return a blob's content by hex sha-256, or ``Redacted`` when it was deleted."""
+BlobLookup = Callable[[BlobRef], "str | Redacted"]
+"""Return a blob's content, or ``Redacted`` when it was deleted."""
 
 
-def externalize(value: T, threshold: int, out: dict[str, bytes]) -> T:
-    """Return ``value`` with large blob fields as ``BlobRef``s; put their bytes in ``out``."""
+def externalize(value: T, threshold: int, out: dict[str, bytes], scope: bytes = b"") -> T:
+    """Return ``value`` with large blob fields as ``BlobRef``s; put their bytes in ``out``.
+
+    With a ``scope``, each blob is the scope then the content, so no other event shares it.
+    """
 
     def leaf(old: Any) -> Any:
         # A cheap length test first: a str's UTF-8 size is at most 4 bytes a character.
@@ -36,24 +47,46 @@ def externalize(value: T, threshold: int, out: dict[str, bytes]) -> T:
         data = old.encode()
         if len(data) <= threshold:
             return old
-        sha = hashlib.sha256(data).hexdigest()
-        out[sha] = data
-        return BlobRef(sha256=sha, size=len(data))
+        blob = scope + data
+        sha = hashlib.sha256(blob).hexdigest()
+        out[sha] = blob
+        return BlobRef(sha256=sha, size=len(data), skip=len(scope))
 
     return _map(value, leaf)
 
 
 def resolve(value: T, lookup: BlobLookup) -> T:
     """Return ``value`` with every ``BlobRef`` in its blob fields replaced by its content."""
-    return _map(value, lambda old: lookup(old.sha256) if isinstance(old, BlobRef) else old)
+    return _map(value, lambda old: lookup(old) if isinstance(old, BlobRef) else old)
+
+
+def withhold(value: T) -> T:
+    """Return ``value`` with each non-empty content string as ``Redacted``: hash and size."""
+
+    def leaf(old: Any) -> Any:
+        if not isinstance(old, str) or not old:
+            return old
+        data = old.encode()
+        return Redacted(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+
+    return _map(value, leaf)
 
 
 def blob_refs(value: Any) -> list[BlobRef]:
     """List every ``BlobRef`` in ``value``'s blob fields, in field order."""
-    found: list[BlobRef] = []
+    return _leaves(value, BlobRef)
+
+
+def redactions(value: Any) -> list[Redacted]:
+    """List every ``Redacted`` in ``value``'s blob fields: content the log does not have."""
+    return _leaves(value, Redacted)
+
+
+def _leaves(value: Any, kind: type[T]) -> list[T]:
+    found: list[T] = []
 
     def leaf(old: Any) -> Any:
-        if isinstance(old, BlobRef):
+        if isinstance(old, kind):
             found.append(old)
         return old
 

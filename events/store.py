@@ -30,7 +30,7 @@ from plait.events.codec import (
 )
 from plait.events.subscription import ConditionWaiter, Subscription, Waiter
 from plait.events.types import Body, Event, NewEvent, Transient
-from plait.events.values import Redacted
+from plait.events.values import BlobRef, Redacted
 
 __all__ = [
     "REDACTED",
@@ -198,8 +198,12 @@ class EventStore(ABC):
                 draft.task_id,
             )
             data = encode(event)
+            if draft.scoped_blobs and cls.BLOB_FIELDS:
+                stored = externalize(body, 0, blobs, f"{stream}:{seq}\n".encode())
+                if stored is not body:
+                    data = encode(msgspec.structs.replace(event, body=stored))
             # Only an event longer than the threshold can hold a string longer than it.
-            if len(data) > threshold and cls.BLOB_FIELDS:
+            elif len(data) > threshold and cls.BLOB_FIELDS:
                 stored = externalize(body, threshold, blobs)
                 if stored is not body:
                     data = encode(msgspec.structs.replace(event, body=stored))
@@ -277,16 +281,16 @@ class EventStore(ABC):
         return decode_rows(rows, self._locate, self._resolve if resolve_blobs else None)
 
     def _resolve(self, event: Event) -> Event:
-        body = resolve(event.body, lambda sha: self._blob_text(sha, event))
+        body = resolve(event.body, lambda ref: self._blob_text(ref, event))
         return event if body is event.body else msgspec.structs.replace(event, body=body)
 
-    def _blob_text(self, sha: str, event: Event) -> str | Redacted:
-        found = self._blob(sha)
+    def _blob_text(self, ref: BlobRef, event: Event) -> str | Redacted:
+        found = self._blob(ref.sha256)
         if found is REDACTED:
-            return Redacted(sha256=sha, size=self._blob_size(sha))
+            return Redacted(sha256=ref.sha256, size=ref.size)
         if not isinstance(found, bytes):
-            raise BlobMissingError(sha, f"stream {event.stream} seq {event.seq}")
-        return found.decode()
+            raise BlobMissingError(ref.sha256, f"stream {event.stream} seq {event.seq}")
+        return found[ref.skip :].decode()
 
     def last_seq(self, stream: str) -> int:
         """Return the seq of the last event of ``stream`` (0 when it has none)."""
@@ -391,10 +395,6 @@ class EventStore(ABC):
     @abstractmethod
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         """Return a blob's bytes, ``REDACTED``, or ``None`` when unknown."""
-
-    @abstractmethod
-    def _blob_size(self, sha256: str) -> int:
-        """Return a stored or redacted blob's size in bytes."""
 
     @abstractmethod
     def _redact(self, sha256: str) -> bool:

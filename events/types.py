@@ -471,6 +471,9 @@ class NewEvent(msgspec.Struct, frozen=True):
     """The task it belongs to."""
     at: UtcDateTime | None = None
     """When it happened; ``None`` lets the store's clock stamp it at append."""
+    scoped_blobs: bool = False
+    """Store every content string as a blob of this event alone, whatever its size: content
+    that must be deletable on its own (a ``ttl`` conversation's)."""
 
 
 # --- transient notifications (never persisted) -----------------------------------------------

@@ -24,6 +24,7 @@ __all__ = [
     "ToolPrefs",
     "Usage",
     "UtcDateTime",
+    "as_text",
 ]
 
 UtcDateTime = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -41,26 +42,37 @@ class Value(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ()
 
 
-class BlobRef(msgspec.Struct, frozen=True, tag="blob", tag_field="kind", gc=False):
+class BlobRef(
+    msgspec.Struct, frozen=True, omit_defaults=True, tag="blob", tag_field="kind", gc=False
+):
     """Stands in a stored event for a large string kept once, content-addressed, beside the log."""
 
     sha256: str
-    """Hex sha-256 of the UTF-8 content."""
+    """Hex sha-256 of the blob: the UTF-8 content, after ``skip`` bytes of scope if any."""
     size: int
     """Content size in bytes."""
+    skip: int = 0
+    """Bytes before the content: a scope (stream and seq) that gives content which must be
+    deletable on its own (a ``ttl`` conversation's) a blob no other event shares."""
 
 
 class Redacted(msgspec.Struct, frozen=True, tag="redacted", tag_field="kind", gc=False):
-    """What a reader sees where content was deleted (redaction, TTL expiry)."""
+    """What a reader sees where content was deleted (redaction, TTL expiry) or never stored
+    (a ``headers_only`` or ``none`` conversation's)."""
 
     sha256: str
-    """Hex sha-256 of the content that was removed."""
+    """Hex sha-256 of the content (of its scoped blob, for expired ``ttl`` content)."""
     size: int
     """Size in bytes of the content that was removed."""
 
 
 Content = str | BlobRef | Redacted
 """Text that may be large: inline when small, a ``BlobRef`` on disk, ``Redacted`` once deleted."""
+
+
+def as_text(content: Content | None) -> str | None:
+    """``content`` as text, ``[redacted]`` where the log does not have it."""
+    return content if isinstance(content, str) or content is None else "[redacted]"
 
 
 class InputText(Value, frozen=True, tag="input_text", tag_field="type"):
@@ -97,6 +109,7 @@ InputItem = InputText | InputImage | FunctionCallOutput
 class Closure(Value, frozen=True):
     """The tool call a continuation task closes (seed 000 ``TaskPlan.closure``)."""
 
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("first_user_message",)
     call_id: str
     """The ``tool_call.id`` of the interrupting call."""
     tool_name: str
@@ -105,7 +118,7 @@ class Closure(Value, frozen=True):
     """The task whose final answer is the call's return value."""
     target_conversation_id: str | None = None
     """The conversation that task runs in."""
-    first_user_message: str | None = None
+    first_user_message: Content | None = None
     """For ``conv_create``: the new conversation's first user message (echoed in the payload)."""
     first_items_count: int | None = None
     """For ``conv_create``: how many input items it was given."""
@@ -114,14 +127,18 @@ class Closure(Value, frozen=True):
 class TaskPlan(Value, frozen=True):
     """A task waiting to run: where, with what input, and what call it closes (seed 000)."""
 
-    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("input_items",)
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = (
+        "input_items",
+        "base_instructions_override",
+        "closure",
+    )
     task_id: str
     """The task's id (generated, so recorded here)."""
     conversation_id: str
     """The conversation the task runs in."""
     input_items: list[InputItem] = []
     """What the task feeds the model before its first turn."""
-    base_instructions_override: str | None = None
+    base_instructions_override: Content | None = None
     """Instructions for this task only (compaction); never written back to the conversation."""
     closure: Closure | None = None
     """For a continuation: the interrupting call whose output is in ``input_items``."""
@@ -189,12 +206,44 @@ class RuntimeSettings(Value, frozen=True):
 
 
 class StoragePolicy(Value, frozen=True):
-    """What content of a conversation is persisted (seed 003 §12)."""
+    """What of a conversation the log keeps (seed 003 §12); a new conversation inherits its
+    creator's. ``events/storage.py`` says exactly what each kind stores.
+
+    - ``full``: every event with its content.
+    - ``headers_only``: every event; content fields hold only their sha-256 and size.
+    - ``none``: only the conversation's lifecycle, its tasks' start and end, and errors.
+    - ``ttl``: like ``full``, and content is deleted ``ttl_sec`` after it was recorded.
+    """
 
     kind: Literal["full", "headers_only", "none", "ttl"] = "full"
-    """``full`` keeps all; ``headers_only`` and ``none`` keep no content; ``ttl`` expires it."""
+    """Which policy."""
     ttl_sec: float | None = None
-    """For ``ttl``: seconds after which content is redacted."""
+    """For ``ttl``: seconds after which content is deleted."""
+
+    def __post_init__(self) -> None:
+        if (self.kind == "ttl") != (self.ttl_sec is not None):
+            raise ValueError("ttl_sec is given with kind 'ttl', and only with it")
+        if self.ttl_sec is not None and not self.ttl_sec > 0:
+            raise ValueError(f"ttl_sec must be positive, not {self.ttl_sec}")
+
+    @classmethod
+    def parse(cls, text: str) -> StoragePolicy:
+        """Read ``full``, ``headers_only``, ``none`` or ``ttl:SECONDS`` (``ttl:90``, ``ttl:7d``:
+        ``s``, ``m``, ``h`` and ``d`` suffixes); raise ``ValueError`` naming what is accepted."""
+        kind, _, amount = text.strip().partition(":")
+        if kind in ("full", "headers_only", "none") and not amount:
+            return cls(kind)  # type: ignore[arg-type]
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+        number, unit = (amount[:-1], units[amount[-1]]) if amount[-1:] in units else (amount, 1)
+        try:
+            if kind == "ttl":
+                return cls("ttl", float(number) * unit)
+        except ValueError:
+            pass
+        raise ValueError(
+            f"storage policy {text!r}: expected full, headers_only, none or ttl:SECONDS "
+            "(e.g. ttl:3600, ttl:7d)"
+        )
 
 
 class McpToolSnapshot(Value, frozen=True):
@@ -215,3 +264,6 @@ class McpToolSnapshot(Value, frozen=True):
     input_schema: str = ""
     """Its input schema as compact JSON, as the server sent it: what the model is shown and
     what arguments are checked against (``schema_sha256`` hashes its key-sorted form)."""
+    idempotent: bool = False
+    """``ToolAnnotations.idempotentHint`` (or the config's override): running it twice does
+    what running it once does, so a call a crash cut off is run again."""

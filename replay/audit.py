@@ -4,6 +4,10 @@ Each row is one call from request to outcome: conversation, task, call id, fully
 tool, arguments, the MCP server it went to, approval and who decided it, outcome (``ok``,
 ``error``, ``timeout``, ``refused``, ``unknown`` after a crash, ``pending``), output size,
 duration, and when it was requested, sent and answered.
+
+Under every storage policy: a ``headers_only`` or expired ``ttl`` conversation's rows hold
+``Redacted`` (hash and size) for their arguments; a ``none`` conversation's calls are not in
+the log, and auditing that conversation alone says so.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from datetime import datetime
 
 import msgspec
 
-from plait.errors import PlaitError
+from plait.errors import ContentUnavailableError, PlaitError
 from plait.events.projections.audit import AuditProjection, AuditRow
+from plait.events.storage import Policies
 from plait.events.store import EventStore, Verification
 
 __all__ = ["AuditRow", "audit", "audit_jsonl", "verify"]
@@ -37,6 +42,13 @@ def audit(
     events = store.read(session_id)
     if not events:
         raise PlaitError(f"no session {session_id} in the store")
+    policy = Policies(events).of.get(conversation_id or "")
+    if policy is not None and policy.kind == "none":
+        raise ContentUnavailableError(
+            session_id,
+            f"audit conversation {conversation_id}",
+            "it is stored with storage policy none: its tool calls were not recorded",
+        )
     rows = AuditProjection().fold(events).rows
 
     def keep(row: AuditRow) -> bool:

@@ -13,7 +13,8 @@ import uuid
 
 import msgspec
 
-from plait.errors import PlaitError
+from plait.errors import ContentUnavailableError, PlaitError
+from plait.events.storage import Policies, missing_content
 from plait.events.store import EventStore
 from plait.events.types import ForkOrigin, NewEvent, SessionStarted
 
@@ -33,10 +34,16 @@ def fork(
             f"session {session_id}: cannot fork at seq {at_seq}: choose 2 to {last} "
             "(the root conversation is opened at seq 2)"
         )
+    missing = missing_content(events)
+    if missing:
+        raise ContentUnavailableError(session_id, f"fork at seq {at_seq}", missing)
     origin = msgspec.structs.replace(events[0].body, forked_from=ForkOrigin(session_id, at_seq))
     new = new_session_id or str(uuid.uuid4())
-    copied = [NewEvent(origin, at=events[0].at)] + [
-        NewEvent(e.body, e.conversation_id, e.task_id, at=e.at) for e in events[1:]
-    ]
+    policies = Policies(events)  # the copy keeps what its source may (a ttl's content expires)
+    copied = [NewEvent(origin, at=events[0].at)]
+    for e in events[1:]:
+        kept = policies.shape(NewEvent(e.body, e.conversation_id, e.task_id, at=e.at))
+        assert kept is not None  # missing_content refused the policies that drop events
+        copied.append(kept)
     store.append(new, copied, 0)
     return new

@@ -2,45 +2,171 @@
 
 ``Runtime.resume`` ends that task ``TurnAborted(crashed)``, after answering each tool call
 the crash left open, so the conversation's history stays valid and the model is told what
-is known: a call that may have run has an ``unknown`` outcome; one that never reached its
-server did not run.
+is known. An MCP call that was sent to its server is run again if its tool is read-only or
+idempotent (as the log's tool snapshots say), and its real result recorded; any other call
+that may have run has an ``unknown`` outcome; one that never reached its server did not run.
+
+A call run again is recorded ``ToolCallStarted`` a second time, at once, as the first thing
+the resumed process records: that is where a replay sees the crash.
 """
 
 from __future__ import annotations
 
-from plait.actors.builtins import canonical_name
-from plait.events.types import Event, ToolCallCompleted, ToolCallRequested, ToolCallStarted
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["NOT_SENT", "UNKNOWN", "unanswered"]
+import pykka
+
+from plait.actors.builtins import canonical_name
+from plait.actors.messages import AwaitServers, CallTool, ServersSettled, ToolFinished, ToolResult
+from plait.events.types import (
+    Body,
+    Event,
+    McpServerReady,
+    McpToolsRefreshed,
+    NewEvent,
+    ToolCallCompleted,
+    ToolCallRequested,
+    ToolCallStarted,
+    TurnAborted,
+)
+from plait.events.values import McpToolSnapshot, TaskPlan, as_text
+
+__all__ = ["CRASHED", "NOT_SENT", "UNKNOWN", "OpenCalls", "Rerun", "open_calls"]
 
 NOT_SENT = "not run: the process stopped before this call was sent to its server"
 UNKNOWN = (
     "result unknown: the process stopped while this call ran; it may or may not have "
     "taken effect, check before running it again"
 )
+CRASHED = TurnAborted("crashed", "the process stopped while the task ran")
+"""How a task a crash cut off ends."""
 
 
-def unanswered(past: list[Event], task_id: str) -> list[ToolCallCompleted]:
-    """Answer the calls a crash left open in ``task_id``: unknown, unless never sent.
+class OpenCalls:
+    """The calls a crash left open in a task: those to run again, and answers for the rest."""
 
-    A built-in may have run. An MCP call with no ``ToolCallStarted`` never reached its server
-    (nor did a call of a tool that was not offered), so it did not run.
+    def __init__(self) -> None:
+        self.rerun: list[ToolCallStarted] = []
+        """Sent calls of read-only or idempotent tools, as they are started again."""
+        self.requests: dict[str, ToolCallRequested] = {}
+        """Every open call, in the order the model made them."""
+        self.answers: dict[str, ToolCallCompleted] = {}
+        """The answers of the calls not run again."""
+
+    def ending(self, end: Body = CRASHED) -> list[Body]:
+        """Every open call's answer in the model's order (``unknown`` for a call to run again
+        that was not), then the task's ``end``."""
+        return [*self.answered(len(self.requests)), end]
+
+    def answered(self, upto: int) -> list[ToolCallCompleted]:
+        """The answers of the first ``upto`` open calls, in the model's order."""
+        calls = list(self.requests)[:upto]
+        unknown = {call_id: ToolCallCompleted(call_id, UNKNOWN, "unknown") for call_id in calls}
+        return [self.answers.get(call_id, unknown[call_id]) for call_id in calls]
+
+    def ready(self) -> int:
+        """How many open calls, from the first, have their answer."""
+        count = 0
+        for call_id in self.requests:
+            if call_id not in self.answers:
+                break
+            count += 1
+        return count
+
+
+def open_calls(past: Sequence[Event], task_id: str) -> OpenCalls:
+    """Sort the calls a crash left open in ``task_id``.
+
+    A built-in may have run: unknown. An MCP call with no ``ToolCallStarted`` never reached
+    its server (nor did a call of a tool that was not offered), so it did not run. A started
+    call of a tool the log's snapshot says is read-only or idempotent is run again.
     """
-    requested: dict[str, ToolCallRequested] = {}
-    started: set[str] = set()
+    found = OpenCalls()
+    started: dict[str, ToolCallStarted] = {}
+    tools: dict[str, McpToolSnapshot] = {}
     for event in past:
         body = event.body
+        if isinstance(body, McpServerReady | McpToolsRefreshed):
+            tools.update((tool.name, tool) for tool in body.tools)
         if event.task_id != task_id:
             continue
         if isinstance(body, ToolCallRequested):
-            requested[body.call_id] = body
+            found.requests[body.call_id] = body
         elif isinstance(body, ToolCallStarted):
-            started.add(body.call_id)
+            started[body.call_id] = body
         elif isinstance(body, ToolCallCompleted):
-            requested.pop(body.call_id, None)
-    return [
-        ToolCallCompleted(call_id, UNKNOWN, "unknown")
-        if call_id in started or canonical_name(body.tool) is not None
-        else ToolCallCompleted(call_id, NOT_SENT, "error")
-        for call_id, body in requested.items()
-    ]
+            found.requests.pop(body.call_id, None)
+    for call_id, request in found.requests.items():
+        tool = tools.get(request.tool)
+        if call_id in started and tool is not None and (tool.read_only or tool.idempotent):
+            found.rerun.append(started[call_id])
+        elif call_id in started or canonical_name(request.tool) is not None:
+            found.answers[call_id] = ToolCallCompleted(call_id, UNKNOWN, "unknown")
+        else:
+            found.answers[call_id] = ToolCallCompleted(call_id, NOT_SENT, "error")
+    return found
+
+
+class Rerun(pykka.ThreadingActor):
+    """Runs the open calls of a crashed task again through the session's pool, records their
+    answers in the model's order as they come (as a task's batch does), then the task's end,
+    and lets the scheduler go on."""
+
+    def __init__(
+        self, journal: Any, pool: Any, scheduler: Any, plan: TaskPlan, calls: OpenCalls
+    ) -> None:
+        super().__init__()
+        self.journal, self.pool, self.scheduler = journal, pool, scheduler
+        self.plan, self.calls = plan, calls
+        self.recorded = 0
+
+    def on_start(self) -> None:
+        servers = tuple(sorted({started.server for started in self.calls.rerun}))
+        self.pool.tell(AwaitServers(servers, 0, self.actor_ref))
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case ServersSettled():
+                for index, started in enumerate(self.calls.rerun):
+                    request = self.calls.requests[started.call_id]
+                    self.pool.tell(
+                        CallTool(
+                            self.plan.conversation_id,
+                            self.plan.task_id,
+                            started.call_id,
+                            0,
+                            index,
+                            request.tool,
+                            as_text(request.arguments) or "",
+                            self.actor_ref,
+                            start_recorded=True,
+                        )
+                    )
+            case ToolFinished(index=index, result=result):
+                call_id = self.calls.rerun[index].call_id
+                self.calls.answers[call_id] = _completed(call_id, result)
+                self._record()
+        return None
+
+    def _record(self) -> None:
+        ready = self.calls.ready()
+        bodies: list[Body] = [*self.calls.answered(ready)[self.recorded :]]
+        self.recorded = ready
+        done = ready == len(self.calls.requests)
+        if done:
+            bodies.append(CRASHED)
+        plan = self.plan
+        if bodies:
+            self.journal.record([NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies])
+        if done:
+            self.scheduler.tell("kick")
+            self.stop()
+
+
+def _completed(call_id: str, result: ToolResult) -> ToolCallCompleted:
+    if result.outcome == "refused":  # not run again (its server or tool is gone): unknown
+        return ToolCallCompleted(call_id, UNKNOWN, "unknown")
+    return ToolCallCompleted(
+        call_id, result.output, result.outcome, result.duration_ms, result.images
+    )

@@ -15,7 +15,10 @@ compared: the measured ``duration_ms`` of a call.
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
+from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -25,8 +28,9 @@ from plait.actors.mcp.config import McpServerConfig
 from plait.actors.messages import Enqueue
 from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
 from plait.actors.pool import McpLimits
-from plait.errors import DivergenceError, ReplayError
-from plait.events.store import EventStore, PreparedAppend
+from plait.errors import ContentUnavailableError, DivergenceError, ReplayError
+from plait.events.storage import missing_content
+from plait.events.store import EventStore, PreparedAppend, utc_now
 from plait.events.stores.memory import MemoryStore
 from plait.events.subscription import Subscription
 from plait.events.types import (
@@ -130,6 +134,9 @@ def replay(
     recorded = store.read(session_id)
     if not recorded or not isinstance(recorded[0].body, SessionStarted):
         raise ReplayError(f"no session {session_id} in the store")
+    missing = missing_content(recorded)
+    if missing:
+        raise ContentUnavailableError(session_id, "replay", missing)
     started = recorded[0].body
     assert isinstance(started, SessionStarted)
     kept = started.settings or RuntimeSettings()
@@ -164,15 +171,78 @@ def _lifecycle(body: Body) -> bool:
     return isinstance(body, LIFECYCLE)
 
 
+def _crash_points(recorded: list[Event]) -> list[int]:
+    """The seqs where a resumed process began to record: the first event of each recovery.
+
+    A recovery starts with a call run again (started a second time), an answer saying the
+    crash cut a call off, or the crashed task's end; until that ``TurnAborted(crashed)``,
+    the events of the task it ends are the recovery's, not a new crash.
+    """
+    points: list[int] = []
+    started: set[str] = set()
+    recovering: str | None = None
+    for event in recorded:
+        body = event.body
+        crashed = isinstance(body, TurnAborted) and body.reason == "crashed"
+        if recovering is not None:
+            if crashed and event.task_id == recovering:
+                recovering = None
+        elif (
+            crashed
+            or (isinstance(body, ToolCallCompleted) and body.output in (UNKNOWN, NOT_SENT))
+            or (isinstance(body, ToolCallStarted) and body.call_id in started)
+        ):
+            points.append(event.seq)
+            recovering = None if crashed else event.task_id
+        if isinstance(body, ToolCallStarted):
+            started.add(body.call_id)
+        elif isinstance(body, ToolCallCompleted):
+            started.discard(body.call_id)
+    return points
+
+
 class _RecordedTime(MemoryStore):
     """A memory store whose clock is the log's: the n-th event of the program gets the time
-    the n-th was recorded at, and a server's event the time it was recorded at."""
+    the n-th was recorded at, and a server's event the time it was recorded at.
 
-    def __init__(self, recorded: list[Event]) -> None:
+    It also stops the program where the recorded process stopped: from a crash point on,
+    nothing is stored (the program runs on, unheard) until ``release`` lets the resumed
+    program record its recovery there.
+    """
+
+    def __init__(self, recorded: list[Event], crash_points: list[int]) -> None:
         super().__init__()
         self._program = [e.at for e in recorded if not _lifecycle(e.body)]
         self._servers = [(e.body, e.at) for e in recorded if _lifecycle(e.body)]
         self._count = 0
+        self._halts = list(crash_points)
+        self._halted = False
+        self._halt_lock = threading.Lock()
+
+    def append(
+        self, stream: str, events: Sequence[Body | NewEvent], expected_seq: int
+    ) -> list[Event]:
+        with self._halt_lock:
+            last = expected_seq + len(events)
+            halt = next((seq for seq in self._halts if expected_seq < seq <= last), None)
+            if self._halted or halt is None:
+                kept = 0 if self._halted else len(events)
+            else:
+                kept, self._halted = halt - expected_seq - 1, True
+        stored = super().append(stream, events[:kept], expected_seq) if kept else []
+        after = expected_seq + kept
+        unheard = [self._draft(stream, item) for item in events[kept:]]
+        return stored + [
+            Event(stream, after + i, utc_now(), type(d.body).VERSION, d.body, b"")  # type: ignore[arg-type]
+            for i, d in enumerate(unheard, start=1)
+        ]
+
+    def release(self) -> None:
+        """The program was stopped where the process stopped: let the resumed one record."""
+        with self._halt_lock:
+            self._halted = False
+            if self._halts:
+                self._halts.pop(0)
 
     def _prepare(
         self, stream: str, drafts: list[NewEvent], head_seq: int, head_hash: bytes
@@ -245,8 +315,10 @@ class _Driver:
             self.servers = ReplayServers(configs, report)
             return self.servers
 
+        self.crash_points = set(_crash_points(recorded))
+        self.store = _RecordedTime(recorded, sorted(self.crash_points))
         self.runtime = Runtime(
-            _RecordedTime(recorded),
+            self.store,
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
             workdir=program.workdir,
             max_interrupt_chain_depth=program.max_interrupt_chain_depth,
@@ -255,11 +327,12 @@ class _Driver:
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
             model_client=self.model,
             mcp_factory=make_servers,
+            expire_every_sec=None,
         )
         self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered
         self.started: set[str] = set()  # MCP calls sent and not answered
         self.tail: Subscription | None = None
-        self.crashing = False  # inside the group of events a recovery records
+        self.held: deque[Event] = deque()  # produced before a submission that came in first
 
     def run(self) -> ReplayResult:
         try:
@@ -289,7 +362,11 @@ class _Driver:
             if _lifecycle(expected.body):
                 done += 1  # fed in; where it lands among the program's events is a race
                 continue
-            divergence = _compare(expected, self._next())
+            body = expected.body
+            submitted = isinstance(body, TaskEnqueued) and _submitted(body)
+            divergence = _compare(
+                expected, self._submission(expected) if submitted else self._next()
+            )
             if divergence is not None:
                 return ReplayResult(self.session_id, done, len(self.recorded), divergence)
             self._track(expected)
@@ -298,10 +375,31 @@ class _Driver:
 
     def _next(self) -> Event | None:
         """The program's next event (servers' events are passed over: see ``LIFECYCLE``)."""
+        if self.held:
+            return self.held.popleft()
         assert self.tail is not None
         while (event := self.tail.get(timeout=self.timeout)) is not None:
             if not _lifecycle(event.body):
                 return event
+        return None
+
+    def _submission(self, expected: Event) -> Event | None:
+        """The program's record of a task submitted from outside.
+
+        Where a submission lands among the program's events is a race, like a server's
+        report: the program may have recorded what it did next before the task came in. Those
+        events are held, to be compared next, in their order.
+        """
+        for held in self.held:
+            if isinstance(held.body, TaskEnqueued) and held.task_id == expected.task_id:
+                self.held.remove(held)
+                return held
+        assert self.tail is not None
+        while (event := self.tail.get(timeout=self.timeout)) is not None:
+            if isinstance(event.body, TaskEnqueued) and event.task_id == expected.task_id:
+                return event
+            if not _lifecycle(event.body):
+                self.held.append(event)
         return None
 
     def _track(self, event: Event) -> None:
@@ -319,7 +417,7 @@ class _Driver:
     def _feed_in(self, event: Event) -> None:
         """If ``event`` came from outside the program, make it happen as it did."""
         body, wait = event.body, self.timeout
-        if self._recovered(event):  # first: its answers look like results otherwise
+        if event.seq in self.crash_points:  # first: its answers look like results otherwise
             self._crash_and_resume()
         elif isinstance(body, TaskEnqueued) and _submitted(body):
             self.handle._scheduler.tell(Enqueue((body.plan,)))
@@ -351,20 +449,11 @@ class _Driver:
         elif isinstance(body, SessionClosed):
             self.handle._journal.record([body])
 
-    def _recovered(self, event: Event) -> bool:
-        """The first event a recovery recorded: the process had stopped just before it."""
-        body = event.body
-        recovery = (isinstance(body, TurnAborted) and body.reason == "crashed") or (
-            isinstance(body, ToolCallCompleted) and body.output in (UNKNOWN, NOT_SENT)
-        )
-        first = recovery and not self.crashing
-        self.crashing = recovery
-        return first
-
     def _crash_and_resume(self) -> None:
         """Stop the replayed session as the process stopped, and resume it as it was resumed."""
         self.handle._stop(timeout=2.0)
         self.model.abandon()
+        self.store.release()
         self.handle = self.runtime.resume(self.session_id)
 
     def _is_mcp(self, call_id: str) -> bool:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from plait.events import AnyBody, Event, NewEvent
 from plait.events.codec import BODY_TYPES
+from plait.events.values import StoragePolicy
 
 START = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 """When generated sessions begin."""
@@ -50,9 +51,18 @@ def _from_info(info: msgspec.inspect.Type) -> st.SearchStrategy[Any]:
     raise NotImplementedError(f"no strategy for {info!r}")
 
 
+_CHECKED: dict[type[msgspec.Struct], st.SearchStrategy[Any]] = {
+    StoragePolicy: st.sampled_from(["full", "headers_only", "none"]).map(StoragePolicy)
+    | st.floats(min_value=0.001, max_value=1e9).map(lambda sec: StoragePolicy("ttl", sec)),
+}
+"""Structs whose fields constrain each other: only valid instances."""
+
+
 @cache
 def struct_strategy(cls: type[msgspec.Struct]) -> st.SearchStrategy[Any]:
     """Any instance of ``cls`` (recursively, with every optional field sometimes set)."""
+    if cls in _CHECKED:
+        return _CHECKED[cls]
     info = msgspec.inspect.type_info(cls)
     assert isinstance(info, msgspec.inspect.StructType)
     fields = {f.name: st.deferred(lambda f=f: _from_info(f.type)) for f in info.fields}

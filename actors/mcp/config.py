@@ -46,6 +46,9 @@ class McpServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds a call may take before it is cancelled and reported as a timeout."""
     read_only_tools: list[str] = []
     """Tools taken as read-only whatever their ``readOnlyHint`` says."""
+    idempotent_tools: list[str] = []
+    """Tools taken as idempotent (safe to run again after a crash) whatever their
+    ``idempotentHint`` says."""
     enabled: bool = True
     """``False`` keeps the server configured but never started."""
 

@@ -73,7 +73,8 @@ def snapshot(
     """Return how ``tool`` of ``server`` is offered, or ``None`` if the config leaves it out.
 
     ``annotations`` are the MCP wire names (``readOnlyHint``...); ``read_only`` is
-    ``readOnlyHint`` unless ``config.read_only_tools`` names the tool.
+    ``readOnlyHint`` unless ``config.read_only_tools`` names the tool, and ``idempotent``
+    is ``idempotentHint`` unless ``config.idempotent_tools`` names it.
     """
     if not config.offers(tool):
         return None
@@ -91,6 +92,7 @@ def snapshot(
             if value is None or isinstance(value, str | bool)
         },
         input_schema=msgspec.json.encode(input_schema).decode(),
+        idempotent=tool in config.idempotent_tools or notes.get("idempotentHint") is True,
     )
 
 

@@ -36,7 +36,6 @@ class MemoryStore(EventStore):
         self._all: list[Stored] = []
         self._by_stream: dict[str, list[Stored]] = {}
         self._blobs: dict[str, bytes | RedactedMarker] = {}
-        self._sizes: dict[str, int] = {}
         self._heads: dict[str, tuple[int, bytes]] = {}
 
     def _append_rows(
@@ -54,7 +53,6 @@ class MemoryStore(EventStore):
                 rows.append(row)
             for sha, data in prepared.blobs.items():
                 self._blobs[sha] = data
-                self._sizes[sha] = len(data)
             last = prepared.rows[-1]
             self._heads[stream] = (last[0], last[4])
             return prepared.placed(first)
@@ -94,10 +92,6 @@ class MemoryStore(EventStore):
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         with self._lock:
             return self._blobs.get(sha256)
-
-    def _blob_size(self, sha256: str) -> int:
-        with self._lock:
-            return self._sizes.get(sha256, 0)
 
     def _redact(self, sha256: str) -> bool:
         with self._lock:

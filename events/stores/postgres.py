@@ -260,10 +260,6 @@ class PostgresStore(EventStore):
             return None
         return REDACTED if rows[0][0] is None else bytes(rows[0][0])
 
-    def _blob_size(self, sha256: str) -> int:
-        rows = self._query("blob", (sha256,))
-        return int(rows[0][1]) if rows else 0
-
     def _redact(self, sha256: str) -> bool:
         with self._errors() as conn:
             return conn.execute(self._sql["redact"], (sha256,)).rowcount > 0

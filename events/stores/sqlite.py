@@ -95,6 +95,7 @@ class SqliteStore(EventStore):
             raise StoreUnavailableError(f"{path}: cannot open the SQLite store: {exc}") from exc
         with self._errors():
             self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA secure_delete=ON")  # deleted content is overwritten
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_sec * 1000)}")
             self._migrate()
@@ -217,13 +218,11 @@ class SqliteStore(EventStore):
         data = rows[0][0]
         return REDACTED if data is None else bytes(data)
 
-    def _blob_size(self, sha256: str) -> int:
-        rows = self._query("SELECT size FROM blobs WHERE sha256 = ?", (sha256,))
-        return int(rows[0][0]) if rows else 0
-
     def _redact(self, sha256: str) -> bool:
         with self._lock, self._errors():
             cur = self._db.execute("UPDATE blobs SET data = NULL WHERE sha256 = ?", (sha256,))
+            # Its old pages leave the write-ahead log too, so the file no longer holds it.
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return cur.rowcount > 0
 
     def _data_version(self) -> int:

@@ -24,7 +24,7 @@ def tool(name: str, schema: str = "s1") -> McpToolSnapshot:
 @pytest.fixture
 def pool() -> Iterator[tuple[Any, MemoryStore]]:
     store, effects = MemoryStore(), EffectLoop()
-    ref = McpPool.start(Journal(store, "s", 0), effects, {}, [])
+    ref = McpPool.start(Journal(store, "s"), effects, {}, [])
     yield ref, store
     ref.stop()
     effects.close()

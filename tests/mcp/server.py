@@ -8,7 +8,10 @@ It lists its tools three to a page, so a client must follow ``next_cursor``. Too
   calls it ran), ``header`` (an HTTP request header): read-only;
 - ``note`` (writes, idempotent), ``fail`` (returns an error result), ``crash`` (the process
   exits with code 3 after a line on stderr), ``grow`` (adds the tool ``extra`` and sends
-  ``notifications/tools/list_changed``).
+  ``notifications/tools/list_changed``);
+- ``bump`` (not idempotent), only when the environment variable ``PLAIT_TEST_COUNTER`` names a
+  file: it appends a line to that file and returns how many lines it has, so a test counts the
+  executions across processes, even those of a server killed mid-call.
 
 ``--variant b`` gives ``lookup`` a different input schema, for conflict tests.
 """
@@ -37,6 +40,10 @@ PNG_1X1 = base64.b64decode(
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
+COUNTS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
+
+COUNTER = "PLAIT_TEST_COUNTER"
+"""The environment variable naming ``bump``'s counter file; unset, there is no ``bump``."""
 
 
 class PagedServer(MCPServer):
@@ -171,6 +178,19 @@ def build(name: str, variant: str) -> PagedServer:
         server.add_tool(extra, annotations=READ_ONLY)
         await ctx.session.send_tool_list_changed()
         return "grown"
+
+    counter = os.environ.get(COUNTER)
+    if counter:  # only then: the default tool list stays what the other tests expect
+
+        @server.tool(annotations=COUNTS)
+        async def bump(hold: float = 0.0) -> int:
+            """Count one execution, then wait ``hold`` seconds; return the executions so far."""
+            with open(counter, "a") as file:
+                file.write("bump\n")
+            with open(counter) as file:
+                count = sum(1 for _ in file)
+            await anyio.sleep(hold)
+            return count
 
     return server
 
