@@ -54,7 +54,7 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.events.values import InputItem, InputText, RuntimeSettings, StoragePolicy, TaskPlan
-from plait.replay.recovery import OpenCalls, Rerun, open_calls
+from plait.replay.recovery import FORCED, OpenCalls, Rerun, open_calls
 
 __all__ = ["Recovery", "Runtime", "SessionHandle", "TaskOutcome"]
 
@@ -207,19 +207,20 @@ class SessionHandle:
                 self._scheduler.tell(Interrupt())
                 _await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
         self._stop(timeout)
-        # A task that did not stop in time is ended here, once no actor can record any more.
+        # A task that did not stop in time is ended here: no actor can record any more.
         past = self.runtime.store.read(self.session_id)
         plan = _scheduled(past).running
         ended: list[NewEvent] = []
         if plan is not None:
-            why = f"force-aborted: the task did not stop within {timeout:g} s of the close"
+            why = FORCED.format(timeout=timeout)
             bodies = open_calls(past, plan.task_id).ending(TurnAborted("interrupted", why))
             ended = [NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies]
-        self._journal.record([*ended, SessionClosed("closed by the embedder")])
+        self._journal.record_last([*ended, SessionClosed("closed by the embedder")])
 
     def _stop(self, timeout: float) -> None:
         """Stop the session's actors and servers, recording nothing (as a crash would)."""
         self._closed = True
+        self._journal.seal()  # an actor stuck past the timeout cannot write after this
         stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
         with contextlib.suppress(*stuck):
             self._actor.stop(timeout=timeout)

@@ -9,6 +9,7 @@ transient notifications (text deltas) that are never stored.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,8 @@ from plait.events.store import EventStore
 from plait.events.types import Body, Event, NewEvent, Transient
 
 __all__ = ["Feed", "HeldDeltas", "Journal"]
+
+log = logging.getLogger("plait")
 
 _CLOSED = object()
 
@@ -78,6 +81,7 @@ class Journal:
         self.stream = stream
         self._seq = past[-1].seq if past else 0
         self._policies = Policies(past)
+        self._sealed = False
         self._lock = threading.Lock()
         self._listeners: list[Any] = []
         self._feeds: list[Feed] = []
@@ -98,17 +102,37 @@ class Journal:
             if actor_ref in self._listeners:
                 self._listeners.remove(actor_ref)
 
-    def record(self, items: Sequence[Body | NewEvent], origin: Any = None) -> list[Event]:
-        """Append ``items`` as one atomic group; ``origin`` (the recording actor) is not told."""
+    def seal(self) -> None:
+        """Record nothing more from the actors: the session is being stopped. An actor left
+        stuck past a close (or a crash in replay) cannot write after it; ``record_last`` can."""
         with self._lock:
-            events = self._append(items)
-            notice = Recorded(tuple(events))
-            for ref in self._listeners:
-                if ref is not origin and ref.is_alive():
-                    ref.tell(notice)
-            for feed in self._feeds:
-                for event in events:
-                    feed.put(event)
+            self._sealed = True
+
+    def record_last(self, items: Sequence[Body | NewEvent]) -> list[Event]:
+        """Append what the session's owner records once its actors are stopped (the close)."""
+        with self._lock:
+            return self._record(items, None)
+
+    def record(self, items: Sequence[Body | NewEvent], origin: Any = None) -> list[Event]:
+        """Append ``items`` as one atomic group; ``origin`` (the recording actor) is not told.
+
+        Once sealed, nothing is appended and nothing returned.
+        """
+        with self._lock:
+            if self._sealed:
+                log.debug("session %s is stopped: %d events not recorded", self.stream, len(items))
+                return []
+            return self._record(items, origin)
+
+    def _record(self, items: Sequence[Body | NewEvent], origin: Any) -> list[Event]:
+        events = self._append(items)
+        notice = Recorded(tuple(events))
+        for ref in self._listeners:
+            if ref is not origin and ref.is_alive():
+                ref.tell(notice)
+        for feed in self._feeds:
+            for event in events:
+                feed.put(event)
         return events
 
     def _append(self, items: Sequence[Body | NewEvent]) -> list[Event]:

@@ -32,7 +32,7 @@ from plait.events.types import (
 )
 from plait.events.values import McpToolSnapshot, TaskPlan, as_text
 
-__all__ = ["CRASHED", "NOT_SENT", "UNKNOWN", "OpenCalls", "Rerun", "open_calls"]
+__all__ = ["CRASHED", "FORCED", "NOT_SENT", "UNKNOWN", "OpenCalls", "Rerun", "open_calls"]
 
 NOT_SENT = "not run: the process stopped before this call was sent to its server"
 UNKNOWN = (
@@ -41,6 +41,8 @@ UNKNOWN = (
 )
 CRASHED = TurnAborted("crashed", "the process stopped while the task ran")
 """How a task a crash cut off ends."""
+FORCED = "force-aborted: the task did not stop within {timeout:g} s of the close"
+"""Why a task that did not stop when its session closed ended (``TurnAborted(interrupted)``)."""
 
 
 class OpenCalls:

@@ -18,7 +18,7 @@ import itertools
 import threading
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 import msgspec
@@ -56,7 +56,7 @@ from plait.events.types import (
 )
 from plait.events.values import InputImage, RuntimeSettings
 from plait.replay.effects import ReplayModel, ReplayServers
-from plait.replay.recovery import NOT_SENT, UNKNOWN
+from plait.replay.recovery import FORCED, NOT_SENT, UNKNOWN
 
 __all__ = ["Divergence", "ReplayResult", "replay"]
 
@@ -171,12 +171,40 @@ def _lifecycle(body: Body) -> bool:
     return isinstance(body, LIFECYCLE)
 
 
-def _crash_points(recorded: list[Event]) -> list[int]:
+def _forced_closes(recorded: list[Event]) -> dict[int, list[Event]]:
+    """The groups a close recorded for a task that did not stop, by their first seq: the
+    answers to its open calls, then its ``TurnAborted``. They came from outside the program
+    (it was stuck), like a crash's."""
+    forced: dict[int, list[Event]] = {}
+    prefix = FORCED.split("{", 1)[0]
+    for index, event in enumerate(recorded):
+        body = event.body
+        if not (isinstance(body, TurnAborted) and body.detail.startswith(prefix)):
+            continue
+        first = index
+        while first > 0 and _cut_off(recorded[first - 1], event.task_id):
+            first -= 1
+        forced[recorded[first].seq] = recorded[first : index + 1]
+    return forced
+
+
+def _cut_off(event: Event, task_id: str | None) -> bool:
+    """Whether ``event`` answers a call of ``task_id`` that a crash or a close cut off."""
+    body = event.body
+    return (
+        event.task_id == task_id
+        and isinstance(body, ToolCallCompleted)
+        and body.output in (UNKNOWN, NOT_SENT)
+    )
+
+
+def _crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[int]:
     """The seqs where a resumed process began to record: the first event of each recovery.
 
     A recovery starts with a call run again (started a second time), an answer saying the
     crash cut a call off, or the crashed task's end; until that ``TurnAborted(crashed)``,
-    the events of the task it ends are the recovery's, not a new crash.
+    the events of the task it ends are the recovery's, not a new crash. The events of a
+    forced close (``closing``) look alike and are not a crash.
     """
     points: list[int] = []
     started: set[str] = set()
@@ -184,7 +212,9 @@ def _crash_points(recorded: list[Event]) -> list[int]:
     for event in recorded:
         body = event.body
         crashed = isinstance(body, TurnAborted) and body.reason == "crashed"
-        if recovering is not None:
+        if event.seq in closing:
+            pass
+        elif recovering is not None:
             if crashed and event.task_id == recovering:
                 recovering = None
         elif (
@@ -315,8 +345,10 @@ class _Driver:
             self.servers = ReplayServers(configs, report)
             return self.servers
 
-        self.crash_points = set(_crash_points(recorded))
-        self.store = _RecordedTime(recorded, sorted(self.crash_points))
+        self.forced = _forced_closes(recorded)
+        closing = {e.seq for group in self.forced.values() for e in group}
+        self.crash_points = set(_crash_points(recorded, closing))
+        self.store = _RecordedTime(recorded, sorted(self.crash_points | set(self.forced)))
         self.runtime = Runtime(
             self.store,
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
@@ -419,6 +451,8 @@ class _Driver:
         body, wait = event.body, self.timeout
         if event.seq in self.crash_points:  # first: its answers look like results otherwise
             self._crash_and_resume()
+        elif event.seq in self.forced:
+            self._force_close(self.forced[event.seq])
         elif isinstance(body, TaskEnqueued) and _submitted(body):
             self.handle._scheduler.tell(Enqueue((body.plan,)))
         elif isinstance(body, ModelResponded):
@@ -447,7 +481,16 @@ class _Driver:
         elif self._destroyed_from_outside(event):
             self.handle.destroy(event.conversation_id or "")
         elif isinstance(body, SessionClosed):
-            self.handle._journal.record([body])
+            self.handle._journal.record_last([body])
+
+    def _force_close(self, group: list[Event]) -> None:
+        """Stop the program where the close found it stuck, and record what the close did."""
+        self.handle._stop(timeout=2.0)
+        self.model.abandon()
+        self.store.release()
+        self.handle._journal.record_last(
+            [NewEvent(e.body, e.conversation_id, e.task_id) for e in group]
+        )
 
     def _crash_and_resume(self) -> None:
         """Stop the replayed session as the process stopped, and resume it as it was resumed."""

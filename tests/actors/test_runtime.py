@@ -14,11 +14,13 @@ from plait.events import (
     Event,
     ModelRequestFailed,
     SessionClosed,
+    SqliteStore,
     TaskCompleted,
     ToolCallCompleted,
     ToolCallRequested,
     TurnAborted,
 )
+from plait.replay import replay
 from plait.testing import ScriptedModelServer, Step
 
 
@@ -215,6 +217,14 @@ def test_a_closed_session_resumes_with_its_history(
         ]
 
 
+def unblock(fifo: Path) -> None:
+    """Let a thread stuck opening ``fifo`` finish (if it is there to read)."""
+    with contextlib.suppress(OSError):
+        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(writer, b"be brief")
+        os.close(writer)
+
+
 def test_a_task_that_does_not_stop_is_force_aborted_at_close(tmp_path: Path) -> None:
     fifo = tmp_path / "instructions.fifo"
     os.mkfifo(fifo)  # reading it blocks until someone writes: a conversation stuck in I/O
@@ -233,12 +243,15 @@ def test_a_task_that_does_not_stop_is_force_aborted_at_close(tmp_path: Path) -> 
         try:
             session.close(timeout=0.5)
             session.close(timeout=0.5)  # closing twice is harmless
-        finally:  # let the stuck thread finish (if it is there to read)
-            with contextlib.suppress(OSError):
-                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-                os.write(writer, b"be brief")
-                os.close(writer)
+        finally:
+            unblock(fifo)
         events = runtime.store.read(session.session_id)
+    with SqliteStore(tmp_path / "plait.db") as store:
+        try:  # the replayed program gets stuck the same way; the close is fed in
+            result = replay(store, session.session_id, timeout=5)
+        finally:
+            unblock(fifo)
+    assert result.ok, result.divergence and result.divergence.message()
     root = events[1].conversation_id or ""
     assert kinds(events, root)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "TurnAborted"]
     aborted = events[-2].body
