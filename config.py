@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,23 +146,22 @@ def load_config(
     )
 
 
-def _read_toml(path: Path) -> _File:
+def _load(path: Path, parse: Callable[[str], Any], kind: str) -> Any:
+    """Read and parse a configuration file; what is wrong with it is one line."""
     try:
-        data = tomllib.loads(path.read_text())
+        return parse(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    return _convert(data, _File, path)
+    except ValueError as exc:  # TOMLDecodeError and JSONDecodeError both are
+        raise ConfigError(f"{path}: not valid {kind}: {exc}") from exc
+
+
+def _read_toml(path: Path) -> _File:
+    return _convert(_load(path, tomllib.loads, "TOML"), _File, path)
 
 
 def _read_mcp_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    data = _load(path, json.loads, "JSON")
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers"), dict):
         raise ConfigError(f'{path}: expected an object with "mcpServers": {{NAME: {{...}}}}')
     return _servers(data["mcpServers"], str(path))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
 from typing import Any
 
 from plait.actors.model import ModelSettings
-from plait.events import Event
+from plait.events import Event, EventStore
 from plait.events.projections import HistoryProjection
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
@@ -19,6 +20,30 @@ def runtime_for(server: ScriptedModelServer, tmp_path: Path, **kwargs: Any) -> R
         base_url=server.base_url, api_key="test", model="scripted-model", backoff_sec=0.01
     )
     return Runtime(tmp_path / "plait.db", model=settings, workdir=tmp_path, **kwargs)
+
+
+def record_session(
+    store: EventStore,
+    script: list[Step],
+    prompts: list[str],
+    prefix: str,
+    settings: dict[str, Any] | None = None,
+    **runtime: Any,
+) -> str:
+    """Run ``prompts`` in one new session against ``script``, close it, return its id.
+
+    Ids are ``prefix-1``, ``prefix-2``...; ``settings`` are ``ModelSettings`` fields.
+    """
+    ids = itertools.count(1)
+    with ScriptedModelServer(script) as server:
+        fields = {"base_url": server.base_url, "api_key": "test", **(settings or {})}
+        model = ModelSettings(**fields)
+        with Runtime(store, model=model, new_id=lambda: f"{prefix}-{next(ids)}", **runtime) as rt:
+            session = rt.start_session()
+            for prompt in prompts:
+                session.run(prompt, timeout=60)
+            session.close()
+    return session.session_id
 
 
 def kinds(events: list[Event], conversation: str) -> list[str]:

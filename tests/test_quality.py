@@ -64,3 +64,13 @@ def test_importing_plait_leaves_the_heavy_clients_unloaded() -> None:
     result = run(sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_readme_event_reference_is_current() -> None:
+    from plait.events.reference import replace_reference
+
+    readme = (ROOT / "README.md").read_text()
+    assert replace_reference(readme) == readme, (
+        "the event reference in README.md is stale: "
+        "run `python -m plait.events.reference --write README.md`"
+    )

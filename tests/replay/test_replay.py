@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from scripted import call, random_script
+from scripted import call, random_script, record_session
 
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
@@ -22,21 +22,10 @@ from plait.testing import ScriptedModelServer, Step
 SESSIONS = itertools.count(1)
 
 
-def live(store: SqliteStore, script: list[Step], prompts: list[str], **kwargs: object) -> str:
+def live(store: SqliteStore, script: list[Step], prompts: list[str], **runtime: object) -> str:
     """Run ``prompts`` in one session against ``script``; return the session id."""
-    counter, prefix = itertools.count(1), f"s{next(SESSIONS)}"
-    with ScriptedModelServer(script) as server:
-        settings = ModelSettings(
-            base_url=server.base_url, api_key="test", backoff_sec=0.001, max_attempts=2
-        )
-        with Runtime(
-            store, model=settings, new_id=lambda: f"{prefix}-{next(counter)}", **kwargs
-        ) as runtime:
-            session = runtime.start_session()
-            for prompt in prompts:
-                session.run(prompt, timeout=60)
-            session.close()
-    return session.session_id
+    settings = {"backoff_sec": 0.001, "max_attempts": 2}
+    return record_session(store, script, prompts, f"s{next(SESSIONS)}", settings, **runtime)
 
 
 def test_random_sessions_replay_without_a_difference(tmp_path: Path) -> None:

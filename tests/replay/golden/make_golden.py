@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parents[2]))  # the tests' support modules
 
-from scripted import call
+from scripted import call, record_session
 
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
@@ -71,15 +71,8 @@ def failures() -> tuple[list[Step], list[str]]:
 
 def record(store: SqliteStore, name: str, make: Any, **runtime: Any) -> str:
     script, prompts = make()
-    ids = itertools.count(1)
-    with ScriptedModelServer(script) as server:
-        settings = ModelSettings(base_url=server.base_url, api_key="golden", backoff_sec=0.01)
-        with Runtime(store, model=settings, new_id=lambda: f"{name}-{next(ids)}", **runtime) as rt:
-            session = rt.start_session()
-            for prompt in prompts:
-                session.run(prompt, timeout=60)
-            session.close()
-    return session.session_id
+    settings = {"api_key": "golden", "backoff_sec": 0.01}
+    return record_session(store, script, prompts, name, settings, **runtime)
 
 
 def interrupted(store: SqliteStore) -> str:
