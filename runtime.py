@@ -94,6 +94,7 @@ class SessionHandle:
         """The root conversation, which cannot be destroyed."""
         self._journal = journal
         self._pool: Any = None
+        self._rerun: Any = None  # runs again the calls a crash cut off, then ends that task
         if runtime.mcp_servers:
             from plait.actors.pool import McpPool
 
@@ -229,6 +230,9 @@ class SessionHandle:
         if self._pool is not None:
             with contextlib.suppress(*stuck):
                 self._pool.stop(timeout=timeout)  # closes every server: nothing is left running
+        if self._rerun is not None:
+            with contextlib.suppress(*stuck):
+                self._rerun.stop(timeout=timeout)
         self.runtime._sessions.pop(self.session_id, None)
 
 
@@ -434,7 +438,7 @@ class Runtime:
         again = [NewEvent(b, plan.conversation_id, plan.task_id) for b in calls.rerun]
         past += journal.record(again)
         handle = self._attach(journal, started.root_conversation_id, past)
-        Rerun.start(journal, handle._pool, handle._scheduler, plan, calls)
+        handle._rerun = Rerun.start(journal, handle._pool, handle._scheduler, plan, calls)
         return handle
 
     def recover(self) -> list[Recovery]:

@@ -54,7 +54,7 @@ class OpenCalls:
         self.requests: dict[str, ToolCallRequested] = {}
         """Every open call, in the order the model made them."""
         self.answers: dict[str, ToolCallCompleted] = {}
-        """The answers of the calls not run again."""
+        """The answers known: those of the calls not run again, and each re-run's once done."""
 
     def ending(self, end: Body = CRASHED) -> list[Body]:
         """Every open call's answer in the model's order (``unknown`` for a call to run again
