@@ -231,6 +231,9 @@ class EventStore(ABC):
         resolve_blobs: bool = True,
     ) -> list[Event]:
         """Return the events of ``stream`` with ``after < seq <= upto``, at most ``limit``."""
+        # The head first: a stream only grows, so every event up to it must be in the rows
+        # read next, whatever is appended meanwhile.
+        head = self.last_seq(stream)
         rows = self._rows(stream, after, upto, limit)
         events = self._decode_all(rows, resolve_blobs)
         expected = after + 1
@@ -244,7 +247,6 @@ class EventStore(ABC):
             expected += 1
         if limit is None or len(rows) < limit:
             # A short read must be the true end of the window, not a lost tail.
-            head = self.last_seq(stream)
             if upto is not None:
                 head = min(upto, head)
             if expected <= head:

@@ -57,6 +57,21 @@ def test_append_numbers_and_chains_events(store: EventStore) -> None:
     assert store.last_seq("s1") == 3
 
 
+def test_a_read_while_the_stream_grows_is_not_taken_for_a_lost_tail(store: EventStore) -> None:
+    store.append("s1", started(3), expected_seq=0)
+    rows = store._rows  # type: ignore[attr-defined]
+
+    def rows_then_grow(*args: object) -> object:  # an append lands just after the read
+        read = rows(*args)
+        store.append("s1", [NewEvent(TurnStarted(turn=9), "root", "t1")], store.last_seq("s1"))
+        return read
+
+    store._rows = rows_then_grow  # type: ignore[method-assign]
+    assert [e.seq for e in store.read("s1")] == [1, 2, 3]
+    del store._rows
+    assert [e.seq for e in store.read("s1")] == [1, 2, 3, 4]
+
+
 def test_append_records_given_time_and_stamps_missing_time(stores: StoreFactory) -> None:
     store = stores.open()
     at = datetime(2025, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
