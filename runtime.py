@@ -331,11 +331,12 @@ class Runtime:
     ) -> None:
         """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
 
-        ``storage_policy`` is new sessions' default (``full``). Every ``expire_every_sec``,
-        from the start, content of ``ttl`` conversations that is due is deleted from the store
-        (``None``: only when ``expire_content`` is called). ``model_client`` and
-        ``mcp_factory`` replace the model client and the MCP servers: this is how replay
-        answers both from the log. Everything else is for everyone.
+        ``storage_policy`` is new sessions' default (``full``). Once the runtime has a
+        session with a ``ttl`` conversation (or ``ttl`` is the default), it deletes every
+        ``expire_every_sec`` the content of the store's ``ttl`` conversations that is due
+        (``None``: only when ``expire_content`` is called, as ``plait expire`` does).
+        ``model_client`` and ``mcp_factory`` replace the model client and the MCP servers:
+        this is how replay answers both from the log. Everything else is for everyone.
         """
         self._owns_store = not isinstance(store, EventStore)
         self.store = store if isinstance(store, EventStore) else open_store(store)
@@ -353,15 +354,10 @@ class Runtime:
         self._sessions: dict[str, SessionHandle] = {}
         self._expiry = Expiry(self.store)
         self._expiring = threading.Event()  # set: stop sweeping
+        self._expire_every_sec = expire_every_sec
         self._sweeper: threading.Thread | None = None
-        if expire_every_sec is not None:
-            self._sweeper = threading.Thread(
-                target=self._expire_every,
-                args=(expire_every_sec,),
-                name="plait-expiry",
-                daemon=True,
-            )
-            self._sweeper.start()
+        if self.storage_policy.kind == "ttl":
+            self._sweep_from_now()
 
     def _deps(self, journal: Journal, pool: Any = None) -> ConversationDeps:
         return ConversationDeps(
@@ -475,6 +471,15 @@ class Runtime:
         """Delete ``ttl`` conversations' content that is due; return how many blobs."""
         return self._expiry.sweep()
 
+    def _sweep_from_now(self) -> None:
+        """Start sweeping (once): ``ttl`` content is in use."""
+        if self._sweeper is not None or self._expire_every_sec is None:
+            return
+        self._sweeper = threading.Thread(
+            target=self._expire_every, args=(self._expire_every_sec,), daemon=True
+        )
+        self._sweeper.start()
+
     def _expire_every(self, interval: float) -> None:
         while True:
             try:
@@ -491,6 +496,8 @@ class Runtime:
         return past, started
 
     def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:
+        if journal.expires:
+            self._sweep_from_now()
         handle = SessionHandle(self, journal, root, past)
         self._sessions[journal.stream] = handle
         return handle

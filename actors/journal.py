@@ -87,6 +87,11 @@ class Journal:
         self._feeds: list[Feed] = []
 
     @property
+    def expires(self) -> bool:
+        """Whether a conversation of the session has a ``ttl`` storage policy."""
+        return any(policy.kind == "ttl" for policy in self._policies.of.values())
+
+    @property
     def last_seq(self) -> int:
         """The seq of the last event recorded."""
         return self._seq

@@ -185,7 +185,7 @@ def test_recover_resumes_every_session_a_crash_left_running(tmp_path: Path) -> N
         assert_histories_valid(store.read(cut))
 
 
-def test_a_runtime_expires_ttl_content_and_stops_sweeping_when_closed(tmp_path: Path) -> None:
+def test_a_runtime_with_ttl_content_sweeps_it_and_stops_when_closed(tmp_path: Path) -> None:
     with ScriptedModelServer([Step(text="SECRET soon gone")]) as server:
         with runtime_for(server, tmp_path, expire_every_sec=None) as runtime:
             session = runtime.start_session(storage_policy=StoragePolicy("ttl", 0.001))
@@ -195,6 +195,11 @@ def test_a_runtime_expires_ttl_content_and_stops_sweeping_when_closed(tmp_path: 
             answer = next(e.body for e in events if isinstance(e.body, ModelResponded))
             assert isinstance(answer.text, Redacted)
             assert runtime.store.verify(session.session_id).ok
-        sweeping = runtime_for(server, tmp_path, expire_every_sec=0.01)
+        idle = runtime_for(server, tmp_path, expire_every_sec=0.01)
+        assert idle._sweeper is None  # no ttl content in use: no store scans
+        idle.close()
+        ttl = StoragePolicy("ttl", 60)
+        sweeping = runtime_for(server, tmp_path, expire_every_sec=0.01, storage_policy=ttl)
+        assert sweeping._sweeper is not None and sweeping._sweeper.is_alive()
         sweeping.close()
-        assert sweeping._sweeper is not None and not sweeping._sweeper.is_alive()
+        assert not sweeping._sweeper.is_alive()
