@@ -102,7 +102,8 @@ def test_a_call_that_is_not_idempotent_is_never_run_twice(tmp_path: Path) -> Non
     answers = [e.body for e in after if isinstance(e.body, ToolCallCompleted)]  # type: ignore[attr-defined]
     assert [(a.output, a.outcome) for a in answers] == [(UNKNOWN, "unknown")]
     assert not any(isinstance(e.body, ToolCallStarted) for e in after)  # type: ignore[attr-defined]
-    assert counter.read_text().count("bump") <= 1
+    runs = counter.read_text().count("bump") if counter.exists() else 0  # killed before it ran
+    assert runs <= 1
 
 
 def test_a_tool_the_config_declares_idempotent_runs_again(tmp_path: Path) -> None:
