@@ -54,7 +54,7 @@ class LivePrinter:
         elif isinstance(body, ToolCallRequested):
             line = f"  -> {body.tool}({body.arguments})"
         elif isinstance(body, ToolCallCompleted):
-            line = f"  <- {body.outcome}: {body.output}"
+            line = f"  <- {body.outcome}: {body.output}".replace("\n", "\n     ")
         elif isinstance(body, TaskCompleted):
             line = f"[{self._name(conv)} done]"
         if line is not None:
