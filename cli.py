@@ -1,7 +1,10 @@
 """The ``plait`` command.
 
-Results go to stdout, progress and errors to stderr. A ``PlaitError`` is one line and exit code
-1; a traceback only with ``--debug``. Heavy imports happen inside the commands that need them.
+Results go to stdout, progress and errors to stderr (``plait.cli_output`` says how each is
+printed). Every command reads the configuration: ``plait.toml``, ``mcp.json``, the
+environment, then the flags (``plait.config``). An error a user can cause is one line,
+``plait: ...``, and exit code 1; a traceback only with ``--debug``. Heavy imports (openai,
+mcp) happen inside the commands that need them.
 """
 
 from __future__ import annotations
@@ -9,126 +12,355 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from plait.errors import PlaitError
+import msgspec
 
-DEFAULT_STORE = ".plait/plait.db"
+from plait import cli_output as render
+from plait.config import Config, load_config
+from plait.errors import ConfigError, McpError, PlaitError, StoreError
+
+if TYPE_CHECKING:
+    from plait.actors.model import ModelSettings
+    from plait.events.projections import Histories
+    from plait.events.store import EventStore
+    from plait.events.types import Event
+    from plait.runtime import Runtime, SessionHandle
+
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+"""Model servers on this machine: they take any API key, so none has to be set."""
+
+SERVER_MARGIN_SEC = 30.0
+"""Seconds waited for MCP servers past their ``startup_timeout_sec`` (by which they report)."""
 
 
-def _store_url(args: argparse.Namespace) -> str:
-    return str(args.store or os.environ.get("PLAIT_STORE") or DEFAULT_STORE)
+# --- the configuration, the store, the runtime -----------------------------------------------
 
 
-def _open(args: argparse.Namespace) -> Any:
-    from plait.events.stores import open_store
-
-    url = _store_url(args)
-    if "://" not in url and url != "memory:" and not Path(url).exists():
-        raise PlaitError(f"{url}: no store here (run `plait demo` first, or pass --store)")
-    return open_store(url)
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(args.config, store=args.store, model=getattr(args, "model", None))
 
 
-def _session(store: Any, session: str) -> str:
-    known = [info.stream for info in store.streams()]
-    matches = [s for s in known if s.startswith(session)]
+def _open(args: argparse.Namespace) -> EventStore:
+    """Open the configured store, which must exist: reading never creates one."""
+    return _open_store(_config(args), create=False)
+
+
+def _open_store(config: Config, *, create: bool) -> EventStore:
+    url = config.store.url
+    if url.startswith(("postgresql://", "postgres://")) or url == "memory:":
+        from plait.events.stores import open_store
+
+        return open_store(url)
+    path = url.removeprefix("sqlite://")
+    if "://" in path:
+        raise ConfigError(f"{url}: unknown store URL (a SQLite path, or postgresql://...)")
+    if not create and not Path(path).exists():
+        raise PlaitError(f"{url}: no store here (run `plait exec` first, or pass --store)")
+    from plait.events.stores.sqlite import SqliteStore
+
+    return SqliteStore(path, busy_timeout_sec=config.store.busy_timeout_sec)
+
+
+def _session(store: EventStore, session: str) -> str:
+    """Return the one session id that starts with ``session``."""
+    matches = [info.stream for info in store.streams() if info.stream.startswith(session)]
     if len(matches) != 1:
         what = "no session" if not matches else f"{len(matches)} sessions"
         raise PlaitError(f"{what} in the store match {session!r} (see `plait sessions`)")
-    return str(matches[0])
+    return matches[0]
 
 
-def _print_json(value: Any) -> None:
-    import msgspec
-
-    sys.stdout.write(msgspec.json.encode(value).decode() + "\n")
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Run a session offline against a scripted model, then show what its log holds."""
-    from plait.demo import run_demo
-
-    url = _store_url(args)
-    session, outcome = run_demo(url, sys.stdout, sys.stderr)
-    with _open(args) as store:
-        _show_session(store, session)
-    print(f"\nstored in {url}; try: plait log {session[:8]}", file=sys.stderr)
-    return 0 if outcome.ok else 1
+def _conversation(histories: Histories, session: str, conversation: str) -> str:
+    """Return the one conversation id of ``session`` that starts with ``conversation``."""
+    matches = [c for c in histories.conversations if c.startswith(conversation)]
+    if len(matches) != 1:
+        what = "no conversation" if not matches else f"{len(matches)} conversations"
+        raise PlaitError(
+            f"session {session}: {what} match {conversation!r} "
+            f"(see `plait conversations {session[:8]}`)"
+        )
+    return matches[0]
 
 
-def _show_session(store: Any, session: str) -> None:
-    from plait.events.projections import (
-        AuditProjection,
-        HistoryProjection,
-        TokensProjection,
-        conversation_index,
+def _model_settings(config: Config) -> ModelSettings:
+    """The model server as configured, checked before anything runs: a missing key is an
+    error unless the server is local, and so is a policy plait cannot keep."""
+    from plait.actors.model import ModelSettings
+
+    if config.policy.approval != "never":
+        raise ConfigError(
+            f"{config.source}: policy.approval {config.policy.approval!r}: approvals are not "
+            "built yet; only 'never' can run"
+        )
+    model, key = config.model, config.api_key
+    if key is None:
+        if urlsplit(model.base_url or "").hostname not in LOCAL_HOSTS:
+            where = model.base_url or "OpenAI's (model.base_url and OPENAI_BASE_URL are unset)"
+            raise ConfigError(
+                f"no API key for the model server at {where}: set {model.api_key_env}"
+            )
+        key = "local"  # the SDK wants a key; a local server takes any
+    return ModelSettings(
+        base_url=model.base_url,
+        api_key=key,
+        model=model.model,
+        timeout_sec=model.timeout_sec,
+        max_attempts=model.max_attempts,
+        context_window=model.context_window,
     )
 
-    events = store.read(session)
-    histories = HistoryProjection().fold(events)
-    print("\nconversations")
-    for info in conversation_index(histories, session):
-        parent = f"  (created by {info.parent_id[:8]})" if info.parent_id else "  (root)"
-        active = f"last active {info.last_active_at}"
-        print(f"  {info.id[:8]}  {info.message_count:>2} messages  {active}{parent}")
-    for conv in histories.conversations.values():
-        print(f"\nhistory of {conv.id[:8]}")
-        for message in conv.messages:
-            wire = message.to_openai()
-            calls = "".join(
-                f" -> {c['function']['name']}({c['function']['arguments']})"
-                for c in wire.get("tool_calls", [])
-            )
-            print(f"  {wire['role']:>9}: {wire['content'] or ''}{calls}")
-    print("\ntool calls (audit)")
-    for row in AuditProjection().fold(events).rows:
-        print(
-            f"  seq {row.seq:>3}  {row.tool:<12} {row.outcome:<7} {row.duration_ms or 0:>6.1f} ms"
-            f"  conversation {str(row.conversation_id)[:8]}  args {row.arguments}"
-        )
-    tokens = TokensProjection().fold(events).by_session.get(session)
-    if tokens is not None:
-        print(f"\ntokens: {tokens.prompt_tokens} prompt + {tokens.completion_tokens} completion")
-    report = store.verify(session)
-    state = "intact" if report.ok else f"BROKEN at seq {report.first_bad_seq}: {report.reason}"
-    print(f"\nhash chain: {report.events} events, {state}")
+
+def _runtime(config: Config, model: ModelSettings, store: EventStore) -> Runtime:
+    """A runtime on ``store``, configured as ``config`` says."""
+    from plait.actors.pool import McpLimits
+    from plait.events.values import StoragePolicy
+    from plait.runtime import Runtime
+
+    policy = config.policy
+    limits = McpLimits(
+        policy.max_concurrent_tool_calls, policy.max_concurrent_tool_calls_per_conversation
+    )
+    return Runtime(
+        store,
+        model=model,
+        max_interrupt_chain_depth=policy.max_interrupt_chain_depth,
+        mcp_servers=config.mcp_servers,
+        mcp_limits=limits,
+        storage_policy=StoragePolicy.parse(policy.storage),
+    )
 
 
-def cmd_sessions(args: argparse.Namespace) -> int:
-    """List the sessions in the store."""
-    with _open(args) as store:
-        for info in store.streams():
-            if args.json:
-                _print_json(info)
-            else:
-                print(f"{info.stream}  {info.last_seq} events")
+def _out(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- running tasks ---------------------------------------------------------------------------
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    """Run one task to its end, streaming the answer; exit 1 if it does not complete."""
+    config = _config(args)
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if args.conversation and not args.session:
+        raise PlaitError("--conversation needs --session: a new session has only its root")
+    model = _model_settings(config)
+    with _open_store(config, create=args.session is None) as store:
+        session_id = _session(store, args.session) if args.session else None
+        conversation = None
+        if session_id is not None and args.conversation:
+            from plait.events.projections import HistoryProjection
+
+            histories = HistoryProjection().fold(store.read(session_id))
+            conversation = _conversation(histories, session_id, args.conversation)
+        runtime = _runtime(config, model, store)
+        try:
+            before = store.last_seq(session_id) if session_id else 0
+            handle = runtime.resume(session_id) if session_id else runtime.start_session()
+            verb = "resumed" if session_id else "started"
+            _err(f"session {handle.session_id} {verb} (model {config.model.model})")
+            cid = conversation or handle.root_conversation_id
+            printer = render.ExecPrinter(cid, sys.stdout, sys.stderr, json=args.json)
+            _await_servers(handle, config, printer, before)
+            outcome = handle.run(prompt, conversation_id=cid, on_item=printer)
+            printer.end_line()
+        finally:
+            runtime.close()
+    if args.json:
+        fields = msgspec.to_builtins(outcome)
+        _out(render.json_line({"type": "TaskOutcome", "session_id": handle.session_id, **fields}))
+    if not outcome.ok:
+        raise PlaitError(render.failure_line(outcome, printer.failures, config.model.api_key_env))
     return 0
 
 
-def cmd_log(args: argparse.Namespace) -> int:
-    """Print every event of a session."""
-    from plait.events.codec import to_jsonl
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Talk with a session on the terminal, one task per line; Ctrl-C interrupts the running
+    task, a second Ctrl-C or Ctrl-D leaves."""
+    from plait.chat import chat
+
+    config = _config(args)
+    model = _model_settings(config)
+    with _open_store(config, create=args.session is None) as store:
+        session_id = _session(store, args.session) if args.session else None
+        runtime = _runtime(config, model, store)
+        try:
+            handle = runtime.resume(session_id) if session_id else runtime.start_session()
+            return chat(handle, sys.stdin, sys.stdout, sys.stderr)
+        finally:
+            runtime.close()
+
+
+def _await_servers(
+    handle: SessionHandle, config: Config, printer: render.ExecPrinter, before: int
+) -> None:
+    """Print what the session recorded after seq ``before``, and wait until every MCP server
+    is ready: one that failed for good is an ``McpError``, not a turn without its tools."""
+    from plait.events.types import Event, McpServerFailed, McpServerReady
+
+    waiting = {name for name, server in config.mcp_servers.items() if server.enabled}
+    limit = SERVER_MARGIN_SEC + max(
+        (config.mcp_servers[name].startup_timeout_sec for name in waiting), default=0
+    )
+    deadline = time.monotonic() + limit
+    with handle.subscribe(transient=False) as feed:
+        # Subscribed, then read: an event recorded in between is in one or both, never lost.
+        seen: list[Event] = handle.runtime.store.read(handle.session_id, after=before)
+        while True:
+            for event in seen:
+                printer(event)
+                body = event.body
+                if isinstance(body, McpServerReady):
+                    waiting.discard(body.server)
+                elif isinstance(body, McpServerFailed) and body.retry_in_sec is None:
+                    raise McpError(f"MCP server {body.server!r} did not start: {body.reason}")
+            if not waiting:
+                return
+            item = feed.get(timeout=max(deadline - time.monotonic(), 0))
+            if item is None:
+                names = ", ".join(sorted(waiting))
+                raise McpError(f"MCP servers not ready after {limit:g} s: {names}")
+            seen = [item] if isinstance(item, Event) else []
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    """Resume every session a stopped process left with a task running or waiting, and run
+    its waiting tasks; only while no other process uses the store."""
+    config = _config(args)
+    model = _model_settings(config)
+    with _open_store(config, create=False) as store:
+        runtime = _runtime(config, model, store)
+        try:
+            found = runtime.recover()
+            for recovery in found:
+                _out(render.json_line(recovery) if args.json else render.recovery_row(recovery))
+            sys.stdout.flush()
+            resumed = [r for r in found if not r.not_resumed]
+            if any(r.waiting for r in resumed):
+                _err("running the tasks that were waiting...")
+            for recovery in resumed:
+                _await_idle(runtime.resume(recovery.session_id))
+        finally:
+            runtime.close()
+    _err(f"recovered {len(found)} sessions")
+    return 0
+
+
+def _await_idle(handle: SessionHandle) -> None:
+    """Wait until the session has no task running or waiting."""
+    from plait.actors.scheduler import SchedulerState, evolve
+    from plait.events.types import Event
+
+    with handle.subscribe(transient=False) as feed:
+        state, last = SchedulerState(), 0
+        for event in handle.runtime.store.read(handle.session_id):
+            evolve(state, event)
+            last = event.seq
+        while state.running is not None or state.pending:
+            item = feed.get()
+            if item is None:
+                return  # the session was closed
+            if isinstance(item, Event) and item.seq > last:  # not one the read had
+                evolve(state, item)
+                last = item.seq
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run a session offline (a scripted model, a bundled MCP server), then show what its log
+    holds and replay it."""
+    from plait.demo import replay_check, run_demo
+
+    url = _config(args).store.url
+    session, outcome = run_demo(url, sys.stdout, sys.stderr)
+    with _open(args) as store:
+        render.show_session(store.read(session), store.verify(session), sys.stdout)
+    replayed = replay_check(url, session, sys.stdout)
+    _err(f"\nstored in {url}; try: plait log {session[:8]}")
+    return 0 if outcome.ok and replayed else 1
+
+
+# --- reading the log -------------------------------------------------------------------------
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    """List the sessions in the store, oldest first."""
+    with _open(args) as store:
+        for info in store.streams():
+            first = store.read(info.stream, limit=1)[0]
+            last = store.read(info.stream, after=info.last_seq - 1)[0]
+            fields = render.session_fields(info, first, last)
+            _out(render.json_line(fields) if args.json else render.session_row(fields))
+    return 0
+
+
+def cmd_conversations(args: argparse.Namespace) -> int:
+    """List a session's live conversations: who created each, messages, last activity."""
+    from plait.events.projections import HistoryProjection, conversation_index
+
+    with _open(args) as store:
+        session = _session(store, args.session)
+        histories = HistoryProjection().fold(store.read(session))
+    for info in conversation_index(histories, session):
+        _out(render.json_line(info) if args.json else render.conversation_row(info))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Print a conversation's history as chat messages (the root's by default)."""
+    from plait.events.projections import HistoryProjection
+    from plait.events.types import SessionStarted
 
     with _open(args) as store:
         session = _session(store, args.session)
         events = store.read(session)
-        if args.json:
-            for line in to_jsonl(events):
-                sys.stdout.write(line.decode())
+    histories = HistoryProjection().fold(events)
+    started = events[0].body
+    root = started.root_conversation_id if isinstance(started, SessionStarted) else ""
+    conversation = _conversation(histories, session, args.conversation or root)
+    messages = histories.conversations[conversation].messages
+    for message in messages[-args.limit :] if args.limit else messages:
+        row = {"seq": message.seq, **message.to_openai()}
+        _out(render.json_line(row) if args.json else render.message_row(row))
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    """Print every event of a session: seq, time, type, conversation, task, body."""
+    row = render.event_json if args.json else render.event_row
+    with _open(args) as store:
+        session = _session(store, args.session)
+        events = store.read(session)
+        for event in events:
+            _out(row(event))
+        if not args.follow:
             return 0
-        for e in events:
-            body = type(e.body).__name__
-            where = f"{(e.conversation_id or '-')[:8]:<8} {(e.task_id or '-')[:8]:<8}"
-            print(f"{e.seq:>5}  {e.at.isoformat(timespec='milliseconds')}  {where}  {body}")
+        sys.stdout.flush()
+        _err(f"following {session}; Ctrl-C to stop")
+        try:
+            with store.subscribe(events[-1].position) as feed:
+                for event in feed:
+                    if event.stream == session:
+                        _out(row(event))
+                        sys.stdout.flush()
+        except KeyboardInterrupt:
+            return 0  # how a follow ends
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Show a session's conversations, histories, audit and chain check."""
     with _open(args) as store:
-        _show_session(store, _session(store, args.session))
+        session = _session(store, args.session)
+        render.show_session(store.read(session), store.verify(session), sys.stdout)
     return 0
 
 
@@ -136,13 +368,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """Check a session's hash chain and blobs; exit 1 if anything was edited."""
     with _open(args) as store:
         report = store.verify(_session(store, args.session))
-        if args.json:
-            _print_json(report)
-        elif report.ok:
-            print(f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)")
-        else:
-            print(f"tampered: seq {report.first_bad_seq}: {report.reason}")
-        return 0 if report.ok else 1
+    if args.json:
+        _out(render.json_line(report))
+    elif report.ok:
+        _out(f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)")
+    else:
+        _out(f"tampered: seq {report.first_bad_seq}: {report.reason}")
+    return 0 if report.ok else 1
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -153,12 +385,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         session = _session(store, args.session)
         result = replay(store, session, max_interrupt_chain_depth=args.max_interrupt_chain_depth)
     if args.json:
-        _print_json(result)
+        _out(render.json_line(result))
     elif result.divergence is None:
-        print(f"replayed {result.events} of {result.total} events: no difference")
+        _out(f"replayed {result.events} of {result.total} events: no difference")
     else:
-        print(f"diverged after {result.events} of {result.total} events:")
-        print(result.divergence.message())
+        _out(f"diverged after {result.events} of {result.total} events:")
+        _out(result.divergence.message())
     return 0 if result.ok else 1
 
 
@@ -167,25 +399,52 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from plait.replay import audit, audit_jsonl
 
     with _open(args) as store:
+        session = _session(store, args.session)
         rows = audit(
-            store,
-            _session(store, args.session),
-            tool=args.tool,
-            conversation_id=args.conversation,
-            outcome=args.outcome,
+            store, session, tool=args.tool, conversation_id=args.conversation, outcome=args.outcome
         )
     if args.json:
         sys.stdout.buffer.write(audit_jsonl(rows))
         return 0
     for row in rows:
-        took = f"{row.duration_ms:8.1f} ms" if row.duration_ms is not None else "       - ms"
-        size = f"{row.output_size} B" if row.output_size is not None else "-"
-        print(
-            f"seq {row.seq:4}  {row.tool:<28} {row.outcome:<8} {took}  {size:>9}  "
-            f"{row.server or '-':<10} conversation {(row.conversation_id or '')[:8]}"
-        )
-    print(f"{len(rows)} calls", file=sys.stderr)
+        _out(render.audit_row(row))
+    _err(f"{len(rows)} calls")
     return 0
+
+
+# --- changing the log ------------------------------------------------------------------------
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    """Copy a session's events up to a seq into a new session; print the new session's id."""
+    from plait.replay import fork
+
+    with _open(args) as store:
+        session = _session(store, args.session)
+        new = fork(store, session, args.at)
+    ids = {"session_id": new, "forked_from": session, "at_seq": args.at}
+    _out(render.json_line(ids) if args.json else new)
+    _err(f"forked {session} at seq {args.at}; go on with: plait exec --session {new[:8]} PROMPT")
+    return 0
+
+
+def cmd_expire(args: argparse.Namespace) -> int:
+    """Delete the content of ``ttl`` conversations that is due; print how many blobs."""
+    # What Runtime.expire_content does, without the model client a Runtime insists on.
+    from plait.events.storage import Expiry
+
+    with _open(args) as store:
+        deleted = Expiry(store).sweep()
+    _out(render.json_line({"deleted": deleted}) if args.json else f"deleted {deleted} blobs")
+    return 0
+
+
+# --- the parser ------------------------------------------------------------------------------
+
+Command = Callable[[argparse.Namespace], int]
+Parser = argparse.ArgumentParser
+SESSION = "session id (a unique prefix is enough)"
+MODEL = "the model name (default $PLAIT_MODEL, else [model] model)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,48 +452,103 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="plait",
         description="Replayable, auditable, crash-safe LLM agent sessions.",
-        epilog="example: plait demo && plait sessions",
+        epilog='example: plait exec "What changed since the last release?" && plait sessions',
     )
-    parser.add_argument(
-        "--store", help=f"store path or URL (default $PLAIT_STORE or {DEFAULT_STORE})"
-    )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    _add_shared(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(
-        name: str, fn: Callable[[argparse.Namespace], int], example: str
-    ) -> argparse.ArgumentParser:
-        doc = (fn.__doc__ or "").strip()
-        cmd = sub.add_parser(name, help=doc, description=doc, epilog=f"example: {example}")
+    def add(name: str, fn: Command, *examples: str, json: str | None = None) -> Parser:
+        doc = " ".join((fn.__doc__ or "").split()).replace("``", "`")
+        cmd = sub.add_parser(
+            name,
+            help=doc.split(";")[0].rstrip("."),
+            description=textwrap.fill(doc, 79),  # the epilog's examples keep their lines
+            epilog="example: " + "\n         ".join(examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         cmd.set_defaults(func=fn)
+        _add_shared(cmd, top=False)
+        if json is not None:
+            cmd.add_argument("--json", action="store_true", help=json)
         return cmd
 
-    add("demo", cmd_demo, "plait demo")
-    add("sessions", cmd_sessions, "plait sessions --json").add_argument(
-        "--json", action="store_true", help="JSON Lines"
+    def reader(name: str, fn: Command, *examples: str, json: str = "JSON Lines") -> Parser:
+        cmd = add(name, fn, *examples, json=json)
+        cmd.add_argument("session", help=SESSION)
+        return cmd
+
+    run = add(
+        "exec",
+        cmd_exec,
+        'plait exec "Summarise the open issues."',
+        'plait exec --session 3f2a "And the closed ones?"',
+        "plait exec --json - < prompt.txt | jq -c 'select(.body.type == \"ToolCallRequested\")'",
+        json="stream JSON Lines: each event as `plait log --json` prints it, each text delta "
+        'as {"type": "AgentMessageDelta", ...}, last {"type": "TaskOutcome", ...}',
     )
-    for name, fn in (("log", cmd_log), ("show", cmd_show), ("verify", cmd_verify)):
-        cmd = add(name, fn, f"plait {name} 3f2a")
-        cmd.add_argument("session", help="session id (a unique prefix is enough)")
-        if name != "show":
-            cmd.add_argument("--json", action="store_true", help="JSON Lines")
-    replay = add("replay", cmd_replay, "plait replay 3f2a")
-    replay.add_argument("session", help="session id (a unique prefix is enough)")
-    replay.add_argument("--json", action="store_true", help="the result as JSON")
+    run.add_argument("prompt", metavar="PROMPT", help="what to do; - reads it from stdin")
+    run.add_argument("--session", help="go on with this session (default: a new one)")
+    run.add_argument("--conversation", help="run in this conversation of the --session")
+    run.add_argument("--model", help=MODEL)
+    talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
+    talk.add_argument("--session", help="go on with this session (default: a new one)")
+    talk.add_argument("--model", help=MODEL)
+    add("sessions", cmd_sessions, "plait sessions --json", json="JSON Lines")
+    reader("conversations", cmd_conversations, "plait conversations 3f2a")
+    history = reader("history", cmd_history, "plait history 3f2a --conversation 9c1d --limit 10")
+    history.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
+    history.add_argument("--limit", type=_positive, metavar="N", help="only the last N messages")
+    log = reader("log", cmd_log, "plait log 3f2a", "plait log 3f2a --follow --json")
+    log.add_argument("--follow", action="store_true", help="go on printing events as they come")
+    add("show", cmd_show, "plait show 3f2a").add_argument("session", help=SESSION)
+    audit = reader("audit", cmd_audit, "plait audit 3f2a --outcome error")
+    audit.add_argument("--tool", help="a tool name, or a server prefix such as git__")
+    audit.add_argument("--conversation", help="a conversation id")
+    outcomes = ["ok", "error", "timeout", "refused", "unknown", "pending"]
+    audit.add_argument("--outcome", choices=outcomes)
+    reader("verify", cmd_verify, "plait verify 3f2a", json="the report as JSON")
+    replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")
     replay.add_argument(
         "--max-interrupt-chain-depth",
         type=int,
         help="replay as if the program had this limit (default: as the session recorded)",
     )
-    audit = add("audit", cmd_audit, "plait audit 3f2a --outcome error")
-    audit.add_argument("session", help="session id (a unique prefix is enough)")
-    audit.add_argument("--json", action="store_true", help="JSON Lines")
-    audit.add_argument("--tool", help="a tool name, or a server prefix such as git__")
-    audit.add_argument("--conversation", help="a conversation id")
-    audit.add_argument(
-        "--outcome", choices=["ok", "error", "timeout", "refused", "unknown", "pending"]
-    )
+    fork = reader("fork", cmd_fork, "plait fork 3f2a --at 41", json="the ids as JSON")
+    fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="the last seq copied")
+    recover = add("recover", cmd_recover, "plait recover", json="JSON Lines, one per session")
+    recover.add_argument("--model", help=MODEL)
+    add("expire", cmd_expire, "plait expire", json="the count as JSON")
+    add("demo", cmd_demo, "plait demo")
     return parser
+
+
+def _add_shared(parser: Parser, *, top: bool) -> None:
+    """Add ``--config``, ``--store`` and ``--debug``, which go before or after the command.
+
+    A command's copies have no default, so that one given before the command stands.
+    """
+    none, false = (None, False) if top else (argparse.SUPPRESS, argparse.SUPPRESS)
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        default=none,
+        help="the configuration file (default $PLAIT_CONFIG, else ./plait.toml if there is one)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="PATH|URL",
+        default=none,
+        help="a SQLite path or postgresql://... (default $PLAIT_STORE, else [store] url, "
+        "else .plait/plait.db)",
+    )
+    parser.add_argument("--debug", action="store_true", default=false, help="show tracebacks")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -242,16 +556,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except PlaitError as exc:
-        if args.debug:
-            raise
-        print(f"plait: {exc}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
+        # Whoever read stdout left (`plait log | head`): end quietly, with no error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
+        _err("plait: interrupted")
         return 130
+    except (PlaitError, OSError) as exc:
+        if args.debug:
+            raise
+        _err(f"plait: {_one_line(exc)}")
+        return 1
     return code
+
+
+def _one_line(exc: BaseException) -> str:
+    """What went wrong, on one line, with what to do where plait knows it."""
+    if isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    else:
+        text = str(exc) or type(exc).__name__
+    if isinstance(exc, StoreError) and "database is locked" in text:
+        text += " (another process holds it; [store] busy_timeout_sec says how long to wait)"
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,9 +16,10 @@ import os
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 from plait.errors import ConfigError
 
@@ -37,21 +38,26 @@ CONFIG_FILE = "plait.toml"
 DEFAULT_STORE = ".plait/plait.db"
 """The store when none is configured: a SQLite file under the working directory."""
 
+# Numbers with a range: a value outside it is refused when the file is read, key named.
+_Positive = Annotated[float, Meta(gt=0)]
+_AtLeastOne = Annotated[int, Meta(ge=1)]
+
 
 class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``[model]``: the OpenAI-compatible server."""
 
     base_url: str | None = None
-    """The server's base URL (``.../v1``); ``None``: ``OPENAI_BASE_URL``, else OpenAI's."""
+    """The server's base URL (``.../v1``; ``OPENAI_BASE_URL`` overrides it); ``None``:
+    OpenAI's."""
     model: str = "gpt-4o-mini"
     """The model name sent with each request (``PLAIT_MODEL`` overrides it)."""
     api_key_env: str = "OPENAI_API_KEY"
     """The environment variable holding the API key (keys never go in the file)."""
-    context_window: int | None = None
+    context_window: _AtLeastOne | None = None
     """The model's context window in tokens, when known."""
-    timeout_sec: float = 60.0
+    timeout_sec: _Positive = 60.0
     """Seconds to connect, and the longest silence inside a stream."""
-    max_attempts: int = 3
+    max_attempts: _AtLeastOne = 3
     """Requests sent at most for one completion."""
 
 
@@ -60,6 +66,8 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     url: str = DEFAULT_STORE
     """A SQLite path (relative to the working directory), ``memory:`` or ``postgresql://...``."""
+    busy_timeout_sec: Annotated[float, Meta(ge=0)] = 5.0
+    """Seconds to wait for another process's write lock on a SQLite store before giving up."""
 
 
 class PolicyConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -67,12 +75,15 @@ class PolicyConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     approval: Literal["never", "on-request", "untrusted"] = "never"
     """When tool calls wait for a person's approval."""
-    max_interrupt_chain_depth: int = 8
+    max_interrupt_chain_depth: Annotated[int, Meta(ge=0)] = 8
     """Nested ``conv_create``/``conv_send`` allowed before the tool answers with an error."""
-    max_concurrent_tool_calls: int = 8
+    max_concurrent_tool_calls: _AtLeastOne = 8
     """MCP calls in flight at once in a session; more wait, in order."""
-    max_concurrent_tool_calls_per_conversation: int = 4
+    max_concurrent_tool_calls_per_conversation: _AtLeastOne = 4
     """MCP calls in flight at once in one conversation, under the session's cap."""
+    storage: str = "full"
+    """New sessions' storage policy: ``full``, ``headers_only``, ``none`` or ``ttl:SECONDS``
+    (``ttl:7d``; see ``StoragePolicy.parse``)."""
 
 
 class Config(msgspec.Struct, frozen=True):
@@ -122,6 +133,7 @@ def load_config(
     if named is not None or file.exists():
         parsed = _read_toml(file)
         sources.append(str(file))
+        _check_storage(parsed.policy.storage, file)
     servers = _servers(parsed.mcp_servers, str(file))
     for name in parsed.mcp_json:
         json_path = root / name
@@ -129,7 +141,7 @@ def load_config(
         sources.append(str(json_path))
     settings = parsed.model
     changes: dict[str, Any] = {}
-    if env.get("OPENAI_BASE_URL") and settings.base_url is None:
+    if env.get("OPENAI_BASE_URL"):
         changes["base_url"] = env["OPENAI_BASE_URL"]
     if model or env.get("PLAIT_MODEL"):
         changes["model"] = model or env["PLAIT_MODEL"]
@@ -138,7 +150,7 @@ def load_config(
         url = str(root / url)
     return Config(
         model=msgspec.structs.replace(settings, **changes),
-        store=StoreConfig(url),
+        store=msgspec.structs.replace(parsed.store, url=url),
         policy=parsed.policy,
         mcp_servers=servers,
         api_key=env.get(settings.api_key_env) or None,
@@ -164,15 +176,24 @@ def _read_mcp_json(path: Path) -> dict[str, Any]:
     data = _load(path, json.loads, "JSON")
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers"), dict):
         raise ConfigError(f'{path}: expected an object with "mcpServers": {{NAME: {{...}}}}')
-    return _servers(data["mcpServers"], str(path))
+    return _servers(data["mcpServers"], str(path), "mcpServers")
 
 
-def _servers(mapping: Mapping[str, Any], source: str) -> dict[str, Any]:
+def _servers(mapping: Mapping[str, Any], source: str, key: str = "mcp_servers") -> dict[str, Any]:
     if not mapping:
         return {}
     from plait.actors.mcp.config import parse_servers
 
-    return dict(parse_servers(mapping, source))
+    return dict(parse_servers(mapping, source, key))
+
+
+def _check_storage(text: str, path: Path) -> None:
+    from plait.events.values import StoragePolicy
+
+    try:
+        StoragePolicy.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: policy.storage: {exc}") from None
 
 
 def _convert(data: Any, kind: type[_File], path: Path) -> _File:
@@ -182,6 +203,12 @@ def _convert(data: Any, kind: type[_File], path: Path) -> _File:
         raise ConfigError(f"{path}: {_where(str(exc))}") from exc
 
 
+# Keys people try that plait refuses on purpose: say what to do instead.
+_HINTS = {
+    "model.api_key": " (keys stay out of files: set the variable that model.api_key_env names)",
+}
+
+
 def _where(message: str) -> str:
     """Turn msgspec's ``Expected `int`, got `str` - at `$.policy.x``` into ``policy.x: ...``."""
     text, _, at = message.partition(" - at `$")
@@ -189,6 +216,7 @@ def _where(message: str) -> str:
     if text.startswith("Object contains unknown field"):
         field = text.split("`")[1]
         key = f"{key}.{field}" if key else field
-        return f"{key}: unknown key"
+        hint = _HINTS.get(key, "")
+        return f"{key}: unknown key{hint}"
     text = text[0].lower() + text[1:] if text else text
     return f"{key}: {text}" if key else text

@@ -1,26 +1,31 @@
 """The offline demo: a real session run by the runtime against a scripted model.
 
 A ``ScriptedModelServer`` stands in for the model (real HTTP, the real ``openai`` SDK, no key,
-no network). The root conversation hands work to a helper with ``conv_create``; the helper
-calls a tool (``conv_list``); the root continues with the helper's answer. The demo streams the
-session as it happens, then prints what the log holds: conversations, histories, the tool-call
-audit, token usage and the hash-chain check.
+no network), and ``plait.demo_tools`` is a real MCP server over stdio. The root conversation
+hands work to a helper with ``conv_create``; the helper calls the MCP tool
+``release__pending_changes``; the root continues with the helper's answer. The demo streams
+the session as it happens, then prints what the log holds: conversations, histories, the
+tool-call audit, token usage, the hash-chain check, and a replay of the session from its log.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import TextIO
 
+from plait.actors.mcp.config import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.live import LivePrinter
 from plait.runtime import Runtime, TaskOutcome
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
-__all__ = ["QUESTION", "demo_script", "run_demo"]
+__all__ = ["QUESTION", "SERVERS", "demo_script", "replay_check", "run_demo"]
 
-QUESTION = "Plan a tiny release: ask a helper conversation to check what conversations exist."
-HELPER_TASK = "List this session's conversations and report how many there are."
+QUESTION = "Plan a tiny release: ask a helper conversation what changes are pending."
+HELPER_TASK = "List the pending changes with the release tool and count them."
+SERVERS = {"release": McpServerConfig(command=sys.executable, args=["-m", "plait.demo_tools"])}
+"""The demo's MCP server, started by the session like any configured server."""
 
 
 def demo_script() -> list[Step]:
@@ -32,10 +37,10 @@ def demo_script() -> list[Step]:
             tool_calls=[ScriptedToolCall("conv_create", json.dumps(create), id="call_create")],
             chunk_delay=0.01,
         ),
-        Step(tool_calls=[ScriptedToolCall("conv_list", "{}", id="call_list")]),
-        Step(text="There are 2 conversations: the root and me.", chunk_delay=0.01),
+        Step(tool_calls=[ScriptedToolCall("release__pending_changes", "{}", id="call_changes")]),
+        Step(text="3 changes are pending.", chunk_delay=0.01),
         Step(
-            text="The helper found 2 conversations, so the release plan has one reviewer.",
+            text="The helper found 3 pending changes, so the release ships all three.",
             chunk_delay=0.01,
         ),
     ]
@@ -47,7 +52,7 @@ def run_demo(store: str, out: TextIO, err: TextIO) -> tuple[str, TaskOutcome]:
         settings = ModelSettings(
             base_url=server.base_url, api_key="offline-demo", model="scripted-model"
         )
-        with Runtime(store, model=settings) as runtime:
+        with Runtime(store, model=settings, mcp_servers=SERVERS) as runtime:
             session = runtime.start_session(base_instructions="You are the demo's root agent.")
             print(f"session {session.session_id} (model: scripted, offline)", file=err)
             printer = LivePrinter(session.root_conversation_id, out)
@@ -55,3 +60,21 @@ def run_demo(store: str, out: TextIO, err: TextIO) -> tuple[str, TaskOutcome]:
             outcome = session.run(QUESTION, timeout=60, on_item=printer)
             print("", file=out)
             return session.session_id, outcome
+
+
+def replay_check(store: str, session_id: str, out: TextIO) -> bool:
+    """Replay the session from its log (no model server, no MCP server) and say whether the
+    program made every event again; return that."""
+    from plait.events.stores import open_store
+    from plait.replay import replay
+
+    with open_store(store) as opened:
+        result = replay(opened, session_id, timeout=10)
+    if result.divergence is None:
+        print(
+            f"\nreplay: {result.events} of {result.total} events made again, no difference",
+            file=out,
+        )
+    else:
+        print(f"\nreplay diverged: {result.divergence.message()}", file=out)
+    return result.ok

@@ -62,8 +62,9 @@ __all__ = ["Divergence", "ReplayResult", "replay"]
 
 BY_USER = "interrupted by the user"
 DESTROYED = "conversation destroyed"
-IGNORED_FIELDS = frozenset({"duration_ms"})
-"""Measurements, not decisions: they are not compared."""
+IGNORED_FIELDS = frozenset({"duration_ms", "model"})
+"""Not the program's decisions, so not compared: measurements, and the model name, which the
+runtime is given at each start or resume (a resume may name another)."""
 
 
 class Divergence(msgspec.Struct, frozen=True):

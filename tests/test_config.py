@@ -45,10 +45,21 @@ def test_the_file_then_the_environment_then_the_flags(tmp_path: Path) -> None:
     assert (config.model.model, config.store.url) == ("from-flag", "memory:")
 
 
-def test_a_base_url_in_the_file_wins_over_the_environment(tmp_path: Path) -> None:
+def test_the_storage_policy_and_the_store_lock_wait_are_read(tmp_path: Path) -> None:
+    write(
+        tmp_path / "plait.toml", '[policy]\nstorage = "ttl:7d"\n[store]\nbusy_timeout_sec = 0.5\n'
+    )
+    config = load_config(cwd=tmp_path, env={"PLAIT_STORE": "other.db"})
+    assert config.policy.storage == "ttl:7d"
+    assert (config.store.url, config.store.busy_timeout_sec) == (str(tmp_path / "other.db"), 0.5)
+    assert load_config(cwd=tmp_path / "nowhere", env={}).policy.storage == "full"
+
+
+def test_the_environment_overrides_the_base_url_in_the_file(tmp_path: Path) -> None:
     write(tmp_path / "plait.toml", '[model]\nbase_url = "http://file/v1"\n')
+    assert load_config(cwd=tmp_path, env={}).model.base_url == "http://file/v1"
     config = load_config(cwd=tmp_path, env={"OPENAI_BASE_URL": "http://env/v1"})
-    assert config.model.base_url == "http://file/v1"
+    assert config.model.base_url == "http://env/v1"
 
 
 def test_plait_config_names_the_file(tmp_path: Path) -> None:
@@ -63,6 +74,20 @@ def test_plait_config_names_the_file(tmp_path: Path) -> None:
         ('[model]\nmodle = "x"\n', "model.modle: unknown key"),
         ("colour = true\n", "colour: unknown key"),
         ('[policy]\napproval = "sometimes"\n', "policy.approval: invalid enum value 'sometimes'"),
+        ("[model]\ntimeout_sec = 0\n", "model.timeout_sec: expected `float` > 0.0"),
+        (
+            "[policy]\nmax_concurrent_tool_calls = 0\n",
+            "policy.max_concurrent_tool_calls: expected `int` >= 1",
+        ),
+        (
+            '[policy]\nstorage = "forever"\n',
+            "policy.storage: storage policy 'forever': expected full, headers_only, none or ttl:",
+        ),
+        (
+            '[model]\napi_key = "sk-1"\n',
+            "model.api_key: unknown key (keys stay out of files: set the variable that "
+            "model.api_key_env names)",
+        ),
         ("[model\n", "not valid TOML"),
     ],
 )

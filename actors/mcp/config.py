@@ -68,20 +68,23 @@ _FIELDS: Final = frozenset(McpServerConfig.__struct_fields__)
 _TIMEOUTS: Final = ("startup_timeout_sec", "tool_timeout_sec")
 
 
-def parse_servers(servers: Mapping[str, Any], source: str) -> dict[str, McpServerConfig]:
-    """Validate a name → table mapping of servers; raise ``ConfigError`` naming source and key."""
+def parse_servers(
+    servers: Mapping[str, Any], source: str, key: str = "mcp_servers"
+) -> dict[str, McpServerConfig]:
+    """Validate a name → table mapping of servers; raise ``ConfigError`` naming source and key
+    (``key``: where the mapping sits in its file, ``mcpServers`` in an ``mcp.json``)."""
     if not isinstance(servers, Mapping):
-        raise ConfigError(f"{source}: mcp_servers must be a table, got {_kind(servers)}")
-    return {name: _parse_one(name, table, source) for name, table in servers.items()}
+        raise ConfigError(f"{source}: {key} must be a table, got {_kind(servers)}")
+    return {name: _parse_one(name, table, source, key) for name, table in servers.items()}
 
 
-def _parse_one(name: object, table: object, source: str) -> McpServerConfig:
+def _parse_one(name: object, table: object, source: str, key: str) -> McpServerConfig:
     if not isinstance(name, str) or not SERVER_NAME.match(name):
         raise ConfigError(
             f"{source}: MCP server name {name!r} is invalid: use letters, digits, '_' and '-' "
             "(it becomes the prefix of its tools' names)"
         )
-    where = f"{source}: mcp_servers.{name}"
+    where = f"{source}: {key}.{name}"
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where}: expected a table, got {_kind(table)}")
     unknown = sorted(str(key) for key in table if key not in _FIELDS)

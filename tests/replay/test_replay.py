@@ -14,7 +14,13 @@ from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.errors import DivergenceError
 from plait.events import SqliteStore
-from plait.events.types import Event, McpServerReady, SessionStarted, TurnAborted
+from plait.events.types import (
+    Event,
+    McpServerReady,
+    ModelRequested,
+    SessionStarted,
+    TurnAborted,
+)
 from plait.replay import replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
@@ -148,4 +154,19 @@ def test_the_program_is_configured_as_the_session_recorded(tmp_path: Path) -> No
     assert started.settings.max_interrupt_chain_depth == 0
     assert replay(store, session, timeout=2).ok  # no argument needed: the log says it
     assert not replay(store, session, timeout=2, max_interrupt_chain_depth=8).ok
+    store.close()
+
+
+def test_a_session_resumed_with_another_model_name_replays(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "renamed.db")
+    first = live(store, [Step(text="from a")], ["one"])
+    with ScriptedModelServer([Step(text="from b")]) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="test", model="model-b")
+        with Runtime(store, model=settings) as runtime:
+            runtime.resume(first).run("two", timeout=30)
+    events = store.read(first)
+    requested = [e.body.model for e in events if isinstance(e.body, ModelRequested)]
+    assert len(set(requested)) == 2  # the names differ: configuration, not a decision
+    result = replay(store, first, timeout=5)
+    assert result.ok, result.divergence and result.divergence.message()
     store.close()

@@ -1,0 +1,287 @@
+"""What the ``plait`` command prints: rows for people, JSON Lines for scripts, the live view.
+
+Nothing here reads a store or the configuration: ``plait.cli`` decides what to show, this
+module only how. Text for people is one line per thing, long values cut to fit; ``--json``
+output is one JSON object a line, nothing cut.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+import msgspec
+
+from plait.events.codec import to_jsonl
+from plait.events.projections import (
+    AuditProjection,
+    ConversationInfo,
+    HistoryProjection,
+    TokensProjection,
+    conversation_index,
+    rfc3339,
+)
+from plait.events.store import StreamInfo, Verification
+from plait.events.types import (
+    AgentMessageDelta,
+    ConversationOpened,
+    Event,
+    McpServerFailed,
+    McpServerReady,
+    ModelRequestFailed,
+    ModelResponded,
+    SessionClosed,
+    SessionStarted,
+    TaskCompleted,
+    ToolCallCompleted,
+    ToolCallRequested,
+    Transient,
+    TurnAborted,
+)
+from plait.events.values import BlobRef, Content, Redacted
+
+__all__ = [
+    "ExecPrinter",
+    "audit_row",
+    "conversation_row",
+    "event_json",
+    "event_row",
+    "failure_line",
+    "json_line",
+    "message_row",
+    "recovery_row",
+    "session_fields",
+    "session_row",
+    "show_session",
+]
+
+WIDTH = 160
+"""Characters of a value shown on one line before it is cut."""
+
+_encode = msgspec.json.Encoder().encode
+
+
+def json_line(value: Any) -> str:
+    """Return ``value`` as one line of JSON, newline included."""
+    return _encode(value).decode() + "\n"
+
+
+def event_json(event: Event) -> str:
+    """Return an event as ``plait log --json`` prints it: one line, hashes included."""
+    return b"".join(to_jsonl([event])).decode()
+
+
+def cut(text: str, width: int = WIDTH) -> str:
+    """Return ``text`` on one line, cut to ``width`` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def shown(content: Content | None) -> str:
+    """Return content as people read it: its text, or what stands for it in the log."""
+    if isinstance(content, Redacted):
+        return f"[redacted: {content.size} bytes]"
+    if isinstance(content, BlobRef):
+        return f"[blob sha256:{content.sha256}]"
+    return content or ""
+
+
+def event_row(event: Event) -> str:
+    """Return one row of ``plait log``: seq, time, type, conversation, task, body."""
+    fields = msgspec.to_builtins(event.body)
+    fields.pop("type", None)
+    body = cut(json_line(fields).rstrip()) if fields else ""
+    at = event.at.isoformat(timespec="milliseconds")
+    where = f"{(event.conversation_id or '-')[:8]:<8} {(event.task_id or '-')[:8]:<8}"
+    return f"{event.seq:>5}  {at}  {type(event.body).__name__:<24} {where}  {body}".rstrip()
+
+
+def message_row(message: dict[str, Any]) -> str:
+    """Return one message of ``plait history`` (an OpenAI chat message) as one line."""
+    content = message.get("content")
+    if isinstance(content, list):  # text and image parts
+        content = " ".join(p.get("text", "[image]") for p in content if isinstance(p, dict))
+    calls = "".join(
+        f" -> {c['function']['name']}({c['function']['arguments']})"
+        for c in message.get("tool_calls", [])
+    )
+    answering = f" ({message['tool_call_id']})" if "tool_call_id" in message else ""
+    return f"{message['role']:>9}{answering}: {' '.join(str(content or '').split())}{calls}"
+
+
+def session_fields(info: StreamInfo, first: Event, last: Event) -> dict[str, Any]:
+    """Return one row of ``plait sessions --json`` from a session's first and last events."""
+    started = first.body if isinstance(first.body, SessionStarted) else None
+    origin = started.forked_from if started is not None else None
+    return {
+        "stream": info.stream,
+        "last_seq": info.last_seq,
+        "started_at": rfc3339(first.at),
+        "model": started.model if started is not None else "",
+        "closed": isinstance(last.body, SessionClosed),
+        "forked_from": msgspec.to_builtins(origin),
+    }
+
+
+def session_row(fields: dict[str, Any]) -> str:
+    """Return one row of ``plait sessions``: id, events, start, state, model, origin."""
+    fork = fields["forked_from"]
+    origin = f"  (fork of {fork['stream'][:8]} at seq {fork['at_seq']})" if fork else ""
+    state = "closed" if fields["closed"] else "open"
+    return (
+        f"{fields['stream']}  {fields['last_seq']:>5} events  started {fields['started_at']}  "
+        f"{state:<6}  {fields['model'] or '-'}{origin}"
+    )
+
+
+def conversation_row(info: ConversationInfo) -> str:
+    """Return one row of ``plait conversations``."""
+    parent = f"created by {info.parent_id[:8]}" if info.parent_id else "root"
+    return (
+        f"{info.id}  {parent:<19} {info.message_count:>4} messages  "
+        f"created {info.created_at}  last active {info.last_active_at}"
+    )
+
+
+def audit_row(row: Any) -> str:
+    """Return one row of ``plait audit`` (a ``plait.replay.AuditRow``)."""
+    took = f"{row.duration_ms:8.1f} ms" if row.duration_ms is not None else "       - ms"
+    size = f"{row.output_size} B" if row.output_size is not None else "-"
+    return (
+        f"seq {row.seq:4}  {row.tool:<28} {row.outcome:<8} {took}  {size:>9}  "
+        f"{row.server or '-':<10} conversation {(row.conversation_id or '')[:8]}"
+    )
+
+
+def recovery_row(recovery: Any) -> str:
+    """Return one row of ``plait recover`` (a ``plait.Recovery``)."""
+    crashed = f"task {recovery.crashed_task} crashed" if recovery.crashed_task else "none running"
+    state = f"not resumed: {recovery.not_resumed}" if recovery.not_resumed else "resumed"
+    return f"{recovery.session_id}  {crashed}, {recovery.waiting} waiting: {state}"
+
+
+def failure_line(outcome: Any, failures: list[ModelRequestFailed], api_key_env: str) -> str:
+    """Return why a task (a ``TaskOutcome``) did not complete, and what to do about it.
+
+    A model failure is recognised by the failed request it ended with, and its HTTP status
+    says whose fault it is (``TaskOutcome`` does not keep the ``ModelError`` kind).
+    """
+    detail = outcome.detail
+    if outcome.status == "failed":
+        failed = next((f for f in reversed(failures) if detail.startswith(f.error)), None)
+        if failed is not None and failed.status in (401, 403):
+            return f"{detail}; the key is read from ${api_key_env}"
+        if failed is not None and failed.status is None and "cannot reach" in detail:
+            return f"{detail} (is it running? model.base_url says where)"
+        if failed is not None:
+            return str(detail)
+    return f"task {outcome.task_id} {outcome.status}: {detail or 'no detail'}"
+
+
+def show_session(events: list[Event], report: Verification, out: TextIO) -> None:
+    """Print what ``plait show`` shows: conversations, histories, audit, tokens, chain."""
+    session = report.stream
+    histories = HistoryProjection().fold(events)
+    out.write("\nconversations\n")
+    for info in conversation_index(histories, session):
+        parent = f"  (created by {info.parent_id[:8]})" if info.parent_id else "  (root)"
+        active = f"last active {info.last_active_at}"
+        out.write(f"  {info.id[:8]}  {info.message_count:>2} messages  {active}{parent}\n")
+    for conv in histories.conversations.values():
+        out.write(f"\nhistory of {conv.id[:8]}\n")
+        for message in conv.messages:
+            wire = message.to_openai()
+            calls = "".join(
+                f" -> {c['function']['name']}({c['function']['arguments']})"
+                for c in wire.get("tool_calls", [])
+            )
+            out.write(f"  {wire['role']:>9}: {wire['content'] or ''}{calls}\n")
+    out.write("\ntool calls (audit)\n")
+    for row in AuditProjection().fold(events).rows:
+        out.write(
+            f"  seq {row.seq:>3}  {row.tool:<12} {row.outcome:<7} {row.duration_ms or 0:>6.1f} ms"
+            f"  conversation {str(row.conversation_id)[:8]}  args {row.arguments}\n"
+        )
+    tokens = TokensProjection().fold(events).by_session.get(session)
+    if tokens is not None:
+        out.write(
+            f"\ntokens: {tokens.prompt_tokens} prompt + {tokens.completion_tokens} completion\n"
+        )
+    state = "intact" if report.ok else f"BROKEN at seq {report.first_bad_seq}: {report.reason}"
+    out.write(f"\nhash chain: {report.events} events, {state}\n")
+
+
+class ExecPrinter:
+    """Renders the live feed of ``plait exec``.
+
+    For people: the assistant text of the task's conversation goes to ``out`` as it streams,
+    each reply ending its line; tool calls, MCP servers and other conversations go to ``err``.
+    With ``json``: every event (as ``plait log --json`` prints it) and every text delta
+    (``{"type": "AgentMessageDelta", ...}``) goes to ``out``, one JSON object a line. An
+    event at or below ``last_seq`` was printed already and is skipped.
+    """
+
+    def __init__(self, conversation_id: str, out: TextIO, err: TextIO, *, json: bool) -> None:
+        self.conversation_id = conversation_id
+        """The conversation whose text is the answer."""
+        self.out = out
+        self.err = err
+        self.json = json
+        self.last_seq = 0
+        """The last event printed."""
+        self.failures: list[ModelRequestFailed] = []
+        """Every failed model request seen, oldest first (to explain a failed task)."""
+        self._open_line = False  # text went to ``out`` without its newline yet
+
+    def __call__(self, item: Event | Transient) -> None:
+        """Print one item of the feed."""
+        if isinstance(item, Event):
+            if item.seq <= self.last_seq:
+                return
+            self.last_seq = item.seq
+            if isinstance(item.body, ModelRequestFailed):
+                self.failures.append(item.body)
+        if self.json:
+            self.out.write(event_json(item) if isinstance(item, Event) else json_line(item))
+            self.out.flush()
+        elif isinstance(item, AgentMessageDelta):
+            if item.conversation_id == self.conversation_id and item.text:
+                self.out.write(item.text)
+                self.out.flush()
+                self._open_line = not item.text.endswith("\n")
+        elif isinstance(item, Event):
+            mine = item.conversation_id == self.conversation_id
+            if mine and isinstance(item.body, ModelResponded | TurnAborted | TaskCompleted):
+                self.end_line()
+            line = self._progress(item, mine)
+            if line is not None:
+                self.err.write(line + "\n")
+                self.err.flush()
+
+    def end_line(self) -> None:
+        """End the streamed text's line, if it is open."""
+        if self._open_line:
+            self.out.write("\n")
+            self.out.flush()
+            self._open_line = False
+
+    @staticmethod
+    def _progress(event: Event, mine: bool) -> str | None:
+        body = event.body
+        where = "" if mine else f"[{(event.conversation_id or '-')[:8]}] "
+        if isinstance(body, McpServerReady):
+            return f"[mcp {body.server}: ready, {len(body.tools)} tools]"
+        if isinstance(body, McpServerFailed):
+            again = f"; again in {body.retry_in_sec:g} s" if body.retry_in_sec is not None else ""
+            return f"[mcp {body.server}: failed: {cut(body.reason)}{again}]"
+        if isinstance(body, ConversationOpened) and body.parent_id is not None:
+            opened = (event.conversation_id or "-")[:8]
+            return f"[conversation {opened} opened by {body.parent_id[:8]}]"
+        if isinstance(body, ToolCallRequested):
+            return f"  {where}-> {body.tool}({cut(shown(body.arguments), 100)})"
+        if isinstance(body, ToolCallCompleted):
+            return f"  {where}<- {body.outcome}: {cut(shown(body.output), 100)}"
+        if isinstance(body, ModelResponded) and where and shown(body.text):
+            return f"  {where}{cut(shown(body.text))}"
+        if isinstance(body, ModelRequestFailed) and body.retry_in_sec is not None:
+            return f"[model: attempt {body.attempt} failed: {cut(body.error)}; retrying]"
+        return None

@@ -1,0 +1,133 @@
+"""``plait chat`` driven through a pseudo-terminal, as a person types into it.
+
+The child is a real ``plait chat`` process whose controlling terminal is the pty, so a Ctrl-C
+typed there is a real SIGINT from the terminal; the model is a ``ScriptedModelServer``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pty
+import select
+import sys
+import time
+from pathlib import Path
+
+from plait.events import SqliteStore, TurnAborted
+from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+
+CTRL_C, CTRL_D = b"\x03", b"\x04"
+
+
+def clean_env() -> dict[str, str]:
+    """The test's environment without what would change what plait reads."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PLAIT_"))}
+
+
+class Terminal:
+    """A child process on a pseudo-terminal, and what it printed so far."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: its terminal is the pty
+            os.chdir(cwd)
+            os.execve(argv[0], argv, env)
+        self.seen = ""
+        self.at = 0
+
+    def expect(self, text: str, timeout: float = 30.0) -> str:
+        """Wait until ``text`` is printed after what was expected before; return what came
+        in between."""
+        deadline = time.monotonic() + timeout
+        while (found := self.seen.find(text, self.at)) < 0:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.fd], [], [], max(left, 0))
+            if not ready:
+                raise AssertionError(f"waited {timeout} s for {text!r}; the terminal shows:\n"
+                                     f"{self.seen[self.at:]}")  # fmt: skip
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:  # the child closed the terminal
+                chunk = b""
+            if not chunk:
+                raise AssertionError(f"the terminal closed before {text!r}:\n{self.seen}")
+            self.seen += chunk.decode(errors="replace").replace("\r\n", "\n")
+        between, self.at = self.seen[self.at : found], found + len(text)
+        return between
+
+    def send(self, data: bytes) -> None:
+        os.write(self.fd, data)
+
+    def exit_code(self, timeout: float = 30.0) -> int:
+        """Wait for the child to end (reading what it prints meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            if ready:
+                with contextlib.suppress(OSError):  # the child closed the terminal
+                    self.seen += os.read(self.fd, 4096).decode(errors="replace")
+        raise AssertionError("the child did not exit")
+
+
+def test_chat_streams_shows_who_runs_and_ctrl_c_interrupts_the_task_not_the_program(
+    tmp_path: Path,
+) -> None:
+    create = ScriptedToolCall("conv_create", '{"user_instruction": "count the files"}')
+    script = [
+        Step(text="hello there"),
+        Step(text="handing it over", tool_calls=[create]),
+        Step(text="three files"),
+        Step(text="the helper says three"),
+        Step(text="word " * 400, chunk_chars=5, chunk_delay=0.02),
+        Step(text="still here"),
+    ]
+    with ScriptedModelServer(script) as server:
+        (tmp_path / "plait.toml").write_text(
+            f'[model]\nbase_url = "{server.base_url}"\nmodel = "scripted"\n'
+        )
+        env = {**clean_env(), "OPENAI_API_KEY": "test", "TERM": "dumb"}
+        term = Terminal([sys.executable, "-m", "plait", "chat"], tmp_path, env)
+        term.expect("you> ")
+        term.send(b"hi\n")
+        assert "hello there" in term.expect("you> ")
+        term.send(b"delegate\n")
+        shown = term.expect("you> ")
+        assert shown.index("[root's task is replaced by conv_create]") < shown.index(
+            "[helper-1 running]"
+        )
+        resumed = shown.index("[root running]", shown.index("three files"))  # it resumes
+        assert resumed < shown.index("the helper says three")
+        term.send(b"go on and on\n")
+        term.expect("word word")  # streaming
+        term.send(CTRL_C)
+        term.expect("[interrupting the task")
+        term.expect("you> ")  # the program goes on
+        term.send(b"are you there?\n")
+        assert "still here" in term.expect("you> ")
+        term.send(CTRL_D)
+        assert term.exit_code() == 0
+    with SqliteStore(tmp_path / ".plait" / "plait.db") as store:
+        [info] = store.streams()
+        events = store.read(info.stream)
+    aborted = [e.body for e in events if isinstance(e.body, TurnAborted)]
+    assert [a.reason for a in aborted] == ["replaced", "interrupted"]
+
+
+def test_a_second_ctrl_c_leaves_while_the_task_ends(tmp_path: Path) -> None:
+    script = [Step(text="word " * 400, chunk_chars=5, chunk_delay=0.02)]
+    with ScriptedModelServer(script) as server:
+        (tmp_path / "plait.toml").write_text(f'[model]\nbase_url = "{server.base_url}"\n')
+        env = {**clean_env(), "OPENAI_API_KEY": "test", "TERM": "dumb"}
+        term = Terminal([sys.executable, "-m", "plait", "chat"], tmp_path, env)
+        term.expect("you> ")
+        term.send(b"talk\n")
+        term.expect("word word")
+        term.send(CTRL_C)
+        term.expect("[interrupting the task")
+        term.send(CTRL_C)  # while the task ends (130), or at the prompt once it has (0)
+        assert term.exit_code() in (0, 130)
