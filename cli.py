@@ -235,10 +235,14 @@ def _await_servers(
 def cmd_recover(args: argparse.Namespace) -> int:
     """Resume every session a stopped process left with a task running or waiting, and run
     its waiting tasks; only while no other process uses the store."""
+    from plait.runtime import in_flight
+
     config = _config(args)
-    model = _model_settings(config)
     with _open_store(config, create=False) as store:
-        runtime = _runtime(config, model, store)
+        if next(in_flight(store), None) is None:
+            _err("nothing to recover: no session was left with a task running or waiting")
+            return 0
+        runtime = _runtime(config, _model_settings(config), store)
         try:
             found = runtime.recover()
             for recovery in found:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -56,7 +56,7 @@ from plait.events.types import (
 from plait.events.values import InputItem, InputText, RuntimeSettings, StoragePolicy, TaskPlan
 from plait.replay.recovery import FORCED, OpenCalls, Rerun, open_calls
 
-__all__ = ["Recovery", "Runtime", "SessionHandle", "TaskOutcome"]
+__all__ = ["Recovery", "Runtime", "SessionHandle", "TaskOutcome", "in_flight"]
 
 log = logging.getLogger("plait")
 
@@ -294,6 +294,19 @@ class Recovery(msgspec.Struct, frozen=True):
     """Why the session was not resumed (empty when it was)."""
 
 
+def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event]]]:
+    """The sessions of ``store`` left open with a task running or waiting, with their events:
+    what ``Runtime.recover`` resumes."""
+    for info in store.streams():
+        past = store.read(info.stream)
+        if not past or not isinstance(past[0].body, SessionStarted):
+            continue  # not a session
+        state = _scheduled(past)
+        idle = state.running is None and not state.pending
+        if not idle and not isinstance(past[-1].body, SessionClosed):
+            yield info.stream, past
+
+
 def _scheduled(past: Sequence[Event]) -> SchedulerState:
     state = SchedulerState()
     for event in past:
@@ -444,27 +457,18 @@ class Runtime:
         cut-off task ended ``crashed``; its ``Recovery`` says why it was not resumed.
         """
         found: list[Recovery] = []
-        for info in self.store.streams():
-            past = self.store.read(info.stream)
-            if (
-                not past
-                or not isinstance(past[0].body, SessionStarted)
-                or info.stream in self._sessions
-            ):
+        for session_id, past in in_flight(self.store):
+            if session_id in self._sessions:
                 continue
             state = _scheduled(past)
-            if isinstance(past[-1].body, SessionClosed) or (
-                state.running is None and not state.pending
-            ):
-                continue
             crashed = state.running.task_id if state.running else None
             try:
-                self.resume(info.stream)
+                self.resume(session_id)
             except ContentUnavailableError as exc:
-                _end_crashed(Journal(self.store, info.stream, past), past)
-                found.append(Recovery(info.stream, crashed, len(state.pending), exc.reason))
+                _end_crashed(Journal(self.store, session_id, past), past)
+                found.append(Recovery(session_id, crashed, len(state.pending), exc.reason))
             else:
-                found.append(Recovery(info.stream, crashed, len(state.pending)))
+                found.append(Recovery(session_id, crashed, len(state.pending)))
         return found
 
     def expire_content(self) -> int:

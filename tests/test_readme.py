@@ -1,0 +1,111 @@
+"""The README runs as written: its embedding example, and every command it shows.
+
+Command blocks follow a ``<!-- commands: run by tests/test_readme.py ... -->`` marker; each
+line runs in a shell, in order, with ``SESSION`` replaced by the session the block is about.
+A ``"quoted"`` text in a line's comment is what the command prints: it is checked too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from scripted import call
+
+from plait.testing import ScriptedModelServer, Step
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+MARKER = "<!-- commands: run by tests/test_readme.py"
+
+
+def blocks_after(marker: str, language: str) -> list[str]:
+    """The fenced ``language`` blocks that follow ``marker`` in the README."""
+    found = []
+    for part in README.split(marker)[1:]:
+        match = re.match(rf"[^\n]*\n```{language}\n(.*?)```", part, re.S)
+        assert match, f"no ```{language} block right after {marker!r}"
+        found.append(match.group(1))
+    return found
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """The test's environment without plait's and OpenAI's settings, with plait on the PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PLAIT_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env | extra
+
+
+def run_lines(block: str, cwd: Path, env: dict[str, str], session: str = "") -> list[str]:
+    """Run each line of ``block``; return what each printed."""
+    printed = []
+    for line in block.strip().splitlines():
+        if not session and "SESSION" in line:
+            session = only_session(cwd, env)
+        command = line.replace("SESSION", session)
+        result = subprocess.run(
+            ["sh", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, f"`{command}` exited {result.returncode}:\n{result.stderr}"
+        for said in re.findall(r'#.*?"([^"]+)"', line):
+            assert said in result.stdout, f"`{command}` did not print {said!r}:\n{result.stdout}"
+        printed.append(result.stdout)
+    return printed
+
+
+def only_session(cwd: Path, env: dict[str, str]) -> str:
+    listed = subprocess.run(
+        ["plait", "sessions", "--json"], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    [line] = listed.stdout.splitlines()
+    return str(json.loads(line)["stream"])
+
+
+def test_the_embedding_example_runs_as_written(tmp_path: Path) -> None:
+    code = re.search(r"## Embedding\n.*?```python\n(.*?)```", README, re.S)
+    assert code is not None
+    result = subprocess.run(
+        [sys.executable, "-c", code.group(1)],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "completed Two issues are open.",
+        "None were closed.Yes.",
+    ]
+
+
+def test_every_command_after_the_demo_runs(tmp_path: Path) -> None:
+    first = blocks_after(MARKER + " -->", "sh")
+    assert len(first) == 1
+    printed = run_lines(first[0], tmp_path, environment())
+    assert "replay: 35 of 35 events made again, no difference" in printed[0]
+
+
+def test_the_configured_servers_run_as_shown(git_repo: Path) -> None:
+    (config,) = blocks_after("<!-- config: used by tests/test_readme.py", "toml")
+    (commands,) = blocks_after(MARKER + " against a scripted server -->", "sh")
+    (git_repo / "plait.toml").write_text(config)
+    script = [
+        Step(
+            tool_calls=[
+                call("time__get_current_time", timezone="UTC"),
+                call("git__git_log", repo_path="."),
+            ]
+        ),
+        Step(text="It is noon in UTC; the last commit is the first one."),
+        Step(text="Noon, one commit."),
+    ]
+    with ScriptedModelServer(script) as server:  # in place of the real server
+        env = environment(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="test")
+        printed = run_lines(commands, git_repo, env)
+    assert "the last commit is the first one" in printed[0]
+    assert printed[2].split()[2] == "git__git_log"  # the audit: the call and its outcome
+    assert " ok " in printed[2]
