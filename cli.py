@@ -416,6 +416,23 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Show what each conversation of a session did: tasks, turns, tokens, tool calls, MCP
+    latency, cancellations, failures."""
+    from plait.events.projections import StatsProjection
+
+    with _open(args) as store:
+        session = _session(store, args.session)
+        stats = StatsProjection().fold(store.read(session, resolve_blobs=False))
+    for conversation in stats.conversations.values():
+        if args.json:
+            fields = msgspec.to_builtins(conversation)
+            _out(render.json_line({**fields, "mcp_ms_mean": conversation.mcp_ms_mean}))
+        else:
+            _out(render.stats_row(conversation))
+    return 0
+
+
 # --- changing the log ------------------------------------------------------------------------
 
 
@@ -510,6 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--conversation", help="a conversation id")
     outcomes = ["ok", "error", "timeout", "refused", "unknown", "pending"]
     audit.add_argument("--outcome", choices=outcomes)
+    reader("stats", cmd_stats, "plait stats 3f2a", "plait stats 3f2a --json")
     reader("verify", cmd_verify, "plait verify 3f2a", json="the report as JSON")
     replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")
     replay.add_argument(

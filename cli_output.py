@@ -152,6 +152,20 @@ def audit_row(row: Any) -> str:
     )
 
 
+def stats_row(stats: Any) -> str:
+    """Return one row of ``plait stats`` (a ``ConversationStats``)."""
+    usage = stats.usage
+    return (
+        f"{stats.conversation_id[:8]}  {stats.tasks} tasks  {stats.turns} turns  "
+        f"tokens {usage.prompt_tokens} in + {usage.completion_tokens} out "
+        f"(context {stats.context_tokens})  tools {stats.tool_calls} "
+        f"({stats.tool_failures} failed)  mcp {stats.mcp_calls} calls "
+        f"{stats.mcp_ms_mean:.1f} ms mean {stats.mcp_ms_max:.1f} max  "
+        f"cancelled {stats.cancellations}  failed {stats.failures}  "
+        f"retries {stats.model_retries}"
+    )
+
+
 def recovery_row(recovery: Any) -> str:
     """Return one row of ``plait recover`` (a ``plait.Recovery``)."""
     crashed = f"task {recovery.crashed_task} crashed" if recovery.crashed_task else "none running"

@@ -37,6 +37,7 @@ from plait.actors.scheduler import SchedulerState, evolve
 from plait.actors.session import Session
 from plait.errors import ContentUnavailableError, PlaitError
 from plait.events.projections.history import ConversationInfo, Histories, conversation_index
+from plait.events.projections.stats import ConversationStats, StatsProjection
 from plait.events.storage import Expiry, missing_content
 from plait.events.store import EventStore
 from plait.events.stores import open_store
@@ -185,6 +186,12 @@ class SessionHandle:
         if conv is None:
             raise PlaitError(f"session {self.session_id}: no conversation {conversation_id}")
         return [m.to_openai() for m in conv.messages]
+
+    def stats(self) -> dict[str, ConversationStats]:
+        """Per-conversation metrics, by conversation id: tokens, tool calls, MCP latency,
+        cancellations, failures (folded from the log: ``plait stats`` shows the same)."""
+        events = self.runtime.store.read(self.session_id, resolve_blobs=False)
+        return StatsProjection().fold(events).conversations
 
     def _histories(self) -> Histories:
         return cast(Histories, self._actor.ask("histories", timeout=30))

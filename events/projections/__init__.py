@@ -11,6 +11,7 @@ from plait.events.projections.history import (
     conversation_index,
     rfc3339,
 )
+from plait.events.projections.stats import ConversationStats, SessionStats, StatsProjection
 from plait.events.projections.timeline import Timeline, TimelineEntry, TimelineProjection
 from plait.events.projections.tokens import TokensProjection, TokenTotals, add_usage
 
@@ -21,9 +22,12 @@ __all__ = [
     "ChatMessage",
     "ConversationHistory",
     "ConversationInfo",
+    "ConversationStats",
     "Histories",
     "HistoryProjection",
     "Projection",
+    "SessionStats",
+    "StatsProjection",
     "Timeline",
     "TimelineEntry",
     "TimelineProjection",
