@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 import msgspec
 import pykka
@@ -54,14 +55,32 @@ from plait.events.types import (
     Transient,
     TurnAborted,
 )
-from plait.events.values import InputItem, InputText, RuntimeSettings, StoragePolicy, TaskPlan
+from plait.events.values import (
+    ContextChange,
+    InputItem,
+    InputText,
+    RuntimeSettings,
+    StoragePolicy,
+    TaskPlan,
+    ToolPrefs,
+)
 from plait.replay.recovery import FORCED, OpenCalls, Rerun, open_calls
 
-__all__ = ["Recovery", "Runtime", "SessionHandle", "TaskOutcome", "in_flight"]
+__all__ = ["KEEP", "KeepType", "Recovery", "Runtime", "SessionHandle", "TaskOutcome", "in_flight"]
 
 log = logging.getLogger("plait")
 
 Status = Literal["completed", "interrupted", "failed", "crashed", "dropped"]
+
+
+class KeepType(enum.Enum):
+    """The type of ``KEEP``."""
+
+    KEEP = "keep"
+
+
+KEEP: Final = KeepType.KEEP
+"""For ``change_context``: leave this part of the context as it is."""
 
 
 class TaskOutcome(msgspec.Struct, frozen=True):
@@ -149,6 +168,36 @@ class SessionHandle:
         return await asyncio.to_thread(
             self.run, prompt, conversation_id=conversation_id, timeout=timeout
         )
+
+    def change_context(
+        self,
+        conversation_id: str | None = None,
+        *,
+        base_instructions: str | KeepType | None = KEEP,
+        user_instructions: str | KeepType | None = KEEP,
+        mcp_allowlist: list[str] | KeepType | None = KEEP,
+        tool_prefs: ToolPrefs | KeepType | None = KEEP,
+        clear_history: bool = False,
+    ) -> str:
+        """Change a conversation's context (the root's by default); return the task id.
+
+        The change is queued like a task, so it applies from the next task's first turn; what
+        is not given stays (``KEEP``). New ``user_instructions`` join the history; with
+        ``clear_history`` the history starts afresh. Recorded as ``ConversationContextChanged``.
+        """
+        given: dict[str, Any] = {
+            "base_instructions": base_instructions,
+            "user_instructions": user_instructions,
+            "mcp_allowlist": mcp_allowlist,
+            "tool_prefs": tool_prefs,
+        }
+        changes = {name: value for name, value in given.items() if value is not KEEP}
+        change = ContextChange(sorted(changes), clear_history=clear_history, **changes)
+        self._check_open()
+        cid = conversation_id or self.root_conversation_id
+        plan = TaskPlan(self.runtime.new_id(), cid, context=change)
+        self._scheduler.tell(Enqueue((plan,)))
+        return plan.task_id
 
     def interrupt(self) -> None:
         """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""

@@ -259,7 +259,13 @@ class Conversation(pykka.ThreadingActor):
 
     def _start(self, run: RunTask) -> None:
         self.run = _Run(run.plan)  # a continuation's answer came with its TaskStarted
-        self._next_turn()
+        change = run.plan.context
+        if change is None:
+            self._next_turn()
+            return
+        fields = msgspec.structs.asdict(change)
+        self._record(ConversationContextChanged(**fields), TaskCompleted())
+        self._end()
 
     def _next_turn(self) -> None:
         assert self.run is not None

@@ -11,6 +11,7 @@ __all__ = [
     "BlobRef",
     "Closure",
     "Content",
+    "ContextChange",
     "FunctionCallOutput",
     "InputImage",
     "InputItem",
@@ -124,6 +125,26 @@ class Closure(Value, frozen=True):
     """For ``conv_create``: how many input items it was given."""
 
 
+class ContextChange(Value, frozen=True):
+    """A change of a live conversation's context, run as a task of its own (seed 001
+    ``SetConversationContext``): queued like any task, so it applies from the next task's first
+    turn, in the order the session saw it, and never between a tool call and its answer."""
+
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("base_instructions", "user_instructions")
+    changed: list[str]
+    """Names of the fields below that carry new values."""
+    base_instructions: Content | None = None
+    """New base instructions (``None``: the built-in default), if named in ``changed``."""
+    user_instructions: Content | None = None
+    """New standing user instructions, added to the history, if named in ``changed``."""
+    mcp_allowlist: list[str] | None = None
+    """New allowlist (``None``: every tool), if named in ``changed``."""
+    tool_prefs: ToolPrefs | None = None
+    """New built-in tool switches, if named in ``changed``."""
+    clear_history: bool = False
+    """Start the history afresh, with a message saying it was rebuilt."""
+
+
 class TaskPlan(Value, frozen=True):
     """A task waiting to run: where, with what input, and what call it closes (seed 000)."""
 
@@ -131,6 +152,7 @@ class TaskPlan(Value, frozen=True):
         "input_items",
         "base_instructions_override",
         "closure",
+        "context",
     )
     task_id: str
     """The task's id (generated, so recorded here)."""
@@ -144,6 +166,8 @@ class TaskPlan(Value, frozen=True):
     """For a continuation: the interrupting call whose output is in ``input_items``."""
     chain_depth: int = 0
     """How many interrupting tools led to this task (bounded by ``max_interrupt_chain_depth``)."""
+    context: ContextChange | None = None
+    """For a context change: what changes; the task runs no model turn."""
 
 
 class ToolCall(Value, frozen=True):

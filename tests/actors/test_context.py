@@ -1,0 +1,84 @@
+"""Changing a live conversation's context (seed 001 ``SetConversationContext``): recorded,
+applied from the next task's first turn, never between a call and its answer, and replayed."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from scripted import assert_histories_valid, call, runtime_for
+
+from plait.events import (
+    AgentMessageDelta,
+    ConversationContextChanged,
+    SqliteStore,
+    TaskCompleted,
+)
+from plait.replay import replay
+from plait.testing import ScriptedModelServer, Step
+
+
+def test_a_context_change_applies_from_the_next_task_and_replays(tmp_path: Path) -> None:
+    script = [
+        Step(text="one"),
+        Step(text="two " * 100, chunk_chars=4, chunk_delay=0.01),
+        Step(text="three"),
+        Step(text="four"),
+    ]
+    ids = itertools.count(1)
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(server, tmp_path, new_id=lambda: f"id-{next(ids)}") as runtime,
+    ):
+        session = runtime.start_session(base_instructions="Be kind.")
+        session.run("first", timeout=30)
+        with session.subscribe() as feed:
+            running = session.submit("second")
+            while not isinstance(item := feed.get(timeout=30), AgentMessageDelta):
+                assert item is not None, "the second task never streamed"
+            # The second task is streaming: the change waits for it.
+            session.change_context(base_instructions="Be terse.", user_instructions="Use lists.")
+        assert session.run("third", timeout=30).last_assistant_message == "three"
+        session.change_context(clear_history=True)
+        assert session.run("fourth", timeout=30).ok
+        events = runtime.store.read(session.session_id)
+    requests = [r.messages for r in server.requests]
+    assert [m[0]["content"] for m in requests] == ["Be kind.", "Be kind.", "Be terse.", "Be terse."]
+    # The change came after the running task ended, and its instructions joined the history.
+    changed = next(e for e in events if isinstance(e.body, ConversationContextChanged))
+    ended = next(e for e in events if e.task_id == running and isinstance(e.body, TaskCompleted))
+    assert changed.seq > ended.seq
+    assert [m["content"] for m in requests[2][1:]][-2:] == ["Use lists.", "third"]
+    assert requests[2][1]["content"] == "first"  # nothing earlier moved
+    # Cleared: the fourth request holds the instructions, the rebuild note and its input only.
+    assert [m["role"] for m in requests[3]] == ["system", "user", "user"]
+    assert requests[3][-1]["content"] == "fourth"
+    assert_histories_valid(events)
+    with SqliteStore(tmp_path / "plait.db") as store:
+        result = replay(store, session.session_id, timeout=5)
+    assert result.ok, result.divergence and result.divergence.message()
+
+
+def test_a_change_of_one_conversation_leaves_the_others_alone(tmp_path: Path) -> None:
+    script = [
+        Step(tool_calls=[call("conv_create", user_instruction="help")]),
+        Step(text="helped"),
+        Step(text="thanks"),
+        Step(tool_calls=[call("conv_send", conversation_id="id-4", text="again")]),
+        Step(text="helped again"),
+        Step(text="thanks again"),
+    ]
+    ids = itertools.count(1)
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(server, tmp_path, new_id=lambda: f"id-{next(ids)}") as runtime,
+    ):
+        session = runtime.start_session(base_instructions="Lead.")
+        assert session.run("delegate", timeout=30).ok
+        helper = next(c.id for c in session.conversations() if c.id != session.root_conversation_id)
+        assert helper == "id-4"
+        session.change_context(helper, base_instructions="Assist.")
+        assert session.run("delegate again", timeout=30).ok
+    systems = [r.messages[0]["content"] for r in server.requests]
+    # root, helper (inherited Lead.), root, root, helper (changed), root
+    assert systems == ["Lead.", "Lead.", "Lead.", "Lead.", "Assist.", "Lead."]
