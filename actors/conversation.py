@@ -263,6 +263,12 @@ class Conversation(pykka.ThreadingActor):
         if change is None:
             self._next_turn()
             return
+        if "mcp_allowlist" in change.changed and change.mcp_allowlist:
+            checked = targets.check_allowlist(self.deps.pool, change.mcp_allowlist, self._record)
+            if isinstance(checked, str):
+                self._abort("failed", f"context change refused: {checked}")
+                return
+            change = msgspec.structs.replace(change, mcp_allowlist=checked)
         fields = msgspec.structs.asdict(change)
         self._record(ConversationContextChanged(**fields), TaskCompleted())
         self._end()

@@ -20,7 +20,7 @@ from plait.actors.messages import BuiltinCall, CheckAllowlist, OpenConversation
 from plait.events.types import Body, ConversationOpened, McpAllowlistNormalized
 from plait.events.values import InputItem, ToolPrefs
 
-__all__ = ["Target", "resolve"]
+__all__ = ["Target", "check_allowlist", "resolve"]
 
 Target = tuple[str, list[InputItem], str | None]
 """The target conversation, the input of its task, and (``conv_create``) its first message."""
@@ -56,7 +56,7 @@ def resolve(
         prefs = msgspec.structs.replace(context.tool_prefs, **known)
     allowlist = parsed.mcp_allowlist
     if allowlist:
-        checked = _check_allowlist(deps.pool, allowlist, record)
+        checked = check_allowlist(deps.pool, allowlist, record)
         if isinstance(checked, str):
             return checked
         allowlist = checked
@@ -72,10 +72,11 @@ def resolve(
     return str(opened["conversation_id"]), items, parsed.user_instruction
 
 
-def _check_allowlist(
+def check_allowlist(
     pool: Any, entries: list[str], record: Callable[[Body], object]
 ) -> list[str] | str:
-    """Return ``conv_create``'s allowlist normalized, or why it is refused."""
+    """Return an allowlist (``conv_create``'s, or a context change's) normalized, or why it
+    is refused."""
     if pool is None:
         return f"mcp_allowlist names {entries[0]!r}, but this session has no MCP servers"
     checked = pool.ask(CheckAllowlist(entries), timeout=30)

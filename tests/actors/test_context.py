@@ -11,8 +11,10 @@ from scripted import assert_histories_valid, call, runtime_for
 from plait.events import (
     AgentMessageDelta,
     ConversationContextChanged,
+    Event,
     SqliteStore,
     TaskCompleted,
+    TurnAborted,
 )
 from plait.replay import replay
 from plait.testing import ScriptedModelServer, Step
@@ -82,3 +84,17 @@ def test_a_change_of_one_conversation_leaves_the_others_alone(tmp_path: Path) ->
     systems = [r.messages[0]["content"] for r in server.requests]
     # root, helper (inherited Lead.), root, root, helper (changed), root
     assert systems == ["Lead.", "Lead.", "Lead.", "Lead.", "Assist.", "Lead."]
+
+
+def test_an_allowlist_that_names_no_tool_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    with ScriptedModelServer() as server, runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        with session.subscribe(transient=False) as feed:
+            task = session.change_context(mcp_allowlist=["nope__tool"])
+            while not (isinstance(item := feed.get(timeout=30), Event) and item.task_id == task
+                       and isinstance(item.body, TurnAborted)):  # fmt: skip
+                assert item is not None, "the change never ended"
+        events = runtime.store.read(session.session_id)
+    assert isinstance(item.body, TurnAborted) and item.body.reason == "failed"
+    assert "this session has no MCP servers" in item.body.detail
+    assert not any(isinstance(e.body, ConversationContextChanged) for e in events)
