@@ -48,7 +48,7 @@ def test_sessions_that_come_and_go_leave_no_thread_actor_or_server(tmp_path: Pat
     with ScriptedModelServer(script) as server:
         threads, actors, processes = (
             threading.active_count(),
-            pykka.ActorRegistry.get_all(),
+            len(pykka.ActorRegistry.get_all()),
             children(),
         )
         for round_ in range(rounds):
