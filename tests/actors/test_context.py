@@ -8,6 +8,7 @@ from pathlib import Path
 
 from scripted import assert_histories_valid, call, runtime_for
 
+from plait.actors.conversation import DEFAULT_INSTRUCTIONS
 from plait.events import (
     AgentMessageDelta,
     ConversationContextChanged,
@@ -98,3 +99,21 @@ def test_an_allowlist_that_names_no_tool_is_refused_and_nothing_changes(tmp_path
     assert isinstance(item.body, TurnAborted) and item.body.reason == "failed"
     assert "this session has no MCP servers" in item.body.detail
     assert not any(isinstance(e.body, ConversationContextChanged) for e in events)
+
+
+def test_without_base_instructions_a_conversation_falls_back_to_the_default(
+    tmp_path: Path,
+) -> None:
+    script = [Step(text="one"), Step(text="two"), Step(text="three")]
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(server, tmp_path) as runtime,
+    ):
+        session = runtime.start_session()
+        session.run("first", timeout=30)
+        session.change_context(base_instructions="Be terse.")
+        session.run("second", timeout=30)
+        session.change_context(base_instructions=None)  # back to the default
+        session.run("third", timeout=30)
+    systems = [r.messages[0]["content"] for r in server.requests]
+    assert systems == [DEFAULT_INSTRUCTIONS, "Be terse.", DEFAULT_INSTRUCTIONS]
