@@ -43,6 +43,7 @@ from plait.events.storage import Expiry, missing_content
 from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.types import (
+    Body,
     ConversationDestroyed,
     ConversationOpened,
     Event,
@@ -350,9 +351,9 @@ class Recovery(msgspec.Struct, frozen=True):
     """Why the session was not resumed (empty when it was)."""
 
 
-def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event]]]:
-    """The sessions of ``store`` left open with a task running or waiting, with their events:
-    what ``Runtime.recover`` resumes."""
+def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event], SchedulerState]]:
+    """The sessions of ``store`` left open with a task running or waiting, with their events
+    and their scheduler's state: what ``Runtime.recover`` resumes."""
     for info in store.streams():
         past = store.read(info.stream)
         if not past or not isinstance(past[0].body, SessionStarted):
@@ -360,7 +361,7 @@ def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event]]]:
         state = _scheduled(past)
         idle = state.running is None and not state.pending
         if not idle and not isinstance(past[-1].body, SessionClosed):
-            yield info.stream, past
+            yield info.stream, past, state
 
 
 def _scheduled(past: Sequence[Event]) -> SchedulerState:
@@ -370,14 +371,9 @@ def _scheduled(past: Sequence[Event]) -> SchedulerState:
     return state
 
 
-def _end_crashed(journal: Journal, past: list[Event]) -> list[Event]:
-    """Record the end of a task the process stopped in: its open calls answered, the task
-    ``TurnAborted(crashed)``; return what was recorded."""
-    plan = _scheduled(past).running
-    if plan is None:
-        return []
-    ended = open_calls(past, plan.task_id).ending()
-    return journal.record([NewEvent(b, plan.conversation_id, plan.task_id) for b in ended])
+def _record_for(journal: Journal, plan: TaskPlan, bodies: Sequence[Body]) -> list[Event]:
+    """Record ``bodies`` in ``plan``'s conversation and task, as one group."""
+    return journal.record([NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies])
 
 
 class Runtime:
@@ -486,23 +482,29 @@ class Runtime:
         """
         if session_id in self._sessions:
             return self._sessions[session_id]
-        past, started = self._read_session(session_id)
+        past = self._read_session(session_id)
+        return self._resume(session_id, past, _scheduled(past).running)
+
+    def _resume(self, session_id: str, past: list[Event], plan: TaskPlan | None) -> SessionHandle:
+        """Resume from ``past``; ``plan`` is the task it left running, if any."""
         destroyed = {e.conversation_id for e in past if isinstance(e.body, ConversationDestroyed)}
         missing = missing_content(past, lambda cid: cid is not None and cid not in destroyed)
         if missing:
             raise ContentUnavailableError(session_id, "resume", missing)
         journal = Journal(self.store, session_id, past)
-        plan = _scheduled(past).running
+        started = past[0].body
+        assert isinstance(started, SessionStarted)  # read_session and in_flight check it
+        root = started.root_conversation_id
         calls = open_calls(past, plan.task_id) if plan is not None else OpenCalls()
         if plan is None or not (calls.rerun and self.mcp_servers):
-            past += _end_crashed(journal, past)
-            handle = self._attach(journal, started.root_conversation_id, past)
+            if plan is not None:
+                past += _record_for(journal, plan, calls.ending())
+            handle = self._attach(journal, root, past)
             handle._scheduler.tell("kick")
             return handle
         # Safe calls run again: recorded started first, so the crash point is plain in the log.
-        again = [NewEvent(b, plan.conversation_id, plan.task_id) for b in calls.rerun]
-        past += journal.record(again)
-        handle = self._attach(journal, started.root_conversation_id, past)
+        past += _record_for(journal, plan, calls.rerun)
+        handle = self._attach(journal, root, past)
         handle._rerun = Rerun.start(journal, handle._pool, handle._scheduler, plan, calls)
         return handle
 
@@ -513,18 +515,20 @@ class Runtime:
         cut-off task ended ``crashed``; its ``Recovery`` says why it was not resumed.
         """
         found: list[Recovery] = []
-        for session_id, past in in_flight(self.store):
+        for session_id, past, state in in_flight(self.store):
             if session_id in self._sessions:
                 continue
-            state = _scheduled(past)
-            crashed = state.running.task_id if state.running else None
+            plan, waiting = state.running, len(state.pending)
+            crashed = plan.task_id if plan is not None else None
             try:
-                self.resume(session_id)
+                self._resume(session_id, past, plan)
             except ContentUnavailableError as exc:
-                _end_crashed(Journal(self.store, session_id, past), past)
-                found.append(Recovery(session_id, crashed, len(state.pending), exc.reason))
+                if plan is not None:
+                    ending = open_calls(past, plan.task_id).ending()
+                    _record_for(Journal(self.store, session_id, past), plan, ending)
+                found.append(Recovery(session_id, crashed, waiting, exc.reason))
             else:
-                found.append(Recovery(session_id, crashed, len(state.pending)))
+                found.append(Recovery(session_id, crashed, waiting))
         return found
 
     def expire_content(self) -> int:
@@ -549,11 +553,11 @@ class Runtime:
             if self._expiring.wait(interval):
                 return
 
-    def _read_session(self, session_id: str) -> tuple[list[Event], SessionStarted]:
+    def _read_session(self, session_id: str) -> list[Event]:
         past = self.store.read(session_id)
-        if not past or not isinstance(started := past[0].body, SessionStarted):
+        if not past or not isinstance(past[0].body, SessionStarted):
             raise PlaitError(f"no session {session_id} in the store")
-        return past, started
+        return past
 
     def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:
         if journal.expires:

@@ -423,11 +423,7 @@ class Conversation(pykka.ThreadingActor):
             if index in batch.results:
                 result = batch.results.pop(index)
                 call = batch.calls[index]
-                self._record(
-                    ToolCallCompleted(
-                        call.id, result.output, result.outcome, result.duration_ms, result.images
-                    )
-                )
+                self._record(result.completed(call.id))
                 batch.recorded += 1
             elif batch.started <= index:
                 last = len(batch.calls) if batch.parallel else index + 1

@@ -89,7 +89,7 @@ class Journal:
     @property
     def expires(self) -> bool:
         """Whether a conversation of the session has a ``ttl`` storage policy."""
-        return any(policy.kind == "ttl" for policy in self._policies.of.values())
+        return self._policies.expires
 
     @property
     def last_seq(self) -> int:
@@ -143,30 +143,25 @@ class Journal:
     def _append(self, items: Sequence[Body | NewEvent]) -> list[Event]:
         """Append what each conversation's storage policy keeps of ``items``; return them all,
         with their content, as the actors fold them."""
+        # A conversation's opening follows its own policy (only a NewEvent can open one).
+        self._policies.learn(item for item in items if isinstance(item, NewEvent))
+        if not self._policies.of:  # every conversation is kept in full: nothing to shape
+            events = self.store.append(self.stream, items, self._seq)
+            self._seq = events[-1].seq if events else self._seq
+            return events
         drafts = [item if isinstance(item, NewEvent) else NewEvent(item) for item in items]
-        self._policies.learn(drafts)  # a conversation's opening follows its own policy
-        kept = [self._policies.shape(draft) for draft in drafts] if self._policies.of else drafts
+        kept = [self._policies.shape(draft) for draft in drafts]
         appended = iter(self.store.append(self.stream, [k for k in kept if k], self._seq))
-        events: list[Event] = []
+        events = []
         for draft, stored in zip(drafts, kept, strict=True):
             if stored is None:  # not in the log: placed after the last event that is
                 at = events[-1].at if events else self.store.clock()
-                body = draft.body
-                event = Event(
-                    self.stream,
-                    self._seq,
-                    at,
-                    body.VERSION,
-                    body,  # type: ignore[arg-type]
-                    b"",
-                    draft.conversation_id,
-                    draft.task_id,
-                )
-            else:
-                event = next(appended)
-                self._seq = event.seq
-                if stored.body is not draft.body:
-                    event = msgspec.structs.replace(event, body=draft.body)
+                events.append(draft.unstored(self.stream, self._seq, at))
+                continue
+            event = next(appended)
+            self._seq = event.seq
+            if stored.body is not draft.body:
+                event = msgspec.structs.replace(event, body=draft.body)
             events.append(event)
         return events
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from plait.events.types import Event
+from plait.events.types import Event, ToolCallCompleted
 from plait.events.values import InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
 
 __all__ = [
@@ -88,6 +88,10 @@ class ToolResult(msgspec.Struct, frozen=True):
     """Wall time of the call, measured where it ran."""
     images: list[InputImage] = []
     """Images the tool returned (``data:`` URLs), kept as attachments."""
+
+    def completed(self, call_id: str) -> ToolCallCompleted:
+        """The event that records this result for call ``call_id``."""
+        return ToolCallCompleted(call_id, self.output, self.outcome, self.duration_ms, self.images)
 
 
 class ToolFinished(msgspec.Struct, frozen=True):

@@ -76,6 +76,11 @@ class Policies:
             if isinstance(body, ConversationOpened) and cid and body.storage_policy.kind != "full":
                 self.of[cid] = body.storage_policy
 
+    @property
+    def expires(self) -> bool:
+        """Whether a conversation has a ``ttl`` policy."""
+        return any(policy.kind == "ttl" for policy in self.of.values())
+
     def shape(self, item: NewEvent) -> NewEvent | None:
         """What the log keeps of ``item``: itself, itself without content, or nothing."""
         policy = self.of.get(item.conversation_id) if item.conversation_id else None

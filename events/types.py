@@ -6,6 +6,7 @@ Schema rule: a new field gets a default and goes last; any other change bumps th
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar, Literal
 
 import msgspec
@@ -474,6 +475,22 @@ class NewEvent(msgspec.Struct, frozen=True):
     scoped_blobs: bool = False
     """Store every content string as a blob of this event alone, whatever its size: content
     that must be deletable on its own (a ``ttl`` conversation's)."""
+
+    def unstored(self, stream: str, seq: int, at: datetime) -> Event:
+        """This event as the actors fold it when the log does not keep it (a storage policy
+        dropped it, or a replay stopped storing at a crash point): placed after ``seq``'s
+        event, with no hash."""
+        body = self.body
+        return Event(
+            stream,
+            seq,
+            self.at or at,
+            body.VERSION,
+            body,  # type: ignore[arg-type]
+            b"",
+            self.conversation_id,
+            self.task_id,
+        )
 
 
 # --- transient notifications (never persisted) -----------------------------------------------

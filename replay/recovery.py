@@ -63,9 +63,10 @@ class OpenCalls:
 
     def answered(self, upto: int) -> list[ToolCallCompleted]:
         """The answers of the first ``upto`` open calls, in the model's order."""
-        calls = list(self.requests)[:upto]
-        unknown = {call_id: ToolCallCompleted(call_id, UNKNOWN, "unknown") for call_id in calls}
-        return [self.answers.get(call_id, unknown[call_id]) for call_id in calls]
+        return [
+            self.answers.get(call_id) or ToolCallCompleted(call_id, UNKNOWN, "unknown")
+            for call_id in list(self.requests)[:upto]
+        ]
 
     def ready(self) -> int:
         """How many open calls, from the first, have their answer."""
@@ -169,6 +170,4 @@ class Rerun(pykka.ThreadingActor):
 def _completed(call_id: str, result: ToolResult) -> ToolCallCompleted:
     if result.outcome == "refused":  # not run again (its server or tool is gone): unknown
         return ToolCallCompleted(call_id, UNKNOWN, "unknown")
-    return ToolCallCompleted(
-        call_id, result.output, result.outcome, result.duration_ms, result.images
-    )
+    return result.completed(call_id)

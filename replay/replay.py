@@ -183,20 +183,19 @@ def _forced_closes(recorded: list[Event]) -> dict[int, list[Event]]:
         if not (isinstance(body, TurnAborted) and body.detail.startswith(prefix)):
             continue
         first = index
-        while first > 0 and _cut_off(recorded[first - 1], event.task_id):
+        while (
+            first > 0
+            and (before := recorded[first - 1]).task_id == event.task_id
+            and _cut_off(before.body)
+        ):
             first -= 1
         forced[recorded[first].seq] = recorded[first : index + 1]
     return forced
 
 
-def _cut_off(event: Event, task_id: str | None) -> bool:
-    """Whether ``event`` answers a call of ``task_id`` that a crash or a close cut off."""
-    body = event.body
-    return (
-        event.task_id == task_id
-        and isinstance(body, ToolCallCompleted)
-        and body.output in (UNKNOWN, NOT_SENT)
-    )
+def _cut_off(body: Body) -> bool:
+    """Whether ``body`` answers a call that a crash or a close cut off."""
+    return isinstance(body, ToolCallCompleted) and body.output in (UNKNOWN, NOT_SENT)
 
 
 def _crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[int]:
@@ -220,8 +219,8 @@ def _crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[i
                 recovering = None
         elif (
             crashed
-            or (isinstance(body, ToolCallCompleted) and body.output in (UNKNOWN, NOT_SENT))
-            or (isinstance(body, ToolCallStarted) and body.call_id in started)
+            or _cut_off(body)
+            or (isinstance(body, ToolCallStarted) and body.call_id in started)  # run again
         ):
             points.append(event.seq)
             recovering = None if crashed else event.task_id
@@ -261,12 +260,9 @@ class _RecordedTime(MemoryStore):
             else:
                 kept, self._halted = halt - expected_seq - 1, True
         stored = super().append(stream, events[:kept], expected_seq) if kept else []
-        after = expected_seq + kept
         unheard = [self._draft(stream, item) for item in events[kept:]]
-        return stored + [
-            Event(stream, after + i, utc_now(), type(d.body).VERSION, d.body, b"")  # type: ignore[arg-type]
-            for i, d in enumerate(unheard, start=1)
-        ]
+        after, now = expected_seq + kept, utc_now()
+        return stored + [d.unstored(stream, after + i, now) for i, d in enumerate(unheard, 1)]
 
     def release(self) -> None:
         """The program was stopped where the process stopped: let the resumed one record."""
@@ -486,19 +482,22 @@ class _Driver:
 
     def _force_close(self, group: list[Event]) -> None:
         """Stop the program where the close found it stuck, and record what the close did."""
-        self.handle._stop(timeout=2.0)
-        self.model.abandon()
-        self.store.release()
+        self._stop_here()
         self.handle._journal.record_last(
             [NewEvent(e.body, e.conversation_id, e.task_id) for e in group]
         )
 
     def _crash_and_resume(self) -> None:
         """Stop the replayed session as the process stopped, and resume it as it was resumed."""
+        self._stop_here()
+        self.handle = self.runtime.resume(self.session_id)
+
+    def _stop_here(self) -> None:
+        """Stop the replayed session where the recorded one stopped; what it records next is
+        what the log recorded there."""
         self.handle._stop(timeout=2.0)
         self.model.abandon()
         self.store.release()
-        self.handle = self.runtime.resume(self.session_id)
 
     def _is_mcp(self, call_id: str) -> bool:
         """Whether the call went to an MCP server (only those wait for a recorded result)."""
