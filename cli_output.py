@@ -203,12 +203,7 @@ def show_session(events: list[Event], report: Verification, out: TextIO) -> None
     for conv in histories.conversations.values():
         out.write(f"\nhistory of {conv.id[:8]}\n")
         for message in conv.messages:
-            wire = message.to_openai()
-            calls = "".join(
-                f" -> {c['function']['name']}({c['function']['arguments']})"
-                for c in wire.get("tool_calls", [])
-            )
-            out.write(f"  {wire['role']:>9}: {wire['content'] or ''}{calls}\n")
+            out.write(f"  {message_row(message.to_openai())}\n")
     out.write("\ntool calls (audit)\n")
     for row in AuditProjection().fold(events).rows:
         out.write(
