@@ -21,6 +21,7 @@ from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
+from plait.events.values import HistorySettings
 from plait.runtime import Runtime, SessionHandle, TaskOutcome
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigError",
     "CorruptEventError",
     "EventStore",
+    "HistorySettings",
     "McpError",
     "McpLimits",
     "McpServerConfig",

@@ -58,6 +58,7 @@ from plait.events.types import (
 )
 from plait.events.values import (
     ContextChange,
+    HistorySettings,
     InputItem,
     InputText,
     RuntimeSettings,
@@ -199,6 +200,22 @@ class SessionHandle:
         plan = TaskPlan(self.runtime.new_id(), cid, context=change)
         self._scheduler.tell(Enqueue((plan,)))
         return plan.task_id
+
+    def compact(
+        self, conversation_id: str | None = None, *, timeout: float | None = None
+    ) -> TaskOutcome:
+        """Summarise a conversation's older history (the root's by default) and wait for it.
+
+        Queued like a task. The summary replaces the older messages and about
+        ``HistorySettings.keep_recent_tokens`` of the latest stay as they are; recorded as
+        ``HistoryCompacted``. A history too short to compact is left alone.
+        """
+        self._check_open()
+        cid = conversation_id or self.root_conversation_id
+        plan = TaskPlan(self.runtime.new_id(), cid, compact=True)
+        with self.subscribe(transient=False) as feed:
+            self._scheduler.tell(Enqueue((plan,)))
+            return _await_outcome(feed, plan.task_id, timeout)
 
     def interrupt(self) -> None:
         """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""
@@ -390,6 +407,7 @@ class Runtime:
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
         mcp_limits: McpLimits | None = None,
         storage_policy: StoragePolicy | None = None,
+        history: HistorySettings | None = None,
         expire_every_sec: float | None = 60.0,
         model_client: Any = None,
         mcp_factory: Callable[..., Any] | None = None,
@@ -400,6 +418,8 @@ class Runtime:
         session with a ``ttl`` conversation (or ``ttl`` is the default), it deletes every
         ``expire_every_sec`` the content of the store's ``ttl`` conversations that is due
         (``None``: only when ``expire_content`` is called, as ``plait expire`` does).
+        ``history`` sets compaction and history bounds; its ``context_window`` defaults to
+        the model's.
         ``model_client`` and ``mcp_factory`` replace the model client and the MCP servers:
         this is how replay answers both from the log. Everything else is for everyone.
         """
@@ -416,6 +436,10 @@ class Runtime:
         self.client = model_client if model_client is not None else ModelClient(self.settings)
         self.mcp_factory = mcp_factory
         self.storage_policy = storage_policy or StoragePolicy()
+        self.history = history or HistorySettings()
+        if self.history.context_window is None:
+            window = self.settings.context_window
+            self.history = msgspec.structs.replace(self.history, context_window=window)
         self._sessions: dict[str, SessionHandle] = {}
         self._expiry = Expiry(self.store)
         self._expiring = threading.Event()  # set: stop sweeping
@@ -434,6 +458,7 @@ class Runtime:
             self.workdir,
             self.max_interrupt_chain_depth,
             pool,
+            self.history,
         )
 
     def _recorded(self) -> RuntimeSettings:
@@ -447,6 +472,7 @@ class Runtime:
             limits.per_conversation_rate,
             limits.rate_window_sec,
             str(Path(self.workdir).resolve()),
+            self.history,
         )
 
     def start_session(

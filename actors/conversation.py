@@ -10,7 +10,6 @@ carrying the turn's token, so a reply that arrives after an abort is recognised 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -41,7 +40,13 @@ from plait.actors.messages import (
     ToolView,
     ViewFor,
 )
-from plait.events.projections.history import Histories, HistoryProjection
+from plait.actors.prompt import PromptView, approx_tokens, encoded
+from plait.events.projections.history import (
+    ChatMessage,
+    Histories,
+    HistoryProjection,
+    safe_cut,
+)
 from plait.events.types import (
     AgentMessageDelta,
     Body,
@@ -49,6 +54,7 @@ from plait.events.types import (
     ConversationDestroyed,
     ConversationOpened,
     Event,
+    HistoryCompacted,
     ModelRequested,
     ModelRequestFailed,
     ModelResponded,
@@ -61,9 +67,9 @@ from plait.events.types import (
     TurnAborted,
     TurnStarted,
 )
-from plait.events.values import Closure, TaskPlan, ToolCall, as_text
+from plait.events.values import Closure, HistorySettings, TaskPlan, ToolCall, as_text
 
-__all__ = ["DEFAULT_INSTRUCTIONS", "Conversation", "ConversationDeps"]
+__all__ = ["COMPACT_INSTRUCTIONS", "DEFAULT_INSTRUCTIONS", "Conversation", "ConversationDeps"]
 
 log = logging.getLogger("plait")
 
@@ -72,6 +78,14 @@ DEFAULT_INSTRUCTIONS = (
     "Answer directly when you can; use the tools you are given when they help."
 )
 """Base instructions of a conversation that names none (seed 001: the built-in default)."""
+
+COMPACT_INSTRUCTIONS = (
+    "You are compacting a conversation so it can go on within the model's context window. "
+    "Summarise the messages you are given for your own later use: the user's goals and "
+    "constraints, what was decided and done, the tool results that still matter (names, "
+    "values, paths), and what is still open. Be complete and concise; write only the summary."
+)
+"""The instructions of a compaction turn (used for that turn only, never the conversation's)."""
 
 _TOOLS = builtins.builtin_specs()
 _TOOLS_SHA = canonical_sha256(_TOOLS)
@@ -96,6 +110,8 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     """Nested interrupting tools allowed before the tool returns an error instead."""
     pool: Any = None
     """The session's ``McpPool``; ``None`` when it has no MCP servers."""
+    history: HistorySettings = HistorySettings()
+    """Compaction and history bounds."""
 
 
 class _Batch(msgspec.Struct):
@@ -137,6 +153,10 @@ class _Run(msgspec.Struct):
     """The MCP tools this turn offers."""
     waited: bool = False
     """Whether this task already waited for MCP servers still starting."""
+    compacting: HistoryCompacted | None = None
+    """A compaction request is out: the event its summary completes."""
+    compacted: bool = False
+    """The history was compacted for the coming turn (so it is not compacted twice)."""
 
 
 class Conversation(pykka.ThreadingActor):
@@ -160,11 +180,12 @@ class Conversation(pykka.ThreadingActor):
         self.context = ConversationOpened()
         self.run: _Run | None = None
         self.token = 0
-        self._wire: list[dict[str, Any]] = []
-        self._wire_source: list[Any] = []
-        self._wire_hash = hashlib.sha256()
+        self.view = PromptView()
+        self._reported: tuple[int, int] | None = None
+        """(messages the last answered request sent, its prompt + completion tokens)."""
+        self._sent = 0
         self._tools_key: tuple[bool, str] | None = None
-        self._tools_cached: tuple[list[Any], str] = ([], "")
+        self._tools_cached: tuple[list[Any] | msgspec.Raw, str] = ([], "")
         self._apply(past)
 
     # --- state -------------------------------------------------------------------------------
@@ -180,6 +201,15 @@ class Conversation(pykka.ThreadingActor):
             elif isinstance(body, ConversationContextChanged):
                 changes = {name: getattr(body, name) for name in body.changed}
                 self.context = msgspec.structs.replace(self.context, **changes)
+                if body.clear_history:
+                    self._reported = None
+            elif isinstance(body, ModelRequested):
+                self._sent = body.message_count - 1 if body.purpose == "turn" else -1
+            elif isinstance(body, TokensCounted) and self._sent >= 0:
+                usage = body.usage
+                self._reported = (self._sent, usage.prompt_tokens + usage.completion_tokens)
+            elif isinstance(body, HistoryCompacted):
+                self._reported = None
 
     def _record(self, *bodies: Body, task: str | None = None) -> list[Event]:
         task_id = task if task is not None else (self.run.plan.task_id if self.run else None)
@@ -190,26 +220,18 @@ class Conversation(pykka.ThreadingActor):
         self._apply(events)
         return events
 
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        """The history as the model is shown it (a view kept up to date, not rebuilt per turn)."""
-        self._sync_wire()
-        return self._wire
-
-    def _sync_wire(self) -> None:
-        """Convert only the messages added since the last turn; start over after a compaction.
-
-        The running hash covers the history's canonical JSON, so neither the prompt nor its
-        ``messages_sha256`` costs more as the conversation grows.
-        """
+    def _history(self) -> list[ChatMessage]:
         conv = self.histories.conversations.get(self.id)
-        history = conv.messages if conv else []
-        if history is not self._wire_source or len(history) < len(self._wire):
-            self._wire_source, self._wire, self._wire_hash = history, [], hashlib.sha256()
-        for message in history[len(self._wire) :]:
-            wire = message.to_openai()
-            self._wire.append(wire)
-            self._wire_hash.update(msgspec.json.encode(wire, order="sorted"))
+        return conv.messages if conv else []
+
+    def _prompt_tokens(self) -> int:
+        """The history's tokens: the model's count for what it was last sent, approximated
+        for what came after (seed 002 "Token 追踪")."""
+        self.view.sync(self._history())
+        if self._reported is None or self._reported[0] > len(self.view):
+            return self.view.tokens()
+        sent, tokens = self._reported
+        return tokens + self.view.tokens(sent)
 
     # --- messages ----------------------------------------------------------------------------
 
@@ -292,11 +314,15 @@ class Conversation(pykka.ThreadingActor):
                 run.waited = True  # once per task: a late server is not waited for twice
                 self.deps.pool.tell(AwaitServers(run.view.waiting, run.token, self.actor_ref))
                 return  # ServersSettled continues
+        if self._bound() or self._compact():
+            return  # the compaction's reply continues
         instructions = as_text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
         if run.plan.base_instructions_override is not None:
             instructions = as_text(run.plan.base_instructions_override) or ""
-        messages = [{"role": "system", "content": instructions}, *self.messages]
+        view = self.view
+        messages = view.messages(instructions)
         tools, tools_sha = self._tools(run.view)
+        run.compacted = False
         # The request is built from the log alone, so it may go out while its record is being
         # made durable: the fsync overlaps the network. Its reply comes back as a message, after
         # this handler; its text deltas are held until the record is in the feeds.
@@ -307,23 +333,107 @@ class Conversation(pykka.ThreadingActor):
                 self.deps.model,
                 tools_sha,
                 canonical_sha256(instructions),
-                self._wire_hash.hexdigest(),
-                len(messages),
+                view.sha256,
+                len(view) + 1,
             ),
         )
         deltas.open()
 
-    def _tools(self, view: ToolView) -> tuple[list[Any], str]:
-        """The turn's tool list and its hash, hashed once per (built-ins, MCP view)."""
+    # --- compaction and bounds (seed 002 "上下文压缩", seed 003 §4.1) --------------------------
+
+    def _bound(self) -> bool:
+        """Remove the oldest messages past ``max_items``/``max_tokens``; always False (the turn
+        goes on)."""
+        bounds, view = self.deps.history, self.view
+        view.sync(self._history())
+        cut = 0
+        if bounds.max_items is not None and len(view) > bounds.max_items:
+            cut = len(view) - max(bounds.max_items - 2, 1)  # room for the note and instructions
+        if bounds.max_tokens is not None and view.tokens() > bounds.max_tokens:
+            cut = max(cut, view.first_within(bounds.max_tokens))
+        cut = safe_cut(self._history(), cut)
+        if cut > 0:
+            note = f"[{cut} earlier messages were removed: this history keeps "
+            limits = [f"{bounds.max_items} messages"] if bounds.max_items is not None else []
+            if bounds.max_tokens is not None:
+                limits.append(f"about {bounds.max_tokens} tokens")
+            before = view.tokens()
+            after = view.tokens(cut) + approx_tokens(len(note) + 40)
+            note += " and ".join(limits) + "]"
+            self._record(HistoryCompacted(note, cut, before, after, trigger="bound"))
+        return False
+
+    def _compact(self) -> bool:
+        """Start a compaction turn if it is asked for or the prompt nears the context window;
+        True when one went out."""
+        assert self.run is not None
+        run, settings = self.run, self.deps.history
+        manual = run.plan.compact
+        window = settings.context_window
+        if not manual:
+            if run.compacted or window is None:
+                return False
+            if self._prompt_tokens() <= settings.compact_threshold * window:
+                return False
+        view = self.view
+        view.sync(self._history())
+        kept_from = safe_cut(self._history(), view.first_within(settings.keep_recent_tokens))
+        if kept_from == 0:
+            if manual:  # nothing old enough to summarise
+                self._record(TaskCompleted())
+                self._end()
+                return True
+            return False
+        before = self._prompt_tokens()
+        run.compacting = HistoryCompacted(
+            "", kept_from, before, 0, trigger="manual" if manual else "auto"
+        )
+        deltas = self._call_model(run.token, view.messages(COMPACT_INSTRUCTIONS, kept_from), [])
+        self._record(
+            TurnStarted(run.turn),
+            ModelRequested(
+                self.deps.model,
+                canonical_sha256([]),
+                canonical_sha256(COMPACT_INSTRUCTIONS),
+                view.prefix_sha256(kept_from),
+                kept_from + 1,
+                purpose="compact",
+            ),
+        )
+        deltas.discard()
+        return True
+
+    def _compacted(self, reply: Any, bodies: list[Body]) -> None:
+        """Record the summary in place of the older history, then go on with the task."""
+        assert self.run is not None and self.run.compacting is not None
+        run, pending = self.run, self.run.compacting
+        run.compacting = None
+        summary = reply.text.strip()
+        if not summary:
+            self._record(*bodies)
+            self._abort("failed", "compaction failed: the model returned an empty summary")
+            return
+        after = self.view.tokens(pending.kept_from) + approx_tokens(len(summary))
+        done = msgspec.structs.replace(pending, summary=summary, tokens_after=after)
+        if run.plan.compact:
+            self._record(*bodies, done, TaskCompleted())
+            self._end()
+            return
+        self._record(*bodies, done)
+        run.compacted = True
+        self._next_turn()
+
+    def _tools(self, view: ToolView) -> tuple[list[Any] | msgspec.Raw, str]:
+        """The turn's tool list, encoded, and its hash, once per (built-ins, MCP view)."""
         key = (self.context.tool_prefs.conversation_tools, view.sha256)
         if self._tools_key != key:
             tools = [*(_TOOLS if key[0] else ()), *view.specs]
             sha = _TOOLS_SHA if tools == _TOOLS else canonical_sha256(tools)
-            self._tools_key, self._tools_cached = key, (tools, sha)
+            self._tools_key, self._tools_cached = key, (encoded(tools) if tools else [], sha)
         return self._tools_cached
 
     def _call_model(
-        self, token: int, messages: list[dict[str, Any]], tools: list[Any]
+        self, token: int, messages: msgspec.Raw, tools: list[Any] | msgspec.Raw
     ) -> HeldDeltas:
         from plait.actors.model import ModelRequest
 
@@ -376,7 +486,10 @@ class Conversation(pykka.ThreadingActor):
             ModelResponded(reply.text, list(reply.tool_calls), reply.finish_reason, reply.usage)
         ]
         if reply.usage is not None:
-            bodies.append(TokensCounted(reply.usage))
+            bodies.append(TokensCounted(reply.usage, self.deps.history.context_window))
+        if run.compacting is not None:
+            self._compacted(reply, bodies)
+            return
         if not reply.tool_calls:
             # The reply and the task's end belong together: one transaction, one fsync.
             self._record(*bodies, TaskCompleted(reply.text))

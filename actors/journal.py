@@ -214,3 +214,14 @@ class HeldDeltas:
             held, self._held = self._held or [], None
             for delta in held:
                 self._publish(delta)
+
+    def discard(self) -> None:
+        """Drop what was held and what comes later (a compaction's summary is not shown as
+        it streams: ``HistoryCompacted`` carries it)."""
+        with self._lock:
+            self._held = None
+            self._publish = _drop
+
+
+def _drop(delta: Transient) -> None:
+    del delta

@@ -54,10 +54,11 @@ class ModelSettings(msgspec.Struct, frozen=True):
 class ModelRequest(msgspec.Struct, frozen=True):
     """One completion to ask for."""
 
-    messages: list[dict[str, Any]]
-    """The conversation as OpenAI chat messages."""
-    tools: list[dict[str, Any]] = []
-    """OpenAI function tool specs (``{"type": "function", "function": {...}}``), in order."""
+    messages: list[dict[str, Any]] | msgspec.Raw
+    """The conversation as OpenAI chat messages (or that list already encoded)."""
+    tools: list[dict[str, Any]] | msgspec.Raw = []
+    """OpenAI function tool specs (``{"type": "function", "function": {...}}``), in order
+    (or that list already encoded; an empty list offers none)."""
 
 
 class ModelReply(msgspec.Struct, frozen=True):

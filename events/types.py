@@ -216,6 +216,9 @@ class ModelRequested(Body, frozen=True):
     """How many messages were sent."""
     attempt: int = 1
     """1 for the first try, more for retries."""
+    purpose: Literal["turn", "compact"] = "turn"
+    """``compact``: the request asks for a summary of older history (its reply is not added
+    to the history; ``HistoryCompacted`` follows)."""
 
 
 class ModelRequestFailed(Body, frozen=True):
@@ -347,6 +350,10 @@ class HistoryCompacted(Body, frozen=True):
     """Approximate prompt tokens before."""
     tokens_after: int = 0
     """Approximate prompt tokens after."""
+    trigger: Literal["auto", "manual", "bound"] = "manual"
+    """``auto``: the prompt neared the context window; ``manual``: asked for; ``bound``: the
+    history passed ``max_items``/``max_tokens`` and its oldest messages were removed (the
+    summary then only says so)."""
 
 
 # --- MCP -------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ __all__ = [
     "Content",
     "ContextChange",
     "FunctionCallOutput",
+    "HistorySettings",
     "InputImage",
     "InputItem",
     "InputText",
@@ -168,6 +169,9 @@ class TaskPlan(Value, frozen=True):
     """How many interrupting tools led to this task (bounded by ``max_interrupt_chain_depth``)."""
     context: ContextChange | None = None
     """For a context change: what changes; the task runs no model turn."""
+    compact: bool = False
+    """A compaction asked for by the embedder (``compact()``, ``plait compact``): the task
+    summarises the conversation's older history and runs no other turn."""
 
 
 class ToolCall(Value, frozen=True):
@@ -210,6 +214,25 @@ class ToolPrefs(Value, frozen=True):
     """Offer the ``conv_*`` built-ins."""
 
 
+class HistorySettings(Value, frozen=True):
+    """How long a conversation's history may grow (seed 002 "上下文压缩", seed 003 §4.1).
+
+    Token counts are the model's own where a response reported them, and otherwise
+    approximate: a message's JSON bytes divided by four.
+    """
+
+    context_window: int | None = None
+    """The model's context window in tokens; ``None``: unknown, so no automatic compaction."""
+    compact_threshold: float = 0.9
+    """Compact before a turn whose prompt would pass this fraction of the context window."""
+    keep_recent_tokens: int = 2048
+    """About how many tokens of the latest history a compaction keeps verbatim."""
+    max_items: int | None = None
+    """Most messages a history keeps; the oldest are removed first (``None``: no bound)."""
+    max_tokens: int | None = None
+    """Most approximate tokens a history keeps; the oldest go first (``None``: no bound)."""
+
+
 class RuntimeSettings(Value, frozen=True):
     """How the runtime running a session was configured: what replay must configure alike."""
 
@@ -227,6 +250,8 @@ class RuntimeSettings(Value, frozen=True):
     """The window of that rate."""
     workdir: str = ""
     """Where ``base_instruction_file`` paths were read from."""
+    history: HistorySettings = HistorySettings()
+    """Compaction and history bounds."""
 
 
 class StoragePolicy(Value, frozen=True):

@@ -54,7 +54,7 @@ from plait.events.types import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.values import InputImage, RuntimeSettings
+from plait.events.values import HistorySettings, InputImage, RuntimeSettings
 from plait.replay.effects import ReplayModel, ReplayServers
 from plait.replay.recovery import FORCED, NOT_SENT, UNKNOWN
 
@@ -154,6 +154,7 @@ def replay(
         else max_interrupt_chain_depth,
         mcp_limits,
         workdir if workdir is not None else kept.workdir or ".",
+        kept.history,
     )
     result = _Driver(recorded, timeout, program).run()
     if raise_on_divergence and result.divergence is not None:
@@ -314,6 +315,7 @@ class _Program(msgspec.Struct, frozen=True):
     max_interrupt_chain_depth: int
     mcp_limits: McpLimits | None
     workdir: str
+    history: HistorySettings = HistorySettings()
 
 
 class _Driver:
@@ -352,6 +354,7 @@ class _Driver:
             workdir=program.workdir,
             max_interrupt_chain_depth=program.max_interrupt_chain_depth,
             mcp_limits=program.mcp_limits,
+            history=program.history,
             new_id=lambda: next(ids, None) or str(uuid.uuid4()),
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
             model_client=self.model,

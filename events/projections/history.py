@@ -48,6 +48,7 @@ __all__ = [
     "HistoryProjection",
     "conversation_index",
     "rfc3339",
+    "safe_cut",
 ]
 
 Part = InputText | InputImage
@@ -132,6 +133,10 @@ class ConversationHistory(msgspec.Struct):
     """Tool call ids of the last assistant message not yet answered."""
     destroyed_at: datetime | None = None
     """When ``conv.destroy`` removed it; its history stays readable."""
+    instructions: ChatMessage | None = None
+    """The latest standing user-instructions message: a compaction keeps it."""
+    compacting: bool = False
+    """A compaction request is out: its reply is a summary, not a history message."""
 
 
 class Histories(msgspec.Struct):
@@ -201,7 +206,7 @@ class HistoryProjection(Projection[Histories]):
         )
         state.conversations[conv.id] = conv
         if body.user_instructions is not None:
-            self._write(conv, event, ChatMessage("user", body.user_instructions))
+            self._instruct(conv, event, body.user_instructions)
 
     def _context_changed(self, state: Histories, event: Event) -> None:
         body = event.body
@@ -212,9 +217,14 @@ class HistoryProjection(Projection[Histories]):
         if body.clear_history:
             conv.messages = []
             conv.open_calls = []
+            conv.instructions = None
             self._write(conv, event, ChatMessage("user", "[context rebuilt: history cleared]"))
         if "user_instructions" in body.changed and body.user_instructions is not None:
-            self._write(conv, event, ChatMessage("user", body.user_instructions))
+            self._instruct(conv, event, body.user_instructions)
+
+    def _instruct(self, conv: ConversationHistory, event: Event, text: Content) -> None:
+        conv.instructions = ChatMessage("user", text)
+        self._write(conv, event, conv.instructions)
 
     def _destroyed(self, state: Histories, event: Event) -> None:
         conv = self._conversation(state, event)
@@ -277,7 +287,11 @@ class HistoryProjection(Projection[Histories]):
             conv.last_active_at = event.at
 
     def _requested(self, state: Histories, event: Event) -> None:
+        body = event.body
+        assert isinstance(body, ModelRequested)
         conv = self._conversation(state, event)
+        if conv is not None:
+            conv.compacting = body.purpose == "compact"
         if conv is not None and conv.open_calls:
             state.anomalies.append(
                 f"stream {event.stream} seq {event.seq}: model request with calls "
@@ -288,8 +302,8 @@ class HistoryProjection(Projection[Histories]):
         body = event.body
         assert isinstance(body, ModelResponded)
         conv = self._conversation(state, event)
-        if conv is None:
-            return
+        if conv is None or conv.compacting:
+            return  # a summary: HistoryCompacted puts it in the history
         calls = tuple(body.tool_calls) or None
         text: Content | None = body.text if body.text != "" or calls is None else None
         self._write(conv, event, ChatMessage("assistant", text, tool_calls=calls))
@@ -311,6 +325,7 @@ class HistoryProjection(Projection[Histories]):
         conv = self._conversation(state, event)
         if conv is None:
             return
+        conv.compacting = False
         awaiting = set(body.awaiting_call_ids)
         for call_id in [c for c in conv.open_calls if c not in awaiting]:
             self._answer(state, conv, event, call_id, f"aborted: {body.reason}")
@@ -321,19 +336,25 @@ class HistoryProjection(Projection[Histories]):
         conv = self._conversation(state, event)
         if conv is None:
             return
-        kept = conv.messages[_safe_cut(conv, body.kept_from) :]
-        conv.messages = []
+        conv.compacting = False
+        cut = safe_cut(conv.messages, body.kept_from, open_calls=bool(conv.open_calls))
+        if cut == 0:
+            return
+        kept = conv.messages[cut:]
+        # The standing user instructions outlive a compaction: they are not history to
+        # summarise but the conversation's context (seed 001).
+        standing = conv.instructions is not None and all(m is not conv.instructions for m in kept)
+        conv.messages = [conv.instructions] if standing and conv.instructions else []
         self._write(conv, event, ChatMessage("user", body.summary))
         conv.messages.extend(kept)
 
 
-def _safe_cut(conv: ConversationHistory, kept_from: int) -> int:
-    """Move a compaction cut back so no tool call is parted from its answers."""
-    messages = conv.messages
+def safe_cut(messages: list[ChatMessage], kept_from: int, *, open_calls: bool = False) -> int:
+    """Move a compaction cut back so that no tool call is parted from its answers."""
     cut = max(0, min(kept_from, len(messages)))
     while 0 < cut < len(messages) and messages[cut].role == "tool":
         cut -= 1
-    if conv.open_calls:
+    if open_calls:
         last_call = max(i for i, m in enumerate(messages) if m.tool_calls)
         cut = min(cut, last_call)
     return cut
