@@ -320,6 +320,7 @@ class Conversation(pykka.ThreadingActor):
         if run.plan.base_instructions_override is not None:
             instructions = as_text(run.plan.base_instructions_override) or ""
         view = self.view
+        view.sync(self._history())
         messages = view.messages(instructions)
         tools, tools_sha = self._tools(run.view)
         run.compacted = False
@@ -375,9 +376,15 @@ class Conversation(pykka.ThreadingActor):
                 return False
             if self._prompt_tokens() <= settings.compact_threshold * window:
                 return False
-        view = self.view
-        view.sync(self._history())
-        kept_from = safe_cut(self._history(), view.first_within(settings.keep_recent_tokens))
+        view, history = self.view, self._history()
+        view.sync(history)
+        # The latest turns stay as they are, and at least the task's own input.
+        last_input = next(
+            (i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), 0
+        )
+        kept_from = safe_cut(
+            history, min(view.first_within(settings.keep_recent_tokens), last_input)
+        )
         if kept_from == 0:
             if manual:  # nothing old enough to summarise
                 self._record(TaskCompleted())

@@ -1,0 +1,119 @@
+"""How a turn's prompt build time grows with the history (seed 003 §4.2).
+
+Run from the repository root: ``python bench/prompt.py [--quick]`` (see README.md).
+
+A conversation gains one message a turn. For each history length, the time to build the
+turn's ``messages`` JSON is measured three ways:
+
+- ours: ``PromptView``: each message is encoded once when it is added; a turn copies the
+  encoded history once.
+- rebuild: convert every message and encode the whole list each turn (with msgspec), as the
+  conversation did before and as most peers do;
+- json: the same with the standard ``json`` module, as an SDK's request builder does.
+
+Build time should grow as the prompt's bytes do (flat ns per byte), not faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import msgspec
+from report import Line, table
+
+from plait.actors.prompt import PromptView
+from plait.events.projections.history import ChatMessage
+from plait.events.values import ToolCall
+
+SYSTEM = "You are a capable assistant working in a session of several conversations."
+
+
+def message(n: int) -> ChatMessage:
+    """A realistic mix: user text, tool calls, tool output, assistant text (~300 bytes)."""
+    kind = n % 4
+    if kind == 0:
+        return ChatMessage("user", f"Step {n}: look at the failing test and tell me why. " * 3)
+    if kind == 1:
+        call = ToolCall(f"call_{n}", "fs__read_file", json.dumps({"path": f"src/m{n}.py"}))
+        return ChatMessage("assistant", None, tool_calls=(call,))
+    if kind == 2:
+        return ChatMessage(
+            "tool", "def f(x):\n    return x * 2\n" * 8, tool_call_id=f"call_{n - 1}"
+        )
+    return ChatMessage("assistant", f"The test fails because of case {n}; fixed it. " * 3)
+
+
+def ours(view: PromptView, history: list[ChatMessage]) -> int:
+    view.sync(history)
+    return len(view.messages(SYSTEM))
+
+
+def rebuild(history: list[ChatMessage]) -> int:
+    wire = [{"role": "system", "content": SYSTEM}, *(m.to_openai() for m in history)]
+    return len(msgspec.json.encode(wire))
+
+
+def stdlib(history: list[ChatMessage]) -> int:
+    wire = [{"role": "system", "content": SYSTEM}, *(m.to_openai() for m in history)]
+    return len(json.dumps(wire).encode())
+
+
+def measure(sizes: list[int], turns: int) -> tuple[list[Line], list[Line]]:
+    """Per history size: ours beside the msgspec rebuild, and ours beside the json rebuild."""
+    against_rebuild: list[Line] = []
+    against_json: list[Line] = []
+    history: list[ChatMessage] = []
+    view = PromptView()
+    for size in sizes:
+        while len(history) < size - turns:
+            history.append(message(len(history)))
+        ours(view, history)  # the view caught up with the turns before the measured ones
+        timings = {"ours": 0.0, "rebuild": 0.0, "json": 0.0}
+        size_bytes = 0
+        for _ in range(turns):
+            history.append(message(len(history)))
+            started = time.perf_counter()
+            size_bytes = ours(view, history)
+            timings["ours"] += time.perf_counter() - started
+            started = time.perf_counter()
+            rebuild(history)
+            timings["rebuild"] += time.perf_counter() - started
+            started = time.perf_counter()
+            stdlib(history)
+            timings["json"] += time.perf_counter() - started
+        per = {k: v / turns for k, v in timings.items()}
+
+        def cell(name: str, per: dict[str, float] = per, size: int = size_bytes) -> str:
+            return f"{per[name] * 1e6:.0f} us ({per[name] * 1e9 / size:.2f} ns/B)"
+
+        label = f"{size:>6} messages, {size_bytes / 1e6:.2f} MB"
+        ratio = f"{per['rebuild'] / per['ours']:.0f}x"
+        against_rebuild.append((label, cell("ours"), cell("rebuild"), ratio, "flat ns/B"))
+        ratio = f"{per['json'] / per['ours']:.0f}x"
+        against_json.append((label, cell("ours"), cell("json"), ratio, "flat ns/B"))
+    return against_rebuild, against_json
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and turns")
+    args = parser.parse_args()
+    sizes = [100, 1000, 5000] if args.quick else [100, 1000, 10000, 50000]
+    turns = 10 if args.quick else 30
+    against_rebuild, against_json = measure(sizes, turns)
+    table(
+        "prompt build per turn, history growing one message a turn",
+        against_rebuild,
+        "raw = convert and encode the whole history each turn with msgspec (as before)",
+    )
+    table(
+        "the same, against the standard json module",
+        against_json,
+        "raw = convert and json.dumps the whole history each turn (as SDK request builders do)",
+    )
+
+
+if __name__ == "__main__":
+    main()
