@@ -3,6 +3,7 @@
 # the modules at this level wire them together. Nothing imports `cli`.
 """plait: replayable, auditable, crash-safe LLM agent sessions."""
 
+from plait.actors.approvals import ApprovalDecision, ApprovalRequest, Approver
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.actors.pool import McpLimits
@@ -25,6 +26,9 @@ from plait.events.values import HistorySettings
 from plait.runtime import Runtime, SessionHandle, TaskOutcome
 
 __all__ = [
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "Approver",
     "ConcurrencyError",
     "ConfigError",
     "CorruptEventError",

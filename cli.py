@@ -26,6 +26,7 @@ from plait.config import Config, load_config
 from plait.errors import ConfigError, McpError, PlaitError, StoreError
 
 if TYPE_CHECKING:
+    from plait.actors.approvals import Approver
     from plait.actors.model import ModelSettings
     from plait.events.projections import Histories
     from plait.events.store import EventStore
@@ -90,14 +91,9 @@ def _conversation(histories: Histories, session: str, conversation: str) -> str:
 
 def _model_settings(config: Config) -> ModelSettings:
     """The model server as configured, checked before anything runs: a missing key is an
-    error unless the server is local, and so is a policy plait cannot keep."""
+    error unless the server is local."""
     from plait.actors.model import ModelSettings
 
-    if config.policy.approval != "never":
-        raise ConfigError(
-            f"{config.source}: policy.approval {config.policy.approval!r}: approvals are not "
-            "built yet; only 'never' can run"
-        )
     model, key = config.model, config.api_key
     if key is None:
         if urlsplit(model.base_url or "").hostname not in LOCAL_HOSTS:
@@ -116,13 +112,16 @@ def _model_settings(config: Config) -> ModelSettings:
     )
 
 
-def _runtime(config: Config, model: ModelSettings, store: EventStore) -> Runtime:
-    """A runtime on ``store``, configured as ``config`` says."""
+def _runtime(
+    config: Config, model: ModelSettings, store: EventStore, approver: Approver | None = None
+) -> Runtime:
+    """A runtime on ``store``, configured as ``config`` says; ``approver`` decides the tool
+    calls its approval policy asks for (none: they are denied)."""
     from plait.actors.pool import McpLimits
-    from plait.events.values import StoragePolicy
+    from plait.events.values import HistorySettings, StoragePolicy
     from plait.runtime import Runtime
 
-    policy = config.policy
+    policy, history = config.policy, config.history
     limits = McpLimits(
         policy.max_concurrent_tool_calls, policy.max_concurrent_tool_calls_per_conversation
     )
@@ -133,6 +132,16 @@ def _runtime(config: Config, model: ModelSettings, store: EventStore) -> Runtime
         mcp_servers=config.mcp_servers,
         mcp_limits=limits,
         storage_policy=StoragePolicy.parse(policy.storage),
+        approval_policy=policy.approval,
+        approver=approver,
+        approval_timeout_sec=policy.approval_timeout_sec,
+        history=HistorySettings(
+            model.context_window,
+            history.compact_threshold,
+            history.keep_recent_tokens,
+            history.max_items,
+            history.max_tokens,
+        ),
     )
 
 
@@ -168,6 +177,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
             handle = runtime.resume(session_id) if session_id else runtime.start_session()
             verb = "resumed" if session_id else "started"
             _err(f"session {handle.session_id} {verb} (model {config.model.model})")
+            if config.policy.approval != "never":
+                _err(
+                    f"policy.approval is {config.policy.approval!r}: plait exec has nobody to "
+                    "ask, so the calls it asks for are denied (plait chat asks you)"
+                )
             cid = conversation or handle.root_conversation_id
             printer = render.ExecPrinter(cid, sys.stdout, sys.stderr, json=args.json)
             _await_servers(handle, config, printer, before)
@@ -186,18 +200,49 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     """Talk with a session on the terminal, one task per line; Ctrl-C interrupts the running
     task, a second Ctrl-C or Ctrl-D leaves."""
-    from plait.chat import chat
+    from plait.chat import TerminalApprover, chat
 
     config = _config(args)
     model = _model_settings(config)
+    approver = TerminalApprover()
     with _open_store(config, create=args.session is None) as store:
         session_id = _session(store, args.session) if args.session else None
-        runtime = _runtime(config, model, store)
+        runtime = _runtime(config, model, store, approver)
         try:
             handle = runtime.resume(session_id) if session_id else runtime.start_session()
-            return chat(handle, sys.stdin, sys.stdout, sys.stderr)
+            return chat(handle, sys.stdin, sys.stdout, sys.stderr, approver)
         finally:
             runtime.close()
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """Summarise a conversation's older history with the model, keeping the latest messages."""
+    from plait.events.types import HistoryCompacted
+
+    config = _config(args)
+    model = _model_settings(config)
+    with _open_store(config, create=False) as store:
+        session_id = _session(store, args.session)
+        before = store.last_seq(session_id)
+        runtime = _runtime(config, model, store)
+        try:
+            handle = runtime.resume(session_id)
+            cid = handle.root_conversation_id
+            if args.conversation:
+                cid = _conversation(handle._histories(), session_id, args.conversation)
+            outcome = handle.compact(cid)
+        finally:
+            runtime.close()
+        done = [e for e in store.read(session_id, after=before) if e.conversation_id == cid]
+    if not outcome.ok:
+        raise PlaitError(f"compaction of conversation {cid} {outcome.status}: {outcome.detail}")
+    compacted = next((e.body for e in done if isinstance(e.body, HistoryCompacted)), None)
+    if compacted is None:
+        _err(f"conversation {cid}: nothing to compact (its history is already short)")
+        return 0
+    row = {"conversation_id": cid, **msgspec.structs.asdict(compacted)}
+    _out(render.json_line(row) if args.json else render.compaction_row(cid, compacted))
+    return 0
 
 
 def _await_servers(
@@ -514,6 +559,15 @@ def build_parser() -> argparse.ArgumentParser:
     talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
     talk.add_argument("--model", help=MODEL)
+    compact = reader(
+        "compact",
+        cmd_compact,
+        "plait compact 3f2a",
+        "plait compact 3f2a --conversation 9c1d --json",
+        json="the HistoryCompacted event as JSON",
+    )
+    compact.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
+    compact.add_argument("--model", help=MODEL)
     add("sessions", cmd_sessions, "plait sessions --json", json="JSON Lines")
     reader("conversations", cmd_conversations, "plait conversations 3f2a")
     history = reader("history", cmd_history, "plait history 3f2a --conversation 9c1d --limit 10")
@@ -525,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit = reader("audit", cmd_audit, "plait audit 3f2a --outcome error")
     audit.add_argument("--tool", help="a tool name, or a server prefix such as git__")
     audit.add_argument("--conversation", help="a conversation id")
-    outcomes = ["ok", "error", "timeout", "refused", "unknown", "pending"]
+    outcomes = ["ok", "error", "timeout", "refused", "unknown", "cancelled", "aborted", "pending"]
     audit.add_argument("--outcome", choices=outcomes)
     reader("stats", cmd_stats, "plait stats 3f2a", "plait stats 3f2a --json")
     reader("verify", cmd_verify, "plait verify 3f2a", json="the report as JSON")

@@ -146,8 +146,11 @@ def audit_row(row: Any) -> str:
     """Return one row of ``plait audit`` (a ``plait.replay.AuditRow``)."""
     took = f"{row.duration_ms:8.1f} ms" if row.duration_ms is not None else "       - ms"
     size = f"{row.output_size} B" if row.output_size is not None else "-"
+    approval = "-" if row.approval == "not required" else row.approval
+    if row.decided_by is not None:
+        approval += f" by {row.decided_by}"
     return (
-        f"seq {row.seq:4}  {row.tool:<28} {row.outcome:<8} {took}  {size:>9}  "
+        f"seq {row.seq:4}  {row.tool:<28} {row.outcome:<8} {approval:<20} {took}  {size:>9}  "
         f"{row.server or '-':<10} conversation {(row.conversation_id or '')[:8]}"
     )
 
@@ -163,6 +166,14 @@ def stats_row(stats: Any) -> str:
         f"{stats.mcp_ms_mean:.1f} ms mean {stats.mcp_ms_max:.1f} max  "
         f"cancelled {stats.cancellations}  failed {stats.failures}  "
         f"retries {stats.model_retries}"
+    )
+
+
+def compaction_row(conversation_id: str, compacted: Any) -> str:
+    """Return what ``plait compact`` did (a ``HistoryCompacted``)."""
+    return (
+        f"{conversation_id[:8]}  compacted: messages before #{compacted.kept_from} summarised, "
+        f"about {compacted.tokens_before} -> {compacted.tokens_after} tokens"
     )
 
 

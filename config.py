@@ -73,8 +73,13 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class PolicyConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``[policy]``: limits that hold for every session."""
 
-    approval: Literal["never", "on-request", "untrusted"] = "never"
-    """When tool calls wait for a person's approval."""
+    approval: Literal["never", "on-request", "on-write", "untrusted"] = "never"
+    """Which MCP tool calls wait for a decision: ``never``; ``on-request``, those of tools
+    that may be destructive; ``on-write``, of every tool that is not read-only;
+    ``untrusted``, every call. ``plait chat`` asks at the terminal; ``plait exec`` has nobody
+    to ask, so such calls are denied."""
+    approval_timeout_sec: _Positive = 300.0
+    """Seconds a call waits for its decision before it is denied."""
     max_interrupt_chain_depth: Annotated[int, Meta(ge=0)] = 8
     """Nested ``conv_create``/``conv_send`` allowed before the tool answers with an error."""
     max_concurrent_tool_calls: _AtLeastOne = 8
@@ -86,6 +91,20 @@ class PolicyConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     (``ttl:7d``; see ``StoragePolicy.parse``)."""
 
 
+class HistoryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[history]``: compaction and history bounds (``model.context_window`` enables automatic
+    compaction)."""
+
+    compact_threshold: Annotated[float, Meta(gt=0, le=1)] = 0.9
+    """Compact before a turn whose prompt would pass this fraction of the context window."""
+    keep_recent_tokens: Annotated[int, Meta(ge=0)] = 2048
+    """About how many tokens of the latest history a compaction keeps as they are."""
+    max_items: _AtLeastOne | None = None
+    """Most messages a conversation's history keeps; the oldest go first."""
+    max_tokens: _AtLeastOne | None = None
+    """Most approximate tokens a conversation's history keeps; the oldest go first."""
+
+
 class Config(msgspec.Struct, frozen=True):
     """Everything configurable, after files, environment and overrides were applied."""
 
@@ -95,6 +114,8 @@ class Config(msgspec.Struct, frozen=True):
     """The event log."""
     policy: PolicyConfig = PolicyConfig()
     """Session-wide limits."""
+    history: HistoryConfig = HistoryConfig()
+    """Compaction and history bounds."""
     mcp_servers: dict[str, Any] = {}
     """MCP servers by name (``McpServerConfig`` values)."""
     api_key: str | None = None
@@ -107,6 +128,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     model: ModelConfig = ModelConfig()
     store: StoreConfig = StoreConfig()
     policy: PolicyConfig = PolicyConfig()
+    history: HistoryConfig = HistoryConfig()
     mcp_servers: dict[str, dict[str, Any]] = {}
     mcp_json: list[str] = []
 
@@ -152,6 +174,7 @@ def load_config(
         model=msgspec.structs.replace(settings, **changes),
         store=msgspec.structs.replace(parsed.store, url=url),
         policy=parsed.policy,
+        history=parsed.history,
         mcp_servers=servers,
         api_key=env.get(settings.api_key_env) or None,
         source=", ".join(sources) or "defaults",

@@ -27,6 +27,7 @@ from typing import Any, Final, Literal, cast
 import msgspec
 import pykka
 
+from plait.actors.approvals import DEFAULT_APPROVAL_TIMEOUT_SEC, ApprovalGate, Approver
 from plait.actors.conversation import ConversationDeps
 from plait.actors.effects import EffectLoop
 from plait.actors.journal import Feed, Journal
@@ -36,7 +37,7 @@ from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.pool import McpLimits
 from plait.actors.scheduler import SchedulerState, evolve
 from plait.actors.session import Session
-from plait.errors import ContentUnavailableError, PlaitError
+from plait.errors import ConfigError, ContentUnavailableError, PlaitError
 from plait.events.projections.history import ConversationInfo, Histories, conversation_index
 from plait.events.projections.stats import ConversationStats, StatsProjection
 from plait.events.storage import Expiry, missing_content
@@ -57,6 +58,8 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.events.values import (
+    APPROVAL_POLICIES,
+    ApprovalPolicy,
     ContextChange,
     HistorySettings,
     InputItem,
@@ -128,7 +131,8 @@ class SessionHandle:
                 runtime.mcp_limits,
                 runtime.mcp_factory,
             )
-        self._actor = Session.start(journal, runtime._deps(journal, self._pool), root_id, past)
+        deps = runtime._deps(journal, self._pool, past)
+        self._actor = Session.start(journal, deps, root_id, past)
         self._scheduler: Any = self._actor.ask("scheduler")
         self._closed = False
 
@@ -180,18 +184,24 @@ class SessionHandle:
         mcp_allowlist: list[str] | KeepType | None = KEEP,
         tool_prefs: ToolPrefs | KeepType | None = KEEP,
         clear_history: bool = False,
+        approval_policy: ApprovalPolicy | KeepType | None = KEEP,
     ) -> str:
         """Change a conversation's context (the root's by default); return the task id.
 
         The change is queued like a task, so it applies from the next task's first turn; what
         is not given stays (``KEEP``). New ``user_instructions`` join the history; with
         ``clear_history`` the history starts afresh. Recorded as ``ConversationContextChanged``.
+        An ``approval_policy`` may only narrow the session's (``None``: the session's again);
+        a wider one is narrowed to it, and ``ApprovalPolicyNarrowed`` says so.
         """
+        if approval_policy is not KEEP and approval_policy is not None:
+            _check_policy(approval_policy)
         given: dict[str, Any] = {
             "base_instructions": base_instructions,
             "user_instructions": user_instructions,
             "mcp_allowlist": mcp_allowlist,
             "tool_prefs": tool_prefs,
+            "approval_policy": approval_policy,
         }
         changes = {name: value for name, value in given.items() if value is not KEEP}
         change = ContextChange(sorted(changes), clear_history=clear_history, **changes)
@@ -202,17 +212,24 @@ class SessionHandle:
         return plan.task_id
 
     def compact(
-        self, conversation_id: str | None = None, *, timeout: float | None = None
+        self,
+        conversation_id: str | None = None,
+        *,
+        keep_recent_tokens: int | None = None,
+        timeout: float | None = None,
     ) -> TaskOutcome:
         """Summarise a conversation's older history (the root's by default) and wait for it.
 
-        Queued like a task. The summary replaces the older messages and about
-        ``HistorySettings.keep_recent_tokens`` of the latest stay as they are; recorded as
-        ``HistoryCompacted``. A history too short to compact is left alone.
+        Queued like a task. The summary replaces the older messages; about
+        ``keep_recent_tokens`` (by default the runtime's ``HistorySettings``) of the latest stay
+        as they are, and always the last input. Recorded as ``HistoryCompacted``. A history
+        too short to compact is left alone.
         """
         self._check_open()
         cid = conversation_id or self.root_conversation_id
-        plan = TaskPlan(self.runtime.new_id(), cid, compact=True)
+        if keep_recent_tokens is None:
+            keep_recent_tokens = self.runtime.history.keep_recent_tokens
+        plan = TaskPlan(self.runtime.new_id(), cid, compact=keep_recent_tokens)
         with self.subscribe(transient=False) as feed:
             self._scheduler.tell(Enqueue((plan,)))
             return _await_outcome(feed, plan.task_id, timeout)
@@ -388,6 +405,12 @@ def _scheduled(past: Sequence[Event]) -> SchedulerState:
     return state
 
 
+def _check_policy(policy: object) -> None:
+    if policy not in APPROVAL_POLICIES:
+        known = ", ".join(APPROVAL_POLICIES)
+        raise ConfigError(f"approval policy {policy!r}: expected one of {known}")
+
+
 def _record_for(journal: Journal, plan: TaskPlan, bodies: Sequence[Body]) -> list[Event]:
     """Record ``bodies`` in ``plan``'s conversation and task, as one group."""
     return journal.record([NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies])
@@ -411,6 +434,10 @@ class Runtime:
         expire_every_sec: float | None = 60.0,
         model_client: Any = None,
         mcp_factory: Callable[..., Any] | None = None,
+        approval_policy: ApprovalPolicy = "never",
+        approver: Approver | None = None,
+        approval_timeout_sec: float = DEFAULT_APPROVAL_TIMEOUT_SEC,
+        approval_gate: Any = None,
     ) -> None:
         """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
 
@@ -420,9 +447,16 @@ class Runtime:
         (``None``: only when ``expire_content`` is called, as ``plait expire`` does).
         ``history`` sets compaction and history bounds; its ``context_window`` defaults to
         the model's.
-        ``model_client`` and ``mcp_factory`` replace the model client and the MCP servers:
-        this is how replay answers both from the log. Everything else is for everyone.
+        ``approval_policy`` is new sessions' default: which MCP calls wait for a decision
+        (``never``, ``on-request``, ``on-write``, ``untrusted``). ``approver`` decides them (a
+        function or an async function of an ``ApprovalRequest``, returning an
+        ``ApprovalDecision``); a call it has not decided within ``approval_timeout_sec`` is
+        denied, and so is every call that asks when there is no approver.
+        ``model_client``, ``mcp_factory`` and ``approval_gate`` replace the model client, the
+        MCP servers and the approver: this is how replay answers them from the log.
+        Everything else is for everyone.
         """
+        _check_policy(approval_policy)
         self._owns_store = not isinstance(store, EventStore)
         self.store = store if isinstance(store, EventStore) else open_store(store)
         self.settings = model or ModelSettings()
@@ -436,6 +470,8 @@ class Runtime:
         self.client = model_client if model_client is not None else ModelClient(self.settings)
         self.mcp_factory = mcp_factory
         self.storage_policy = storage_policy or StoragePolicy()
+        self.approval_policy: ApprovalPolicy = approval_policy
+        self.approval_gate = approval_gate or ApprovalGate(approver, approval_timeout_sec)
         self.history = history or HistorySettings()
         if self.history.context_window is None:
             window = self.settings.context_window
@@ -448,7 +484,11 @@ class Runtime:
         if self.storage_policy.kind == "ttl":
             self._sweep_from_now()
 
-    def _deps(self, journal: Journal, pool: Any = None) -> ConversationDeps:
+    def _deps(self, journal: Journal, pool: Any, past: list[Event]) -> ConversationDeps:
+        """What the session's conversations share; behaviour that changed over time follows
+        what the session recorded at its start, so it resumes (and replays) as it ran."""
+        started = past[0].body if past else None
+        recorded = started.settings if isinstance(started, SessionStarted) else None
         return ConversationDeps(
             journal,
             self.effects,
@@ -459,6 +499,8 @@ class Runtime:
             self.max_interrupt_chain_depth,
             pool,
             self.history,
+            approval_gate=self.approval_gate,
+            interrupt_checkpoints=recorded is not None and recorded.interrupt_checkpoints,
         )
 
     def _recorded(self) -> RuntimeSettings:
@@ -473,6 +515,7 @@ class Runtime:
             limits.rate_window_sec,
             str(Path(self.workdir).resolve()),
             self.history,
+            interrupt_checkpoints=True,
         )
 
     def start_session(
@@ -482,12 +525,16 @@ class Runtime:
         user_instructions: str | None = None,
         mcp_allowlist: list[str] | None = None,
         storage_policy: StoragePolicy | None = None,
+        approval_policy: ApprovalPolicy | None = None,
     ) -> SessionHandle:
         """Start a new session with its root conversation; it is stored from its first event.
 
         ``storage_policy`` (the runtime's by default) is the root's, and so, inherited, every
-        conversation's of the session.
+        conversation's of the session. ``approval_policy`` (the runtime's by default) is the
+        session's for good: resumed, it keeps it; its conversations may only narrow it.
         """
+        policy = self.approval_policy if approval_policy is None else approval_policy
+        _check_policy(policy)
         session_id, root = self.new_id(), self.new_id()
         journal = Journal(self.store, session_id)
         opened = ConversationOpened(
@@ -496,7 +543,9 @@ class Runtime:
             mcp_allowlist=mcp_allowlist,
             storage_policy=storage_policy or self.storage_policy,
         )
-        started = SessionStarted(root, model=self.settings.model, settings=self._recorded())
+        started = SessionStarted(
+            root, model=self.settings.model, settings=self._recorded(), approval_policy=policy
+        )
         past = journal.record([started, NewEvent(opened, root)])
         return self._attach(journal, root, past)
 
@@ -529,7 +578,7 @@ class Runtime:
             handle._scheduler.tell("kick")
             return handle
         # Safe calls run again: recorded started first, so the crash point is plain in the log.
-        past += _record_for(journal, plan, calls.rerun)
+        past += _record_for(journal, plan, [*calls.rerun, *calls.denials])
         handle = self._attach(journal, root, past)
         handle._rerun = Rerun.start(journal, handle._pool, handle._scheduler, plan, calls)
         return handle

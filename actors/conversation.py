@@ -14,17 +14,25 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pykka
 
 from plait.actors import builtins, targets
+from plait.actors.approvals import (
+    ApprovalGate,
+    ApprovalRequest,
+    ConversationApprovals,
+    denial,
+    refusal,
+)
 from plait.actors.builtins import ConvCreate, ConvSend
 from plait.actors.journal import HeldDeltas
 from plait.actors.mcp.names import canonical_sha256
 from plait.actors.messages import (
     Abort,
+    ApprovalFinished,
     AttemptFailedNotice,
     AwaitServers,
     BuiltinCall,
@@ -41,6 +49,7 @@ from plait.actors.messages import (
     ViewFor,
 )
 from plait.actors.prompt import PromptView, approx_tokens, encoded
+from plait.events.projections.approvals import ApprovalState
 from plait.events.projections.history import (
     ChatMessage,
     Histories,
@@ -62,12 +71,21 @@ from plait.events.types import (
     TaskCompleted,
     TaskEnqueued,
     TokensCounted,
+    ToolApprovalRequested,
     ToolCallCompleted,
     ToolCallRequested,
     TurnAborted,
     TurnStarted,
 )
-from plait.events.values import Closure, HistorySettings, TaskPlan, ToolCall, as_text
+from plait.events.values import (
+    Closure,
+    ContextChange,
+    HistorySettings,
+    TaskPlan,
+    ToolCall,
+    Usage,
+    as_text,
+)
 
 __all__ = ["COMPACT_INSTRUCTIONS", "DEFAULT_INSTRUCTIONS", "Conversation", "ConversationDeps"]
 
@@ -112,6 +130,11 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     """The session's ``McpPool``; ``None`` when it has no MCP servers."""
     history: HistorySettings = HistorySettings()
     """Compaction and history bounds."""
+    interrupt_checkpoints: bool = True
+    """Interrupts stop at seed 002's checkpoints (``False``: as sessions recorded before)."""
+    approval_gate: Any = None
+    """The runtime's ``ApprovalGate`` (replay's answers from the log); ``None``: no approver,
+    so every call that must ask is denied."""
 
 
 class _Batch(msgspec.Struct):
@@ -131,6 +154,11 @@ class _Batch(msgspec.Struct):
     """Calls whose ``ToolCallCompleted`` is recorded (a prefix)."""
     results: dict[int, ToolResult] = {}
     """Ended calls not yet recorded, by index."""
+    asks: list[str | None] = []
+    """Why each call waits for an approval decision before it runs (``None``: it does not)."""
+    awaiting: dict[int, Any] = {}
+    """Calls started that wait for their decision, by index: the decision's future (an
+    abort cancels it; the decision comes back as ``ApprovalFinished``)."""
 
 
 def _refused(why: str) -> ToolResult:
@@ -157,6 +185,10 @@ class _Run(msgspec.Struct):
     """A compaction request is out: the event its summary completes."""
     compacted: bool = False
     """The history was compacted for the coming turn (so it is not compacted twice)."""
+    prompt_tokens: int = 0
+    """The estimated prompt tokens of the request out (reported if it is interrupted)."""
+    control: ContextChange | None = None
+    """A context change a tool result of this turn asked for, applied before the next."""
 
 
 class Conversation(pykka.ThreadingActor):
@@ -169,7 +201,10 @@ class Conversation(pykka.ThreadingActor):
         session: Any,
         scheduler: Any,
         past: list[Event],
+        approvals: ApprovalState | None = None,
     ) -> None:
+        """``past``: the session's events (or only its opening, with the session's
+        ``approvals`` so far, for a conversation opened mid-session)."""
         super().__init__()
         self.id = conversation_id
         self.deps = deps
@@ -186,12 +221,14 @@ class Conversation(pykka.ThreadingActor):
         self._sent = 0
         self._tools_key: tuple[bool, str] | None = None
         self._tools_cached: tuple[list[Any] | msgspec.Raw, str] = ([], "")
+        self.approvals = ConversationApprovals(conversation_id, approvals)
         self._apply(past)
 
     # --- state -------------------------------------------------------------------------------
 
     def _apply(self, events: list[Event] | tuple[Event, ...]) -> None:
         for event in events:
+            self.approvals.apply(event)  # keys and policies are the session's
             if event.conversation_id != self.id:
                 continue
             self.projection.apply(self.histories, event)
@@ -218,6 +255,8 @@ class Conversation(pykka.ThreadingActor):
     def _record_events(self, items: list[NewEvent]) -> list[Event]:
         events: list[Event] = self.deps.journal.record(items, origin=self.actor_ref)
         self._apply(events)
+        if events:
+            self.approvals.now = events[-1].at
         return events
 
     def _history(self) -> list[ChatMessage]:
@@ -251,12 +290,17 @@ class Conversation(pykka.ThreadingActor):
         match message:
             case Recorded(events=events):
                 self._apply(events)
-            case RunTask():
+            case RunTask(plan=plan):
+                narrowed = self.approvals.narrowed(plan.context)
+                if narrowed is not None:
+                    self._record(narrowed, task=plan.task_id)
                 self._start(message)
             case ModelFinished():
                 self._model_finished(message)
             case ToolFinished():
                 self._tool_finished(message)
+            case ApprovalFinished():
+                self._approval_finished(message)
             case ServersSettled(token=token):
                 if self.run is not None and self.run.token == token and self.run.future is None:
                     self._prompt()
@@ -284,16 +328,20 @@ class Conversation(pykka.ThreadingActor):
         change = run.plan.context
         if change is None:
             self._next_turn()
-            return
+        elif self._change_context(change, TaskCompleted()):
+            self._end()
+
+    def _change_context(self, change: ContextChange, *after: Body) -> bool:
+        """Record ``change`` (its allowlist checked first); False when it was refused, which
+        ends the task."""
         if "mcp_allowlist" in change.changed and change.mcp_allowlist:
             checked = targets.check_allowlist(self.deps.pool, change.mcp_allowlist, self._record)
             if isinstance(checked, str):
                 self._abort("failed", f"context change refused: {checked}")
-                return
+                return False
             change = msgspec.structs.replace(change, mcp_allowlist=checked)
-        fields = msgspec.structs.asdict(change)
-        self._record(ConversationContextChanged(**fields), TaskCompleted())
-        self._end()
+        self._record(ConversationContextChanged(**msgspec.structs.asdict(change)), *after)
+        return True
 
     def _next_turn(self) -> None:
         assert self.run is not None
@@ -314,8 +362,9 @@ class Conversation(pykka.ThreadingActor):
                 run.waited = True  # once per task: a late server is not waited for twice
                 self.deps.pool.tell(AwaitServers(run.view.waiting, run.token, self.actor_ref))
                 return  # ServersSettled continues
-        if self._bound() or self._compact():
-            return  # the compaction's reply continues
+        self._bound()
+        if self._compact():
+            return  # the compaction's reply continues the turn
         instructions = as_text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
         if run.plan.base_instructions_override is not None:
             instructions = as_text(run.plan.base_instructions_override) or ""
@@ -324,6 +373,7 @@ class Conversation(pykka.ThreadingActor):
         messages = view.messages(instructions)
         tools, tools_sha = self._tools(run.view)
         run.compacted = False
+        run.prompt_tokens = self._prompt_tokens() + approx_tokens(len(instructions))
         # The request is built from the log alone, so it may go out while its record is being
         # made durable: the fsync overlaps the network. Its reply comes back as a message, after
         # this handler; its text deltas are held until the record is in the feeds.
@@ -342,9 +392,8 @@ class Conversation(pykka.ThreadingActor):
 
     # --- compaction and bounds (seed 002 "上下文压缩", seed 003 §4.1) --------------------------
 
-    def _bound(self) -> bool:
-        """Remove the oldest messages past ``max_items``/``max_tokens``; always False (the turn
-        goes on)."""
+    def _bound(self) -> None:
+        """Remove the oldest messages past ``max_items``/``max_tokens`` (seed 003 §4.1)."""
         bounds, view = self.deps.history, self.view
         view.sync(self._history())
         cut = 0
@@ -362,14 +411,14 @@ class Conversation(pykka.ThreadingActor):
             after = view.tokens(cut) + approx_tokens(len(note) + 40)
             note += " and ".join(limits) + "]"
             self._record(HistoryCompacted(note, cut, before, after, trigger="bound"))
-        return False
 
     def _compact(self) -> bool:
         """Start a compaction turn if it is asked for or the prompt nears the context window;
         True when one went out."""
         assert self.run is not None
         run, settings = self.run, self.deps.history
-        manual = run.plan.compact
+        manual = run.plan.compact is not None
+        keep = settings.keep_recent_tokens if run.plan.compact is None else run.plan.compact
         window = settings.context_window
         if not manual:
             if run.compacted or window is None:
@@ -382,16 +431,17 @@ class Conversation(pykka.ThreadingActor):
         last_input = next(
             (i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), 0
         )
-        kept_from = safe_cut(
-            history, min(view.first_within(settings.keep_recent_tokens), last_input)
-        )
-        if kept_from == 0:
-            if manual:  # nothing old enough to summarise
+        kept_from = safe_cut(history, min(view.first_within(keep), last_input))
+        conv = self.histories.conversations[self.id]
+        standing = (conv.instructions, conv.summary)
+        if all(any(m is s for s in standing) for m in history[:kept_from]):
+            if manual:  # nothing old enough to summarise but the last summary
                 self._record(TaskCompleted())
                 self._end()
                 return True
             return False
         before = self._prompt_tokens()
+        run.prompt_tokens = view.tokens(0, kept_from) + approx_tokens(len(COMPACT_INSTRUCTIONS))
         run.compacting = HistoryCompacted(
             "", kept_from, before, 0, trigger="manual" if manual else "auto"
         )
@@ -422,7 +472,7 @@ class Conversation(pykka.ThreadingActor):
             return
         after = self.view.tokens(pending.kept_from) + approx_tokens(len(summary))
         done = msgspec.structs.replace(pending, summary=summary, tokens_after=after)
-        if run.plan.compact:
+        if run.plan.compact is not None:
             self._record(*bodies, done, TaskCompleted())
             self._end()
             return
@@ -527,7 +577,8 @@ class Conversation(pykka.ThreadingActor):
             ],
         )
         mcp = frozenset(name for name in names if name in offered)
-        self.run.tools = _Batch(calls, names, mcp, parallel=all(read_only))
+        asks = self.approvals.reasons(names, offered)
+        self.run.tools = _Batch(calls, names, mcp, parallel=all(read_only), asks=asks)
         self._advance_tools()
 
     def _advance_tools(self) -> None:
@@ -545,6 +596,8 @@ class Conversation(pykka.ThreadingActor):
                 call = batch.calls[index]
                 self._record(result.completed(call.id))
                 batch.recorded += 1
+                if result.control is not None:
+                    self.run.control = result.control  # the last one asked for holds
             elif batch.started <= index:
                 last = len(batch.calls) if batch.parallel else index + 1
                 while batch.started < last:
@@ -552,9 +605,14 @@ class Conversation(pykka.ThreadingActor):
                     if self._start_tool(batch, batch.started - 1):
                         return  # the task was replaced by an interrupting tool
             else:
-                return  # a call is running elsewhere; its ToolFinished continues the batch
+                # A call runs elsewhere, or waits for its approval: its ToolFinished (or
+                # ApprovalFinished) continues the batch.
+                return
         self.run.tools = None
-        self._next_turn()
+        control, self.run.control = self.run.control, None
+        # A context change a tool asked for applies from the next turn (seed 002 "上下文重建").
+        if control is None or self._change_context(control):
+            self._next_turn()
 
     def _start_tool(self, batch: _Batch, index: int) -> bool:
         """Run or start call ``index``; True when it replaced the task (conv_create/send)."""
@@ -563,11 +621,8 @@ class Conversation(pykka.ThreadingActor):
         if name is None:
             batch.results[index] = _refused(f"unknown tool {call.name!r}: it is not offered here")
         elif name in batch.mcp:
-            assert self.run is not None
-            me, token = self.actor_ref, self.run.token
-            task = self.run.plan.task_id
-            request = CallTool(self.id, task, call.id, token, index, name, arguments, me)
-            self.deps.pool.tell(request)
+            if batch.asks[index] is None or self._approved(batch, index, name, arguments):
+                self._call_mcp(index, name, arguments)
         elif name in builtins.INTERRUPTING:
             outcome = self._interrupt(call, name, arguments, batch.calls[index + 1 :])
             if outcome is None:
@@ -577,11 +632,75 @@ class Conversation(pykka.ThreadingActor):
             batch.results[index] = self._builtin(name, arguments)
         return False
 
+    def _call_mcp(self, index: int, name: str, arguments: str) -> None:
+        assert self.run is not None and self.run.tools is not None
+        me, token = self.actor_ref, self.run.token
+        call, task = self.run.tools.calls[index], self.run.plan.task_id
+        self.deps.pool.tell(CallTool(self.id, task, call.id, token, index, name, arguments, me))
+
     def _tool_finished(self, finished: ToolFinished) -> None:
         run = self.run
         if run is None or run.tools is None or finished.token != run.token:
             return  # a call whose turn was aborted: nothing of it is applied
         run.tools.results[finished.index] = finished.result
+        self._advance_tools()
+
+    # --- approvals (seed 003 §3.5, §8) ---------------------------------------------------------
+
+    def _approved(self, batch: _Batch, index: int, name: str, arguments: str) -> bool:
+        """Whether a remembered approval lets call ``index`` run now; if none does, record the
+        request and ask the gate, off this thread (``ApprovalFinished`` goes on)."""
+        assert self.run is not None
+        run, call = self.run, batch.calls[index]
+        bodies, approved = self.approvals.check(call.id, name, arguments)
+        reason = batch.asks[index] or ""
+        if approved:
+            self._record(*bodies)
+            return True
+        events = self._record(*bodies, ToolApprovalRequested(call.id, name, reason))
+        if not events:
+            return False  # the session is being stopped: nothing more is recorded or run
+        request = ApprovalRequest(
+            session_id=self.deps.journal.stream,
+            conversation_id=self.id,
+            task_id=run.plan.task_id,
+            call_id=call.id,
+            tool=name,
+            arguments=arguments,
+            reason=reason,
+            policy=self.approvals.policy,
+            requested_at=events[-1].at,
+        )
+        me, token = self.actor_ref, run.token
+        gate = self.deps.approval_gate or ApprovalGate(None)
+        future: Future[Any] = self.deps.effects.submit(gate.decide(request))
+        batch.awaiting[index] = future
+
+        def done(f: Future[Any]) -> None:
+            if f.cancelled():
+                return  # the turn was aborted
+            error = f.exception()
+            decision = f.result() if error is None else denial(request, "error", repr(error))
+            _tell(me, ApprovalFinished(token, index, decision))
+
+        future.add_done_callback(done)
+        return False
+
+    def _approval_finished(self, finished: ApprovalFinished) -> None:
+        """Record the decision, then send the call to its server or answer it refused."""
+        run = self.run
+        if run is None or run.tools is None or finished.token != run.token:
+            return  # a decision that came after its turn was aborted: dropped
+        batch, index, decision = run.tools, finished.index, finished.decision
+        if batch.awaiting.pop(index, None) is None:
+            return
+        self._record(decision)
+        if decision.approved:
+            call, name = batch.calls[index], batch.names[index] or ""
+            arguments = call.arguments if isinstance(call.arguments, str) else "{}"
+            self._call_mcp(index, name, arguments)
+            return
+        batch.results[index] = _refused(refusal(decision))
         self._advance_tools()
 
     def _builtin(self, name: str, arguments: str) -> ToolResult:
@@ -644,14 +763,44 @@ class Conversation(pykka.ThreadingActor):
 
     def _abort(self, reason: str, detail: str, *after: Body) -> None:
         assert self.run is not None
-        if self.run.future is not None:
-            self.run.future.cancel()  # closes the HTTP stream at once
-        if self.run.tools is not None and self.run.tools.mcp:
-            self.deps.pool.tell(CancelCalls(self.id, self.run.token))
+        run = self.run
+        by_interrupt = reason == "interrupted" and self.deps.interrupt_checkpoints
+        checkpoint = self._checkpoint() if by_interrupt else 0
+        counted: list[Body] = []
+        if run.future is not None:
+            run.future.cancel()  # closes the HTTP stream at once
+            if by_interrupt:  # the request was sent, so it counts toward usage: estimated
+                window = self.deps.history.context_window
+                tokens = Usage(run.prompt_tokens, 0, run.prompt_tokens)
+                counted.append(TokensCounted(tokens, window, estimated=True))
+        if run.tools is not None:
+            for deciding in run.tools.awaiting.values():
+                deciding.cancel()  # a call waiting for its approval waits no more
+            if run.tools.mcp:
+                self.deps.pool.tell(CancelCalls(self.id, run.token))
         try:
-            self._record(TurnAborted(reason, detail), *after)  # type: ignore[arg-type]
+            aborted = TurnAborted(reason, detail, checkpoint=checkpoint)  # type: ignore[arg-type]
+            self._record(aborted, *counted, *after)
         finally:
             self._end()
+
+    def _checkpoint(self) -> Literal[0, 1, 2, 3, 4]:
+        """Where an interrupt finds the turn (seed 002 "中断机制"; ``TurnAborted.checkpoint``
+        says what the history gets at each)."""
+        assert self.run is not None
+        run, batch = self.run, self.run.tools
+        if batch is None:
+            # Every call of the last reply answered, and the next request not out (the turn
+            # waits for MCP servers, or a compaction runs first): checkpoint 2.
+            before_request = run.future is None or run.compacting is not None
+            history = self._history()
+            return 2 if before_request and history and history[-1].role == "tool" else 0
+        unanswered = range(batch.recorded, batch.started)
+        if any(i not in batch.results and i not in batch.awaiting for i in unanswered):
+            return 4  # a call is running
+        if batch.recorded or batch.results:
+            return 3  # a call has not begun (it waits for approval, or its turn)
+        return 1  # the reply is recorded and no call has begun
 
     def _end(self, notify: bool = True) -> None:
         assert self.run is not None

@@ -10,12 +10,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from plait.events.types import Event, ToolCallCompleted
-from plait.events.values import InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
+from plait.events.types import Event, ToolApprovalDecided, ToolCallCompleted
+from plait.events.values import ContextChange, InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
 
 __all__ = [
     "Abort",
     "Allowlist",
+    "ApprovalFinished",
     "AttemptFailedNotice",
     "AwaitServers",
     "BuiltinCall",
@@ -88,10 +89,14 @@ class ToolResult(msgspec.Struct, frozen=True):
     """Wall time of the call, measured where it ran."""
     images: list[InputImage] = []
     """Images the tool returned (``data:`` URLs), kept as attachments."""
+    control: ContextChange | None = None
+    """A context change the tool's result asks for."""
 
     def completed(self, call_id: str) -> ToolCallCompleted:
         """The event that records this result for call ``call_id``."""
-        return ToolCallCompleted(call_id, self.output, self.outcome, self.duration_ms, self.images)
+        return ToolCallCompleted(
+            call_id, self.output, self.outcome, self.duration_ms, self.images, self.control
+        )
 
 
 class ToolFinished(msgspec.Struct, frozen=True):
@@ -103,6 +108,17 @@ class ToolFinished(msgspec.Struct, frozen=True):
     """The call's position in the model's reply."""
     result: ToolResult
     """How it ended."""
+
+
+class ApprovalFinished(msgspec.Struct, frozen=True):
+    """A tool call's approval was decided (on the effect loop); record it, then run or refuse."""
+
+    token: int
+    """The turn the call belongs to; a stale one (the turn was aborted) is dropped."""
+    index: int
+    """The call's position in the model's reply."""
+    decision: ToolApprovalDecided
+    """What to record."""
 
 
 class AttemptFailedNotice(msgspec.Struct, frozen=True):

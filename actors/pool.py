@@ -390,7 +390,7 @@ def _result(name: str, future: Future[Any]) -> ToolResult:
         return ToolResult(f"{name} failed: {error!r}", "error")
     done = future.result()
     images = [InputImage(f"data:{mime};base64,{data}") for mime, data in done.images]
-    return ToolResult(done.output, done.outcome, done.duration_ms, images)
+    return ToolResult(done.output, done.outcome, done.duration_ms, images, done.control)
 
 
 def _reply(ref: Any, message: Any) -> None:

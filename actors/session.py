@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
 import pykka
 
 from plait.actors.builtins import ConvDestroy, ConvHistory, ConvSend
@@ -24,6 +25,7 @@ from plait.actors.messages import (
     Recorded,
 )
 from plait.actors.scheduler import Scheduler, SchedulerState, evolve
+from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
 from plait.events.projections.history import (
     ChatMessage,
     Histories,
@@ -31,6 +33,7 @@ from plait.events.projections.history import (
     conversation_index,
 )
 from plait.events.types import (
+    ConversationContextChanged,
     ConversationDestroyed,
     ConversationOpened,
     Event,
@@ -59,6 +62,9 @@ class Session(pykka.ThreadingActor):
         self.past = past
         self.projection = HistoryProjection()
         self.histories: Histories = self.projection.fold(past)
+        self.approvals = ApprovalsProjection()
+        self.approval_state = self.approvals.initial()
+        """Policies and remembered approvals, handed to the conversations it opens."""
         self.contexts: dict[str, ConversationOpened] = {}
         self.timeline = SchedulerState()
         self.conversations: dict[str, Any] = {}
@@ -83,12 +89,18 @@ class Session(pykka.ThreadingActor):
 
     def _fold(self, events: list[Event] | tuple[Event, ...]) -> None:
         for event in events:
-            if isinstance(event.body, ConversationOpened) and event.conversation_id:
-                self.contexts[event.conversation_id] = event.body
+            body, cid = event.body, event.conversation_id
+            self.approvals.apply(self.approval_state, event)
+            if isinstance(body, ConversationOpened) and cid:
+                self.contexts[cid] = body
+            elif isinstance(body, ConversationContextChanged) and cid in self.contexts and cid:
+                # What a conversation's children inherit is its context as it is now.
+                changes = {name: getattr(body, name) for name in body.changed}
+                self.contexts[cid] = msgspec.structs.replace(self.contexts[cid], **changes)
             evolve(self.timeline, event)
 
-    def _spawn(self, cid: str, past: list[Event]) -> None:
-        ref = Conversation.start(cid, self.deps, self.actor_ref, self.scheduler, past)
+    def _spawn(self, cid: str, past: list[Event], approvals: ApprovalState | None = None) -> None:
+        ref = Conversation.start(cid, self.deps, self.actor_ref, self.scheduler, past, approvals)
         self.conversations[cid] = ref
         self.journal.listen(ref)
 
@@ -162,9 +174,12 @@ class Session(pykka.ThreadingActor):
             else request.mcp_allowlist,
             tool_prefs=parent.tool_prefs if request.tool_prefs is None else request.tool_prefs,
             storage_policy=parent.storage_policy,
+            approval_policy=parent.approval_policy,  # a child asks at least what its parent does
         )
         events = self._record([NewEvent(opened, cid)])
-        self._spawn(cid, events)
+        # It opens mid-session: it folds what it needs of the past from the session's state.
+        state = self.approvals.load(self.approvals.save(self.approval_state))
+        self._spawn(cid, events, state)
         return {"ok": True, "conversation_id": cid}
 
     def _list(self) -> dict[str, Any]:

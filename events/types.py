@@ -12,7 +12,10 @@ from typing import ClassVar, Literal
 import msgspec
 
 from plait.events.values import (
+    ApprovalPolicy,
+    CommandKey,
     Content,
+    ContextChange,
     InputImage,
     McpToolSnapshot,
     RuntimeSettings,
@@ -25,8 +28,13 @@ from plait.events.values import (
 )
 
 __all__ = [
+    "CANCEL_MESSAGE",
+    "INTERRUPT_MESSAGE",
+    "INTERRUPT_TEXT",
     "AgentMessageDelta",
     "AnyBody",
+    "ApprovalKeyExpired",
+    "ApprovalPolicyNarrowed",
     "Body",
     "ConversationContextChanged",
     "ConversationDestroyed",
@@ -92,6 +100,8 @@ class SessionStarted(Body, frozen=True):
     """Set when the session is a fork."""
     settings: RuntimeSettings | None = None
     """How the runtime that started it was configured (``None`` in logs before it was kept)."""
+    approval_policy: ApprovalPolicy = "never"
+    """When its MCP tool calls wait for a decision; its conversations may only narrow it."""
 
 
 class SessionClosed(Body, frozen=True):
@@ -120,6 +130,8 @@ class ConversationOpened(Body, frozen=True):
     """Built-in tool switches."""
     storage_policy: StoragePolicy = StoragePolicy()
     """What of its content is persisted."""
+    approval_policy: ApprovalPolicy | None = None
+    """Its own approval policy; ``None``: the session's. The stricter of the two holds."""
 
 
 class ConversationContextChanged(Body, frozen=True):
@@ -138,6 +150,8 @@ class ConversationContextChanged(Body, frozen=True):
     """New tool switches, if named in ``changed``."""
     clear_history: bool = False
     """Start the history afresh with a rebuild message."""
+    approval_policy: ApprovalPolicy | None = None
+    """New approval policy, if named in ``changed``."""
 
 
 class ConversationDestroyed(Body, frozen=True):
@@ -195,6 +209,22 @@ class TurnAborted(Body, frozen=True):
     """What happened, for people."""
     awaiting_call_ids: list[str] = []
     """Calls left open because a continuation task answers them (``conv_create``, ``conv_send``)."""
+    checkpoint: Literal[0, 1, 2, 3, 4] = 0
+    """Where an interrupt found the turn (seed 002 "中断机制"), which says what the history
+    gets: 1, the reply was recorded and no call had begun: each call is answered with
+    ``CANCEL_MESSAGE`` and ``INTERRUPT_MESSAGE`` follows; 2, every call was answered and the
+    next request was not sent: ``INTERRUPT_TEXT`` is added to the last tool output; 3, a call
+    had not begun, or 4, a call was running: each unanswered call gets ``CANCEL_MESSAGE``.
+    0: anything else (a model request in flight, or not an interrupt): unanswered calls get
+    ``aborted: <reason>``."""
+
+
+CANCEL_MESSAGE = "The user cancelled this tool call before it returned a result."
+"""The output of a call an interrupt cancelled (checkpoints 1, 3 and 4)."""
+INTERRUPT_MESSAGE = "[Request interrupted by the user for tool use]"
+"""The user message an interrupt at checkpoint 1 adds."""
+INTERRUPT_TEXT = "\n[Request interrupted by the user]"
+"""What an interrupt at checkpoint 2 adds to the last tool output."""
 
 
 # --- the model -------------------------------------------------------------------------------
@@ -255,6 +285,9 @@ class TokensCounted(Body, frozen=True):
     """The counts."""
     context_window: int | None = None
     """The model's context window, when known."""
+    estimated: bool = False
+    """The request was interrupted before the server counted it: ``prompt_tokens`` is plait's
+    estimate of what it sent (seed 002 "Token 追踪": usage is reported on interruption too)."""
 
 
 # --- tools -----------------------------------------------------------------------------------
@@ -293,11 +326,36 @@ class ToolApprovalDecided(Body, frozen=True):
     approved: bool
     """The decision."""
     decided_by: str
-    """Who or what decided: ``policy``, ``user``, ``approver``, ``timeout``, ``recovery``."""
+    """Who or what decided: ``approver`` (or the name the approver gave, ``user`` at the
+    terminal), ``key`` (a remembered approval), ``policy`` (no approver to ask), ``timeout``,
+    ``error`` (the approver failed), ``recovery`` (a crash or a forced close cut the wait)."""
     scope: Literal["once", "conversation", "session"] = "once"
     """How far the approval reaches."""
     expires_at: UtcDateTime | None = None
     """When a remembered approval lapses."""
+    key: CommandKey | None = None
+    """The approval remembered (scope ``conversation`` or ``session``), or the one that
+    approved this call (``decided_by="key"``)."""
+    reason: str = ""
+    """Why, for people (the approver's words, or what failed)."""
+
+
+class ApprovalKeyExpired(Body, frozen=True):
+    """A remembered approval lapsed (its ``expires_at`` passed, by recorded time) and was
+    dropped: calls it matched ask again."""
+
+    key: CommandKey
+    """The key dropped."""
+
+
+class ApprovalPolicyNarrowed(Body, frozen=True):
+    """A conversation asked for an approval policy wider than its session's; the session's
+    holds (a conversation may only narrow it, seed 001)."""
+
+    requested: ApprovalPolicy
+    """The policy asked for."""
+    effective: ApprovalPolicy
+    """The policy that holds: the session's."""
 
 
 class ToolCallStarted(Body, frozen=True):
@@ -316,7 +374,7 @@ class ToolCallStarted(Body, frozen=True):
 class ToolCallCompleted(Body, frozen=True):
     """A tool call ended; its output goes back to the model."""
 
-    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("output", "images")
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("output", "images", "control")
     call_id: str
     """The call answered."""
     output: Content
@@ -327,6 +385,10 @@ class ToolCallCompleted(Body, frozen=True):
     """Wall time of the call, milliseconds."""
     images: list[InputImage] = []
     """Images the tool returned (MCP image content), kept as attachments."""
+    control: ContextChange | None = None
+    """A change of the calling conversation's context the tool asked for (its result's
+    ``_meta["plait/context"]``, seed 002 "上下文重建"): recorded as
+    ``ConversationContextChanged`` once the turn's calls are answered, before the next turn."""
 
     @property
     def is_error(self) -> bool:
@@ -431,6 +493,8 @@ AnyBody = (
     | ToolCallRequested
     | ToolApprovalRequested
     | ToolApprovalDecided
+    | ApprovalKeyExpired
+    | ApprovalPolicyNarrowed
     | ToolCallStarted
     | ToolCallCompleted
     | HistoryCompacted

@@ -8,8 +8,11 @@ from typing import Annotated, ClassVar, Literal
 import msgspec
 
 __all__ = [
+    "APPROVAL_POLICIES",
+    "ApprovalPolicy",
     "BlobRef",
     "Closure",
+    "CommandKey",
     "Content",
     "ContextChange",
     "FunctionCallOutput",
@@ -27,6 +30,7 @@ __all__ = [
     "Usage",
     "UtcDateTime",
     "as_text",
+    "stricter",
 ]
 
 UtcDateTime = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -144,6 +148,9 @@ class ContextChange(Value, frozen=True):
     """New built-in tool switches, if named in ``changed``."""
     clear_history: bool = False
     """Start the history afresh, with a message saying it was rebuilt."""
+    approval_policy: ApprovalPolicy | None = None
+    """New approval policy (``None``: the session's), if named in ``changed``; one wider than
+    the session's is narrowed to it (``ApprovalPolicyNarrowed``)."""
 
 
 class TaskPlan(Value, frozen=True):
@@ -169,9 +176,10 @@ class TaskPlan(Value, frozen=True):
     """How many interrupting tools led to this task (bounded by ``max_interrupt_chain_depth``)."""
     context: ContextChange | None = None
     """For a context change: what changes; the task runs no model turn."""
-    compact: bool = False
-    """A compaction asked for by the embedder (``compact()``, ``plait compact``): the task
-    summarises the conversation's older history and runs no other turn."""
+    compact: int | None = None
+    """A compaction asked for (``compact()``, ``plait compact``): the task summarises the
+    conversation's older history, keeping about this many tokens of the latest as they are,
+    and runs no other turn."""
 
 
 class ToolCall(Value, frozen=True):
@@ -252,6 +260,10 @@ class RuntimeSettings(Value, frozen=True):
     """Where ``base_instruction_file`` paths were read from."""
     history: HistorySettings = HistorySettings()
     """Compaction and history bounds."""
+    interrupt_checkpoints: bool = False
+    """Interrupts follow seed 002's checkpoints (``TurnAborted.checkpoint``) and count an
+    interrupted request's tokens. Sessions started before they did record ``False`` (by
+    omission), so they resume and replay as they ran."""
 
 
 class StoragePolicy(Value, frozen=True):
@@ -316,3 +328,36 @@ class McpToolSnapshot(Value, frozen=True):
     idempotent: bool = False
     """``ToolAnnotations.idempotentHint`` (or the config's override): running it twice does
     what running it once does, so a call a crash cut off is run again."""
+
+
+# --- approvals --------------------------------------------------------------------------------
+
+ApprovalPolicy = Literal["never", "on-request", "on-write", "untrusted"]
+"""When an MCP tool call waits for a decision before it runs (``APPROVAL_POLICIES`` orders
+them, widest first): ``never``; ``on-request``, for tools that may be destructive (not
+read-only, and ``destructiveHint`` not false); ``on-write``, for every tool that is not
+read-only; ``untrusted``, for every MCP call."""
+
+APPROVAL_POLICIES: tuple[ApprovalPolicy, ...] = ("never", "on-request", "on-write", "untrusted")
+"""The approval policies, each asking for more than the one before."""
+
+
+def stricter(a: ApprovalPolicy, b: ApprovalPolicy | None) -> ApprovalPolicy:
+    """The stricter of two policies (``None`` is no policy of its own: ``a``)."""
+    if b is None:
+        return a
+    return a if APPROVAL_POLICIES.index(a) >= APPROVAL_POLICIES.index(b) else b
+
+
+class CommandKey(Value, frozen=True):
+    """A remembered approval (seed 003 §3.5): calls it matches run without asking again."""
+
+    tool: str
+    """The fully-qualified tool name it approves."""
+    args_pattern: str = "*"
+    """An ``fnmatch`` pattern over the call's arguments as canonical JSON (keys sorted, no
+    spaces: ``{"key":"a","text":"b"}``); ``*`` matches any arguments."""
+    conversation_id: str | None = None
+    """The conversation it holds in; ``None``: every conversation of the session."""
+    expires_at: UtcDateTime | None = None
+    """When it lapses, compared with the recorded time of events; ``None``: never."""

@@ -1,8 +1,8 @@
-"""The effects of a replay: a model and MCP servers that answer from the recorded log.
+"""The effects of a replay: a model, MCP servers and an approver that answer from the log.
 
-Both are driven by the replay driver, from its own thread: a model call or a tool call waits
-until the driver reaches the recorded event that answers it, so the program advances only
-as fast as the log allows, and always in the recorded order.
+All are driven by the replay driver, from its own thread: a model call, a tool call or an
+approval waits until the driver reaches the recorded event that answers it, so the program
+advances only as fast as the log allows, and always in the recorded order.
 """
 
 from __future__ import annotations
@@ -15,9 +15,15 @@ from typing import Any
 from plait.actors.mcp.calls import CallResult
 from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
 from plait.errors import McpError, ReplayError
-from plait.events.types import Body, McpServerFailed, McpServerReady, McpToolsRefreshed
+from plait.events.types import (
+    Body,
+    McpServerFailed,
+    McpServerReady,
+    McpToolsRefreshed,
+    ToolApprovalDecided,
+)
 
-__all__ = ["ReplayModel", "ReplayServers"]
+__all__ = ["ReplayApprovals", "ReplayModel", "ReplayServers"]
 
 
 class _Pending:
@@ -202,3 +208,36 @@ class ReplayServers:
         """The call ids waiting for an answer."""
         with self._lock:
             return set(self._calls)
+
+
+class ReplayApprovals:
+    """Stands in for the ``ApprovalGate``: each decision is the recorded one, given by the
+    driver when it reaches it (the approver is never called in a replay)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._asked: dict[str, _Pending] = {}
+
+    async def decide(self, request: Any) -> ToolApprovalDecided:
+        """Wait for the driver to give the decision recorded for ``request.call_id``."""
+        pending = _Pending(asyncio.get_running_loop())
+        with self._lock:
+            self._asked[request.call_id] = pending
+            self._lock.notify_all()
+        try:
+            decision: ToolApprovalDecided = await pending.future
+        finally:
+            with self._lock:
+                if self._asked.get(request.call_id) is pending:
+                    del self._asked[request.call_id]
+        return decision
+
+    def answer(self, decision: ToolApprovalDecided, timeout: float) -> bool:
+        """Give the recorded ``decision``; False when the program asked for none in time."""
+        with self._lock:
+            self._lock.wait_for(lambda: decision.call_id in self._asked, timeout)
+            pending = self._asked.pop(decision.call_id, None)
+        if pending is None:
+            return False
+        pending.settle(decision)
+        return True

@@ -7,7 +7,9 @@ idempotent (as the log's tool snapshots say), and its real result recorded; any 
 that may have run has an ``unknown`` outcome; one that never reached its server did not run.
 
 A call run again is recorded ``ToolCallStarted`` a second time, at once, as the first thing
-the resumed process records: that is where a replay sees the crash.
+the resumed process records: that is where a replay sees the crash. A call that was waiting
+for its approval is denied (``ToolApprovalDecided(decided_by="recovery")``: nobody can say
+what would have been decided, so it fails closed) and answered ``refused``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from plait.events.types import (
     McpServerReady,
     McpToolsRefreshed,
     NewEvent,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
     ToolCallCompleted,
     ToolCallRequested,
     ToolCallStarted,
@@ -32,13 +36,27 @@ from plait.events.types import (
 )
 from plait.events.values import McpToolSnapshot, TaskPlan, as_text
 
-__all__ = ["CRASHED", "FORCED", "NOT_SENT", "UNKNOWN", "OpenCalls", "Rerun", "open_calls"]
+__all__ = [
+    "CRASHED",
+    "DENIED",
+    "FORCED",
+    "NOT_SENT",
+    "UNAPPROVED",
+    "UNKNOWN",
+    "OpenCalls",
+    "Rerun",
+    "open_calls",
+]
 
 NOT_SENT = "not run: the process stopped before this call was sent to its server"
 UNKNOWN = (
     "result unknown: the process stopped while this call ran; it may or may not have "
     "taken effect, check before running it again"
 )
+UNAPPROVED = "not run: it was waiting for its approval when the process stopped; denied"
+DENIED = "not run: its approval was denied"
+UNDECIDED = "the process stopped before a decision; denied (fail closed)"
+"""The reason of the denial recorded for a call whose approval was pending at a crash."""
 CRASHED = TurnAborted("crashed", "the process stopped while the task ran")
 """How a task a crash cut off ends."""
 FORCED = "force-aborted: the task did not stop within {timeout:g} s of the close"
@@ -55,11 +73,13 @@ class OpenCalls:
         """Every open call, in the order the model made them."""
         self.answers: dict[str, ToolCallCompleted] = {}
         """The answers known: those of the calls not run again, and each re-run's once done."""
+        self.denials: list[ToolApprovalDecided] = []
+        """The decisions of the calls that were waiting for their approval: denied."""
 
     def ending(self, end: Body = CRASHED) -> list[Body]:
-        """Every open call's answer in the model's order (``unknown`` for a call to run again
-        that was not), then the task's ``end``."""
-        return [*self.answered(len(self.requests)), end]
+        """The pending approvals' denials, every open call's answer in the model's order
+        (``unknown`` for a call to run again that was not), then the task's ``end``."""
+        return [*self.denials, *self.answered(len(self.requests)), end]
 
     def answered(self, upto: int) -> list[ToolCallCompleted]:
         """The answers of the first ``upto`` open calls, in the model's order."""
@@ -88,6 +108,8 @@ def open_calls(past: Sequence[Event], task_id: str) -> OpenCalls:
     found = OpenCalls()
     started: dict[str, ToolCallStarted] = {}
     tools: dict[str, McpToolSnapshot] = {}
+    asked: set[str] = set()
+    denied: set[str] = set()
     for event in past:
         body = event.body
         if isinstance(body, McpServerReady | McpToolsRefreshed):
@@ -100,9 +122,20 @@ def open_calls(past: Sequence[Event], task_id: str) -> OpenCalls:
             started[body.call_id] = body
         elif isinstance(body, ToolCallCompleted):
             found.requests.pop(body.call_id, None)
+        elif isinstance(body, ToolApprovalRequested):
+            asked.add(body.call_id)
+        elif isinstance(body, ToolApprovalDecided):
+            asked.discard(body.call_id)
+            if not body.approved:
+                denied.add(body.call_id)
     for call_id, request in found.requests.items():
         tool = tools.get(request.tool)
-        if call_id in started and tool is not None and (tool.read_only or tool.idempotent):
+        if call_id in asked:  # nobody decided: fail closed
+            found.denials.append(ToolApprovalDecided(call_id, False, "recovery", reason=UNDECIDED))
+            found.answers[call_id] = ToolCallCompleted(call_id, UNAPPROVED, "refused")
+        elif call_id in denied:  # denied, and the process stopped before the answer
+            found.answers[call_id] = ToolCallCompleted(call_id, DENIED, "refused")
+        elif call_id in started and tool is not None and (tool.read_only or tool.idempotent):
             found.rerun.append(started[call_id])
         elif call_id in started or canonical_name(request.tool) is not None:
             found.answers[call_id] = ToolCallCompleted(call_id, UNKNOWN, "unknown")

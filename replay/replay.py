@@ -2,10 +2,13 @@
 
 The driver walks the recorded events in order. What came from outside the program — a task
 the user submitted, a user interrupt or destroy, the close, an MCP server's lifecycle, a model
-reply or failure, an MCP tool result — it feeds in when its turn comes (model and tool calls
-wait for it: ``ReplayModel``, ``ReplayServers``). Everything else the program must produce by
-itself, and each produced event is compared with the recorded one at the same seq. The first
-difference stops the replay with a report; no network, no API key, no MCP server is needed.
+reply or failure, an MCP tool result, an approval decided outside it (by the approver, for
+want of one, by its timeout) — it feeds in when its turn comes (model and tool calls and
+approvals wait for it: ``ReplayModel``, ``ReplayServers``, ``ReplayApprovals``; the approver
+is never called). Everything else (an approval by a remembered key too) the program must
+produce by itself, and each produced event is compared with the recorded one at the same
+seq. The first difference stops the replay with a report; no network, no API key, no MCP
+server is needed.
 
 Time comes from the log too: the replay's store stamps event n with the time event n was
 recorded, so whatever the program derives from it (``last_active_at``...) is the same. Not
@@ -49,14 +52,16 @@ from plait.events.types import (
     SessionStarted,
     TaskDropped,
     TaskEnqueued,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
     ToolCallCompleted,
     ToolCallRequested,
     ToolCallStarted,
     TurnAborted,
 )
 from plait.events.values import HistorySettings, InputImage, RuntimeSettings
-from plait.replay.effects import ReplayModel, ReplayServers
-from plait.replay.recovery import FORCED, NOT_SENT, UNKNOWN
+from plait.replay.effects import ReplayApprovals, ReplayModel, ReplayServers
+from plait.replay.recovery import DENIED, FORCED, NOT_SENT, UNAPPROVED, UNKNOWN
 
 __all__ = ["Divergence", "ReplayResult", "replay"]
 
@@ -173,6 +178,10 @@ def _lifecycle(body: Body) -> bool:
     return isinstance(body, LIFECYCLE)
 
 
+CUT_OFF = (UNKNOWN, NOT_SENT, UNAPPROVED, DENIED)
+"""What a recovery answers the calls a crash cut off with."""
+
+
 def _forced_closes(recorded: list[Event]) -> dict[int, list[Event]]:
     """The groups a close recorded for a task that did not stop, by their first seq: the
     answers to its open calls, then its ``TurnAborted``. They came from outside the program
@@ -195,8 +204,10 @@ def _forced_closes(recorded: list[Event]) -> dict[int, list[Event]]:
 
 
 def _cut_off(body: Body) -> bool:
-    """Whether ``body`` answers a call that a crash or a close cut off."""
-    return isinstance(body, ToolCallCompleted) and body.output in (UNKNOWN, NOT_SENT)
+    """Whether ``body`` answers (or denies) a call that a crash or a close cut off."""
+    if isinstance(body, ToolApprovalDecided):
+        return body.decided_by == "recovery"
+    return isinstance(body, ToolCallCompleted) and body.output in CUT_OFF
 
 
 def _crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[int]:
@@ -338,6 +349,7 @@ class _Driver:
             ),
         }
         self.model = ReplayModel()
+        self.approvals = ReplayApprovals()
         self.servers: ReplayServers | None = None
 
         def make_servers(configs: Any, report: Any) -> ReplayServers:
@@ -359,10 +371,12 @@ class _Driver:
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
             model_client=self.model,
             mcp_factory=make_servers,
+            approval_gate=self.approvals,
             expire_every_sec=None,
         )
         self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered
         self.started: set[str] = set()  # MCP calls sent and not answered
+        self.asked: set[str] = set()  # calls waiting for their approval
         self.tail: Subscription | None = None
         self.held: deque[Event] = deque()  # produced before a submission that came in first
 
@@ -443,6 +457,10 @@ class _Driver:
         elif isinstance(body, ToolCallCompleted):
             self.open_calls.pop(body.call_id, None)
             self.started.discard(body.call_id)
+        elif isinstance(body, ToolApprovalRequested):
+            self.asked.add(body.call_id)
+        elif isinstance(body, ToolApprovalDecided):
+            self.asked.discard(body.call_id)
 
     # --- what came from outside ----------------------------------------------------------------
 
@@ -471,8 +489,11 @@ class _Driver:
             outcome: Outcome = "timeout" if body.outcome == "timeout" else "error"
             if body.outcome == "ok":
                 outcome = "ok"
-            result = CallResult(_text(body.output) or "", outcome, images, body.duration_ms)
+            output = _text(body.output) or ""
+            result = CallResult(output, outcome, images, body.duration_ms, body.control)
             self.servers.answer(body.call_id, result, wait)
+        elif isinstance(body, ToolApprovalDecided) and body.call_id in self.asked:
+            self.approvals.answer(body, wait)  # decided outside the program, as it was
         elif isinstance(body, McpServerReady | McpServerFailed | McpToolsRefreshed):
             if self.servers is not None:
                 self.servers.inject(body)

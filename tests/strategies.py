@@ -107,6 +107,8 @@ def session_items(draw: st.DrawFn) -> list[tuple[Any, str | None, str | None]]:
     """A plausible session as ``(body, conversation_id, task_id)`` triples: tasks with tool
     calls, approvals, aborts, compactions, context changes, new and destroyed conversations."""
     from plait.events import (
+        ApprovalKeyExpired,
+        CommandKey,
         ConversationContextChanged,
         ConversationDestroyed,
         ConversationOpened,
@@ -178,9 +180,11 @@ def session_items(draw: st.DrawFn) -> list[tuple[Any, str | None, str | None]]:
                     items.append((ToolCallRequested(call.id, call.name), conv, task))
                     if draw(st.booleans()):
                         items.append((ToolApprovalRequested(call.id, call.name), conv, task))
-                        items.append(
-                            (ToolApprovalDecided(call.id, draw(st.booleans()), "user"), conv, task)
-                        )
+                        key = draw(st.none() | st.builds(CommandKey, st.just(call.name)))
+                        decided = ToolApprovalDecided(call.id, draw(st.booleans()), "user", key=key)
+                        items.append((decided, conv, task))
+                        if key is not None and draw(st.booleans()):
+                            items.append((ApprovalKeyExpired(key), conv, task))
                     if draw(st.integers(0, 4)):
                         items.append((ToolCallCompleted(call.id, draw(texts)), conv, task))
                 if calls and draw(st.integers(0, 3)) == 0:

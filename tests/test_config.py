@@ -55,6 +55,14 @@ def test_the_storage_policy_and_the_store_lock_wait_are_read(tmp_path: Path) -> 
     assert load_config(cwd=tmp_path / "nowhere", env={}).policy.storage == "full"
 
 
+def test_the_approval_policy_and_its_timeout_are_read(tmp_path: Path) -> None:
+    write(tmp_path / "plait.toml", '[policy]\napproval = "on-write"\napproval_timeout_sec = 30\n')
+    policy = load_config(cwd=tmp_path, env={}).policy
+    assert (policy.approval, policy.approval_timeout_sec) == ("on-write", 30)
+    default = load_config(cwd=tmp_path / "nowhere", env={}).policy
+    assert (default.approval, default.approval_timeout_sec) == ("never", 300)
+
+
 def test_the_environment_overrides_the_base_url_in_the_file(tmp_path: Path) -> None:
     write(tmp_path / "plait.toml", '[model]\nbase_url = "http://file/v1"\n')
     assert load_config(cwd=tmp_path, env={}).model.base_url == "http://file/v1"
@@ -74,6 +82,10 @@ def test_plait_config_names_the_file(tmp_path: Path) -> None:
         ('[model]\nmodle = "x"\n', "model.modle: unknown key"),
         ("colour = true\n", "colour: unknown key"),
         ('[policy]\napproval = "sometimes"\n', "policy.approval: invalid enum value 'sometimes'"),
+        (
+            "[policy]\napproval_timeout_sec = 0\n",
+            "policy.approval_timeout_sec: expected `float` > 0.0",
+        ),
         ("[model]\ntimeout_sec = 0\n", "model.timeout_sec: expected `float` > 0.0"),
         (
             "[policy]\nmax_concurrent_tool_calls = 0\n",

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from plait.events.values import ContextChange
+
 __all__ = ["CallResult", "Outcome", "decode_arguments", "from_mcp_result", "schema_problem"]
 
 Outcome = Literal["ok", "error", "timeout"]
@@ -30,6 +32,8 @@ class CallResult(msgspec.Struct, frozen=True):
     """Images returned, as ``(mime type, base64 data)``, kept as attachments."""
     duration_ms: float = 0.0
     """Wall time of the call, milliseconds (0 when it was refused before being sent)."""
+    control: ContextChange | None = None
+    """The context change the result's ``_meta["plait/context"]`` asks for."""
 
     @property
     def is_error(self) -> bool:
@@ -88,12 +92,18 @@ def _validator(input_schema: str) -> Any:
 
 
 def from_mcp_result(
-    content: Sequence[Any], structured: Any, is_error: bool, duration_ms: float
+    content: Sequence[Any],
+    structured: Any,
+    is_error: bool,
+    duration_ms: float,
+    meta: Mapping[str, Any] | None = None,
 ) -> CallResult:
     """Convert a ``CallToolResult``'s parts (read by attribute, so no ``mcp`` import here).
 
     Text parts are joined with newlines; with no text, ``structured`` becomes JSON; images
-    are kept; other parts (audio, resources) are named in the text so the model knows.
+    are kept; other parts (audio, resources) are named in the text so the model knows. A
+    ``plait/context`` entry in ``meta`` is a context change the tool asks for; a malformed
+    one makes the call an error that says what was wrong.
     """
     texts: list[str] = []
     images: list[tuple[str, str]] = []
@@ -115,7 +125,39 @@ def from_mcp_result(
     if not texts and structured is not None:
         output = msgspec.json.encode(structured).decode()
     outcome: Outcome = "error" if is_error else "ok"
-    return CallResult(output, outcome, images, round(duration_ms, 3))
+    control = context_signal(meta) if meta and CONTROL_KEY in meta and not is_error else None
+    if isinstance(control, str):
+        output = f"{output}\n[{control}]" if output else f"[{control}]"
+        return CallResult(output, "error", images, round(duration_ms, 3))
+    return CallResult(output, outcome, images, round(duration_ms, 3), control)
+
+
+CONTROL_KEY = "plait/context"
+"""The ``_meta`` key of a tool result that changes the calling conversation's context."""
+
+
+class _Signal(msgspec.Struct, forbid_unknown_fields=True):
+    base_instructions: str | None = None
+    user_instructions: str | None = None
+    mcp_allowlist: list[str] | None = None
+    clear_history: bool = False
+
+
+def context_signal(meta: Mapping[str, Any]) -> ContextChange | str:
+    """The context change ``meta[CONTROL_KEY]`` asks for, or what is wrong with it.
+
+    It takes ``base_instructions``, ``user_instructions`` (added to the history after a
+    cleared one, as its rebuild message), ``mcp_allowlist`` and ``clear_history``; a key it
+    names changes, the others stay.
+    """
+    raw = meta[CONTROL_KEY]
+    try:
+        signal = msgspec.convert(raw, _Signal)
+    except msgspec.ValidationError as exc:
+        return f"malformed {CONTROL_KEY} control signal: {exc}"
+    named = sorted(k for k in raw if k != "clear_history")
+    fields = {name: getattr(signal, name) for name in named}
+    return ContextChange(named, clear_history=signal.clear_history, **fields)
 
 
 def _json_type(value: object) -> str:

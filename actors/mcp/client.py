@@ -321,7 +321,9 @@ class McpConnection:
                 f"{snap.name} failed: {_describe(exc)}", "error", duration_ms=round(ms, 3)
             )
         ms = (time.perf_counter() - started) * 1000
-        return from_mcp_result(result.content, result.structured_content, result.is_error, ms)
+        return from_mcp_result(
+            result.content, result.structured_content, result.is_error, ms, result.meta
+        )
 
     async def _not_running(self) -> str:
         """Say why calls cannot be made, waiting briefly to learn how the server died."""

@@ -1,5 +1,6 @@
 """Projections: pure folds of the event log into what people and the runtime read."""
 
+from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
 from plait.events.projections.audit import AuditLog, AuditProjection, AuditRow
 from plait.events.projections.base import Projection
 from plait.events.projections.history import (
@@ -16,6 +17,8 @@ from plait.events.projections.timeline import Timeline, TimelineEntry, TimelineP
 from plait.events.projections.tokens import TokensProjection, TokenTotals, add_usage
 
 __all__ = [
+    "ApprovalState",
+    "ApprovalsProjection",
     "AuditLog",
     "AuditProjection",
     "AuditRow",

@@ -16,6 +16,7 @@ from plait.events.types import (
     ToolCallCompleted,
     ToolCallRequested,
     ToolCallStarted,
+    TurnAborted,
 )
 from plait.events.values import Content
 
@@ -48,7 +49,8 @@ class AuditRow(msgspec.Struct):
     decided_by: str | None = None
     """Who or what decided the approval."""
     outcome: str = "pending"
-    """``pending`` until it ends; then ``ok``, ``error``, ``timeout``, ``refused``, ``unknown``."""
+    """``pending`` until it ends; then ``ok``, ``error``, ``timeout``, ``refused``, ``unknown``
+    (a crash cut it off), ``cancelled`` (an interrupt) or ``aborted`` (its turn ended)."""
     output_size: int | None = None
     """Size of the output in bytes."""
     duration_ms: float | None = None
@@ -89,6 +91,7 @@ class AuditProjection(Projection[AuditLog]):
             ToolApprovalDecided: self._decided,
             ToolCallStarted: self._started,
             ToolCallCompleted: self._completed,
+            TurnAborted: self._aborted,
         }
 
     @staticmethod
@@ -137,6 +140,22 @@ class AuditProjection(Projection[AuditLog]):
         if row is not None:
             row.server = body.server
             row.started_at = event.at
+
+    @staticmethod
+    def _aborted(state: AuditLog, event: Event) -> None:
+        """The calls of the aborted turn that no continuation answers end ``cancelled``
+        (an interrupt) or ``aborted`` (the task replaced, failed or crashed)."""
+        body = event.body
+        assert isinstance(body, TurnAborted)
+        awaiting = set(body.awaiting_call_ids)
+        outcome = "cancelled" if body.reason == "interrupted" else "aborted"
+        for row in reversed(state.rows):
+            if row.stream != event.stream:
+                continue
+            if row.task_id != event.task_id:
+                break
+            if row.outcome == "pending" and row.call_id not in awaiting:
+                row.outcome, row.completed_at = outcome, event.at
 
     def _completed(self, state: AuditLog, event: Event) -> None:
         body = event.body

@@ -16,6 +16,9 @@ import msgspec
 
 from plait.events.projections.base import Projection
 from plait.events.types import (
+    CANCEL_MESSAGE,
+    INTERRUPT_MESSAGE,
+    INTERRUPT_TEXT,
     ConversationContextChanged,
     ConversationDestroyed,
     ConversationOpened,
@@ -135,6 +138,8 @@ class ConversationHistory(msgspec.Struct):
     """When ``conv.destroy`` removed it; its history stays readable."""
     instructions: ChatMessage | None = None
     """The latest standing user-instructions message: a compaction keeps it."""
+    summary: ChatMessage | None = None
+    """The message of the latest compaction's summary, while the history holds it."""
     compacting: bool = False
     """A compaction request is out: its reply is a summary, not a history message."""
 
@@ -217,7 +222,7 @@ class HistoryProjection(Projection[Histories]):
         if body.clear_history:
             conv.messages = []
             conv.open_calls = []
-            conv.instructions = None
+            conv.instructions = conv.summary = None
             self._write(conv, event, ChatMessage("user", "[context rebuilt: history cleared]"))
         if "user_instructions" in body.changed and body.user_instructions is not None:
             self._instruct(conv, event, body.user_instructions)
@@ -327,8 +332,20 @@ class HistoryProjection(Projection[Histories]):
             return
         conv.compacting = False
         awaiting = set(body.awaiting_call_ids)
+        output = CANCEL_MESSAGE if body.checkpoint in (1, 3, 4) else f"aborted: {body.reason}"
         for call_id in [c for c in conv.open_calls if c not in awaiting]:
-            self._answer(state, conv, event, call_id, f"aborted: {body.reason}")
+            self._answer(state, conv, event, call_id, output)
+        if body.checkpoint == 1:
+            self._write(conv, event, ChatMessage("user", INTERRUPT_MESSAGE))
+        elif body.checkpoint == 2 and conv.messages and conv.messages[-1].role == "tool":
+            last = conv.messages[-1]
+            content = last.content
+            if isinstance(content, list):
+                content = [*content, InputText(INTERRUPT_TEXT)]
+            else:
+                content = _text(content) + INTERRUPT_TEXT if content is not None else INTERRUPT_TEXT
+            # A new message: the recorded one stays as it was for anyone holding it.
+            conv.messages[-1] = msgspec.structs.replace(last, content=content)
 
     def _compacted(self, state: Histories, event: Event) -> None:
         body = event.body
@@ -345,7 +362,8 @@ class HistoryProjection(Projection[Histories]):
         # summarise but the conversation's context (seed 001).
         standing = conv.instructions is not None and all(m is not conv.instructions for m in kept)
         conv.messages = [conv.instructions] if standing and conv.instructions else []
-        self._write(conv, event, ChatMessage("user", body.summary))
+        conv.summary = ChatMessage("user", body.summary)
+        self._write(conv, event, conv.summary)
         conv.messages.extend(kept)
 
 

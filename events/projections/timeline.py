@@ -10,6 +10,8 @@ import msgspec
 
 from plait.events.projections.base import Projection
 from plait.events.types import (
+    ApprovalKeyExpired,
+    ApprovalPolicyNarrowed,
     ConversationContextChanged,
     ConversationDestroyed,
     ConversationOpened,
@@ -102,6 +104,10 @@ def _render(body: Any) -> tuple[str, str] | None:
             return "approval_requested", f"approval requested for {tool} {reason}".rstrip()
         case ToolApprovalDecided(approved=approved, decided_by=who):
             return "approval_decided", f"{'approved' if approved else 'denied'} by {who}"
+        case ApprovalKeyExpired(key=key):
+            return "approval_expired", f"remembered approval of {key.tool} lapsed"
+        case ApprovalPolicyNarrowed(requested=requested, effective=effective):
+            return "policy_narrowed", f"approval policy {requested} narrowed to {effective}"
         case ToolCallCompleted(outcome=outcome, output=output):
             return "tool_result", f"{outcome}: {_show(output)}"
         case HistoryCompacted(tokens_before=before, tokens_after=after):
@@ -126,8 +132,8 @@ class TimelineProjection(Projection[Timeline]):
             SessionStarted, SessionClosed, ConversationOpened, ConversationContextChanged,
             ConversationDestroyed, TaskStarted, TaskCompleted, TaskDropped, TurnAborted,
             ModelRequestFailed, ModelResponded, ToolCallRequested, ToolApprovalRequested,
-            ToolApprovalDecided, ToolCallCompleted, HistoryCompacted, McpServerReady,
-            McpServerFailed,
+            ToolApprovalDecided, ApprovalKeyExpired, ApprovalPolicyNarrowed, ToolCallCompleted,
+            HistoryCompacted, McpServerReady, McpServerFailed,
         )  # fmt: skip
         return dict.fromkeys(shown, self._entry)
 

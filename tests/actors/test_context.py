@@ -4,17 +4,20 @@ applied from the next task's first turn, never between a call and its answer, an
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 
 from scripted import assert_histories_valid, call, runtime_for
 
 from plait.actors.conversation import DEFAULT_INSTRUCTIONS
+from plait.actors.mcp import McpServerConfig
 from plait.events import (
     AgentMessageDelta,
     ConversationContextChanged,
     Event,
     SqliteStore,
     TaskCompleted,
+    ToolCallCompleted,
     TurnAborted,
 )
 from plait.replay import replay
@@ -117,3 +120,73 @@ def test_without_base_instructions_a_conversation_falls_back_to_the_default(
         session.run("third", timeout=30)
     systems = [r.messages[0]["content"] for r in server.requests]
     assert systems == [DEFAULT_INSTRUCTIONS, "Be terse.", DEFAULT_INSTRUCTIONS]
+
+
+CONTROL_SERVER = {
+    "t": McpServerConfig(
+        command=sys.executable,
+        args=[
+            str(Path(__file__).parents[1] / "mcp" / "server.py"),
+            "stdio",
+            "--variant",
+            "control",
+        ],
+    )
+}
+"""The test MCP server with ``replan``, whose result carries a ``plait/context`` signal."""
+
+
+def test_a_tool_result_may_change_the_context_from_the_next_turn(tmp_path: Path) -> None:
+    change = {
+        "base_instructions": "Now build.",
+        "clear_history": True,
+        "user_instructions": "Todo: a, b.",
+    }
+    script = [
+        Step(text="Earlier.", tool_calls=[]),
+        Step(text="Planned.", tool_calls=[call("t__replan", change=change)]),
+        Step(text="Building a."),
+        Step(text="Done."),
+    ]
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(server, tmp_path, mcp_servers=CONTROL_SERVER) as runtime,
+    ):
+        session = runtime.start_session(base_instructions="Plan first.")
+        session.run("hello", timeout=60)
+        assert session.run("plan it", timeout=60).last_assistant_message == "Building a."
+        session.run("go on", timeout=60)
+        events = runtime.store.read(session.session_id)
+    # The turn that made the call was the old context's; the next turn, in the same task,
+    # the new one's: new instructions, and a history rebuilt from the rebuild message.
+    systems = [r.messages[0]["content"] for r in server.requests]
+    assert systems == ["Plan first.", "Plan first.", "Now build.", "Now build."]
+    assert [m["content"] for m in server.requests[2].messages[1:]] == [
+        "[context rebuilt: history cleared]",
+        "Todo: a, b.",
+    ]
+    (changed,) = [e for e in events if isinstance(e.body, ConversationContextChanged)]
+    answered = next(e for e in events if isinstance(e.body, ToolCallCompleted))
+    assert changed.seq == answered.seq + 1 and changed.task_id == answered.task_id
+    assert answered.body.control is not None and answered.body.control.clear_history
+    assert_histories_valid(events)
+    with SqliteStore(tmp_path / "plait.db") as store:
+        result = replay(store, session.session_id, timeout=10)
+    assert result.ok, result.divergence and result.divergence.message()
+
+
+def test_a_malformed_control_signal_is_an_error_the_model_sees(tmp_path: Path) -> None:
+    script = [Step(tool_calls=[call("t__replan", change={"base": "x"})]), Step(text="Oh.")]
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(server, tmp_path, mcp_servers=CONTROL_SERVER) as runtime,
+    ):
+        session = runtime.start_session()
+        assert session.run("plan it", timeout=60).ok
+        events = runtime.store.read(session.session_id)
+    answered = next(e.body for e in events if isinstance(e.body, ToolCallCompleted))
+    assert answered.outcome == "error" and answered.control is None
+    assert "malformed plait/context control signal" in str(answered.output)
+    assert "base" in str(answered.output)
+    assert not any(isinstance(e.body, ConversationContextChanged) for e in events)
+    assert server.requests[1].messages[0]["content"] != "x"

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from plait.events import SqliteStore, TurnAborted
+from plait.events import SqliteStore, ToolApprovalDecided, TurnAborted
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 CTRL_C, CTRL_D = b"\x03", b"\x04"
@@ -131,3 +131,58 @@ def test_a_second_ctrl_c_leaves_while_the_task_ends(tmp_path: Path) -> None:
         term.expect("[interrupting the task")
         term.send(CTRL_C)  # while the task ends (130), or at the prompt once it has (0)
         assert term.exit_code() in (0, 130)
+
+
+def test_chat_asks_before_a_call_its_policy_asks_for(tmp_path: Path) -> None:
+    note = ScriptedToolCall("t__note", '{"key": "k", "text": "v"}')
+    fail = ScriptedToolCall("t__fail", '{"message": "x"}')
+    script = [
+        Step(tool_calls=[note]),  # asks; remembered for the session
+        Step(tool_calls=[note, fail]),  # the note by its key; the other asks
+        Step(text="one noted, one refused"),
+        Step(tool_calls=[fail]),  # asks; Ctrl-C interrupts the task instead
+        Step(text="still here"),
+    ]
+    server_py = Path(__file__).parents[1] / "mcp" / "server.py"
+    with ScriptedModelServer(script) as server:
+        (tmp_path / "plait.toml").write_text(
+            f'[model]\nbase_url = "{server.base_url}"\nmodel = "scripted"\n'
+            '[policy]\napproval = "on-write"\n'
+            f'[mcp_servers.t]\ncommand = "{sys.executable}"\nargs = ["{server_py}"]\n'
+        )
+        env = {**clean_env(), "OPENAI_API_KEY": "test", "TERM": "dumb"}
+        term = Terminal([sys.executable, "-m", "plait", "chat"], tmp_path, env)
+        term.expect("you> ")
+        term.send(b"note it\n")
+        shown = term.expect('approve t__note {"key": "k", "text": "v"}? ')
+        assert "[policy 'on-write': t__note is not read-only]" in shown
+        term.expect("[y]es once / [s]ession / [c]onversation / [n]o: ")
+        term.send(b"s\n")
+        shown = term.expect("approve t__fail")  # the second note did not ask
+        assert "approve t__note" not in shown and "<- ok: noted k" in shown
+        term.expect("[n]o: ")
+        term.send(b"n\n")
+        shown = term.expect("you> ")
+        assert "<- refused: not run: denied by user: denied at the terminal" in shown
+        assert "one noted, one refused" in shown
+        term.send(b"fail again\n")
+        term.expect("approve t__fail")
+        term.expect("[n]o: ")
+        term.send(CTRL_C)
+        term.expect("[interrupting the task")
+        term.expect("you> ")
+        term.send(b"are you there?\n")
+        assert "still here" in term.expect("you> ")
+        term.send(CTRL_D)
+        assert term.exit_code() == 0
+    with SqliteStore(tmp_path / ".plait" / "plait.db") as store:
+        [info] = store.streams()
+        events = store.read(info.stream)
+    decided = [e.body for e in events if isinstance(e.body, ToolApprovalDecided)]
+    assert [(d.approved, d.decided_by, d.scope) for d in decided] == [
+        (True, "user", "session"),
+        (True, "key", "session"),
+        (False, "user", "once"),
+    ]
+    aborted = [e.body for e in events if isinstance(e.body, TurnAborted)]
+    assert [a.reason for a in aborted] == ["interrupted"]

@@ -130,6 +130,25 @@ def test_recover_resumes_sessions_left_in_flight_and_runs_their_waiting_tasks(
     assert all(row["closed"] for row in json_lines(cli("sessions", "--json").stdout))
 
 
+def test_compact_summarises_a_conversation_and_history_shows_the_summary(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    session = cli.record("cmp")
+    cli.configure(server.base_url, top="[history]\nkeep_recent_tokens = 1\n\n")
+    server.push(Step(text="They counted two, twice."))
+    result = cli("compact", "cmp", "--json")
+    assert result.returncode == 0, result.stderr
+    (row,) = json_lines(result.stdout)
+    assert (row["conversation_id"], row["trigger"], row["kept_from"]) == ("cmp-2", "manual", 4)
+    assert row["summary"] == "They counted two, twice."
+    assert server.requests[-1].messages[0]["content"].startswith("You are compacting")
+    history = json_lines(cli("history", session, "--json").stdout)
+    assert [m["content"] for m in history[:2]] == ["They counted two, twice.", "Sure?"]
+    assert cli("replay", session).returncode == 0
+    again = cli("compact", "cmp")  # what is left is the latest turn: nothing to compact
+    assert again.returncode == 0 and "nothing to compact" in again.stderr
+
+
 def test_expire_deletes_the_content_a_ttl_policy_let_lapse(cli: Cli) -> None:
     session = cli.record("ttl", storage_policy=StoragePolicy("ttl", 0.001), expire_every_sec=None)
     result = cli("expire")

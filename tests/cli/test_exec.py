@@ -139,16 +139,30 @@ def test_a_model_that_cannot_answer_is_one_line_and_exit_code_1(
         assert not cli.store.exists()  # refused before anything was made
 
 
-def test_an_approval_policy_is_refused_until_approvals_exist(
+def test_exec_has_nobody_to_ask_so_calls_that_need_approval_are_denied(
     cli: Cli, server: ScriptedModelServer
 ) -> None:
-    cli.configure(server.base_url, '[policy]\napproval = "on-request"\n')
-    result = cli("exec", "Hello?")
-    assert (result.returncode, result.stderr) == (
-        1,
-        "plait: plait.toml: policy.approval 'on-request': approvals are not built yet; "
-        "only 'never' can run\n",
+    test_server = f'command = "{sys.executable}"\nargs = ["{TEST_SERVER}"]\n'
+    cli.configure(
+        server.base_url,
+        f'[policy]\napproval = "on-write"\n[mcp_servers.t]\n{test_server}',
     )
+    note, echo = call("t__note", key="k", text="v"), call("t__echo", text="hi")
+    server.push(Step(tool_calls=[echo, note]), Step(text="I could not write the note."))
+    result = cli("exec", "Write a note.")
+    assert result.returncode == 0, result.stderr  # the model was told, and answered
+    assert result.stdout == "I could not write the note.\n"
+    assert "plait exec has nobody to ask, so the calls it asks for are denied" in result.stderr
+    denied = "<- refused: not run: denied by policy: no approver to ask (policy 'on-write')"
+    assert denied in result.stderr
+    session = session_of(result.stderr)
+    rows = json_lines(cli("audit", session, "--json").stdout)
+    assert [(r["tool"], r["approval"], r["decided_by"], r["outcome"]) for r in rows] == [
+        ("t__echo", "not required", None, "ok"),
+        ("t__note", "denied", "policy", "refused"),
+    ]
+    table = cli("audit", session).stdout.splitlines()
+    assert table[1].split()[2:6] == ["t__note", "refused", "denied", "by"]
 
 
 def test_exec_calls_the_tools_of_an_mcp_server_from_mcp_json(

@@ -41,6 +41,7 @@ from plait.events import (
     Usage,
 )
 from plait.events.projections import (
+    ApprovalsProjection,
     AuditProjection,
     HistoryProjection,
     Projection,
@@ -295,6 +296,7 @@ def test_timeline_shows_the_demo_in_order() -> None:
 
 
 PROJECTIONS: list[Projection[Any]] = [
+    ApprovalsProjection(),
     HistoryProjection(),
     TokensProjection(),
     AuditProjection(),

@@ -13,7 +13,9 @@ It lists its tools three to a page, so a client must follow ``next_cursor``. Too
   file: it appends a line to that file and returns how many lines it has, so a test counts the
   executions across processes, even those of a server killed mid-call.
 
-``--variant b`` gives ``lookup`` a different input schema, for conflict tests.
+``--variant b`` gives ``lookup`` a different input schema, for conflict tests; ``--variant
+control`` adds ``replan``, whose result asks (``_meta["plait/context"]``) for a change of the
+caller's context: its arguments, as given.
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ from typing import Any, Literal
 import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ListToolsResult, PaginatedRequestParams, ToolAnnotations
+from mcp_types import (
+    CallToolResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    ToolAnnotations,
+)
 
 PAGE = 3
 """Tools per ``tools/list`` page."""
@@ -135,6 +143,14 @@ def build(name: str, variant: str) -> PagedServer:
         """Return an HTTP request header ("" over stdio)."""
         return (ctx.headers or {}).get(name.lower(), "")
 
+    if variant == "control":
+
+        @server.tool(annotations=READ_ONLY)
+        def replan(change: dict[str, Any]) -> CallToolResult:
+            """Ask for a change of the calling conversation's context."""
+            text = TextContent(type="text", text="replanned")
+            return CallToolResult(content=[text], meta={"plait/context": change})
+
     if variant == "b":
 
         @server.tool(annotations=READ_ONLY)
@@ -200,7 +216,7 @@ def main() -> None:
     parser.add_argument("transport", choices=["stdio", "http"], nargs="?", default="stdio")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default="plait-test")
-    parser.add_argument("--variant", choices=["a", "b"], default="a")
+    parser.add_argument("--variant", choices=["a", "b", "control"], default="a")
     args = parser.parse_args()
     server = build(args.name, args.variant)
     if args.transport == "http":

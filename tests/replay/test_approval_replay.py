@@ -1,0 +1,112 @@
+"""A session with approvals replays exactly: the approver's decisions and its timeouts are fed
+from the log (no approver is called), the ones by a remembered key the program makes again."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+from pathlib import Path
+
+import msgspec
+from scripted import assert_histories_valid, call
+
+from plait import ApprovalDecision, ApprovalRequest
+from plait.actors.mcp import McpServerConfig
+from plait.actors.model import ModelSettings
+from plait.events import (
+    NewEvent,
+    SessionStarted,
+    SqliteStore,
+    ToolApprovalDecided,
+    ToolCallCompleted,
+)
+from plait.replay import replay
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
+
+SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
+
+
+async def approver(request: ApprovalRequest) -> ApprovalDecision:
+    if "stall" in request.arguments:
+        await asyncio.Event().wait()  # never decides: the timeout does
+    if "deny" in request.arguments:
+        return ApprovalDecision(approved=False, reason="not today", decided_by="alice")
+    return ApprovalDecision(approved=True, scope="session", args_pattern='{"key":"a*"*')
+
+
+def test_a_session_with_approvals_replays_without_its_approver(tmp_path: Path) -> None:
+    script = [
+        Step(tool_calls=[call("t__note", key="a1", text="x")]),  # approved, remembered
+        Step(tool_calls=[call("t__note", key="a2", text="y"), call("t__echo", text="e")]),
+        Step(tool_calls=[call("t__note", key="deny", text="z")]),  # denied
+        Step(tool_calls=[call("t__note", key="stall", text="w")]),  # timed out
+        Step(text="done"),
+        Step(tool_calls=[call("t__fail", message="a"), call("t__note", key="a3", text="v")]),
+        Step(text="again"),
+    ]
+    ids = itertools.count(1)
+    servers = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])}
+    with ScriptedModelServer(script) as server, SqliteStore(tmp_path / "plait.db") as store:
+        model = ModelSettings(base_url=server.base_url, api_key="test", model="m")
+        with Runtime(
+            store,
+            model=model,
+            mcp_servers=servers,
+            new_id=lambda: f"id-{next(ids)}",
+            approval_policy="on-write",
+            approver=approver,
+            approval_timeout_sec=0.5,
+        ) as runtime:
+            session = runtime.start_session()
+            assert session.run("write", timeout=60).ok
+            assert session.run("more", timeout=60).ok
+            session.close()
+        events = store.read(session.session_id)
+        result = replay(store, session.session_id, timeout=10)
+    assert result.ok, result.divergence and result.divergence.message()
+    assert result.events == result.total == len(events)
+    decided = [e.body for e in events if isinstance(e.body, ToolApprovalDecided)]
+    assert [(d.approved, d.decided_by) for d in decided] == [
+        (True, "approver"),
+        (True, "key"),
+        (False, "alice"),
+        (False, "timeout"),
+        (True, "approver"),  # t__fail: not covered by the key for t__note
+        (True, "key"),
+    ]
+    outcomes = [e.body.outcome for e in events if isinstance(e.body, ToolCallCompleted)]
+    assert outcomes == ["ok", "ok", "ok", "refused", "refused", "error", "ok"]
+    assert_histories_valid(events)
+
+
+def test_a_changed_decision_is_a_divergence(tmp_path: Path) -> None:
+    """A program that no longer asks (its policy widened in the log's place) is caught."""
+    ids = itertools.count(1)
+    servers = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])}
+    script = [Step(tool_calls=[call("t__note", key="a1", text="x")]), Step(text="done")]
+    with ScriptedModelServer(script) as server, SqliteStore(tmp_path / "plait.db") as store:
+        model = ModelSettings(base_url=server.base_url, api_key="test", model="m")
+        with Runtime(
+            store,
+            model=model,
+            mcp_servers=servers,
+            new_id=lambda: f"id-{next(ids)}",
+            approval_policy="on-write",
+            approver=approver,
+        ) as runtime:
+            session = runtime.start_session()
+            assert session.run("write", timeout=60).ok
+        # The same log, but as if the session had started with policy "never".
+        events = store.read(session.session_id)
+        started = events[0].body
+        assert isinstance(started, SessionStarted)
+        widened = msgspec.structs.replace(started, approval_policy="never")
+        copy = [NewEvent(widened, at=events[0].at)]
+        copy += [NewEvent(e.body, e.conversation_id, e.task_id, at=e.at) for e in events[1:]]
+        store.append("copy", copy, 0)
+        result = replay(store, "copy", timeout=5)
+    assert result.divergence is not None
+    assert "ToolApprovalRequested" in result.divergence.expected
+    assert "ToolCallStarted" in result.divergence.got
