@@ -9,7 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from plait.actors.model import ModelSettings
-from plait.events import Event, EventStore
+from plait.events import (
+    ConversationDestroyed,
+    ConversationOpened,
+    Event,
+    EventStore,
+    McpServerFailed,
+    McpServerReady,
+    McpToolsRefreshed,
+    McpToolWithheld,
+    SessionClosed,
+    SessionStarted,
+)
 from plait.events.projections import HistoryProjection
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
@@ -94,3 +105,28 @@ def random_script(rng: random.Random) -> list[Step]:
             Step(text=rng.choice(["", "ok", "thinking it over"]), tool_calls=calls, status=status)
         )
     return steps
+
+
+SESSION_WIDE = (
+    SessionStarted,
+    SessionClosed,
+    McpServerReady,
+    McpServerFailed,
+    McpToolsRefreshed,
+    McpToolWithheld,
+)
+"""Events of the session as a whole: no conversation, no task."""
+LIFECYCLE = (ConversationOpened, ConversationDestroyed)
+"""A conversation's own lifecycle: its id, and no task (it is not a task's doing)."""
+
+
+def assert_ids(events: list[Event]) -> None:
+    """Seed 003 §9: every event names its conversation and task, where it has them."""
+    for event in events:
+        name = f"seq {event.seq} {type(event.body).__name__}"
+        if isinstance(event.body, SESSION_WIDE):
+            assert event.conversation_id is None and event.task_id is None, name
+        else:
+            assert event.conversation_id is not None, f"{name}: no conversation_id"
+            if not isinstance(event.body, LIFECYCLE):
+                assert event.task_id is not None, f"{name}: no task_id"

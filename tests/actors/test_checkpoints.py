@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from scripted import assert_histories_valid, call, runtime_for
+from scripted import assert_histories_valid, assert_ids, call, runtime_for
 
 from plait import ApprovalDecision, ApprovalRequest, HistorySettings
 from plait.actors.journal import Feed
@@ -81,6 +81,7 @@ def _calls(history: list[dict[str, Any]]) -> list[str]:
 
 def _check_log(tmp_path: Path, session: SessionHandle, events: list[Event]) -> None:
     assert_histories_valid(events)
+    assert_ids(events)
     with SqliteStore(tmp_path / "plait.db") as store:
         result = replay(store, session.session_id, timeout=10)
     assert result.ok, result.divergence and result.divergence.message()

@@ -89,6 +89,20 @@ def test_the_tool_list_and_its_hash_are_the_same_in_every_session(tmp_path: Path
             hashes.append(requested.tools_sha256)
             lists.append(json.dumps(server.requests[0].body["tools"], sort_keys=True))
     assert hashes[0] == hashes[1] and lists[0] == lists[1]
+    # The snapshot: the built-ins in their fixed order, then the server's tools by name.
+    names = [tool["function"]["name"] for tool in json.loads(lists[0])]
+    assert names == [
+        "conv_create",
+        "conv_send",
+        "conv_list",
+        "conv_history",
+        "conv_destroy",
+        *(
+            f"t__{name}"
+            for name in ["add", "crash", "echo", "fail", "grow", "header", "huge", "image"]
+        ),
+        *(f"t__{name}" for name in ["lookup", "note", "pick", "rendezvous", "served", "slow"]),
+    ]
 
 
 def test_tools_outside_the_view_are_refused_and_recorded(tmp_path: Path) -> None:

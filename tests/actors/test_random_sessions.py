@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from scripted import assert_histories_valid, random_script
+from scripted import assert_histories_valid, assert_ids, random_script
 
 from plait.actors.model import ModelSettings
 from plait.actors.scheduler import SchedulerState, evolve
@@ -81,6 +81,7 @@ def test_random_scripted_sessions_keep_the_log_consistent(tmp_path: Path) -> Non
         assert store.verify(session.session_id).ok
         assert_histories_valid(events)
         assert_one_task_at_a_time(events)
+        assert_ids(events)
         rebuilt = HistoryProjection().fold(events)
         assert live.conversations == rebuilt.conversations
         assert_rebuilds_agree(events, rng.randint(0, len(events)))
