@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import random
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+from plait import ApprovalDecision, ApprovalRequest
+from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.events import (
     ConversationDestroyed,
@@ -24,6 +29,33 @@ from plait.events import (
 from plait.events.projections import HistoryProjection
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+
+TEST_SERVER_PY = Path(__file__).parent / "mcp" / "server.py"
+"""The repository's test MCP server (see its docstring for its tools)."""
+
+
+def local_mcp_servers(*args: str) -> dict[str, McpServerConfig]:
+    """The test MCP server over stdio as server ``t`` (its tools are ``t__echo``...); ``args``
+    go on its command line (``--variant control``...)."""
+    command = [str(TEST_SERVER_PY), "stdio", *args]
+    return {"t": McpServerConfig(command=sys.executable, args=command)}
+
+
+class Stuck:
+    """An async approver that never decides; it says when it is asked and when cancelled."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.cancelled = threading.Event()
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        self.asked.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        raise AssertionError("unreachable")
 
 
 def runtime_for(server: ScriptedModelServer, tmp_path: Path, **kwargs: Any) -> Runtime:

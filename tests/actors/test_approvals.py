@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -14,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import assert_histories_valid, call, runtime_for
+from scripted import Stuck, assert_histories_valid, call, local_mcp_servers, runtime_for
 from support import TickClock
 
 from plait import ApprovalDecision, ApprovalRequest, ConfigError
-from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.events import (
     ApprovalKeyExpired,
@@ -39,8 +37,7 @@ from plait.replay.recovery import UNAPPROVED
 from plait.runtime import Runtime, SessionHandle
 from plait.testing import ScriptedModelServer, Step
 
-SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
-TEST_SERVER = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])}
+TEST_SERVER = local_mcp_servers()
 """The test server: ``t__echo`` read-only, ``t__note`` writes (``destructiveHint: false``),
 ``t__fail`` has no annotations (so, by MCP's defaults, may be destructive)."""
 
@@ -69,23 +66,6 @@ class AsyncApprover(Approver):
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:  # type: ignore[override]
         await asyncio.sleep(0)
         return super().__call__(request)
-
-
-class Stuck:
-    """An async approver that never decides; it says when it is asked and when cancelled."""
-
-    def __init__(self) -> None:
-        self.asked = threading.Event()
-        self.cancelled = threading.Event()
-
-    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
-        self.asked.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            self.cancelled.set()
-            raise
-        raise AssertionError("unreachable")
 
 
 def runtime(server: ScriptedModelServer, tmp_path: Path, **kwargs: Any) -> Runtime:

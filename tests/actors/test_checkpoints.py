@@ -12,17 +12,13 @@ A test MCP server over stdio, a scripted model over HTTP; each session replays."
 
 from __future__ import annotations
 
-import asyncio
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
-from scripted import assert_histories_valid, assert_ids, call, runtime_for
+from scripted import Stuck, assert_histories_valid, assert_ids, call, local_mcp_servers, runtime_for
 
-from plait import ApprovalDecision, ApprovalRequest, HistorySettings
+from plait import HistorySettings
 from plait.actors.journal import Feed
-from plait.actors.mcp import McpServerConfig
 from plait.events import (
     CANCEL_MESSAGE,
     INTERRUPT_MESSAGE,
@@ -39,20 +35,7 @@ from plait.replay import audit, replay
 from plait.runtime import SessionHandle
 from plait.testing import ScriptedModelServer, Step
 
-SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
-TEST_SERVER = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])}
-
-
-class Undecided:
-    """An approver that never decides (until the wait is cancelled)."""
-
-    def __init__(self) -> None:
-        self.asked = threading.Event()
-
-    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
-        self.asked.set()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
+TEST_SERVER = local_mcp_servers()
 
 
 def _wait_for(feed: Feed, kind: type[Any], **fields: Any) -> Event:
@@ -90,7 +73,7 @@ def _check_log(tmp_path: Path, session: SessionHandle, events: list[Event]) -> N
 def test_checkpoint_1_reply_recorded_no_call_begun(tmp_path: Path) -> None:
     calls = [call("t__echo", text="a"), call("t__echo", text="b")]
     script = [Step(text="Checking both.", tool_calls=calls), Step(text="Stopped, as asked.")]
-    approver = Undecided()
+    approver = Stuck()
     with (
         ScriptedModelServer(script) as server,
         runtime_for(
@@ -165,7 +148,7 @@ def test_checkpoint_3_a_call_not_begun_is_cancelled(tmp_path: Path) -> None:
             tmp_path,
             mcp_servers=TEST_SERVER,
             approval_policy="on-write",
-            approver=Undecided(),
+            approver=Stuck(),
         ) as rt,
     ):
         session = rt.start_session()

@@ -4,13 +4,11 @@ applied from the next task's first turn, never between a call and its answer, an
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 
-from scripted import assert_histories_valid, call, runtime_for
+from scripted import assert_histories_valid, call, local_mcp_servers, runtime_for
 
 from plait.actors.conversation import DEFAULT_INSTRUCTIONS
-from plait.actors.mcp import McpServerConfig
 from plait.events import (
     AgentMessageDelta,
     ConversationContextChanged,
@@ -122,17 +120,7 @@ def test_without_base_instructions_a_conversation_falls_back_to_the_default(
     assert systems == [DEFAULT_INSTRUCTIONS, "Be terse.", DEFAULT_INSTRUCTIONS]
 
 
-CONTROL_SERVER = {
-    "t": McpServerConfig(
-        command=sys.executable,
-        args=[
-            str(Path(__file__).parents[1] / "mcp" / "server.py"),
-            "stdio",
-            "--variant",
-            "control",
-        ],
-    )
-}
+CONTROL_SERVER = local_mcp_servers("--variant", "control")
 """The test MCP server with ``replan``, whose result carries a ``plait/context`` signal."""
 
 

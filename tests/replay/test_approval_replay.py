@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sys
 from pathlib import Path
 
 import msgspec
-from scripted import assert_histories_valid, call
+from scripted import assert_histories_valid, call, local_mcp_servers
 
 from plait import ApprovalDecision, ApprovalRequest
-from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.events import (
     NewEvent,
@@ -24,8 +22,6 @@ from plait.events import (
 from plait.replay import replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
-
-SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
 
 
 async def approver(request: ApprovalRequest) -> ApprovalDecision:
@@ -47,7 +43,7 @@ def test_a_session_with_approvals_replays_without_its_approver(tmp_path: Path) -
         Step(text="again"),
     ]
     ids = itertools.count(1)
-    servers = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])}
+    servers = local_mcp_servers()
     with ScriptedModelServer(script) as server, SqliteStore(tmp_path / "plait.db") as store:
         model = ModelSettings(base_url=server.base_url, api_key="test", model="m")
         with Runtime(
@@ -84,7 +80,7 @@ def test_a_session_with_approvals_replays_without_its_approver(tmp_path: Path) -
 def test_a_changed_decision_is_a_divergence(tmp_path: Path) -> None:
     """A program that no longer asks (its policy widened in the log's place) is caught."""
     ids = itertools.count(1)
-    servers = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])}
+    servers = local_mcp_servers()
     script = [Step(tool_calls=[call("t__note", key="a1", text="x")]), Step(text="done")]
     with ScriptedModelServer(script) as server, SqliteStore(tmp_path / "plait.db") as store:
         model = ModelSettings(base_url=server.base_url, api_key="test", model="m")
