@@ -393,24 +393,25 @@ class Conversation(pykka.ThreadingActor):
     # --- compaction and bounds (seed 002 "上下文压缩", seed 003 §4.1) --------------------------
 
     def _bound(self) -> None:
-        """Remove the oldest messages past ``max_items``/``max_tokens`` (seed 003 §4.1)."""
+        """Remove the oldest messages once past ``max_items``/``max_tokens`` (seed 003 §4.1),
+        down to three quarters of the bound, so that trims come now and then, not every turn."""
         bounds, view = self.deps.history, self.view
         view.sync(self._history())
         cut = 0
         if bounds.max_items is not None and len(view) > bounds.max_items:
-            cut = len(view) - max(bounds.max_items - 2, 1)  # room for the note and instructions
+            # Room for the note and the standing instructions.
+            cut = len(view) - max(bounds.max_items * 3 // 4 - 2, 1)
         if bounds.max_tokens is not None and view.tokens() > bounds.max_tokens:
-            cut = max(cut, view.first_within(bounds.max_tokens))
+            cut = max(cut, view.first_within(bounds.max_tokens * 3 // 4))
         cut = safe_cut(self._history(), cut)
-        if cut > 0:
-            note = f"[{cut} earlier messages were removed: this history keeps "
-            limits = [f"{bounds.max_items} messages"] if bounds.max_items is not None else []
-            if bounds.max_tokens is not None:
-                limits.append(f"about {bounds.max_tokens} tokens")
-            before = view.tokens()
-            after = view.tokens(cut) + approx_tokens(len(note) + 40)
-            note += " and ".join(limits) + "]"
-            self._record(HistoryCompacted(note, cut, before, after, trigger="bound"))
+        if cut == 0:
+            return
+        limits = [f"{bounds.max_items} messages"] if bounds.max_items is not None else []
+        if bounds.max_tokens is not None:
+            limits.append(f"about {bounds.max_tokens} tokens")
+        note = f"[{cut} earlier messages were removed: this history keeps {' and '.join(limits)}]"
+        after = view.tokens(cut) + approx_tokens(len(note))
+        self._record(HistoryCompacted(note, cut, view.tokens(), after, trigger="bound"))
 
     def _compact(self) -> bool:
         """Start a compaction turn if it is asked for or the prompt nears the context window;

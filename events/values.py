@@ -236,9 +236,10 @@ class HistorySettings(Value, frozen=True):
     keep_recent_tokens: int = 2048
     """About how many tokens of the latest history a compaction keeps verbatim."""
     max_items: int | None = None
-    """Most messages a history keeps; the oldest are removed first (``None``: no bound)."""
+    """Most messages a history keeps: past it, the oldest are removed down to three quarters
+    of it (``None``: no bound)."""
     max_tokens: int | None = None
-    """Most approximate tokens a history keeps; the oldest go first (``None``: no bound)."""
+    """Most approximate tokens a history keeps, trimmed the same way (``None``: no bound)."""
 
 
 class RuntimeSettings(Value, frozen=True):
