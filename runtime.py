@@ -445,8 +445,9 @@ class Runtime:
         session with a ``ttl`` conversation (or ``ttl`` is the default), it deletes every
         ``expire_every_sec`` the content of the store's ``ttl`` conversations that is due
         (``None``: only when ``expire_content`` is called, as ``plait expire`` does).
-        ``history`` sets compaction and history bounds; its ``context_window`` defaults to
-        the model's.
+        ``history`` sets new sessions' compaction and history bounds (a session keeps those it
+        started with, so it resumes and replays alike); its ``context_window`` defaults to the
+        model's.
         ``approval_policy`` is new sessions' default: which MCP calls wait for a decision
         (``never``, ``on-request``, ``on-write``, ``untrusted``). ``approver`` decides them (a
         function or an async function of an ``ApprovalRequest``, returning an
@@ -498,7 +499,7 @@ class Runtime:
             self.workdir,
             self.max_interrupt_chain_depth,
             pool,
-            self.history,
+            (recorded or RuntimeSettings()).history,
             approval_gate=self.approval_gate,
             interrupt_checkpoints=recorded is not None and recorded.interrupt_checkpoints,
         )

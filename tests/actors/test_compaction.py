@@ -212,3 +212,20 @@ def test_prompt_tokens_count_what_the_model_reported(tmp_path: Path) -> None:
         # 890 + 20 reported tokens pass 0.9 of the window although the text is short.
         session.run("second", timeout=30)
     assert server.requests[1].messages[0]["content"] == COMPACT_INSTRUCTIONS
+
+
+def test_a_resumed_session_keeps_the_history_settings_it_started_with(tmp_path: Path) -> None:
+    script = [Step(text=f"answer {n}") for n in range(3)]
+    with ScriptedModelServer(script) as server:
+        with runtime_for(server, tmp_path) as runtime:
+            session = runtime.start_session()
+            session.run("one", timeout=30)
+            session.run("two", timeout=30)
+        tighter = HistorySettings(max_items=2)
+        with runtime_for(server, tmp_path, history=tighter) as runtime:
+            resumed = runtime.resume(session.session_id)
+            assert resumed.run("three", timeout=30).ok
+            events = runtime.store.read(session.session_id)
+    assert _compactions(events) == []  # as the replay of its log will run it
+    assert len(server.requests[-1].messages) == 6
+    _assert_replays(tmp_path, session.session_id)
