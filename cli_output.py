@@ -38,6 +38,7 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.events.values import BlobRef, Content, Redacted
+from plait.live import history_line
 
 __all__ = [
     "ExecPrinter",
@@ -304,4 +305,5 @@ class ExecPrinter:
             return f"  {where}{cut(shown(body.text))}"
         if isinstance(body, ModelRequestFailed) and body.retry_in_sec is not None:
             return f"[model: attempt {body.attempt} failed: {cut(body.error)}; retrying]"
-        return None
+        line = history_line(body)
+        return None if line is None else f"{where}{line}"

@@ -8,8 +8,11 @@ from typing import Any, TextIO
 
 from plait.events.types import (
     AgentMessageDelta,
+    Body,
     ConversationOpened,
     Event,
+    HistoryCompacted,
+    ModelRequested,
     TaskCompleted,
     TaskStarted,
     ToolCallCompleted,
@@ -18,7 +21,18 @@ from plait.events.types import (
     TurnAborted,
 )
 
-__all__ = ["LivePrinter"]
+__all__ = ["LivePrinter", "history_line"]
+
+
+def history_line(body: Body) -> str | None:
+    """The line that says a history is being or was compacted (a pause otherwise unexplained)."""
+    if isinstance(body, ModelRequested) and body.purpose == "compact":
+        return "[compacting the history...]"
+    if isinstance(body, HistoryCompacted):
+        if body.trigger == "bound":
+            return f"[history bound: {body.kept_from} oldest messages removed]"
+        return f"[history compacted: about {body.tokens_before} -> {body.tokens_after} tokens]"
+    return None
 
 
 class LivePrinter:
@@ -57,6 +71,8 @@ class LivePrinter:
             line = f"  <- {body.outcome}: {body.output}".replace("\n", "\n     ")
         elif isinstance(body, TaskCompleted):
             line = f"[{self._name(conv)} done]"
+        else:
+            line = history_line(body)
         if line is not None:
             write(f"\n{line}")
             self.speaking = None

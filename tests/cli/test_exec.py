@@ -192,3 +192,21 @@ def test_a_server_that_does_not_start_is_one_line_and_no_task_runs(
         "plait: MCP server 'broken' did not start: command not found: no-such-plait-server"
     )
     assert server.requests == []
+
+
+def test_exec_says_when_it_compacts_the_history(cli: Cli, server: ScriptedModelServer) -> None:
+    cli.configure(
+        server.base_url, "context_window = 1000\n\n[history]\nkeep_recent_tokens = 1\n"
+    )
+    server.push(
+        Step(text="Hi.", prompt_tokens=950, completion_tokens=2),
+        Step(text="We greeted each other."),
+        Step(text="More."),
+    )
+    first = cli("exec", "hello")
+    assert first.returncode == 0, first.stderr
+    second = cli("exec", "--session", session_of(first.stderr), "more")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == "More.\n"  # the summary is not the answer
+    assert "[compacting the history...]" in second.stderr
+    assert "[history compacted: about " in second.stderr
