@@ -195,9 +195,7 @@ def test_a_server_that_does_not_start_is_one_line_and_no_task_runs(
 
 
 def test_exec_says_when_it_compacts_the_history(cli: Cli, server: ScriptedModelServer) -> None:
-    cli.configure(
-        server.base_url, "context_window = 1000\n\n[history]\nkeep_recent_tokens = 1\n"
-    )
+    cli.configure(server.base_url, "context_window = 1000\n\n[history]\nkeep_recent_tokens = 1\n")
     server.push(
         Step(text="Hi.", prompt_tokens=950, completion_tokens=2),
         Step(text="We greeted each other."),
