@@ -37,7 +37,9 @@ class PromptView:
 
     def sync(self, history: list[ChatMessage]) -> None:
         """Encode the messages added to ``history`` since the last call; start over when the
-        history was replaced (a compaction or a cleared context makes a new list)."""
+        history was replaced. The history projection never changes a message in place: a
+        compaction, a cleared context or an interrupt that edits the last message makes a
+        new list."""
         if history is not self._source or len(history) < len(self._ends):
             self._source, self._body, self._ends = history, bytearray(), []
             self._hash = hashlib.sha256()

@@ -344,8 +344,9 @@ class HistoryProjection(Projection[Histories]):
                 content = [*content, InputText(INTERRUPT_TEXT)]
             else:
                 content = _text(content) + INTERRUPT_TEXT if content is not None else INTERRUPT_TEXT
-            # A new message: the recorded one stays as it was for anyone holding it.
-            conv.messages[-1] = msgspec.structs.replace(last, content=content)
+            # A new message in a new list: the recorded one stays as it was for anyone holding
+            # it, and a view of the history (``PromptView``) sees that it changed.
+            conv.messages = [*conv.messages[:-1], msgspec.structs.replace(last, content=content)]
 
     def _compacted(self, state: Histories, event: Event) -> None:
         body = event.body
@@ -360,8 +361,9 @@ class HistoryProjection(Projection[Histories]):
         kept = conv.messages[cut:]
         # The standing user instructions outlive a compaction: they are not history to
         # summarise but the conversation's context (seed 001).
-        standing = conv.instructions is not None and all(m is not conv.instructions for m in kept)
-        conv.messages = [conv.instructions] if standing and conv.instructions else []
+        conv.messages = []
+        if conv.instructions is not None and all(m is not conv.instructions for m in kept):
+            conv.messages.append(conv.instructions)
         conv.summary = ChatMessage("user", body.summary)
         self._write(conv, event, conv.summary)
         conv.messages.extend(kept)

@@ -111,6 +111,8 @@ def test_checkpoint_2_every_call_answered_next_request_not_sent(tmp_path: Path) 
         Step(tool_calls=[call("conv_list")], prompt_tokens=950, completion_tokens=5),
         # The compaction before the next turn: slow, so the interrupt finds it out.
         Step(text="summary " * 200, chunk_chars=4, chunk_delay=0.05),
+        Step(text="A summary."),  # the next task's compaction
+        Step(text="You stopped me."),
     ]
     history_settings = HistorySettings(context_window=1000, keep_recent_tokens=1)
     with (
@@ -122,6 +124,7 @@ def test_checkpoint_2_every_call_answered_next_request_not_sent(tmp_path: Path) 
         checkpoint = _interrupt_at(session, "list", ModelRequested, purpose="compact")
         assert checkpoint == 2
         history = session.history()
+        assert session.run("why?", timeout=30).ok
         events = rt.store.read(session.session_id)
     (call_id,) = _calls(history)
     assert history[:3] == [
@@ -135,6 +138,9 @@ def test_checkpoint_2_every_call_answered_next_request_not_sent(tmp_path: Path) 
     assert tool["content"].startswith('{"conversations"')
     assert tool["content"].endswith(INTERRUPT_TEXT)
     assert len(history) == 5
+    # The model is shown the interrupt with the next task (here: its compaction first).
+    shown = server.requests[-2].messages
+    assert {"role": "tool", "content": tool["content"], "tool_call_id": call_id} in shown
     _check_log(tmp_path, session, events)
 
 
