@@ -46,11 +46,22 @@ def _wait_for(feed: Feed, kind: type[Any], **fields: Any) -> Event:
     raise AssertionError(f"no {kind.__name__} {fields} within 30 s")
 
 
-def _interrupt_at(session: SessionHandle, prompt: str, kind: type[Any], **fields: Any) -> int:
-    """Submit ``prompt``, interrupt once ``kind`` is recorded; return the checkpoint."""
+def _interrupt_at(
+    session: SessionHandle,
+    prompt: str,
+    kind: type[Any],
+    *,
+    requests: tuple[ScriptedModelServer, int] | None = None,
+    **fields: Any,
+) -> int:
+    """Submit ``prompt``, interrupt once ``kind`` is recorded (and, with ``requests``, once
+    the model server has had that many requests); return the checkpoint."""
     with session.subscribe(transient=False) as feed:
         session.submit(prompt)
         _wait_for(feed, kind, **fields)
+        if requests is not None:
+            server, count = requests
+            server.wait_for_requests(count)
         session.interrupt()
         aborted = _wait_for(feed, TurnAborted)
     assert isinstance(aborted.body, TurnAborted)
@@ -121,7 +132,11 @@ def test_checkpoint_2_every_call_answered_next_request_not_sent(tmp_path: Path) 
     ):
         session = rt.start_session()
         session.run("hi", timeout=30)
-        checkpoint = _interrupt_at(session, "list", ModelRequested, purpose="compact")
+        # Once the compaction reached the server: its step is not left for the next request.
+        compaction = (server, 3)
+        checkpoint = _interrupt_at(
+            session, "list", ModelRequested, requests=compaction, purpose="compact"
+        )
         assert checkpoint == 2
         history = session.history()
         assert session.run("why?", timeout=30).ok
