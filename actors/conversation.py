@@ -185,8 +185,6 @@ class _Run(msgspec.Struct):
     """A compaction request is out: the event its summary completes."""
     compacted: bool = False
     """The history was compacted for the coming turn (so it is not compacted twice)."""
-    prompt_tokens: int = 0
-    """The estimated prompt tokens of the request out (reported if it is interrupted)."""
     control: ContextChange | None = None
     """A context change a tool result of this turn asked for, applied before the next."""
 
@@ -263,10 +261,15 @@ class Conversation(pykka.ThreadingActor):
         conv = self.histories.conversations.get(self.id)
         return conv.messages if conv else []
 
+    def _synced(self) -> list[ChatMessage]:
+        """The history, with the prompt view brought up to date with it."""
+        history = self._history()
+        self.view.sync(history)
+        return history
+
     def _prompt_tokens(self) -> int:
-        """The history's tokens: the model's count for what it was last sent, approximated
-        for what came after (seed 002 "Token 追踪")."""
-        self.view.sync(self._history())
+        """The history's tokens (the view is in sync): the model's count for what it was last
+        sent, approximated for what came after (seed 002 "Token 追踪")."""
         if self._reported is None or self._reported[0] > len(self.view):
             return self.view.tokens()
         sent, tokens = self._reported
@@ -362,18 +365,15 @@ class Conversation(pykka.ThreadingActor):
                 run.waited = True  # once per task: a late server is not waited for twice
                 self.deps.pool.tell(AwaitServers(run.view.waiting, run.token, self.actor_ref))
                 return  # ServersSettled continues
+        self._synced()
         self._bound()
         if self._compact():
             return  # the compaction's reply continues the turn
-        instructions = as_text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
-        if run.plan.base_instructions_override is not None:
-            instructions = as_text(run.plan.base_instructions_override) or ""
+        instructions = self._instructions()
         view = self.view
-        view.sync(self._history())
         messages = view.messages(instructions)
         tools, tools_sha = self._tools(run.view)
         run.compacted = False
-        run.prompt_tokens = self._prompt_tokens() + approx_tokens(len(instructions))
         # The request is built from the log alone, so it may go out while its record is being
         # made durable: the fsync overlaps the network. Its reply comes back as a message, after
         # this handler; its text deltas are held until the record is in the feeds.
@@ -390,13 +390,31 @@ class Conversation(pykka.ThreadingActor):
         )
         deltas.open()
 
+    def _instructions(self) -> str:
+        """The system message of the task's turns: the conversation's base instructions (or
+        the default), unless the task overrides them."""
+        assert self.run is not None
+        override = self.run.plan.base_instructions_override
+        if override is not None:
+            return as_text(override) or ""
+        return as_text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
+
+    def _sent_tokens(self) -> int:
+        """The estimated prompt tokens of the request out (the history has not changed since
+        it went)."""
+        assert self.run is not None
+        pending = self.run.compacting
+        if pending is not None:
+            summarised = self.view.tokens(0, pending.kept_from)
+            return summarised + approx_tokens(len(COMPACT_INSTRUCTIONS))
+        return self._prompt_tokens() + approx_tokens(len(self._instructions()))
+
     # --- compaction and bounds (seed 002 "上下文压缩", seed 003 §4.1) --------------------------
 
     def _bound(self) -> None:
         """Remove the oldest messages once past ``max_items``/``max_tokens`` (seed 003 §4.1),
         down to three quarters of the bound, so that trims come now and then, not every turn."""
         bounds, view = self.deps.history, self.view
-        view.sync(self._history())
         cut = 0
         if bounds.max_items is not None and len(view) > bounds.max_items:
             # Room for the note and the standing instructions.
@@ -412,6 +430,7 @@ class Conversation(pykka.ThreadingActor):
         note = f"[{cut} earlier messages were removed: this history keeps {' and '.join(limits)}]"
         after = view.tokens(cut) + approx_tokens(len(note))
         self._record(HistoryCompacted(note, cut, view.tokens(), after, trigger="bound"))
+        self._synced()
 
     def _compact(self) -> bool:
         """Start a compaction turn if it is asked for or the prompt nears the context window;
@@ -427,7 +446,6 @@ class Conversation(pykka.ThreadingActor):
             if self._prompt_tokens() <= settings.compact_threshold * window:
                 return False
         view, history = self.view, self._history()
-        view.sync(history)
         # The latest turns stay as they are, and at least the task's own input.
         last_input = next(
             (i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), 0
@@ -442,7 +460,6 @@ class Conversation(pykka.ThreadingActor):
                 return True
             return False
         before = self._prompt_tokens()
-        run.prompt_tokens = view.tokens(0, kept_from) + approx_tokens(len(COMPACT_INSTRUCTIONS))
         run.compacting = HistoryCompacted(
             "", kept_from, before, 0, trigger="manual" if manual else "auto"
         )
@@ -618,12 +635,12 @@ class Conversation(pykka.ThreadingActor):
     def _start_tool(self, batch: _Batch, index: int) -> bool:
         """Run or start call ``index``; True when it replaced the task (conv_create/send)."""
         call, name = batch.calls[index], batch.names[index]
-        arguments = call.arguments if isinstance(call.arguments, str) else "{}"
+        arguments = _arguments(call)
         if name is None:
             batch.results[index] = _refused(f"unknown tool {call.name!r}: it is not offered here")
         elif name in batch.mcp:
             if batch.asks[index] is None or self._approved(batch, index, name, arguments):
-                self._call_mcp(index, name, arguments)
+                self._call_mcp(index)
         elif name in builtins.INTERRUPTING:
             outcome = self._interrupt(call, name, arguments, batch.calls[index + 1 :])
             if outcome is None:
@@ -633,11 +650,15 @@ class Conversation(pykka.ThreadingActor):
             batch.results[index] = self._builtin(name, arguments)
         return False
 
-    def _call_mcp(self, index: int, name: str, arguments: str) -> None:
+    def _call_mcp(self, index: int) -> None:
+        """Send call ``index`` of the batch to its MCP server (``ToolFinished`` comes back)."""
         assert self.run is not None and self.run.tools is not None
-        me, token = self.actor_ref, self.run.token
-        call, task = self.run.tools.calls[index], self.run.plan.task_id
-        self.deps.pool.tell(CallTool(self.id, task, call.id, token, index, name, arguments, me))
+        batch, task = self.run.tools, self.run.plan.task_id
+        call, name = batch.calls[index], batch.names[index] or ""
+        request = CallTool(
+            self.id, task, call.id, self.run.token, index, name, _arguments(call), self.actor_ref
+        )
+        self.deps.pool.tell(request)
 
     def _tool_finished(self, finished: ToolFinished) -> None:
         run = self.run
@@ -697,9 +718,7 @@ class Conversation(pykka.ThreadingActor):
             return
         self._record(decision)
         if decision.approved:
-            call, name = batch.calls[index], batch.names[index] or ""
-            arguments = call.arguments if isinstance(call.arguments, str) else "{}"
-            self._call_mcp(index, name, arguments)
+            self._call_mcp(index)
             return
         batch.results[index] = _refused(refusal(decision))
         self._advance_tools()
@@ -772,7 +791,8 @@ class Conversation(pykka.ThreadingActor):
             run.future.cancel()  # closes the HTTP stream at once
             if by_interrupt:  # the request was sent, so it counts toward usage: estimated
                 window = self.deps.history.context_window
-                tokens = Usage(run.prompt_tokens, 0, run.prompt_tokens)
+                sent = self._sent_tokens()
+                tokens = Usage(sent, 0, sent)
                 counted.append(TokensCounted(tokens, window, estimated=True))
         if run.tools is not None:
             for deciding in run.tools.awaiting.values():
@@ -803,12 +823,16 @@ class Conversation(pykka.ThreadingActor):
             return 3  # a call has not begun (it waits for approval, or its turn)
         return 1  # the reply is recorded and no call has begun
 
-    def _end(self, notify: bool = True) -> None:
+    def _end(self) -> None:
         assert self.run is not None
         task_id = self.run.plan.task_id
         self.run = None
-        if notify:
-            self.scheduler.tell(TaskEnded(task_id))
+        self.scheduler.tell(TaskEnded(task_id))
+
+
+def _arguments(call: ToolCall) -> str:
+    """The call's arguments as the model sent them (``{}`` if the log no longer has them)."""
+    return call.arguments if isinstance(call.arguments, str) else "{}"
 
 
 def _tell(ref: Any, message: Any) -> None:
