@@ -234,8 +234,7 @@ class Conversation(pykka.ThreadingActor):
             if isinstance(body, ConversationOpened):
                 self.context = body
             elif isinstance(body, ConversationContextChanged):
-                changes = {name: getattr(body, name) for name in body.changed}
-                self.context = msgspec.structs.replace(self.context, **changes)
+                self.context = body.applied(self.context)
                 if body.clear_history:
                     self._reported = None
             elif isinstance(body, ModelRequested):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import msgspec
 import pykka
 
 from plait.actors.builtins import ConvDestroy, ConvHistory, ConvSend
@@ -95,8 +94,7 @@ class Session(pykka.ThreadingActor):
                 self.contexts[cid] = body
             elif isinstance(body, ConversationContextChanged) and cid in self.contexts and cid:
                 # What a conversation's children inherit is its context as it is now.
-                changes = {name: getattr(body, name) for name in body.changed}
-                self.contexts[cid] = msgspec.structs.replace(self.contexts[cid], **changes)
+                self.contexts[cid] = body.applied(self.contexts[cid])
             evolve(self.timeline, event)
 
     def _spawn(self, cid: str, past: list[Event], approvals: ApprovalState | None = None) -> None:

@@ -153,6 +153,11 @@ class ConversationContextChanged(Body, frozen=True):
     approval_policy: ApprovalPolicy | None = None
     """New approval policy, if named in ``changed``."""
 
+    def applied(self, context: ConversationOpened) -> ConversationOpened:
+        """``context`` with this change made: the fields named in ``changed`` replaced."""
+        changes = {name: getattr(self, name) for name in self.changed}
+        return msgspec.structs.replace(context, **changes)
+
 
 class ConversationDestroyed(Body, frozen=True):
     """A conversation was destroyed (``conv.destroy``); its history stays in the log."""
