@@ -14,7 +14,7 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -28,7 +28,6 @@ from plait.errors import ConfigError, McpError, PlaitError, StoreError
 if TYPE_CHECKING:
     from plait.actors.approvals import Approver
     from plait.actors.model import ModelSettings
-    from plait.events.projections import Histories
     from plait.events.store import EventStore
     from plait.events.types import Event
     from plait.runtime import Runtime, SessionHandle
@@ -77,9 +76,10 @@ def _session(store: EventStore, session: str) -> str:
     return matches[0]
 
 
-def _conversation(histories: Histories, session: str, conversation: str) -> str:
-    """Return the one conversation id of ``session`` that starts with ``conversation``."""
-    matches = [c for c in histories.conversations if c.startswith(conversation)]
+def _conversation(ids: Iterable[str], session: str, conversation: str) -> str:
+    """Return the one conversation id of ``session`` (among ``ids``) that starts with
+    ``conversation``."""
+    matches = [c for c in ids if c.startswith(conversation)]
     if len(matches) != 1:
         what = "no conversation" if not matches else f"{len(matches)} conversations"
         raise PlaitError(
@@ -170,7 +170,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
             from plait.events.projections import HistoryProjection
 
             histories = HistoryProjection().fold(store.read(session_id))
-            conversation = _conversation(histories, session_id, args.conversation)
+            conversation = _conversation(histories.conversations, session_id, args.conversation)
         runtime = _runtime(config, model, store)
         try:
             before = store.last_seq(session_id) if session_id else 0
@@ -229,7 +229,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
             handle = runtime.resume(session_id)
             cid = handle.root_conversation_id
             if args.conversation:
-                cid = _conversation(handle._histories(), session_id, args.conversation)
+                ids = [info.id for info in handle.conversations()]
+                cid = _conversation(ids, session_id, args.conversation)
             outcome = handle.compact(cid)
         finally:
             runtime.close()
@@ -374,7 +375,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     histories = HistoryProjection().fold(events)
     started = events[0].body
     root = started.root_conversation_id if isinstance(started, SessionStarted) else ""
-    conversation = _conversation(histories, session, args.conversation or root)
+    conversation = _conversation(histories.conversations, session, args.conversation or root)
     messages = histories.conversations[conversation].messages
     for message in messages[-args.limit :] if args.limit else messages:
         row = {"seq": message.seq, **message.to_openai()}
