@@ -4,24 +4,23 @@ from the log (no approver is called), the ones by a remembered key the program m
 from __future__ import annotations
 
 import asyncio
-import itertools
 from pathlib import Path
+from typing import Any
 
 import msgspec
-from scripted import assert_histories_valid, call, local_mcp_servers
+from scripted import assert_histories_valid, call, local_mcp_servers, record_session
 
 from plait import ApprovalDecision, ApprovalRequest
-from plait.actors.model import ModelSettings
 from plait.events import (
     NewEvent,
     SessionStarted,
     SqliteStore,
+    TaskCompleted,
     ToolApprovalDecided,
     ToolCallCompleted,
 )
 from plait.replay import replay
-from plait.runtime import Runtime
-from plait.testing import ScriptedModelServer, Step
+from plait.testing import Step
 
 
 async def approver(request: ApprovalRequest) -> ApprovalDecision:
@@ -30,6 +29,14 @@ async def approver(request: ApprovalRequest) -> ApprovalDecision:
     if "deny" in request.arguments:
         return ApprovalDecision(approved=False, reason="not today", decided_by="alice")
     return ApprovalDecision(approved=True, scope="session", args_pattern='{"key":"a*"*')
+
+
+APPROVING: dict[str, Any] = {
+    "mcp_servers": local_mcp_servers(),
+    "approval_policy": "on-write",
+    "approver": approver,
+}
+"""The runtime of these sessions: the test MCP server, and the approver above asked on writes."""
 
 
 def test_a_session_with_approvals_replays_without_its_approver(tmp_path: Path) -> None:
@@ -42,25 +49,19 @@ def test_a_session_with_approvals_replays_without_its_approver(tmp_path: Path) -
         Step(tool_calls=[call("t__fail", message="a"), call("t__note", key="a3", text="v")]),
         Step(text="again"),
     ]
-    ids = itertools.count(1)
-    servers = local_mcp_servers()
-    with ScriptedModelServer(script) as server, SqliteStore(tmp_path / "plait.db") as store:
-        model = ModelSettings(base_url=server.base_url, api_key="test", model="m")
-        with Runtime(
+    with SqliteStore(tmp_path / "plait.db") as store:
+        session_id = record_session(
             store,
-            model=model,
-            mcp_servers=servers,
-            new_id=lambda: f"id-{next(ids)}",
-            approval_policy="on-write",
-            approver=approver,
+            script,
+            ["write", "more"],
+            "id",
+            {"model": "m"},
+            **APPROVING,
             approval_timeout_sec=0.5,
-        ) as runtime:
-            session = runtime.start_session()
-            assert session.run("write", timeout=60).ok
-            assert session.run("more", timeout=60).ok
-            session.close()
-        events = store.read(session.session_id)
-        result = replay(store, session.session_id, timeout=10)
+        )
+        events = store.read(session_id)
+        result = replay(store, session_id, timeout=10)
+    assert sum(isinstance(e.body, TaskCompleted) for e in events) == 2  # both tasks ran
     assert result.ok, result.divergence and result.divergence.message()
     assert result.events == result.total == len(events)
     decided = [e.body for e in events if isinstance(e.body, ToolApprovalDecided)]
@@ -79,23 +80,12 @@ def test_a_session_with_approvals_replays_without_its_approver(tmp_path: Path) -
 
 def test_a_changed_decision_is_a_divergence(tmp_path: Path) -> None:
     """A program that no longer asks (its policy widened in the log's place) is caught."""
-    ids = itertools.count(1)
-    servers = local_mcp_servers()
     script = [Step(tool_calls=[call("t__note", key="a1", text="x")]), Step(text="done")]
-    with ScriptedModelServer(script) as server, SqliteStore(tmp_path / "plait.db") as store:
-        model = ModelSettings(base_url=server.base_url, api_key="test", model="m")
-        with Runtime(
-            store,
-            model=model,
-            mcp_servers=servers,
-            new_id=lambda: f"id-{next(ids)}",
-            approval_policy="on-write",
-            approver=approver,
-        ) as runtime:
-            session = runtime.start_session()
-            assert session.run("write", timeout=60).ok
+    with SqliteStore(tmp_path / "plait.db") as store:
+        session_id = record_session(store, script, ["write"], "id", {"model": "m"}, **APPROVING)
         # The same log, but as if the session had started with policy "never".
-        events = store.read(session.session_id)
+        events = store.read(session_id)
+        assert isinstance(events[-2].body, TaskCompleted)  # it ran, then it was closed
         started = events[0].body
         assert isinstance(started, SessionStarted)
         widened = msgspec.structs.replace(started, approval_policy="never")
