@@ -193,7 +193,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         fields = msgspec.to_builtins(outcome)
         _out(render.json_line({"type": "TaskOutcome", "session_id": handle.session_id, **fields}))
     if not outcome.ok:
-        raise PlaitError(render.failure_line(outcome, printer.failures, config.model.api_key_env))
+        raise PlaitError(render.failure_line(outcome, config.model.api_key_env))
     return 0
 
 

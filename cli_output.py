@@ -185,22 +185,20 @@ def recovery_row(recovery: Any) -> str:
     return f"{recovery.session_id}  {crashed}, {recovery.waiting} waiting: {state}"
 
 
-def failure_line(outcome: Any, failures: list[ModelRequestFailed], api_key_env: str) -> str:
-    """Return why a task (a ``TaskOutcome``) did not complete, and what to do about it.
-
-    A model failure is recognised by the failed request it ended with, and its HTTP status
-    says whose fault it is (``TaskOutcome`` does not keep the ``ModelError`` kind).
-    """
-    detail = outcome.detail
-    if outcome.status == "failed":
-        failed = next((f for f in reversed(failures) if detail.startswith(f.error)), None)
-        if failed is not None and failed.status in (401, 403):
+def failure_line(outcome: Any, api_key_env: str) -> str:
+    """Return why a task (a ``TaskOutcome``) did not complete, and what to do about it."""
+    detail = outcome.detail or "no detail"
+    if outcome.status == "model_error":
+        if outcome.error_kind == "auth":
             return f"{detail}; the key is read from ${api_key_env}"
-        if failed is not None and failed.status is None and "cannot reach" in detail:
+        if outcome.error_kind == "unavailable" and "cannot reach" in detail:
             return f"{detail} (is it running? model.base_url says where)"
-        if failed is not None:
-            return str(detail)
-    return f"task {outcome.task_id} {outcome.status}: {detail or 'no detail'}"
+        return str(detail)
+    if outcome.status == "truncated":
+        return f"the answer is incomplete: {detail} (model.max_output_tokens sets the cap)"
+    if outcome.status == "filtered":
+        return f"the answer is incomplete: {detail}"
+    return f"task {outcome.task_id} {outcome.status}: {detail}"
 
 
 def show_session(events: list[Event], report: Verification, out: TextIO) -> None:
@@ -249,8 +247,6 @@ class ExecPrinter:
         self.json = json
         self.last_seq = 0
         """The last event printed."""
-        self.failures: list[ModelRequestFailed] = []
-        """Every failed model request seen, oldest first (to explain a failed task)."""
         self._open_line = False  # text went to ``out`` without its newline yet
 
     def __call__(self, item: Event | Transient) -> None:
@@ -259,8 +255,6 @@ class ExecPrinter:
             if item.seq <= self.last_seq:
                 return
             self.last_seq = item.seq
-            if isinstance(item.body, ModelRequestFailed):
-                self.failures.append(item.body)
         if self.json:
             self.out.write(event_json(item) if isinstance(item, Event) else json_line(item))
             self.out.flush()

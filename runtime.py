@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
@@ -37,7 +38,7 @@ from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.pool import McpLimits
 from plait.actors.scheduler import SchedulerState, evolve
 from plait.actors.session import Session
-from plait.errors import ConfigError, ContentUnavailableError, PlaitError
+from plait.errors import ConfigError, ContentUnavailableError, ModelErrorKind, PlaitError
 from plait.events.projections.history import ConversationInfo, Histories, conversation_index
 from plait.events.projections.stats import ConversationStats, StatsProjection
 from plait.events.storage import Expiry, missing_content
@@ -59,11 +60,13 @@ from plait.events.types import (
 )
 from plait.events.values import (
     APPROVAL_POLICIES,
+    MODEL_PROTOCOL,
     ApprovalPolicy,
     ContextChange,
     HistorySettings,
     InputItem,
     InputText,
+    ModelOptions,
     RuntimeSettings,
     StoragePolicy,
     TaskPlan,
@@ -75,7 +78,16 @@ __all__ = ["KEEP", "KeepType", "Recovery", "Runtime", "SessionHandle", "TaskOutc
 
 log = logging.getLogger("plait")
 
-Status = Literal["completed", "interrupted", "failed", "crashed", "dropped"]
+Status = Literal[
+    "completed",
+    "truncated",
+    "filtered",
+    "model_error",
+    "interrupted",
+    "failed",
+    "crashed",
+    "dropped",
+]
 
 
 class KeepType(enum.Enum):
@@ -96,11 +108,17 @@ class TaskOutcome(msgspec.Struct, frozen=True):
     conversation_id: str
     """Where it ran."""
     status: Status
-    """``completed``, or why not."""
+    """``completed``, or why not: ``truncated`` (the server cut the final reply at the output
+    cap or the context's end) or ``filtered`` (its content filter stopped it), with the text
+    it had; ``model_error`` (the model server failed: ``error_kind`` says how);
+    ``interrupted``, ``failed`` (something else failed), ``crashed``, ``dropped``."""
     last_assistant_message: str | None = None
-    """The final answer, when completed."""
+    """The final answer (what there was of it, when truncated or filtered)."""
     detail: str = ""
     """What happened, when it did not complete."""
+    error_kind: ModelErrorKind | None = None
+    """For ``model_error``: ``auth``, ``rate_limited``, ``unavailable``, ``bad_request``,
+    ``timeout``, ``malformed`` or ``disconnected``."""
 
     @property
     def ok(self) -> bool:
@@ -358,18 +376,34 @@ def _await_outcome(
         if item.task_id not in watched:
             continue
         conversation = item.conversation_id or conversation
-        if isinstance(body, TaskCompleted):
-            text = body.last_assistant_message
-            return TaskOutcome(
-                task_id, conversation, "completed", text if isinstance(text, str) else None
-            )
-        if isinstance(body, TurnAborted):
-            if body.reason == "replaced":
+        if isinstance(body, TaskCompleted | TurnAborted):
+            if isinstance(body, TurnAborted) and body.reason == "replaced":
                 awaited.update(body.awaiting_call_ids)
                 continue
-            return TaskOutcome(task_id, conversation, body.reason, detail=body.detail)
+            return outcome(task_id, conversation, body)
         if isinstance(body, TaskDropped):
             return TaskOutcome(task_id, conversation, "dropped", detail=body.reason)
+
+
+CUT_OFF: dict[str, tuple[Status, str]] = {
+    "length": ("truncated", "the reply was cut off at the output cap or the context's end"),
+    "content_filter": ("filtered", "the model server's content filter stopped the reply"),
+}
+
+
+def outcome(task_id: str, conversation: str, end: TaskCompleted | TurnAborted) -> TaskOutcome:
+    """How a task ended, from the event that ended it."""
+    if isinstance(end, TurnAborted):
+        if end.model_error is not None:
+            return TaskOutcome(
+                task_id, conversation, "model_error", None, end.detail, end.model_error
+            )
+        return TaskOutcome(task_id, conversation, end.reason, detail=end.detail)  # type: ignore[arg-type]
+    text = end.last_assistant_message if isinstance(end.last_assistant_message, str) else None
+    if end.cut_off is None:
+        return TaskOutcome(task_id, conversation, "completed", text)
+    status, why = CUT_OFF[end.cut_off]
+    return TaskOutcome(task_id, conversation, status, text, f"{why} (finish_reason {end.cut_off})")
 
 
 class Recovery(msgspec.Struct, frozen=True):
@@ -502,6 +536,8 @@ class Runtime:
             (recorded or RuntimeSettings()).history,
             approval_gate=self.approval_gate,
             interrupt_checkpoints=recorded is not None and recorded.interrupt_checkpoints,
+            model_protocol=recorded.model_protocol if recorded is not None else 0,
+            model_options=recorded.model if recorded is not None else ModelOptions(),
         )
 
     def _recorded(self) -> RuntimeSettings:
@@ -517,6 +553,8 @@ class Runtime:
             str(Path(self.workdir).resolve()),
             self.history,
             interrupt_checkpoints=True,
+            model_protocol=MODEL_PROTOCOL,
+            model=self.settings.options(),
         )
 
     def start_session(
@@ -607,9 +645,10 @@ class Runtime:
                 found.append(Recovery(session_id, crashed, waiting))
         return found
 
-    def expire_content(self) -> int:
-        """Delete ``ttl`` conversations' content that is due; return how many blobs."""
-        return self._expiry.sweep()
+    def expire_content(self, now: datetime | None = None) -> int:
+        """Delete ``ttl`` conversations' content that is due by ``now`` (the store's clock by
+        default); return how many blobs."""
+        return self._expiry.sweep(now)
 
     def _sweep_from_now(self) -> None:
         """Start sweeping (once): ``ttl`` content is in use."""

@@ -48,7 +48,8 @@ from plait.actors.messages import (
     ToolView,
     ViewFor,
 )
-from plait.actors.prompt import PromptView, approx_tokens, encoded
+from plait.actors.prompt import PromptView, approx_tokens, encoded, transcript
+from plait.errors import ModelError
 from plait.events.projections.approvals import ApprovalState
 from plait.events.projections.history import (
     ChatMessage,
@@ -68,6 +69,7 @@ from plait.events.types import (
     ModelRequestFailed,
     ModelResponded,
     NewEvent,
+    ReasoningDelta,
     TaskCompleted,
     TaskEnqueued,
     TokensCounted,
@@ -78,9 +80,11 @@ from plait.events.types import (
     TurnStarted,
 )
 from plait.events.values import (
+    MODEL_PROTOCOL,
     Closure,
     ContextChange,
     HistorySettings,
+    ModelOptions,
     TaskPlan,
     ToolCall,
     Usage,
@@ -104,6 +108,9 @@ COMPACT_INSTRUCTIONS = (
     "values, paths), and what is still open. Be complete and concise; write only the summary."
 )
 """The instructions of a compaction turn (used for that turn only, never the conversation's)."""
+
+CUT_OFF = frozenset({"length", "content_filter"})
+"""Finish reasons of a reply the server stopped before it was whole."""
 
 _TOOLS = builtins.builtin_specs()
 _TOOLS_SHA = canonical_sha256(_TOOLS)
@@ -135,6 +142,10 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     approval_gate: Any = None
     """The runtime's ``ApprovalGate`` (replay's answers from the log); ``None``: no approver,
     so every call that must ask is denied."""
+    model_protocol: int = MODEL_PROTOCOL
+    """How requests are shaped and replies read (``RuntimeSettings.model_protocol``)."""
+    model_options: ModelOptions = ModelOptions()
+    """What each model request asks for beyond messages and tools."""
 
 
 class _Batch(msgspec.Struct):
@@ -213,7 +224,9 @@ class Conversation(pykka.ThreadingActor):
         self.context = ConversationOpened()
         self.run: _Run | None = None
         self.token = 0
-        self.view = PromptView()
+        self.view = PromptView(
+            omit_null=deps.model_protocol >= 1, reasoning=deps.model_options.send_reasoning
+        )
         self._reported: tuple[int, int] | None = None
         """(messages the last answered request sent, its prompt + completion tokens)."""
         self._sent = 0
@@ -462,15 +475,24 @@ class Conversation(pykka.ThreadingActor):
         run.compacting = HistoryCompacted(
             "", kept_from, before, 0, trigger="manual" if manual else "auto"
         )
-        deltas = self._call_model(run.token, view.messages(COMPACT_INSTRUCTIONS, kept_from), [])
+        if self.deps.model_protocol >= 1:
+            # The history as one text: servers differ on what they take of tool messages.
+            text = {"role": "user", "content": transcript(history[:kept_from])}
+            system = encoded({"role": "system", "content": COMPACT_INSTRUCTIONS})
+            messages = msgspec.Raw(b"[%s,%s]" % (system, encoded(text)))
+            sent, sha = 2, canonical_sha256(text)
+        else:
+            messages = view.messages(COMPACT_INSTRUCTIONS, kept_from)
+            sent, sha = kept_from + 1, view.prefix_sha256(kept_from)
+        deltas = self._call_model(run.token, messages, [])
         self._record(
             TurnStarted(run.turn),
             ModelRequested(
                 self.deps.model,
                 canonical_sha256([]),
                 canonical_sha256(COMPACT_INSTRUCTIONS),
-                view.prefix_sha256(kept_from),
-                kept_from + 1,
+                sha,
+                sent,
                 purpose="compact",
             ),
         )
@@ -518,6 +540,9 @@ class Conversation(pykka.ThreadingActor):
         def on_text(text: str) -> None:
             deltas.publish(AgentMessageDelta(self.id, task, text))
 
+        def on_reasoning(text: str) -> None:
+            deltas.publish(ReasoningDelta(self.id, task, text))
+
         def on_attempt_failed(failed: Any) -> None:
             _tell(
                 me,
@@ -528,9 +553,10 @@ class Conversation(pykka.ThreadingActor):
 
         future: Future[Any] = self.deps.effects.submit(
             self.deps.model_client.complete(
-                ModelRequest(messages=messages, tools=tools),
+                ModelRequest(messages, tools, self.deps.model_options),
                 on_text=on_text,
                 on_attempt_failed=on_attempt_failed,
+                on_reasoning=on_reasoning,
             )
         )
 
@@ -541,7 +567,9 @@ class Conversation(pykka.ThreadingActor):
             if error is None:
                 _tell(me, ModelFinished(token, reply=f.result()))
             else:
-                _tell(me, ModelFinished(token, error=str(error) or type(error).__name__))
+                kind = error.kind if isinstance(error, ModelError) else None
+                why = str(error) or type(error).__name__
+                _tell(me, ModelFinished(token, error=why, error_kind=kind))
 
         self.run.future = future
         future.add_done_callback(done)
@@ -553,23 +581,53 @@ class Conversation(pykka.ThreadingActor):
             return  # a call whose turn was aborted: nothing of it is applied
         run.future = None
         if finished.error is not None:
-            self._abort("failed", finished.error)
+            self._abort("failed", finished.error, model_error=finished.error_kind)
             return
         reply = finished.reply
+        calls = list(reply.tool_calls)
         bodies: list[Body] = [
-            ModelResponded(reply.text, list(reply.tool_calls), reply.finish_reason, reply.usage)
+            ModelResponded(reply.text, calls, reply.finish_reason, reply.usage, reply.reasoning)
         ]
-        if reply.usage is not None:
-            bodies.append(TokensCounted(reply.usage, self.deps.history.context_window))
+        window, usage = self.deps.history.context_window, reply.usage
+        if usage is not None:
+            bodies.append(TokensCounted(usage, window))
+        elif self.deps.model_protocol >= 1:  # the server sent none: count it ourselves
+            bodies.append(TokensCounted(self._estimated(reply), window, estimated=True))
         if run.compacting is not None:
             self._compacted(reply, bodies)
             return
-        if not reply.tool_calls:
+        cut_off = reply.finish_reason if reply.finish_reason in CUT_OFF else None
+        if cut_off is not None and self.deps.model_protocol >= 1:
+            self._cut_off(cut_off, calls, bodies)
+            return
+        if not calls:
             # The reply and the task's end belong together: one transaction, one fsync.
             self._record(*bodies, TaskCompleted(reply.text))
             self._end()
             return
-        self._run_tools(list(reply.tool_calls), bodies)
+        self._run_tools(calls, bodies)
+
+    def _estimated(self, reply: Any) -> Usage:
+        """The reply's usage as plait counts it: the request as sent, the reply as received."""
+        prompt = self._sent_tokens()
+        sizes = [len(reply.text), len(reply.reasoning)]
+        sizes += [len(c.name) + len(_arguments(c)) for c in reply.tool_calls]
+        completion = approx_tokens(sum(sizes))
+        return Usage(prompt, completion, prompt + completion)
+
+    def _cut_off(self, why: str, calls: list[ToolCall], reply: list[Body]) -> None:
+        """End the task with the reply the server stopped (``TaskCompleted.cut_off``): its
+        text is kept; its calls, which may be cut short, are not run."""
+        assert self.run is not None
+        text = as_text(reply[0].text) if isinstance(reply[0], ModelResponded) else ""
+        refused = f"not run: the reply was cut off (finish_reason {why}) before it was whole"
+        self._record(
+            *reply,
+            *[ToolCallRequested(c.id, c.name, c.arguments) for c in calls],
+            *[ToolCallCompleted(c.id, refused, "refused") for c in calls],
+            TaskCompleted(text, cut_off=why),  # type: ignore[arg-type]
+        )
+        self._end()
 
     # --- tools (seed 002: all read-only, concurrently; otherwise serially in the model's order)
 
@@ -780,7 +838,9 @@ class Conversation(pykka.ThreadingActor):
 
     # --- ending ------------------------------------------------------------------------------
 
-    def _abort(self, reason: str, detail: str, *after: Body) -> None:
+    def _abort(
+        self, reason: str, detail: str, *after: Body, model_error: str | None = None
+    ) -> None:
         assert self.run is not None
         run = self.run
         by_interrupt = reason == "interrupted" and self.deps.interrupt_checkpoints
@@ -799,7 +859,12 @@ class Conversation(pykka.ThreadingActor):
             if run.tools.mcp:
                 self.deps.pool.tell(CancelCalls(self.id, run.token))
         try:
-            aborted = TurnAborted(reason, detail, checkpoint=checkpoint)  # type: ignore[arg-type]
+            aborted = TurnAborted(
+                reason,  # type: ignore[arg-type]
+                detail,
+                checkpoint=checkpoint,
+                model_error=model_error,  # type: ignore[arg-type]
+            )
             self._record(aborted, *counted, *after)
         finally:
             self._end()

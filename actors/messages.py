@@ -76,6 +76,8 @@ class ModelFinished(msgspec.Struct, frozen=True):
     """The ``ModelReply`` on success."""
     error: str | None = None
     """What went wrong, for people."""
+    error_kind: str | None = None
+    """For a ``ModelError``: its kind (``auth``, ``rate_limited``...)."""
 
 
 class ToolResult(msgspec.Struct, frozen=True):

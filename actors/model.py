@@ -14,14 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from plait.errors import ModelError, ModelErrorKind
-from plait.events.values import ToolCall, Usage
+from plait.events.values import ModelOptions, ToolCall, Usage
 
 if TYPE_CHECKING:
     import openai
@@ -49,6 +50,55 @@ class ModelSettings(msgspec.Struct, frozen=True):
     """Wait before attempt n+1 is ``backoff_sec * 2**(n-1)`` (or ``retry-after``), at most 8 s."""
     context_window: int | None = None
     """The model's context window in tokens, when known (for compaction thresholds)."""
+    max_output_tokens: int | None = None
+    """Most tokens a reply may have (``None``: the server's limit); a reply cut there ends
+    its task ``truncated``."""
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """The request field that carries ``max_output_tokens``; a server that refuses
+    ``max_tokens`` and names the other gets the other from then on."""
+    temperature: float | None = None
+    """Sampling temperature (``None``: the server's default)."""
+    top_p: float | None = None
+    """Nucleus sampling mass."""
+    seed: int | None = None
+    """Sampling seed, for servers that honour it."""
+    stop: list[str] | None = None
+    """Sequences that end a reply."""
+    reasoning_effort: str | None = None
+    """``low``, ``medium``, ``high``... for reasoning models."""
+    parallel_tool_calls: bool | None = None
+    """Whether the model may make several tool calls in one reply."""
+    extra_body: dict[str, Any] = {}
+    """More request fields, sent as given: a server's own parameters."""
+    headers: dict[str, str] = {}
+    """Extra HTTP headers for each request."""
+    send_reasoning: bool = False
+    """Send a reply's reasoning back on assistant messages with tool calls, as
+    ``reasoning_content`` (DeepSeek's thinking mode requires it)."""
+
+    def options(self) -> ModelOptions:
+        """What a session records of these settings and keeps (credentials left out)."""
+        headers = {
+            name: "[redacted]" if _SECRET.search(name) else value
+            for name, value in self.headers.items()
+        }
+        return ModelOptions(
+            self.max_output_tokens,
+            self.max_tokens_field,
+            self.temperature,
+            self.top_p,
+            self.seed,
+            self.stop,
+            self.reasoning_effort,
+            self.parallel_tool_calls,
+            self.extra_body,
+            headers,
+            self.send_reasoning,
+        )
+
+
+_SECRET = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
+"""Header names whose values the log does not keep."""
 
 
 class ModelRequest(msgspec.Struct, frozen=True):
@@ -59,6 +109,8 @@ class ModelRequest(msgspec.Struct, frozen=True):
     tools: list[dict[str, Any]] | msgspec.Raw = []
     """OpenAI function tool specs (``{"type": "function", "function": {...}}``), in order
     (or that list already encoded; an empty list offers none)."""
+    options: ModelOptions = ModelOptions()
+    """The session's sampling options and output cap (its headers are the client's)."""
 
 
 class ModelReply(msgspec.Struct, frozen=True):
@@ -72,6 +124,8 @@ class ModelReply(msgspec.Struct, frozen=True):
     """As the server reported it (``stop``, ``tool_calls``, ``length``...)."""
     usage: Usage | None
     """Token usage, when the server sent it."""
+    reasoning: str = ""
+    """Reasoning text streamed beside the reply (``reasoning_content``/``reasoning``)."""
 
 
 class AttemptFailed(msgspec.Struct, frozen=True):
@@ -96,7 +150,7 @@ def _ignore(_: object) -> None:
 
 class _Function(msgspec.Struct):
     name: str | None = None
-    arguments: str | None = None
+    arguments: str | dict[str, Any] | None = None  # some servers send an object
 
 
 class _ToolCallDelta(msgspec.Struct):
@@ -108,6 +162,8 @@ class _ToolCallDelta(msgspec.Struct):
 class _Delta(msgspec.Struct):
     content: str | None = None
     tool_calls: list[_ToolCallDelta] | None = None
+    reasoning_content: str | None = None  # DeepSeek, Qwen, llama.cpp, vLLM before 0.10
+    reasoning: str | None = None  # gpt-oss servers, newer vLLM
 
 
 class _Choice(msgspec.Struct):
@@ -157,9 +213,13 @@ class _Failure(Exception):
 class _Assembly:
     """The reply being put together from stream chunks."""
 
-    def __init__(self, on_text: Callable[[str], None]) -> None:
+    def __init__(
+        self, on_text: Callable[[str], None], on_reasoning: Callable[[str], None] = _ignore
+    ) -> None:
         self.on_text = on_text
+        self.on_reasoning = on_reasoning
         self.text: list[str] = []
+        self.reasoning: list[str] = []
         self.calls: dict[int, list[str]] = {}  # stream index -> [id, name, *argument fragments]
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
@@ -180,32 +240,44 @@ class _Assembly:
             if delta.content:
                 self.text.append(delta.content)
                 self.on_text(delta.content)
+            thought = delta.reasoning_content or delta.reasoning
+            if thought:
+                self.reasoning.append(thought)
+                self.on_reasoning(thought)
             for call in delta.tool_calls or ():
                 self._feed_call(call)
 
     def _feed_call(self, delta: _ToolCallDelta) -> None:
-        index = delta.index
-        if index is None:  # a server that omits it: a new id starts a call, the rest continue it
+        index, function = delta.index, delta.function
+        if index is None:
+            # A server that omits it: a new id, or a name (sent only in a call's first
+            # delta), starts a call; anything else continues the last one.
             ids = [parts[0] for parts in self.calls.values()]
-            index = len(ids) if delta.id and delta.id not in ids else max(self.calls, default=0)
+            new = delta.id not in ids if delta.id else bool(function and function.name)
+            index = len(self.calls) if new or not self.calls else max(self.calls)
         parts = self.calls.setdefault(index, ["", ""])
         if delta.id and not parts[0]:
             parts[0] = delta.id
-        function = delta.function
         if function is not None:
             if function.name and not parts[1]:
                 parts[1] = function.name
-            if function.arguments:
-                parts.append(function.arguments)
+            arguments = function.arguments
+            if isinstance(arguments, dict):  # the whole arguments, as an object
+                parts.append(_encode(arguments).decode())
+            elif arguments:
+                parts.append(arguments)
 
     def reply(self) -> ModelReply:
+        # A call without an id gets one here: it enters the log with the reply, so a replay
+        # sees the same.
         calls = [
             ToolCall(
                 id=p[0] or f"call_{uuid.uuid4().hex[:24]}", name=p[1], arguments="".join(p[2:])
             )
             for _, p in sorted(self.calls.items())
         ]
-        return ModelReply("".join(self.text), calls, self.finish_reason, self.usage)
+        text, reasoning = "".join(self.text), "".join(self.reasoning)
+        return ModelReply(text, calls, self.finish_reason, self.usage, reasoning)
 
 
 def _usage(wire: _Usage) -> Usage:
@@ -241,6 +313,9 @@ class ModelClient:
         )
         self.base_url = str(self._client.base_url).rstrip("/")
         """The base URL requests go to, after the environment and SDK defaults applied."""
+        self._headers = {"Content-Type": "application/json", **settings.headers}
+        self._usage_asked = True  # False once the server refused stream_options
+        self._cap_field: str | None = None  # the cap's field, once the server named it
 
     async def complete(
         self,
@@ -248,29 +323,34 @@ class ModelClient:
         *,
         on_text: Callable[[str], None] = _ignore,
         on_attempt_failed: Callable[[AttemptFailed], None] = _ignore,
+        on_reasoning: Callable[[str], None] = _ignore,
     ) -> ModelReply:
-        """Stream one completion, calling ``on_text`` with each text fragment as it arrives.
+        """Stream one completion, calling ``on_text`` with each text fragment as it arrives
+        (and ``on_reasoning`` with each fragment of reasoning).
 
         Retries 429, 5xx, connection failures and streams that drop before any text was
-        passed to ``on_text``; ``on_attempt_failed`` hears of every failed attempt. Raises
+        passed to ``on_text``; ``on_attempt_failed`` hears of every failed attempt. A server
+        that refuses ``stream_options``, or ``max_tokens`` for ``max_completion_tokens``, is
+        asked again at once without it, and this client does not send it again. Raises
         ``ModelError`` when retries are spent or retrying cannot help. Cancelling the calling
         task closes the HTTP stream and raises ``CancelledError``.
         """
-        body: dict[str, Any] = {"model": self.settings.model, "messages": request.messages}
-        if request.tools:
-            body["tools"] = request.tools
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-        content = _encode(body)
-        attempt = 0
+        body = self._body(request)
+        attempt, limit = 0, self._max_attempts
         while True:
             attempt += 1
-            assembly = _Assembly(on_text)
+            assembly = _Assembly(on_text, on_reasoning)
             try:
-                await self._attempt(content, assembly)
+                await self._attempt(_encode(body), assembly)
                 return assembly.reply()
             except _Failure as failure:
-                retry = failure.retryable and not assembly.text and attempt < self._max_attempts
+                adapted = self._adapt(failure, body)
+                if adapted:
+                    limit += 1  # the server said what it takes: this attempt does not count
+                    message = f"{failure.message}; sent again {adapted}"
+                    on_attempt_failed(AttemptFailed(attempt, message, failure.status, 0.0))
+                    continue
+                retry = failure.retryable and not assembly.text and attempt < limit
                 delay = self._delay(attempt, failure.retry_after) if retry else None
                 on_attempt_failed(AttemptFailed(attempt, failure.message, failure.status, delay))
                 if delay is None:
@@ -281,6 +361,42 @@ class ModelClient:
                         message, kind=failure.kind, status=failure.status, attempts=attempt
                     ) from failure.__cause__
                 await asyncio.sleep(delay)
+
+    def _body(self, request: ModelRequest) -> dict[str, Any]:
+        """The request body: the messages and tools, then the session's options."""
+        options = request.options
+        body: dict[str, Any] = {"model": self.settings.model, "messages": request.messages}
+        if request.tools:
+            body["tools"] = request.tools
+            if options.parallel_tool_calls is not None:  # refused without tools
+                body["parallel_tool_calls"] = options.parallel_tool_calls
+        body["stream"] = True
+        if self._usage_asked:
+            body["stream_options"] = {"include_usage": True}
+        if options.max_output_tokens is not None:
+            body[self._cap_field or options.max_tokens_field] = options.max_output_tokens
+        for name in ("temperature", "top_p", "seed", "stop", "reasoning_effort"):
+            value = getattr(options, name)
+            if value is not None:
+                body[name] = value
+        body.update(options.extra_body)
+        return body
+
+    def _adapt(self, failure: _Failure, body: dict[str, Any]) -> str:
+        """Change ``body`` (and what this client sends from now on) when the server refused a
+        field plait can do without or send otherwise; say how, or ``""``."""
+        if failure.kind != "bad_request":
+            return ""
+        said = failure.message.lower()
+        if "stream_options" in body and "stream_options" in said:
+            self._usage_asked = False
+            del body["stream_options"]
+            return "without stream_options (so the server sends no usage: plait estimates it)"
+        if "max_tokens" in body and "max_completion_tokens" in said:
+            self._cap_field = "max_completion_tokens"
+            body["max_completion_tokens"] = body.pop("max_tokens")
+            return "with max_completion_tokens instead of max_tokens"
+        return ""
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
@@ -307,7 +423,7 @@ class ModelClient:
                 "/chat/completions",
                 cast_to=httpx2.Response,
                 content=content,
-                options={"headers": {"Content-Type": "application/json"}},
+                options={"headers": self._headers},
                 stream=True,
             )
         except openai.APIStatusError as exc:

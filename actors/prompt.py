@@ -16,7 +16,7 @@ import msgspec
 
 from plait.events.projections.history import ChatMessage
 
-__all__ = ["PromptView", "approx_tokens", "encoded"]
+__all__ = ["PromptView", "approx_tokens", "encoded", "transcript"]
 
 _encode = msgspec.json.Encoder(order="sorted").encode
 
@@ -29,7 +29,9 @@ def approx_tokens(size: int) -> int:
 class PromptView:
     """The encoded history of one conversation, kept up to date message by message."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, omit_null: bool = False, reasoning: bool = False) -> None:
+        """``omit_null`` and ``reasoning`` say how messages are encoded (``to_openai``)."""
+        self._wire = {"omit_null": omit_null, "reasoning": reasoning}
         self._source: list[ChatMessage] | None = None
         self._body = bytearray()
         self._ends: list[int] = []
@@ -44,7 +46,7 @@ class PromptView:
             self._source, self._body, self._ends = history, bytearray(), []
             self._hash = hashlib.sha256()
         for message in history[len(self._ends) :]:
-            wire = _encode(message.to_openai())
+            wire = _encode(message.to_openai(**self._wire))
             if self._ends:
                 self._body += b","
             self._body += wire
@@ -101,3 +103,24 @@ class PromptView:
 def encoded(value: Any) -> msgspec.Raw:
     """``value`` as JSON, encoded once (tool lists are reused turn after turn)."""
     return msgspec.Raw(_encode(value))
+
+
+def transcript(history: list[ChatMessage]) -> str:
+    """``history`` as one text, a line or more a message: what a compaction asks the model to
+    summarise. A single user message is accepted by every server, whatever it requires of
+    tool messages (a ``tools`` list beside them, roles that alternate: docs/models.md)."""
+    lines = []
+    for message in history:
+        wire = message.to_openai(omit_null=True)
+        content = wire.get("content")
+        if isinstance(content, list):  # text and image parts
+            content = " ".join(p["text"] if p["type"] == "text" else "[image]" for p in content)
+        if message.role == "tool":
+            lines.append(f"[tool result {message.tool_call_id}]: {content}")
+            continue
+        if content:
+            lines.append(f"{message.role}: {content}")
+        for call in wire.get("tool_calls", ()):
+            function = call["function"]
+            lines.append(f"[tool call {call['id']}] {function['name']} {function['arguments']}")
+    return "\n\n".join(lines)

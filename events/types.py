@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 
 import msgspec
 
+from plait.errors import ModelErrorKind
 from plait.events.values import (
     ApprovalPolicy,
     CommandKey,
@@ -189,6 +190,10 @@ class TaskCompleted(Body, frozen=True):
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("last_assistant_message",)
     last_assistant_message: Content | None = None
     """The final assistant text, handed to a continuation as the tool's return value."""
+    cut_off: Literal["length", "content_filter"] | None = None
+    """Why the final reply is not whole, when it is not: the server stopped it at the output
+    cap or the context's end (``length``), or its content filter stopped it. The task is then
+    ``truncated`` or ``filtered``, not ``completed``; the text it had is kept."""
 
 
 class TaskDropped(Body, frozen=True):
@@ -222,6 +227,10 @@ class TurnAborted(Body, frozen=True):
     had not begun, or 4, a call was running: each unanswered call gets ``CANCEL_MESSAGE``.
     0: anything else (a model request in flight, or not an interrupt): unanswered calls get
     ``aborted: <reason>``."""
+    model_error: ModelErrorKind | None = None
+    """For a turn the model failed (``reason="failed"``): what kind of failure (``auth``,
+    ``rate_limited``, ``unavailable``, ``bad_request``, ``timeout``, ``malformed``,
+    ``disconnected``); ``detail`` has the server's message."""
 
 
 CANCEL_MESSAGE = "The user cancelled this tool call before it returned a result."
@@ -272,7 +281,7 @@ class ModelRequestFailed(Body, frozen=True):
 class ModelResponded(Body, frozen=True):
     """The model's whole response: one assistant message with text and tool calls (seed 004)."""
 
-    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("text", "tool_calls")
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("text", "tool_calls", "reasoning")
     text: Content = ""
     """Assistant text."""
     tool_calls: list[ToolCall] = []
@@ -281,6 +290,9 @@ class ModelResponded(Body, frozen=True):
     """As the server reported it."""
     usage: Usage | None = None
     """Token usage, when the server sent it."""
+    reasoning: Content = ""
+    """Reasoning text the server streamed beside the reply (``reasoning_content`` or
+    ``reasoning`` deltas), kept apart from it."""
 
 
 class TokensCounted(Body, frozen=True):
@@ -291,8 +303,9 @@ class TokensCounted(Body, frozen=True):
     context_window: int | None = None
     """The model's context window, when known."""
     estimated: bool = False
-    """The request was interrupted before the server counted it: ``prompt_tokens`` is plait's
-    estimate of what it sent (seed 002 "Token 追踪": usage is reported on interruption too)."""
+    """plait counted, not the server: the request was interrupted before the server counted
+    it, or the server sent no usage. Each count is then the JSON bytes divided by four (the
+    prompt's as plait sent it, the reply's text and calls)."""
 
 
 # --- tools -----------------------------------------------------------------------------------

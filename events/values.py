@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
 __all__ = [
     "APPROVAL_POLICIES",
+    "MODEL_PROTOCOL",
     "ApprovalPolicy",
     "BlobRef",
     "Closure",
@@ -21,6 +22,7 @@ __all__ = [
     "InputItem",
     "InputText",
     "McpToolSnapshot",
+    "ModelOptions",
     "Redacted",
     "RuntimeSettings",
     "StoragePolicy",
@@ -242,6 +244,40 @@ class HistorySettings(Value, frozen=True):
     """Most approximate tokens a history keeps, trimmed the same way (``None``: no bound)."""
 
 
+class ModelOptions(Value, frozen=True):
+    """What a session's model requests ask for beyond the messages and tools (``None``: the
+    server's default). A session keeps the options it started with, resumed or replayed."""
+
+    max_output_tokens: int | None = None
+    """Most tokens a reply may have; a reply cut there ends its task ``truncated``."""
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """The request field the cap is sent in (OpenAI's reasoning models take only the second)."""
+    temperature: float | None = None
+    """Sampling temperature."""
+    top_p: float | None = None
+    """Nucleus sampling mass."""
+    seed: int | None = None
+    """Sampling seed, for servers that honour it."""
+    stop: list[str] | None = None
+    """Sequences that end a reply."""
+    reasoning_effort: str | None = None
+    """``low``, ``medium``, ``high``... for reasoning models."""
+    parallel_tool_calls: bool | None = None
+    """Whether the model may make several tool calls in one reply."""
+    extra_body: dict[str, Any] = {}
+    """More request fields, sent as given (a server's own parameters)."""
+    headers: dict[str, str] = {}
+    """Extra HTTP headers sent with each request; the log keeps their names, with the value
+    of any that looks like a credential replaced by ``[redacted]``."""
+    send_reasoning: bool = False
+    """Send a reply's reasoning back as ``reasoning_content`` on assistant messages with tool
+    calls (DeepSeek's thinking mode requires it; OpenAI refuses it)."""
+
+
+MODEL_PROTOCOL = 1
+"""How new sessions talk to the model (``RuntimeSettings.model_protocol``, docs/models.md)."""
+
+
 class RuntimeSettings(Value, frozen=True):
     """How the runtime running a session was configured: what replay must configure alike."""
 
@@ -265,6 +301,15 @@ class RuntimeSettings(Value, frozen=True):
     """Interrupts follow seed 002's checkpoints (``TurnAborted.checkpoint``) and count an
     interrupted request's tokens. Sessions started before they did record ``False`` (by
     omission), so they resume and replay as they ran."""
+    model_protocol: int = 0
+    """How requests are shaped and replies read (docs/models.md#protocol). 0, as sessions
+    recorded before 1 existed: an assistant message with tool calls and no text is sent with
+    ``"content": null``; a reply without usage counts no tokens; a reply cut off ends its task
+    ``completed``; a compaction sends the history as it is. 1: that message omits
+    ``content``; a reply without usage is counted, estimated; a cut-off reply ends its task
+    ``truncated`` or ``filtered``; a compaction sends tool calls and results as text."""
+    model: ModelOptions = ModelOptions()
+    """What each model request asks for beyond messages and tools."""
 
 
 class StoragePolicy(Value, frozen=True):

@@ -14,7 +14,7 @@ from typing import Any
 
 from plait.actors.mcp.calls import CallResult
 from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
-from plait.errors import McpError, ReplayError
+from plait.errors import McpError, ModelError, ModelErrorKind, ReplayError
 from plait.events.types import (
     Body,
     McpServerFailed,
@@ -62,6 +62,7 @@ class ReplayModel:
         *,
         on_text: Callable[[str], None] = lambda _: None,
         on_attempt_failed: Callable[[AttemptFailed], None] = lambda _: None,
+        on_reasoning: Callable[[str], None] = lambda _: None,
     ) -> ModelReply:
         """Wait until the driver answers with the recorded reply (or error)."""
         call = _Pending(asyncio.get_running_loop(), on_text, on_attempt_failed)
@@ -106,13 +107,16 @@ class ReplayModel:
         call.loop.call_soon_threadsafe(call.extra[1], failed)
         return True
 
-    def fail(self, error: str, timeout: float) -> bool:
-        """End the waiting call with ``error``; False if there is none."""
+    def fail(self, error: str, timeout: float, kind: ModelErrorKind | None = None) -> bool:
+        """End the waiting call with ``error`` (a ``ModelError`` of ``kind``, when the model
+        failed so); False if there is none."""
         call = self.pending(timeout)
         if call is None:
             return False
         self._clear(call)
-        call.settle(error=ReplayError(error))  # its text is the recorded reason
+        # Its text is the recorded reason.
+        failure = ReplayError(error) if kind is None else ModelError(error, kind=kind)
+        call.settle(error=failure)
         return True
 
     def abandon(self) -> None:

@@ -475,14 +475,19 @@ class _Driver:
             self.handle._scheduler.tell(Enqueue((body.plan,)))
         elif isinstance(body, ModelResponded):
             reply = ModelReply(
-                _text(body.text) or "", list(body.tool_calls), body.finish_reason, body.usage
+                _text(body.text) or "",
+                list(body.tool_calls),
+                body.finish_reason,
+                body.usage,
+                _text(body.reasoning) or "",
             )
             self.model.answer(reply, wait)
         elif isinstance(body, ModelRequestFailed):
             failed = AttemptFailed(body.attempt, body.error, body.status, body.retry_in_sec)
             self.model.attempt_failed(failed, wait)
         elif isinstance(body, TurnAborted) and body.reason == "failed":
-            self.model.fail(body.detail, min(wait, 0.5))  # else the program failed by itself
+            # Else the program failed by itself.
+            self.model.fail(body.detail, min(wait, 0.5), body.model_error)
         elif isinstance(body, ToolCallCompleted) and self._is_mcp(body.call_id):
             assert self.servers is not None
             images = [_image(i) for i in body.images]

@@ -48,6 +48,9 @@ def _from_info(info: msgspec.inspect.Type) -> st.SearchStrategy[Any]:
         return st.one_of([_from_info(t) for t in info.types])
     if isinstance(info, mi.StructType):
         return struct_strategy(info.cls)
+    if isinstance(info, mi.AnyType):  # free JSON, as in ``ModelOptions.extra_body``
+        scalars = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | texts
+        return st.recursive(scalars, lambda inner: st.lists(inner, max_size=3), max_leaves=4)
     raise NotImplementedError(f"no strategy for {info!r}")
 
 

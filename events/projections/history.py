@@ -72,16 +72,27 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
     """For a tool message: the call it answers."""
     seq: int = 0
     """The seq of the event that wrote it."""
+    reasoning: Content | None = None
+    """For an assistant message: the reasoning the server streamed beside it, if any."""
 
-    def to_openai(self) -> dict[str, Any]:
-        """Return the message as the Chat Completions API takes it."""
+    def to_openai(self, *, omit_null: bool = False, reasoning: bool = False) -> dict[str, Any]:
+        """Return the message as the Chat Completions API takes it.
+
+        ``omit_null``: an assistant message with tool calls and no text has no ``content``
+        key, rather than ``"content": null``, which strict servers refuse (docs/models.md).
+        ``reasoning``: such a message carries its reasoning as ``reasoning_content``.
+        """
         content = self.content
         if self.role == "tool" and isinstance(content, list):
             # Chat Completions takes only text from a tool: say what else there was.
             texts = [_text(p.text) for p in content if isinstance(p, InputText)]
             images = sum(1 for p in content if isinstance(p, InputImage))
             content = "\n".join([*texts, f"[{images} image(s) returned, kept as attachments]"])
-        out: dict[str, Any] = {"role": self.role, "content": _wire_content(content)}
+        out: dict[str, Any] = {"role": self.role}
+        if content is not None or not omit_null:
+            out["content"] = _wire_content(content)
+        if reasoning and self.tool_calls and self.reasoning:
+            out["reasoning_content"] = _text(self.reasoning)
         if self.tool_calls:
             out["tool_calls"] = [
                 {
@@ -311,7 +322,9 @@ class HistoryProjection(Projection[Histories]):
             return  # a summary: HistoryCompacted puts it in the history
         calls = tuple(body.tool_calls) or None
         text: Content | None = body.text if body.text != "" or calls is None else None
-        self._write(conv, event, ChatMessage("assistant", text, tool_calls=calls))
+        reasoning = body.reasoning or None
+        message = ChatMessage("assistant", text, tool_calls=calls, reasoning=reasoning)
+        self._write(conv, event, message)
         conv.open_calls = [call.id for call in body.tool_calls]
 
     def _tool_completed(self, state: Histories, event: Event) -> None:

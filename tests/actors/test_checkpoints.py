@@ -153,9 +153,10 @@ def test_checkpoint_2_every_call_answered_next_request_not_sent(tmp_path: Path) 
     assert tool["content"].startswith('{"conversations"')
     assert tool["content"].endswith(INTERRUPT_TEXT)
     assert len(history) == 5
-    # The model is shown the interrupt with the next task (here: its compaction first).
-    shown = server.requests[-2].messages
-    assert {"role": "tool", "content": tool["content"], "tool_call_id": call_id} in shown
+    # The model is shown the interrupt with the next task (here: its compaction first, which
+    # sends the history as one transcript).
+    (transcript,) = server.requests[-2].messages[1:]
+    assert f"[tool result {call_id}]: {tool['content']}" in transcript["content"]
     _check_log(tmp_path, session, events)
 
 

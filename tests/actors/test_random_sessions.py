@@ -74,7 +74,7 @@ def test_random_scripted_sessions_keep_the_log_consistent(tmp_path: Path) -> Non
                 session = runtime.start_session()
                 outcome = session.run(f"session {number}", timeout=60)
                 completions += outcome.ok
-                failures += outcome.status == "failed"
+                failures += outcome.status == "model_error"
                 live = session._histories()
                 session.close()
         events = store.read(session.session_id)

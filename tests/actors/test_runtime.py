@@ -174,11 +174,13 @@ def test_model_errors_end_the_task_with_a_reason(
     with runtime_for(server, tmp_path) as runtime:
         session = runtime.start_session()
         outcome = session.run("hi", timeout=30)
-        assert outcome.status == "failed"
+        assert (outcome.status, outcome.error_kind) == ("model_error", "auth")
         assert "401" in outcome.detail and "bad key" in outcome.detail
         events = runtime.store.read(session.session_id)
         failures = [e.body for e in events if isinstance(e.body, ModelRequestFailed)]
         assert [(f.attempt, f.status) for f in failures] == [(1, 500), (2, 401)]
+        (aborted,) = [e.body for e in events if isinstance(e.body, TurnAborted)]
+        assert (aborted.reason, aborted.model_error) == ("failed", "auth")
 
 
 def test_interrupt_chains_stop_at_the_depth_limit(

@@ -49,7 +49,7 @@ def test_stats_count_tokens_tools_mcp_latency_cancellations_and_failures(tmp_pat
                 item = feed.get(timeout=30)
                 assert item is not None, "the task was not interrupted"
             assert item.task_id == task
-        assert session.run("fail", timeout=60).status == "failed"
+        assert session.run("fail", timeout=60).status == "model_error"
         stats = session.stats()
     root, helper = list(stats)  # in the order they first acted
     assert root == session.root_conversation_id

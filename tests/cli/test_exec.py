@@ -70,6 +70,7 @@ def test_exec_streams_the_answer_then_goes_on_in_the_session_and_a_conversation(
         "status": "completed",
         "last_assistant_message": "Two, I said.",
         "detail": "",
+        "error_kind": None,
     }
     # The helper's model was shown its own history, then the new prompt.
     assert [m["content"] for m in server.requests[-1].messages[1:]] == [

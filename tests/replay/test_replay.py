@@ -112,7 +112,7 @@ def test_interrupts_destroys_and_model_errors_replay(tmp_path: Path) -> None:
                 c.id for c in session.conversations() if c.id != session.root_conversation_id
             )
             assert session.destroy(helper)["ok"]
-            assert session.run("fail twice", timeout=60).status == "failed"
+            assert session.run("fail twice", timeout=60).status == "model_error"
             assert session.run("once more", timeout=60).ok
             session.close()
     result = replay(store, session.session_id, timeout=5)
