@@ -43,7 +43,13 @@ SERVER_MARGIN_SEC = 30.0
 
 
 def _config(args: argparse.Namespace) -> Config:
-    return load_config(args.config, store=args.store, model=getattr(args, "model", None))
+    flags = {name: getattr(args, name, None) for name in MODEL_FLAGS}
+    return load_config(
+        args.config,
+        store=args.store,
+        model=getattr(args, "model", None),
+        model_flags={name: value for name, value in flags.items() if value is not None},
+    )
 
 
 def _open(args: argparse.Namespace) -> EventStore:
@@ -102,14 +108,9 @@ def _model_settings(config: Config) -> ModelSettings:
                 f"no API key for the model server at {where}: set {model.api_key_env}"
             )
         key = "local"  # the SDK wants a key; a local server takes any
-    return ModelSettings(
-        base_url=model.base_url,
-        api_key=key,
-        model=model.model,
-        timeout_sec=model.timeout_sec,
-        max_attempts=model.max_attempts,
-        context_window=model.context_window,
-    )
+    fields = msgspec.structs.asdict(model)
+    del fields["api_key_env"]  # where the key came from; the settings hold the key
+    return ModelSettings(api_key=key, **fields)
 
 
 def _runtime(
@@ -368,6 +369,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     """Print a conversation's history as chat messages (the root's by default)."""
     from plait.events.projections import HistoryProjection
     from plait.events.types import SessionStarted
+    from plait.events.values import as_text
 
     with _open(args) as store:
         session = _session(store, args.session)
@@ -379,6 +381,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     messages = histories.conversations[conversation].messages
     for message in messages[-args.limit :] if args.limit else messages:
         row = {"seq": message.seq, **message.to_openai()}
+        if args.reasoning and message.reasoning is not None:
+            row["reasoning"] = as_text(message.reasoning)
         _out(render.json_line(row) if args.json else render.message_row(row))
     return 0
 
@@ -458,8 +462,22 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return 0
     for row in rows:
         _out(render.audit_row(row))
-    _err(f"{len(rows)} calls")
+    _err(f"{len(rows)} calls; {_model_errors(args, session)}")
     return 0
+
+
+def _model_errors(args: argparse.Namespace, session: str) -> str:
+    """How many of the session's turns the model server failed, by kind."""
+    from plait.events.types import TurnAborted
+
+    with _open(args) as store:
+        kinds = [
+            e.body.model_error
+            for e in store.read(session, resolve_blobs=False)
+            if isinstance(e.body, TurnAborted) and e.body.model_error is not None
+        ]
+    by_kind = ", ".join(f"{kind} {kinds.count(kind)}" for kind in sorted(set(kinds)))
+    return f"{len(kinds)} model errors" + (f" ({by_kind})" if kinds else "")
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -556,10 +574,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("prompt", metavar="PROMPT", help="what to do; - reads it from stdin")
     run.add_argument("--session", help="go on with this session (default: a new one)")
     run.add_argument("--conversation", help="run in this conversation of the --session")
-    run.add_argument("--model", help=MODEL)
+    _add_model_flags(run)
     talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
-    talk.add_argument("--model", help=MODEL)
+    _add_model_flags(talk)
     compact = reader(
         "compact",
         cmd_compact,
@@ -574,6 +592,9 @@ def build_parser() -> argparse.ArgumentParser:
     history = reader("history", cmd_history, "plait history 3f2a --conversation 9c1d --limit 10")
     history.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
     history.add_argument("--limit", type=_positive, metavar="N", help="only the last N messages")
+    history.add_argument(
+        "--reasoning", action="store_true", help="show the model's reasoning, where it sent any"
+    )
     log = reader("log", cmd_log, "plait log 3f2a", "plait log 3f2a --follow --json")
     log.add_argument("--follow", action="store_true", help="go on printing events as they come")
     add("show", cmd_show, "plait show 3f2a").add_argument("session", help=SESSION)
@@ -597,6 +618,32 @@ def build_parser() -> argparse.ArgumentParser:
     add("expire", cmd_expire, "plait expire", json="the count as JSON")
     add("demo", cmd_demo, "plait demo")
     return parser
+
+
+MODEL_FLAGS = (
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "reasoning_effort",
+    "parallel_tool_calls",
+)
+"""``[model]`` keys that ``exec`` and ``chat`` take as flags too."""
+
+
+def _add_model_flags(cmd: Parser) -> None:
+    """Add ``--model`` and the request options of ``[model]``; a new session records them
+    and keeps them (a resumed one keeps its own)."""
+    cmd.add_argument("--model", help=MODEL)
+    group = cmd.add_argument_group("model options (default: [model]; kept by the session)")
+    group.add_argument("--max-output-tokens", type=_positive, metavar="N", help="cap each reply")
+    group.add_argument("--temperature", type=float, metavar="T")
+    group.add_argument("--top-p", type=float, metavar="P")
+    group.add_argument("--seed", type=int, metavar="N")
+    group.add_argument("--stop", action="append", metavar="TEXT", help="repeat for several")
+    group.add_argument("--reasoning-effort", metavar="LEVEL", help="low, medium, high...")
+    group.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction)
 
 
 def _add_shared(parser: Parser, *, top: bool) -> None:

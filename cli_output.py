@@ -106,7 +106,10 @@ def message_row(message: dict[str, Any]) -> str:
         for c in message.get("tool_calls", [])
     )
     answering = f" ({message['tool_call_id']})" if "tool_call_id" in message else ""
-    return f"{message['role']:>9}{answering}: {' '.join(str(content or '').split())}{calls}"
+    line = f"{message['role']:>9}{answering}: {' '.join(str(content or '').split())}{calls}"
+    if message.get("reasoning"):  # plait history --reasoning
+        line = f"{'reasoning':>9}: {' '.join(str(message['reasoning']).split())}\n{line}"
+    return line
 
 
 def session_fields(info: StreamInfo, first: Event, last: Event) -> dict[str, Any]:
@@ -159,13 +162,16 @@ def audit_row(row: Any) -> str:
 def stats_row(stats: Any) -> str:
     """Return one row of ``plait stats`` (a ``ConversationStats``)."""
     usage = stats.usage
+    # Figures plait counted itself are marked: the server sent no usage for them.
+    estimated = f", {stats.estimated} estimated" if stats.estimated else ""
     return (
         f"{stats.conversation_id[:8]}  {stats.tasks} tasks  {stats.turns} turns  "
         f"tokens {usage.prompt_tokens} in + {usage.completion_tokens} out "
-        f"(context {stats.context_tokens})  tools {stats.tool_calls} "
+        f"(context {stats.context_tokens}{estimated})  tools {stats.tool_calls} "
         f"({stats.tool_failures} failed)  mcp {stats.mcp_calls} calls "
         f"{stats.mcp_ms_mean:.1f} ms mean {stats.mcp_ms_max:.1f} max  "
-        f"cancelled {stats.cancellations}  failed {stats.failures}  "
+        f"cancelled {stats.cancellations}  failed {stats.failures} "
+        f"({stats.model_errors} model errors)  cut off {stats.cut_off}  "
         f"retries {stats.model_retries}"
     )
 

@@ -59,6 +59,30 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Seconds to connect, and the longest silence inside a stream."""
     max_attempts: _AtLeastOne = 3
     """Requests sent at most for one completion."""
+    max_output_tokens: _AtLeastOne | None = None
+    """Most tokens a reply may have; a reply cut there ends its task ``truncated``."""
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """The request field the cap goes in (OpenAI's reasoning models take only the second)."""
+    temperature: Annotated[float, Meta(ge=0)] | None = None
+    """Sampling temperature (unset: the server's default)."""
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    """Nucleus sampling mass."""
+    seed: int | None = None
+    """Sampling seed, for servers that honour it."""
+    stop: list[str] | None = None
+    """Sequences that end a reply."""
+    reasoning_effort: str | None = None
+    """``low``, ``medium``, ``high``... for reasoning models."""
+    parallel_tool_calls: bool | None = None
+    """Whether the model may make several tool calls in one reply."""
+    extra_body: dict[str, Any] = {}
+    """More request fields, sent as given (a table: a server's own parameters)."""
+    headers: dict[str, str] = {}
+    """Extra HTTP headers for each request (keys stay out of files: a header that carries
+    one belongs in a proxy's configuration, not here)."""
+    send_reasoning: bool = False
+    """Send a reply's reasoning back on assistant messages with tool calls, as
+    ``reasoning_content`` (DeepSeek's thinking mode requires it; OpenAI refuses it)."""
 
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -140,8 +164,10 @@ def load_config(
     env: Mapping[str, str] | None = None,
     model: str | None = None,
     store: str | None = None,
+    model_flags: Mapping[str, Any] | None = None,
 ) -> Config:
-    """Read the configuration for a run in ``cwd``; ``model``/``store`` are the flags' values.
+    """Read the configuration for a run in ``cwd``; ``model``/``store`` are the flags' values,
+    and ``model_flags`` those of other ``[model]`` keys, by name.
 
     Raises ``ConfigError`` naming the file and the key when anything is wrong.
     """
@@ -167,6 +193,7 @@ def load_config(
         changes["base_url"] = env["OPENAI_BASE_URL"]
     if model or env.get("PLAIT_MODEL"):
         changes["model"] = model or env["PLAIT_MODEL"]
+    changes.update(model_flags or {})
     url = store or env.get("PLAIT_STORE") or parsed.store.url
     if "://" not in url and url != "memory:" and not Path(url).is_absolute():
         url = str(root / url)

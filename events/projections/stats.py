@@ -13,6 +13,7 @@ from plait.events.projections.tokens import add_usage
 from plait.events.types import (
     Event,
     ModelRequestFailed,
+    TaskCompleted,
     TaskStarted,
     TokensCounted,
     ToolCallCompleted,
@@ -55,6 +56,13 @@ class ConversationStats(msgspec.Struct):
     """Turns ended by a failure (the model's, or the process crashing)."""
     model_retries: int = 0
     """Failed model request attempts (each retried or the turn failed)."""
+    model_errors: int = 0
+    """Of the failures, turns the model server failed (``TurnAborted.model_error``)."""
+    estimated: int = 0
+    """Model responses whose tokens plait counted, the server having sent none (or the
+    request being interrupted): ``usage`` is that much an estimate."""
+    cut_off: int = 0
+    """Tasks whose final reply the server cut off (``truncated`` or ``filtered``)."""
 
     @property
     def mcp_ms_mean(self) -> float:
@@ -89,6 +97,7 @@ class StatsProjection(Projection[SessionStats]):
             ToolCallStarted: self._started,
             ToolCallCompleted: self._completed,
             TurnAborted: self._aborted,
+            TaskCompleted: _task_completed,
         }
 
     @staticmethod
@@ -99,6 +108,7 @@ class StatsProjection(Projection[SessionStats]):
         if stats is not None:
             stats.usage = add_usage(stats.usage, body.usage)
             stats.context_tokens = body.usage.prompt_tokens
+            stats.estimated += body.estimated
 
     @staticmethod
     def _started(state: SessionStats, event: Event) -> None:
@@ -127,8 +137,17 @@ class StatsProjection(Projection[SessionStats]):
         assert isinstance(body, TurnAborted)
         if body.reason in ("failed", "crashed"):
             _bump(state, event, "failures")
+            if body.model_error is not None:
+                _bump(state, event, "model_errors")
         elif body.reason != "replaced":  # a replaced task goes on in its continuation
             _bump(state, event, "cancellations")
+
+
+def _task_completed(state: SessionStats, event: Event) -> None:
+    body = event.body
+    assert isinstance(body, TaskCompleted)
+    if body.cut_off is not None:
+        _bump(state, event, "cut_off")
 
 
 def _of(state: SessionStats, event: Event) -> ConversationStats | None:

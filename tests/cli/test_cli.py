@@ -123,7 +123,7 @@ def test_audit_lists_the_tool_calls_and_filters_them(demo_dir: Path) -> None:
     assert table.returncode == 0
     lines = table.stdout.splitlines()
     assert [line.split()[2] for line in lines] == ["conv_create", "release__pending_changes"]
-    assert table.stderr == "2 calls\n"
+    assert table.stderr == "2 calls; 0 model errors\n"
     rows = [json.loads(x) for x in plait(demo_dir, "audit", session, "--json").stdout.splitlines()]
     assert [(r["tool"], r["outcome"]) for r in rows] == [
         ("conv_create", "ok"),
