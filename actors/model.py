@@ -15,14 +15,14 @@ import asyncio
 import contextlib
 import os
 import re
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from plait.actors.stream import Assembly, Failure, ModelReply, decode_chunk, encode, ignore
 from plait.errors import ModelError, ModelErrorKind
-from plait.events.values import ModelOptions, ToolCall, Usage
+from plait.events.values import ModelOptions
 
 if TYPE_CHECKING:
     import openai
@@ -113,21 +113,6 @@ class ModelRequest(msgspec.Struct, frozen=True):
     """The session's sampling options and output cap (its headers are the client's)."""
 
 
-class ModelReply(msgspec.Struct, frozen=True):
-    """The whole streamed response, assembled."""
-
-    text: str
-    """Assistant text: every streamed fragment, concatenated."""
-    tool_calls: list[ToolCall]
-    """Tool calls in the order of their stream ``index``, arguments exactly as streamed."""
-    finish_reason: str | None
-    """As the server reported it (``stop``, ``tool_calls``, ``length``...)."""
-    usage: Usage | None
-    """Token usage, when the server sent it."""
-    reasoning: str = ""
-    """Reasoning text streamed beside the reply (``reasoning_content``/``reasoning``)."""
-
-
 class AttemptFailed(msgspec.Struct, frozen=True):
     """One request attempt failed (the fields of a ``ModelRequestFailed`` event)."""
 
@@ -139,153 +124,6 @@ class AttemptFailed(msgspec.Struct, frozen=True):
     """The HTTP status, when the server answered with one."""
     retry_in_sec: float | None
     """Seconds until the next attempt; ``None`` when there will be none."""
-
-
-def _ignore(_: object) -> None:
-    pass
-
-
-# --- the wire: just the parts of a chat.completion.chunk that plait reads ----------------------
-
-
-class _Function(msgspec.Struct):
-    name: str | None = None
-    arguments: str | dict[str, Any] | None = None  # some servers send an object
-
-
-class _ToolCallDelta(msgspec.Struct):
-    index: int | None = None
-    id: str | None = None
-    function: _Function | None = None
-
-
-class _Delta(msgspec.Struct):
-    content: str | None = None
-    tool_calls: list[_ToolCallDelta] | None = None
-    reasoning_content: str | None = None  # DeepSeek, Qwen, llama.cpp, vLLM before 0.10
-    reasoning: str | None = None  # gpt-oss servers, newer vLLM
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta | None = None
-    finish_reason: str | None = None
-
-
-class _Details(msgspec.Struct):
-    cached_tokens: int | None = None  # in prompt_tokens_details
-    reasoning_tokens: int | None = None  # in completion_tokens_details
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    total_tokens: int | None = None
-    prompt_tokens_details: _Details | None = None
-    completion_tokens_details: _Details | None = None
-
-
-class _StreamError(msgspec.Struct):
-    message: str | None = None
-
-
-class _Chunk(msgspec.Struct):
-    choices: list[_Choice] | None = None
-    usage: _Usage | None = None
-    error: _StreamError | None = None  # some servers report a failure in-band, mid-stream
-
-
-_decode_chunk = msgspec.json.Decoder(_Chunk).decode
-_encode = msgspec.json.Encoder().encode
-
-
-class _Failure(Exception):
-    """One failed attempt, classified: what to tell people, and whether to try again."""
-
-    def __init__(self, kind: ModelErrorKind, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.kind: ModelErrorKind = kind
-        self.message = message
-        self.status = status
-        self.retryable = kind in ("rate_limited", "unavailable", "disconnected")
-        self.retry_after: float | None = None  # seconds, from a retry-after header
-
-
-class _Assembly:
-    """The reply being put together from stream chunks."""
-
-    def __init__(
-        self, on_text: Callable[[str], None], on_reasoning: Callable[[str], None] = _ignore
-    ) -> None:
-        self.on_text = on_text
-        self.on_reasoning = on_reasoning
-        self.text: list[str] = []
-        self.reasoning: list[str] = []
-        self.calls: dict[int, list[str]] = {}  # stream index -> [id, name, *argument fragments]
-        self.finish_reason: str | None = None
-        self.usage: Usage | None = None
-        self.done = False  # saw ``data: [DONE]``
-
-    def feed(self, chunk: _Chunk) -> None:
-        if chunk.error is not None:
-            detail = chunk.error.message or "no message"
-            raise _Failure("unavailable", f"the model server failed mid-stream: {detail}")
-        if chunk.usage is not None:
-            self.usage = _usage(chunk.usage)
-        for choice in chunk.choices or ():
-            if choice.finish_reason is not None:
-                self.finish_reason = choice.finish_reason
-            delta = choice.delta
-            if delta is None:
-                continue
-            if delta.content:
-                self.text.append(delta.content)
-                self.on_text(delta.content)
-            thought = delta.reasoning_content or delta.reasoning
-            if thought:
-                self.reasoning.append(thought)
-                self.on_reasoning(thought)
-            for call in delta.tool_calls or ():
-                self._feed_call(call)
-
-    def _feed_call(self, delta: _ToolCallDelta) -> None:
-        index, function = delta.index, delta.function
-        if index is None:
-            # A server that omits it: a new id, or a name (sent only in a call's first
-            # delta), starts a call; anything else continues the last one.
-            ids = [parts[0] for parts in self.calls.values()]
-            new = delta.id not in ids if delta.id else bool(function and function.name)
-            index = len(self.calls) if new or not self.calls else max(self.calls)
-        parts = self.calls.setdefault(index, ["", ""])
-        if delta.id and not parts[0]:
-            parts[0] = delta.id
-        if function is not None:
-            if function.name and not parts[1]:
-                parts[1] = function.name
-            arguments = function.arguments
-            if isinstance(arguments, dict):  # the whole arguments, as an object
-                parts.append(_encode(arguments).decode())
-            elif arguments:
-                parts.append(arguments)
-
-    def reply(self) -> ModelReply:
-        # A call without an id gets one here: it enters the log with the reply, so a replay
-        # sees the same.
-        calls = [
-            ToolCall(
-                id=p[0] or f"call_{uuid.uuid4().hex[:24]}", name=p[1], arguments="".join(p[2:])
-            )
-            for _, p in sorted(self.calls.items())
-        ]
-        text, reasoning = "".join(self.text), "".join(self.reasoning)
-        return ModelReply(text, calls, self.finish_reason, self.usage, reasoning)
-
-
-def _usage(wire: _Usage) -> Usage:
-    prompt, completion = wire.prompt_tokens or 0, wire.completion_tokens or 0
-    total = wire.total_tokens if wire.total_tokens is not None else prompt + completion
-    cached = (wire.prompt_tokens_details or _Details()).cached_tokens or 0
-    reasoning = (wire.completion_tokens_details or _Details()).reasoning_tokens or 0
-    return Usage(prompt, completion, total, cached, reasoning)
 
 
 class ModelClient:
@@ -321,9 +159,9 @@ class ModelClient:
         self,
         request: ModelRequest,
         *,
-        on_text: Callable[[str], None] = _ignore,
-        on_attempt_failed: Callable[[AttemptFailed], None] = _ignore,
-        on_reasoning: Callable[[str], None] = _ignore,
+        on_text: Callable[[str], None] = ignore,
+        on_attempt_failed: Callable[[AttemptFailed], None] = ignore,
+        on_reasoning: Callable[[str], None] = ignore,
     ) -> ModelReply:
         """Stream one completion, calling ``on_text`` with each text fragment as it arrives
         (and ``on_reasoning`` with each fragment of reasoning).
@@ -339,11 +177,11 @@ class ModelClient:
         attempt, limit = 0, self._max_attempts
         while True:
             attempt += 1
-            assembly = _Assembly(on_text, on_reasoning)
+            assembly = Assembly(on_text, on_reasoning)
             try:
-                await self._attempt(_encode(body), assembly)
+                await self._attempt(encode(body), assembly)
                 return assembly.reply()
-            except _Failure as failure:
+            except Failure as failure:
                 adapted = self._adapt(failure, body)
                 if adapted:
                     limit += 1  # the server said what it takes: this attempt does not count
@@ -382,7 +220,7 @@ class ModelClient:
         body.update(options.extra_body)
         return body
 
-    def _adapt(self, failure: _Failure, body: dict[str, Any]) -> str:
+    def _adapt(self, failure: Failure, body: dict[str, Any]) -> str:
         """Change ``body`` (and what this client sends from now on) when the server refused a
         field plait can do without or send otherwise; say how, or ``""``."""
         if failure.kind != "bad_request":
@@ -411,8 +249,8 @@ class ModelClient:
             return min(retry_after, MAX_BACKOFF_SEC)
         return min(self.settings.backoff_sec * 2.0 ** (attempt - 1), MAX_BACKOFF_SEC)
 
-    async def _attempt(self, content: bytes, assembly: _Assembly) -> None:
-        """Send one request and feed its stream to ``assembly``; raise ``_Failure`` on failure."""
+    async def _attempt(self, content: bytes, assembly: Assembly) -> None:
+        """Send one request and feed its stream to ``assembly``; raise ``Failure`` on failure."""
         import httpx2
         import openai
 
@@ -445,9 +283,9 @@ class ModelClient:
                         assembly.done = True
                         continue
                     try:
-                        chunk = _decode_chunk(data)
+                        chunk = decode_chunk(data)
                     except msgspec.DecodeError as exc:
-                        raise _Failure(
+                        raise Failure(
                             "malformed",
                             f"malformed stream from the model server: {exc}: {data[:80]!r}",
                         ) from exc
@@ -461,26 +299,24 @@ class ModelClient:
         if not assembly.done and assembly.finish_reason is None:
             raise _dropped(assembly, "the stream ended without a finish_reason or [DONE]")
 
-    def _timeout(self) -> _Failure:
-        return _Failure(
+    def _timeout(self) -> Failure:
+        return Failure(
             "timeout", f"no data from the model server for {self.settings.timeout_sec:g} s"
         )
 
-    def _unreachable(self, cause: BaseException) -> _Failure:
+    def _unreachable(self, cause: BaseException) -> Failure:
         detail = str(cause) or type(cause).__name__
-        return _Failure(
-            "unavailable", f"cannot reach the model server at {self.base_url}: {detail}"
-        )
+        return Failure("unavailable", f"cannot reach the model server at {self.base_url}: {detail}")
 
 
-def _dropped(assembly: _Assembly, detail: str) -> _Failure:
+def _dropped(assembly: Assembly, detail: str) -> Failure:
     streamed = sum(map(len, assembly.text))
     where = f"after {streamed} characters of text" if streamed else "before the reply was complete"
     # Retried only before any text: text already shown to someone cannot be taken back.
-    return _Failure("disconnected", f"the model server closed the stream {where}: {detail}")
+    return Failure("disconnected", f"the model server closed the stream {where}: {detail}")
 
 
-def _status_failure(exc: openai.APIStatusError) -> _Failure:
+def _status_failure(exc: openai.APIStatusError) -> Failure:
     status = exc.status_code
     kind: ModelErrorKind
     if status in (401, 403):
@@ -491,7 +327,7 @@ def _status_failure(exc: openai.APIStatusError) -> _Failure:
         kind, what = "unavailable", "failed"
     else:
         kind, what = "bad_request", "refused the request"
-    failure = _Failure(kind, f"the model server {what} ({status}): {_server_message(exc)}", status)
+    failure = Failure(kind, f"the model server {what} ({status}): {_server_message(exc)}", status)
     for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         with contextlib.suppress(ValueError):
             failure.retry_after = float(exc.response.headers.get(header, "")) * scale

@@ -314,9 +314,9 @@ async def test_the_environment_supplies_key_and_url(
 
 
 def test_usage_details_are_mapped() -> None:
-    from plait.actors.model import _decode_chunk, _usage
+    from plait.actors.stream import _usage, decode_chunk
 
-    chunk = _decode_chunk(
+    chunk = decode_chunk(
         '{"choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 30,'
         ' "total_tokens": 80, "prompt_tokens_details": {"cached_tokens": 40},'
         ' "completion_tokens_details": {"reasoning_tokens": 12}}}'

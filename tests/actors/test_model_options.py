@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripted import assert_histories_valid, call, runtime_for
+from scripted import assert_histories_valid, call
 
 from plait.actors.model import ModelSettings
 from plait.events import (
@@ -80,29 +80,29 @@ def test_the_options_are_sent_recorded_and_kept_by_the_session(tmp_path: Path) -
 
 
 def test_the_cap_goes_in_the_field_the_settings_name(tmp_path: Path) -> None:
-    with ScriptedModelServer([Step(text="short")]) as server:
-        with _runtime(
+    with (
+        ScriptedModelServer([Step(text="short")]) as server,
+        _runtime(
             server, tmp_path, max_output_tokens=32, max_tokens_field="max_completion_tokens"
-        ) as runtime:
-            assert runtime.start_session().run("hi", timeout=30).ok
+        ) as runtime,
+    ):
+        assert runtime.start_session().run("hi", timeout=30).ok
     (request,) = server.requests
     assert request.body["max_completion_tokens"] == 32 and "max_tokens" not in request.body
 
 
 def test_no_options_sends_none_of_them(tmp_path: Path) -> None:
-    with ScriptedModelServer([Step(text="hi")]) as server:
-        with _runtime(server, tmp_path) as runtime:
-            assert runtime.start_session().run("hi", timeout=30).ok
+    with ScriptedModelServer([Step(text="hi")]) as server, _runtime(server, tmp_path) as runtime:
+        assert runtime.start_session().run("hi", timeout=30).ok
     (request,) = server.requests
     assert set(request.body) == {"model", "messages", "tools", "stream", "stream_options"}
 
 
 def test_an_assistant_message_with_calls_and_no_text_has_no_content(tmp_path: Path) -> None:
     script = [Step(tool_calls=[call("conv_list")]), Step(text="none open")]
-    with ScriptedModelServer(script) as server:
-        with _runtime(server, tmp_path) as runtime:
-            session = runtime.start_session()
-            assert session.run("list them", timeout=30).ok
+    with ScriptedModelServer(script) as server, _runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("list them", timeout=30).ok
     assistant = server.requests[1].messages[2]
     assert assistant["role"] == "assistant" and "tool_calls" in assistant
     assert "content" not in assistant
@@ -116,10 +116,9 @@ def test_a_reply_the_server_cut_off_ends_its_task_so(
     tmp_path: Path, finish: str, status: str
 ) -> None:
     script = [Step(text="The answer is", finish_reason=finish)]
-    with ScriptedModelServer(script) as server:
-        with _runtime(server, tmp_path) as runtime:
-            session = runtime.start_session()
-            outcome = session.run("what is it?", timeout=30)
+    with ScriptedModelServer(script) as server, _runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        outcome = session.run("what is it?", timeout=30)
     assert (outcome.status, outcome.ok) == (status, False)
     assert outcome.last_assistant_message == "The answer is"  # what there was is kept
     assert f"finish_reason {finish}" in outcome.detail
@@ -130,10 +129,9 @@ def test_a_reply_the_server_cut_off_ends_its_task_so(
 
 def test_the_calls_of_a_reply_cut_off_are_not_run(tmp_path: Path) -> None:
     script = [Step(tool_calls=[call("conv_list")], finish_reason="length")]
-    with ScriptedModelServer(script) as server:
-        with _runtime(server, tmp_path) as runtime:
-            session = runtime.start_session()
-            assert session.run("list them", timeout=30).status == "truncated"
+    with ScriptedModelServer(script) as server, _runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("list them", timeout=30).status == "truncated"
     events = _assert_replays(tmp_path, session.session_id)
     (answer,) = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
     assert answer.outcome == "refused" and "cut off" in str(answer.output)
@@ -144,11 +142,10 @@ def test_a_server_that_sends_no_usage_is_counted_estimated(tmp_path: Path) -> No
         Step(tool_calls=[call("conv_list")], send_usage=False),
         Step(text="x" * 400, send_usage=False),
     ]
-    with ScriptedModelServer(script) as server:
-        with _runtime(server, tmp_path) as runtime:
-            session = runtime.start_session()
-            assert session.run("list them", timeout=30).ok
-            (stats,) = session.stats().values()
+    with ScriptedModelServer(script) as server, _runtime(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("list them", timeout=30).ok
+        (stats,) = session.stats().values()
     events = _assert_replays(tmp_path, session.session_id)
     counted = [e.body for e in events if isinstance(e.body, TokensCounted)]
     assert [c.estimated for c in counted] == [True, True]
