@@ -13,6 +13,7 @@ from plait.events.types import (
     Event,
     HistoryCompacted,
     ModelRequested,
+    ReasoningDelta,
     TaskCompleted,
     TaskStarted,
     ToolCallCompleted,
@@ -43,7 +44,8 @@ class LivePrinter:
         self.root = root
         self.out = out
         self.names: dict[str, str] = {root: "root"}
-        self.speaking: str | None = None
+        self.speaking: str | tuple[str, str] | None = None
+        """Who the last text was from (a conversation id), or whose reasoning it was."""
 
     def __call__(self, item: Event | Transient) -> None:
         write: Callable[[str], Any] = self.out.write
@@ -53,6 +55,13 @@ class LivePrinter:
                 self.speaking = item.conversation_id
             write(item.text)
             self.out.flush()
+            return
+        if isinstance(item, ReasoningDelta):
+            # The reasoning itself is kept in the log (plait history --reasoning); here, only
+            # why nothing is said yet.
+            if self.speaking != ("reasoning", item.conversation_id):
+                write(f"\n[{self._name(item.conversation_id)} is reasoning...]")
+                self.speaking = ("reasoning", item.conversation_id)
             return
         if not isinstance(item, Event):
             return
