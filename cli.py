@@ -633,10 +633,10 @@ MODEL_FLAGS = (
 
 
 def _add_model_flags(cmd: Parser) -> None:
-    """Add ``--model`` and the request options of ``[model]``; a new session records them
-    and keeps them (a resumed one keeps its own)."""
+    """Add ``--model`` and the request options of ``[model]`` (a new session records those
+    it started with)."""
     cmd.add_argument("--model", help=MODEL)
-    group = cmd.add_argument_group("model options (default: [model]; kept by the session)")
+    group = cmd.add_argument_group("model options (default: [model])")
     group.add_argument("--max-output-tokens", type=_positive, metavar="N", help="cap each reply")
     group.add_argument("--temperature", type=float, metavar="T")
     group.add_argument("--top-p", type=float, metavar="P")

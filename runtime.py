@@ -66,7 +66,6 @@ from plait.events.values import (
     HistorySettings,
     InputItem,
     InputText,
-    ModelOptions,
     RuntimeSettings,
     StoragePolicy,
     TaskPlan,
@@ -537,7 +536,12 @@ class Runtime:
             approval_gate=self.approval_gate,
             interrupt_checkpoints=recorded is not None and recorded.interrupt_checkpoints,
             model_protocol=recorded.model_protocol if recorded is not None else 0,
-            model_options=recorded.model if recorded is not None else ModelOptions(),
+            # The request options are this runtime's, as its model name is (a resume may ask
+            # for others); how the prompt is encoded stays as the session started.
+            model_options=msgspec.structs.replace(
+                self.settings.options(),
+                send_reasoning=recorded is not None and recorded.model.send_reasoning,
+            ),
         )
 
     def _recorded(self) -> RuntimeSettings:

@@ -225,7 +225,7 @@ class Conversation(pykka.ThreadingActor):
         self.run: _Run | None = None
         self.token = 0
         self.view = PromptView(
-            omit_null=deps.model_protocol >= 1, reasoning=deps.model_options.send_reasoning
+            strict=deps.model_protocol >= 1, reasoning=deps.model_options.send_reasoning
         )
         self._reported: tuple[int, int] | None = None
         """(messages the last answered request sent, its prompt + completion tokens)."""

@@ -77,7 +77,7 @@ class ModelSettings(msgspec.Struct, frozen=True):
     ``reasoning_content`` (DeepSeek's thinking mode requires it)."""
 
     def options(self) -> ModelOptions:
-        """What a session records of these settings and keeps (credentials left out)."""
+        """What a session records of these settings (credentials left out)."""
         headers = {
             name: "[redacted]" if _SECRET.search(name) else value
             for name, value in self.headers.items()

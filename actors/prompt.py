@@ -29,9 +29,9 @@ def approx_tokens(size: int) -> int:
 class PromptView:
     """The encoded history of one conversation, kept up to date message by message."""
 
-    def __init__(self, *, omit_null: bool = False, reasoning: bool = False) -> None:
-        """``omit_null`` and ``reasoning`` say how messages are encoded (``to_openai``)."""
-        self._wire = {"omit_null": omit_null, "reasoning": reasoning}
+    def __init__(self, *, strict: bool = False, reasoning: bool = False) -> None:
+        """``strict`` and ``reasoning`` say how messages are encoded (``to_openai``)."""
+        self._wire = {"strict": strict, "reasoning": reasoning}
         self._source: list[ChatMessage] | None = None
         self._body = bytearray()
         self._ends: list[int] = []
@@ -111,7 +111,7 @@ def transcript(history: list[ChatMessage]) -> str:
     tool messages (a ``tools`` list beside them, roles that alternate: docs/models.md)."""
     lines = []
     for message in history:
-        wire = message.to_openai(omit_null=True)
+        wire = message.to_openai()
         content = wire.get("content")
         if isinstance(content, list):  # text and image parts
             content = " ".join(p["text"] if p["type"] == "text" else "[image]" for p in content)

@@ -246,7 +246,9 @@ class HistorySettings(Value, frozen=True):
 
 class ModelOptions(Value, frozen=True):
     """What a session's model requests ask for beyond the messages and tools (``None``: the
-    server's default). A session keeps the options it started with, resumed or replayed."""
+    server's default), as ``SessionStarted`` records them. A resumed session is sent the
+    resuming runtime's options, as it is its model name; ``send_reasoning``, which decides
+    what its prompts hold, stays as the session started."""
 
     max_output_tokens: int | None = None
     """Most tokens a reply may have; a reply cut there ends its task ``truncated``."""
@@ -306,8 +308,9 @@ class RuntimeSettings(Value, frozen=True):
     recorded before 1 existed: an assistant message with tool calls and no text is sent with
     ``"content": null``; a reply without usage counts no tokens; a reply cut off ends its task
     ``completed``; a compaction sends the history as it is. 1: that message omits
-    ``content``; a reply without usage is counted, estimated; a cut-off reply ends its task
-    ``truncated`` or ``filtered``; a compaction sends tool calls and results as text."""
+    ``content``, and a call's arguments that are not a JSON object are sent as ``{}``; a
+    reply without usage is counted, estimated; a cut-off reply ends its task ``truncated``
+    or ``filtered``; a compaction sends the history as one transcript."""
     model: ModelOptions = ModelOptions()
     """What each model request asks for beyond messages and tools."""
 

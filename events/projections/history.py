@@ -75,12 +75,15 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
     reasoning: Content | None = None
     """For an assistant message: the reasoning the server streamed beside it, if any."""
 
-    def to_openai(self, *, omit_null: bool = False, reasoning: bool = False) -> dict[str, Any]:
+    def to_openai(self, *, strict: bool = False, reasoning: bool = False) -> dict[str, Any]:
         """Return the message as the Chat Completions API takes it.
 
-        ``omit_null``: an assistant message with tool calls and no text has no ``content``
-        key, rather than ``"content": null``, which strict servers refuse (docs/models.md).
-        ``reasoning``: such a message carries its reasoning as ``reasoning_content``.
+        ``strict``: the form the strictest servers accept (docs/models.md#protocol): an
+        assistant message with tool calls and no text has no ``content`` key, rather than
+        ``"content": null``; a call's arguments that are not a JSON object (a reply cut off
+        mid-call, a model's malformed JSON) are sent as ``{}``; the call's answer says why it
+        was not run. ``reasoning``: an assistant message with tool calls carries its
+        reasoning as ``reasoning_content``.
         """
         content = self.content
         if self.role == "tool" and isinstance(content, list):
@@ -89,7 +92,7 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
             images = sum(1 for p in content if isinstance(p, InputImage))
             content = "\n".join([*texts, f"[{images} image(s) returned, kept as attachments]"])
         out: dict[str, Any] = {"role": self.role}
-        if content is not None or not omit_null:
+        if content is not None or not strict:
             out["content"] = _wire_content(content)
         if reasoning and self.tool_calls and self.reasoning:
             out["reasoning_content"] = _text(self.reasoning)
@@ -98,13 +101,32 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
                 {
                     "id": call.id,
                     "type": "function",
-                    "function": {"name": call.name, "arguments": _text(call.arguments)},
+                    "function": {"name": call.name, "arguments": _arguments(call, strict)},
                 }
                 for call in self.tool_calls
             ]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         return out
+
+
+def _arguments(call: ToolCall, strict: bool) -> str:
+    arguments = _text(call.arguments)
+    if strict and not _is_object(arguments):
+        return "{}"
+    return arguments
+
+
+_decode = msgspec.json.decode
+
+
+def _is_object(text: str) -> bool:
+    if not text.startswith("{"):
+        return False
+    try:
+        return isinstance(_decode(text), dict)
+    except msgspec.DecodeError:
+        return False
 
 
 def _text(content: Content) -> str:

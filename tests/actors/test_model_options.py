@@ -38,7 +38,7 @@ def _assert_replays(tmp_path: Path, session_id: str) -> list[Event]:
     return events
 
 
-def test_the_options_are_sent_recorded_and_kept_by_the_session(tmp_path: Path) -> None:
+def test_the_options_are_sent_and_recorded_and_a_resume_sends_its_own(tmp_path: Path) -> None:
     options = {
         "max_output_tokens": 64,
         "temperature": 0.0,
@@ -56,10 +56,12 @@ def test_the_options_are_sent_recorded_and_kept_by_the_session(tmp_path: Path) -
             session = runtime.start_session()
             assert session.run("list them", timeout=30).ok
             session_id = session.session_id
-        # Resumed by a runtime configured otherwise, the session keeps what it started with.
+        # Resumed by a runtime configured otherwise, it is sent what that runtime asks for.
         with _runtime(server, tmp_path, temperature=1.5) as runtime:
             assert runtime.resume(session_id).run("once more", timeout=30).ok
-    for request in server.requests:
+    *started, resumed = server.requests
+    assert resumed.body["temperature"] == 1.5 and "max_tokens" not in resumed.body
+    for request in started:
         body = request.body
         assert body["max_tokens"] == 64 and "max_completion_tokens" not in body
         assert (body["temperature"], body["top_p"], body["seed"]) == (0.0, 0.5, 7)
@@ -67,8 +69,8 @@ def test_the_options_are_sent_recorded_and_kept_by_the_session(tmp_path: Path) -
         assert body["parallel_tool_calls"] is False
         assert body["top_k"] == 20
         assert body["chat_template_kwargs"] == {"enable_thinking": False}
-    assert server.requests[0].headers["x-trace"] == "t-1"
-    assert server.requests[0].headers["x-api-key"] == "secret-value"
+    assert started[0].headers["x-trace"] == "t-1"
+    assert started[0].headers["x-api-key"] == "secret-value"
     events = _assert_replays(tmp_path, session_id)
     started = events[0].body
     assert isinstance(started, SessionStarted) and started.settings is not None
