@@ -19,6 +19,15 @@ malformed chunks, slow streams::
         second = server.requests[1]
         assert second.messages[-1]["role"] == "tool"
 
+Real servers that call themselves OpenAI-compatible differ from OpenAI's; ``quirks`` makes the
+server behave as they do (``QUIRKS`` lists them; docs/models.md says which server does what)::
+
+    ScriptedModelServer(steps, quirks={"strict_null_content", "no_usage"})  # like llama.cpp's
+
+A request a quirk refuses is recorded but takes no step of the script, so a client that asks
+again differently gets the step. A request with ``max_tokens`` (or ``max_completion_tokens``)
+N gets at most ``4 * N`` characters of a step's text, and ``finish_reason: "length"`` if cut.
+
 The server is stdlib ``http.server`` in a daemon thread and never writes to stderr.
 """
 
@@ -36,12 +45,28 @@ from typing import Any, cast
 
 import msgspec
 
-__all__ = ["RecordedRequest", "ScriptedModelServer", "ScriptedToolCall", "Step"]
+__all__ = ["QUIRKS", "RecordedRequest", "ScriptedModelServer", "ScriptedToolCall", "Step"]
 
 CREATED = 1_700_000_000
 """The ``created`` stamp of every response: fixed, so recorded runs are deterministic."""
 
 _DROPPED = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+QUIRKS: dict[str, str] = {
+    "strict_null_content": "HTTP 500 for a message whose content is null (llama.cpp's server)",
+    "no_usage": "no usage, even when stream_options.include_usage asks for it",
+    "no_stream_options": "HTTP 400 for a request with stream_options",
+    "max_completion_tokens_only": "HTTP 400 for max_tokens (OpenAI's reasoning models)",
+    "tools_required": "HTTP 400 for tool calls or results in a request that offers no tools",
+    "reasoning_required": "HTTP 400 for an assistant message with tool calls and no "
+    "reasoning_content (DeepSeek's thinking mode)",
+    "reasoning_field": "reasoning streamed as delta.reasoning, not delta.reasoning_content",
+    "object_arguments": "each tool call whole in one delta, its arguments a JSON object",
+    "no_tool_index": "tool-call deltas without index",
+    "no_call_id": "tool calls without id",
+    "calls_in_one_chunk": "all of a reply's tool calls whole in one chunk",
+}
+"""The quirks ``ScriptedModelServer`` can imitate, each with what it does."""
 
 
 class ScriptedToolCall(msgspec.Struct, frozen=True):
@@ -84,6 +109,9 @@ class Step(msgspec.Struct, frozen=True):
     request gets no answer at all)."""
     malformed: bool = False
     """After the first chunk, send the line ``data: {not json`` and end the stream."""
+    reasoning: str = ""
+    """Reasoning text, streamed before the text as ``reasoning_content`` deltas (or
+    ``reasoning``, under the ``reasoning_field`` quirk); counted in the completion tokens."""
 
 
 class RecordedRequest(msgspec.Struct, frozen=True):
@@ -120,9 +148,20 @@ class RecordedRequest(msgspec.Struct, frozen=True):
 class ScriptedModelServer:
     """An OpenAI Chat Completions server on 127.0.0.1 that answers from a script of ``Step``s."""
 
-    def __init__(self, steps: Iterable[Step] = (), *, model: str = "scripted-model") -> None:
+    def __init__(
+        self,
+        steps: Iterable[Step] = (),
+        *,
+        model: str = "scripted-model",
+        quirks: Iterable[str] = (),
+    ) -> None:
         self.model = model
         """The model name the server reports in its answers and in ``GET /v1/models``."""
+        unknown = sorted(set(quirks) - set(QUIRKS))
+        if unknown:
+            raise ValueError(f"unknown quirk {unknown[0]!r}: expected one of {', '.join(QUIRKS)}")
+        self.quirks = frozenset(quirks)
+        """The quirks it imitates (``QUIRKS``)."""
         self._cond = threading.Condition()
         self._steps: deque[Step] = deque(steps)
         self._requests: list[RecordedRequest] = []
@@ -281,47 +320,137 @@ def _finish(step: Step) -> str:
     return "tool_calls" if step.tool_calls else "stop"
 
 
-def _usage(step: Step, request_bytes: int) -> dict[str, int]:
+def _usage(step: Step, request_bytes: int) -> dict[str, Any]:
     prompt = request_bytes // 4 if step.prompt_tokens is None else step.prompt_tokens
+    reasoning = len(step.reasoning) // 4
     completion = step.completion_tokens
     if completion is None:
-        completion = len(step.text) // 4 + 10 * len(step.tool_calls)
-    return {
+        completion = len(step.text) // 4 + 10 * len(step.tool_calls) + reasoning
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if reasoning:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return usage
 
 
-def _completion(step: Step, head: dict[str, Any], ids: list[str], usage: dict[str, int]) -> Any:
+def _refusal(quirks: frozenset[str], body: dict[str, Any]) -> tuple[int, str] | None:
+    """The error status and message a quirk answers ``body`` with, if one refuses it."""
+    messages = body.get("messages")
+    messages = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+    if "strict_null_content" in quirks:
+        for i, message in enumerate(messages):
+            if "content" in message and message["content"] is None:
+                return 500, f"messages[{i}]: content must be a string or an array, not null"
+    if "no_stream_options" in quirks and "stream_options" in body:
+        return 400, "Unrecognized request argument supplied: stream_options"
+    if "max_completion_tokens_only" in quirks and "max_tokens" in body:
+        return 400, (
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead."
+        )
+    calls_or_results = any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
+    if "tools_required" in quirks and calls_or_results and not body.get("tools"):
+        return 400, "tools must be given when messages contain tool calls or results"
+    if "reasoning_required" in quirks:
+        for i, message in enumerate(messages):
+            thought = message.get("reasoning_content")
+            if message.get("tool_calls") and not (isinstance(thought, str) and thought):
+                return 400, (
+                    f"Missing `reasoning_content` field in the assistant message at message "
+                    f"index {i}"
+                )
+    return None
+
+
+def _capped(step: Step, body: dict[str, Any]) -> Step:
+    """``step`` as a server honouring the request's output cap would answer it."""
+    cap = body.get("max_tokens", body.get("max_completion_tokens"))
+    if not isinstance(cap, int) or isinstance(cap, bool) or len(step.text) <= 4 * cap:
+        return step
+    return msgspec.structs.replace(
+        step,
+        text=step.text[: 4 * cap],
+        tool_calls=[],
+        finish_reason="length",
+        completion_tokens=cap,
+    )
+
+
+def _completion(
+    step: Step, head: dict[str, Any], ids: list[str], usage: dict[str, Any], quirks: frozenset[str]
+) -> Any:
     message: dict[str, Any] = {"role": "assistant", "refusal": None}
     message["content"] = step.text or (None if step.tool_calls else "")
+    if step.reasoning:
+        message[_reasoning_field(quirks)] = step.reasoning
     if step.tool_calls:
-        message["tool_calls"] = [
-            {"id": id_, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c, id_ in zip(step.tool_calls, ids, strict=True)
-        ]
+        message["tool_calls"] = _calls(step, ids, quirks)
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish(step)}
-    return {**head, "choices": [choice], **({"usage": usage} if step.send_usage else {})}
+    sends_usage = step.send_usage and "no_usage" not in quirks
+    return {**head, "choices": [choice], **({"usage": usage} if sends_usage else {})}
+
+
+def _reasoning_field(quirks: frozenset[str]) -> str:
+    return "reasoning" if "reasoning_field" in quirks else "reasoning_content"
+
+
+def _calls(step: Step, ids: list[str], quirks: frozenset[str]) -> list[dict[str, Any]]:
+    """The step's tool calls, whole, as the quirks shape them."""
+    calls = []
+    for i, (call, id_) in enumerate(zip(step.tool_calls, ids, strict=True)):
+        arguments: Any = call.arguments
+        if "object_arguments" in quirks:
+            with contextlib.suppress(msgspec.DecodeError):
+                arguments = msgspec.json.decode(call.arguments)
+        entry = {"index": i, "id": id_, "type": "function"}
+        entry["function"] = {"name": call.name, "arguments": arguments}
+        calls.append(_without(entry, quirks))
+    return calls
+
+
+def _without(entry: dict[str, Any], quirks: frozenset[str]) -> dict[str, Any]:
+    """A tool-call delta less the keys the quirks leave out."""
+    if "no_tool_index" in quirks:
+        entry.pop("index", None)
+    if "no_call_id" in quirks:
+        entry.pop("id", None)
+    return entry
 
 
 def _chunks(
-    step: Step, head: dict[str, Any], ids: list[str], usage: dict[str, int], with_usage: bool
+    step: Step,
+    head: dict[str, Any],
+    ids: list[str],
+    usage: dict[str, Any],
+    with_usage: bool,
+    quirks: frozenset[str],
 ) -> list[dict[str, Any]]:
+    with_usage = with_usage and "no_usage" not in quirks
+
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         # With include_usage OpenAI sends `"usage": null` on every chunk but the last.
         return {**head, "choices": [choice], **({"usage": None} if with_usage else {})}
 
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
+    field = _reasoning_field(quirks)
+    chunks += [chunk({field: piece}) for piece in _pieces(step.reasoning, step.chunk_chars)]
     chunks += [chunk({"content": piece}) for piece in _pieces(step.text, step.chunk_chars)]
-    for i, (call, id_) in enumerate(zip(step.tool_calls, ids, strict=True)):
-        start = {"index": i, "id": id_, "type": "function"}
-        chunks.append(
-            chunk({"tool_calls": [{**start, "function": {"name": call.name, "arguments": ""}}]})
-        )
-        for piece in _pieces(call.arguments, math.ceil(len(call.arguments) / 3)):
-            chunks.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+    if quirks & {"object_arguments", "calls_in_one_chunk"}:
+        whole = _calls(step, ids, quirks)
+        groups = [whole] if "calls_in_one_chunk" in quirks else [[call] for call in whole]
+        chunks += [chunk({"tool_calls": group}) for group in groups if group]
+    else:
+        for i, (call, id_) in enumerate(zip(step.tool_calls, ids, strict=True)):
+            start = {"index": i, "id": id_, "type": "function"}
+            start["function"] = {"name": call.name, "arguments": ""}
+            chunks.append(chunk({"tool_calls": [_without(start, quirks)]}))
+            for piece in _pieces(call.arguments, math.ceil(len(call.arguments) / 3)):
+                more = _without({"index": i, "function": {"arguments": piece}}, quirks)
+                chunks.append(chunk({"tool_calls": [more]}))
     chunks.append(chunk({}, _finish(step)))
     if with_usage and step.send_usage:
         chunks.append({**head, "choices": [], "usage": usage})
@@ -364,13 +493,18 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         is_chat = self.path.rstrip("/") == "/v1/chat/completions"
         request = self._recorded(body if isinstance(body, dict) else {})
-        n, step, ids = self.script._admit(request, wants_step=is_chat and isinstance(body, dict))
+        quirks = self.script.quirks
+        refused = _refusal(quirks, body) if is_chat and isinstance(body, dict) else None
+        wants_step = is_chat and isinstance(body, dict) and refused is None
+        n, step, ids = self.script._admit(request, wants_step=wants_step)
         head = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": CREATED}
         head["model"] = self.script.model
         if not is_chat:
             self._send_error(404, f"ScriptedModelServer: no route POST {self.path}")
         elif not isinstance(body, dict):
             self._send_error(400, "ScriptedModelServer: the body is not a JSON object")
+        elif refused is not None:
+            self._send_error(*refused)
         elif step is None:
             plural = "" if n == 1 else "s"
             self._send_error(
@@ -378,16 +512,19 @@ class _Handler(BaseHTTPRequestHandler):
             )
         elif step.status is not None:
             self._send_error(step.status, step.error_message)
-        elif not request.stream:
-            if step.disconnect_after is None:
-                self._send_json(200, _completion(step, head, ids, _usage(step, len(raw))))
-            else:
-                self.close_connection = True  # no answer at all
         else:
+            step = _capped(step, body)
+            ids, usage = ids[: len(step.tool_calls)], _usage(step, len(raw))
+            if not request.stream:
+                if step.disconnect_after is None:
+                    self._send_json(200, _completion(step, head, ids, usage, quirks))
+                else:
+                    self.close_connection = True  # no answer at all
+                return
             options = body.get("stream_options")
             with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
             head["object"] = "chat.completion.chunk"
-            self._stream(step, _chunks(step, head, ids, _usage(step, len(raw)), with_usage))
+            self._stream(step, _chunks(step, head, ids, usage, with_usage, quirks))
 
     def _recorded(self, body: dict[str, Any]) -> RecordedRequest:
         headers = {name.lower(): value for name, value in self.headers.items()}

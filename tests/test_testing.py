@@ -344,3 +344,126 @@ def test_lifecycle() -> None:
     server.close()
     server.close()
     client.close()
+
+
+# --- quirks: servers other than OpenAI's ---------------------------------------------------
+
+
+def raw_post(server: ScriptedModelServer, **body: Any) -> tuple[int, str]:
+    """POST a streamed chat request with plain HTTP; return the status and the body."""
+    import http.client
+
+    port = int(server.base_url.split(":")[2].split("/")[0])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    payload = {"model": "m", "messages": HELLO, "stream": True, **body}
+    connection.request("POST", "/v1/chat/completions", json.dumps(payload))
+    response = connection.getresponse()
+    text = response.read().decode()
+    connection.close()
+    return response.status, text
+
+
+def raw_chunks(server: ScriptedModelServer, **body: Any) -> list[Any]:
+    """The ``data:`` payloads of a streamed answer, decoded."""
+    status, text = raw_post(server, **body)
+    assert status == 200, text
+    data = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+    return [json.loads(d) for d in data if d != "[DONE]"]
+
+
+def test_an_unknown_quirk_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown quirk 'no_such'"):
+        ScriptedModelServer(quirks={"no_such"})
+
+
+@pytest.mark.parametrize(
+    ("quirk", "body", "status", "said"),
+    [
+        ("strict_null_content", {"messages": [{"role": "assistant", "content": None}]}, 500,
+         "messages[0]: content must be a string"),
+        ("no_stream_options", {"stream_options": {"include_usage": True}}, 400, "stream_options"),
+        ("max_completion_tokens_only", {"max_tokens": 5}, 400, "Use 'max_completion_tokens'"),
+        ("tools_required", {"messages": [{"role": "tool", "content": "x", "tool_call_id": "a"}]},
+         400, "tools must be given"),
+        ("reasoning_required",
+         {"messages": [{"role": "assistant", "tool_calls": [{"id": "a"}]}]}, 400,
+         "Missing `reasoning_content` field in the assistant message at message index 0"),
+    ],
+)  # fmt: skip
+def test_a_refusal_takes_no_step_of_the_script(
+    quirk: str, body: dict[str, Any], status: int, said: str
+) -> None:
+    with ScriptedModelServer([Step(text="the step")], quirks={quirk}) as server:
+        refused, error = raw_post(server, **body)
+        chunks = raw_chunks(server)
+    assert refused == status and said in json.loads(error)["error"]["message"]
+    assert len(server.requests) == 2  # both recorded
+    assert server.requests[0].body["messages"] == body.get("messages", HELLO)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == "the step"
+
+
+def test_a_refusal_is_an_error_the_openai_client_raises() -> None:
+    with ScriptedModelServer([Step(text="x")], quirks={"no_stream_options"}) as strict:
+        client = OpenAI(base_url=strict.base_url, api_key="test", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="stream_options"):
+            stream_chat(client, stream_options={"include_usage": True})
+        client.close()
+
+
+def test_no_usage_sends_none_even_when_asked() -> None:
+    with ScriptedModelServer([Step(text="hi")], quirks={"no_usage"}) as server:
+        chunks = raw_chunks(server, stream_options={"include_usage": True})
+    assert chunks and all("usage" not in c for c in chunks)
+
+
+@pytest.mark.parametrize(
+    ("quirks", "shape"),
+    [
+        ({"object_arguments"}, [[{"index": 0, "id": "call_1", "args": {"a": 1}}],
+                                [{"index": 1, "id": "call_2", "args": {}}]]),
+        ({"calls_in_one_chunk"}, [[{"index": 0, "id": "call_1", "args": '{"a": 1}'},
+                                   {"index": 1, "id": "call_2", "args": "{}"}]]),
+        ({"calls_in_one_chunk", "no_tool_index", "no_call_id"},
+         [[{"args": '{"a": 1}'}, {"args": "{}"}]]),
+    ],
+)  # fmt: skip
+def test_tool_calls_come_whole_in_the_shapes_the_quirks_give(
+    quirks: set[str], shape: list[list[dict[str, Any]]]
+) -> None:
+    calls = [ScriptedToolCall("f", '{"a": 1}'), ScriptedToolCall("g")]
+    with ScriptedModelServer([Step(tool_calls=calls)], quirks=quirks) as server:
+        chunks = raw_chunks(server)
+    deltas = [c["choices"][0]["delta"].get("tool_calls") for c in chunks if c["choices"]]
+    deltas = [group for group in deltas if group]
+    seen = [
+        [
+            {k: v for k, v in {**d, "args": d["function"]["arguments"]}.items()
+             if k in ("index", "id", "args")}
+            for d in group
+        ]
+        for group in deltas
+    ]  # fmt: skip
+    assert seen == shape
+
+
+@pytest.mark.parametrize("quirks", [set(), {"reasoning_field"}])
+def test_reasoning_streams_before_the_text(quirks: set[str]) -> None:
+    field = "reasoning" if quirks else "reasoning_content"
+    step = Step(text="42", reasoning="think it over", chunk_chars=5)
+    with ScriptedModelServer([step], quirks=quirks) as server:
+        chunks = raw_chunks(server, stream_options={"include_usage": True})
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert [d[field] for d in deltas if field in d] == ["think", " it o", "ver"]
+    assert "".join(d.get("content", "") for d in deltas) == "42"
+    assert chunks[-1]["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}
+
+
+def test_the_output_cap_cuts_the_text_and_says_length() -> None:
+    steps = [Step(text="x" * 50, tool_calls=[ScriptedToolCall("f")]), Step(text="short")]
+    with ScriptedModelServer(steps) as server:
+        cut = raw_chunks(server, max_tokens=5)
+        whole = raw_chunks(server, max_completion_tokens=5)
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in cut) == "x" * 20
+    assert "tool_calls" not in str(cut) and cut[-1]["choices"][0]["finish_reason"] == "length"
+    assert whole[-1]["choices"][0]["finish_reason"] == "stop"
