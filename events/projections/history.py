@@ -397,7 +397,8 @@ class HistoryProjection(Projection[Histories]):
         # The standing user instructions outlive a compaction: they are not history to
         # summarise but the conversation's context (seed 001).
         conv.messages = []
-        if conv.instructions is not None and all(m is not conv.instructions for m in kept):
+        # Compared by value: a state saved and loaded again holds copies, not the same object.
+        if conv.instructions is not None and conv.instructions not in kept:
             conv.messages.append(conv.instructions)
         conv.summary = ChatMessage("user", body.summary)
         self._write(conv, event, conv.summary)
