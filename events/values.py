@@ -304,7 +304,7 @@ class RuntimeSettings(Value, frozen=True):
     interrupted request's tokens. Sessions started before they did record ``False`` (by
     omission), so they resume and replay as they ran."""
     model_protocol: int = 0
-    """How requests are shaped and replies read (docs/models.md#protocol). 0, as sessions
+    """How requests are shaped and replies read (docs/models.md#the-protocol). 0, as sessions
     recorded before 1 existed: an assistant message with tool calls and no text is sent with
     ``"content": null``; a reply without usage counts no tokens; a reply cut off ends its task
     ``completed``; a compaction sends the history as it is. 1: that message omits

@@ -78,7 +78,7 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
     def to_openai(self, *, strict: bool = False, reasoning: bool = False) -> dict[str, Any]:
         """Return the message as the Chat Completions API takes it.
 
-        ``strict``: the form the strictest servers accept (docs/models.md#protocol): an
+        ``strict``: the form the strictest servers accept (docs/models.md#the-protocol): an
         assistant message with tool calls and no text has no ``content`` key, rather than
         ``"content": null``; a call's arguments that are not a JSON object (a reply cut off
         mid-call, a model's malformed JSON) are sent as ``{}``; the call's answer says why it
