@@ -71,14 +71,16 @@ def record_session(
     prompts: list[str],
     prefix: str,
     settings: dict[str, Any] | None = None,
+    quirks: frozenset[str] = frozenset(),
     **runtime: Any,
 ) -> str:
     """Run ``prompts`` in one new session against ``script``, close it, return its id.
 
-    Ids are ``prefix-1``, ``prefix-2``...; ``settings`` are ``ModelSettings`` fields.
+    Ids are ``prefix-1``, ``prefix-2``...; ``settings`` are ``ModelSettings`` fields; ``quirks``
+    the server's.
     """
     ids = itertools.count(1)
-    with ScriptedModelServer(script) as server:
+    with ScriptedModelServer(script, quirks=quirks) as server:
         fields = {"base_url": server.base_url, "api_key": "test", **(settings or {})}
         model = ModelSettings(**fields)
         with Runtime(store, model=model, new_id=lambda: f"{prefix}-{next(ids)}", **runtime) as rt:

@@ -17,28 +17,45 @@ from plait.events.stores.sqlite import SqliteStore
 from plait.replay import replay
 
 GOLDEN = Path(__file__).with_name("golden")
-MANIFEST = json.loads((GOLDEN / "v1-sessions.json").read_text())
+MANIFESTS = {
+    path.name.removesuffix(".json"): json.loads(path.read_text())
+    for path in sorted(GOLDEN.glob("*-sessions.json"))
+}
+SESSIONS = [(name, session) for name, m in MANIFESTS.items() for session in sorted(m["sessions"])]
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> SqliteStore:
-    copy = tmp_path_factory.mktemp("golden") / "v1-sessions.sqlite"
-    shutil.copy(GOLDEN / "v1-sessions.sqlite", copy)  # the committed file stays untouched
-    return SqliteStore(copy)
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SqliteStore]:
+    copies = {}
+    for name in MANIFESTS:
+        copy = tmp_path_factory.mktemp("golden") / f"{name}.sqlite"
+        shutil.copy(GOLDEN / f"{name}.sqlite", copy)  # the committed file stays untouched
+        copies[name] = SqliteStore(copy)
+    return copies
 
 
-@pytest.mark.parametrize("session", sorted(MANIFEST["sessions"]))
-def test_a_recorded_session_replays_clean(store: SqliteStore, session: str) -> None:
+def test_every_recorded_set_is_here() -> None:
+    assert {"v1-sessions", "v2-sessions"} <= set(MANIFESTS)
+
+
+@pytest.mark.parametrize(("name", "session"), SESSIONS)
+def test_a_recorded_session_replays_clean(
+    stores: dict[str, SqliteStore], name: str, session: str
+) -> None:
+    store = stores[name]
     assert store.verify(session).ok
     result = replay(store, session, timeout=5)
     assert result.ok, result.divergence and result.divergence.message()
     assert result.events == result.total == len(store.read(session))
 
 
-def test_a_changed_program_diverges_where_expected(store: SqliteStore) -> None:
-    changed = MANIFEST["changed_program"]
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
+def test_a_changed_program_diverges_where_expected(
+    stores: dict[str, SqliteStore], name: str
+) -> None:
+    changed = MANIFESTS[name]["changed_program"]
     result = replay(
-        store,
+        stores[name],
         changed["session"],
         max_interrupt_chain_depth=changed["max_interrupt_chain_depth"],
         timeout=2,

@@ -69,10 +69,29 @@ def failures() -> tuple[list[Step], list[str]]:
     ], ["first", "second", "third"]
 
 
-def record(store: SqliteStore, name: str, make: Any, **runtime: Any) -> str:
+def servers() -> tuple[list[Step], list[str]]:
+    """A strict server that sends no usage: reasoning beside a tool call, the answer, a reply
+    cut at the output cap, a model error, then a good answer."""
+    return [
+        Step(reasoning="look first", tool_calls=[call("conv_list")]),
+        Step(text="none open"),
+        Step(text="a very long answer " * 10),
+        Step(status=401, error_message="bad key"),
+        Step(text="back"),
+    ], ["list them", "tell me everything", "again", "and now"]
+
+
+SERVER_QUIRKS = frozenset({"strict_null_content", "no_usage", "object_arguments"})
+
+
+def record(
+    store: SqliteStore, name: str, make: Any, quirks: frozenset[str] = frozenset(), **runtime: Any
+) -> str:
     script, prompts = make()
-    settings = {"api_key": "golden", "backoff_sec": 0.01}
-    return record_session(store, script, prompts, name, settings, **runtime)
+    settings: dict[str, Any] = {"api_key": "golden", "backoff_sec": 0.01}
+    if quirks:
+        settings["max_output_tokens"] = 8
+    return record_session(store, script, prompts, name, settings, quirks, **runtime)
 
 
 def interrupted(store: SqliteStore) -> str:
@@ -113,6 +132,12 @@ def main(name: str) -> None:
             record(store, "g3", failures): "model errors: retried, failed task, recovery",
             interrupted(store): "a user interrupt mid-stream, a destroy by the embedder",
         }
+        if name != "v1-sessions":  # recorded since the model protocol was versioned
+            session = record(store, "g5", servers, SERVER_QUIRKS)
+            sessions[session] = (
+                "model protocol 1 against a strict server without usage: reasoning, a tool "
+                "call, a reply cut at the cap, a model error"
+            )
         for session in sessions:
             result = replay(store, session)
             assert result.ok, result.divergence and result.divergence.message()
