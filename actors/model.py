@@ -16,7 +16,7 @@ import contextlib
 import os
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -33,8 +33,9 @@ MAX_BACKOFF_SEC = 8.0
 """The longest wait between two attempts, whatever the backoff or a ``retry-after`` header say."""
 
 
-class ModelSettings(msgspec.Struct, frozen=True):
-    """Where the model is and how hard to try."""
+class ModelSettings(ModelOptions, frozen=True):
+    """Where the model is, how hard to try, and what to ask of it (the ``ModelOptions``
+    fields: ``max_output_tokens``, ``temperature``... ``headers``, ``send_reasoning``)."""
 
     base_url: str | None = None
     """The server's base URL (``.../v1``); ``None``: ``OPENAI_BASE_URL``, else OpenAI's."""
@@ -50,51 +51,15 @@ class ModelSettings(msgspec.Struct, frozen=True):
     """Wait before attempt n+1 is ``backoff_sec * 2**(n-1)`` (or ``retry-after``), at most 8 s."""
     context_window: int | None = None
     """The model's context window in tokens, when known (for compaction thresholds)."""
-    max_output_tokens: int | None = None
-    """Most tokens a reply may have (``None``: the server's limit); a reply cut there ends
-    its task ``truncated``."""
-    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
-    """The request field that carries ``max_output_tokens``; a server that refuses
-    ``max_tokens`` and names the other gets the other from then on."""
-    temperature: float | None = None
-    """Sampling temperature (``None``: the server's default)."""
-    top_p: float | None = None
-    """Nucleus sampling mass."""
-    seed: int | None = None
-    """Sampling seed, for servers that honour it."""
-    stop: list[str] | None = None
-    """Sequences that end a reply."""
-    reasoning_effort: str | None = None
-    """``low``, ``medium``, ``high``... for reasoning models."""
-    parallel_tool_calls: bool | None = None
-    """Whether the model may make several tool calls in one reply."""
-    extra_body: dict[str, Any] = {}
-    """More request fields, sent as given: a server's own parameters."""
-    headers: dict[str, str] = {}
-    """Extra HTTP headers for each request."""
-    send_reasoning: bool = False
-    """Send a reply's reasoning back on assistant messages with tool calls, as
-    ``reasoning_content`` (DeepSeek's thinking mode requires it)."""
 
     def options(self) -> ModelOptions:
         """What a session records of these settings (credentials left out)."""
-        headers = {
+        fields = {name: getattr(self, name) for name in ModelOptions.__struct_fields__}
+        fields["headers"] = {
             name: "[redacted]" if _SECRET.search(name) else value
             for name, value in self.headers.items()
         }
-        return ModelOptions(
-            self.max_output_tokens,
-            self.max_tokens_field,
-            self.temperature,
-            self.top_p,
-            self.seed,
-            self.stop,
-            self.reasoning_effort,
-            self.parallel_tool_calls,
-            self.extra_body,
-            headers,
-            self.send_reasoning,
-        )
+        return ModelOptions(**fields)
 
 
 _SECRET = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
