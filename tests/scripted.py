@@ -58,11 +58,36 @@ class Stuck:
         raise AssertionError("unreachable")
 
 
-def runtime_for(server: ScriptedModelServer, tmp_path: Path, **kwargs: Any) -> Runtime:
+def runtime_for(
+    server: ScriptedModelServer,
+    tmp_path: Path,
+    options: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> Runtime:
+    """A runtime on ``tmp_path/plait.db`` and ``server``; ``options`` are more
+    ``ModelSettings`` fields, ``kwargs`` the ``Runtime``'s."""
     settings = ModelSettings(
-        base_url=server.base_url, api_key="test", model="scripted-model", backoff_sec=0.01
+        base_url=server.base_url,
+        api_key="test",
+        model="scripted-model",
+        backoff_sec=0.01,
+        **(options or {}),
     )
     return Runtime(tmp_path / "plait.db", model=settings, workdir=tmp_path, **kwargs)
+
+
+def replayed(tmp_path: Path, session_id: str) -> list[Event]:
+    """Replay a session of ``tmp_path/plait.db``, assert it is clean and its histories
+    valid, and return its log."""
+    from plait.events import SqliteStore
+    from plait.replay import replay
+
+    with SqliteStore(tmp_path / "plait.db") as store:
+        result = replay(store, session_id, timeout=5)
+        assert result.ok, result.divergence and result.divergence.message()
+        events = store.read(session_id)
+    assert_histories_valid(events)
+    return events
 
 
 def record_session(

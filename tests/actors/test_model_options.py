@@ -5,37 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripted import assert_histories_valid, call
+from scripted import call, replayed, runtime_for
 
-from plait.actors.model import ModelSettings
 from plait.events import (
-    Event,
     SessionStarted,
-    SqliteStore,
     TaskCompleted,
     TokensCounted,
     ToolCallCompleted,
 )
 from plait.events.values import MODEL_PROTOCOL
-from plait.replay import replay
-from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
-
-
-def _runtime(server: ScriptedModelServer, tmp_path: Path, **options: object) -> Runtime:
-    settings = ModelSettings(
-        base_url=server.base_url, api_key="test", model="scripted-model", **options
-    )
-    return Runtime(tmp_path / "plait.db", model=settings, workdir=tmp_path)
-
-
-def _assert_replays(tmp_path: Path, session_id: str) -> list[Event]:
-    with SqliteStore(tmp_path / "plait.db") as store:
-        result = replay(store, session_id, timeout=5)
-        assert result.ok, result.divergence and result.divergence.message()
-        events = store.read(session_id)
-    assert_histories_valid(events)
-    return events
 
 
 def test_the_options_are_sent_and_recorded_and_a_resume_sends_its_own(tmp_path: Path) -> None:
@@ -52,12 +31,12 @@ def test_the_options_are_sent_and_recorded_and_a_resume_sends_its_own(tmp_path: 
     }
     script = [Step(tool_calls=[call("conv_list")]), Step(text="done"), Step(text="again")]
     with ScriptedModelServer(script) as server:
-        with _runtime(server, tmp_path, **options) as runtime:
+        with runtime_for(server, tmp_path, options) as runtime:
             session = runtime.start_session()
             assert session.run("list them", timeout=30).ok
             session_id = session.session_id
         # Resumed by a runtime configured otherwise, it is sent what that runtime asks for.
-        with _runtime(server, tmp_path, temperature=1.5) as runtime:
+        with runtime_for(server, tmp_path, dict(temperature=1.5)) as runtime:
             assert runtime.resume(session_id).run("once more", timeout=30).ok
     *started, resumed = server.requests
     assert resumed.body["temperature"] == 1.5 and "max_tokens" not in resumed.body
@@ -71,7 +50,7 @@ def test_the_options_are_sent_and_recorded_and_a_resume_sends_its_own(tmp_path: 
         assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert started[0].headers["x-trace"] == "t-1"
     assert started[0].headers["x-api-key"] == "secret-value"
-    events = _assert_replays(tmp_path, session_id)
+    events = replayed(tmp_path, session_id)
     started = events[0].body
     assert isinstance(started, SessionStarted) and started.settings is not None
     assert started.settings.model_protocol == MODEL_PROTOCOL
@@ -84,8 +63,8 @@ def test_the_options_are_sent_and_recorded_and_a_resume_sends_its_own(tmp_path: 
 def test_the_cap_goes_in_the_field_the_settings_name(tmp_path: Path) -> None:
     with (
         ScriptedModelServer([Step(text="short")]) as server,
-        _runtime(
-            server, tmp_path, max_output_tokens=32, max_tokens_field="max_completion_tokens"
+        runtime_for(
+            server, tmp_path, dict(max_output_tokens=32, max_tokens_field="max_completion_tokens")
         ) as runtime,
     ):
         assert runtime.start_session().run("hi", timeout=30).ok
@@ -94,7 +73,7 @@ def test_the_cap_goes_in_the_field_the_settings_name(tmp_path: Path) -> None:
 
 
 def test_no_options_sends_none_of_them(tmp_path: Path) -> None:
-    with ScriptedModelServer([Step(text="hi")]) as server, _runtime(server, tmp_path) as runtime:
+    with ScriptedModelServer([Step(text="hi")]) as server, runtime_for(server, tmp_path) as runtime:
         assert runtime.start_session().run("hi", timeout=30).ok
     (request,) = server.requests
     assert set(request.body) == {"model", "messages", "tools", "stream", "stream_options"}
@@ -102,13 +81,13 @@ def test_no_options_sends_none_of_them(tmp_path: Path) -> None:
 
 def test_an_assistant_message_with_calls_and_no_text_has_no_content(tmp_path: Path) -> None:
     script = [Step(tool_calls=[call("conv_list")]), Step(text="none open")]
-    with ScriptedModelServer(script) as server, _runtime(server, tmp_path) as runtime:
+    with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
         session = runtime.start_session()
         assert session.run("list them", timeout=30).ok
     assistant = server.requests[1].messages[2]
     assert assistant["role"] == "assistant" and "tool_calls" in assistant
     assert "content" not in assistant
-    _assert_replays(tmp_path, session.session_id)
+    replayed(tmp_path, session.session_id)
 
 
 @pytest.mark.parametrize(
@@ -118,23 +97,23 @@ def test_a_reply_the_server_cut_off_ends_its_task_so(
     tmp_path: Path, finish: str, status: str
 ) -> None:
     script = [Step(text="The answer is", finish_reason=finish)]
-    with ScriptedModelServer(script) as server, _runtime(server, tmp_path) as runtime:
+    with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
         session = runtime.start_session()
         outcome = session.run("what is it?", timeout=30)
     assert (outcome.status, outcome.ok) == (status, False)
     assert outcome.last_assistant_message == "The answer is"  # what there was is kept
     assert f"finish_reason {finish}" in outcome.detail
-    events = _assert_replays(tmp_path, session.session_id)
+    events = replayed(tmp_path, session.session_id)
     (completed,) = [e.body for e in events if isinstance(e.body, TaskCompleted)]
     assert completed.cut_off == finish
 
 
 def test_the_calls_of_a_reply_cut_off_are_not_run(tmp_path: Path) -> None:
     script = [Step(tool_calls=[call("conv_list")], finish_reason="length")]
-    with ScriptedModelServer(script) as server, _runtime(server, tmp_path) as runtime:
+    with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
         session = runtime.start_session()
         assert session.run("list them", timeout=30).status == "truncated"
-    events = _assert_replays(tmp_path, session.session_id)
+    events = replayed(tmp_path, session.session_id)
     (answer,) = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
     assert answer.outcome == "refused" and "cut off" in str(answer.output)
 
@@ -144,11 +123,11 @@ def test_a_server_that_sends_no_usage_is_counted_estimated(tmp_path: Path) -> No
         Step(tool_calls=[call("conv_list")], send_usage=False),
         Step(text="x" * 400, send_usage=False),
     ]
-    with ScriptedModelServer(script) as server, _runtime(server, tmp_path) as runtime:
+    with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
         session = runtime.start_session()
         assert session.run("list them", timeout=30).ok
         (stats,) = session.stats().values()
-    events = _assert_replays(tmp_path, session.session_id)
+    events = replayed(tmp_path, session.session_id)
     counted = [e.body for e in events if isinstance(e.body, TokensCounted)]
     assert [c.estimated for c in counted] == [True, True]
     # Bytes over four: the reply's text is 400 characters.

@@ -6,20 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import assert_histories_valid, call
+from scripted import call, replayed, runtime_for
 
-from plait.actors.model import ModelSettings
 from plait.events import (
     Event,
     HistoryCompacted,
     ModelRequestFailed,
     ModelResponded,
-    SqliteStore,
     TokensCounted,
     ToolCallCompleted,
 )
-from plait.replay import replay
-from plait.runtime import Runtime
 from plait.testing import QUIRKS, ScriptedModelServer, Step
 
 NEEDS: dict[str, dict[str, Any]] = {
@@ -29,30 +25,10 @@ NEEDS: dict[str, dict[str, Any]] = {
 """The settings a session needs to get through a quirk."""
 
 
-def _runtime(server: ScriptedModelServer, tmp_path: Path, **options: Any) -> Runtime:
-    settings = ModelSettings(
-        base_url=server.base_url,
-        api_key="test",
-        model="scripted-model",
-        backoff_sec=0.01,
-        **options,
-    )
-    return Runtime(tmp_path / "plait.db", model=settings, workdir=tmp_path)
-
-
-def _replayed(tmp_path: Path, session_id: str) -> list[Event]:
-    with SqliteStore(tmp_path / "plait.db") as store:
-        result = replay(store, session_id, timeout=5)
-        assert result.ok, result.divergence and result.divergence.message()
-        events = store.read(session_id)
-    assert_histories_valid(events)
-    return events
-
-
 def _session(server: ScriptedModelServer, tmp_path: Path, **options: Any) -> list[Event]:
     """Two calls in one reply, the answer, a second task on that history, then a compaction
     of it; return the replayed log."""
-    with _runtime(server, tmp_path, **options) as runtime:
+    with runtime_for(server, tmp_path, options) as runtime:
         session = runtime.start_session()
         first = session.run("list them twice", timeout=30)
         assert first.ok, first.detail
@@ -60,7 +36,7 @@ def _session(server: ScriptedModelServer, tmp_path: Path, **options: Any) -> lis
         assert (second.status, second.last_assistant_message) == ("completed", "again")
         compacted = session.compact(keep_recent_tokens=0, timeout=30)
         assert compacted.ok, compacted.detail
-    return _replayed(tmp_path, session.session_id)
+    return replayed(tmp_path, session.session_id)
 
 
 SCRIPT = [
@@ -93,7 +69,7 @@ def test_a_session_with_tool_calls_goes_on_and_replays_under_each_quirk(
 def test_a_strict_server_is_sent_no_null_content(tmp_path: Path) -> None:
     with (
         ScriptedModelServer(SCRIPT, quirks={"strict_null_content"}) as server,
-        _runtime(server, tmp_path) as runtime,
+        runtime_for(server, tmp_path) as runtime,
     ):
         assert runtime.start_session().run("list them twice", timeout=30).ok
     assistant = server.requests[1].messages[2]
@@ -122,7 +98,7 @@ def test_a_server_that_wants_max_completion_tokens_gets_it(tmp_path: Path) -> No
 def test_reasoning_goes_back_only_when_asked(tmp_path: Path) -> None:
     with (
         ScriptedModelServer(SCRIPT, quirks={"reasoning_required"}) as server,
-        _runtime(server, tmp_path) as runtime,
+        runtime_for(server, tmp_path) as runtime,
     ):
         outcome = runtime.start_session().run("list them twice", timeout=30)
     assert (outcome.status, outcome.error_kind) == ("model_error", "bad_request")
@@ -146,11 +122,11 @@ def test_a_reply_over_the_cap_ends_the_task_truncated(tmp_path: Path) -> None:
     script = [Step(text="a long story " * 20)]
     with (
         ScriptedModelServer(script) as server,
-        _runtime(server, tmp_path, max_output_tokens=8) as runtime,
+        runtime_for(server, tmp_path, dict(max_output_tokens=8)) as runtime,
     ):
         session = runtime.start_session()
         outcome = session.run("tell me a story", timeout=30)
     assert server.requests[0].body["max_tokens"] == 8
     assert outcome.status == "truncated"
     assert outcome.last_assistant_message == ("a long story " * 20)[:32]
-    _replayed(tmp_path, session.session_id)
+    replayed(tmp_path, session.session_id)
