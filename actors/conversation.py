@@ -598,7 +598,7 @@ class Conversation(pykka.ThreadingActor):
             return
         cut_off = reply.finish_reason if reply.finish_reason in CUT_OFF else None
         if cut_off is not None and self.deps.model_protocol >= 1:
-            self._cut_off(cut_off, calls, bodies)
+            self._cut_off(cut_off, reply.text, calls, bodies)
             return
         if not calls:
             # The reply and the task's end belong together: one transaction, one fsync.
@@ -615,11 +615,9 @@ class Conversation(pykka.ThreadingActor):
         completion = approx_tokens(sum(sizes))
         return Usage(prompt, completion, prompt + completion)
 
-    def _cut_off(self, why: str, calls: list[ToolCall], reply: list[Body]) -> None:
+    def _cut_off(self, why: str, text: str, calls: list[ToolCall], reply: list[Body]) -> None:
         """End the task with the reply the server stopped (``TaskCompleted.cut_off``): its
         text is kept; its calls, which may be cut short, are not run."""
-        assert self.run is not None
-        text = as_text(reply[0].text) if isinstance(reply[0], ModelResponded) else ""
         refused = f"not run: the reply was cut off (finish_reason {why}) before it was whole"
         self._record(
             *reply,
