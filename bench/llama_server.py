@@ -190,10 +190,12 @@ def probe(port: int) -> None:
     say(f"an unknown request field: HTTP {status}")
 
 
-def plait(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def plait(workdir: Path, *args: str, show: bool = True) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "plait", *args]
-    say(f"\n$ plait {' '.join(args)}")
     done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=900)
+    if not show:
+        return done
+    say(f"\n$ plait {' '.join(args)}")
     if done.stdout:
         say(done.stdout.rstrip())
     if done.stderr:
@@ -235,7 +237,7 @@ enabled_tools = ["get_current_time"]
     for command in ("history", "audit", "stats"):
         plait(workdir, command, session)
     replayed = plait(workdir, "replay", session)
-    log = plait(workdir, "log", session, "--json")
+    log = plait(workdir, "log", session, "--json", show=False)
     events = [json.loads(line) for line in log.stdout.splitlines()]
     kinds = [e["body"]["type"] for e in events]
     called = "ToolCallStarted" in kinds
