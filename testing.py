@@ -34,7 +34,6 @@ The server is stdlib ``http.server`` in a daemon thread and never writes to stde
 from __future__ import annotations
 
 import contextlib
-import math
 import socket
 import sys
 import threading
@@ -45,73 +44,15 @@ from typing import Any, cast
 
 import msgspec
 
+from plait import scripted_wire as wire
+from plait.scripted_wire import QUIRKS, ScriptedToolCall, Step
+
 __all__ = ["QUIRKS", "RecordedRequest", "ScriptedModelServer", "ScriptedToolCall", "Step"]
 
 CREATED = 1_700_000_000
 """The ``created`` stamp of every response: fixed, so recorded runs are deterministic."""
 
 _DROPPED = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
-
-QUIRKS: dict[str, str] = {
-    "strict_null_content": "HTTP 500 for a message whose content is null (llama.cpp's server)",
-    "no_usage": "no usage, even when stream_options.include_usage asks for it",
-    "no_stream_options": "HTTP 400 for a request with stream_options",
-    "max_completion_tokens_only": "HTTP 400 for max_tokens (OpenAI's reasoning models)",
-    "tools_required": "HTTP 400 for tool calls or results in a request that offers no tools",
-    "reasoning_required": "HTTP 400 for an assistant message with tool calls and no "
-    "reasoning_content (DeepSeek's thinking mode)",
-    "reasoning_field": "reasoning streamed as delta.reasoning, not delta.reasoning_content",
-    "object_arguments": "each tool call whole in one delta, its arguments a JSON object",
-    "no_tool_index": "tool-call deltas without index",
-    "no_call_id": "tool calls without id",
-    "calls_in_one_chunk": "all of a reply's tool calls whole in one chunk",
-}
-"""The quirks ``ScriptedModelServer`` can imitate, each with what it does."""
-
-
-class ScriptedToolCall(msgspec.Struct, frozen=True):
-    """A function call the scripted model makes."""
-
-    name: str
-    """The function's name, e.g. ``conv_create``."""
-    arguments: str = "{}"
-    """The arguments as a JSON string; streamed in about three fragments."""
-    id: str | None = None
-    """The call id; default ``call_<n>``, ``n`` counting calls (from 1) over the server's life."""
-
-
-class Step(msgspec.Struct, frozen=True):
-    """One scripted answer: the reply to one chat completion request."""
-
-    text: str = ""
-    """Assistant text, streamed in chunks of ``chunk_chars`` characters."""
-    tool_calls: list[ScriptedToolCall] = []
-    """Function calls, after the text."""
-    finish_reason: str | None = None
-    """Default ``"tool_calls"`` if there are tool calls, else ``"stop"``."""
-    prompt_tokens: int | None = None
-    """Reported prompt tokens; default a rough count, the request body's bytes // 4."""
-    completion_tokens: int | None = None
-    """Reported completion tokens; default ``len(text) // 4`` plus 10 per tool call."""
-    send_usage: bool = True
-    """Report usage: the last chunk if the client asked (``stream_options.include_usage``), or
-    the ``usage`` field of a non-streamed answer."""
-    chunk_chars: int = 8
-    """Characters of text per streamed chunk."""
-    chunk_delay: float = 0.0
-    """Seconds to wait between streamed chunks (simulated model latency)."""
-    status: int | None = None
-    """Answer with this HTTP error status and an OpenAI-style error body instead."""
-    error_message: str = "scripted error"
-    """The error body's message when ``status`` is set."""
-    disconnect_after: int | None = None
-    """Stream this many chunks, then drop the connection without ``[DONE]`` (a non-streamed
-    request gets no answer at all)."""
-    malformed: bool = False
-    """After the first chunk, send the line ``data: {not json`` and end the stream."""
-    reasoning: str = ""
-    """Reasoning text, streamed before the text as ``reasoning_content`` deltas (or
-    ``reasoning``, under the ``reasoning_field`` quirk); counted in the completion tokens."""
 
 
 class RecordedRequest(msgspec.Struct, frozen=True):
@@ -295,168 +236,6 @@ class _HTTPServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-_ERROR_KINDS = {
-    401: ("invalid_request_error", "invalid_api_key"),
-    403: ("permission_error", None),
-    404: ("invalid_request_error", "not_found"),
-    429: ("requests", "rate_limit_exceeded"),
-}
-
-
-def _error_body(status: int, message: str) -> dict[str, Any]:
-    default = ("server_error" if status >= 500 else "invalid_request_error", None)
-    kind, code = _ERROR_KINDS.get(status, default)
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-def _pieces(text: str, size: int) -> list[str]:
-    size = max(size, 1)
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def _finish(step: Step) -> str:
-    if step.finish_reason is not None:
-        return step.finish_reason
-    return "tool_calls" if step.tool_calls else "stop"
-
-
-def _usage(step: Step, request_bytes: int) -> dict[str, Any]:
-    prompt = request_bytes // 4 if step.prompt_tokens is None else step.prompt_tokens
-    reasoning = len(step.reasoning) // 4
-    completion = step.completion_tokens
-    if completion is None:
-        completion = len(step.text) // 4 + 10 * len(step.tool_calls) + reasoning
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-    if reasoning:
-        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
-    return usage
-
-
-def _refusal(quirks: frozenset[str], body: dict[str, Any]) -> tuple[int, str] | None:
-    """The error status and message a quirk answers ``body`` with, if one refuses it."""
-    messages = body.get("messages")
-    messages = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
-    if "strict_null_content" in quirks:
-        for i, message in enumerate(messages):
-            if "content" in message and message["content"] is None:
-                return 500, f"messages[{i}]: content must be a string or an array, not null"
-    if "no_stream_options" in quirks and "stream_options" in body:
-        return 400, "Unrecognized request argument supplied: stream_options"
-    if "max_completion_tokens_only" in quirks and "max_tokens" in body:
-        return 400, (
-            "Unsupported parameter: 'max_tokens' is not supported with this model. "
-            "Use 'max_completion_tokens' instead."
-        )
-    calls_or_results = any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
-    if "tools_required" in quirks and calls_or_results and not body.get("tools"):
-        return 400, "tools must be given when messages contain tool calls or results"
-    if "reasoning_required" in quirks:
-        for i, message in enumerate(messages):
-            thought = message.get("reasoning_content")
-            if message.get("tool_calls") and not (isinstance(thought, str) and thought):
-                return 400, (
-                    f"Missing `reasoning_content` field in the assistant message at message "
-                    f"index {i}"
-                )
-    return None
-
-
-def _capped(step: Step, body: dict[str, Any]) -> Step:
-    """``step`` as a server honouring the request's output cap would answer it."""
-    cap = body.get("max_tokens", body.get("max_completion_tokens"))
-    if not isinstance(cap, int) or isinstance(cap, bool) or len(step.text) <= 4 * cap:
-        return step
-    return msgspec.structs.replace(
-        step,
-        text=step.text[: 4 * cap],
-        tool_calls=[],
-        finish_reason="length",
-        completion_tokens=cap,
-    )
-
-
-def _completion(
-    step: Step, head: dict[str, Any], ids: list[str], usage: dict[str, Any], quirks: frozenset[str]
-) -> Any:
-    message: dict[str, Any] = {"role": "assistant", "refusal": None}
-    message["content"] = step.text or (None if step.tool_calls else "")
-    if step.reasoning:
-        message[_reasoning_field(quirks)] = step.reasoning
-    if step.tool_calls:
-        message["tool_calls"] = _calls(step, ids, quirks)
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish(step)}
-    sends_usage = step.send_usage and "no_usage" not in quirks
-    return {**head, "choices": [choice], **({"usage": usage} if sends_usage else {})}
-
-
-def _reasoning_field(quirks: frozenset[str]) -> str:
-    return "reasoning" if "reasoning_field" in quirks else "reasoning_content"
-
-
-def _calls(step: Step, ids: list[str], quirks: frozenset[str]) -> list[dict[str, Any]]:
-    """The step's tool calls, whole, as the quirks shape them."""
-    calls = []
-    for i, (call, id_) in enumerate(zip(step.tool_calls, ids, strict=True)):
-        arguments: Any = call.arguments
-        if "object_arguments" in quirks:
-            with contextlib.suppress(msgspec.DecodeError):
-                arguments = msgspec.json.decode(call.arguments)
-        entry = {"index": i, "id": id_, "type": "function"}
-        entry["function"] = {"name": call.name, "arguments": arguments}
-        calls.append(_without(entry, quirks))
-    return calls
-
-
-def _without(entry: dict[str, Any], quirks: frozenset[str]) -> dict[str, Any]:
-    """A tool-call delta less the keys the quirks leave out."""
-    if "no_tool_index" in quirks:
-        entry.pop("index", None)
-    if "no_call_id" in quirks:
-        entry.pop("id", None)
-    return entry
-
-
-def _chunks(
-    step: Step,
-    head: dict[str, Any],
-    ids: list[str],
-    usage: dict[str, Any],
-    with_usage: bool,
-    quirks: frozenset[str],
-) -> list[dict[str, Any]]:
-    with_usage = with_usage and "no_usage" not in quirks
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        # With include_usage OpenAI sends `"usage": null` on every chunk but the last.
-        return {**head, "choices": [choice], **({"usage": None} if with_usage else {})}
-
-    chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    field = _reasoning_field(quirks)
-    chunks += [chunk({field: piece}) for piece in _pieces(step.reasoning, step.chunk_chars)]
-    chunks += [chunk({"content": piece}) for piece in _pieces(step.text, step.chunk_chars)]
-    if quirks & {"object_arguments", "calls_in_one_chunk"}:
-        whole = _calls(step, ids, quirks)
-        groups = [whole] if "calls_in_one_chunk" in quirks else [[call] for call in whole]
-        chunks += [chunk({"tool_calls": group}) for group in groups if group]
-    else:
-        for i, (call, id_) in enumerate(zip(step.tool_calls, ids, strict=True)):
-            start = {"index": i, "id": id_, "type": "function"}
-            start["function"] = {"name": call.name, "arguments": ""}
-            chunks.append(chunk({"tool_calls": [_without(start, quirks)]}))
-            for piece in _pieces(call.arguments, math.ceil(len(call.arguments) / 3)):
-                more = _without({"index": i, "function": {"arguments": piece}}, quirks)
-                chunks.append(chunk({"tool_calls": [more]}))
-    chunks.append(chunk({}, _finish(step)))
-    if with_usage and step.send_usage:
-        chunks.append({**head, "choices": [], "usage": usage})
-    return chunks
-
-
 class _Handler(BaseHTTPRequestHandler):
     # HTTP/1.1 lets streams use chunked encoding, as OpenAI's do: a stream cut short is then
     # an incomplete body the client notices, not the clean end of a connection-delimited one.
@@ -494,7 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
         is_chat = self.path.rstrip("/") == "/v1/chat/completions"
         request = self._recorded(body if isinstance(body, dict) else {})
         quirks = self.script.quirks
-        refused = _refusal(quirks, body) if is_chat and isinstance(body, dict) else None
+        refused = wire.refusal(quirks, body) if is_chat and isinstance(body, dict) else None
         wants_step = is_chat and isinstance(body, dict) and refused is None
         n, step, ids = self.script._admit(request, wants_step=wants_step)
         head = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": CREATED}
@@ -513,18 +292,18 @@ class _Handler(BaseHTTPRequestHandler):
         elif step.status is not None:
             self._send_error(step.status, step.error_message)
         else:
-            step = _capped(step, body)
-            ids, usage = ids[: len(step.tool_calls)], _usage(step, len(raw))
+            step = wire.capped(step, body)
+            ids, usage = ids[: len(step.tool_calls)], wire.usage(step, len(raw))
             if not request.stream:
                 if step.disconnect_after is None:
-                    self._send_json(200, _completion(step, head, ids, usage, quirks))
+                    self._send_json(200, wire.completion(step, head, ids, usage, quirks))
                 else:
                     self.close_connection = True  # no answer at all
                 return
             options = body.get("stream_options")
             with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
             head["object"] = "chat.completion.chunk"
-            self._stream(step, _chunks(step, head, ids, usage, with_usage, quirks))
+            self._stream(step, wire.chunks(step, head, ids, usage, with_usage, quirks))
 
     def _recorded(self, body: dict[str, Any]) -> RecordedRequest:
         headers = {name.lower(): value for name, value in self.headers.items()}
@@ -533,7 +312,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_error(self, status: int, message: str) -> None:
         # retry-after-ms keeps the SDK's backoff before retrying a 429 to a millisecond.
         headers = {"retry-after-ms": "1"} if status == 429 else {}
-        self._send_json(status, _error_body(status, message), headers)
+        self._send_json(status, wire.error_body(status, message), headers)
 
     def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = msgspec.json.encode(payload)
