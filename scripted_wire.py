@@ -158,8 +158,10 @@ def refusal(quirks: frozenset[str], body: dict[str, Any]) -> tuple[int, str] | N
 
 def capped(step: Step, body: dict[str, Any]) -> Step:
     """``step`` as a server honouring the request's output cap would answer it."""
-    cap = body.get("max_tokens", body.get("max_completion_tokens"))
-    if not isinstance(cap, int) or isinstance(cap, bool) or len(step.text) <= 4 * cap:
+    cap = body.get("max_tokens")
+    if cap is None:
+        cap = body.get("max_completion_tokens")
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 0 or len(step.text) <= 4 * cap:
         return step
     return msgspec.structs.replace(
         step,

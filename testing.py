@@ -98,11 +98,12 @@ class ScriptedModelServer:
     ) -> None:
         self.model = model
         """The model name the server reports in its answers and in ``GET /v1/models``."""
-        unknown = sorted(set(quirks) - set(QUIRKS))
+        if isinstance(quirks, str):  # a lone name would otherwise be read letter by letter
+            raise TypeError(f"quirks: expected a collection of names, got the string {quirks!r}")
+        self._quirks = frozenset(quirks)
+        unknown = sorted(self._quirks - QUIRKS.keys())
         if unknown:
             raise ValueError(f"unknown quirk {unknown[0]!r}: expected one of {', '.join(QUIRKS)}")
-        self.quirks = frozenset(quirks)
-        """The quirks it imitates (``QUIRKS``)."""
         self._cond = threading.Condition()
         self._steps: deque[Step] = deque(steps)
         self._requests: list[RecordedRequest] = []
@@ -148,6 +149,11 @@ class ScriptedModelServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    @property
+    def quirks(self) -> frozenset[str]:
+        """The quirks it imitates, names from ``QUIRKS``; fixed for the server's life."""
+        return self._quirks
 
     @property
     def base_url(self) -> str:

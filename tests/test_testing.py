@@ -11,7 +11,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 from openai.types.chat import ChatCompletionChunk
 
-from plait.testing import RecordedRequest, ScriptedModelServer, ScriptedToolCall, Step
+from plait.testing import QUIRKS, RecordedRequest, ScriptedModelServer, ScriptedToolCall, Step
 
 HELLO: list[Any] = [{"role": "user", "content": "hello"}]
 
@@ -348,9 +348,16 @@ def test_lifecycle() -> None:
 
 # --- quirks: servers other than OpenAI's ---------------------------------------------------
 
+CALLED: dict[str, Any] = {
+    "role": "assistant",
+    "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+}
+RESULT: dict[str, Any] = {"role": "tool", "tool_call_id": "a", "content": "done"}
+TOOLS: list[Any] = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+
 
 def raw_post(server: ScriptedModelServer, **body: Any) -> tuple[int, str]:
-    """POST a streamed chat request with plain HTTP; return the status and the body."""
+    """POST a chat request (streamed unless ``stream=False``) with plain HTTP: status, body."""
     import http.client
 
     port = int(server.base_url.split(":")[2].split("/")[0])
@@ -371,23 +378,53 @@ def raw_chunks(server: ScriptedModelServer, **body: Any) -> list[Any]:
     return [json.loads(d) for d in data if d != "[DONE]"]
 
 
-def test_an_unknown_quirk_is_named() -> None:
-    with pytest.raises(ValueError, match="unknown quirk 'no_such'"):
-        ScriptedModelServer(quirks={"no_such"})
+def raw_answer(server: ScriptedModelServer, **body: Any) -> Any:
+    """A non-streamed answer, decoded."""
+    status, text = raw_post(server, stream=False, **body)
+    assert status == 200, text
+    return json.loads(text)
+
+
+def deltas_of(chunks: list[Any]) -> list[dict[str, Any]]:
+    return [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+
+
+def raw_text(chunks: list[Any]) -> str:
+    return "".join(d.get("content", "") for d in deltas_of(chunks))
+
+
+def raw_call_deltas(chunks: list[Any]) -> list[dict[str, Any]]:
+    return [call for d in deltas_of(chunks) for call in d.get("tool_calls", [])]
+
+
+def test_quirks_are_checked_and_kept() -> None:
+    with pytest.raises(ValueError, match="unknown quirk 'no_such': expected one of strict_null_"):
+        ScriptedModelServer(quirks={"no_usage", "no_such"})
+    with pytest.raises(TypeError, match="got the string 'no_usage'"):
+        ScriptedModelServer(quirks="no_usage")
+    server = ScriptedModelServer(quirks=["no_usage", "no_call_id", "no_usage"])
+    assert server.quirks == frozenset({"no_usage", "no_call_id"})
+    with pytest.raises(AttributeError):
+        server.quirks = frozenset()  # type: ignore[misc]
+    assert set(QUIRKS) >= server.quirks and all(isinstance(d, str) for d in QUIRKS.values())
 
 
 @pytest.mark.parametrize(
     ("quirk", "body", "status", "said"),
     [
-        ("strict_null_content", {"messages": [{"role": "assistant", "content": None}]}, 500,
-         "messages[0]: content must be a string"),
-        ("no_stream_options", {"stream_options": {"include_usage": True}}, 400, "stream_options"),
-        ("max_completion_tokens_only", {"max_tokens": 5}, 400, "Use 'max_completion_tokens'"),
-        ("tools_required", {"messages": [{"role": "tool", "content": "x", "tool_call_id": "a"}]},
-         400, "tools must be given"),
-        ("reasoning_required",
-         {"messages": [{"role": "assistant", "tool_calls": [{"id": "a"}]}]}, 400,
-         "Missing `reasoning_content` field in the assistant message at message index 0"),
+        ("strict_null_content", {"messages": [*HELLO, {"role": "assistant", "content": None}]},
+         500, "messages[1]: content must be a string or an array, not null"),
+        ("no_stream_options", {"stream_options": {"include_usage": True}},
+         400, "Unrecognized request argument supplied: stream_options"),
+        ("max_completion_tokens_only", {"max_tokens": 5},
+         400, "Unsupported parameter: 'max_tokens' is not supported with this model. "
+              "Use 'max_completion_tokens' instead."),
+        ("tools_required", {"messages": [*HELLO, RESULT]}, 400, "tools must be given"),
+        ("tools_required", {"messages": [*HELLO, CALLED]}, 400, "tools must be given"),
+        ("reasoning_required", {"messages": [*HELLO, CALLED, RESULT]},
+         400, "Missing `reasoning_content` field in the assistant message at message index 1"),
+        ("reasoning_required", {"messages": [*HELLO, {**CALLED, "reasoning_content": ""}]},
+         400, "Missing `reasoning_content` field in the assistant message at message index 1"),
     ],
 )  # fmt: skip
 def test_a_refusal_takes_no_step_of_the_script(
@@ -396,74 +433,176 @@ def test_a_refusal_takes_no_step_of_the_script(
     with ScriptedModelServer([Step(text="the step")], quirks={quirk}) as server:
         refused, error = raw_post(server, **body)
         chunks = raw_chunks(server)
-    assert refused == status and said in json.loads(error)["error"]["message"]
-    assert len(server.requests) == 2  # both recorded
-    assert server.requests[0].body["messages"] == body.get("messages", HELLO)
-    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
-    assert text == "the step"
+        recorded = server.wait_for_requests(2)
+    assert refused == status
+    assert said in json.loads(error)["error"]["message"]
+    assert recorded[0].body["messages"] == body.get("messages", HELLO)
+    assert raw_text(chunks) == "the step"
+
+
+@pytest.mark.parametrize(
+    ("quirk", "body"),
+    [
+        ("strict_null_content", {"messages": [*HELLO, CALLED, RESULT], "tools": TOOLS}),
+        ("no_stream_options", {}),
+        ("max_completion_tokens_only", {"max_completion_tokens": 100}),
+        ("tools_required", {"messages": [*HELLO, CALLED, RESULT], "tools": TOOLS}),
+        ("reasoning_required",
+         {"messages": [*HELLO, {**CALLED, "reasoning_content": "f first"}, RESULT]}),
+    ],
+)  # fmt: skip
+def test_a_request_the_quirk_allows_is_answered(quirk: str, body: dict[str, Any]) -> None:
+    with ScriptedModelServer([Step(text="the step")], quirks={quirk}) as server:
+        assert raw_text(raw_chunks(server, **body)) == "the step"
 
 
 def test_a_refusal_is_an_error_the_openai_client_raises() -> None:
-    with ScriptedModelServer([Step(text="x")], quirks={"no_stream_options"}) as strict:
+    null: list[Any] = [*HELLO, {"role": "assistant", "content": None}]
+    quirks = {"no_stream_options", "strict_null_content"}
+    with ScriptedModelServer([Step(text="x")], quirks=quirks) as strict:
         client = OpenAI(base_url=strict.base_url, api_key="test", max_retries=0)
         with pytest.raises(openai.BadRequestError, match="stream_options"):
             stream_chat(client, stream_options={"include_usage": True})
+        with pytest.raises(openai.InternalServerError, match=r"messages\[1\]: content must"):
+            client.chat.completions.create(model="m", messages=null)
+        assert client.chat.completions.create(model="m", messages=HELLO).choices[0].message
         client.close()
 
 
-def test_no_usage_sends_none_even_when_asked() -> None:
+@pytest.mark.parametrize("stream", [True, False])
+def test_no_usage_sends_none_even_when_asked(stream: bool) -> None:
     with ScriptedModelServer([Step(text="hi")], quirks={"no_usage"}) as server:
-        chunks = raw_chunks(server, stream_options={"include_usage": True})
-    assert chunks and all("usage" not in c for c in chunks)
+        if stream:
+            payloads = raw_chunks(server, stream_options={"include_usage": True})
+        else:
+            payloads = [raw_answer(server)]
+    assert payloads and all("usage" not in p for p in payloads)  # nor "usage": null
 
 
 @pytest.mark.parametrize(
     ("quirks", "shape"),
     [
         ({"object_arguments"}, [[{"index": 0, "id": "call_1", "args": {"a": 1}}],
-                                [{"index": 1, "id": "call_2", "args": {}}]]),
+                                [{"index": 1, "id": "call_2", "args": "{oops"}]]),
         ({"calls_in_one_chunk"}, [[{"index": 0, "id": "call_1", "args": '{"a": 1}'},
-                                   {"index": 1, "id": "call_2", "args": "{}"}]]),
+                                   {"index": 1, "id": "call_2", "args": "{oops"}]]),
+        ({"calls_in_one_chunk", "object_arguments"},
+         [[{"index": 0, "id": "call_1", "args": {"a": 1}},
+           {"index": 1, "id": "call_2", "args": "{oops"}]]),
         ({"calls_in_one_chunk", "no_tool_index", "no_call_id"},
-         [[{"args": '{"a": 1}'}, {"args": "{}"}]]),
+         [[{"args": '{"a": 1}'}, {"args": "{oops"}]]),
     ],
 )  # fmt: skip
 def test_tool_calls_come_whole_in_the_shapes_the_quirks_give(
     quirks: set[str], shape: list[list[dict[str, Any]]]
 ) -> None:
-    calls = [ScriptedToolCall("f", '{"a": 1}'), ScriptedToolCall("g")]
+    calls = [ScriptedToolCall("f", '{"a": 1}'), ScriptedToolCall("g", "{oops")]
     with ScriptedModelServer([Step(tool_calls=calls)], quirks=quirks) as server:
         chunks = raw_chunks(server)
-    deltas = [c["choices"][0]["delta"].get("tool_calls") for c in chunks if c["choices"]]
-    deltas = [group for group in deltas if group]
+    groups = [d["tool_calls"] for d in deltas_of(chunks) if d.get("tool_calls")]
     seen = [
         [
             {k: v for k, v in {**d, "args": d["function"]["arguments"]}.items()
              if k in ("index", "id", "args")}
             for d in group
         ]
-        for group in deltas
+        for group in groups
     ]  # fmt: skip
     assert seen == shape
+    assert [d["function"]["name"] for group in groups for d in group] == ["f", "g"]
+
+
+@pytest.mark.parametrize(("quirk", "missing"), [("no_tool_index", "index"), ("no_call_id", "id")])
+def test_tool_call_deltas_can_lack_index_or_id(quirk: str, missing: str) -> None:
+    arguments = '{"title": "notes"}'
+    step = Step(tool_calls=[ScriptedToolCall("f", arguments)])
+    with ScriptedModelServer([step], quirks={quirk}) as server:
+        deltas = raw_call_deltas(raw_chunks(server))
+    assert len(deltas) == 4  # the call's start, then its arguments in three pieces
+    assert all(missing not in d for d in deltas)
+    assert deltas[0]["function"]["name"] == "f"
+    assert "".join(d["function"]["arguments"] for d in deltas) == arguments
+
+
+@pytest.mark.parametrize(
+    ("quirks", "seen"),
+    [
+        (set(), ("call_1", '{"a": 1}')),
+        ({"no_call_id"}, (None, '{"a": 1}')),
+        ({"object_arguments"}, ("call_1", {"a": 1})),
+    ],
+)
+def test_a_non_streamed_answer_takes_the_quirks_too(
+    quirks: set[str], seen: tuple[str | None, Any]
+) -> None:
+    step = Step(tool_calls=[ScriptedToolCall("f", '{"a": 1}')])
+    with ScriptedModelServer([step], quirks=quirks) as server:
+        [call] = raw_answer(server)["choices"][0]["message"]["tool_calls"]
+    assert (call.get("id"), call["function"]["arguments"]) == seen
+    assert (call["type"], call["function"]["name"]) == ("function", "f")
 
 
 @pytest.mark.parametrize("quirks", [set(), {"reasoning_field"}])
-def test_reasoning_streams_before_the_text(quirks: set[str]) -> None:
-    field = "reasoning" if quirks else "reasoning_content"
-    step = Step(text="42", reasoning="think it over", chunk_chars=5)
-    with ScriptedModelServer([step], quirks=quirks) as server:
+def test_reasoning_comes_before_the_text(quirks: set[str]) -> None:
+    field, other = (
+        ("reasoning", "reasoning_content") if quirks else ("reasoning_content", "reasoning")
+    )
+    step = Step(text="The answer: 42", reasoning="think it over", chunk_chars=5)
+    with ScriptedModelServer([step, step], quirks=quirks) as server:
         chunks = raw_chunks(server, stream_options={"include_usage": True})
-    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
-    assert [d[field] for d in deltas if field in d] == ["think", " it o", "ver"]
-    assert "".join(d.get("content", "") for d in deltas) == "42"
-    assert chunks[-1]["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}
+        answer = raw_answer(server)
+    deltas = deltas_of(chunks)
+    assert [(k, d[k]) for d in deltas for k in (field, "content") if d.get(k)] == [
+        (field, "think"), (field, " it o"), (field, "ver"),
+        ("content", "The a"), ("content", "nswer"), ("content", ": 42"),
+    ]  # fmt: skip
+    assert all(other not in d for d in deltas)
+    message = answer["choices"][0]["message"]
+    assert (message[field], message["content"], other in message) == (
+        "think it over",
+        "The answer: 42",
+        False,
+    )
+    for usage in (chunks[-1]["usage"], answer["usage"]):
+        assert usage["completion_tokens"] == 14 // 4 + 13 // 4  # the text's and the reasoning's
+        assert usage["completion_tokens_details"] == {"reasoning_tokens": 13 // 4}
 
 
-def test_the_output_cap_cuts_the_text_and_says_length() -> None:
-    steps = [Step(text="x" * 50, tool_calls=[ScriptedToolCall("f")]), Step(text="short")]
+def reply(server: ScriptedModelServer, stream: bool, **body: Any) -> tuple[str, str, str, int]:
+    """An answer as a client sees it: text, tool call names, finish reason, completion tokens."""
+    if stream:
+        chunks = raw_chunks(server, stream_options={"include_usage": True}, **body)
+        calls = [d["function"]["name"] for d in raw_call_deltas(chunks) if "name" in d["function"]]
+        finish = chunks[-2]["choices"][0]["finish_reason"]
+        return raw_text(chunks), ",".join(calls), finish, chunks[-1]["usage"]["completion_tokens"]
+    answer = raw_answer(server, **body)
+    choice = answer["choices"][0]
+    calls = [c["function"]["name"] for c in choice["message"].get("tool_calls", [])]
+    text = choice["message"]["content"] or ""
+    return text, ",".join(calls), choice["finish_reason"], answer["usage"]["completion_tokens"]
+
+
+@pytest.mark.parametrize("cap", ["max_tokens", "max_completion_tokens"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_output_cap_cuts_the_text_and_says_length(cap: str, stream: bool) -> None:
+    steps = [
+        Step(text="x" * 50, tool_calls=[ScriptedToolCall("f")]),
+        Step(text="y" * 20, tool_calls=[ScriptedToolCall("f")]),  # exactly 4 * 5 characters
+    ]
     with ScriptedModelServer(steps) as server:
-        cut = raw_chunks(server, max_tokens=5)
-        whole = raw_chunks(server, max_completion_tokens=5)
-    assert "".join(c["choices"][0]["delta"].get("content", "") for c in cut) == "x" * 20
-    assert "tool_calls" not in str(cut) and cut[-1]["choices"][0]["finish_reason"] == "length"
-    assert whole[-1]["choices"][0]["finish_reason"] == "stop"
+        cut = reply(server, stream, **{cap: 5})
+        whole = reply(server, stream, **{cap: 5})
+    assert cut == ("x" * 20, "", "length", 5)
+    assert whole == ("y" * 20, "f", "tool_calls", 20 // 4 + 10)
+
+
+def test_every_quirk_at_once_still_answers_a_plain_request() -> None:
+    step = Step(text="hi", reasoning="hmm", tool_calls=[ScriptedToolCall("f", '{"a": 1}')])
+    with ScriptedModelServer([step], quirks=QUIRKS) as server:
+        chunks = raw_chunks(server)
+    deltas = deltas_of(chunks)
+    assert [d["reasoning"] for d in deltas if "reasoning" in d] == ["hmm"]
+    assert raw_text(chunks) == "hi"
+    groups = [d["tool_calls"] for d in deltas if d.get("tool_calls")]
+    assert groups == [[{"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]]
+    assert all("usage" not in c for c in chunks)
