@@ -51,6 +51,7 @@ from plait.events.types import (
     Event,
     NewEvent,
     SessionClosed,
+    SessionResumed,
     SessionStarted,
     TaskCompleted,
     TaskDropped,
@@ -313,7 +314,7 @@ class SessionHandle:
         with self.subscribe(transient=False) as feed:
             state: SchedulerState = self._scheduler.ask("state", timeout=timeout)
             if state.running is not None:
-                self._scheduler.tell(Interrupt())
+                self._scheduler.tell(Interrupt("close"))
                 _await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
         self._stop(timeout)
         # A task that did not stop in time is ended here: no actor can record any more.
@@ -322,7 +323,8 @@ class SessionHandle:
         ended: list[NewEvent] = []
         if plan is not None:
             why = FORCED.format(timeout=timeout)
-            bodies = open_calls(past, plan.task_id).ending(TurnAborted("interrupted", why))
+            forced = TurnAborted("interrupted", "forced_close", why)
+            bodies = open_calls(past, plan.task_id, "forced_close").ending(forced)
             ended = [NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies]
         self._journal.record_last([*ended, SessionClosed("closed by the embedder")])
 
@@ -444,9 +446,20 @@ def _check_policy(policy: object) -> None:
         raise ConfigError(f"approval policy {policy!r}: expected one of {known}")
 
 
-def _record_for(journal: Journal, plan: TaskPlan, bodies: Sequence[Body]) -> list[Event]:
-    """Record ``bodies`` in ``plan``'s conversation and task, as one group."""
-    return journal.record([NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies])
+def _took_over(
+    journal: Journal, past: Sequence[Event], state: SchedulerState, bodies: Sequence[Body]
+) -> list[Event]:
+    """Record ``SessionResumed`` (if the session records it), then ``bodies`` in the running
+    task (the recovery of the task a crash cut off), as one group."""
+    plan = state.running
+    started = past[0].body
+    settings = started.settings if isinstance(started, SessionStarted) else None
+    ids = (plan.conversation_id, plan.task_id) if plan else (None, None)
+    items = [NewEvent(b, *ids) for b in bodies]
+    if settings is not None and settings.resume_markers:
+        marker = SessionResumed(plan.task_id if plan else None, len(state.pending))
+        items.insert(0, NewEvent(marker))
+    return journal.record(items) if items else []
 
 
 class Runtime:
@@ -559,6 +572,7 @@ class Runtime:
             interrupt_checkpoints=True,
             model_protocol=MODEL_PROTOCOL,
             model=self.settings.options(),
+            resume_markers=True,
         )
 
     def start_session(
@@ -601,10 +615,12 @@ class Runtime:
         if session_id in self._sessions:
             return self._sessions[session_id]
         past = self._read_session(session_id)
-        return self._resume(session_id, past, _scheduled(past).running)
+        return self._resume(session_id, past, _scheduled(past))
 
-    def _resume(self, session_id: str, past: list[Event], plan: TaskPlan | None) -> SessionHandle:
-        """Resume from ``past``; ``plan`` is the task it left running, if any."""
+    def _resume(self, session_id: str, past: list[Event], state: SchedulerState) -> SessionHandle:
+        """Resume from ``past``, whose tasks ``state`` folds; if any was running or waiting,
+        ``SessionResumed`` marks where this process took over."""
+        plan = state.running
         destroyed = {e.conversation_id for e in past if isinstance(e.body, ConversationDestroyed)}
         missing = missing_content(past, lambda cid: cid is not None and cid not in destroyed)
         if missing:
@@ -615,13 +631,13 @@ class Runtime:
         root = started.root_conversation_id
         calls = open_calls(past, plan.task_id) if plan is not None else OpenCalls()
         if plan is None or not (calls.rerun and self.mcp_servers):
-            if plan is not None:
-                past += _record_for(journal, plan, calls.ending())
+            if plan is not None or state.pending:
+                past += _took_over(journal, past, state, calls.ending() if plan is not None else [])
             handle = self._attach(journal, root, past)
             handle._scheduler.tell("kick")
             return handle
-        # Safe calls run again: recorded started first, so the crash point is plain in the log.
-        past += _record_for(journal, plan, [*calls.rerun, *calls.denials])
+        # Safe calls run again: recorded started, as the first thing this process does.
+        past += _took_over(journal, past, state, [*calls.rerun, *calls.denials])
         handle = self._attach(journal, root, past)
         handle._rerun = Rerun.start(journal, handle._pool, handle._scheduler, plan, calls)
         return handle
@@ -639,11 +655,11 @@ class Runtime:
             plan, waiting = state.running, len(state.pending)
             crashed = plan.task_id if plan is not None else None
             try:
-                self._resume(session_id, past, plan)
+                self._resume(session_id, past, state)
             except ContentUnavailableError as exc:
                 if plan is not None:
                     ending = open_calls(past, plan.task_id).ending()
-                    _record_for(Journal(self.store, session_id, past), plan, ending)
+                    _took_over(Journal(self.store, session_id, past), past, state, ending)
                 found.append(Recovery(session_id, crashed, waiting, exc.reason))
             else:
                 found.append(Recovery(session_id, crashed, waiting))

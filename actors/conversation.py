@@ -58,6 +58,7 @@ from plait.events.projections.history import (
     safe_cut,
 )
 from plait.events.types import (
+    AbortCause,
     AgentMessageDelta,
     Body,
     ConversationContextChanged,
@@ -298,7 +299,7 @@ class Conversation(pykka.ThreadingActor):
             log.exception("conversation %s: %s failed", self.id, type(message).__name__)
             if self.run is not None and not isinstance(exc, pykka.ActorDeadError):
                 with contextlib.suppress(Exception):
-                    self._abort("failed", f"internal error: {exc!r}")
+                    self._abort("failed", "error", f"internal error: {exc!r}")
             return None
 
     def _receive(self, message: Any) -> Any:
@@ -326,10 +327,10 @@ class Conversation(pykka.ThreadingActor):
                             message.attempt, message.error, message.status, message.retry_in_sec
                         )
                     )
-            case Abort(task_id=task_id, reason=reason, detail=detail, destroy=destroy):
+            case Abort(task_id=task_id, reason=reason, cause=cause, detail=detail, destroy=destroy):
                 if self.run and self.run.plan.task_id == task_id:
                     extra = [ConversationDestroyed(detail)] if destroy else []
-                    self._abort(reason, detail, *extra)
+                    self._abort(reason, cause, detail, *extra)
                 elif destroy:
                     self._record(ConversationDestroyed(detail), task=None)
                 if destroy:
@@ -352,7 +353,7 @@ class Conversation(pykka.ThreadingActor):
         if "mcp_allowlist" in change.changed and change.mcp_allowlist:
             checked = targets.check_allowlist(self.deps.pool, change.mcp_allowlist, self._record)
             if isinstance(checked, str):
-                self._abort("failed", f"context change refused: {checked}")
+                self._abort("failed", "error", f"context change refused: {checked}")
                 return False
             change = msgspec.structs.replace(change, mcp_allowlist=checked)
         self._record(ConversationContextChanged(**msgspec.structs.asdict(change)), *after)
@@ -507,7 +508,7 @@ class Conversation(pykka.ThreadingActor):
         summary = reply.text.strip()
         if not summary:
             self._record(*bodies)
-            self._abort("failed", "compaction failed: the model returned an empty summary")
+            self._abort("failed", "error", "compaction failed: the model returned an empty summary")
             return
         after = self.view.tokens(pending.kept_from) + approx_tokens(len(summary))
         done = msgspec.structs.replace(pending, summary=summary, tokens_after=after)
@@ -581,7 +582,7 @@ class Conversation(pykka.ThreadingActor):
             return  # a call whose turn was aborted: nothing of it is applied
         run.future = None
         if finished.error is not None:
-            self._abort("failed", finished.error, model_error=finished.error_kind)
+            self._abort("failed", "model", finished.error, model_error=finished.error_kind)
             return
         reply = finished.reply
         calls = list(reply.tool_calls)
@@ -823,8 +824,13 @@ class Conversation(pykka.ThreadingActor):
         # neither, so the call is never left waiting for a continuation that was not queued.
         task_id = self.run.plan.task_id
         ended = [
-            *[ToolCallCompleted(later.id, "aborted: replaced", "error") for later in rest],
-            TurnAborted("replaced", f"{name} -> {target_id}", awaiting_call_ids=[call.id]),
+            *[
+                ToolCallCompleted(later.id, "aborted: replaced", "error", aborted_by="replaced")
+                for later in rest
+            ],
+            TurnAborted(
+                "replaced", "replaced", f"{name} -> {target_id}", awaiting_call_ids=[call.id]
+            ),
         ]
         queued = [
             NewEvent(TaskEnqueued(plan, front=True), plan.conversation_id, plan.task_id)
@@ -837,7 +843,12 @@ class Conversation(pykka.ThreadingActor):
     # --- ending ------------------------------------------------------------------------------
 
     def _abort(
-        self, reason: str, detail: str, *after: Body, model_error: str | None = None
+        self,
+        reason: str,
+        cause: AbortCause,
+        detail: str,
+        *after: Body,
+        model_error: str | None = None,
     ) -> None:
         assert self.run is not None
         run = self.run
@@ -859,6 +870,7 @@ class Conversation(pykka.ThreadingActor):
         try:
             aborted = TurnAborted(
                 reason,  # type: ignore[arg-type]
+                cause,
                 detail,
                 checkpoint=checkpoint,
                 model_error=model_error,  # type: ignore[arg-type]

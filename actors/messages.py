@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from plait.events.types import Event, ToolApprovalDecided, ToolCallCompleted
+from plait.events.types import AbortCause, Event, ToolApprovalDecided, ToolCallCompleted
 from plait.events.values import ContextChange, InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
 
 __all__ = [
@@ -60,6 +60,8 @@ class Abort(msgspec.Struct, frozen=True):
     task_id: str
     """The task to end."""
     reason: Literal["interrupted", "replaced", "failed"]
+    """Recorded in ``TurnAborted``."""
+    cause: AbortCause
     """Recorded in ``TurnAborted``."""
     detail: str = ""
     """For people."""
@@ -153,7 +155,10 @@ class TaskEnded(msgspec.Struct, frozen=True):
 
 
 class Interrupt(msgspec.Struct, frozen=True):
-    """The user interrupts: end the running task and drop the chain it started."""
+    """End the running task and drop the chain it started."""
+
+    cause: Literal["user", "close"] = "user"
+    """Who interrupts: the embedder, or the session's close."""
 
 
 class Dispatch(msgspec.Struct, frozen=True):

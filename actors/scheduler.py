@@ -9,7 +9,7 @@ actor appends what ``decide`` returns and folds it back with ``evolve``.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pykka
@@ -47,6 +47,9 @@ __all__ = [
 
 
 log = logging.getLogger("plait")
+
+INTERRUPTED_BY = {"user": "interrupted by the user", "close": "interrupted by the close"}
+"""What an interrupt's records say, for people (its ``cause`` says it for programs)."""
 
 
 class TaskResult(msgspec.Struct, frozen=True):
@@ -173,8 +176,8 @@ class Scheduler(pykka.ThreadingActor):
                 self._enqueue(plans)
             case TaskEnded():
                 self._maybe_start()
-            case Interrupt():
-                self._interrupt()
+            case Interrupt(cause=cause):
+                self._interrupt(cause)
             case "state":
                 return msgspec.structs.replace(self.state)
             case "kick":
@@ -212,20 +215,23 @@ class Scheduler(pykka.ThreadingActor):
         self._record([*before, *started])
         self.session.tell(Dispatch(RunTask(plan)))
 
-    def _interrupt(self) -> None:
+    def _interrupt(self, cause: Literal["user", "close"]) -> None:
+        why = INTERRUPTED_BY[cause]
         dropped: list[NewEvent] = []
         for plan in chain_to_drop(self.state):
             if plan.closure is not None:
                 # The call this continuation would have answered is answered now, so the
                 # caller's history stays valid for its next model request.
-                output = ToolCallCompleted(plan.closure.call_id, "aborted: interrupted", "error")
+                output = ToolCallCompleted(
+                    plan.closure.call_id, "aborted: interrupted", "error", aborted_by=cause
+                )
                 dropped.append(NewEvent(output, plan.conversation_id, plan.task_id))
-            reason = TaskDropped("interrupted by the user")
+            reason = TaskDropped(why, cause)
             dropped.append(NewEvent(reason, plan.conversation_id, plan.task_id))
         if dropped:
             self._record(dropped)
         running = self.state.running
         if running is not None:
-            self.session.tell(Abort(running.task_id, "interrupted", "interrupted by the user"))
+            self.session.tell(Abort(running.task_id, "interrupted", cause, why))
         else:
             self._maybe_start()

@@ -226,7 +226,7 @@ class Session(pykka.ThreadingActor):
         if self._waiting(cid):
             return {"ok": False, "reason": f"conversation {cid} is waiting in the current chain"}
         dropped = [
-            NewEvent(TaskDropped("conversation destroyed"), cid, plan.task_id)
+            NewEvent(TaskDropped("conversation destroyed", "destroy"), cid, plan.task_id)
             for plan in self.timeline.pending
             if plan.conversation_id == cid
         ]
@@ -239,7 +239,7 @@ class Session(pykka.ThreadingActor):
         ref = self.conversations.pop(cid)
         self.journal.unlisten(ref)
         if task:  # a running conversation records its own end: TurnAborted, the destruction
-            ref.tell(Abort(task, "interrupted", "conversation destroyed", destroy=True))
+            ref.tell(Abort(task, "interrupted", "destroy", "conversation destroyed", destroy=True))
         else:
             ref.stop(block=False)
         return {"ok": True}

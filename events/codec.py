@@ -16,6 +16,7 @@ import msgspec
 
 from plait.errors import CorruptEventError, UnknownEventTypeError
 from plait.events.types import AnyBody, Body, Event
+from plait.events.upcasters import STEPS
 
 __all__ = [
     "CURRENT_VERSIONS",
@@ -59,8 +60,12 @@ class Upcasters:
     read through these and never rewritten.
     """
 
-    def __init__(self, current: dict[str, int] | None = None) -> None:
-        self._steps: dict[tuple[str, int], Upcaster] = {}
+    def __init__(
+        self,
+        current: dict[str, int] | None = None,
+        steps: dict[tuple[str, int], Upcaster] | None = None,
+    ) -> None:
+        self._steps: dict[tuple[str, int], Upcaster] = dict(steps or {})
         self.current = dict(CURRENT_VERSIONS if current is None else current)
 
     def register(self, type_name: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
@@ -87,8 +92,8 @@ class Upcasters:
         return body, version
 
 
-UPCASTERS = Upcasters()
-"""The registry plait reads its own logs with."""
+UPCASTERS = Upcasters(steps=STEPS)
+"""The registry plait reads its own logs with (``events/upcasters.py``)."""
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Event)

@@ -30,13 +30,16 @@ from plait.events.values import (
 
 __all__ = [
     "CANCEL_MESSAGE",
+    "INTERRUPT_CAUSES",
     "INTERRUPT_MESSAGE",
     "INTERRUPT_TEXT",
+    "AbortCause",
     "AgentMessageDelta",
     "AnyBody",
     "ApprovalKeyExpired",
     "ApprovalPolicyNarrowed",
     "Body",
+    "CallOutcome",
     "ConversationContextChanged",
     "ConversationDestroyed",
     "ConversationOpened",
@@ -54,6 +57,7 @@ __all__ = [
     "NewEvent",
     "ReasoningDelta",
     "SessionClosed",
+    "SessionResumed",
     "SessionStarted",
     "TaskCompleted",
     "TaskDropped",
@@ -110,6 +114,19 @@ class SessionClosed(Body, frozen=True):
 
     reason: str = ""
     """Why, for people."""
+
+
+class SessionResumed(Body, frozen=True):
+    """A process picked up a session another left with work in flight (a crash, a ``kill -9``).
+
+    Recorded first, in the same group as what the recovery records next: where a replay
+    finds it, the recorded process stopped and a new one took over.
+    """
+
+    crashed_task_id: str | None = None
+    """The task the stopped process was running, which the recovery now ends (``crash``)."""
+    pending: int = 0
+    """Tasks that were waiting to run, which run now in order."""
 
 
 # --- conversations ---------------------------------------------------------------------------
@@ -169,6 +186,17 @@ class ConversationDestroyed(Body, frozen=True):
 
 # --- tasks and turns -------------------------------------------------------------------------
 
+AbortCause = Literal[
+    "user", "close", "forced_close", "destroy", "replaced", "crash", "model", "error"
+]
+"""What ended a task early, or cut off a call (docs/interrupts.md#causes): ``user`` (an
+interrupt by the embedder), ``close`` (the session's close interrupted it), ``forced_close``
+(it did not stop within the close's timeout), ``destroy`` (its conversation was destroyed),
+``replaced`` (an interrupting tool handed the timeline to another task), ``crash`` (the process
+stopped), ``model`` (the model server failed), ``error`` (plait refused or failed to go on)."""
+INTERRUPT_CAUSES: tuple[AbortCause, ...] = ("user", "close")
+"""Causes that interrupt the running task and drop the chain it started."""
+
 
 class TaskEnqueued(Body, frozen=True):
     """A task was planned (seed 000 ``TaskPlan``)."""
@@ -197,10 +225,14 @@ class TaskCompleted(Body, frozen=True):
 
 
 class TaskDropped(Body, frozen=True):
-    """A planned task will never run (its conversation was destroyed, a chain limit hit)."""
+    """A planned task will never run (its conversation was destroyed, an interrupt dropped
+    the chain it was part of)."""
 
+    VERSION: ClassVar[int] = 2  # v1 had no cause: see events/upcasters.py
     reason: str
     """Why, for people."""
+    cause: AbortCause
+    """What dropped it."""
 
 
 class TurnStarted(Body, frozen=True):
@@ -213,15 +245,18 @@ class TurnStarted(Body, frozen=True):
 class TurnAborted(Body, frozen=True):
     """The running turn ended early; unanswered tool calls get a synthetic output."""
 
+    VERSION: ClassVar[int] = 2  # v1 had no cause: see events/upcasters.py
     reason: Literal["interrupted", "replaced", "crashed", "failed"]
-    """Why the turn ended."""
+    """How the task ended, as its outcome says it (``interrupted``, ``failed``...)."""
+    cause: AbortCause
+    """What ended it."""
     detail: str = ""
     """What happened, for people."""
     awaiting_call_ids: list[str] = []
     """Calls left open because a continuation task answers them (``conv_create``, ``conv_send``)."""
     checkpoint: Literal[0, 1, 2, 3, 4] = 0
-    """Where an interrupt found the turn (seed 002 "中断机制"), which says what the history
-    gets: 1, the reply was recorded and no call had begun: each call is answered with
+    """Where an interrupt found the turn (docs/interrupts.md#checkpoints), which says what
+    the history gets: 1, the reply was recorded and no call had begun: each call is answered with
     ``CANCEL_MESSAGE`` and ``INTERRUPT_MESSAGE`` follows; 2, every call was answered and the
     next request was not sent: ``INTERRUPT_TEXT`` is added to the last tool output; 3, a call
     had not begun, or 4, a call was running: each unanswered call gets ``CANCEL_MESSAGE``.
@@ -310,6 +345,9 @@ class TokensCounted(Body, frozen=True):
 
 # --- tools -----------------------------------------------------------------------------------
 
+CallOutcome = Literal["ok", "error", "timeout", "refused", "unknown"]
+"""How a tool call ended, as ``ToolCallCompleted.outcome`` records it."""
+
 
 class ToolCallRequested(Body, frozen=True):
     """A tool call is about to run (or be refused); recorded before anything runs it."""
@@ -392,12 +430,13 @@ class ToolCallStarted(Body, frozen=True):
 class ToolCallCompleted(Body, frozen=True):
     """A tool call ended; its output goes back to the model."""
 
+    VERSION: ClassVar[int] = 2  # v1 had no aborted_by: see events/upcasters.py
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("output", "images", "control")
     call_id: str
     """The call answered."""
     output: Content
     """What the model is shown."""
-    outcome: Literal["ok", "error", "timeout", "refused", "unknown"] = "ok"
+    outcome: CallOutcome = "ok"
     """How it ended; ``unknown`` when a crash hid the result."""
     duration_ms: float = 0.0
     """Wall time of the call, milliseconds."""
@@ -407,6 +446,9 @@ class ToolCallCompleted(Body, frozen=True):
     """A change of the calling conversation's context the tool asked for (its result's
     ``_meta["plait/context"]``, seed 002 "上下文重建"): recorded as
     ``ConversationContextChanged`` once the turn's calls are answered, before the next turn."""
+    aborted_by: AbortCause | None = None
+    """Set when no tool answered: the call was cut off, and plait answered it for this cause
+    (``crash`` and ``forced_close`` answers say what is known of the call)."""
 
     @property
     def is_error(self) -> bool:
@@ -495,6 +537,7 @@ class McpAllowlistNormalized(Body, frozen=True):
 AnyBody = (
     SessionStarted
     | SessionClosed
+    | SessionResumed
     | ConversationOpened
     | ConversationContextChanged
     | ConversationDestroyed

@@ -313,6 +313,11 @@ class RuntimeSettings(Value, frozen=True):
     or ``filtered``; a compaction sends the history as one transcript."""
     model: ModelOptions = ModelOptions()
     """What each model request asks for beyond messages and tools."""
+    resume_markers: bool = False
+    """A process that takes over the session with work in flight records ``SessionResumed``
+    first. Sessions started before it did record ``False`` (by omission): they resume
+    without it, and replay finds where they were taken over as before
+    (docs/replay.md#crashes)."""
 
 
 class StoragePolicy(Value, frozen=True):

@@ -22,7 +22,9 @@ import pykka
 from plait.actors.builtins import canonical_name
 from plait.actors.messages import AwaitServers, CallTool, ServersSettled, ToolFinished, ToolResult
 from plait.events.types import (
+    AbortCause,
     Body,
+    CallOutcome,
     Event,
     McpServerReady,
     McpToolsRefreshed,
@@ -57,16 +59,19 @@ UNAPPROVED = "not run: it was waiting for its approval when the process stopped;
 DENIED = "not run: its approval was denied"
 UNDECIDED = "the process stopped before a decision; denied (fail closed)"
 """The reason of the denial recorded for a call whose approval was pending at a crash."""
-CRASHED = TurnAborted("crashed", "the process stopped while the task ran")
+CRASHED = TurnAborted("crashed", "crash", "the process stopped while the task ran")
 """How a task a crash cut off ends."""
 FORCED = "force-aborted: the task did not stop within {timeout:g} s of the close"
-"""Why a task that did not stop when its session closed ended (``TurnAborted(interrupted)``)."""
+"""Why a task that did not stop when its session closed ended (``TurnAborted(interrupted)``
+with the cause ``forced_close``), for people."""
 
 
 class OpenCalls:
     """The calls a crash left open in a task: those to run again, and answers for the rest."""
 
-    def __init__(self) -> None:
+    def __init__(self, cause: AbortCause = "crash") -> None:
+        self.cause: AbortCause = cause
+        """What cut the calls off: ``crash``, or ``forced_close``."""
         self.rerun: list[ToolCallStarted] = []
         """Sent calls of read-only or idempotent tools, as they are started again."""
         self.requests: dict[str, ToolCallRequested] = {}
@@ -84,9 +89,13 @@ class OpenCalls:
     def answered(self, upto: int) -> list[ToolCallCompleted]:
         """The answers of the first ``upto`` open calls, in the model's order."""
         return [
-            self.answers.get(call_id) or ToolCallCompleted(call_id, UNKNOWN, "unknown")
+            self.answers.get(call_id) or self.answer(call_id, UNKNOWN, "unknown")
             for call_id in list(self.requests)[:upto]
         ]
+
+    def answer(self, call_id: str, output: str, outcome: CallOutcome) -> ToolCallCompleted:
+        """plait's answer for a call that was cut off, saying what is known of it."""
+        return ToolCallCompleted(call_id, output, outcome, aborted_by=self.cause)
 
     def ready(self) -> int:
         """How many open calls, from the first, have their answer."""
@@ -98,14 +107,14 @@ class OpenCalls:
         return count
 
 
-def open_calls(past: Sequence[Event], task_id: str) -> OpenCalls:
+def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash") -> OpenCalls:
     """Sort the calls a crash left open in ``task_id``.
 
     A built-in may have run: unknown. An MCP call with no ``ToolCallStarted`` never reached
     its server (nor did a call of a tool that was not offered), so it did not run. A started
     call of a tool the log's snapshot says is read-only or idempotent is run again.
     """
-    found = OpenCalls()
+    found = OpenCalls(cause)
     started: dict[str, ToolCallStarted] = {}
     tools: dict[str, McpToolSnapshot] = {}
     asked: set[str] = set()
@@ -132,15 +141,15 @@ def open_calls(past: Sequence[Event], task_id: str) -> OpenCalls:
         tool = tools.get(request.tool)
         if call_id in asked:  # nobody decided: fail closed
             found.denials.append(ToolApprovalDecided(call_id, False, "recovery", reason=UNDECIDED))
-            found.answers[call_id] = ToolCallCompleted(call_id, UNAPPROVED, "refused")
+            found.answers[call_id] = found.answer(call_id, UNAPPROVED, "refused")
         elif call_id in denied:  # denied, and the process stopped before the answer
-            found.answers[call_id] = ToolCallCompleted(call_id, DENIED, "refused")
+            found.answers[call_id] = found.answer(call_id, DENIED, "refused")
         elif call_id in started and tool is not None and (tool.read_only or tool.idempotent):
             found.rerun.append(started[call_id])
         elif call_id in started or canonical_name(request.tool) is not None:
-            found.answers[call_id] = ToolCallCompleted(call_id, UNKNOWN, "unknown")
+            found.answers[call_id] = found.answer(call_id, UNKNOWN, "unknown")
         else:
-            found.answers[call_id] = ToolCallCompleted(call_id, NOT_SENT, "error")
+            found.answers[call_id] = found.answer(call_id, NOT_SENT, "error")
     return found
 
 
@@ -181,7 +190,7 @@ class Rerun(pykka.ThreadingActor):
                     )
             case ToolFinished(index=index, result=result):
                 call_id = self.calls.rerun[index].call_id
-                self.calls.answers[call_id] = _completed(call_id, result)
+                self.calls.answers[call_id] = self._completed(call_id, result)
                 self._record()
         return None
 
@@ -199,8 +208,7 @@ class Rerun(pykka.ThreadingActor):
             self.scheduler.tell("kick")
             self.stop()
 
-
-def _completed(call_id: str, result: ToolResult) -> ToolCallCompleted:
-    if result.outcome == "refused":  # not run again (its server or tool is gone): unknown
-        return ToolCallCompleted(call_id, UNKNOWN, "unknown")
-    return result.completed(call_id)
+    def _completed(self, call_id: str, result: ToolResult) -> ToolCallCompleted:
+        if result.outcome == "refused":  # not run again (its server or tool is gone): unknown
+            return self.calls.answer(call_id, UNKNOWN, "unknown")
+        return result.completed(call_id)

@@ -65,7 +65,11 @@ def demo_events(
     call = ToolCall(create_call, "conv_create", create_args)
     model_turn(root, t_root, 1, "I'll ask a helper conversation.", [call], 120)
     add(ToolCallRequested(create_call, "conv_create", create_args), root, t_root)
-    add(TurnAborted("replaced", "conv_create", awaiting_call_ids=[create_call]), root, t_root)
+    add(
+        TurnAborted("replaced", "replaced", "conv_create", awaiting_call_ids=[create_call]),
+        root,
+        t_root,
+    )
     add(ConversationOpened(parent_id=root, mcp_allowlist=["time__now"]), helper)
     add(TaskEnqueued(TaskPlan(t_helper, helper, [InputText(HELPER_TASK)], chain_depth=1)), helper)
     plan = TaskPlan(t_cont, root, closure=Closure(create_call, "conv_create"), chain_depth=1)

@@ -191,8 +191,12 @@ def session_items(draw: st.DrawFn) -> list[tuple[Any, str | None, str | None]]:
                     if draw(st.integers(0, 4)):
                         items.append((ToolCallCompleted(call.id, draw(texts)), conv, task))
                 if calls and draw(st.integers(0, 3)) == 0:
-                    reason = draw(st.sampled_from(["interrupted", "crashed", "failed"]))
-                    items.append((TurnAborted(reason), conv, task))
+                    reason, cause = draw(
+                        st.sampled_from(
+                            [("interrupted", "user"), ("crashed", "crash"), ("failed", "model")]
+                        )
+                    )
+                    items.append((TurnAborted(reason, cause), conv, task))
                     break
                 if any(
                     not any(
@@ -200,7 +204,7 @@ def session_items(draw: st.DrawFn) -> list[tuple[Any, str | None, str | None]]:
                     )
                     for c in calls
                 ):
-                    items.append((TurnAborted("failed", "tool lost"), conv, task))
+                    items.append((TurnAborted("failed", "error", "tool lost"), conv, task))
                     break
             items.append((TaskCompleted(draw(texts)), conv, task))
     return items

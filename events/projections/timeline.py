@@ -22,6 +22,7 @@ from plait.events.types import (
     ModelRequestFailed,
     ModelResponded,
     SessionClosed,
+    SessionResumed,
     SessionStarted,
     TaskCompleted,
     TaskDropped,
@@ -78,6 +79,9 @@ def _render(body: Any) -> tuple[str, str] | None:
             return "session_started", f"session started (root conversation {root})"
         case SessionClosed(reason=reason):
             return "session_closed", f"session closed {reason}".rstrip()
+        case SessionResumed(crashed_task_id=crashed, pending=pending):
+            cut = f", task {crashed} was cut off" if crashed else ""
+            return "session_resumed", f"session taken over{cut}, {pending} waiting"
         case ConversationOpened(parent_id=parent):
             return "conversation_opened", f"conversation opened (parent {parent})"
         case ConversationContextChanged(changed=changed, clear_history=clear):
@@ -91,8 +95,8 @@ def _render(body: Any) -> tuple[str, str] | None:
             return "task_completed", f"task completed: {_show(last)}"
         case TaskDropped(reason=reason):
             return "task_dropped", f"task dropped: {reason}"
-        case TurnAborted(reason=reason, detail=detail):
-            return "aborted", f"turn aborted ({reason}) {detail}".rstrip()
+        case TurnAborted(reason=reason, cause=cause, detail=detail):
+            return "aborted", f"turn aborted ({reason}: {cause}) {detail}".rstrip()
         case ModelRequestFailed(attempt=attempt, error=error):
             return "model_failed", f"model request attempt {attempt} failed: {error}"
         case ModelResponded(text=text, tool_calls=calls):

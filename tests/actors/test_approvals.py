@@ -23,6 +23,7 @@ from plait.events import (
     ApprovalPolicyNarrowed,
     CommandKey,
     Event,
+    SessionResumed,
     SqliteStore,
     TaskCompleted,
     ToolApprovalDecided,
@@ -416,7 +417,7 @@ def test_an_abort_ends_the_wait_for_a_decision(tmp_path: Path, how: str) -> None
         events = rt.store.read(session.session_id)
     assert bodies(events, ToolApprovalDecided) == bodies(events, ToolCallStarted) == []
     [aborted_body] = bodies(events, TurnAborted)
-    assert "force-aborted" not in aborted_body.detail
+    assert aborted_body.cause == ("user" if how == "interrupt" else "close")
     assert_histories_valid(events)  # the waiting call was answered ("aborted: interrupted")
     with SqliteStore(tmp_path / "plait.db") as store:
         assert replay(store, session.session_id, timeout=10).ok
@@ -473,15 +474,21 @@ def test_recovery_denies_a_call_that_was_waiting_for_approval(tmp_path: Path) ->
         session = rt.resume(session_id)
         assert session.run("and now?", timeout=60).ok
         events = rt.store.read(session_id)
-    after = [e.body for e in events if e.seq > before]
+    marker, *after = [e.body for e in events if e.seq > before]
+    assert isinstance(marker, SessionResumed)  # where this process took the session over
+    assert marker.crashed_task_id == recovered.crashed_task
     assert [type(b).__name__ for b in after[:3]] == [
         "ToolApprovalDecided",
         "ToolCallCompleted",
         "TurnAborted",
     ]
     assert (after[0].approved, after[0].decided_by) == (False, "recovery")
-    assert (after[1].output, after[1].outcome) == (UNAPPROVED, "refused")
-    assert after[2].reason == "crashed"
+    assert (after[1].output, after[1].outcome, after[1].aborted_by) == (
+        UNAPPROVED,
+        "refused",
+        "crash",
+    )
+    assert (after[2].reason, after[2].cause) == ("crashed", "crash")
     assert approver.asked == []  # nobody was asked after the fact
     assert_histories_valid(events)
     with SqliteStore(tmp_path / "plait.db") as store:

@@ -126,9 +126,11 @@ def test_a_user_interrupt_drops_the_chain_and_keeps_histories_valid(
         session.interrupt()
         aborted = wait_for(feed, lambda e: isinstance(e.body, TurnAborted))
     assert isinstance(aborted.body, TurnAborted) and aborted.body.reason == "interrupted"
+    assert aborted.body.cause == "user"
     events = runtime.store.read(session.session_id)
     dropped = [e for e in events if isinstance(e.body, TaskDropped)]
     assert [e.conversation_id for e in dropped] == [root]
+    assert [e.body.cause for e in dropped] == ["user"]  # type: ignore[attr-defined]
     synthetic = [
         e.body
         for e in events
@@ -187,6 +189,12 @@ def test_destroying_a_running_conversation_interrupts_it(
     events = runtime.store.read(session.session_id)
     helper_kinds = kinds(events, delta.conversation_id)
     assert "TurnAborted" in helper_kinds and helper_kinds[-1] == "ConversationDestroyed"
+    [aborted] = [
+        e.body
+        for e in events
+        if isinstance(e.body, TurnAborted) and e.conversation_id == delta.conversation_id
+    ]
+    assert (aborted.reason, aborted.cause) == ("interrupted", "destroy")
     answer = next(
         e.body
         for e in events

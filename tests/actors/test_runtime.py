@@ -162,6 +162,7 @@ def test_interrupt_mid_stream_closes_the_stream_and_aborts(
                 if isinstance(item, Event) and isinstance(item.body, TurnAborted):
                     break
         assert item.task_id == task and item.body.reason == "interrupted"
+        assert item.body.cause == "user"
         server.wait_for_disconnects(1, timeout=10)
         events = runtime.store.read(session.session_id)
         assert not any(isinstance(e.body, TaskCompleted) for e in events)
@@ -258,7 +259,10 @@ def test_a_task_that_does_not_stop_is_force_aborted_at_close(tmp_path: Path) -> 
     assert kinds(events, root)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "TurnAborted"]
     aborted = events[-2].body
     assert isinstance(aborted, TurnAborted) and aborted.reason == "interrupted"
+    assert aborted.cause == "forced_close"
     assert aborted.detail == "force-aborted: the task did not stop within 0.5 s of the close"
+    answer = events[-3].body
+    assert isinstance(answer, ToolCallCompleted) and answer.aborted_by == "forced_close"
     assert isinstance(events[-1].body, SessionClosed)
     assert sum(isinstance(e.body, SessionClosed) for e in events) == 1
     assert_histories_valid(events)

@@ -51,7 +51,7 @@ def test_an_interrupt_runs_target_then_continuation_ahead_of_waiting_tasks() -> 
         enqueue(plan("a")),
         enqueue(plan("queued")),
         (TaskStarted(), "root", "a"),
-        (TurnAborted("replaced", awaiting_call_ids=["c1"]), "root", "a"),
+        (TurnAborted("replaced", "replaced", awaiting_call_ids=["c1"]), "root", "a"),
         enqueue(plan("target", "helper", 1), front=True),
         enqueue(plan("cont", "root", 1, closure="c1"), front=True),
     ]
@@ -61,7 +61,7 @@ def test_an_interrupt_runs_target_then_continuation_ahead_of_waiting_tasks() -> 
     nested = [
         *items,
         (TaskStarted(), "helper", "target"),
-        (TurnAborted("replaced", awaiting_call_ids=["c2"]), "helper", "target"),
+        (TurnAborted("replaced", "replaced", awaiting_call_ids=["c2"]), "helper", "target"),
         enqueue(plan("deeper", "third", 2), front=True),
         enqueue(plan("cont2", "helper", 2, closure="c2"), front=True),
     ]
@@ -79,7 +79,7 @@ def test_completion_frees_the_timeline_and_drops_leave_the_queue() -> None:
     state = fold(items)
     assert state.running is None and next_task(state) == plan("b", depth=1)
     assert chain_to_drop(state) == [plan("b", depth=1)]
-    state = fold([*items, (TaskDropped("interrupted by the user"), "root", "b")])
+    state = fold([*items, (TaskDropped("interrupted by the user", "user"), "root", "b")])
     assert [p.task_id for p in state.pending] == ["c"]
 
 

@@ -138,7 +138,7 @@ def test_abort_answers_open_calls_with_a_synthetic_output() -> None:
         *task("root", "t1", InputText("go")),
         (ModelResponded("", calls), "root", "t1"),
         (ToolCallCompleted("a", "done"), "root", "t1"),
-        (TurnAborted("interrupted", "user pressed ctrl-c"), "root", "t1"),
+        (TurnAborted("interrupted", "user", "user pressed ctrl-c"), "root", "t1"),
     )
     messages = wire(record(items), "root")
     assert messages[-2:] == [
@@ -153,7 +153,7 @@ def test_replaced_turn_leaves_the_interrupting_call_to_its_continuation() -> Non
     items = opening(
         *task("root", "t1", InputText("go")),
         (ModelResponded("", calls), "root", "t1"),
-        (TurnAborted("replaced", awaiting_call_ids=["x"]), "root", "t1"),
+        (TurnAborted("replaced", "replaced", awaiting_call_ids=["x"]), "root", "t1"),
     )
     events = record(items)
     state = HistoryProjection().fold(events)

@@ -81,12 +81,12 @@ def test_read_only_calls_cut_off_by_a_crash_run_again(tmp_path: Path) -> None:
     session_id = crash_during(tmp_path, calls, config)
     after = resume(tmp_path, session_id, config)
     kinds = [type(e.body).__name__ for e in after]  # type: ignore[attr-defined]
-    # Started again first (where a replay sees the crash), answered in the model's order.
-    assert kinds[:2] == ["ToolCallStarted", "ToolCallStarted"]
+    # The takeover first, then the calls started again, answered in the model's order.
+    assert kinds[:3] == ["SessionResumed", "ToolCallStarted", "ToolCallStarted"]
     answers = [e.body for e in after if isinstance(e.body, ToolCallCompleted)]  # type: ignore[attr-defined]
     assert [(a.output, a.outcome) for a in answers] == [("slept 0.5s", "ok"), ("again", "ok")]
     aborted = next(e.body for e in after if isinstance(e.body, TurnAborted))  # type: ignore[attr-defined]
-    assert aborted.reason == "crashed"
+    assert (aborted.reason, aborted.cause) == ("crashed", "crash")
     assert sum(isinstance(e.body, TaskCompleted) for e in after) == 1  # type: ignore[attr-defined]
 
 

@@ -1,0 +1,348 @@
+"""The replay driver: the same actors run again, answered from the log, each event compared.
+
+The driver walks the recorded events in order. What came from outside the program (see
+``inference``) it feeds in when its turn comes: a task the user submitted, a user interrupt or
+destroy, the close, an MCP server's lifecycle, a model reply or failure, an MCP tool result,
+an approval decided outside it (by the approver, for want of one, by its timeout). Model and
+tool calls and approvals wait for it (``ReplayModel``, ``ReplayServers``,
+``ReplayApprovals``; the approver is never called). Everything else the program must produce
+by itself, and each produced event is compared with the recorded one at the same seq.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from plait.actors.mcp.calls import CallResult, Outcome
+from plait.actors.mcp.config import McpServerConfig
+from plait.actors.messages import Enqueue, Interrupt
+from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
+from plait.actors.pool import McpLimits
+from plait.errors import ReplayError
+from plait.events.store import PreparedAppend, utc_now
+from plait.events.stores.memory import MemoryStore
+from plait.events.subscription import Subscription
+from plait.events.types import (
+    Body,
+    ConversationOpened,
+    Event,
+    McpServerFailed,
+    McpServerReady,
+    McpToolsRefreshed,
+    ModelRequestFailed,
+    ModelResponded,
+    NewEvent,
+    SessionClosed,
+    SessionStarted,
+    TaskEnqueued,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
+    ToolCallCompleted,
+    ToolCallRequested,
+    ToolCallStarted,
+    TurnAborted,
+)
+from plait.events.values import HistorySettings, InputImage
+from plait.replay.compare import ReplayResult, compare
+from plait.replay.effects import ReplayApprovals, ReplayModel, ReplayServers
+from plait.replay.inference import (
+    crash_points,
+    forced_closes,
+    interrupt_cause,
+    is_lifecycle,
+    made_ids,
+    outside_destroy,
+    submitted,
+)
+
+__all__ = ["Driver", "Program"]
+
+
+class _RecordedTime(MemoryStore):
+    """A memory store whose clock is the log's: the n-th event of the program gets the time
+    the n-th was recorded at, and a server's event the time it was recorded at.
+
+    It also stops the program where the recorded process stopped: from a crash point on,
+    nothing is stored (the program runs on, unheard) until ``release`` lets the resumed
+    program record its recovery there.
+    """
+
+    def __init__(self, recorded: list[Event], crash_points: list[int]) -> None:
+        super().__init__()
+        self._program = [e.at for e in recorded if not is_lifecycle(e.body)]
+        self._servers = [(e.body, e.at) for e in recorded if is_lifecycle(e.body)]
+        self._count = 0
+        self._halts = list(crash_points)
+        self._halted = False
+        self._halt_lock = threading.Lock()
+
+    def append(
+        self, stream: str, events: Sequence[Body | NewEvent], expected_seq: int
+    ) -> list[Event]:
+        with self._halt_lock:
+            last = expected_seq + len(events)
+            halt = next((seq for seq in self._halts if expected_seq < seq <= last), None)
+            if self._halted or halt is None:
+                kept = 0 if self._halted else len(events)
+            else:
+                kept, self._halted = halt - expected_seq - 1, True
+        stored = super().append(stream, events[:kept], expected_seq) if kept else []
+        unheard = [self._draft(stream, item) for item in events[kept:]]
+        after, now = expected_seq + kept, utc_now()
+        return stored + [d.unstored(stream, after + i, now) for i, d in enumerate(unheard, 1)]
+
+    def release(self) -> None:
+        """The program was stopped where the process stopped: let the resumed one record."""
+        with self._halt_lock:
+            self._halted = False
+            if self._halts:
+                self._halts.pop(0)
+
+    def _prepare(
+        self, stream: str, drafts: list[NewEvent], head_seq: int, head_hash: bytes
+    ) -> PreparedAppend:
+        timed = [msgspec.structs.replace(draft, at=self._time(draft.body)) for draft in drafts]
+        return super()._prepare(stream, timed, head_seq, head_hash)
+
+    def _time(self, body: Body) -> Any:
+        if is_lifecycle(body):
+            for i, (recorded, at) in enumerate(self._servers):
+                if recorded == body:
+                    del self._servers[i]
+                    return at
+            return None
+        self._count += 1
+        return self._program[self._count - 1] if self._count <= len(self._program) else None
+
+
+class Program(msgspec.Struct, frozen=True):
+    """How the live program was configured (not recorded in the log)."""
+
+    max_interrupt_chain_depth: int
+    mcp_limits: McpLimits | None
+    workdir: str
+    history: HistorySettings = HistorySettings()
+
+
+class Driver:
+    def __init__(self, recorded: list[Event], timeout: float, program: Program) -> None:
+        from plait.runtime import Runtime
+
+        self.recorded = recorded
+        self.session_id = recorded[0].stream
+        self.timeout = timeout
+        started = recorded[0].body
+        assert isinstance(started, SessionStarted)
+        self.given = started.forked_from.at_seq if started.forked_from is not None else 2
+        ids = iter(made_ids(recorded, self.given))
+        servers = {  # configured (as recorded), or heard of
+            *(started.settings.mcp_servers if started.settings else ()),
+            *(
+                e.body.server
+                for e in recorded
+                if isinstance(e.body, McpServerReady | McpServerFailed | McpToolsRefreshed)
+            ),
+        }
+        self.model = ReplayModel()
+        self.approvals = ReplayApprovals()
+        self.servers: ReplayServers | None = None
+
+        def make_servers(configs: Any, report: Any) -> ReplayServers:
+            self.servers = ReplayServers(configs, report)
+            return self.servers
+
+        self.forced = forced_closes(recorded)
+        closing = {e.seq for group in self.forced.values() for e in group}
+        self.crash_points = set(crash_points(recorded, closing))
+        self.store = _RecordedTime(recorded, sorted(self.crash_points | set(self.forced)))
+        self.runtime = Runtime(
+            self.store,
+            model=ModelSettings(model=started.model or "replay", api_key="replay"),
+            workdir=program.workdir,
+            max_interrupt_chain_depth=program.max_interrupt_chain_depth,
+            mcp_limits=program.mcp_limits,
+            history=program.history,
+            new_id=lambda: next(ids, None) or str(uuid.uuid4()),
+            mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
+            model_client=self.model,
+            mcp_factory=make_servers,
+            approval_gate=self.approvals,
+            expire_every_sec=None,
+        )
+        self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered
+        self.started: set[str] = set()  # MCP calls sent and not answered
+        self.asked: set[str] = set()  # calls waiting for their approval
+        self.tail: Subscription | None = None
+        self.held: deque[Event] = deque()  # produced before a submission that came in first
+
+    def run(self) -> ReplayResult:
+        try:
+            return self._run()
+        finally:
+            if self.tail is not None:
+                self.tail.close()
+            self.runtime.close(timeout=2.0)
+
+    def _run(self) -> ReplayResult:
+        root = self.recorded[1]
+        if not isinstance(root.body, ConversationOpened):
+            raise ReplayError(f"session {self.session_id} seq 2 is not the root conversation")
+        # The session's start (its recorded configuration, its root) is given, as is all a
+        # fork copied: the replay resumes from there, and the program runs the rest.
+        copied = [
+            NewEvent(e.body, e.conversation_id, e.task_id, at=e.at)
+            for e in self.recorded[: self.given]
+        ]
+        self.runtime.store.append(self.session_id, copied, 0)
+        self.handle = self.runtime.resume(self.session_id)
+        produced = self.runtime.store.read(self.session_id)
+        self.tail = self.runtime.store.subscribe(produced[-1].position)
+        done = self.given
+        for expected in self.recorded[self.given :]:
+            self._feed_in(expected)
+            if is_lifecycle(expected.body):
+                done += 1  # fed in; where it lands among the program's events is a race
+                continue
+            body = expected.body
+            outside = isinstance(body, TaskEnqueued) and submitted(body)
+            divergence = compare(expected, self._submission(expected) if outside else self._next())
+            if divergence is not None:
+                return ReplayResult(self.session_id, done, len(self.recorded), divergence)
+            self._track(expected)
+            done += 1
+        return ReplayResult(self.session_id, done, len(self.recorded))
+
+    def _next(self) -> Event | None:
+        """The program's next event (servers' events are passed over: see ``LIFECYCLE``)."""
+        if self.held:
+            return self.held.popleft()
+        assert self.tail is not None
+        while (event := self.tail.get(timeout=self.timeout)) is not None:
+            if not is_lifecycle(event.body):
+                return event
+        return None
+
+    def _submission(self, expected: Event) -> Event | None:
+        """The program's record of a task submitted from outside.
+
+        Where a submission lands among the program's events is a race, like a server's
+        report: the program may have recorded what it did next before the task came in. Those
+        events are held, to be compared next, in their order.
+        """
+        for held in self.held:
+            if isinstance(held.body, TaskEnqueued) and held.task_id == expected.task_id:
+                self.held.remove(held)
+                return held
+        assert self.tail is not None
+        while (event := self.tail.get(timeout=self.timeout)) is not None:
+            if isinstance(event.body, TaskEnqueued) and event.task_id == expected.task_id:
+                return event
+            if not is_lifecycle(event.body):
+                self.held.append(event)
+        return None
+
+    def _track(self, event: Event) -> None:
+        body = event.body
+        if isinstance(body, ToolCallRequested):
+            self.open_calls[body.call_id] = body.tool
+        elif isinstance(body, ToolCallStarted):
+            self.started.add(body.call_id)
+        elif isinstance(body, ToolCallCompleted):
+            self.open_calls.pop(body.call_id, None)
+            self.started.discard(body.call_id)
+        elif isinstance(body, ToolApprovalRequested):
+            self.asked.add(body.call_id)
+        elif isinstance(body, ToolApprovalDecided):
+            self.asked.discard(body.call_id)
+
+    # --- what came from outside ----------------------------------------------------------------
+
+    def _feed_in(self, event: Event) -> None:
+        """If ``event`` came from outside the program, make it happen as it did."""
+        body, wait = event.body, self.timeout
+        if event.seq in self.crash_points:  # first: its answers look like results otherwise
+            self._crash_and_resume()
+        elif event.seq in self.forced:
+            self._force_close(self.forced[event.seq])
+        elif isinstance(body, TaskEnqueued) and submitted(body):
+            self.handle._scheduler.tell(Enqueue((body.plan,)))
+        elif isinstance(body, ModelResponded):
+            reply = ModelReply(
+                _text(body.text) or "",
+                list(body.tool_calls),
+                body.finish_reason,
+                body.usage,
+                _text(body.reasoning) or "",
+            )
+            self.model.answer(reply, wait)
+        elif isinstance(body, ModelRequestFailed):
+            failed = AttemptFailed(body.attempt, body.error, body.status, body.retry_in_sec)
+            self.model.attempt_failed(failed, wait)
+        elif isinstance(body, TurnAborted) and body.cause == "model":
+            self.model.fail(body.detail, wait, body.model_error)
+        elif isinstance(body, ToolCallCompleted) and self._is_mcp(body.call_id):
+            assert self.servers is not None
+            images = [_image(i) for i in body.images]
+            outcome: Outcome = "timeout" if body.outcome == "timeout" else "error"
+            if body.outcome == "ok":
+                outcome = "ok"
+            output = _text(body.output) or ""
+            result = CallResult(output, outcome, images, body.duration_ms, body.control)
+            self.servers.answer(body.call_id, result, wait)
+        elif isinstance(body, ToolApprovalDecided) and body.call_id in self.asked:
+            self.approvals.answer(body, wait)  # decided outside the program, as it was
+        elif isinstance(body, McpServerReady | McpServerFailed | McpToolsRefreshed):
+            if self.servers is not None:
+                self.servers.inject(body)
+        elif (cause := interrupt_cause(event, self._previous(event))) is not None:
+            self.handle._scheduler.tell(Interrupt(cause))  # type: ignore[arg-type]
+        elif outside_destroy(event, self.recorded[event.seq - 2], self._destroy_open()):
+            self.handle.destroy(event.conversation_id or "")
+        elif isinstance(body, SessionClosed):
+            self.handle._journal.record_last([body])
+
+    def _force_close(self, group: list[Event]) -> None:
+        """Stop the program where the close found it stuck, and record what the close did."""
+        self._stop_here()
+        self.handle._journal.record_last(
+            [NewEvent(e.body, e.conversation_id, e.task_id) for e in group]
+        )
+
+    def _crash_and_resume(self) -> None:
+        """Stop the replayed session as the process stopped, and resume it as it was resumed."""
+        self._stop_here()
+        self.handle = self.runtime.resume(self.session_id)
+
+    def _stop_here(self) -> None:
+        """Stop the replayed session where the recorded one stopped; what it records next is
+        what the log recorded there."""
+        self.handle._stop(timeout=2.0)
+        self.model.abandon()
+        self.store.release()
+
+    def _is_mcp(self, call_id: str) -> bool:
+        """Whether the call went to an MCP server (only those wait for a recorded result)."""
+        return call_id in self.started
+
+    def _previous(self, event: Event) -> Event | None:
+        return self.recorded[event.seq - 2] if event.seq > 1 else None
+
+    def _destroy_open(self) -> bool:
+        """Whether a ``conv_destroy`` call is open (its destroy is the program's own)."""
+        return "conv_destroy" in self.open_calls.values()
+
+
+def _text(content: Any) -> str | None:
+    return content if isinstance(content, str) or content is None else None
+
+
+def _image(image: InputImage) -> tuple[str, str]:
+    url = _text(image.image_url) or ""
+    head, _, data = url.partition(",")
+    return head.removeprefix("data:").removesuffix(";base64"), data

@@ -1,0 +1,181 @@
+"""What in a recorded log came from outside the program, read from the events' causes.
+
+A replay feeds these in when their turn comes and compares everything else
+(docs/replay.md#what-replay-feeds-in). Each question is answered from typed fields (a
+``cause``, a ``decided_by``, a ``SessionResumed`` marker) and the log's structure, never from
+the text of an event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+
+from plait.events.types import (
+    INTERRUPT_CAUSES,
+    Body,
+    ConversationDestroyed,
+    ConversationOpened,
+    Event,
+    McpServerFailed,
+    McpServerReady,
+    McpToolsRefreshed,
+    McpToolWithheld,
+    SessionResumed,
+    SessionStarted,
+    TaskDropped,
+    TaskEnqueued,
+    ToolApprovalDecided,
+    ToolCallCompleted,
+    ToolCallStarted,
+    TurnAborted,
+)
+
+__all__ = [
+    "LIFECYCLE",
+    "crash_points",
+    "cut_off",
+    "forced_closes",
+    "interrupt_cause",
+    "is_lifecycle",
+    "made_ids",
+    "outside_destroy",
+    "submitted",
+]
+
+LIFECYCLE = (McpServerReady, McpServerFailed, McpToolsRefreshed, McpToolWithheld)
+"""What MCP servers did (and the pool made of it): recorded as it happened, so its place among
+the program's events is a race; replay compares it apart from them."""
+
+
+def is_lifecycle(body: Body) -> bool:
+    """Whether ``body`` reports what an MCP server did (see ``LIFECYCLE``)."""
+    return isinstance(body, LIFECYCLE)
+
+
+def submitted(body: TaskEnqueued) -> bool:
+    """Whether the task was submitted from outside (the program queues the others first)."""
+    return not body.front and body.plan.closure is None
+
+
+def cut_off(body: Body) -> bool:
+    """Whether ``body`` answers (or denies) a call that a crash or a forced close cut off."""
+    if isinstance(body, ToolApprovalDecided):
+        return body.decided_by == "recovery"
+    return isinstance(body, ToolCallCompleted) and body.aborted_by in ("crash", "forced_close")
+
+
+def forced_closes(recorded: list[Event]) -> dict[int, list[Event]]:
+    """The groups a close recorded for a task that did not stop, by their first seq: the
+    answers to its open calls, then its ``TurnAborted(forced_close)``. They came from outside
+    the program (it was stuck), like a crash's."""
+    forced: dict[int, list[Event]] = {}
+    for index, event in enumerate(recorded):
+        body = event.body
+        if not (isinstance(body, TurnAborted) and body.cause == "forced_close"):
+            continue
+        first = index
+        while (
+            first > 0
+            and (before := recorded[first - 1]).task_id == event.task_id
+            and cut_off(before.body)
+        ):
+            first -= 1
+        forced[recorded[first].seq] = recorded[first : index + 1]
+    return forced
+
+
+def crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[int]:
+    """The seqs where a resumed process began to record.
+
+    A session that records ``SessionResumed`` says so: each marker is one. Before markers
+    were recorded (``RuntimeSettings.resume_markers``), a recovery is known by what it
+    records first: a call run again (started a second time), an answer for a call the crash
+    cut off, or the crashed task's end; until that ``TurnAborted(crash)``, the events of the
+    task it ends are the recovery's, not a new crash. The events of a forced close
+    (``closing``) look alike and are not a crash.
+    """
+    started = recorded[0].body if recorded else None
+    if isinstance(started, SessionStarted) and started.settings and started.settings.resume_markers:
+        return [e.seq for e in recorded if isinstance(e.body, SessionResumed)]
+    points: list[int] = []
+    running: set[str] = set()
+    recovering: str | None = None
+    for event in recorded:
+        body = event.body
+        crashed = isinstance(body, TurnAborted) and body.cause == "crash"
+        if event.seq in closing:
+            pass
+        elif recovering is not None:
+            if crashed and event.task_id == recovering:
+                recovering = None
+        elif (
+            crashed
+            or cut_off(body)
+            or (isinstance(body, ToolCallStarted) and body.call_id in running)  # run again
+        ):
+            points.append(event.seq)
+            recovering = None if crashed else event.task_id
+        if isinstance(body, ToolCallStarted):
+            running.add(body.call_id)
+        elif isinstance(body, ToolCallCompleted):
+            running.discard(body.call_id)
+    return points
+
+
+def _interrupting(body: Body) -> str | None:
+    """The interrupt's cause, if ``body`` is one of the records an interrupt makes."""
+    if isinstance(body, TaskDropped | TurnAborted):
+        cause: str | None = body.cause
+    elif isinstance(body, ToolCallCompleted):
+        cause = body.aborted_by
+    else:
+        return None
+    return cause if cause in INTERRUPT_CAUSES else None
+
+
+def interrupt_cause(event: Event, previous: Event | None) -> str | None:
+    """``user`` or ``close`` if ``event`` is the first record of an interrupt (what it drops,
+    the answers of the calls it cuts off, or the abort), else ``None``."""
+    cause = _interrupting(event.body)
+    if cause is None or (previous is not None and _interrupting(previous.body) == cause):
+        return None
+    return cause
+
+
+def _destroying(event: Event) -> bool:
+    body = event.body
+    if isinstance(body, TaskDropped | TurnAborted):
+        return body.cause == "destroy"
+    return isinstance(body, ConversationDestroyed)
+
+
+def outside_destroy(event: Event, previous: Event, by_tool: bool) -> bool:
+    """Whether ``event`` is the first record of a destroy by the embedder; ``by_tool``: a
+    ``conv_destroy`` call is open, whose destroy the program makes by itself."""
+    before = previous.body
+    follows = (
+        previous.conversation_id == event.conversation_id
+        and isinstance(before, TaskDropped | TurnAborted)
+        and before.cause == "destroy"
+    )
+    return _destroying(event) and not by_tool and not follows
+
+
+def made_ids(recorded: list[Event], given: int = 0) -> list[str]:
+    """Every id the program made, in the order the log first shows it; the ids in the first
+    ``given`` events (given to the replay, not made by it) are left out."""
+    ids = [recorded[0].stream]
+    for event in recorded:
+        body = event.body
+        found: list[str | None] = []
+        if isinstance(body, SessionStarted):
+            found = [body.root_conversation_id]
+        elif isinstance(body, ConversationOpened):
+            found = [event.conversation_id]
+        elif isinstance(body, TaskEnqueued) and not submitted(body):
+            found = [body.plan.task_id]  # a submitted task's id came with it, from outside
+        ids += [i for i in found if i is not None and i not in ids]
+    if given:  # a fork's copied events were not made by the program: nor were their ids
+        copied = set(made_ids(recorded[:given]))
+        ids = [i for i in ids if i not in copied]
+    return ids
