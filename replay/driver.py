@@ -60,6 +60,7 @@ from plait.replay.inference import (
     outside_destroy,
     submitted,
 )
+from plait.runtime.runtime import Outside, Runtime
 
 __all__ = ["Driver", "Program"]
 
@@ -132,8 +133,6 @@ class Program(msgspec.Struct, frozen=True):
 
 class Driver:
     def __init__(self, recorded: list[Event], timeout: float, program: Program) -> None:
-        from plait.runtime import Runtime
-
         self.recorded = recorded
         self.session_id = recorded[0].stream
         self.timeout = timeout
@@ -170,9 +169,7 @@ class Driver:
             history=program.history,
             new_id=lambda: next(ids, None) or str(uuid.uuid4()),
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
-            model_client=self.model,
-            mcp_factory=make_servers,
-            approval_gate=self.approvals,
+            _outside=Outside(self.model, make_servers, self.approvals),
             expire_every_sec=None,
         )
         self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered

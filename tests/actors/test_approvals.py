@@ -34,8 +34,8 @@ from plait.events import (
 )
 from plait.events.projections.approvals import ApprovalState, canonical_arguments
 from plait.replay import audit, replay
-from plait.replay.recovery import UNAPPROVED
 from plait.runtime import Runtime, SessionHandle
+from plait.runtime.recovery import UNAPPROVED
 from plait.testing import ScriptedModelServer, Step
 
 TEST_SERVER = local_mcp_servers()
@@ -456,7 +456,7 @@ def crash_while_waiting(tmp_path: Path) -> str:
             session.submit("echo, then write")
             wait_for(feed, ToolApprovalRequested)
         session._stop(timeout=5)  # the process dies
-        rt.effects.close()
+        rt._loop.close()
         rt.store.close()
     return session.session_id
 

@@ -41,8 +41,8 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.replay import replay
-from plait.replay.recovery import NOT_SENT
 from plait.runtime import Runtime
+from plait.runtime.recovery import NOT_SENT
 from plait.testing import ScriptedModelServer, Step
 
 SERVER = Path(__file__).parents[1] / "mcp" / "server.py"

@@ -23,7 +23,7 @@ from plait.events import (
     TurnAborted,
 )
 from plait.replay import replay
-from plait.replay.recovery import UNKNOWN
+from plait.runtime.recovery import UNKNOWN
 from plait.testing import ScriptedModelServer, Step
 
 SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
@@ -51,7 +51,7 @@ def crash_during(tmp_path: Path, tool_calls: list[object], config: McpServerConf
                 assert event is not None, "the calls never started"
                 started += isinstance(event.body, ToolCallStarted)
         session._stop(timeout=5)  # the process dies: nothing more is recorded
-        runtime.effects.close()
+        runtime._loop.close()
         runtime.store.close()
     return session.session_id
 

@@ -14,13 +14,23 @@ what would have been decided, so it fails closed) and answered ``refused``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import msgspec
 import pykka
 
 from plait.actors.builtins import canonical_name
-from plait.actors.messages import AwaitServers, CallTool, ServersSettled, ToolFinished, ToolResult
+from plait.actors.journal import Journal
+from plait.actors.messages import (
+    AwaitServers,
+    CallTool,
+    ServersSettled,
+    ToolFinished,
+    ToolResult,
+)
+from plait.actors.scheduler import SchedulerState, evolve
+from plait.events.store import EventStore
 from plait.events.types import (
     AbortCause,
     Body,
@@ -29,6 +39,9 @@ from plait.events.types import (
     McpServerReady,
     McpToolsRefreshed,
     NewEvent,
+    SessionClosed,
+    SessionResumed,
+    SessionStarted,
     ToolApprovalDecided,
     ToolApprovalRequested,
     ToolCallCompleted,
@@ -36,7 +49,11 @@ from plait.events.types import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.values import McpToolSnapshot, TaskPlan, as_text
+from plait.events.values import (
+    McpToolSnapshot,
+    TaskPlan,
+    as_text,
+)
 
 __all__ = [
     "CRASHED",
@@ -46,8 +63,12 @@ __all__ = [
     "UNAPPROVED",
     "UNKNOWN",
     "OpenCalls",
+    "Recovery",
     "Rerun",
+    "in_flight",
     "open_calls",
+    "scheduled",
+    "took_over",
 ]
 
 NOT_SENT = "not run: the process stopped before this call was sent to its server"
@@ -212,3 +233,52 @@ class Rerun(pykka.ThreadingActor):
         if result.outcome == "refused":  # not run again (its server or tool is gone): unknown
             return self.calls.answer(call_id, UNKNOWN, "unknown")
         return result.completed(call_id)
+
+
+class Recovery(msgspec.Struct, frozen=True):
+    """A session ``Runtime.recover`` found in flight."""
+
+    session_id: str
+    """The session."""
+    crashed_task: str | None
+    """The task the process stopped in, now ended ``crashed``; ``None`` if none ran."""
+    waiting: int
+    """Tasks that were waiting to run; they run now, in order, if the session resumed."""
+    not_resumed: str = ""
+    """Why the session was not resumed (empty when it was)."""
+
+
+def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event], SchedulerState]]:
+    """The sessions of ``store`` left open with a task running or waiting, with their events
+    and their scheduler's state: what ``Runtime.recover`` resumes."""
+    for info in store.streams():
+        past = store.read(info.stream)
+        if not past or not isinstance(past[0].body, SessionStarted):
+            continue  # not a session
+        state = scheduled(past)
+        idle = state.running is None and not state.pending
+        if not idle and not isinstance(past[-1].body, SessionClosed):
+            yield info.stream, past, state
+
+
+def scheduled(past: Sequence[Event]) -> SchedulerState:
+    state = SchedulerState()
+    for event in past:
+        evolve(state, event)
+    return state
+
+
+def took_over(
+    journal: Journal, past: Sequence[Event], state: SchedulerState, bodies: Sequence[Body]
+) -> list[Event]:
+    """Record ``SessionResumed`` (if the session records it), then ``bodies`` in the running
+    task (the recovery of the task a crash cut off), as one group."""
+    plan = state.running
+    started = past[0].body
+    settings = started.settings if isinstance(started, SessionStarted) else None
+    ids = (plan.conversation_id, plan.task_id) if plan else (None, None)
+    items = [NewEvent(b, *ids) for b in bodies]
+    if settings is not None and settings.resume_markers:
+        marker = SessionResumed(plan.task_id if plan else None, len(state.pending))
+        items.insert(0, NewEvent(marker))
+    return journal.record(items) if items else []

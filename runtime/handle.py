@@ -1,0 +1,278 @@
+"""``SessionHandle``: what an embedder holds to drive one session, from any thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import pykka
+
+from plait.actors.journal import Feed, Journal
+from plait.actors.messages import Destroy, Enqueue, Interrupt
+from plait.actors.scheduler import SchedulerState
+from plait.actors.session import Session
+from plait.errors import ConfigError, PlaitError
+from plait.events.projections.history import ConversationInfo, Histories, conversation_index
+from plait.events.projections.stats import ConversationStats, StatsProjection
+from plait.events.types import (
+    Event,
+    NewEvent,
+    SessionClosed,
+    Transient,
+    TurnAborted,
+)
+from plait.events.values import (
+    APPROVAL_POLICIES,
+    ApprovalPolicy,
+    ContextChange,
+    InputItem,
+    InputText,
+    TaskPlan,
+    ToolPrefs,
+)
+from plait.runtime.outcome import TaskOutcome, await_outcome
+from plait.runtime.recovery import FORCED, open_calls, scheduled
+
+if TYPE_CHECKING:
+    from plait.runtime.runtime import Runtime
+
+__all__ = ["KEEP", "KeepType", "SessionHandle", "check_policy"]
+
+
+class KeepType(enum.Enum):
+    """The type of ``KEEP``."""
+
+    KEEP = "keep"
+
+
+KEEP: Final = KeepType.KEEP
+"""For ``change_context``: leave this part of the context as it is."""
+
+
+class SessionHandle:
+    """Drives one session of a ``Runtime``; all methods are safe from any thread."""
+
+    def __init__(self, runtime: Runtime, journal: Journal, root_id: str, past: list[Event]):
+        self.runtime = runtime
+        self.session_id = journal.stream
+        """The session id (its stream in the store)."""
+        self.root_conversation_id = root_id
+        """The root conversation, which cannot be destroyed."""
+        self._journal = journal
+        self._pool: Any = None
+        self._rerun: Any = None  # runs again the calls a crash cut off, then ends that task
+        if runtime.mcp_servers:
+            from plait.actors.pool import McpPool
+
+            self._pool = McpPool.start(
+                journal,
+                runtime._loop,
+                runtime.mcp_servers,
+                past,
+                runtime.mcp_limits,
+                runtime._mcp_factory,
+            )
+        deps = runtime._deps(journal, self._pool, past)
+        self._actor = Session.start(journal, deps, root_id, past)
+        self._scheduler: Any = self._actor.ask("scheduler")
+        self._closed = False
+
+    def submit(
+        self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
+    ) -> str:
+        """Queue a task in a conversation (the root by default); return its task id."""
+        self._check_open()
+        items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
+        cid = conversation_id or self.root_conversation_id
+        plan = TaskPlan(self.runtime.new_id(), cid, items)
+        self._scheduler.tell(Enqueue((plan,)))
+        return plan.task_id
+
+    def run(
+        self,
+        prompt: str | Sequence[InputItem],
+        *,
+        conversation_id: str | None = None,
+        timeout: float | None = None,
+        on_item: Callable[[Event | Transient], object] | None = None,
+    ) -> TaskOutcome:
+        """Submit a task and wait until it and its continuations end; return how.
+
+        ``on_item`` sees every event and text delta of the session while it waits.
+        """
+        with self.subscribe(transient=on_item is not None) as feed:
+            task_id = self.submit(prompt, conversation_id=conversation_id)
+            return await_outcome(feed, task_id, timeout, on_item=on_item)
+
+    async def arun(
+        self,
+        prompt: str | Sequence[InputItem],
+        *,
+        conversation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> TaskOutcome:
+        """``run`` for asyncio code: waits without blocking the event loop."""
+        return await asyncio.to_thread(
+            self.run, prompt, conversation_id=conversation_id, timeout=timeout
+        )
+
+    def change_context(
+        self,
+        conversation_id: str | None = None,
+        *,
+        base_instructions: str | KeepType | None = KEEP,
+        user_instructions: str | KeepType | None = KEEP,
+        mcp_allowlist: list[str] | KeepType | None = KEEP,
+        tool_prefs: ToolPrefs | KeepType | None = KEEP,
+        clear_history: bool = False,
+        approval_policy: ApprovalPolicy | KeepType | None = KEEP,
+    ) -> str:
+        """Change a conversation's context (the root's by default); return the task id.
+
+        The change is queued like a task, so it applies from the next task's first turn; what
+        is not given stays (``KEEP``). New ``user_instructions`` join the history; with
+        ``clear_history`` the history starts afresh. Recorded as ``ConversationContextChanged``.
+        An ``approval_policy`` may only narrow the session's (``None``: the session's again);
+        a wider one is narrowed to it, and ``ApprovalPolicyNarrowed`` says so.
+        """
+        if approval_policy is not KEEP and approval_policy is not None:
+            check_policy(approval_policy)
+        given: dict[str, Any] = {
+            "base_instructions": base_instructions,
+            "user_instructions": user_instructions,
+            "mcp_allowlist": mcp_allowlist,
+            "tool_prefs": tool_prefs,
+            "approval_policy": approval_policy,
+        }
+        changes = {name: value for name, value in given.items() if value is not KEEP}
+        change = ContextChange(sorted(changes), clear_history=clear_history, **changes)
+        self._check_open()
+        cid = conversation_id or self.root_conversation_id
+        plan = TaskPlan(self.runtime.new_id(), cid, context=change)
+        self._scheduler.tell(Enqueue((plan,)))
+        return plan.task_id
+
+    def compact(
+        self,
+        conversation_id: str | None = None,
+        *,
+        keep_recent_tokens: int | None = None,
+        timeout: float | None = None,
+    ) -> TaskOutcome:
+        """Summarise a conversation's older history (the root's by default) and wait for it.
+
+        Queued like a task. The summary replaces the older messages; about
+        ``keep_recent_tokens`` (by default the runtime's ``HistorySettings``) of the latest stay
+        as they are, and always the last input. Recorded as ``HistoryCompacted``. A history
+        too short to compact is left alone.
+        """
+        self._check_open()
+        cid = conversation_id or self.root_conversation_id
+        if keep_recent_tokens is None:
+            keep_recent_tokens = self.runtime.history.keep_recent_tokens
+        plan = TaskPlan(self.runtime.new_id(), cid, compact=keep_recent_tokens)
+        with self.subscribe(transient=False) as feed:
+            self._scheduler.tell(Enqueue((plan,)))
+            return await_outcome(feed, plan.task_id, timeout)
+
+    def interrupt(self) -> None:
+        """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""
+        self._scheduler.tell(Interrupt())
+
+    def destroy(self, conversation_id: str) -> dict[str, Any]:
+        """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``."""
+        return cast(dict[str, Any], self._actor.ask(Destroy(conversation_id), timeout=30))
+
+    def subscribe(self, *, transient: bool = True) -> Feed:
+        """Return a live feed of the session's events from now on.
+
+        Its transient text deltas come too, unless ``transient`` is false: a waiter that reads
+        only events is then not woken for every streamed fragment.
+        """
+        return self._journal.feed(transient)
+
+    async def events(self) -> AsyncIterator[Event | Transient]:
+        """Iterate over the live feed from asyncio code."""
+        feed = self.subscribe()
+        try:
+            while (item := await asyncio.to_thread(feed.get, 0.5)) is not None or not self._closed:
+                if item is not None:
+                    yield item
+        finally:
+            feed.close()
+
+    def conversations(self) -> list[ConversationInfo]:
+        """The live conversations (``conv.list``)."""
+        return conversation_index(self._histories())
+
+    def history(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
+        """A conversation's history as OpenAI chat messages (the root by default)."""
+        conv = self._histories().conversations.get(conversation_id or self.root_conversation_id)
+        if conv is None:
+            raise PlaitError(f"session {self.session_id}: no conversation {conversation_id}")
+        return [m.to_openai() for m in conv.messages]
+
+    def stats(self) -> dict[str, ConversationStats]:
+        """Per-conversation metrics, by conversation id: tokens, tool calls, MCP latency,
+        cancellations, failures (folded from the log: ``plait stats`` shows the same)."""
+        events = self.runtime.store.read(self.session_id, resolve_blobs=False)
+        return StatsProjection().fold(events).conversations
+
+    def _histories(self) -> Histories:
+        return cast(Histories, self._actor.ask("histories", timeout=30))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PlaitError(f"session {self.session_id} is closed")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close.
+
+        A task that has not stopped by then is force-aborted (``TurnAborted(interrupted)``,
+        its open calls answered) and recorded so. Closing twice is harmless.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with self.subscribe(transient=False) as feed:
+            state: SchedulerState = self._scheduler.ask("state", timeout=timeout)
+            if state.running is not None:
+                self._scheduler.tell(Interrupt("close"))
+                await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
+        self._stop(timeout)
+        # A task that did not stop in time is ended here: no actor can record any more.
+        past = self.runtime.store.read(self.session_id)
+        plan = scheduled(past).running
+        ended: list[NewEvent] = []
+        if plan is not None:
+            why = FORCED.format(timeout=timeout)
+            forced = TurnAborted("interrupted", "forced_close", why)
+            bodies = open_calls(past, plan.task_id, "forced_close").ending(forced)
+            ended = [NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies]
+        self._journal.record_last([*ended, SessionClosed("closed by the embedder")])
+
+    def _stop(self, timeout: float) -> None:
+        """Stop the session's actors and servers, recording nothing (as a crash would)."""
+        self._closed = True
+        self._journal.seal()  # an actor stuck past the timeout cannot write after this
+        stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
+        with contextlib.suppress(*stuck):
+            self._actor.stop(timeout=timeout)
+        with contextlib.suppress(*stuck):
+            self._scheduler.stop(timeout=timeout)
+        if self._pool is not None:
+            with contextlib.suppress(*stuck):
+                self._pool.stop(timeout=timeout)  # closes every server: nothing is left running
+        if self._rerun is not None:
+            with contextlib.suppress(*stuck):
+                self._rerun.stop(timeout=timeout)
+        self.runtime._sessions.pop(self.session_id, None)
+
+
+def check_policy(policy: object) -> None:
+    if policy not in APPROVAL_POLICIES:
+        known = ", ".join(APPROVAL_POLICIES)
+        raise ConfigError(f"approval policy {policy!r}: expected one of {known}")

@@ -1,0 +1,326 @@
+"""``Runtime``: runs sessions on a store (actors, the effect loop, the model client)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from plait.actors.approvals import DEFAULT_APPROVAL_TIMEOUT_SEC, ApprovalGate, Approver
+from plait.actors.conversation import ConversationDeps
+from plait.actors.effects import EffectLoop
+from plait.actors.journal import Journal
+from plait.actors.mcp.config import McpServerConfig
+from plait.actors.model import ModelClient, ModelSettings
+from plait.actors.pool import McpLimits
+from plait.actors.scheduler import SchedulerState
+from plait.errors import ContentUnavailableError, PlaitError
+from plait.events.storage import Expiry, missing_content
+from plait.events.store import EventStore
+from plait.events.stores import open_store
+from plait.events.types import (
+    ConversationDestroyed,
+    ConversationOpened,
+    Event,
+    NewEvent,
+    SessionStarted,
+)
+from plait.events.values import (
+    MODEL_PROTOCOL,
+    ApprovalPolicy,
+    HistorySettings,
+    RuntimeSettings,
+    StoragePolicy,
+)
+from plait.runtime.handle import SessionHandle, check_policy
+from plait.runtime.recovery import (
+    OpenCalls,
+    Recovery,
+    Rerun,
+    in_flight,
+    open_calls,
+    scheduled,
+    took_over,
+)
+
+__all__ = ["Outside", "Runtime"]
+
+log = logging.getLogger("plait")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outside:
+    """What answers a session's effects in place of the world: replay's answers from the log
+    (``None``: the real model client, MCP servers and approver)."""
+
+    model_client: Any = None
+    """Answers model requests, as ``ModelClient`` does."""
+    mcp_factory: Callable[..., Any] | None = None
+    """Makes a session's MCP servers from their configs, as ``McpServers`` does."""
+    approval_gate: Any = None
+    """Decides approvals, as ``ApprovalGate`` does."""
+
+
+class Runtime:
+    """Runs sessions on a store: actors, the effect loop, and the model client."""
+
+    def __init__(
+        self,
+        store: EventStore | str | Path = ".plait/plait.db",
+        *,
+        model: ModelSettings | None = None,
+        workdir: str | Path = ".",
+        max_interrupt_chain_depth: int = 8,
+        new_id: Callable[[], str] | None = None,
+        mcp_servers: Mapping[str, McpServerConfig] | None = None,
+        mcp_limits: McpLimits | None = None,
+        storage_policy: StoragePolicy | None = None,
+        history: HistorySettings | None = None,
+        expire_every_sec: float | None = 60.0,
+        approval_policy: ApprovalPolicy = "never",
+        approver: Approver | None = None,
+        approval_timeout_sec: float = DEFAULT_APPROVAL_TIMEOUT_SEC,
+        _outside: Outside | None = None,
+    ) -> None:
+        """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
+
+        ``storage_policy`` is new sessions' default (``full``). Once the runtime has a
+        session with a ``ttl`` conversation (or ``ttl`` is the default), it deletes every
+        ``expire_every_sec`` the content of the store's ``ttl`` conversations that is due
+        (``None``: only when ``expire_content`` is called, as ``plait expire`` does).
+        ``history`` sets new sessions' compaction and history bounds (a session keeps those it
+        started with, so it resumes and replays alike); its ``context_window`` defaults to the
+        model's.
+        ``approval_policy`` is new sessions' default: which MCP calls wait for a decision
+        (``never``, ``on-request``, ``on-write``, ``untrusted``). ``approver`` decides them (a
+        function or an async function of an ``ApprovalRequest``, returning an
+        ``ApprovalDecision``); a call it has not decided within ``approval_timeout_sec`` is
+        denied, and so is every call that asks when there is no approver.
+        (``_outside`` is replay's: it answers the model, the MCP servers and the approver
+        from the log.)
+        """
+        check_policy(approval_policy)
+        self._owns_store = not isinstance(store, EventStore)
+        self.store = store if isinstance(store, EventStore) else open_store(store)
+        self.settings = model or ModelSettings()
+        self.new_id = new_id or (lambda: str(uuid.uuid4()))
+        self.workdir = str(workdir)
+        self.max_interrupt_chain_depth = max_interrupt_chain_depth
+        self.mcp_servers = dict(mcp_servers or {})
+        """MCP servers by name; each session starts its own, in the background."""
+        self.mcp_limits = mcp_limits
+        self._loop = EffectLoop()
+        outside = _outside or Outside()
+        self._client = outside.model_client or ModelClient(self.settings)
+        self._mcp_factory = outside.mcp_factory
+        self.storage_policy = storage_policy or StoragePolicy()
+        self.approval_policy: ApprovalPolicy = approval_policy
+        self._approval_gate = outside.approval_gate or ApprovalGate(approver, approval_timeout_sec)
+        self.history = history or HistorySettings()
+        if self.history.context_window is None:
+            window = self.settings.context_window
+            self.history = msgspec.structs.replace(self.history, context_window=window)
+        self._sessions: dict[str, SessionHandle] = {}
+        self._expiry = Expiry(self.store)
+        self._expiring = threading.Event()  # set: stop sweeping
+        self._expire_every_sec = expire_every_sec
+        self._sweeper: threading.Thread | None = None
+        if self.storage_policy.kind == "ttl":
+            self._sweep_from_now()
+
+    def _deps(self, journal: Journal, pool: Any, past: list[Event]) -> ConversationDeps:
+        """What the session's conversations share; behaviour that changed over time follows
+        what the session recorded at its start, so it resumes (and replays) as it ran."""
+        started = past[0].body if past else None
+        recorded = started.settings if isinstance(started, SessionStarted) else None
+        return ConversationDeps(
+            journal,
+            self._loop,
+            self._client,
+            self.settings.model,
+            self.new_id,
+            self.workdir,
+            self.max_interrupt_chain_depth,
+            pool,
+            (recorded or RuntimeSettings()).history,
+            approval_gate=self._approval_gate,
+            interrupt_checkpoints=recorded is not None and recorded.interrupt_checkpoints,
+            model_protocol=recorded.model_protocol if recorded is not None else 0,
+            # The request options are this runtime's, as its model name is (a resume may ask
+            # for others); how the prompt is encoded stays as the session started.
+            model_options=msgspec.structs.replace(
+                self.settings.options(),
+                send_reasoning=recorded is not None and recorded.model.send_reasoning,
+            ),
+        )
+
+    def _recorded(self) -> RuntimeSettings:
+        """This runtime's configuration, as a session's first event keeps it for replay."""
+        limits = self.mcp_limits or McpLimits()
+        return RuntimeSettings(
+            self.max_interrupt_chain_depth,
+            sorted(self.mcp_servers),
+            limits.per_session,
+            limits.per_conversation,
+            limits.per_conversation_rate,
+            limits.rate_window_sec,
+            str(Path(self.workdir).resolve()),
+            self.history,
+            interrupt_checkpoints=True,
+            model_protocol=MODEL_PROTOCOL,
+            model=self.settings.options(),
+            resume_markers=True,
+        )
+
+    def start_session(
+        self,
+        *,
+        base_instructions: str | None = None,
+        user_instructions: str | None = None,
+        mcp_allowlist: list[str] | None = None,
+        storage_policy: StoragePolicy | None = None,
+        approval_policy: ApprovalPolicy | None = None,
+    ) -> SessionHandle:
+        """Start a new session with its root conversation; it is stored from its first event.
+
+        ``storage_policy`` (the runtime's by default) is the root's, and so, inherited, every
+        conversation's of the session. ``approval_policy`` (the runtime's by default) is the
+        session's for good: resumed, it keeps it; its conversations may only narrow it.
+        """
+        policy = self.approval_policy if approval_policy is None else approval_policy
+        check_policy(policy)
+        session_id, root = self.new_id(), self.new_id()
+        journal = Journal(self.store, session_id)
+        opened = ConversationOpened(
+            base_instructions=base_instructions,
+            user_instructions=user_instructions,
+            mcp_allowlist=mcp_allowlist,
+            storage_policy=storage_policy or self.storage_policy,
+        )
+        started = SessionStarted(
+            root, model=self.settings.model, settings=self._recorded(), approval_policy=policy
+        )
+        past = journal.record([started, NewEvent(opened, root)])
+        return self._attach(journal, root, past)
+
+    def resume(self, session_id: str) -> SessionHandle:
+        """Continue a stored session where it was; a task cut off by a crash is aborted.
+
+        Raises ``ContentUnavailableError`` (and records nothing) when a live conversation's
+        content is not in the log: its storage policy did not keep it, or it expired.
+        """
+        if session_id in self._sessions:
+            return self._sessions[session_id]
+        past = self._read_session(session_id)
+        return self._resume(session_id, past, scheduled(past))
+
+    def _resume(self, session_id: str, past: list[Event], state: SchedulerState) -> SessionHandle:
+        """Resume from ``past``, whose tasks ``state`` folds; if any was running or waiting,
+        ``SessionResumed`` marks where this process took over."""
+        plan = state.running
+        destroyed = {e.conversation_id for e in past if isinstance(e.body, ConversationDestroyed)}
+        missing = missing_content(past, lambda cid: cid is not None and cid not in destroyed)
+        if missing:
+            raise ContentUnavailableError(session_id, "resume", missing)
+        journal = Journal(self.store, session_id, past)
+        started = past[0].body
+        assert isinstance(started, SessionStarted)  # read_session and in_flight check it
+        root = started.root_conversation_id
+        calls = open_calls(past, plan.task_id) if plan is not None else OpenCalls()
+        if plan is None or not (calls.rerun and self.mcp_servers):
+            if plan is not None or state.pending:
+                past += took_over(journal, past, state, calls.ending() if plan is not None else [])
+            handle = self._attach(journal, root, past)
+            handle._scheduler.tell("kick")
+            return handle
+        # Safe calls run again: recorded started, as the first thing this process does.
+        past += took_over(journal, past, state, [*calls.rerun, *calls.denials])
+        handle = self._attach(journal, root, past)
+        handle._rerun = Rerun.start(journal, handle._pool, handle._scheduler, plan, calls)
+        return handle
+
+    def recover(self) -> list[Recovery]:
+        """Resume every stored session a process left with a task running or waiting.
+
+        A session that cannot be resumed (its content is not in the log) still has its
+        cut-off task ended ``crashed``; its ``Recovery`` says why it was not resumed.
+        """
+        found: list[Recovery] = []
+        for session_id, past, state in in_flight(self.store):
+            if session_id in self._sessions:
+                continue
+            plan, waiting = state.running, len(state.pending)
+            crashed = plan.task_id if plan is not None else None
+            try:
+                self._resume(session_id, past, state)
+            except ContentUnavailableError as exc:
+                if plan is not None:
+                    ending = open_calls(past, plan.task_id).ending()
+                    took_over(Journal(self.store, session_id, past), past, state, ending)
+                found.append(Recovery(session_id, crashed, waiting, exc.reason))
+            else:
+                found.append(Recovery(session_id, crashed, waiting))
+        return found
+
+    def expire_content(self, now: datetime | None = None) -> int:
+        """Delete ``ttl`` conversations' content that is due by ``now`` (the store's clock by
+        default); return how many blobs."""
+        return self._expiry.sweep(now)
+
+    def _sweep_from_now(self) -> None:
+        """Start sweeping (once): ``ttl`` content is in use."""
+        if self._sweeper is not None or self._expire_every_sec is None:
+            return
+        self._sweeper = threading.Thread(
+            target=self._expire_every, args=(self._expire_every_sec,), daemon=True
+        )
+        self._sweeper.start()
+
+    def _expire_every(self, interval: float) -> None:
+        while True:
+            try:
+                self._expiry.sweep()
+            except PlaitError as exc:  # a store error now; the next sweep tries again
+                log.warning("expiring ttl content failed: %s", exc)
+            if self._expiring.wait(interval):
+                return
+
+    def _read_session(self, session_id: str) -> list[Event]:
+        past = self.store.read(session_id)
+        if not past or not isinstance(past[0].body, SessionStarted):
+            raise PlaitError(f"no session {session_id} in the store")
+        return past
+
+    def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:
+        if journal.expires:
+            self._sweep_from_now()
+        handle = SessionHandle(self, journal, root, past)
+        self._sessions[journal.stream] = handle
+        return handle
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close every session, the effect loop and the store (if the runtime opened it)."""
+        self._expiring.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout)  # before the store closes under it
+        for handle in list(self._sessions.values()):
+            handle.close(timeout)
+        with contextlib.suppress(Exception):
+            self._loop.submit(self._client.aclose()).result(timeout)
+        self._loop.close()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
