@@ -26,12 +26,17 @@ __all__ = [
     "Destroy",
     "Dispatch",
     "Enqueue",
+    "GetHistory",
+    "GetQueue",
+    "GetScheduler",
     "Interrupt",
+    "ListConversations",
     "ModelFinished",
     "OpenConversation",
     "Recorded",
     "RunTask",
     "ServersSettled",
+    "StartNext",
     "TaskEnded",
     "ToolFinished",
     "ToolResult",
@@ -161,6 +166,14 @@ class Interrupt(msgspec.Struct, frozen=True):
     """Who interrupts: the embedder, or the session's close."""
 
 
+class GetQueue(msgspec.Struct, frozen=True):
+    """Ask the scheduler what runs and waits; the reply is a ``QueueSnapshot``."""
+
+
+class StartNext(msgspec.Struct, frozen=True):
+    """Start the next waiting task if none runs (after a resume, or a recovery's end)."""
+
+
 class Dispatch(msgspec.Struct, frozen=True):
     """Route a ``RunTask`` to the conversation it names (sent to the session)."""
 
@@ -192,6 +205,23 @@ class BuiltinCall(msgspec.Struct, frozen=True):
     """Wire name of the tool."""
     arguments: Any
     """Its parsed arguments."""
+
+
+class GetScheduler(msgspec.Struct, frozen=True):
+    """Ask the session for its scheduler's actor ref."""
+
+
+class ListConversations(msgspec.Struct, frozen=True):
+    """Ask the session for its live conversations; the reply is a tuple of frozen
+    ``ConversationInfo`` rows (``conv.list``), computed inside the actor."""
+
+
+class GetHistory(msgspec.Struct, frozen=True):
+    """Ask the session for a conversation's history; the reply is a tuple of OpenAI chat
+    messages (fresh dicts the caller owns), or ``None`` if there is no such conversation."""
+
+    conversation_id: str
+    """The conversation."""
 
 
 class Destroy(msgspec.Struct, frozen=True):

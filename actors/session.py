@@ -20,10 +20,13 @@ from plait.actors.messages import (
     BuiltinCall,
     Destroy,
     Dispatch,
+    GetHistory,
+    GetScheduler,
+    ListConversations,
     OpenConversation,
     Recorded,
 )
-from plait.actors.scheduler import Scheduler, SchedulerState, evolve
+from plait.actors.scheduler import Scheduler
 from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
 from plait.events.projections.history import (
     ChatMessage,
@@ -65,7 +68,6 @@ class Session(pykka.ThreadingActor):
         self.approval_state = self.approvals.initial()
         """Policies and remembered approvals, handed to the conversations it opens."""
         self.contexts: dict[str, ConversationOpened] = {}
-        self.timeline = SchedulerState()
         self.conversations: dict[str, Any] = {}
         self.scheduler: Any = None
         self._fold(past)
@@ -95,7 +97,6 @@ class Session(pykka.ThreadingActor):
             elif isinstance(body, ConversationContextChanged) and cid in self.contexts and cid:
                 # What a conversation's children inherit is its context as it is now.
                 self.contexts[cid] = body.applied(self.contexts[cid])
-            evolve(self.timeline, event)
 
     def _spawn(self, cid: str, past: list[Event], approvals: ApprovalState | None = None) -> None:
         ref = Conversation.start(cid, self.deps, self.actor_ref, self.scheduler, past, approvals)
@@ -130,7 +131,7 @@ class Session(pykka.ThreadingActor):
                 if ref is not None:
                     ref.tell(run)
             case Abort(task_id=task_id):
-                running = self.timeline.running
+                running = self.histories.tasks.running
                 if running is not None and running.task_id == task_id:
                     ref = self.conversations.get(running.conversation_id)
                     if ref is not None:
@@ -147,10 +148,13 @@ class Session(pykka.ThreadingActor):
                 return self._check_target(args.conversation_id, caller)
             case Destroy(conversation_id=cid, caller_id=caller):
                 return self._destroy(cid, caller)
-            case "scheduler":
+            case GetScheduler():
                 return self.scheduler
-            case "histories":
-                return self.histories
+            case ListConversations():
+                return tuple(conversation_index(self.histories))
+            case GetHistory(conversation_id=cid):
+                conv = self.histories.conversations.get(cid)
+                return None if conv is None else tuple(m.to_openai() for m in conv.messages)
         return None
 
     def _live(self, cid: str) -> bool:
@@ -204,7 +208,7 @@ class Session(pykka.ThreadingActor):
         """Whether ``cid`` waits for a tool result in the current interrupt chain."""
         return any(
             plan.closure is not None and plan.conversation_id == cid
-            for plan in self.timeline.pending
+            for plan in self.histories.tasks.pending
         )
 
     def _check_target(self, cid: str, caller: str) -> dict[str, Any]:
@@ -227,10 +231,10 @@ class Session(pykka.ThreadingActor):
             return {"ok": False, "reason": f"conversation {cid} is waiting in the current chain"}
         dropped = [
             NewEvent(TaskDropped("conversation destroyed", "destroy"), cid, plan.task_id)
-            for plan in self.timeline.pending
+            for plan in self.histories.tasks.pending
             if plan.conversation_id == cid
         ]
-        running = self.timeline.running
+        running = self.histories.tasks.running
         task = running.task_id if running and running.conversation_id == cid else ""
         if not task:  # idle: its end is recorded now, before the caller goes on
             dropped.append(NewEvent(ConversationDestroyed("conversation destroyed"), cid))

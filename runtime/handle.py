@@ -11,12 +11,25 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import pykka
 
 from plait.actors.journal import Feed, Journal
-from plait.actors.messages import Destroy, Enqueue, Interrupt
-from plait.actors.scheduler import SchedulerState
+from plait.actors.messages import (
+    Destroy,
+    Enqueue,
+    GetHistory,
+    GetQueue,
+    GetScheduler,
+    Interrupt,
+    ListConversations,
+)
 from plait.actors.session import Session
 from plait.errors import ConfigError, PlaitError
-from plait.events.projections.history import ConversationInfo, Histories, conversation_index
+from plait.events.projections.history import (
+    ConversationInfo,
+    Histories,
+    HistoryProjection,
+    conversation_index,
+)
 from plait.events.projections.stats import ConversationStats, StatsProjection
+from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.types import (
     Event,
     NewEvent,
@@ -34,7 +47,7 @@ from plait.events.values import (
     ToolPrefs,
 )
 from plait.runtime.outcome import TaskOutcome, await_outcome
-from plait.runtime.recovery import FORCED, open_calls, scheduled
+from plait.runtime.recovery import FORCED, open_calls
 
 if TYPE_CHECKING:
     from plait.runtime.runtime import Runtime
@@ -77,7 +90,7 @@ class SessionHandle:
             )
         deps = runtime._deps(journal, self._pool, past)
         self._actor = Session.start(journal, deps, root_id, past)
-        self._scheduler: Any = self._actor.ask("scheduler")
+        self._scheduler: Any = self._actor.ask(GetScheduler())
         self._closed = False
 
     def submit(
@@ -205,15 +218,26 @@ class SessionHandle:
             feed.close()
 
     def conversations(self) -> list[ConversationInfo]:
-        """The live conversations (``conv.list``)."""
-        return conversation_index(self._histories())
+        """The live conversations (``conv.list``), as they are now: a snapshot that later
+        changes of the session leave as it is."""
+        if self._closed:
+            return conversation_index(self._folded())
+        found = self._actor.ask(ListConversations(), timeout=30)
+        return list(cast(tuple[ConversationInfo, ...], found))
 
     def history(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
-        """A conversation's history as OpenAI chat messages (the root by default)."""
-        conv = self._histories().conversations.get(conversation_id or self.root_conversation_id)
-        if conv is None:
-            raise PlaitError(f"session {self.session_id}: no conversation {conversation_id}")
-        return [m.to_openai() for m in conv.messages]
+        """A conversation's history as OpenAI chat messages (the root by default), as it is
+        now: the caller owns what it gets."""
+        cid = conversation_id or self.root_conversation_id
+        if self._closed:
+            conv = self._folded().conversations.get(cid)
+            messages = None if conv is None else [m.to_openai() for m in conv.messages]
+        else:
+            found = self._actor.ask(GetHistory(cid), timeout=30)
+            messages = None if found is None else list(cast(tuple[dict[str, Any], ...], found))
+        if messages is None:
+            raise PlaitError(f"session {self.session_id}: no conversation {cid}")
+        return messages
 
     def stats(self) -> dict[str, ConversationStats]:
         """Per-conversation metrics, by conversation id: tokens, tool calls, MCP latency,
@@ -221,8 +245,9 @@ class SessionHandle:
         events = self.runtime.store.read(self.session_id, resolve_blobs=False)
         return StatsProjection().fold(events).conversations
 
-    def _histories(self) -> Histories:
-        return cast(Histories, self._actor.ask("histories", timeout=30))
+    def _folded(self) -> Histories:
+        """The histories folded from the log (once the session's actors are gone)."""
+        return HistoryProjection().fold(self.runtime.store.read(self.session_id))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -238,14 +263,14 @@ class SessionHandle:
             return
         self._closed = True
         with self.subscribe(transient=False) as feed:
-            state: SchedulerState = self._scheduler.ask("state", timeout=timeout)
+            state: QueueSnapshot = self._scheduler.ask(GetQueue(), timeout=timeout)
             if state.running is not None:
                 self._scheduler.tell(Interrupt("close"))
                 await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
         self._stop(timeout)
         # A task that did not stop in time is ended here: no actor can record any more.
         past = self.runtime.store.read(self.session_id)
-        plan = scheduled(past).running
+        plan = task_queue(past).running
         ended: list[NewEvent] = []
         if plan is not None:
             why = FORCED.format(timeout=timeout)

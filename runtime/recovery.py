@@ -14,7 +14,7 @@ what would have been decided, so it fails closed) and answered ``refused``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -26,10 +26,11 @@ from plait.actors.messages import (
     AwaitServers,
     CallTool,
     ServersSettled,
+    StartNext,
     ToolFinished,
     ToolResult,
 )
-from plait.actors.scheduler import SchedulerState, evolve
+from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.store import EventStore
 from plait.events.types import (
     AbortCause,
@@ -65,9 +66,9 @@ __all__ = [
     "OpenCalls",
     "Recovery",
     "Rerun",
+    "cut_off",
     "in_flight",
     "open_calls",
-    "scheduled",
     "took_over",
 ]
 
@@ -87,45 +88,53 @@ FORCED = "force-aborted: the task did not stop within {timeout:g} s of the close
 with the cause ``forced_close``), for people."""
 
 
-class OpenCalls:
-    """The calls a crash left open in a task: those to run again, and answers for the rest."""
+class OpenCalls(msgspec.Struct, frozen=True):
+    """The calls a crash (or a forced close) left open in a task: those to run again, and
+    answers for the rest. Frozen: a ``Rerun`` keeps the answers it gets in its own state."""
 
-    def __init__(self, cause: AbortCause = "crash") -> None:
-        self.cause: AbortCause = cause
-        """What cut the calls off: ``crash``, or ``forced_close``."""
-        self.rerun: list[ToolCallStarted] = []
-        """Sent calls of read-only or idempotent tools, as they are started again."""
-        self.requests: dict[str, ToolCallRequested] = {}
-        """Every open call, in the order the model made them."""
-        self.answers: dict[str, ToolCallCompleted] = {}
-        """The answers known: those of the calls not run again, and each re-run's once done."""
-        self.denials: list[ToolApprovalDecided] = []
-        """The decisions of the calls that were waiting for their approval: denied."""
+    cause: AbortCause = "crash"
+    """What cut the calls off: ``crash``, or ``forced_close``."""
+    requests: tuple[ToolCallRequested, ...] = ()
+    """Every open call, in the order the model made them."""
+    rerun: tuple[ToolCallStarted, ...] = ()
+    """Sent calls of read-only or idempotent tools, as they are started again."""
+    known: tuple[ToolCallCompleted, ...] = ()
+    """The answers of the calls not run again."""
+    denials: tuple[ToolApprovalDecided, ...] = ()
+    """The decisions of the calls that were waiting for their approval: denied."""
 
     def ending(self, end: Body = CRASHED) -> list[Body]:
         """The pending approvals' denials, every open call's answer in the model's order
         (``unknown`` for a call to run again that was not), then the task's ``end``."""
-        return [*self.denials, *self.answered(len(self.requests)), end]
+        return [*self.denials, *self.answered(self.answers(), len(self.requests)), end]
 
-    def answered(self, upto: int) -> list[ToolCallCompleted]:
-        """The answers of the first ``upto`` open calls, in the model's order."""
+    def answers(self) -> dict[str, ToolCallCompleted]:
+        """The known answers by call id (a new dict, for the caller to add to)."""
+        return {answer.call_id: answer for answer in self.known}
+
+    def answered(self, answers: Mapping[str, ToolCallCompleted], upto: int) -> list[Body]:
+        """The answers of the first ``upto`` open calls, in the model's order; a call with
+        none in ``answers`` is ``unknown``."""
         return [
-            self.answers.get(call_id) or self.answer(call_id, UNKNOWN, "unknown")
-            for call_id in list(self.requests)[:upto]
+            answers.get(r.call_id) or cut_off(r.call_id, UNKNOWN, "unknown", self.cause)
+            for r in self.requests[:upto]
         ]
 
-    def answer(self, call_id: str, output: str, outcome: CallOutcome) -> ToolCallCompleted:
-        """plait's answer for a call that was cut off, saying what is known of it."""
-        return ToolCallCompleted(call_id, output, outcome, aborted_by=self.cause)
-
-    def ready(self) -> int:
-        """How many open calls, from the first, have their answer."""
+    def ready(self, answers: Mapping[str, ToolCallCompleted]) -> int:
+        """How many open calls, from the first, have their answer in ``answers``."""
         count = 0
-        for call_id in self.requests:
-            if call_id not in self.answers:
+        for request in self.requests:
+            if request.call_id not in answers:
                 break
             count += 1
         return count
+
+
+def cut_off(
+    call_id: str, output: str, outcome: CallOutcome, cause: AbortCause
+) -> ToolCallCompleted:
+    """plait's answer for a call that was cut off, saying what is known of it."""
+    return ToolCallCompleted(call_id, output, outcome, aborted_by=cause)
 
 
 def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash") -> OpenCalls:
@@ -135,7 +144,7 @@ def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash")
     its server (nor did a call of a tool that was not offered), so it did not run. A started
     call of a tool the log's snapshot says is read-only or idempotent is run again.
     """
-    found = OpenCalls(cause)
+    requests: dict[str, ToolCallRequested] = {}
     started: dict[str, ToolCallStarted] = {}
     tools: dict[str, McpToolSnapshot] = {}
     asked: set[str] = set()
@@ -147,31 +156,34 @@ def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash")
         if event.task_id != task_id:
             continue
         if isinstance(body, ToolCallRequested):
-            found.requests[body.call_id] = body
+            requests[body.call_id] = body
         elif isinstance(body, ToolCallStarted):
             started[body.call_id] = body
         elif isinstance(body, ToolCallCompleted):
-            found.requests.pop(body.call_id, None)
+            requests.pop(body.call_id, None)
         elif isinstance(body, ToolApprovalRequested):
             asked.add(body.call_id)
         elif isinstance(body, ToolApprovalDecided):
             asked.discard(body.call_id)
             if not body.approved:
                 denied.add(body.call_id)
-    for call_id, request in found.requests.items():
+    rerun: list[ToolCallStarted] = []
+    known: list[ToolCallCompleted] = []
+    denials: list[ToolApprovalDecided] = []
+    for call_id, request in requests.items():
         tool = tools.get(request.tool)
         if call_id in asked:  # nobody decided: fail closed
-            found.denials.append(ToolApprovalDecided(call_id, False, "recovery", reason=UNDECIDED))
-            found.answers[call_id] = found.answer(call_id, UNAPPROVED, "refused")
+            denials.append(ToolApprovalDecided(call_id, False, "recovery", reason=UNDECIDED))
+            known.append(cut_off(call_id, UNAPPROVED, "refused", cause))
         elif call_id in denied:  # denied, and the process stopped before the answer
-            found.answers[call_id] = found.answer(call_id, DENIED, "refused")
+            known.append(cut_off(call_id, DENIED, "refused", cause))
         elif call_id in started and tool is not None and (tool.read_only or tool.idempotent):
-            found.rerun.append(started[call_id])
+            rerun.append(started[call_id])
         elif call_id in started or canonical_name(request.tool) is not None:
-            found.answers[call_id] = found.answer(call_id, UNKNOWN, "unknown")
+            known.append(cut_off(call_id, UNKNOWN, "unknown", cause))
         else:
-            found.answers[call_id] = found.answer(call_id, NOT_SENT, "error")
-    return found
+            known.append(cut_off(call_id, NOT_SENT, "error", cause))
+    return OpenCalls(cause, tuple(requests.values()), tuple(rerun), tuple(known), tuple(denials))
 
 
 class Rerun(pykka.ThreadingActor):
@@ -185,6 +197,8 @@ class Rerun(pykka.ThreadingActor):
         super().__init__()
         self.journal, self.pool, self.scheduler = journal, pool, scheduler
         self.plan, self.calls = plan, calls
+        self.answers = calls.answers()
+        """Every answer known so far: the calls not run again, and each re-run's once done."""
         self.recorded = 0
 
     def on_start(self) -> None:
@@ -194,8 +208,9 @@ class Rerun(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         match message:
             case ServersSettled():
+                requests = {request.call_id: request for request in self.calls.requests}
                 for index, started in enumerate(self.calls.rerun):
-                    request = self.calls.requests[started.call_id]
+                    request = requests[started.call_id]
                     self.pool.tell(
                         CallTool(
                             self.plan.conversation_id,
@@ -211,13 +226,13 @@ class Rerun(pykka.ThreadingActor):
                     )
             case ToolFinished(index=index, result=result):
                 call_id = self.calls.rerun[index].call_id
-                self.calls.answers[call_id] = self._completed(call_id, result)
+                self.answers[call_id] = self._completed(call_id, result)
                 self._record()
         return None
 
     def _record(self) -> None:
-        ready = self.calls.ready()
-        bodies: list[Body] = [*self.calls.answered(ready)[self.recorded :]]
+        ready = self.calls.ready(self.answers)
+        bodies = self.calls.answered(self.answers, ready)[self.recorded :]
         self.recorded = ready
         done = ready == len(self.calls.requests)
         if done:
@@ -226,12 +241,12 @@ class Rerun(pykka.ThreadingActor):
         if bodies:
             self.journal.record([NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies])
         if done:
-            self.scheduler.tell("kick")
+            self.scheduler.tell(StartNext())
             self.stop()
 
     def _completed(self, call_id: str, result: ToolResult) -> ToolCallCompleted:
         if result.outcome == "refused":  # not run again (its server or tool is gone): unknown
-            return self.calls.answer(call_id, UNKNOWN, "unknown")
+            return cut_off(call_id, UNKNOWN, "unknown", self.calls.cause)
         return result.completed(call_id)
 
 
@@ -248,28 +263,20 @@ class Recovery(msgspec.Struct, frozen=True):
     """Why the session was not resumed (empty when it was)."""
 
 
-def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event], SchedulerState]]:
+def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event], QueueSnapshot]]:
     """The sessions of ``store`` left open with a task running or waiting, with their events
     and their scheduler's state: what ``Runtime.recover`` resumes."""
     for info in store.streams():
         past = store.read(info.stream)
         if not past or not isinstance(past[0].body, SessionStarted):
             continue  # not a session
-        state = scheduled(past)
-        idle = state.running is None and not state.pending
-        if not idle and not isinstance(past[-1].body, SessionClosed):
+        state = task_queue(past).snapshot()
+        if not state.idle and not isinstance(past[-1].body, SessionClosed):
             yield info.stream, past, state
 
 
-def scheduled(past: Sequence[Event]) -> SchedulerState:
-    state = SchedulerState()
-    for event in past:
-        evolve(state, event)
-    return state
-
-
 def took_over(
-    journal: Journal, past: Sequence[Event], state: SchedulerState, bodies: Sequence[Body]
+    journal: Journal, past: Sequence[Event], state: QueueSnapshot, bodies: Sequence[Body]
 ) -> list[Event]:
     """Record ``SessionResumed`` (if the session records it), then ``bodies`` in the running
     task (the recovery of the task a crash cut off), as one group."""

@@ -19,10 +19,11 @@ from plait.actors.conversation import ConversationDeps
 from plait.actors.effects import EffectLoop
 from plait.actors.journal import Journal
 from plait.actors.mcp.config import McpServerConfig
+from plait.actors.messages import StartNext
 from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.pool import McpLimits
-from plait.actors.scheduler import SchedulerState
 from plait.errors import ContentUnavailableError, PlaitError
+from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.storage import Expiry, missing_content
 from plait.events.store import EventStore
 from plait.events.stores import open_store
@@ -47,7 +48,6 @@ from plait.runtime.recovery import (
     Rerun,
     in_flight,
     open_calls,
-    scheduled,
     took_over,
 )
 
@@ -220,9 +220,9 @@ class Runtime:
         if session_id in self._sessions:
             return self._sessions[session_id]
         past = self._read_session(session_id)
-        return self._resume(session_id, past, scheduled(past))
+        return self._resume(session_id, past, task_queue(past).snapshot())
 
-    def _resume(self, session_id: str, past: list[Event], state: SchedulerState) -> SessionHandle:
+    def _resume(self, session_id: str, past: list[Event], state: QueueSnapshot) -> SessionHandle:
         """Resume from ``past``, whose tasks ``state`` folds; if any was running or waiting,
         ``SessionResumed`` marks where this process took over."""
         plan = state.running
@@ -239,7 +239,7 @@ class Runtime:
             if plan is not None or state.pending:
                 past += took_over(journal, past, state, calls.ending() if plan is not None else [])
             handle = self._attach(journal, root, past)
-            handle._scheduler.tell("kick")
+            handle._scheduler.tell(StartNext())
             return handle
         # Safe calls run again: recorded started, as the first thing this process does.
         past += took_over(journal, past, state, [*calls.rerun, *calls.denials])

@@ -13,6 +13,13 @@ from plait.events.projections.history import (
     rfc3339,
 )
 from plait.events.projections.stats import ConversationStats, SessionStats, StatsProjection
+from plait.events.projections.tasks import (
+    QueueSnapshot,
+    TaskQueue,
+    TaskQueueProjection,
+    TaskResult,
+    task_queue,
+)
 from plait.events.projections.timeline import Timeline, TimelineEntry, TimelineProjection
 from plait.events.projections.tokens import TokensProjection, TokenTotals, add_usage
 
@@ -29,8 +36,12 @@ __all__ = [
     "Histories",
     "HistoryProjection",
     "Projection",
+    "QueueSnapshot",
     "SessionStats",
     "StatsProjection",
+    "TaskQueue",
+    "TaskQueueProjection",
+    "TaskResult",
     "Timeline",
     "TimelineEntry",
     "TimelineProjection",
@@ -39,4 +50,5 @@ __all__ = [
     "add_usage",
     "conversation_index",
     "rfc3339",
+    "task_queue",
 ]

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import msgspec
 
 from plait.events.projections.base import Projection
+from plait.events.projections.tasks import TASKS, TaskQueue
 from plait.events.types import (
     CANCEL_MESSAGE,
     INTERRUPT_MESSAGE,
@@ -39,7 +40,6 @@ from plait.events.values import (
     InputImage,
     InputText,
     Redacted,
-    TaskPlan,
     ToolCall,
 )
 
@@ -182,8 +182,8 @@ class Histories(msgspec.Struct):
 
     conversations: dict[str, ConversationHistory] = {}
     """By conversation id, in opening order."""
-    plans: dict[str, TaskPlan] = {}
-    """Tasks enqueued and not yet started, by task id."""
+    tasks: TaskQueue = msgspec.field(default_factory=TaskQueue)
+    """The session's task queue (a task's input joins the history when it starts)."""
     anomalies: list[str] = []
     """Events that broke a history invariant (the runtime must never produce them)."""
 
@@ -272,14 +272,15 @@ class HistoryProjection(Projection[Histories]):
     def _enqueued(self, state: Histories, event: Event) -> None:
         body = event.body
         assert isinstance(body, TaskEnqueued)
-        state.plans[body.plan.task_id] = body.plan
+        TASKS.apply(state.tasks, event)
 
     def _dropped(self, state: Histories, event: Event) -> None:
-        if event.task_id is not None:
-            state.plans.pop(event.task_id, None)
+        TASKS.apply(state.tasks, event)
 
     def _started(self, state: Histories, event: Event) -> None:
-        plan = state.plans.pop(event.task_id or "", None)
+        plan = TASKS.apply(state.tasks, event).running
+        if plan is not None and plan.task_id != event.task_id:
+            plan = None
         conv = self._conversation(state, event)
         if conv is None or plan is None:
             return
@@ -320,6 +321,7 @@ class HistoryProjection(Projection[Histories]):
         self._write(conv, event, ChatMessage("tool", output, tool_call_id=call_id))
 
     def _completed(self, state: Histories, event: Event) -> None:
+        TASKS.apply(state.tasks, event)
         conv = self._conversation(state, event)
         if conv is not None:
             conv.last_active_at = event.at
@@ -360,6 +362,7 @@ class HistoryProjection(Projection[Histories]):
             self._answer(state, conv, event, body.call_id, output)
 
     def _aborted(self, state: Histories, event: Event) -> None:
+        TASKS.apply(state.tasks, event)
         body = event.body
         assert isinstance(body, TurnAborted)
         conv = self._conversation(state, event)

@@ -12,7 +12,6 @@ from typing import Any
 from scripted import assert_histories_valid, assert_ids, random_script
 
 from plait.actors.model import ModelSettings
-from plait.actors.scheduler import SchedulerState, evolve
 from plait.events import (
     Event,
     SqliteStore,
@@ -24,9 +23,12 @@ from plait.events.projections import (
     AuditProjection,
     HistoryProjection,
     Projection,
+    TaskQueueProjection,
     TimelineProjection,
     TokensProjection,
 )
+from plait.events.projections.history import conversation_index
+from plait.events.projections.tasks import TASKS, TaskQueue
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer
 
@@ -34,7 +36,7 @@ SESSIONS = 200
 
 
 def assert_one_task_at_a_time(events: list[Event]) -> None:
-    state = SchedulerState()
+    state = TaskQueue()
     started: dict[str, int] = {}
     ended: dict[str, int] = {}
     for event in events:
@@ -44,7 +46,7 @@ def assert_one_task_at_a_time(events: list[Event]) -> None:
         if isinstance(event.body, TaskCompleted | TurnAborted):
             assert event.task_id not in ended, f"seq {event.seq}: task {event.task_id} ended twice"
             ended[event.task_id or ""] = event.seq
-        evolve(state, event)
+        TASKS.apply(state, event)
     assert set(started) == set(ended), "every started task ends exactly once"
 
 
@@ -54,6 +56,7 @@ def assert_rebuilds_agree(events: list[Event], cut: int) -> None:
         TokensProjection(),
         AuditProjection(),
         TimelineProjection(),
+        TaskQueueProjection(),
     ]
     for projection in projections:
         resumed = projection.load(projection.save(projection.fold(events[:cut])))
@@ -75,15 +78,20 @@ def test_random_scripted_sessions_keep_the_log_consistent(tmp_path: Path) -> Non
                 outcome = session.run(f"session {number}", timeout=60)
                 completions += outcome.ok
                 failures += outcome.status == "model_error"
-                live = session._histories()
+                index = session.conversations()
+                live = {info.id: session.history(info.id) for info in index}
                 session.close()
         events = store.read(session.session_id)
         assert store.verify(session.session_id).ok
         assert_histories_valid(events)
         assert_one_task_at_a_time(events)
         assert_ids(events)
-        rebuilt = HistoryProjection().fold(events)
-        assert live.conversations == rebuilt.conversations
+        rebuilt = HistoryProjection().fold(events)  # what the actor held is the log's fold
+        assert index == conversation_index(rebuilt)
+        assert live == {
+            cid: [m.to_openai() for m in conv.messages]
+            for cid, conv in rebuilt.conversations.items()
+        }
         assert_rebuilds_agree(events, rng.randint(0, len(events)))
     assert completions > SESSIONS // 4 and failures > 0  # the scripts reach both ends
     store.close()

@@ -7,7 +7,6 @@ from typing import Any
 from hypothesis import given, settings
 from strategies import START, new_events, session_items
 
-from plait.actors.scheduler import SchedulerState, chain_to_drop, evolve, next_task
 from plait.events import (
     Closure,
     Event,
@@ -19,13 +18,11 @@ from plait.events import (
     TaskStarted,
     TurnAborted,
 )
+from plait.events.projections.tasks import TASKS, TaskQueue, chain_to_drop, next_task
 
 
-def fold(items: list[tuple[Any, str | None, str | None]]) -> SchedulerState:
-    state = SchedulerState()
-    for event in MemoryStore().append("s", new_events(items, START), 0):
-        evolve(state, event)
-    return state
+def fold(items: list[tuple[Any, str | None, str | None]]) -> TaskQueue:
+    return TASKS.fold(MemoryStore().append("s", new_events(items, START), 0))
 
 
 def plan(task: str, conv: str = "root", depth: int = 0, closure: str | None = None) -> TaskPlan:
@@ -88,9 +85,9 @@ def test_completion_frees_the_timeline_and_drops_leave_the_queue() -> None:
 def test_generated_sessions_never_run_two_tasks_at_once(
     items: list[tuple[Any, str | None, str | None]],
 ) -> None:
-    state = SchedulerState()
+    state = TaskQueue()
     events: list[Event] = MemoryStore().append("s", new_events(items, START), 0)
     for event in events:
         if isinstance(event.body, TaskStarted):
             assert state.running is None, f"seq {event.seq} starts a task while one runs"
-        evolve(state, event)
+        TASKS.apply(state, event)

@@ -45,6 +45,7 @@ from plait.events.projections import (
     AuditProjection,
     HistoryProjection,
     Projection,
+    TaskQueueProjection,
     TimelineProjection,
     TokensProjection,
     conversation_index,
@@ -301,6 +302,7 @@ PROJECTIONS: list[Projection[Any]] = [
     TokensProjection(),
     AuditProjection(),
     TimelineProjection(),
+    TaskQueueProjection(),
 ]
 
 

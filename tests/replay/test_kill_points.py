@@ -31,7 +31,7 @@ from scripted import assert_histories_valid
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.actors.pool import McpLimits
-from plait.actors.scheduler import SchedulerState, evolve
+from plait.events.projections.tasks import task_queue
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.types import (
     Event,
@@ -258,9 +258,7 @@ def test_a_session_killed_at_any_point_is_recovered(tmp_path: Path, name: str) -
             assert crashed.uncommitted[0][0] == len(before) + 1
             assert point.kind in [kind for _, kind in crashed.uncommitted]
         assert len(named(before, point.kind)) == point.nth - (point.how == "mid-append")
-        state = SchedulerState()
-        for event in before:
-            evolve(state, event)
+        state = task_queue(before)
         waiting = len(state.pending)  # they run before the new task
         replies = [Step(text=f"reply {i}") for i in range(1, waiting + 2)]
         with ScriptedModelServer(replies) as server:
