@@ -58,6 +58,44 @@ def test_every_subpackage_ships_in_the_wheel() -> None:
     assert declared == found
 
 
+def test_every_package_the_code_imports_is_declared() -> None:
+    import ast
+    import importlib.metadata
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_dist_name(spec) for spec in project["dependencies"]}
+    declared |= {_dist_name(spec) for spec in project["optional-dependencies"]["postgres"]}
+    providers = importlib.metadata.packages_distributions()
+    missing: dict[str, str] = {}
+    for path in ROOT.glob("**/*.py"):
+        parts = path.relative_to(ROOT).parts
+        if parts[0] in {"tests", "bench", "build"} or parts[0].startswith("."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            for top in tops:
+                if top in sys.stdlib_module_names or top in {"plait", "__future__"}:
+                    continue
+                dists = {_dist_name(d) for d in providers.get(top, [top])}
+                if not dists & declared:
+                    missing[top] = str(path.relative_to(ROOT))
+    assert missing == {}, f"imported but not in pyproject.toml's dependencies: {missing}"
+
+
+def _dist_name(spec: str) -> str:
+    """A distribution's normalized name, from a requirement such as ``psycopg[binary]>=3.3``."""
+    import re
+
+    name = re.split(r"[\[<>=!~; ]", spec, maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def test_importing_plait_leaves_the_heavy_clients_unloaded() -> None:
     # `import openai` costs about a second and `import mcp` more: only a model call loads them.
     code = "import sys, plait, plait.cli; print(sorted({'openai', 'mcp'} & set(sys.modules)))"
