@@ -1,53 +1,100 @@
 # plait: an event-sourced actor runtime for LLM agent sessions.
-# Layers: `events` (the log) <- `actors` (the runtime) <- `replay` (replay, audit, recovery);
-# the modules at this level wire them together. Nothing imports `cli`.
+# Layers: `events` (the log) <- `actors` (sessions as actors) <- `runtime` (the embedding API,
+# crash recovery) <- `replay` (replay, fork, audit) <- `cli`. Nothing points back; nothing
+# imports `cli`. This module is the documented surface: every type a public signature uses.
 """plait: replayable, auditable, crash-safe LLM agent sessions."""
 
 from plait.actors.approvals import ApprovalDecision, ApprovalRequest, Approver
+from plait.actors.journal import Feed
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.actors.pool import McpLimits
 from plait.errors import (
     ConcurrencyError,
     ConfigError,
+    ContentUnavailableError,
     CorruptEventError,
+    DivergenceError,
     McpError,
     ModelError,
+    ModelErrorKind,
     PlaitError,
+    ReplayError,
     StoreError,
     StoreUnavailableError,
     ToolError,
 )
+from plait.events.projections.history import ConversationInfo
+from plait.events.projections.stats import ConversationStats
 from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
-from plait.events.values import HistorySettings
-from plait.runtime import Runtime, SessionHandle, TaskOutcome
+from plait.events.types import AbortCause, Event, Transient
+from plait.events.values import (
+    ApprovalPolicy,
+    FunctionCallOutput,
+    HistorySettings,
+    InputImage,
+    InputItem,
+    InputText,
+    StoragePolicy,
+    ToolPrefs,
+)
+from plait.runtime import (
+    KEEP,
+    KeepType,
+    Recovery,
+    Runtime,
+    SessionHandle,
+    Status,
+    TaskOutcome,
+)
 
 __all__ = [
+    "KEEP",
+    "AbortCause",
     "ApprovalDecision",
+    "ApprovalPolicy",
     "ApprovalRequest",
     "Approver",
     "ConcurrencyError",
     "ConfigError",
+    "ContentUnavailableError",
+    "ConversationInfo",
+    "ConversationStats",
     "CorruptEventError",
+    "DivergenceError",
+    "Event",
     "EventStore",
+    "Feed",
+    "FunctionCallOutput",
     "HistorySettings",
+    "InputImage",
+    "InputItem",
+    "InputText",
+    "KeepType",
     "McpError",
     "McpLimits",
     "McpServerConfig",
     "MemoryStore",
     "ModelError",
+    "ModelErrorKind",
     "ModelSettings",
     "PlaitError",
+    "Recovery",
+    "ReplayError",
     "Runtime",
     "SessionHandle",
     "SqliteStore",
+    "Status",
+    "StoragePolicy",
     "StoreError",
     "StoreUnavailableError",
     "TaskOutcome",
     "ToolError",
+    "ToolPrefs",
+    "Transient",
     "open_store",
 ]
 

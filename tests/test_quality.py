@@ -112,3 +112,37 @@ def test_the_readme_event_reference_is_current() -> None:
         "the event reference in README.md is stale: "
         "run `python -m plait.events.reference --write README.md`"
     )
+
+
+def test_every_type_in_the_public_api_is_exported() -> None:
+    import inspect
+    import typing
+
+    import plait
+
+    def named(hint: object) -> set[type]:
+        """The plait classes ``hint`` names, through unions, generics and aliases."""
+        origin = typing.get_origin(hint)
+        if origin is typing.Literal:
+            return set()
+        found: set[type] = set()
+        if isinstance(hint, type) and hint.__module__.startswith("plait."):
+            found.add(hint)
+        for arg in typing.get_args(hint):
+            found |= named(arg)
+        value = getattr(hint, "__value__", None)  # a `type X = ...` alias
+        return found | (named(value) if value is not None else set())
+
+    used: set[type] = set()
+    for cls in (plait.Runtime, plait.SessionHandle, plait.TaskOutcome):
+        for name, member in inspect.getmembers(cls):
+            if (name.startswith("_") and name != "__init__") or not callable(member):
+                continue
+            if cls is plait.SessionHandle and name == "__init__":
+                continue  # a handle is made by the runtime, not by its users
+            hints = typing.get_type_hints(member, localns={"Runtime": plait.Runtime})
+            for param, hint in hints.items():
+                if not param.startswith("_"):  # a private parameter is not the API
+                    used |= named(hint)
+    unexported = sorted(c.__name__ for c in used if getattr(plait, c.__name__, None) is not c)
+    assert unexported == [], unexported
