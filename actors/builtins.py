@@ -1,4 +1,4 @@
-"""The built-in conversation tools of seed 000: their wire names, JSON schemas and arguments.
+"""The conversation tools (docs/conv-tools.md): their wire names, JSON schemas and arguments.
 
 OpenAI function names cannot contain ``.``, so on the wire the tools are ``conv_create``,
 ``conv_send``, ``conv_list``, ``conv_history`` and ``conv_destroy``; a model that sends the
@@ -49,7 +49,7 @@ class WireItem(msgspec.Struct, frozen=True):
 
 
 class InternalTools(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``conv.create``'s ``internal_tools`` (seed 000); absent fields inherit the caller's."""
+    """``conv.create``'s ``internal_tools``: absent fields inherit the caller's."""
 
     include_plan_tool: bool | None = None
     include_apply_patch_tool: bool | None = None
@@ -127,7 +127,7 @@ _ARGUMENTS: Final[dict[str, type[Arguments]]] = {
     "conv_destroy": ConvDestroy,
 }
 BUILTIN_NAMES: Final = tuple(_ARGUMENTS)
-"""The built-ins in their fixed order (seed 000)."""
+"""The built-ins in their fixed order (docs/tools.md#what-a-conversation-is-offered)."""
 INTERRUPTING: Final = frozenset({"conv_create", "conv_send"})
 """Built-ins that replace the running task."""
 READ_ONLY: Final = frozenset({"conv_list", "conv_history"})
@@ -163,7 +163,7 @@ def input_items(text: str | None, items: list[WireItem] | None) -> list[InputIte
 
 
 def continuation_input(call_id: str, payload: dict[str, Any]) -> list[InputItem]:
-    """Return a continuation task's input: the interrupting call's JSON output (seed 000)."""
+    """Return a continuation task's input: the interrupting call's JSON output."""
     return [FunctionCallOutput(call_id, msgspec.json.encode(payload).decode())]
 
 

@@ -225,7 +225,7 @@ class GetHistory(msgspec.Struct, frozen=True):
 
 
 class Destroy(msgspec.Struct, frozen=True):
-    """Destroy a conversation (API or ``conv_destroy``); the reply is the seed's payload."""
+    """Destroy a conversation (API or ``conv_destroy``); the reply is the tool's payload."""
 
     conversation_id: str
     """The conversation."""

@@ -1,4 +1,4 @@
-"""``PromptView``: a conversation's history as the model is shown it (seed 003 §4.2).
+"""``PromptView``: a conversation's history as the model is shown it.
 
 Each history message is converted and encoded once, when it is added, into one growing buffer;
 building a turn's prompt then costs one copy of that buffer, not a conversion and an encoding of

@@ -196,7 +196,7 @@ class Session(pykka.ThreadingActor):
         if not self._live(args.conversation_id):
             return NOT_FOUND
         messages = self.histories.conversations[args.conversation_id].messages
-        # Messages only (seed 000), and tool outputs that carry images, as attachments.
+        # Messages only, and tool outputs that carry images, as attachments (docs/conv-tools.md).
         shown = [m for m in messages if m.role != "tool" or isinstance(m.content, list)]
         entries = [_entry(m) for m in shown]
         entries = [e for e in entries if e is not None]
@@ -250,7 +250,7 @@ class Session(pykka.ThreadingActor):
 
 
 def _entry(message: ChatMessage) -> dict[str, Any] | None:
-    """Return a ``conv.history`` entry: role, text and image attachments (seed 000)."""
+    """Return a ``conv.history`` entry: role, text and image attachments (docs/conv-tools.md)."""
     content = message.content
     if content is None:
         return None  # an assistant turn made only of tool calls

@@ -3,7 +3,7 @@
 ``conv_send`` names a live conversation (not the caller, not one waiting in the current chain);
 ``conv_create`` opens one, with base instructions given as text or read from a file inside
 the session's working directory, an MCP allowlist checked by the pool, and the caller's
-context inherited where nothing is given (seed 001).
+context inherited where nothing is given (docs/conversations.md#conversation-context).
 """
 
 from __future__ import annotations

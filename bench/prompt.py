@@ -1,4 +1,4 @@
-"""How a turn's prompt build time grows with the history (seed 003 §4.2).
+"""How a turn's prompt build time grows with the history.
 
 Run from the repository root: ``python bench/prompt.py [--quick]`` (see README.md).
 

@@ -1,4 +1,4 @@
-"""Storage policies (seed 003 §12): what the log keeps of each conversation.
+"""Storage policies (docs/storage.md): what the log keeps of each conversation.
 
 A conversation's ``ConversationOpened.storage_policy`` decides, and a conversation it creates
 inherits it. The running session is not affected: its actors fold every event with its

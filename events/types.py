@@ -133,7 +133,7 @@ class SessionResumed(Body, frozen=True):
 
 
 class ConversationOpened(Body, frozen=True):
-    """A conversation exists, with its full context (seed 001 ``ConversationContext``)."""
+    """A conversation exists, with its full context (docs/conversations.md#conversation-context)."""
 
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("base_instructions", "user_instructions")
     parent_id: str | None = None
@@ -153,7 +153,7 @@ class ConversationOpened(Body, frozen=True):
 
 
 class ConversationContextChanged(Body, frozen=True):
-    """A live conversation's context changed; it applies from the next turn (seed 001)."""
+    """A live conversation's context changed; it applies from the next turn."""
 
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("base_instructions", "user_instructions")
     changed: list[str]
@@ -199,7 +199,7 @@ INTERRUPT_CAUSES: tuple[AbortCause, ...] = ("user", "close")
 
 
 class TaskEnqueued(Body, frozen=True):
-    """A task was planned (seed 000 ``TaskPlan``)."""
+    """A task was planned (docs/conversations.md#taskplan)."""
 
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("plan",)
     plan: TaskPlan
@@ -314,7 +314,7 @@ class ModelRequestFailed(Body, frozen=True):
 
 
 class ModelResponded(Body, frozen=True):
-    """The model's whole response: one assistant message with text and tool calls (seed 004)."""
+    """The model's whole response: one assistant message with text and tool calls."""
 
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("text", "tool_calls", "reasoning")
     text: Content = ""
@@ -406,7 +406,7 @@ class ApprovalKeyExpired(Body, frozen=True):
 
 class ApprovalPolicyNarrowed(Body, frozen=True):
     """A conversation asked for an approval policy wider than its session's; the session's
-    holds (a conversation may only narrow it, seed 001)."""
+    holds (a conversation may only narrow it, docs/approvals.md#where-the-policy-comes-from)."""
 
     requested: ApprovalPolicy
     """The policy asked for."""
@@ -444,7 +444,7 @@ class ToolCallCompleted(Body, frozen=True):
     """Images the tool returned (MCP image content), kept as attachments."""
     control: ContextChange | None = None
     """A change of the calling conversation's context the tool asked for (its result's
-    ``_meta["plait/context"]``, seed 002 "上下文重建"): recorded as
+    ``_meta["plait/context"]``, docs/conversations.md#context-changes): recorded as
     ``ConversationContextChanged`` once the turn's calls are answered, before the next turn."""
     aborted_by: AbortCause | None = None
     """Set when no tool answered: the call was cut off, and plait answered it for this cause

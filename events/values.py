@@ -102,7 +102,7 @@ class InputImage(Value, frozen=True, tag="input_image", tag_field="type"):
 
 
 class FunctionCallOutput(Value, frozen=True, tag="function_call_output", tag_field="type"):
-    """The result of a tool call that a continuation task hands back to the model (seed 000)."""
+    """The result of a tool call that a continuation task hands back to the model."""
 
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("output",)
     call_id: str
@@ -115,7 +115,7 @@ InputItem = InputText | InputImage | FunctionCallOutput
 
 
 class Closure(Value, frozen=True):
-    """The tool call a continuation task closes (seed 000 ``TaskPlan.closure``)."""
+    """The tool call a continuation task closes (docs/conversations.md#continuations)."""
 
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("first_user_message",)
     call_id: str
@@ -133,8 +133,8 @@ class Closure(Value, frozen=True):
 
 
 class ContextChange(Value, frozen=True):
-    """A change of a live conversation's context, run as a task of its own (seed 001
-    ``SetConversationContext``): queued like any task, so it applies from the next task's first
+    """A change of a live conversation's context, run as a task of its own
+    (docs/conversations.md): queued like any task, so it applies from the next task's first
     turn, in the order the session saw it, and never between a tool call and its answer."""
 
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ("base_instructions", "user_instructions")
@@ -156,7 +156,7 @@ class ContextChange(Value, frozen=True):
 
 
 class TaskPlan(Value, frozen=True):
-    """A task waiting to run: where, with what input, and what call it closes (seed 000)."""
+    """A task waiting to run: where, with what input, and what call it closes."""
 
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = (
         "input_items",
@@ -212,7 +212,7 @@ class Usage(Value, frozen=True):
 
 
 class ToolPrefs(Value, frozen=True):
-    """Per-conversation switches for built-in tools (seed 001 ``ToolsPrefs``)."""
+    """Per-conversation switches for built-in tools (docs/conversations.md#tool-switches)."""
 
     include_plan_tool: bool = False
     """Offer the plan tool."""
@@ -225,7 +225,7 @@ class ToolPrefs(Value, frozen=True):
 
 
 class HistorySettings(Value, frozen=True):
-    """How long a conversation's history may grow (seed 002 "上下文压缩", seed 003 §4.1).
+    """How long a conversation's history may grow (docs/compaction.md).
 
     Token counts are the model's own where a response reported them, and otherwise
     approximate: a message's JSON bytes divided by four.
@@ -300,7 +300,7 @@ class RuntimeSettings(Value, frozen=True):
     history: HistorySettings = HistorySettings()
     """Compaction and history bounds."""
     interrupt_checkpoints: bool = False
-    """Interrupts follow seed 002's checkpoints (``TurnAborted.checkpoint``) and count an
+    """Interrupts follow their checkpoints (docs/interrupts.md#checkpoints) and count an
     interrupted request's tokens. Sessions started before they did record ``False`` (by
     omission), so they resume and replay as they ran."""
     model_protocol: int = 0
@@ -321,7 +321,7 @@ class RuntimeSettings(Value, frozen=True):
 
 
 class StoragePolicy(Value, frozen=True):
-    """What of a conversation the log keeps (seed 003 §12); a new conversation inherits its
+    """What of a conversation the log keeps (docs/storage.md); a new conversation inherits its
     creator's. ``events/storage.py`` says exactly what each kind stores.
 
     - ``full``: every event with its content.
@@ -404,7 +404,7 @@ def stricter(a: ApprovalPolicy, b: ApprovalPolicy | None) -> ApprovalPolicy:
 
 
 class CommandKey(Value, frozen=True):
-    """A remembered approval (seed 003 §3.5): calls it matches run without asking again."""
+    """A remembered approval (docs/approvals.md): calls it matches run without asking again."""
 
     tool: str
     """The fully-qualified tool name it approves."""

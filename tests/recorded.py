@@ -1,4 +1,4 @@
-"""A hand-written recording of seed 000's interrupt-and-continue story, for projection tests
+"""A hand-written recording of a conv_create interrupt-and-continue story, for projection tests
 and the golden logs: the root conversation creates a helper with ``conv_create``, the helper
 calls a read-only tool, the root continues with the helper's answer."""
 

@@ -180,7 +180,7 @@ LIFECYCLE = (ConversationOpened, ConversationDestroyed)
 
 
 def assert_ids(events: list[Event]) -> None:
-    """Seed 003 §9: every event names its conversation and task, where it has them."""
+    """Every event names its conversation and task, where it has them."""
     for event in events:
         name = f"seq {event.seq} {type(event.body).__name__}"
         if isinstance(event.body, SESSION_WIDE):

@@ -1,9 +1,9 @@
 """Tool names, snapshots and tool lists: pure functions, so every run offers the same list.
 
-A model sees an MCP tool as ``server__tool`` (seed 001 "命名规范": OpenAI names must match
+A model sees an MCP tool as ``server__tool`` (docs/tools.md#names: OpenAI names must match
 ``^[a-zA-Z0-9_-]{1,64}$``, so no ``/``). Names that would break that rule are shortened
 deterministically and the mapping is kept in the tool's snapshot. The list offered is
-sorted by name; a name offered with two schemas is withheld (seed 003 §5).
+sorted by name; a name offered with two schemas is withheld (docs/tools.md#conflicts).
 """
 
 from __future__ import annotations

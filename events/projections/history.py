@@ -1,4 +1,4 @@
-"""Conversation histories as OpenAI chat messages (seed 004, option 2), and the conversation index.
+"""Conversation histories as OpenAI chat messages (docs/conversations.md), and their index.
 
 Per model response: one assistant message holding its text and all its ``tool_calls``, then one
 ``tool`` message per result. Invariant: every tool call is answered before the next model
@@ -162,7 +162,7 @@ class ConversationHistory(msgspec.Struct):
     created_at: datetime
     """When it was opened."""
     last_active_at: datetime
-    """Refreshed on every history write and on ``TaskCompleted`` (seed 000 §5)."""
+    """Refreshed on every history write and on ``TaskCompleted`` (docs/conv-tools.md#conv_list)."""
     messages: list[ChatMessage] = []
     """The history, oldest first."""
     open_calls: list[str] = []
@@ -398,7 +398,7 @@ class HistoryProjection(Projection[Histories]):
             return
         kept = conv.messages[cut:]
         # The standing user instructions outlive a compaction: they are not history to
-        # summarise but the conversation's context (seed 001).
+        # summarise but the conversation's context (docs/conversations.md#instructions).
         conv.messages = []
         # Compared by value: a state saved and loaded again holds copies, not the same object.
         if conv.instructions is not None and conv.instructions not in kept:
@@ -420,7 +420,7 @@ def safe_cut(messages: list[ChatMessage], kept_from: int, *, open_calls: bool = 
 
 
 class ConversationInfo(msgspec.Struct, frozen=True):
-    """One row of ``conv.list`` (seed 000)."""
+    """One row of ``conv.list`` (docs/conv-tools.md#conv_list)."""
 
     id: str
     """The conversation id."""

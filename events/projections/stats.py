@@ -1,4 +1,4 @@
-"""Per-conversation metrics (seed 003 §9): tokens, tool calls, MCP latency, cancellations and
+"""Per-conversation metrics: tokens, tool calls, MCP latency, cancellations and
 failures, folded from the log, so a past session's figures are as exact as a live one's."""
 
 from __future__ import annotations

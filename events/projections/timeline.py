@@ -52,7 +52,7 @@ class TimelineEntry(msgspec.Struct, frozen=True):
     text: str
     """A one-line rendering."""
     conversation_id: str | None = None
-    """Where it happened (a UI routes by this, seed 000)."""
+    """Where it happened (a UI routes by this, docs/conv-tools.md#event-order)."""
     task_id: str | None = None
     """Which task."""
 

@@ -1,4 +1,4 @@
-"""The built-in tools' wire names, schemas and argument checks (seed 000)."""
+"""The built-in tools' wire names, schemas and argument checks (docs/conv-tools.md)."""
 
 from __future__ import annotations
 

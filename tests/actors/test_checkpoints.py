@@ -1,4 +1,4 @@
-"""The four interrupt checkpoints of seed 002 "中断机制", each with the exact history it leaves:
+"""The four interrupt checkpoints (docs/interrupts.md#checkpoints), each with the history it leaves:
 
 1. the reply is recorded and no call has begun (here: they wait for approval): every call is
    answered with the cancel message and the interrupt message follows;

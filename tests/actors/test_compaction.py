@@ -1,4 +1,4 @@
-"""Compaction and bounded history (seed 002 "上下文压缩", seed 003 §4): a compact turn with its
+"""Compaction and bounded history (docs/compaction.md): a compact turn with its
 own instructions whose summary replaces older history, the bounds that trim the oldest
 messages, and the events that reference what they replace rather than copy it."""
 

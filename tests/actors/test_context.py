@@ -1,4 +1,4 @@
-"""Changing a live conversation's context (seed 001 ``SetConversationContext``): recorded,
+"""Changing a live conversation's context (docs/conversations.md#context-changes): recorded,
 applied from the next task's first turn, never between a call and its answer, and replayed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 000's rules for the conversation tools, each checked on the recorded events."""
+"""The conversation tools' rules (docs/conv-tools.md), each checked on the recorded events."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def first_delta_outside(feed: Any, conversation: str) -> AgentMessageDelta:
             return item
 
 
-def test_events_of_conv_create_follow_seed_000_per_conversation(
+def test_events_of_conv_create_follow_the_documented_order_per_conversation(
     server: ScriptedModelServer, runtime: Runtime
 ) -> None:
     server.push(

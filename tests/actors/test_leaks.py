@@ -1,4 +1,4 @@
-"""Rapid open / message / close cycles leave nothing behind (seed 003 §14): no thread, no
+"""Rapid open / message / close cycles leave nothing behind: no thread, no
 actor, no MCP server process outlives its session, however many sessions come and go."""
 
 from __future__ import annotations

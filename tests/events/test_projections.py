@@ -1,4 +1,4 @@
-"""Projections: exact histories (seed 004 option 2), the index, tokens, audit, timeline; and
+"""Projections: exact histories (docs/conversations.md), the index, tokens, audit, timeline; and
 folding in pieces from saved states gives what one full fold gives."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def task(conv: str, tid: str, *inputs: Any) -> list[tuple[Any, str | None, str |
     ]
 
 
-def test_demo_session_histories_follow_seed_004() -> None:
+def test_demo_session_histories_are_stored_as_documented() -> None:
     ids = iter(f"id{i:02d}" for i in range(100))
     session, items = demo_events(START, lambda: next(ids))
     events = MemoryStore().append(session, items, 0)

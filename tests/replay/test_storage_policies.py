@@ -1,4 +1,4 @@
-"""Storage policies (seed 003 §12): the log keeps what each conversation's policy allows, and
+"""Storage policies (docs/storage.md): the log keeps what each conversation's policy allows, and
 what needs more says so.
 
 Every session here runs the same script: a task whose model creates a sub-conversation,
