@@ -146,3 +146,37 @@ def test_every_type_in_the_public_api_is_exported() -> None:
                     used |= named(hint)
     unexported = sorted(c.__name__ for c in used if getattr(plait, c.__name__, None) is not c)
     assert unexported == [], unexported
+
+
+def test_the_code_cites_only_documents_the_repository_has() -> None:
+    import re
+
+    anchors: dict[str, set[str]] = {}
+    for doc in (ROOT / "docs").glob("*.md"):
+        headings = re.findall(r"^#+ (.+)$", doc.read_text(), re.MULTILINE)
+        anchors[doc.name] = {_anchor(h) for h in headings}
+    cited = re.compile(r"docs/([\w.-]+\.md)(?:#([\w-]+))?")
+    outside = re.compile(r"\bseeds?/|\bseed 00\d")
+    problems: list[str] = []
+    for path in [*ROOT.glob("**/*.py"), *ROOT.glob("*.md"), *ROOT.glob("docs/*.md")]:
+        parts = path.relative_to(ROOT).parts
+        if parts[0].startswith(".") or parts[0] == "build":
+            continue
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            where = f"{path.relative_to(ROOT)}:{lineno}"
+            if outside.search(line):
+                problems.append(f"{where}: cites a document outside the repository")
+            for doc, anchor in cited.findall(line):
+                if doc not in anchors:
+                    problems.append(f"{where}: no docs/{doc}")
+                elif anchor and anchor not in anchors[doc]:
+                    problems.append(f"{where}: no heading #{anchor} in docs/{doc}")
+    assert problems == []
+
+
+def _anchor(heading: str) -> str:
+    """The anchor a heading gets on GitHub: lowercase, punctuation dropped, spaces as dashes."""
+    import re
+
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
