@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from scripted import runtime_for
 
-from plait.cli import build_parser, main
+from plait.cli import main
+from plait.cli.parser import build_parser
 from plait.events import ModelRequested, SqliteStore, StoragePolicy
 from plait.replay import fork
 from plait.testing import ScriptedModelServer, Step

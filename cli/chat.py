@@ -19,9 +19,9 @@ from types import FrameType
 from typing import Any, TextIO
 
 from plait.actors.approvals import ApprovalDecision, ApprovalRequest
+from plait.cli.live import LivePrinter
 from plait.events.types import Event, ToolApprovalRequested, ToolCallRequested, Transient
 from plait.events.values import as_text
-from plait.live import LivePrinter
 from plait.runtime import SessionHandle
 
 __all__ = ["ANSWERS", "PROMPT", "TerminalApprover", "chat"]

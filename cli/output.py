@@ -1,6 +1,6 @@
 """What the ``plait`` command prints: rows for people, JSON Lines for scripts, the live view.
 
-Nothing here reads a store or the configuration: ``plait.cli`` decides what to show, this
+Nothing here reads a store or the configuration: the commands decide what to show, this
 module only how. Text for people is one line per thing, long values cut to fit; ``--json``
 output is one JSON object a line, nothing cut.
 """
@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 import msgspec
 
+from plait.cli.live import history_line
 from plait.events.codec import to_jsonl
 from plait.events.projections import (
     AuditProjection,
@@ -38,7 +39,6 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.events.values import BlobRef, Content, Redacted
-from plait.live import history_line
 
 __all__ = [
     "ExecPrinter",

@@ -1,4 +1,4 @@
-"""The demo's tiny MCP server: ``python -m plait.demo_tools`` serves it over stdio.
+"""The demo's tiny MCP server: ``python -m plait.cli.demo_tools`` serves it over stdio.
 
 One read-only tool, ``pending_changes``, answers what a release would ship, from a fixed
 list: the demo needs a real MCP server and no network.

@@ -1,8 +1,8 @@
 """The offline demo: a real session run by the runtime against a scripted model.
 
 A ``ScriptedModelServer`` stands in for the model (real HTTP, the real ``openai`` SDK, no key,
-no network), and ``plait.demo_tools`` is a real MCP server over stdio. The root conversation
-hands work to a helper with ``conv_create``; the helper calls the MCP tool
+no network), and ``plait.cli.demo_tools`` is a real MCP server over stdio. The root
+conversation hands work to a helper with ``conv_create``; the helper calls the MCP tool
 ``release__pending_changes``; the root continues with the helper's answer. The demo streams
 the session as it happens, then prints what the log holds: conversations, histories, the
 tool-call audit, token usage, the hash-chain check, and a replay of the session from its log.
@@ -16,7 +16,7 @@ from typing import TextIO
 
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.model import ModelSettings
-from plait.live import LivePrinter
+from plait.cli.live import LivePrinter
 from plait.runtime import Runtime, TaskOutcome
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
@@ -24,7 +24,7 @@ __all__ = ["QUESTION", "SERVERS", "demo_script", "replay_check", "run_demo"]
 
 QUESTION = "Plan a tiny release: ask a helper conversation what changes are pending."
 HELPER_TASK = "List the pending changes with the release tool and count them."
-SERVERS = {"release": McpServerConfig(command=sys.executable, args=["-m", "plait.demo_tools"])}
+SERVERS = {"release": McpServerConfig(command=sys.executable, args=["-m", "plait.cli.demo_tools"])}
 """The demo's MCP server, started by the session like any configured server."""
 
 

@@ -1,0 +1,167 @@
+"""What every command starts from: the configuration, the store, a session or conversation
+named by a prefix, the model settings and the runtime; and where results and progress go."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import msgspec
+
+from plait.config import Config, load_config
+from plait.errors import ConfigError, PlaitError
+
+if TYPE_CHECKING:
+    from plait.actors.approvals import Approver
+    from plait.actors.model import ModelSettings
+    from plait.events.store import EventStore
+    from plait.runtime import Runtime
+
+__all__ = [
+    "LOCAL_HOSTS",
+    "MODEL_FLAGS",
+    "config_of",
+    "err",
+    "existing_store",
+    "find_conversation",
+    "find_session",
+    "make_runtime",
+    "model_settings",
+    "out",
+    "store_of",
+]
+
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+"""Model servers on this machine: they take any API key, so none has to be set."""
+
+MODEL_FLAGS = (
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "reasoning_effort",
+    "parallel_tool_calls",
+)
+"""``[model]`` keys that ``exec`` and ``chat`` take as flags too (``parser.py`` adds them)."""
+
+
+def config_of(args: argparse.Namespace) -> Config:
+    """Return the configuration: ``plait.toml``, ``mcp.json``, the environment, the flags."""
+    flags = {name: getattr(args, name, None) for name in MODEL_FLAGS}
+    return load_config(
+        args.config,
+        store=args.store,
+        model=getattr(args, "model", None),
+        model_flags={name: value for name, value in flags.items() if value is not None},
+    )
+
+
+def existing_store(args: argparse.Namespace) -> EventStore:
+    """Open the configured store, which must exist: reading never creates one."""
+    return store_of(config_of(args), create=False)
+
+
+def store_of(config: Config, *, create: bool) -> EventStore:
+    """Open the store ``config`` names; a SQLite file that is not there yet only if
+    ``create``."""
+    url = config.store.url
+    if url.startswith(("postgresql://", "postgres://")) or url == "memory:":
+        from plait.events.stores import open_store
+
+        return open_store(url)
+    path = url.removeprefix("sqlite://")
+    if "://" in path:
+        raise ConfigError(f"{url}: unknown store URL (a SQLite path, or postgresql://...)")
+    if not create and not Path(path).exists():
+        raise PlaitError(f"{url}: no store here (run `plait exec` first, or pass --store)")
+    from plait.events.stores.sqlite import SqliteStore
+
+    return SqliteStore(path, busy_timeout_sec=config.store.busy_timeout_sec)
+
+
+def find_session(store: EventStore, session: str) -> str:
+    """Return the one session id that starts with ``session``."""
+    matches = [info.stream for info in store.streams() if info.stream.startswith(session)]
+    if len(matches) != 1:
+        what = "no session" if not matches else f"{len(matches)} sessions"
+        raise PlaitError(f"{what} in the store match {session!r} (see `plait sessions`)")
+    return matches[0]
+
+
+def find_conversation(ids: Iterable[str], session: str, conversation: str) -> str:
+    """Return the one conversation id of ``session`` (among ``ids``) that starts with
+    ``conversation``."""
+    matches = [c for c in ids if c.startswith(conversation)]
+    if len(matches) != 1:
+        what = "no conversation" if not matches else f"{len(matches)} conversations"
+        raise PlaitError(
+            f"session {session}: {what} match {conversation!r} "
+            f"(see `plait conversations {session[:8]}`)"
+        )
+    return matches[0]
+
+
+def model_settings(config: Config) -> ModelSettings:
+    """The model server as configured, checked before anything runs: a missing key is an
+    error unless the server is local."""
+    from plait.actors.model import ModelSettings
+
+    model, key = config.model, config.api_key
+    if key is None:
+        if urlsplit(model.base_url or "").hostname not in LOCAL_HOSTS:
+            where = model.base_url or "OpenAI's (model.base_url and OPENAI_BASE_URL are unset)"
+            raise ConfigError(
+                f"no API key for the model server at {where}: set {model.api_key_env}"
+            )
+        key = "local"  # the SDK wants a key; a local server takes any
+    fields = msgspec.structs.asdict(model)
+    del fields["api_key_env"]  # where the key came from; the settings hold the key
+    return ModelSettings(api_key=key, **fields)
+
+
+def make_runtime(
+    config: Config, model: ModelSettings, store: EventStore, approver: Approver | None = None
+) -> Runtime:
+    """A runtime on ``store``, configured as ``config`` says; ``approver`` decides the tool
+    calls its approval policy asks for (none: they are denied)."""
+    from plait.actors.pool import McpLimits
+    from plait.events.values import HistorySettings, StoragePolicy
+    from plait.runtime import Runtime
+
+    policy, history = config.policy, config.history
+    limits = McpLimits(
+        policy.max_concurrent_tool_calls, policy.max_concurrent_tool_calls_per_conversation
+    )
+    return Runtime(
+        store,
+        model=model,
+        max_interrupt_chain_depth=policy.max_interrupt_chain_depth,
+        mcp_servers=config.mcp_servers,
+        mcp_limits=limits,
+        storage_policy=StoragePolicy.parse(policy.storage),
+        approval_policy=policy.approval,
+        approver=approver,
+        approval_timeout_sec=policy.approval_timeout_sec,
+        history=HistorySettings(
+            model.context_window,
+            history.compact_threshold,
+            history.keep_recent_tokens,
+            history.max_items,
+            history.max_tokens,
+        ),
+    )
+
+
+def out(text: str) -> None:
+    """Write a result to stdout, ending its line."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def err(text: str) -> None:
+    """Write progress or an error to stderr, at once."""
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,212 @@
+"""The commands that read and reshape the log: ``sessions``, ``conversations``, ``history``,
+``log``, ``show``, ``verify``, ``replay``, ``audit``, ``stats``, ``fork`` and ``expire``.
+
+None of them needs a model or a runtime: they read the store (``replay`` runs the program
+against its log), so none imports openai or mcp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+
+from plait.cli import output as render
+from plait.cli.common import err, existing_store, find_conversation, find_session, out
+
+__all__ = [
+    "cmd_audit",
+    "cmd_conversations",
+    "cmd_expire",
+    "cmd_fork",
+    "cmd_history",
+    "cmd_log",
+    "cmd_replay",
+    "cmd_sessions",
+    "cmd_show",
+    "cmd_stats",
+    "cmd_verify",
+]
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    """List the sessions in the store, oldest first."""
+    with existing_store(args) as store:
+        for info in store.streams():
+            first = store.read(info.stream, limit=1)[0]
+            last = store.read(info.stream, after=info.last_seq - 1)[0]
+            fields = render.session_fields(info, first, last)
+            out(render.json_line(fields) if args.json else render.session_row(fields))
+    return 0
+
+
+def cmd_conversations(args: argparse.Namespace) -> int:
+    """List a session's live conversations: who created each, messages, last activity."""
+    from plait.events.projections import HistoryProjection, conversation_index
+
+    with existing_store(args) as store:
+        session = find_session(store, args.session)
+        histories = HistoryProjection().fold(store.read(session))
+    for info in conversation_index(histories, session):
+        out(render.json_line(info) if args.json else render.conversation_row(info))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Print a conversation's history as chat messages (the root's by default)."""
+    from plait.events.projections import HistoryProjection
+    from plait.events.types import SessionStarted
+    from plait.events.values import as_text
+
+    with existing_store(args) as store:
+        session = find_session(store, args.session)
+        events = store.read(session)
+    histories = HistoryProjection().fold(events)
+    started = events[0].body
+    root = started.root_conversation_id if isinstance(started, SessionStarted) else ""
+    conversation = find_conversation(histories.conversations, session, args.conversation or root)
+    messages = histories.conversations[conversation].messages
+    for message in messages[-args.limit :] if args.limit else messages:
+        row = {"seq": message.seq, **message.to_openai()}
+        if args.reasoning and message.reasoning is not None:
+            row["reasoning"] = as_text(message.reasoning)
+        out(render.json_line(row) if args.json else render.message_row(row))
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    """Print every event of a session: seq, time, type, conversation, task, body."""
+    row = render.event_json if args.json else render.event_row
+    with existing_store(args) as store:
+        session = find_session(store, args.session)
+        events = store.read(session)
+        for event in events:
+            out(row(event))
+        if not args.follow:
+            return 0
+        sys.stdout.flush()
+        err(f"following {session}; Ctrl-C to stop")
+        try:
+            with store.subscribe(events[-1].position) as feed:
+                for event in feed:
+                    if event.stream == session:
+                        out(row(event))
+                        sys.stdout.flush()
+        except KeyboardInterrupt:
+            return 0  # how a follow ends
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Show a session's conversations, histories, audit and chain check."""
+    with existing_store(args) as store:
+        session = find_session(store, args.session)
+        render.show_session(store.read(session), store.verify(session), sys.stdout)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check a session's hash chain and blobs; exit 1 if anything was edited."""
+    with existing_store(args) as store:
+        report = store.verify(find_session(store, args.session))
+    if args.json:
+        out(render.json_line(report))
+    elif report.ok:
+        out(f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)")
+    else:
+        out(f"tampered: seq {report.first_bad_seq}: {report.reason}")
+    return 0 if report.ok else 1
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Replay a session from its log, no network or key; exit 1 at the first difference."""
+    from plait.replay import replay
+
+    with existing_store(args) as store:
+        session = find_session(store, args.session)
+        result = replay(store, session, max_interrupt_chain_depth=args.max_interrupt_chain_depth)
+    if args.json:
+        out(render.json_line(result))
+    elif result.divergence is None:
+        out(f"replayed {result.events} of {result.total} events: no difference")
+    else:
+        out(f"diverged after {result.events} of {result.total} events:")
+        out(result.divergence.message())
+    return 0 if result.ok else 1
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """List every tool call of a session: tool, server, outcome, size, duration."""
+    from plait.replay import audit, audit_jsonl
+
+    with existing_store(args) as store:
+        session = find_session(store, args.session)
+        rows = audit(
+            store, session, tool=args.tool, conversation_id=args.conversation, outcome=args.outcome
+        )
+    if args.json:
+        sys.stdout.buffer.write(audit_jsonl(rows))
+        return 0
+    for row in rows:
+        out(render.audit_row(row))
+    err(f"{len(rows)} calls; {_model_errors(args, session)}")
+    return 0
+
+
+def _model_errors(args: argparse.Namespace, session: str) -> str:
+    """How many of the session's turns the model server failed, by kind."""
+    from plait.events.types import TurnAborted
+
+    with existing_store(args) as store:
+        kinds = [
+            e.body.model_error
+            for e in store.read(session, resolve_blobs=False)
+            if isinstance(e.body, TurnAborted) and e.body.model_error is not None
+        ]
+    by_kind = ", ".join(f"{kind} {kinds.count(kind)}" for kind in sorted(set(kinds)))
+    return f"{len(kinds)} model errors" + (f" ({by_kind})" if kinds else "")
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Show what each conversation of a session did: tasks, turns, tokens, tool calls, MCP
+    latency, cancellations, failures."""
+    from plait.events.projections import StatsProjection
+
+    with existing_store(args) as store:
+        session = find_session(store, args.session)
+        stats = StatsProjection().fold(store.read(session, resolve_blobs=False))
+    for conversation in stats.conversations.values():
+        if args.json:
+            fields = msgspec.to_builtins(conversation)
+            out(render.json_line({**fields, "mcp_ms_mean": conversation.mcp_ms_mean}))
+        else:
+            out(render.stats_row(conversation))
+    return 0
+
+
+# --- changing the log ------------------------------------------------------------------------
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    """Copy a session's events up to a seq into a new session; print the new session's id."""
+    from plait.replay import fork
+
+    with existing_store(args) as store:
+        session = find_session(store, args.session)
+        new = fork(store, session, args.at)
+    ids = {"session_id": new, "forked_from": session, "at_seq": args.at}
+    out(render.json_line(ids) if args.json else new)
+    err(f"forked {session} at seq {args.at}; go on with: plait exec --session {new[:8]} PROMPT")
+    return 0
+
+
+def cmd_expire(args: argparse.Namespace) -> int:
+    """Delete the content of ``ttl`` conversations that is due; print how many blobs."""
+    # What Runtime.expire_content does, without the model client a Runtime insists on.
+    from plait.events.storage import Expiry
+
+    with existing_store(args) as store:
+        deleted = Expiry(store).sweep()
+    out(render.json_line({"deleted": deleted}) if args.json else f"deleted {deleted} blobs")
+    return 0

@@ -1,0 +1,197 @@
+"""The ``plait`` command line: the parser of every command and flag, and ``main``, which runs
+the command given and turns a user's error into one line and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+
+from plait.cli.common import err
+from plait.cli.log_commands import (
+    cmd_audit,
+    cmd_conversations,
+    cmd_expire,
+    cmd_fork,
+    cmd_history,
+    cmd_log,
+    cmd_replay,
+    cmd_sessions,
+    cmd_show,
+    cmd_stats,
+    cmd_verify,
+)
+from plait.cli.run_commands import cmd_chat, cmd_compact, cmd_demo, cmd_exec, cmd_recover
+from plait.errors import PlaitError, StoreError
+
+__all__ = ["build_parser", "main"]
+
+Command = Callable[[argparse.Namespace], int]
+Parser = argparse.ArgumentParser
+SESSION = "session id (a unique prefix is enough)"
+MODEL = "the model name (default $PLAIT_MODEL, else [model] model)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``plait`` command."""
+    parser = argparse.ArgumentParser(
+        prog="plait",
+        description="Replayable, auditable, crash-safe LLM agent sessions.",
+        epilog='example: plait exec "What changed since the last release?" && plait sessions',
+    )
+    _add_shared(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Command, *examples: str, json: str | None = None) -> Parser:
+        doc = " ".join((fn.__doc__ or "").split()).replace("``", "`")
+        cmd = sub.add_parser(
+            name,
+            help=doc.split(";")[0].rstrip("."),
+            description=textwrap.fill(doc, 79),  # the epilog's examples keep their lines
+            epilog="example: " + "\n         ".join(examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        cmd.set_defaults(func=fn)
+        _add_shared(cmd, top=False)
+        if json is not None:
+            cmd.add_argument("--json", action="store_true", help=json)
+        return cmd
+
+    def reader(name: str, fn: Command, *examples: str, json: str = "JSON Lines") -> Parser:
+        cmd = add(name, fn, *examples, json=json)
+        cmd.add_argument("session", help=SESSION)
+        return cmd
+
+    run = add(
+        "exec",
+        cmd_exec,
+        'plait exec "Summarise the open issues."',
+        'plait exec --session 3f2a "And the closed ones?"',
+        "plait exec --json - < prompt.txt | jq -c 'select(.body.type == \"ToolCallRequested\")'",
+        json="stream JSON Lines: each event as `plait log --json` prints it, each text delta "
+        'as {"type": "AgentMessageDelta", ...}, last {"type": "TaskOutcome", ...}',
+    )
+    run.add_argument("prompt", metavar="PROMPT", help="what to do; - reads it from stdin")
+    run.add_argument("--session", help="go on with this session (default: a new one)")
+    run.add_argument("--conversation", help="run in this conversation of the --session")
+    _add_model_flags(run)
+    talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
+    talk.add_argument("--session", help="go on with this session (default: a new one)")
+    _add_model_flags(talk)
+    compact = reader(
+        "compact",
+        cmd_compact,
+        "plait compact 3f2a",
+        "plait compact 3f2a --conversation 9c1d --json",
+        json="the HistoryCompacted event as JSON",
+    )
+    compact.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
+    compact.add_argument("--model", help=MODEL)
+    add("sessions", cmd_sessions, "plait sessions --json", json="JSON Lines")
+    reader("conversations", cmd_conversations, "plait conversations 3f2a")
+    history = reader("history", cmd_history, "plait history 3f2a --conversation 9c1d --limit 10")
+    history.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
+    history.add_argument("--limit", type=_positive, metavar="N", help="only the last N messages")
+    history.add_argument(
+        "--reasoning", action="store_true", help="show the model's reasoning, where it sent any"
+    )
+    log = reader("log", cmd_log, "plait log 3f2a", "plait log 3f2a --follow --json")
+    log.add_argument("--follow", action="store_true", help="go on printing events as they come")
+    add("show", cmd_show, "plait show 3f2a").add_argument("session", help=SESSION)
+    audit = reader("audit", cmd_audit, "plait audit 3f2a --outcome error")
+    audit.add_argument("--tool", help="a tool name, or a server prefix such as git__")
+    audit.add_argument("--conversation", help="a conversation id")
+    outcomes = ["ok", "error", "timeout", "refused", "unknown", "cancelled", "aborted", "pending"]
+    audit.add_argument("--outcome", choices=outcomes)
+    reader("stats", cmd_stats, "plait stats 3f2a", "plait stats 3f2a --json")
+    reader("verify", cmd_verify, "plait verify 3f2a", json="the report as JSON")
+    replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")
+    replay.add_argument(
+        "--max-interrupt-chain-depth",
+        type=int,
+        help="replay as if the program had this limit (default: as the session recorded)",
+    )
+    fork = reader("fork", cmd_fork, "plait fork 3f2a --at 41", json="the ids as JSON")
+    fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="the last seq copied")
+    recover = add("recover", cmd_recover, "plait recover", json="JSON Lines, one per session")
+    recover.add_argument("--model", help=MODEL)
+    add("expire", cmd_expire, "plait expire", json="the count as JSON")
+    add("demo", cmd_demo, "plait demo")
+    return parser
+
+
+def _add_model_flags(cmd: Parser) -> None:
+    """Add ``--model`` and the request options of ``[model]`` (a new session records those
+    it started with)."""
+    # The dests of the group are common.MODEL_FLAGS, which config_of reads.
+    cmd.add_argument("--model", help=MODEL)
+    group = cmd.add_argument_group("model options (default: [model])")
+    group.add_argument("--max-output-tokens", type=_positive, metavar="N", help="cap each reply")
+    group.add_argument("--temperature", type=float, metavar="T")
+    group.add_argument("--top-p", type=float, metavar="P")
+    group.add_argument("--seed", type=int, metavar="N")
+    group.add_argument("--stop", action="append", metavar="TEXT", help="repeat for several")
+    group.add_argument("--reasoning-effort", metavar="LEVEL", help="low, medium, high...")
+    group.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction)
+
+
+def _add_shared(parser: Parser, *, top: bool) -> None:
+    """Add ``--config``, ``--store`` and ``--debug``, which go before or after the command.
+
+    A command's copies have no default, so that one given before the command stands.
+    """
+    none, false = (None, False) if top else (argparse.SUPPRESS, argparse.SUPPRESS)
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        default=none,
+        help="the configuration file (default $PLAIT_CONFIG, else ./plait.toml if there is one)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="PATH|URL",
+        default=none,
+        help="a SQLite path or postgresql://... (default $PLAIT_STORE, else [store] url, "
+        "else .plait/plait.db)",
+    )
+    parser.add_argument("--debug", action="store_true", default=false, help="show tracebacks")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``plait`` command; return its exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except BrokenPipeError:
+        # Whoever read stdout left (`plait log | head`): end quietly, with no error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        err("plait: interrupted")
+        return 130
+    except (PlaitError, OSError) as exc:
+        if args.debug:
+            raise
+        err(f"plait: {_one_line(exc)}")
+        return 1
+    return code
+
+
+def _one_line(exc: BaseException) -> str:
+    """What went wrong, on one line, with what to do where plait knows it."""
+    if isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    else:
+        text = str(exc) or type(exc).__name__
+    if isinstance(exc, StoreError) and "database is locked" in text:
+        text += " (another process holds it; [store] busy_timeout_sec says how long to wait)"
+    return " ".join(text.split())

@@ -1,0 +1,220 @@
+"""The commands that run tasks: ``exec``, ``chat``, ``compact``, ``recover`` and ``demo``.
+
+Each needs a model (``demo`` brings its own, offline) and so a runtime; the runtime, openai and
+mcp are imported inside the commands, so that the other commands start quickly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from plait.cli import output as render
+from plait.cli.common import (
+    config_of,
+    err,
+    existing_store,
+    find_conversation,
+    find_session,
+    make_runtime,
+    model_settings,
+    out,
+    store_of,
+)
+from plait.config import Config
+from plait.errors import McpError, PlaitError
+
+if TYPE_CHECKING:
+    from plait.runtime import SessionHandle
+
+__all__ = ["cmd_chat", "cmd_compact", "cmd_demo", "cmd_exec", "cmd_recover"]
+
+SERVER_MARGIN_SEC = 30.0
+"""Seconds waited for MCP servers past their ``startup_timeout_sec`` (by which they report)."""
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    """Run one task to its end, streaming the answer; exit 1 if it does not complete."""
+    config = config_of(args)
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if args.conversation and not args.session:
+        raise PlaitError("--conversation needs --session: a new session has only its root")
+    model = model_settings(config)
+    with store_of(config, create=args.session is None) as store:
+        session_id = find_session(store, args.session) if args.session else None
+        conversation = None
+        if session_id is not None and args.conversation:
+            from plait.events.projections import HistoryProjection
+
+            histories = HistoryProjection().fold(store.read(session_id))
+            conversation = find_conversation(histories.conversations, session_id, args.conversation)
+        runtime = make_runtime(config, model, store)
+        try:
+            before = store.last_seq(session_id) if session_id else 0
+            handle = runtime.resume(session_id) if session_id else runtime.start_session()
+            verb = "resumed" if session_id else "started"
+            err(f"session {handle.session_id} {verb} (model {config.model.model})")
+            if config.policy.approval != "never":
+                err(
+                    f"policy.approval is {config.policy.approval!r}: plait exec has nobody to "
+                    "ask, so the calls it asks for are denied (plait chat asks you)"
+                )
+            cid = conversation or handle.root_conversation_id
+            printer = render.ExecPrinter(cid, sys.stdout, sys.stderr, json=args.json)
+            _await_servers(handle, config, printer, before)
+            outcome = handle.run(prompt, conversation_id=cid, on_item=printer)
+            printer.end_line()
+        finally:
+            runtime.close()
+    if args.json:
+        fields = msgspec.to_builtins(outcome)
+        out(render.json_line({"type": "TaskOutcome", "session_id": handle.session_id, **fields}))
+    if not outcome.ok:
+        raise PlaitError(render.failure_line(outcome, config.model.api_key_env))
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Talk with a session on the terminal, one task per line; Ctrl-C interrupts the running
+    task, a second Ctrl-C or Ctrl-D leaves."""
+    from plait.cli.chat import TerminalApprover, chat
+
+    config = config_of(args)
+    model = model_settings(config)
+    approver = TerminalApprover()
+    with store_of(config, create=args.session is None) as store:
+        session_id = find_session(store, args.session) if args.session else None
+        runtime = make_runtime(config, model, store, approver)
+        try:
+            handle = runtime.resume(session_id) if session_id else runtime.start_session()
+            return chat(handle, sys.stdin, sys.stdout, sys.stderr, approver)
+        finally:
+            runtime.close()
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """Summarise a conversation's older history with the model, keeping the latest messages."""
+    from plait.events.types import HistoryCompacted
+
+    config = config_of(args)
+    model = model_settings(config)
+    with store_of(config, create=False) as store:
+        session_id = find_session(store, args.session)
+        before = store.last_seq(session_id)
+        runtime = make_runtime(config, model, store)
+        try:
+            handle = runtime.resume(session_id)
+            cid = handle.root_conversation_id
+            if args.conversation:
+                ids = [info.id for info in handle.conversations()]
+                cid = find_conversation(ids, session_id, args.conversation)
+            outcome = handle.compact(cid)
+        finally:
+            runtime.close()
+        done = [e for e in store.read(session_id, after=before) if e.conversation_id == cid]
+    if not outcome.ok:
+        raise PlaitError(f"compaction of conversation {cid} {outcome.status}: {outcome.detail}")
+    compacted = next((e.body for e in done if isinstance(e.body, HistoryCompacted)), None)
+    if compacted is None:
+        err(f"conversation {cid}: nothing to compact (its history is already short)")
+        return 0
+    row = {"conversation_id": cid, **msgspec.structs.asdict(compacted)}
+    out(render.json_line(row) if args.json else render.compaction_row(cid, compacted))
+    return 0
+
+
+def _await_servers(
+    handle: SessionHandle, config: Config, printer: render.ExecPrinter, before: int
+) -> None:
+    """Print what the session recorded after seq ``before``, and wait until every MCP server
+    is ready: one that failed for good is an ``McpError``, not a turn without its tools."""
+    from plait.events.types import Event, McpServerFailed, McpServerReady
+
+    waiting = {name for name, server in config.mcp_servers.items() if server.enabled}
+    limit = SERVER_MARGIN_SEC + max(
+        (config.mcp_servers[name].startup_timeout_sec for name in waiting), default=0
+    )
+    deadline = time.monotonic() + limit
+    with handle.subscribe(transient=False) as feed:
+        # Subscribed, then read: an event recorded in between is in one or both, never lost.
+        seen: list[Event] = handle.runtime.store.read(handle.session_id, after=before)
+        while True:
+            for event in seen:
+                printer(event)
+                body = event.body
+                if isinstance(body, McpServerReady):
+                    waiting.discard(body.server)
+                elif isinstance(body, McpServerFailed) and body.retry_in_sec is None:
+                    raise McpError(f"MCP server {body.server!r} did not start: {body.reason}")
+            if not waiting:
+                return
+            item = feed.get(timeout=max(deadline - time.monotonic(), 0))
+            if item is None:
+                names = ", ".join(sorted(waiting))
+                raise McpError(f"MCP servers not ready after {limit:g} s: {names}")
+            seen = [item] if isinstance(item, Event) else []
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    """Resume every session a stopped process left with a task running or waiting, and run
+    its waiting tasks; only while no other process uses the store."""
+    from plait.runtime import in_flight
+
+    config = config_of(args)
+    with store_of(config, create=False) as store:
+        if next(in_flight(store), None) is None:
+            err("nothing to recover: no session was left with a task running or waiting")
+            return 0
+        runtime = make_runtime(config, model_settings(config), store)
+        try:
+            found = runtime.recover()
+            for recovery in found:
+                out(render.json_line(recovery) if args.json else render.recovery_row(recovery))
+            sys.stdout.flush()
+            resumed = [r for r in found if not r.not_resumed]
+            if any(r.waiting for r in resumed):
+                err("running the tasks that were waiting...")
+            for recovery in resumed:
+                _await_idle(runtime.resume(recovery.session_id))
+        finally:
+            runtime.close()
+    err(f"recovered {len(found)} sessions")
+    return 0
+
+
+def _await_idle(handle: SessionHandle) -> None:
+    """Wait until the session has no task running or waiting."""
+    from plait.events.projections import TaskQueueProjection
+    from plait.events.types import Event
+
+    tasks = TaskQueueProjection()
+    with handle.subscribe(transient=False) as feed:
+        state, last = tasks.initial(), 0
+        for event in handle.runtime.store.read(handle.session_id):
+            tasks.apply(state, event)
+            last = event.seq
+        while state.running is not None or state.pending:
+            item = feed.get()
+            if item is None:
+                return  # the session was closed
+            if isinstance(item, Event) and item.seq > last:  # not one the read had
+                tasks.apply(state, item)
+                last = item.seq
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run a session offline (a scripted model, a bundled MCP server), then show what its log
+    holds and replay it."""
+    from plait.cli.demo import replay_check, run_demo
+
+    url = config_of(args).store.url
+    session, outcome = run_demo(url, sys.stdout, sys.stderr)
+    with existing_store(args) as store:
+        render.show_session(store.read(session), store.verify(session), sys.stdout)
+    replayed = replay_check(url, session, sys.stdout)
+    err(f"\nstored in {url}; try: plait log {session[:8]}")
+    return 0 if outcome.ok and replayed else 1
