@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from plait.events.projections.base import Projection
+from plait.events.projections.messages import ChatMessage, Part, shown_text
 from plait.events.projections.tasks import TASKS, TaskQueue
 from plait.events.types import (
     CANCEL_MESSAGE,
@@ -37,10 +38,7 @@ from plait.events.types import (
 from plait.events.values import (
     Content,
     FunctionCallOutput,
-    InputImage,
     InputText,
-    Redacted,
-    ToolCall,
 )
 
 __all__ = [
@@ -53,101 +51,6 @@ __all__ = [
     "rfc3339",
     "safe_cut",
 ]
-
-Part = InputText | InputImage
-
-
-class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
-    """One chat message of a conversation's history."""
-
-    role: Literal["user", "assistant", "tool"]
-    """Who speaks."""
-    content: Content | list[Part] | None = None
-    """Text, content parts (text and images), or ``None`` for a tool-calls-only assistant turn."""
-    tool_calls: tuple[ToolCall, ...] | None = None
-    """For an assistant message: the calls it made (a tuple: once the collector has seen that
-    it holds only untracked structs it stops scanning it, which a history of a million
-    messages needs)."""
-    tool_call_id: str | None = None
-    """For a tool message: the call it answers."""
-    seq: int = 0
-    """The seq of the event that wrote it."""
-    reasoning: Content | None = None
-    """For an assistant message: the reasoning the server streamed beside it, if any."""
-
-    def to_openai(self, *, strict: bool = False, reasoning: bool = False) -> dict[str, Any]:
-        """Return the message as the Chat Completions API takes it.
-
-        ``strict``: the form the strictest servers accept (docs/models.md#the-protocol): an
-        assistant message with tool calls and no text has no ``content`` key, rather than
-        ``"content": null``; a call's arguments that are not a JSON object (a reply cut off
-        mid-call, a model's malformed JSON) are sent as ``{}``; the call's answer says why it
-        was not run. ``reasoning``: an assistant message with tool calls carries its
-        reasoning as ``reasoning_content``.
-        """
-        content = self.content
-        if self.role == "tool" and isinstance(content, list):
-            # Chat Completions takes only text from a tool: say what else there was.
-            texts = [_text(p.text) for p in content if isinstance(p, InputText)]
-            images = sum(1 for p in content if isinstance(p, InputImage))
-            content = "\n".join([*texts, f"[{images} image(s) returned, kept as attachments]"])
-        out: dict[str, Any] = {"role": self.role}
-        if content is not None or not strict:
-            out["content"] = _wire_content(content)
-        if reasoning and self.tool_calls and self.reasoning:
-            out["reasoning_content"] = _text(self.reasoning)
-        if self.tool_calls:
-            out["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": _arguments(call, strict)},
-                }
-                for call in self.tool_calls
-            ]
-        if self.tool_call_id is not None:
-            out["tool_call_id"] = self.tool_call_id
-        return out
-
-
-def _arguments(call: ToolCall, strict: bool) -> str:
-    arguments = _text(call.arguments)
-    if strict and not _is_object(arguments):
-        return "{}"
-    return arguments
-
-
-_decode = msgspec.json.decode
-
-
-def _is_object(text: str) -> bool:
-    if not text.startswith("{"):
-        return False
-    try:
-        return isinstance(_decode(text), dict)
-    except msgspec.DecodeError:
-        return False
-
-
-def _text(content: Content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Redacted):
-        return f"[redacted: {content.size} bytes]"
-    return f"[blob sha256:{content.sha256}]"
-
-
-def _wire_content(content: Content | list[Part] | None) -> Any:
-    if content is None or not isinstance(content, list):
-        return None if content is None else _text(content)
-    parts: list[dict[str, Any]] = []
-    for part in content:
-        if isinstance(part, InputText):
-            parts.append({"type": "text", "text": _text(part.text)})
-        else:
-            url = {"url": _text(part.image_url), "detail": part.detail}
-            parts.append({"type": "image_url", "image_url": url})
-    return parts
 
 
 class ConversationHistory(msgspec.Struct):
@@ -381,7 +284,9 @@ class HistoryProjection(Projection[Histories]):
             if isinstance(content, list):
                 content = [*content, InputText(INTERRUPT_TEXT)]
             else:
-                content = _text(content) + INTERRUPT_TEXT if content is not None else INTERRUPT_TEXT
+                content = (
+                    shown_text(content) + INTERRUPT_TEXT if content is not None else INTERRUPT_TEXT
+                )
             # A new message in a new list: the recorded one stays as it was for anyone holding
             # it, and a view of the history (``PromptView``) sees that it changed.
             conv.messages = [*conv.messages[:-1], msgspec.structs.replace(last, content=content)]
