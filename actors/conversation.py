@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -39,6 +38,7 @@ from plait.actors.messages import (
     ViewFor,
 )
 from plait.actors.model_call import call_model
+from plait.actors.outside import NewId, ReadInstructions
 from plait.actors.prompt import PromptView, approx_tokens, encoded
 from plait.actors.token_count import TokenCount
 from plait.actors.tool_batch import ToolBatch
@@ -91,10 +91,11 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     """The ``ModelClient``."""
     model: str
     """Model name, recorded in ``ModelRequested``."""
-    new_id: Callable[[], str]
-    """Makes task ids (they enter the log as data)."""
-    workdir: str
-    """Where ``base_instruction_file`` paths are resolved; files outside it are refused."""
+    new_id: NewId
+    """Makes the ids of what a tool call makes (they enter the log as data)."""
+    read_instructions: ReadInstructions
+    """Reads a ``conv_create`` call's ``base_instruction_file`` (inside the working
+    directory, live; from the log, in a replay)."""
     max_interrupt_chain_depth: int = 8
     """Nested interrupting tools allowed before the tool returns an error instead."""
     pool: Any = None

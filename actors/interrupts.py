@@ -10,6 +10,7 @@ task and a continuation that answers the call are queued first
 from __future__ import annotations
 
 from enum import IntEnum
+from functools import partial
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -17,6 +18,7 @@ import msgspec
 from plait.actors import builtins, targets
 from plait.actors.builtins import ConvCreate, ConvSend
 from plait.actors.messages import CancelCalls, ToolResult
+from plait.actors.outside import IdFor
 from plait.events.types import (
     AbortCause,
     Body,
@@ -130,13 +132,21 @@ def replace(
     if depth > conv.deps.max_interrupt_chain_depth:
         limit = conv.deps.max_interrupt_chain_depth
         return ToolResult(f"{name} refused: interrupt chain depth limit {limit} reached", "error")
+    task_id = conv.run.plan.task_id
+    made = partial(IdFor, task_id=task_id, call_id=call.id)
     target = targets.resolve(
-        parsed, conv.id, conv.context, conv.deps, conv.session, lambda b: conv.record(b)
+        parsed,
+        conv.id,
+        made("conversation"),
+        conv.context,
+        conv.deps,
+        conv.session,
+        lambda b: conv.record(b),
     )
     if isinstance(target, str):
         return ToolResult(msgspec.json.encode({"ok": False, "reason": target}).decode(), "error")
     target_id, items, first_message = target
-    new_task = TaskPlan(conv.deps.new_id(), target_id, items, chain_depth=depth)
+    new_task = TaskPlan(conv.deps.new_id(made("task")), target_id, items, chain_depth=depth)
     closure = Closure(
         call.id,
         name,
@@ -145,10 +155,10 @@ def replace(
         first_user_message=first_message if name == "conv_create" else None,
         first_items_count=len(items) if name == "conv_create" else None,
     )
-    continuation = TaskPlan(conv.deps.new_id(), conv.id, closure=closure, chain_depth=depth)
+    continuation_id = conv.deps.new_id(made("continuation"))
+    continuation = TaskPlan(continuation_id, conv.id, closure=closure, chain_depth=depth)
     # The task's end and the plans that replace it are one group: a crash keeps both or
     # neither, so the call is never left waiting for a continuation that was not queued.
-    task_id = conv.run.plan.task_id
     ended = [
         *[
             ToolCallCompleted(later.id, "aborted: replaced", "error", aborted_by="replaced")

@@ -184,6 +184,8 @@ class Dispatch(msgspec.Struct, frozen=True):
 class OpenConversation(msgspec.Struct, frozen=True):
     """Open a conversation (``conv_create``); the reply is its id or an error message."""
 
+    conversation_id: str
+    """Its id, made for the call that creates it."""
     parent_id: str
     """The calling conversation, whose context is inherited."""
     base_instructions: str | None

@@ -165,7 +165,7 @@ class Session(pykka.ThreadingActor):
         parent = self.contexts.get(request.parent_id)
         if parent is None:
             return {"ok": False, "reason": f"unknown parent conversation {request.parent_id}"}
-        cid = self.deps.new_id()
+        cid = request.conversation_id
         opened = ConversationOpened(
             parent_id=request.parent_id,
             base_instructions=parent.base_instructions

@@ -9,7 +9,6 @@ context inherited where nothing is given (docs/conversations.md#conversation-con
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -17,6 +16,7 @@ import msgspec
 from plait.actors import builtins
 from plait.actors.builtins import ConvCreate, ConvSend
 from plait.actors.messages import BuiltinCall, CheckAllowlist, OpenConversation
+from plait.actors.outside import IdFor
 from plait.events.types import Body, ConversationOpened, McpAllowlistNormalized
 from plait.events.values import InputItem, ToolPrefs
 
@@ -29,6 +29,7 @@ Target = tuple[str, list[InputItem], str | None]
 def resolve(
     parsed: ConvCreate | ConvSend,
     caller_id: str,
+    made_for: IdFor,
     context: ConversationOpened,
     deps: Any,
     session: Any,
@@ -36,6 +37,7 @@ def resolve(
 ) -> Target | str:
     """Open or check the target conversation; return it with the task's input, or why not.
 
+    ``made_for`` names the call (``conversation``: what its new conversation is for);
     ``deps`` is the caller's ``ConversationDeps``; ``record`` records an event for the caller.
     """
     if isinstance(parsed, ConvSend):
@@ -45,7 +47,7 @@ def resolve(
         return parsed.conversation_id, builtins.input_items(parsed.text, parsed.items), None
     base = parsed.base_instruction_text
     if parsed.base_instruction_file is not None:
-        read = _read_instructions(deps.workdir, parsed.base_instruction_file)
+        read: str = deps.read_instructions(made_for, parsed.base_instruction_file)
         if read.startswith("!"):
             return read[1:]
         base = read
@@ -62,7 +64,12 @@ def resolve(
         allowlist = checked
     opened = session.ask(
         OpenConversation(
-            caller_id, base, inherit_base=base is None, mcp_allowlist=allowlist, tool_prefs=prefs
+            deps.new_id(made_for),
+            caller_id,
+            base,
+            inherit_base=base is None,
+            mcp_allowlist=allowlist,
+            tool_prefs=prefs,
         ),
         timeout=30,
     )
@@ -85,15 +92,3 @@ def check_allowlist(
     if checked.deprecated:
         record(McpAllowlistNormalized(checked.deprecated, checked.became))
     return list(checked.names)
-
-
-def _read_instructions(workdir: str, name: str) -> str:
-    """Return a file's text, or ``!reason`` when it is outside ``workdir`` or unreadable."""
-    root = Path(workdir).resolve()
-    path = (root / name).resolve()
-    if not path.is_relative_to(root):
-        return f"!base_instruction_file {name!r} is outside the working directory"
-    try:
-        return path.read_text()
-    except OSError as exc:
-        return f"!cannot read base_instruction_file {name!r}: {exc.strerror or exc}"

@@ -12,7 +12,6 @@ by itself, and each produced event is compared with the recorded one at the same
 from __future__ import annotations
 
 import threading
-import uuid
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -50,7 +49,13 @@ from plait.events.types import (
 )
 from plait.events.values import HistorySettings, InputImage
 from plait.replay.compare import ReplayResult, compare
-from plait.replay.effects import ReplayApprovals, ReplayModel, ReplayServers
+from plait.replay.effects import (
+    ReplayApprovals,
+    ReplayIds,
+    ReplayInstructions,
+    ReplayModel,
+    ReplayServers,
+)
 from plait.replay.inference import (
     crash_points,
     forced_closes,
@@ -58,6 +63,7 @@ from plait.replay.inference import (
     is_lifecycle,
     made_ids,
     outside_destroy,
+    read_instructions,
     submitted,
 )
 from plait.runtime.runtime import Outside, Runtime
@@ -127,7 +133,6 @@ class Program(msgspec.Struct, frozen=True):
 
     max_interrupt_chain_depth: int
     mcp_limits: McpLimits | None
-    workdir: str
     history: HistorySettings = HistorySettings()
 
 
@@ -139,7 +144,6 @@ class Driver:
         started = recorded[0].body
         assert isinstance(started, SessionStarted)
         self.given = started.forked_from.at_seq if started.forked_from is not None else 2
-        ids = iter(made_ids(recorded, self.given))
         servers = {  # configured (as recorded), or heard of
             *(started.settings.mcp_servers if started.settings else ()),
             *(
@@ -149,6 +153,7 @@ class Driver:
             ),
         }
         self.model = ReplayModel()
+        self.read = ReplayInstructions(read_instructions(recorded))
         self.approvals = ReplayApprovals()
         self.servers: ReplayServers | None = None
 
@@ -163,13 +168,13 @@ class Driver:
         self.runtime = Runtime(
             self.store,
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
-            workdir=program.workdir,
             max_interrupt_chain_depth=program.max_interrupt_chain_depth,
             mcp_limits=program.mcp_limits,
             history=program.history,
-            new_id=lambda: next(ids, None) or str(uuid.uuid4()),
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
-            _outside=Outside(self.model, make_servers, self.approvals),
+            _outside=Outside(
+                self.model, make_servers, self.approvals, ReplayIds(made_ids(recorded)), self.read
+            ),
             expire_every_sec=None,
         )
         self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered
@@ -319,6 +324,7 @@ class Driver:
     def _stop_here(self) -> None:
         """Stop the replayed session where the recorded one stopped; what it records next is
         what the log recorded there."""
+        self.read.abandon()  # a read stuck as the recorded one was gives up, as the actors stop
         self.handle._stop(timeout=2.0)
         self.model.abandon()
         self.store.release()

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from plait.actors.mcp.calls import CallResult
 from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
+from plait.actors.outside import IdFor
 from plait.errors import McpError, ModelError, ModelErrorKind, ReplayError
 from plait.events.types import (
     Body,
@@ -23,7 +25,7 @@ from plait.events.types import (
     ToolApprovalDecided,
 )
 
-__all__ = ["ReplayApprovals", "ReplayModel", "ReplayServers"]
+__all__ = ["ReplayApprovals", "ReplayIds", "ReplayInstructions", "ReplayModel", "ReplayServers"]
 
 
 class _Pending:
@@ -245,3 +247,38 @@ class ReplayApprovals:
             return False
         pending.settle(decision)
         return True
+
+
+class ReplayIds:
+    """Stands in for the runtime's ids: what a tool call makes gets the id the log gave it."""
+
+    def __init__(self, made: Mapping[IdFor, str]) -> None:
+        self._made = dict(made)
+
+    def __call__(self, made_for: IdFor) -> str:
+        # An id the log does not have: the program made something it did not. A new id lets it
+        # go on to record that, which the comparison then reports.
+        return self._made.get(made_for) or str(uuid.uuid4())
+
+
+class ReplayInstructions:
+    """Stands in for reading instruction files: a call reads what the log says it read.
+
+    Where the log shows no outcome (the recorded process stopped while reading), the read
+    waits, as it did, until the driver stops the program there (``abandon``).
+    """
+
+    def __init__(self, read: Mapping[IdFor, str | None]) -> None:
+        self._read = dict(read)
+        self._abandoned = threading.Event()
+
+    def __call__(self, made_for: IdFor, name: str) -> str:
+        text = self._read.get(made_for, f"!the log has no read of {name!r} for this call")
+        if text is None:
+            self._abandoned.wait()
+            return f"!the read of {name!r} was cut off"
+        return text
+
+    def abandon(self) -> None:
+        """Let a read that never finished in the log give up: its process stopped."""
+        self._abandoned.set()

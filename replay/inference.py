@@ -8,27 +8,34 @@ the text of an event.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Container
+from typing import Any
 
+from plait.actors.outside import IdFor
 from plait.events.types import (
     INTERRUPT_CAUSES,
     Body,
     ConversationDestroyed,
     ConversationOpened,
     Event,
+    McpAllowlistNormalized,
     McpServerFailed,
     McpServerReady,
     McpToolsRefreshed,
     McpToolWithheld,
     SessionResumed,
     SessionStarted,
+    TaskCompleted,
     TaskDropped,
     TaskEnqueued,
     ToolApprovalDecided,
     ToolCallCompleted,
+    ToolCallRequested,
     ToolCallStarted,
     TurnAborted,
 )
+from plait.events.values import as_text
 
 __all__ = [
     "LIFECYCLE",
@@ -39,6 +46,7 @@ __all__ = [
     "is_lifecycle",
     "made_ids",
     "outside_destroy",
+    "read_instructions",
     "submitted",
 ]
 
@@ -161,21 +169,76 @@ def outside_destroy(event: Event, previous: Event, by_tool: bool) -> bool:
     return _destroying(event) and not by_tool and not follows
 
 
-def made_ids(recorded: list[Event], given: int = 0) -> list[str]:
-    """Every id the program made, in the order the log first shows it; the ids in the first
-    ``given`` events (given to the replay, not made by it) are left out."""
-    ids = [recorded[0].stream]
+def made_ids(recorded: list[Event]) -> dict[IdFor, str]:
+    """The id the program made for each thing a ``conv_create`` or ``conv_send`` call made, as
+    the log shows them: a continuation's plan names its call, the target task and (for
+    ``conv_create``) the conversation; the caller's ``TurnAborted(replaced)`` names its task."""
+    awaiting: dict[tuple[str | None, str], str] = {}  # (conversation, call) -> the caller task
+    ids: dict[IdFor, str] = {}
     for event in recorded:
         body = event.body
-        found: list[str | None] = []
-        if isinstance(body, SessionStarted):
-            found = [body.root_conversation_id]
-        elif isinstance(body, ConversationOpened):
-            found = [event.conversation_id]
-        elif isinstance(body, TaskEnqueued) and not submitted(body):
-            found = [body.plan.task_id]  # a submitted task's id came with it, from outside
-        ids += [i for i in found if i is not None and i not in ids]
-    if given:  # a fork's copied events were not made by the program: nor were their ids
-        copied = set(made_ids(recorded[:given]))
-        ids = [i for i in ids if i not in copied]
+        if isinstance(body, TurnAborted) and body.cause == "replaced" and event.task_id:
+            for call_id in body.awaiting_call_ids:
+                awaiting[(event.conversation_id, call_id)] = event.task_id
+        elif isinstance(body, TaskEnqueued) and body.plan.closure is not None:
+            closure = body.plan.closure
+            caller = awaiting.get((body.plan.conversation_id, closure.call_id))
+            if caller is None:
+                continue
+            ids[IdFor("continuation", caller, closure.call_id)] = body.plan.task_id
+            if closure.target_task_id is not None:
+                ids[IdFor("task", caller, closure.call_id)] = closure.target_task_id
+            if closure.tool_name == "conv_create" and closure.target_conversation_id:
+                made = IdFor("conversation", caller, closure.call_id)
+                ids[made] = closure.target_conversation_id
     return ids
+
+
+def read_instructions(recorded: list[Event]) -> dict[IdFor, str | None]:
+    """What each ``conv_create`` call that named a ``base_instruction_file`` read, as the log
+    shows it: the instructions of the conversation it opened, or ``!`` and why the call was
+    refused; ``None`` where the log shows no outcome (the process stopped during the read).
+
+    A task's calls run one at a time, in order: what the log records next for the task
+    belongs to the first of its calls with no outcome yet.
+    """
+    read: dict[IdFor, str | None] = {}
+    waiting: dict[str, list[IdFor]] = {}  # task -> its calls with no outcome yet, in order
+    calling: dict[str | None, str] = {}  # conversation -> the task whose calls it last made
+    for event in recorded:
+        body, task = event.body, event.task_id or ""
+        if isinstance(body, ConversationOpened):  # recorded in the new conversation alone
+            task = calling.get(body.parent_id, "")
+        first = waiting[task][0] if waiting.get(task) else None
+        if isinstance(body, ToolCallRequested):
+            calling[event.conversation_id] = task
+        if isinstance(body, ToolCallRequested) and body.tool == "conv_create":
+            arguments = _json_object(as_text(body.arguments))
+            if isinstance(arguments.get("base_instruction_file"), str):
+                made = IdFor("conversation", task, body.call_id)
+                read[made] = None
+                waiting.setdefault(task, []).append(made)
+        elif first is not None and isinstance(body, ConversationOpened):
+            read[first] = as_text(body.base_instructions) or ""
+        elif first is not None and isinstance(body, McpAllowlistNormalized):
+            read[first] = ""  # it was read (its text is not kept): the allowlist came next
+        elif isinstance(body, ToolCallCompleted) and body.aborted_by is None:
+            made = IdFor("conversation", task, body.call_id)
+            if made in waiting.get(task, []):
+                waiting[task].remove(made)
+                if read[made] is None:
+                    reason = _json_object(as_text(body.output)).get("reason")
+                    read[made] = f"!{reason}" if isinstance(reason, str) else None
+        if isinstance(body, TurnAborted) and body.cause == "replaced" and first is not None:
+            waiting[task].remove(first)  # it opened its conversation and replaced the task
+        if isinstance(body, TaskCompleted | TurnAborted):
+            waiting.pop(task, None)
+    return read
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    try:
+        found = json.loads(text or "")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}

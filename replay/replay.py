@@ -31,15 +31,14 @@ def replay(
     raise_on_divergence: bool = False,
     max_interrupt_chain_depth: int | None = None,
     mcp_limits: McpLimits | None = None,
-    workdir: str | None = None,
 ) -> ReplayResult:
     """Replay ``session_id`` from ``store`` and compare every event it produces.
 
     The program is configured as the session's ``SessionStarted.settings`` recorded; a given
-    ``max_interrupt_chain_depth``, ``mcp_limits`` or ``workdir`` (where ``base_instruction_file``
-    is read) overrides it, to see how a changed program would have run, or to supply what
-    older logs did not record. ``timeout`` bounds the wait for each event the program should
-    produce. With
+    ``max_interrupt_chain_depth`` or ``mcp_limits`` overrides it, to see how a changed program
+    would have run, or to supply what older logs did not record. The replay reads nothing but
+    the log: ids, instruction files, model replies and tool results come from it.
+    ``timeout`` bounds the wait for each event the program should produce. With
     ``raise_on_divergence`` a difference raises ``DivergenceError`` (its ``divergence``
     attribute holds the report) instead of being returned.
     """
@@ -64,7 +63,6 @@ def replay(
         if max_interrupt_chain_depth is None
         else max_interrupt_chain_depth,
         mcp_limits,
-        workdir if workdir is not None else kept.workdir or ".",
         kept.history,
     )
     result = Driver(recorded, timeout, program).run()

@@ -21,6 +21,7 @@ from plait.actors.journal import Journal
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.messages import StartNext
 from plait.actors.model import ModelClient, ModelSettings
+from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
 from plait.errors import ContentUnavailableError, PlaitError
 from plait.events.projections.tasks import QueueSnapshot, task_queue
@@ -67,6 +68,10 @@ class Outside:
     """Makes a session's MCP servers from their configs, as ``McpServers`` does."""
     approval_gate: Any = None
     """Decides approvals, as ``ApprovalGate`` does."""
+    new_id: NewId | None = None
+    """Makes the ids of what tool calls make (``None``: the runtime's ``new_id``)."""
+    read_instructions: ReadInstructions | None = None
+    """Reads ``conv_create``'s instruction files (``None``: from the working directory)."""
 
 
 class Runtime:
@@ -118,7 +123,7 @@ class Runtime:
         """MCP servers by name; each session starts its own, in the background."""
         self.mcp_limits = mcp_limits
         self._loop = EffectLoop()
-        outside = _outside or Outside()
+        self._outside = outside = _outside or Outside()
         self._client = outside.model_client or ModelClient(self.settings)
         self._mcp_factory = outside.mcp_factory
         self.storage_policy = storage_policy or StoragePolicy()
@@ -146,8 +151,9 @@ class Runtime:
             self._loop,
             self._client,
             self.settings.model,
-            self.new_id,
-            self.workdir,
+            self._outside.new_id or (lambda _made_for: self.new_id()),
+            self._outside.read_instructions
+            or (lambda _made_for, name: read_instruction_file(self.workdir, name)),
             self.max_interrupt_chain_depth,
             pool,
             (recorded or RuntimeSettings()).history,

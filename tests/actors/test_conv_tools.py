@@ -18,6 +18,7 @@ from plait.events import (
     ToolCallCompleted,
     TurnAborted,
 )
+from plait.replay import replay
 from plait.runtime import Runtime, SessionHandle
 from plait.testing import ScriptedModelServer, Step
 
@@ -230,6 +231,13 @@ def test_base_instruction_file_is_read_inside_the_workdir_only(
         "role": "system",
         "content": "You are the file-configured helper.",
     }
+    # The replay reads what the log says was read, not the files: they may be gone.
+    (tmp_path / "helper.md").write_text("Changed since.")
+    (tmp_path.parent / "outside.md").unlink()
+    replayed = replay(runtime.store, session.session_id, timeout=10)
+    assert replayed.ok, replayed.divergence and replayed.divergence.message()
+    (tmp_path / "helper.md").unlink()
+    assert replay(runtime.store, session.session_id, timeout=10).ok
 
 
 async def test_the_async_api(server: ScriptedModelServer, runtime: Runtime) -> None:
