@@ -43,6 +43,7 @@ from plait.actors.prompt import PromptView, approx_tokens, encoded
 from plait.actors.token_count import TokenCount
 from plait.actors.tool_batch import ToolBatch
 from plait.events.projections.approvals import ApprovalState
+from plait.events.projections.contexts import CONTEXTS
 from plait.events.projections.history import ChatMessage, Histories, HistoryProjection
 from plait.events.types import (
     Body,
@@ -164,7 +165,7 @@ class Conversation(pykka.ThreadingActor):
         self.scheduler = scheduler
         self.projection = HistoryProjection()
         self.histories: Histories = self.projection.initial()
-        self.context = ConversationOpened()
+        self.contexts = CONTEXTS.initial()  # of this conversation's events: its own alone
         self.run: TaskRun | None = None
         self.prompt_view = PromptView(
             strict=deps.model_protocol >= 1, reasoning=deps.model_options.send_reasoning
@@ -183,18 +184,19 @@ class Conversation(pykka.ThreadingActor):
 
     # --- state -------------------------------------------------------------------------------
 
+    @property
+    def context(self) -> ConversationOpened:
+        """This conversation's context now: as it opened, each change applied."""
+        return self.contexts.by_conversation.get(self.id) or ConversationOpened()
+
     def _apply(self, events: list[Event] | tuple[Event, ...]) -> None:
         for event in events:
             self.approvals.apply(event)  # keys and policies are the session's
             if event.conversation_id != self.id:
                 continue
             self.projection.apply(self.histories, event)
-            body = event.body
-            if isinstance(body, ConversationOpened):
-                self.context = body
-            elif isinstance(body, ConversationContextChanged):
-                self.context = body.applied(self.context)
-            self.token_count.apply(body)
+            CONTEXTS.apply(self.contexts, event)
+            self.token_count.apply(event.body)
 
     def record(self, *bodies: Body, task: str | None = None) -> list[Event]:
         """Record ``bodies`` as one group, for ``task`` (by default the running task)."""
@@ -322,7 +324,9 @@ class Conversation(pykka.ThreadingActor):
         run = self.run
         run.tool_view = ToolView()
         if self.deps.pool is not None:
-            run.tool_view = self.deps.pool.ask(ViewFor(self.context.mcp_allowlist), timeout=30)
+            run.tool_view = self.deps.pool.ask(
+                ViewFor(_frozen(self.context.mcp_allowlist)), timeout=30
+            )
             if run.tool_view.waiting and not run.waited:
                 run.waited = True  # once per task: a late server is not waited for twice
                 waiting = AwaitServers(run.tool_view.waiting, run.token, self.actor_ref)
@@ -378,3 +382,7 @@ class Conversation(pykka.ThreadingActor):
         task_id = self.run.plan.task_id
         self.run = None
         self.scheduler.tell(TaskEnded(task_id))
+
+
+def _frozen(allowlist: list[str] | None) -> tuple[str, ...] | None:
+    return None if allowlist is None else tuple(allowlist)

@@ -96,7 +96,7 @@ class ToolResult(msgspec.Struct, frozen=True):
     """How it ended."""
     duration_ms: float = 0.0
     """Wall time of the call, measured where it ran."""
-    images: list[InputImage] = []
+    images: tuple[InputImage, ...] = ()
     """Images the tool returned (``data:`` URLs), kept as attachments."""
     control: ContextChange | None = None
     """A context change the tool's result asks for."""
@@ -104,7 +104,7 @@ class ToolResult(msgspec.Struct, frozen=True):
     def completed(self, call_id: str) -> ToolCallCompleted:
         """The event that records this result for call ``call_id``."""
         return ToolCallCompleted(
-            call_id, self.output, self.outcome, self.duration_ms, self.images, self.control
+            call_id, self.output, self.outcome, self.duration_ms, list(self.images), self.control
         )
 
 
@@ -192,7 +192,7 @@ class OpenConversation(msgspec.Struct, frozen=True):
     """Its base instructions, already read from a file if one was named."""
     inherit_base: bool
     """True when neither text nor file was given: inherit the parent's."""
-    mcp_allowlist: list[str] | None
+    mcp_allowlist: tuple[str, ...] | None
     """``None``: inherit the parent's view."""
     tool_prefs: ToolPrefs | None
     """``None``: inherit the parent's."""
@@ -241,7 +241,7 @@ class Destroy(msgspec.Struct, frozen=True):
 class ViewFor(msgspec.Struct, frozen=True):
     """Ask the pool which MCP tools a conversation sees now; the reply is a ``ToolView``."""
 
-    allowlist: list[str] | None
+    allowlist: tuple[str, ...] | None
     """The conversation's allowlist (fully-qualified names); ``None``: every tool."""
 
 
@@ -311,16 +311,16 @@ class CancelCalls(msgspec.Struct, frozen=True):
 class CheckAllowlist(msgspec.Struct, frozen=True):
     """Check and normalize an ``mcp_allowlist``; the reply is an ``Allowlist`` or an error text."""
 
-    entries: list[str]
+    entries: tuple[str, ...]
     """As the caller gave them (``server__tool``, or the deprecated ``server/tool``)."""
 
 
 class Allowlist(msgspec.Struct, frozen=True):
     """A checked allowlist."""
 
-    names: list[str]
+    names: tuple[str, ...]
     """Fully-qualified names, sorted."""
-    deprecated: list[str] = []
+    deprecated: tuple[str, ...] = ()
     """Entries given as ``server/tool``."""
-    became: list[str] = []
+    became: tuple[str, ...] = ()
     """What each deprecated entry became, in the same order."""

@@ -246,7 +246,7 @@ class McpPool(pykka.ThreadingActor):
             return str(exc)
         deprecated = [e for e in request.entries if "/" in e]
         became = [qualify(*e.split("/", 1)) for e in deprecated]
-        return Allowlist(names, deprecated, became)
+        return Allowlist(tuple(names), tuple(deprecated), tuple(became))
 
     # --- calls -------------------------------------------------------------------------------
 
@@ -389,7 +389,7 @@ def _result(name: str, future: Future[Any]) -> ToolResult:
     if error is not None:  # McpServers.call reports failures as results: this is a bug
         return ToolResult(f"{name} failed: {error!r}", "error")
     done = future.result()
-    images = [InputImage(f"data:{mime};base64,{data}") for mime, data in done.images]
+    images = tuple(InputImage(f"data:{mime};base64,{data}") for mime, data in done.images)
     return ToolResult(done.output, done.outcome, done.duration_ms, images, done.control)
 
 

@@ -28,6 +28,7 @@ from plait.actors.messages import (
 )
 from plait.actors.scheduler import Scheduler
 from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
+from plait.events.projections.contexts import CONTEXTS
 from plait.events.projections.history import (
     ChatMessage,
     Histories,
@@ -35,7 +36,6 @@ from plait.events.projections.history import (
     conversation_index,
 )
 from plait.events.types import (
-    ConversationContextChanged,
     ConversationDestroyed,
     ConversationOpened,
     Event,
@@ -67,7 +67,8 @@ class Session(pykka.ThreadingActor):
         self.approvals = ApprovalsProjection()
         self.approval_state = self.approvals.initial()
         """Policies and remembered approvals, handed to the conversations it opens."""
-        self.contexts: dict[str, ConversationOpened] = {}
+        self.contexts = CONTEXTS.initial()
+        """Each conversation's context now: what the conversations it opens inherit."""
         self.conversations: dict[str, Any] = {}
         self.scheduler: Any = None
         self._fold(past)
@@ -90,13 +91,8 @@ class Session(pykka.ThreadingActor):
 
     def _fold(self, events: list[Event] | tuple[Event, ...]) -> None:
         for event in events:
-            body, cid = event.body, event.conversation_id
             self.approvals.apply(self.approval_state, event)
-            if isinstance(body, ConversationOpened) and cid:
-                self.contexts[cid] = body
-            elif isinstance(body, ConversationContextChanged) and cid in self.contexts and cid:
-                # What a conversation's children inherit is its context as it is now.
-                self.contexts[cid] = body.applied(self.contexts[cid])
+            CONTEXTS.apply(self.contexts, event)
 
     def _spawn(self, cid: str, past: list[Event], approvals: ApprovalState | None = None) -> None:
         ref = Conversation.start(cid, self.deps, self.actor_ref, self.scheduler, past, approvals)
@@ -162,7 +158,7 @@ class Session(pykka.ThreadingActor):
         return conv is not None and conv.destroyed_at is None and cid in self.conversations
 
     def _open(self, request: OpenConversation) -> dict[str, Any]:
-        parent = self.contexts.get(request.parent_id)
+        parent = self.contexts.by_conversation.get(request.parent_id)
         if parent is None:
             return {"ok": False, "reason": f"unknown parent conversation {request.parent_id}"}
         cid = request.conversation_id
@@ -173,7 +169,7 @@ class Session(pykka.ThreadingActor):
             else request.base_instructions,
             mcp_allowlist=parent.mcp_allowlist
             if request.mcp_allowlist is None
-            else request.mcp_allowlist,
+            else list(request.mcp_allowlist),
             tool_prefs=parent.tool_prefs if request.tool_prefs is None else request.tool_prefs,
             storage_policy=parent.storage_policy,
             approval_policy=parent.approval_policy,  # a child asks at least what its parent does

@@ -68,7 +68,7 @@ def resolve(
             caller_id,
             base,
             inherit_base=base is None,
-            mcp_allowlist=allowlist,
+            mcp_allowlist=None if allowlist is None else tuple(allowlist),
             tool_prefs=prefs,
         ),
         timeout=30,
@@ -86,9 +86,9 @@ def check_allowlist(
     is refused."""
     if pool is None:
         return f"mcp_allowlist names {entries[0]!r}, but this session has no MCP servers"
-    checked = pool.ask(CheckAllowlist(entries), timeout=30)
+    checked = pool.ask(CheckAllowlist(tuple(entries)), timeout=30)
     if isinstance(checked, str):
         return checked
     if checked.deprecated:
-        record(McpAllowlistNormalized(checked.deprecated, checked.became))
+        record(McpAllowlistNormalized(list(checked.deprecated), list(checked.became)))
     return list(checked.names)

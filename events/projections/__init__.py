@@ -3,6 +3,7 @@
 from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
 from plait.events.projections.audit import AuditLog, AuditProjection, AuditRow
 from plait.events.projections.base import Projection
+from plait.events.projections.contexts import Contexts, ContextsProjection
 from plait.events.projections.history import (
     ChatMessage,
     ConversationHistory,
@@ -30,6 +31,8 @@ __all__ = [
     "AuditProjection",
     "AuditRow",
     "ChatMessage",
+    "Contexts",
+    "ContextsProjection",
     "ConversationHistory",
     "ConversationInfo",
     "ConversationStats",

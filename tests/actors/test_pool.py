@@ -57,16 +57,16 @@ def test_one_name_with_two_schemas_is_withheld_and_recorded_once(pool: Any) -> N
 def test_the_same_name_with_the_same_schema_is_offered_once(pool: Any) -> None:
     ref, _ = pool
     report(ref, McpServerReady("a", [tool("a__b__x")]), McpServerReady("a__b", [tool("a__b__x")]))
-    view: ToolView = ref.ask(ViewFor(["a__b__x", "a__nothing"]), timeout=10)
+    view: ToolView = ref.ask(ViewFor(("a__b__x", "a__nothing")), timeout=10)
     assert [t.name for t in view.tools] == ["a__b__x"]
 
 
 def test_allowlists_are_checked_against_the_catalog(pool: Any) -> None:
     ref, _ = pool
     report(ref, McpServerReady("git", [tool("git__git_status")]))
-    checked = ref.ask(CheckAllowlist(["git/git_status"]), timeout=10)
-    assert checked == Allowlist(["git__git_status"], ["git/git_status"], ["git__git_status"])
-    unknown = ref.ask(CheckAllowlist(["git__git_push"]), timeout=10)
+    checked = ref.ask(CheckAllowlist(("git/git_status",)), timeout=10)
+    assert checked == Allowlist(("git__git_status",), ("git/git_status",), ("git__git_status",))
+    unknown = ref.ask(CheckAllowlist(("git__git_push",)), timeout=10)
     assert isinstance(unknown, str) and "git__git_push" in unknown and "no such" in unknown
-    malformed = ref.ask(CheckAllowlist(["git/a/b"]), timeout=10)
+    malformed = ref.ask(CheckAllowlist(("git/a/b",)), timeout=10)
     assert isinstance(malformed, str) and "malformed" in malformed

@@ -21,6 +21,7 @@ from plait.events import (
 )
 from plait.events.projections import (
     AuditProjection,
+    ContextsProjection,
     HistoryProjection,
     Projection,
     TaskQueueProjection,
@@ -57,6 +58,7 @@ def assert_rebuilds_agree(events: list[Event], cut: int) -> None:
         AuditProjection(),
         TimelineProjection(),
         TaskQueueProjection(),
+        ContextsProjection(),
     ]
     for projection in projections:
         resumed = projection.load(projection.save(projection.fold(events[:cut])))

@@ -43,6 +43,7 @@ from plait.events import (
 from plait.events.projections import (
     ApprovalsProjection,
     AuditProjection,
+    ContextsProjection,
     HistoryProjection,
     Projection,
     TaskQueueProjection,
@@ -303,6 +304,7 @@ PROJECTIONS: list[Projection[Any]] = [
     AuditProjection(),
     TimelineProjection(),
     TaskQueueProjection(),
+    ContextsProjection(),
 ]
 
 
