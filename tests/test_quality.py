@@ -180,3 +180,41 @@ def _anchor(heading: str) -> str:
 
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
     return text.replace(" ", "-")
+
+
+WINGS = ["events", "actors", "runtime", "replay", "cli"]
+"""The wings, lowest first: each may import those before it, never one after it."""
+
+
+def test_the_wings_import_only_downward() -> None:
+    import ast
+
+    problems: list[str] = []
+    for rank, wing in enumerate(WINGS):
+        above = set(WINGS[rank + 1 :])
+        for path in (ROOT / wing).glob("**/*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    modules = [node.module]
+                elif isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                else:
+                    continue
+                for module in modules:
+                    parts = module.split(".")
+                    if parts[0] == "plait" and len(parts) > 1 and parts[1] in above:
+                        where = path.relative_to(ROOT)
+                        problems.append(f"{where}:{node.lineno} imports {module}")
+    assert problems == []
+
+
+def test_every_module_is_small_enough_to_hold() -> None:
+    too_long = {}
+    for path in ROOT.glob("**/*.py"):
+        parts = path.relative_to(ROOT).parts
+        if parts[0] in {"tests", "bench", "build"} or parts[0].startswith("."):
+            continue
+        lines = len(path.read_text().splitlines())
+        if lines > 450:
+            too_long[str(path.relative_to(ROOT))] = lines
+    assert too_long == {}, "split these along a line a reader would draw"
