@@ -1,5 +1,5 @@
 # The events wing: event types, the codec and upcasters, the stores, and projections.
-# It imports nothing else of plait but `plait.errors`; `actors` and `replay` build on it.
+# It imports nothing else of plait but `plait.errors`; every other wing builds on it.
 """The append-only event log that every plait state is a projection of."""
 
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD

@@ -1,5 +1,5 @@
-# The replay wing: deterministic replay, fork, audit, crash recovery.
-# It imports `plait.events` and `plait.actors`; nothing in them imports it.
+# The replay wing: deterministic replay, fork, audit.
+# It imports `plait.events`, `plait.actors` and `plait.runtime`; nothing in them imports it.
 """Replay a recorded session exactly, and say where a program departs from its log."""
 
 from plait.replay.audit import AuditRow, audit, audit_jsonl, verify
