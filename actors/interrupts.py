@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -19,6 +19,7 @@ from plait.actors import builtins, targets
 from plait.actors.builtins import ConvCreate, ConvSend
 from plait.actors.messages import CancelCalls, ToolResult
 from plait.actors.outside import IdFor
+from plait.errors import ModelErrorKind
 from plait.events.types import (
     AbortCause,
     Body,
@@ -57,11 +58,11 @@ class Checkpoint(IntEnum):
 
 def abort(
     conv: Conversation,
-    reason: str,
+    reason: Literal["interrupted", "replaced", "failed"],
     cause: AbortCause,
     detail: str,
     *after: Body,
-    model_error: str | None = None,
+    model_error: ModelErrorKind | None = None,
 ) -> None:
     """End the running task now: cancel what it has out, record ``TurnAborted`` (then
     ``after``) as one group, and free the timeline."""
@@ -84,11 +85,11 @@ def abort(
             conv.deps.pool.tell(CancelCalls(conv.id, run.token))
     try:
         aborted = TurnAborted(
-            reason,  # type: ignore[arg-type]
+            reason,
             cause,
             detail,
             checkpoint=int(found),  # type: ignore[arg-type]
-            model_error=model_error,  # type: ignore[arg-type]
+            model_error=model_error,
         )
         conv.record(aborted, *counted, *after)
     finally:

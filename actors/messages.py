@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from plait.errors import ModelErrorKind
 from plait.events.types import AbortCause, Event, ToolApprovalDecided, ToolCallCompleted
 from plait.events.values import ContextChange, InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
 
@@ -83,7 +84,7 @@ class ModelFinished(msgspec.Struct, frozen=True):
     """The ``ModelReply`` on success."""
     error: str | None = None
     """What went wrong, for people."""
-    error_kind: str | None = None
+    error_kind: ModelErrorKind | None = None
     """For a ``ModelError``: its kind (``auth``, ``rate_limited``...)."""
 
 
