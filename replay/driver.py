@@ -34,6 +34,7 @@ from plait.events.types import (
     McpServerFailed,
     McpServerReady,
     McpToolsRefreshed,
+    ModelRequested,
     ModelRequestFailed,
     ModelResponded,
     NewEvent,
@@ -180,6 +181,7 @@ class Driver:
         self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered
         self.started: set[str] = set()  # MCP calls sent and not answered
         self.asked: set[str] = set()  # calls waiting for their approval
+        self.requests = 0  # model requests the program made, as the log numbers them
         self.tail: Subscription | None = None
         self.held: deque[Event] = deque()  # produced before a submission that came in first
 
@@ -262,6 +264,8 @@ class Driver:
             self.asked.add(body.call_id)
         elif isinstance(body, ToolApprovalDecided):
             self.asked.discard(body.call_id)
+        elif isinstance(body, ModelRequested):
+            self.requests += 1
 
     # --- what came from outside ----------------------------------------------------------------
 
@@ -282,12 +286,12 @@ class Driver:
                 body.usage,
                 _text(body.reasoning) or "",
             )
-            self.model.answer(reply, wait)
+            self.model.answer(self.requests - 1, reply, wait)
         elif isinstance(body, ModelRequestFailed):
             failed = AttemptFailed(body.attempt, body.error, body.status, body.retry_in_sec)
-            self.model.attempt_failed(failed, wait)
+            self.model.attempt_failed(self.requests - 1, failed, wait)
         elif isinstance(body, TurnAborted) and body.cause == "model":
-            self.model.fail(body.detail, wait, body.model_error)
+            self.model.fail(self.requests - 1, body.detail, wait, body.model_error)
         elif isinstance(body, ToolCallCompleted) and self._is_mcp(body.call_id):
             assert self.servers is not None
             images = [_image(i) for i in body.images]
@@ -326,7 +330,7 @@ class Driver:
         what the log recorded there."""
         self.read.abandon()  # a read stuck as the recorded one was gives up, as the actors stop
         self.handle._stop(timeout=2.0)
-        self.model.abandon()
+        self.model.abandon(self.requests)
         self.store.release()
 
     def _is_mcp(self, call_id: str) -> bool:

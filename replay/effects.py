@@ -49,11 +49,19 @@ class _Pending:
 
 
 class ReplayModel:
-    """Stands in for ``ModelClient``: each ``complete`` waits for the driver's answer."""
+    """Stands in for ``ModelClient``: each ``complete`` waits for the driver's answer.
+
+    Calls are numbered in the order the program makes them, as the log numbers its
+    ``ModelRequested`` events, and the driver answers a call by its number: a call the program
+    abandoned (an interrupt cancels it on the effect loop, a moment later) is never mistaken
+    for the one that follows it.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._call: _Pending | None = None
+        self._calls: dict[int, _Pending] = {}
+        self._next = 0
+        """The number the program's next call gets."""
         self._requested = threading.Condition(self._lock)
         self.requests: list[ModelRequest] = []
         """What the program asked, in order."""
@@ -70,68 +78,72 @@ class ReplayModel:
         call = _Pending(asyncio.get_running_loop(), on_text, on_attempt_failed)
         with self._lock:
             self.requests.append(request)
-            self._call = call
+            number, self._next = self._next, self._next + 1
+            self._calls[number] = call
             self._requested.notify_all()
         try:
             reply: ModelReply = await call.future
         finally:
-            with self._lock:
-                if self._call is call:
-                    self._call = None
+            self._clear(number, call)
         return reply
 
     async def aclose(self) -> None:
         """Nothing to close."""
 
-    def pending(self, timeout: float) -> _Pending | None:
-        """Return the call waiting for an answer, waiting up to ``timeout`` for one."""
+    def pending(self, number: int, timeout: float) -> _Pending | None:
+        """Return call ``number``, waiting up to ``timeout`` for the program to make it;
+        ``None`` if it was not made, or has ended."""
         with self._lock:
-            self._requested.wait_for(lambda: self._call is not None, timeout)
-            return self._call
+            self._requested.wait_for(lambda: number < self._next, timeout)
+            return self._calls.get(number)
 
-    def answer(self, reply: ModelReply, timeout: float) -> bool:
-        """Answer the waiting call with ``reply`` (its text as one delta); False if none."""
-        call = self.pending(timeout)
+    def answer(self, number: int, reply: ModelReply, timeout: float) -> bool:
+        """Answer call ``number`` with ``reply`` (its text as one delta); False if none."""
+        call = self.pending(number, timeout)
         if call is None:
             return False
         on_text = call.extra[0]
         if reply.text:
             call.loop.call_soon_threadsafe(on_text, reply.text)
-        self._clear(call)
+        self._clear(number, call)
         call.settle(reply)
         return True
 
-    def attempt_failed(self, failed: AttemptFailed, timeout: float) -> bool:
-        """Tell the waiting call one attempt failed (it goes on waiting); False if none."""
-        call = self.pending(timeout)
+    def attempt_failed(self, number: int, failed: AttemptFailed, timeout: float) -> bool:
+        """Tell call ``number`` one attempt failed (it goes on waiting); False if none."""
+        call = self.pending(number, timeout)
         if call is None:
             return False
         call.loop.call_soon_threadsafe(call.extra[1], failed)
         return True
 
-    def fail(self, error: str, timeout: float, kind: ModelErrorKind | None = None) -> bool:
-        """End the waiting call with ``error`` (a ``ModelError`` of ``kind``, when the model
+    def fail(
+        self, number: int, error: str, timeout: float, kind: ModelErrorKind | None = None
+    ) -> bool:
+        """End call ``number`` with ``error`` (a ``ModelError`` of ``kind``, when the model
         failed so); False if there is none."""
-        call = self.pending(timeout)
+        call = self.pending(number, timeout)
         if call is None:
             return False
-        self._clear(call)
+        self._clear(number, call)
         # Its text is the recorded reason.
         failure = ReplayError(error) if kind is None else ModelError(error, kind=kind)
         call.settle(error=failure)
         return True
 
-    def abandon(self) -> None:
-        """Forget the waiting call: its process stopped (a crash being replayed)."""
+    def abandon(self, next_number: int) -> None:
+        """Forget every waiting call: their process stopped (a crash being replayed). The
+        resumed program's next call is the log's request ``next_number``."""
         with self._lock:
-            call, self._call = self._call, None
-        if call is not None:
+            calls, self._calls = list(self._calls.values()), {}
+            self._next = next_number
+        for call in calls:
             call.loop.call_soon_threadsafe(call.future.cancel)
 
-    def _clear(self, call: _Pending) -> None:
+    def _clear(self, number: int, call: _Pending) -> None:
         with self._lock:
-            if self._call is call:
-                self._call = None
+            if self._calls.get(number) is call:
+                del self._calls[number]
 
 
 class ReplayServers:
