@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from plait.events.stores.sqlite import SqliteStore
+from plait.events.types import SessionResumed, TurnAborted
 from plait.replay import replay
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -35,7 +36,17 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SqliteStore]:
 
 
 def test_every_recorded_set_is_here() -> None:
-    assert {"v1-sessions", "v2-sessions"} <= set(MANIFESTS)
+    assert {"v1-sessions", "v2-sessions", "v3-sessions"} <= set(MANIFESTS)
+
+
+def test_a_takeover_is_marked_and_every_abort_has_its_cause(
+    stores: dict[str, SqliteStore],
+) -> None:
+    events = stores["v3-sessions"].read("g6-1")
+    [marker] = [e.body for e in events if isinstance(e.body, SessionResumed)]
+    aborts = [e.body for e in events if isinstance(e.body, TurnAborted)]
+    assert marker.crashed_task_id == "g6-3" and marker.pending == 1
+    assert [(a.reason, a.cause) for a in aborts] == [("crashed", "crash"), ("interrupted", "close")]
 
 
 @pytest.mark.parametrize(("name", "session"), SESSIONS)

@@ -22,7 +22,7 @@ from scripted import call, record_session
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.events.stores.sqlite import SqliteStore
-from plait.events.types import Event, TurnAborted
+from plait.events.types import Event, TaskCompleted, TurnAborted
 from plait.replay import replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
@@ -120,6 +120,44 @@ def interrupted(store: SqliteStore) -> str:
     return session.session_id
 
 
+def taken_over(store: SqliteStore) -> str:
+    """A process stopped mid-stream with a task waiting; another takes the session over (its
+    ``SessionResumed``, the cut-off task ended ``crash``, the waiting task run); then a close
+    interrupts a task (cause ``close``)."""
+    ids = itertools.count(1)
+    script = [
+        Step(text="cut off by the stop " * 20, chunk_chars=2, chunk_delay=0.05),
+        Step(text="run after the takeover"),
+        Step(text="cut off by the close " * 20, chunk_chars=2, chunk_delay=0.05),
+    ]
+    with ScriptedModelServer(script) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="golden")
+        first = Runtime(store, model=settings, new_id=lambda: f"g6-{next(ids)}")
+        session = first.start_session()
+        with session.subscribe() as feed:
+            session.submit("start")
+            session.submit("then this")  # waits, and runs once the session is taken over
+            while isinstance(feed.get(timeout=30), Event):
+                pass  # until the first streamed text
+        session._stop(timeout=5)  # the process stops: nothing more is recorded
+        first._loop.close()
+        tail = store.subscribe(store.read(session.session_id)[-1].position)
+        with Runtime(store, model=settings, new_id=lambda: f"g6-{next(ids)}") as second:
+            [recovered] = second.recover()
+            assert recovered.crashed_task is not None and recovered.waiting == 1
+            while (event := tail.get(timeout=30)) is not None:
+                if isinstance(event.body, TaskCompleted):
+                    break
+            tail.close()
+            resumed = second.resume(session.session_id)
+            with resumed.subscribe() as feed:
+                resumed.submit("talk")
+                while isinstance(feed.get(timeout=30), Event):
+                    pass
+            resumed.close()
+    return session.session_id
+
+
 def main(name: str) -> None:
     db = HERE / f"{name}.sqlite"
     if db.exists():
@@ -137,6 +175,11 @@ def main(name: str) -> None:
             sessions[session] = (
                 "model protocol 1 against a strict server without usage: reasoning, a tool "
                 "call, a reply cut at the cap, a model error"
+            )
+        if name not in ("v1-sessions", "v2-sessions"):  # recorded since causes and takeovers
+            sessions[taken_over(store)] = (
+                "a process stopped mid-stream, taken over by another (SessionResumed, a crashed "
+                "task, a waiting one run), then a close that interrupts a task"
             )
         for session in sessions:
             result = replay(store, session)
