@@ -11,7 +11,13 @@ from typing import Any, Literal
 import msgspec
 
 from plait.errors import ModelErrorKind
-from plait.events.types import AbortCause, Event, ToolApprovalDecided, ToolCallCompleted
+from plait.events.types import (
+    AbortCause,
+    Event,
+    InterruptCause,
+    ToolApprovalDecided,
+    ToolCallCompleted,
+)
 from plait.events.values import ContextChange, InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
 
 __all__ = [
@@ -163,7 +169,7 @@ class TaskEnded(msgspec.Struct, frozen=True):
 class Interrupt(msgspec.Struct, frozen=True):
     """End the running task and drop the chain it started."""
 
-    cause: Literal["user", "close"] = "user"
+    cause: InterruptCause = "user"
     """Who interrupts: the embedder, or the session's close."""
 
 

@@ -8,7 +8,7 @@ folds it back (docs/conversations.md#the-single-timeline).
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any
 
 import pykka
 
@@ -32,6 +32,7 @@ from plait.events.projections.tasks import (
 )
 from plait.events.types import (
     Event,
+    InterruptCause,
     NewEvent,
     TaskDropped,
     TaskEnqueued,
@@ -111,7 +112,7 @@ class Scheduler(pykka.ThreadingActor):
         self._record([*before, *started])
         self.session.tell(Dispatch(RunTask(plan)))
 
-    def _interrupt(self, cause: Literal["user", "close"]) -> None:
+    def _interrupt(self, cause: InterruptCause) -> None:
         why = INTERRUPTED_BY[cause]
         dropped: list[NewEvent] = []
         for plan in chain_to_drop(self.state):

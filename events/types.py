@@ -11,7 +11,6 @@ import msgspec
 
 from plait.events.bodies import (
     CANCEL_MESSAGE,
-    INTERRUPT_CAUSES,
     INTERRUPT_MESSAGE,
     INTERRUPT_TEXT,
     AbortCause,
@@ -24,6 +23,7 @@ from plait.events.bodies import (
     ConversationOpened,
     ForkOrigin,
     HistoryCompacted,
+    InterruptCause,
     McpAllowlistNormalized,
     McpServerFailed,
     McpServerReady,
@@ -54,7 +54,6 @@ from plait.events.values import (
 
 __all__ = [
     "CANCEL_MESSAGE",
-    "INTERRUPT_CAUSES",
     "INTERRUPT_MESSAGE",
     "INTERRUPT_TEXT",
     "AbortCause",
@@ -70,6 +69,7 @@ __all__ = [
     "Event",
     "ForkOrigin",
     "HistoryCompacted",
+    "InterruptCause",
     "McpAllowlistNormalized",
     "McpServerFailed",
     "McpServerReady",

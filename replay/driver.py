@@ -307,7 +307,7 @@ class Driver:
             if self.servers is not None:
                 self.servers.inject(body)
         elif (cause := interrupt_cause(event, self._previous(event))) is not None:
-            self.handle._scheduler.tell(Interrupt(cause))  # type: ignore[arg-type]
+            self.handle._scheduler.tell(Interrupt(cause))
         elif outside_destroy(event, self.recorded[event.seq - 2], self._destroy_open()):
             self.handle.destroy(event.conversation_id or "")
         elif isinstance(body, SessionClosed):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from plait.actors.mcp.calls import CallResult
@@ -51,34 +51,51 @@ class _Pending:
 class ReplayModel:
     """Stands in for ``ModelClient``: each ``complete`` waits for the driver's answer.
 
-    Calls are numbered in the order the program makes them, as the log numbers its
-    ``ModelRequested`` events, and the driver answers a call by its number: a call the program
-    abandoned (an interrupt cancels it on the effect loop, a moment later) is never mistaken
-    for the one that follows it.
+    Requests are numbered as the program makes them, when it makes them (before it records
+    their ``ModelRequested``), so they are numbered as the log numbers its ``ModelRequested``
+    events; the driver answers a request by its number. A request the program abandoned (an
+    interrupt cancels it on the effect loop, a moment later, perhaps before it even started) is
+    never mistaken for the one that follows it.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._calls: dict[int, _Pending] = {}
+        """The requests waiting for their answer, by number."""
         self._next = 0
-        """The number the program's next call gets."""
+        """The number the program's next request gets."""
+        self._generation = 0
+        """Bumped when the program is stopped: its requests still on their way are void."""
         self._requested = threading.Condition(self._lock)
         self.requests: list[ModelRequest] = []
         """What the program asked, in order."""
 
-    async def complete(
+    def complete(
         self,
         request: ModelRequest,
         *,
         on_text: Callable[[str], None] = lambda _: None,
         on_attempt_failed: Callable[[AttemptFailed], None] = lambda _: None,
         on_reasoning: Callable[[str], None] = lambda _: None,
-    ) -> ModelReply:
-        """Wait until the driver answers with the recorded reply (or error)."""
-        call = _Pending(asyncio.get_running_loop(), on_text, on_attempt_failed)
+    ) -> Coroutine[Any, Any, ModelReply]:
+        """Number the request now, and return what waits for the driver's answer to it."""
         with self._lock:
             self.requests.append(request)
             number, self._next = self._next, self._next + 1
+            generation = self._generation
+        return self._answered(number, generation, on_text, on_attempt_failed)
+
+    async def _answered(
+        self,
+        number: int,
+        generation: int,
+        on_text: Callable[[str], None],
+        on_attempt_failed: Callable[[AttemptFailed], None],
+    ) -> ModelReply:
+        call = _Pending(asyncio.get_running_loop(), on_text, on_attempt_failed)
+        with self._lock:
+            if generation != self._generation:  # made by a program stopped since
+                raise asyncio.CancelledError
             self._calls[number] = call
             self._requested.notify_all()
         try:
@@ -91,10 +108,10 @@ class ReplayModel:
         """Nothing to close."""
 
     def pending(self, number: int, timeout: float) -> _Pending | None:
-        """Return call ``number``, waiting up to ``timeout`` for the program to make it;
-        ``None`` if it was not made, or has ended."""
+        """Return request ``number`` once it waits for its answer, waiting up to ``timeout``;
+        ``None`` if it does not."""
         with self._lock:
-            self._requested.wait_for(lambda: number < self._next, timeout)
+            self._requested.wait_for(lambda: number in self._calls, timeout)
             return self._calls.get(number)
 
     def answer(self, number: int, reply: ModelReply, timeout: float) -> bool:
@@ -132,11 +149,12 @@ class ReplayModel:
         return True
 
     def abandon(self, next_number: int) -> None:
-        """Forget every waiting call: their process stopped (a crash being replayed). The
-        resumed program's next call is the log's request ``next_number``."""
+        """Forget every request of the program: its process stopped (a crash being replayed).
+        The resumed program's next request is the log's request ``next_number``."""
         with self._lock:
             calls, self._calls = list(self._calls.values()), {}
             self._next = next_number
+            self._generation += 1
         for call in calls:
             call.loop.call_soon_threadsafe(call.future.cancel)
 

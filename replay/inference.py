@@ -14,11 +14,12 @@ from typing import Any
 
 from plait.actors.outside import IdFor
 from plait.events.types import (
-    INTERRUPT_CAUSES,
+    AbortCause,
     Body,
     ConversationDestroyed,
     ConversationOpened,
     Event,
+    InterruptCause,
     McpAllowlistNormalized,
     McpServerFailed,
     McpServerReady,
@@ -130,18 +131,18 @@ def crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[in
     return points
 
 
-def _interrupting(body: Body) -> str | None:
+def _interrupting(body: Body) -> InterruptCause | None:
     """The interrupt's cause, if ``body`` is one of the records an interrupt makes."""
     if isinstance(body, TaskDropped | TurnAborted):
-        cause: str | None = body.cause
+        cause: AbortCause | None = body.cause
     elif isinstance(body, ToolCallCompleted):
         cause = body.aborted_by
     else:
         return None
-    return cause if cause in INTERRUPT_CAUSES else None
+    return "user" if cause == "user" else "close" if cause == "close" else None
 
 
-def interrupt_cause(event: Event, previous: Event | None) -> str | None:
+def interrupt_cause(event: Event, previous: Event | None) -> InterruptCause | None:
     """``user`` or ``close`` if ``event`` is the first record of an interrupt (what it drops,
     the answers of the calls it cuts off, or the abort), else ``None``."""
     cause = _interrupting(event.body)

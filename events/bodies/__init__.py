@@ -15,10 +15,10 @@ from plait.events.bodies.session import (
 )
 from plait.events.bodies.tasks import (
     CANCEL_MESSAGE,
-    INTERRUPT_CAUSES,
     INTERRUPT_MESSAGE,
     INTERRUPT_TEXT,
     AbortCause,
+    InterruptCause,
     ModelRequested,
     ModelRequestFailed,
     ModelResponded,
@@ -48,7 +48,6 @@ from plait.events.bodies.tools import (
 
 __all__ = [
     "CANCEL_MESSAGE",
-    "INTERRUPT_CAUSES",
     "INTERRUPT_MESSAGE",
     "INTERRUPT_TEXT",
     "AbortCause",
@@ -61,6 +60,7 @@ __all__ = [
     "ConversationOpened",
     "ForkOrigin",
     "HistoryCompacted",
+    "InterruptCause",
     "McpAllowlistNormalized",
     "McpServerFailed",
     "McpServerReady",

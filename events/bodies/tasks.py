@@ -17,10 +17,10 @@ from plait.events.values import (
 
 __all__ = [
     "CANCEL_MESSAGE",
-    "INTERRUPT_CAUSES",
     "INTERRUPT_MESSAGE",
     "INTERRUPT_TEXT",
     "AbortCause",
+    "InterruptCause",
     "ModelRequestFailed",
     "ModelRequested",
     "ModelResponded",
@@ -44,8 +44,8 @@ interrupt by the embedder), ``close`` (the session's close interrupted it), ``fo
 (it did not stop within the close's timeout), ``destroy`` (its conversation was destroyed),
 ``replaced`` (an interrupting tool handed the timeline to another task), ``crash`` (the process
 stopped), ``model`` (the model server failed), ``error`` (plait refused or failed to go on)."""
-INTERRUPT_CAUSES: tuple[AbortCause, ...] = ("user", "close")
-"""Causes that interrupt the running task and drop the chain it started."""
+InterruptCause = Literal["user", "close"]
+"""The causes that interrupt the running task and drop the chain it started."""
 
 
 class TaskEnqueued(Body, frozen=True):
