@@ -9,6 +9,7 @@ transient notifications (text deltas) that are never stored.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -30,7 +31,12 @@ _CLOSED = object()
 
 
 class Feed(Iterator["Event | Transient"]):
-    """A live view of a session: its events as they are recorded, and transient deltas."""
+    """A live view of a session: its events as they are recorded, and transient deltas.
+
+    Read it from a thread (``get``, iteration) or from asyncio code (``aget``, ``async for``):
+    an asyncio reader waits on a future of its own loop, woken by whoever records, so any
+    number of them cost no thread.
+    """
 
     def __init__(self, journal: Journal, transient: bool = True) -> None:
         self._journal = journal
@@ -38,16 +44,57 @@ class Feed(Iterator["Event | Transient"]):
         """Whether transient notifications (text deltas) are handed to this feed."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
+        self._waiter: asyncio.Future[None] | None = None
+        """The asyncio reader waiting for the next item, if one is."""
 
-    def put(self, item: Event | Transient) -> None:
+    def put(self, item: Any) -> None:
         self._queue.put(item)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+
+    async def aget(self, timeout: float | None = None) -> Event | Transient | None:
+        """``get`` for asyncio code: wait for the next item without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            item = self.get(timeout=0)
+            if item is not None or self._closed:
+                return item
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiter = waiter
+            if not self._queue.empty():  # put before the waiter was seen: do not wait
+                self._waiter = None
+                continue
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                self._waiter = None
+                return None
+            try:
+                await asyncio.wait_for(waiter, left)
+            except TimeoutError:
+                self._waiter = None
+                return None
+
+    def __aiter__(self) -> Feed:
+        return self
+
+    async def __anext__(self) -> Event | Transient:
+        item = await self.aget()
+        if item is None:
+            raise StopAsyncIteration
+        return item
 
     def get(self, timeout: float | None = None) -> Event | Transient | None:
         """Return the next item, or ``None`` after ``timeout`` seconds or once closed."""
         if self._closed:
             return None
         try:
-            item = self._queue.get(timeout=timeout)
+            if timeout is not None and timeout <= 0:
+                item = self._queue.get_nowait()
+            else:
+                item = self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
         if item is _CLOSED:
@@ -62,15 +109,26 @@ class Feed(Iterator["Event | Transient"]):
         return item
 
     def close(self) -> None:
-        """Stop the feed; a blocked ``get`` returns ``None``."""
+        """Stop the feed; a blocked ``get`` or ``aget`` returns ``None``."""
         self._journal._unsubscribe(self)
-        self._queue.put(_CLOSED)
+        self.put(_CLOSED)
 
     def __enter__(self) -> Feed:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Feed:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Journal:

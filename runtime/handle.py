@@ -46,7 +46,7 @@ from plait.events.values import (
     TaskPlan,
     ToolPrefs,
 )
-from plait.runtime.outcome import TaskOutcome, await_outcome
+from plait.runtime.outcome import TaskOutcome, await_outcome, await_outcome_async
 from plait.runtime.recovery import FORCED, open_calls
 
 if TYPE_CHECKING:
@@ -127,10 +127,34 @@ class SessionHandle:
         conversation_id: str | None = None,
         timeout: float | None = None,
     ) -> TaskOutcome:
-        """``run`` for asyncio code: waits without blocking the event loop."""
-        return await asyncio.to_thread(
-            self.run, prompt, conversation_id=conversation_id, timeout=timeout
-        )
+        """``run`` for asyncio code: waits on the event feed, on the caller's loop, holding no
+        thread; thousands of them wait at once for the cost of their memory."""
+        with self.subscribe(transient=False) as feed:
+            task_id = self.submit(prompt, conversation_id=conversation_id)
+            return await await_outcome_async(feed, task_id, timeout)
+
+    async def asubmit(
+        self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
+    ) -> str:
+        """``submit`` for asyncio code (it does not block: the task is queued)."""
+        return self.submit(prompt, conversation_id=conversation_id)
+
+    async def ainterrupt(self) -> None:
+        """``interrupt`` for asyncio code (it does not block)."""
+        self.interrupt()
+
+    async def aclose(self, timeout: float = 10.0) -> None:
+        """``close`` for asyncio code: waits for the running task's end on the loop; stopping
+        the actors (a few milliseconds) runs on a worker thread."""
+        if self._closed:
+            return
+        self._closed = True
+        with self.subscribe(transient=False) as feed:
+            state = await asyncio.to_thread(self._queue_now, timeout)
+            if state.running is not None:
+                self._scheduler.tell(Interrupt("close"))
+                await await_outcome_async(feed, state.running.task_id, timeout, False)
+        await asyncio.to_thread(self._finish_close, timeout)
 
     def change_context(
         self,
@@ -208,14 +232,13 @@ class SessionHandle:
         return self._journal.feed(transient)
 
     async def events(self) -> AsyncIterator[Event | Transient]:
-        """Iterate over the live feed from asyncio code."""
-        feed = self.subscribe()
-        try:
-            while (item := await asyncio.to_thread(feed.get, 0.5)) is not None or not self._closed:
+        """Iterate over the live feed from asyncio code, until the session closes (``async with
+        session.subscribe() as feed: async for item in feed`` does the same, and can stop
+        taking text deltas)."""
+        with self.subscribe() as feed:
+            while (item := await feed.aget(timeout=0.5)) is not None or not self._closed:
                 if item is not None:
                     yield item
-        finally:
-            feed.close()
 
     def conversations(self) -> list[ConversationInfo]:
         """The live conversations (``conv.list``), as they are now: a snapshot that later
@@ -263,10 +286,17 @@ class SessionHandle:
             return
         self._closed = True
         with self.subscribe(transient=False) as feed:
-            state: QueueSnapshot = self._scheduler.ask(GetQueue(), timeout=timeout)
+            state = self._queue_now(timeout)
             if state.running is not None:
                 self._scheduler.tell(Interrupt("close"))
                 await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
+        self._finish_close(timeout)
+
+    def _queue_now(self, timeout: float) -> QueueSnapshot:
+        return cast(QueueSnapshot, self._scheduler.ask(GetQueue(), timeout=timeout))
+
+    def _finish_close(self, timeout: float) -> None:
+        """Stop the actors, end a task that did not stop in time, record the close."""
         self._stop(timeout)
         # A task that did not stop in time is ended here: no actor can record any more.
         past = self.runtime.store.read(self.session_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Literal
@@ -19,7 +20,14 @@ from plait.events.types import (
     TurnAborted,
 )
 
-__all__ = ["Status", "TaskOutcome", "await_outcome", "outcome"]
+__all__ = [
+    "Follower",
+    "Status",
+    "TaskOutcome",
+    "await_outcome",
+    "await_outcome_async",
+    "outcome",
+]
 
 Status = Literal[
     "completed",
@@ -59,6 +67,43 @@ class TaskOutcome(msgspec.Struct, frozen=True):
         return self.status == "completed"
 
 
+class Follower:
+    """Follows a task through the continuations it chains, event by event, to how it ended."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.conversation = ""
+        self._watched = {task_id}
+        self._awaited: set[str] = set()
+
+    def see(self, item: Event | Transient) -> TaskOutcome | None:
+        """Take the feed's next item; return the outcome once the chain has ended."""
+        if not isinstance(item, Event) or item.task_id is None:
+            return None
+        body = item.body
+        if isinstance(body, TaskEnqueued) and body.plan.closure is not None:
+            if body.plan.closure.call_id in self._awaited:
+                self._watched.add(body.plan.task_id)
+            return None
+        if item.task_id not in self._watched:
+            return None
+        self.conversation = item.conversation_id or self.conversation
+        if isinstance(body, TaskCompleted | TurnAborted):
+            if isinstance(body, TurnAborted) and body.reason == "replaced":
+                self._awaited.update(body.awaiting_call_ids)
+                return None
+            return outcome(self.task_id, self.conversation, body)
+        if isinstance(body, TaskDropped):
+            return TaskOutcome(self.task_id, self.conversation, "dropped", detail=body.reason)
+        return None
+
+    def timed_out(self, timeout: float | None, raise_timeout: bool) -> TaskOutcome:
+        """What waiting ``timeout`` seconds in vain gives: an error, or ``interrupted``."""
+        if raise_timeout:
+            raise PlaitError(f"task {self.task_id} did not end within {timeout} s (it goes on)")
+        return TaskOutcome(self.task_id, self.conversation, "interrupted", detail="timed out")
+
+
 def await_outcome(
     feed: Feed,
     task_id: str,
@@ -68,35 +113,32 @@ def await_outcome(
 ) -> TaskOutcome:
     """Follow ``task_id`` through the continuations it chains until the chain ends."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    watched = {task_id}
-    awaited: set[str] = set()
-    conversation = ""
+    follower = Follower(task_id)
     while True:
-        remaining = None if deadline is None else deadline - time.monotonic()
-        item = feed.get(timeout=remaining if remaining is None else max(remaining, 0))
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+        item = feed.get(timeout=remaining)
         if item is None:
-            if raise_timeout:
-                raise PlaitError(f"task {task_id} did not end within {timeout} s (it goes on)")
-            return TaskOutcome(task_id, conversation, "interrupted", detail="timed out")
+            return follower.timed_out(timeout, raise_timeout)
         if on_item is not None:
             on_item(item)
-        if not isinstance(item, Event) or item.task_id is None:
-            continue
-        body = item.body
-        if isinstance(body, TaskEnqueued) and body.plan.closure is not None:
-            if body.plan.closure.call_id in awaited:
-                watched.add(body.plan.task_id)
-            continue
-        if item.task_id not in watched:
-            continue
-        conversation = item.conversation_id or conversation
-        if isinstance(body, TaskCompleted | TurnAborted):
-            if isinstance(body, TurnAborted) and body.reason == "replaced":
-                awaited.update(body.awaiting_call_ids)
-                continue
-            return outcome(task_id, conversation, body)
-        if isinstance(body, TaskDropped):
-            return TaskOutcome(task_id, conversation, "dropped", detail=body.reason)
+        if (ended := follower.see(item)) is not None:
+            return ended
+
+
+async def await_outcome_async(
+    feed: Feed, task_id: str, timeout: float | None, raise_timeout: bool = True
+) -> TaskOutcome:
+    """``await_outcome`` for asyncio code: waits on the loop, holding no thread."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    follower = Follower(task_id)
+    while True:
+        remaining = None if deadline is None else max(deadline - loop.time(), 0)
+        item = await feed.aget(timeout=remaining)
+        if item is None:
+            return follower.timed_out(timeout, raise_timeout)
+        if (ended := follower.see(item)) is not None:
+            return ended
 
 
 CUT_OFF: dict[str, tuple[Status, str]] = {
