@@ -1,0 +1,96 @@
+"""Many sessions in one process: N concurrent ``await session.arun`` beside N threads.
+
+Run from the repository root: ``python bench/sessions.py [--quick]`` (see README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from report import Line, table
+
+from plait.actors.model import ModelSettings
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
+
+DELAY = 0.2
+"""Seconds each scripted reply takes: the ideal wall time of N tasks run at once."""
+
+
+def script(n: int) -> list[Step]:
+    # Ten chunks a reply, DELAY seconds in all: the model server is the only wait.
+    return [Step(text="x" * 10, chunk_chars=1, chunk_delay=DELAY / 10) for _ in range(n)]
+
+
+def runtime_on(server: ScriptedModelServer, tmp: Path) -> Runtime:
+    settings = ModelSettings(base_url=server.base_url, api_key="bench", model="bench")
+    return Runtime(tmp / "plait.db", model=settings, workdir=tmp, expire_every_sec=None)
+
+
+async def on_the_loop(n: int, tmp: Path) -> tuple[float, float]:
+    """Wall time of n concurrent ``arun`` (one per session), and the loop's worst lateness:
+    how late a 10 ms timer on the same loop fired, at most."""
+    with ScriptedModelServer(script(n)) as server, runtime_on(server, tmp) as runtime:
+        handles = [runtime.start_session() for _ in range(n)]
+        late: list[float] = []
+        running = True
+
+        async def ticker() -> None:
+            loop = asyncio.get_running_loop()
+            while running:
+                before = loop.time()
+                await asyncio.sleep(0.01)
+                late.append(loop.time() - before - 0.01)
+
+        tick = asyncio.create_task(ticker())
+        start = time.perf_counter()
+        outcomes = await asyncio.gather(*(h.arun("go", timeout=120) for h in handles))
+        wall = time.perf_counter() - start
+        running = False
+        await tick
+        assert all(o.ok for o in outcomes), [o for o in outcomes if not o.ok][:1]
+        return wall, max(late, default=0.0)
+
+
+def on_threads(n: int, tmp: Path) -> float:
+    """Wall time of n ``run`` calls, one thread each (one session each)."""
+    with ScriptedModelServer(script(n)) as server, runtime_on(server, tmp) as runtime:
+        handles = [runtime.start_session() for _ in range(n)]
+        threads = [threading.Thread(target=h.run, args=("go",)) for h in handles]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="N = 10 and 100 only")
+    args = parser.parse_args()
+    sizes = [10, 100] if args.quick else [10, 100, 1000]
+    lines: list[Line] = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            wall, late = asyncio.run(on_the_loop(n, Path(a)))
+            threaded = on_threads(n, Path(b))
+        lines += [
+            (f"N = {n}: wall s, arun / threads", f"{wall:.2f}", f"{threaded:.2f}",
+             f"{wall / threaded:.2f}x", f"~{DELAY} (ideal)"),
+            (f"N = {n}: timer lateness, max ms", f"{late * 1000:.0f}", "", "", "<= 50"),
+        ]  # fmt: skip
+    table(
+        f"N concurrent tasks, one session each, each reply taking {DELAY} s",
+        lines,
+        "ours: await session.arun under asyncio.gather; raw: session.run on N threads",
+    )
+
+
+if __name__ == "__main__":
+    main()
