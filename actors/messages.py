@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from plait.actors.builtins import Arguments
+from plait.actors.stream import ModelReply
 from plait.errors import ModelErrorKind
 from plait.events.types import (
     AbortCause,
@@ -86,7 +88,7 @@ class ModelFinished(msgspec.Struct, frozen=True):
 
     token: int
     """The turn the call belongs to."""
-    reply: Any = None
+    reply: ModelReply | None = None
     """The ``ModelReply`` on success."""
     error: str | None = None
     """What went wrong, for people."""
@@ -212,7 +214,7 @@ class BuiltinCall(msgspec.Struct, frozen=True):
     """The calling conversation."""
     name: str
     """Wire name of the tool."""
-    arguments: Any
+    arguments: Arguments
     """Its parsed arguments."""
 
 

@@ -38,10 +38,11 @@ def on_finished(conv: Conversation, finished: ModelFinished) -> None:
     if run is None or finished.token != run.token:
         return  # a call whose turn was aborted: nothing of it is applied
     run.model_future = None
-    if finished.error is not None:
-        interrupts.abort(conv, "failed", "model", finished.error, model_error=finished.error_kind)
-        return
     reply = finished.reply
+    if finished.error is not None or reply is None:
+        why = finished.error or "the model call ended with no reply"
+        interrupts.abort(conv, "failed", "model", why, model_error=finished.error_kind)
+        return
     calls = list(reply.tool_calls)
     bodies: list[Body] = [
         ModelResponded(reply.text, calls, reply.finish_reason, reply.usage, reply.reasoning)
