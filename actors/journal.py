@@ -13,6 +13,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -143,6 +144,9 @@ class Journal:
         self._lock = threading.Lock()
         self._listeners: list[Any] = []
         self._feeds: list[Feed] = []
+        self.last_recorded_at = time.monotonic()
+        """When it last recorded anything (``time.monotonic``); a clock for idleness only,
+        never written to the log."""
 
     @property
     def expires(self) -> bool:
@@ -171,6 +175,11 @@ class Journal:
         with self._lock:
             self._sealed = True
 
+    def unseal(self) -> None:
+        """Record from the actors again: the session's actors were started anew."""
+        with self._lock:
+            self._sealed = False
+
     def record_last(self, items: Sequence[Body | NewEvent]) -> list[Event]:
         """Append what the session's owner records once its actors are stopped (the close)."""
         with self._lock:
@@ -188,6 +197,7 @@ class Journal:
             return self._record(items, origin)
 
     def _record(self, items: Sequence[Body | NewEvent], origin: Any) -> list[Event]:
+        self.last_recorded_at = time.monotonic()
         events = self._append(items)
         notice = Recorded(tuple(events))
         for ref in self._listeners:

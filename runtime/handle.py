@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -77,6 +79,16 @@ class SessionHandle:
         self._journal = journal
         self._pool: Any = None
         self._rerun: Any = None  # runs again the calls a crash cut off, then ends that task
+        self._closed = False
+        self._lock = threading.RLock()  # what reaches the actors, and stopping or starting them
+        self._changed = threading.Condition(self._lock)  # told when it is passivated or started
+        self._active = False
+        self._used = time.monotonic()
+        self._start(past)
+
+    def _start(self, past: list[Event]) -> None:
+        """Start the session's actors (and MCP servers) from its log."""
+        runtime, journal = self.runtime, self._journal
         if runtime.mcp_servers:
             from plait.actors.pool import McpPool
 
@@ -89,9 +101,43 @@ class SessionHandle:
                 runtime._mcp_factory,
             )
         deps = runtime._deps(journal, self._pool, past)
-        self._actor = Session.start(journal, deps, root_id, past)
+        self._actor = Session.start(journal, deps, self.root_conversation_id, past)
         self._scheduler: Any = self._actor.ask(GetScheduler())
-        self._closed = False
+        self._active = True
+
+    @property
+    def passive(self) -> bool:
+        """Whether the session's actors are stopped because it was idle (``Runtime(idle_sec=)``);
+        the next call that needs them brings them back from the log."""
+        return not self._active and not self._closed
+
+    def passivate(self, timeout: float = 10.0) -> bool:
+        """Stop the session's actors, and release their threads, if nothing runs or waits in it;
+        return whether it did. The handle stays usable: the next call starts them again."""
+        with self._lock:
+            if not self._active or self._closed or not self._queue_now(timeout).idle:
+                return False
+            self._stop_actors(timeout)
+            self._changed.notify_all()
+            return True
+
+    def idle_for(self) -> float:
+        """Seconds since the session was last used or recorded anything."""
+        return time.monotonic() - max(self._used, self._journal.last_recorded_at)
+
+    def _activate(self) -> None:
+        """Make sure the actors run (bring a passive session back from its log); hold the lock."""
+        self._used = time.monotonic()
+        if not self._active and not self._closed:
+            self._journal.unseal()
+            self._start(self.runtime.store.read(self.session_id))
+            self._changed.notify_all()
+
+    def _tell(self, message: Any) -> None:
+        with self._lock:
+            self._check_open()
+            self._activate()
+            self._scheduler.tell(message)
 
     def submit(
         self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
@@ -101,7 +147,7 @@ class SessionHandle:
         items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
         cid = conversation_id or self.root_conversation_id
         plan = TaskPlan(self.runtime.new_id(), cid, items)
-        self._scheduler.tell(Enqueue((plan,)))
+        self._tell(Enqueue((plan,)))
         return plan.task_id
 
     def run(
@@ -146,15 +192,12 @@ class SessionHandle:
     async def aclose(self, timeout: float = 10.0) -> None:
         """``close`` for asyncio code: waits for the running task's end on the loop; stopping
         the actors (a few milliseconds) runs on a worker thread."""
-        if self._closed:
-            return
-        self._closed = True
         with self.subscribe(transient=False) as feed:
-            state = await asyncio.to_thread(self._queue_now, timeout)
-            if state.running is not None:
-                self._scheduler.tell(Interrupt("close"))
+            state = await asyncio.to_thread(self._begin_close, timeout)
+            if state is not None and state.running is not None:
                 await await_outcome_async(feed, state.running.task_id, timeout, False)
-        await asyncio.to_thread(self._finish_close, timeout)
+        if state is not None:
+            await asyncio.to_thread(self._finish_close, timeout)
 
     def change_context(
         self,
@@ -189,7 +232,7 @@ class SessionHandle:
         self._check_open()
         cid = conversation_id or self.root_conversation_id
         plan = TaskPlan(self.runtime.new_id(), cid, context=change)
-        self._scheduler.tell(Enqueue((plan,)))
+        self._tell(Enqueue((plan,)))
         return plan.task_id
 
     def compact(
@@ -212,16 +255,21 @@ class SessionHandle:
             keep_recent_tokens = self.runtime.history.keep_recent_tokens
         plan = TaskPlan(self.runtime.new_id(), cid, compact=keep_recent_tokens)
         with self.subscribe(transient=False) as feed:
-            self._scheduler.tell(Enqueue((plan,)))
+            self._tell(Enqueue((plan,)))
             return await_outcome(feed, plan.task_id, timeout)
 
     def interrupt(self) -> None:
         """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""
-        self._scheduler.tell(Interrupt())
+        with self._lock:
+            if self._active:  # a passive session has nothing to interrupt
+                self._scheduler.tell(Interrupt())
 
     def destroy(self, conversation_id: str) -> dict[str, Any]:
         """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``."""
-        return cast(dict[str, Any], self._actor.ask(Destroy(conversation_id), timeout=30))
+        with self._lock:
+            self._check_open()
+            self._activate()
+            return cast(dict[str, Any], self._actor.ask(Destroy(conversation_id), timeout=30))
 
     def subscribe(self, *, transient: bool = True) -> Feed:
         """Return a live feed of the session's events from now on.
@@ -243,20 +291,22 @@ class SessionHandle:
     def conversations(self) -> list[ConversationInfo]:
         """The live conversations (``conv.list``), as they are now: a snapshot that later
         changes of the session leave as it is."""
-        if self._closed:
-            return conversation_index(self._folded())
-        found = self._actor.ask(ListConversations(), timeout=30)
+        with self._lock:
+            if not self._active:  # closed, or passive: the log has it all
+                return conversation_index(self._folded())
+            found = self._actor.ask(ListConversations(), timeout=30)
         return list(cast(tuple[ConversationInfo, ...], found))
 
     def history(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
         """A conversation's history as OpenAI chat messages (the root by default), as it is
         now: the caller owns what it gets."""
         cid = conversation_id or self.root_conversation_id
-        if self._closed:
+        with self._lock:
+            found = self._actor.ask(GetHistory(cid), timeout=30) if self._active else None
+        if found is None and not self._active:  # closed, or passive: the log has it all
             conv = self._folded().conversations.get(cid)
             messages = None if conv is None else [m.to_openai() for m in conv.messages]
         else:
-            found = self._actor.ask(GetHistory(cid), timeout=30)
             messages = None if found is None else list(cast(tuple[dict[str, Any], ...], found))
         if messages is None:
             raise PlaitError(f"session {self.session_id}: no conversation {cid}")
@@ -282,15 +332,25 @@ class SessionHandle:
         A task that has not stopped by then is force-aborted (``TurnAborted(interrupted)``,
         its open calls answered) and recorded so. Closing twice is harmless.
         """
-        if self._closed:
-            return
-        self._closed = True
         with self.subscribe(transient=False) as feed:
+            state = self._begin_close(timeout)
+            if state is not None and state.running is not None:
+                await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
+        if state is not None:
+            self._finish_close(timeout)
+
+    def _begin_close(self, timeout: float) -> QueueSnapshot | None:
+        """Mark the session closed and interrupt its running task; ``None`` if it was closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            self._closed = True
+            if not self._active:  # passive: nothing runs
+                return QueueSnapshot()
             state = self._queue_now(timeout)
             if state.running is not None:
                 self._scheduler.tell(Interrupt("close"))
-                await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
-        self._finish_close(timeout)
+            return state
 
     def _queue_now(self, timeout: float) -> QueueSnapshot:
         return cast(QueueSnapshot, self._scheduler.ask(GetQueue(), timeout=timeout))
@@ -311,7 +371,15 @@ class SessionHandle:
 
     def _stop(self, timeout: float) -> None:
         """Stop the session's actors and servers, recording nothing (as a crash would)."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            if self._active:
+                self._stop_actors(timeout)
+        self.runtime._sessions.pop(self.session_id, None)
+
+    def _stop_actors(self, timeout: float) -> None:
+        """Stop the actors and servers; the journal records nothing from them after this."""
+        self._active = False
         self._journal.seal()  # an actor stuck past the timeout cannot write after this
         stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
         with contextlib.suppress(*stuck):
@@ -324,7 +392,7 @@ class SessionHandle:
         if self._rerun is not None:
             with contextlib.suppress(*stuck):
                 self._rerun.stop(timeout=timeout)
-        self.runtime._sessions.pop(self.session_id, None)
+            self._rerun = None
 
 
 def check_policy(policy: object) -> None:

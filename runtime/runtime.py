@@ -93,6 +93,7 @@ class Runtime:
         approval_policy: ApprovalPolicy = "never",
         approver: Approver | None = None,
         approval_timeout_sec: float = DEFAULT_APPROVAL_TIMEOUT_SEC,
+        idle_sec: float | None = None,
         _outside: Outside | None = None,
     ) -> None:
         """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
@@ -109,6 +110,9 @@ class Runtime:
         function or an async function of an ``ApprovalRequest``, returning an
         ``ApprovalDecision``); a call it has not decided within ``approval_timeout_sec`` is
         denied, and so is every call that asks when there is no approver.
+        With ``idle_sec``, a session with nothing running or waiting, unused and silent for
+        that long, is passivated: its actors stop and release their threads, and its handle
+        brings them back from the log on the next call that needs them.
         (``_outside`` is replay's: it answers the model, the MCP servers and the approver
         from the log.)
         """
@@ -138,6 +142,12 @@ class Runtime:
         self._expiring = threading.Event()  # set: stop sweeping
         self._expire_every_sec = expire_every_sec
         self._sweeper: threading.Thread | None = None
+        self._passivator: threading.Thread | None = None
+        if idle_sec is not None:
+            self._passivator = threading.Thread(
+                target=self._passivate_every, args=(idle_sec,), daemon=True
+            )
+            self._passivator.start()
         if self.storage_policy.kind == "ttl":
             self._sweep_from_now()
 
@@ -312,11 +322,22 @@ class Runtime:
         self._sessions[journal.stream] = handle
         return handle
 
+    def _passivate_every(self, idle_sec: float) -> None:
+        """Passivate the sessions idle for ``idle_sec``, looking a few times within it."""
+        while not self._expiring.wait(min(idle_sec / 4, 1.0)):
+            for handle in list(self._sessions.values()):
+                if handle.idle_for() >= idle_sec:
+                    try:
+                        handle.passivate()
+                    except Exception:  # a session closing meanwhile: the next look tries again
+                        log.debug("passivating session %s failed", handle.session_id, exc_info=True)
+
     def close(self, timeout: float = 10.0) -> None:
         """Close every session, the effect loop and the store (if the runtime opened it)."""
         self._expiring.set()
-        if self._sweeper is not None:
-            self._sweeper.join(timeout)  # before the store closes under it
+        for thread in (self._sweeper, self._passivator):
+            if thread is not None:
+                thread.join(timeout)  # before the store closes under it
         for handle in list(self._sessions.values()):
             handle.close(timeout)
         with contextlib.suppress(Exception):
