@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import tempfile
 import threading
 import time
@@ -70,6 +71,47 @@ def on_threads(n: int, tmp: Path) -> float:
         return time.perf_counter() - start
 
 
+def rss_mib() -> float:
+    """This process's resident memory, MiB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def held(n: int, tmp: Path) -> list[Line]:
+    """n sessions opened, used once, then passivated: threads, memory, and the first call on
+    a passive session (it starts the actors again) beside the same call on an active one."""
+    server = ScriptedModelServer([Step(text="ok") for _ in range(n)])
+    with server, runtime_on(server, tmp) as runtime:
+        base_threads, base_rss = threading.active_count(), rss_mib()
+        handles = [runtime.start_session() for _ in range(n)]
+        for handle in handles:
+            handle.run("go", timeout=60)
+        active_threads, active_rss = threading.active_count(), rss_mib()
+        for handle in handles:
+            handle.passivate()
+        passive_rss = rss_mib()
+        passive_threads = threading.active_count()  # actor threads may still be ending
+        woken, warm = [], []
+        for handle in handles[:50]:
+            start = time.perf_counter()
+            handle.destroy("no such conversation")  # needs the actors: starts them again
+            woken.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            handle.destroy("no such conversation")
+            warm.append(time.perf_counter() - start)
+    ms = 1000 * statistics.median(woken)
+    return [
+        (f"{n} sessions: threads, active / passive", f"{active_threads - base_threads}",
+         f"{passive_threads - base_threads}", "", "small constant"),
+        (f"{n} sessions: RSS MiB per session, active / passive",
+         f"{(active_rss - base_rss) / n:.2f}", f"{(passive_rss - base_rss) / n:.2f}", "", ""),
+        (f"{n} sessions: first call, passive / active, ms", f"{ms:.2f}",
+         f"{1000 * statistics.median(warm):.2f}", "", "< 20"),
+    ]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="N = 10 and 100 only")
@@ -89,6 +131,15 @@ def main() -> None:
         f"N concurrent tasks, one session each, each reply taking {DELAY} s",
         lines,
         "ours: await session.arun under asyncio.gather; raw: session.run on N threads",
+    )
+    lines = []
+    for n in [100] if args.quick else [100, 1000]:
+        with tempfile.TemporaryDirectory() as tmp:
+            lines += held(n, Path(tmp))
+    table(
+        "Sessions held by one process, used once, then passivated",
+        lines,
+        "ours / raw columns: as each row names them (a session is one event log of ~10 events)",
     )
 
 
