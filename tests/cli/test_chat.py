@@ -71,7 +71,7 @@ class Terminal:
             if ready:
                 with contextlib.suppress(OSError):  # the child closed the terminal
                     self.seen += os.read(self.fd, 4096).decode(errors="replace")
-        raise AssertionError("the child did not exit")
+        raise AssertionError(f"the child did not exit; the terminal shows:\n{self.seen[-2000:]}")
 
 
 def test_chat_streams_shows_who_runs_and_ctrl_c_interrupts_the_task_not_the_program(
