@@ -36,6 +36,7 @@ from plait.actors.messages import (
     ToolFinished,
     ToolView,
     ViewFor,
+    frozen_names,
 )
 from plait.actors.model_call import call_model
 from plait.actors.outside import NewId, ReadInstructions
@@ -325,7 +326,7 @@ class Conversation(pykka.ThreadingActor):
         run.tool_view = ToolView()
         if self.deps.pool is not None:
             run.tool_view = self.deps.pool.ask(
-                ViewFor(_frozen(self.context.mcp_allowlist)), timeout=30
+                ViewFor(frozen_names(self.context.mcp_allowlist)), timeout=30
             )
             if run.tool_view.waiting and not run.waited:
                 run.waited = True  # once per task: a late server is not waited for twice
@@ -382,7 +383,3 @@ class Conversation(pykka.ThreadingActor):
         task_id = self.run.plan.task_id
         self.run = None
         self.scheduler.tell(TaskEnded(task_id))
-
-
-def _frozen(allowlist: list[str] | None) -> tuple[str, ...] | None:
-    return None if allowlist is None else tuple(allowlist)

@@ -6,6 +6,7 @@ Commands are imperative (``RunTask``, ``Abort``); notices say what happened (``R
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -51,6 +52,7 @@ __all__ = [
     "ToolResult",
     "ToolView",
     "ViewFor",
+    "frozen_names",
 ]
 
 
@@ -252,6 +254,11 @@ class ViewFor(msgspec.Struct, frozen=True):
 
     allowlist: tuple[str, ...] | None
     """The conversation's allowlist (fully-qualified names); ``None``: every tool."""
+
+
+def frozen_names(names: Sequence[str] | None) -> tuple[str, ...] | None:
+    """An allowlist as messages carry it: a tuple (``None`` stays ``None``: every tool)."""
+    return None if names is None else tuple(names)
 
 
 class ToolView(msgspec.Struct, frozen=True):

@@ -15,7 +15,7 @@ import msgspec
 
 from plait.actors import builtins
 from plait.actors.builtins import ConvCreate, ConvSend
-from plait.actors.messages import BuiltinCall, CheckAllowlist, OpenConversation
+from plait.actors.messages import BuiltinCall, CheckAllowlist, OpenConversation, frozen_names
 from plait.actors.outside import IdFor
 from plait.events.types import Body, ConversationOpened, McpAllowlistNormalized
 from plait.events.values import InputItem, ToolPrefs
@@ -68,7 +68,7 @@ def resolve(
             caller_id,
             base,
             inherit_base=base is None,
-            mcp_allowlist=None if allowlist is None else tuple(allowlist),
+            mcp_allowlist=frozen_names(allowlist),
             tool_prefs=prefs,
         ),
         timeout=30,

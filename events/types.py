@@ -5,6 +5,7 @@ re-exported here, the one place the rest of plait imports them from.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 import msgspec
@@ -48,9 +49,7 @@ from plait.events.bodies import (
     TurnAborted,
     TurnStarted,
 )
-from plait.events.values import (
-    UtcDateTime,
-)
+from plait.events.values import RuntimeSettings, UtcDateTime
 
 __all__ = [
     "CANCEL_MESSAGE",
@@ -96,6 +95,7 @@ __all__ = [
     "Transient",
     "TurnAborted",
     "TurnStarted",
+    "recorded_settings",
 ]
 
 
@@ -188,6 +188,13 @@ class NewEvent(msgspec.Struct, frozen=True):
             self.conversation_id,
             self.task_id,
         )
+
+
+def recorded_settings(events: Sequence[Event]) -> RuntimeSettings | None:
+    """How the runtime that started the session of ``events`` was configured, as its
+    ``SessionStarted`` keeps it; ``None`` for a log that is no session's or predates it."""
+    started = events[0].body if events else None
+    return started.settings if isinstance(started, SessionStarted) else None
 
 
 # --- transient notifications (never persisted) -----------------------------------------------

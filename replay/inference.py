@@ -8,10 +8,11 @@ the text of an event.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Container
-from typing import Any
 
+import msgspec
+
+from plait.actors.builtins import ConvCreate, parse_arguments
 from plait.actors.outside import IdFor
 from plait.events.types import (
     AbortCause,
@@ -26,7 +27,6 @@ from plait.events.types import (
     McpToolsRefreshed,
     McpToolWithheld,
     SessionResumed,
-    SessionStarted,
     TaskCompleted,
     TaskDropped,
     TaskEnqueued,
@@ -35,6 +35,7 @@ from plait.events.types import (
     ToolCallRequested,
     ToolCallStarted,
     TurnAborted,
+    recorded_settings,
 )
 from plait.events.values import as_text
 
@@ -103,8 +104,8 @@ def crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[in
     task it ends are the recovery's, not a new crash. The events of a forced close
     (``closing``) look alike and are not a crash.
     """
-    started = recorded[0].body if recorded else None
-    if isinstance(started, SessionStarted) and started.settings and started.settings.resume_markers:
+    settings = recorded_settings(recorded)
+    if settings is not None and settings.resume_markers:
         return [e.seq for e in recorded if isinstance(e.body, SessionResumed)]
     points: list[int] = []
     running: set[str] = set()
@@ -214,8 +215,9 @@ def read_instructions(recorded: list[Event]) -> dict[IdFor, str | None]:
         if isinstance(body, ToolCallRequested):
             calling[event.conversation_id] = task
         if isinstance(body, ToolCallRequested) and body.tool == "conv_create":
-            arguments = _json_object(as_text(body.arguments))
-            if isinstance(arguments.get("base_instruction_file"), str):
+            # Parsed as the program parses them: it reads a file only if they name one.
+            parsed = parse_arguments(body.tool, as_text(body.arguments) or "{}")
+            if isinstance(parsed, ConvCreate) and parsed.base_instruction_file is not None:
                 made = IdFor("conversation", task, body.call_id)
                 read[made] = None
                 waiting.setdefault(task, []).append(made)
@@ -228,8 +230,8 @@ def read_instructions(recorded: list[Event]) -> dict[IdFor, str | None]:
             if made in waiting.get(task, []):
                 waiting[task].remove(made)
                 if read[made] is None:
-                    reason = _json_object(as_text(body.output)).get("reason")
-                    read[made] = f"!{reason}" if isinstance(reason, str) else None
+                    reason = _refusal(as_text(body.output))
+                    read[made] = None if reason is None else f"!{reason}"
         if isinstance(body, TurnAborted) and body.cause == "replaced" and first is not None:
             waiting[task].remove(first)  # it opened its conversation and replaced the task
         if isinstance(body, TaskCompleted | TurnAborted):
@@ -237,9 +239,13 @@ def read_instructions(recorded: list[Event]) -> dict[IdFor, str | None]:
     return read
 
 
-def _json_object(text: str | None) -> dict[str, Any]:
+class _Refused(msgspec.Struct):
+    reason: str
+
+
+def _refusal(output: str | None) -> str | None:
+    """The ``reason`` of a refused ``conv_create`` (``{"ok": false, "reason": ...}``)."""
     try:
-        found = json.loads(text or "")
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
+        return msgspec.json.decode(output or "", type=_Refused).reason
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None

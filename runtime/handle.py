@@ -143,7 +143,6 @@ class SessionHandle:
         self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
     ) -> str:
         """Queue a task in a conversation (the root by default); return its task id."""
-        self._check_open()
         items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
         cid = conversation_id or self.root_conversation_id
         plan = TaskPlan(self.runtime.new_id(), cid, items)
@@ -229,7 +228,6 @@ class SessionHandle:
         }
         changes = {name: value for name, value in given.items() if value is not KEEP}
         change = ContextChange(sorted(changes), clear_history=clear_history, **changes)
-        self._check_open()
         cid = conversation_id or self.root_conversation_id
         plan = TaskPlan(self.runtime.new_id(), cid, context=change)
         self._tell(Enqueue((plan,)))
@@ -249,7 +247,6 @@ class SessionHandle:
         as they are, and always the last input. Recorded as ``HistoryCompacted``. A history
         too short to compact is left alone.
         """
-        self._check_open()
         cid = conversation_id or self.root_conversation_id
         if keep_recent_tokens is None:
             keep_recent_tokens = self.runtime.history.keep_recent_tokens
@@ -291,23 +288,21 @@ class SessionHandle:
     def conversations(self) -> list[ConversationInfo]:
         """The live conversations (``conv.list``), as they are now: a snapshot that later
         changes of the session leave as it is."""
-        with self._lock:
-            if not self._active:  # closed, or passive: the log has it all
-                return conversation_index(self._folded())
-            found = self._actor.ask(ListConversations(), timeout=30)
+        live, found = self._ask_live(ListConversations())
+        if not live:
+            return conversation_index(self._folded())
         return list(cast(tuple[ConversationInfo, ...], found))
 
     def history(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
         """A conversation's history as OpenAI chat messages (the root by default), as it is
         now: the caller owns what it gets."""
         cid = conversation_id or self.root_conversation_id
-        with self._lock:
-            found = self._actor.ask(GetHistory(cid), timeout=30) if self._active else None
-        if found is None and not self._active:  # closed, or passive: the log has it all
+        live, found = self._ask_live(GetHistory(cid))
+        if live:
+            messages = None if found is None else list(cast(tuple[dict[str, Any], ...], found))
+        else:
             conv = self._folded().conversations.get(cid)
             messages = None if conv is None else [m.to_openai() for m in conv.messages]
-        else:
-            messages = None if found is None else list(cast(tuple[dict[str, Any], ...], found))
         if messages is None:
             raise PlaitError(f"session {self.session_id}: no conversation {cid}")
         return messages
@@ -317,6 +312,14 @@ class SessionHandle:
         cancellations, failures (folded from the log: ``plait stats`` shows the same)."""
         events = self.runtime.store.read(self.session_id, resolve_blobs=False)
         return StatsProjection().fold(events).conversations
+
+    def _ask_live(self, message: Any) -> tuple[bool, Any]:
+        """Ask the session actor, if it runs: ``(True, its reply)``; ``(False, None)`` when the
+        session is closed or passive (the log has it all, and reading it wakes nothing)."""
+        with self._lock:
+            if not self._active:
+                return False, None
+            return True, self._actor.ask(message, timeout=30)
 
     def _folded(self) -> Histories:
         """The histories folded from the log (once the session's actors are gone)."""

@@ -49,6 +49,7 @@ from plait.events.types import (
     ToolCallRequested,
     ToolCallStarted,
     TurnAborted,
+    recorded_settings,
 )
 from plait.events.values import (
     McpToolSnapshot,
@@ -281,8 +282,7 @@ def took_over(
     """Record ``SessionResumed`` (if the session records it), then ``bodies`` in the running
     task (the recovery of the task a crash cut off), as one group."""
     plan = state.running
-    started = past[0].body
-    settings = started.settings if isinstance(started, SessionStarted) else None
+    settings = recorded_settings(past)
     ids = (plan.conversation_id, plan.task_id) if plan else (None, None)
     items = [NewEvent(b, *ids) for b in bodies]
     if settings is not None and settings.resume_markers:

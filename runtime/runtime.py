@@ -34,6 +34,7 @@ from plait.events.types import (
     Event,
     NewEvent,
     SessionStarted,
+    recorded_settings,
 )
 from plait.events.values import (
     MODEL_PROTOCOL,
@@ -130,6 +131,10 @@ class Runtime:
         self._outside = outside = _outside or Outside()
         self._client = outside.model_client or ModelClient(self.settings)
         self._mcp_factory = outside.mcp_factory
+        self._new_id_for: NewId = outside.new_id or (lambda _made_for: self.new_id())
+        self._read_instructions: ReadInstructions = outside.read_instructions or (
+            lambda _made_for, name: read_instruction_file(self.workdir, name)
+        )
         self.storage_policy = storage_policy or StoragePolicy()
         self.approval_policy: ApprovalPolicy = approval_policy
         self._approval_gate = outside.approval_gate or ApprovalGate(approver, approval_timeout_sec)
@@ -154,16 +159,14 @@ class Runtime:
     def _deps(self, journal: Journal, pool: Any, past: list[Event]) -> ConversationDeps:
         """What the session's conversations share; behaviour that changed over time follows
         what the session recorded at its start, so it resumes (and replays) as it ran."""
-        started = past[0].body if past else None
-        recorded = started.settings if isinstance(started, SessionStarted) else None
+        recorded = recorded_settings(past)
         return ConversationDeps(
             journal,
             self._loop,
             self._client,
             self.settings.model,
-            self._outside.new_id or (lambda _made_for: self.new_id()),
-            self._outside.read_instructions
-            or (lambda _made_for, name: read_instruction_file(self.workdir, name)),
+            self._new_id_for,
+            self._read_instructions,
             self.max_interrupt_chain_depth,
             pool,
             (recorded or RuntimeSettings()).history,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from scripted import runtime_for
+from scripted import call, local_mcp_servers, runtime_for
 
-from plait.events import SessionClosed
+from plait.events import McpServerReady, SessionClosed
 from plait.replay import replay
 from plait.runtime import SessionHandle
 from plait.testing import ScriptedModelServer, Step
@@ -77,3 +77,26 @@ def test_a_session_with_work_queued_is_not_passivated(tmp_path: Path) -> None:
                     break
             assert not session.passivate()  # a task runs
         assert not session.passive
+
+
+def test_a_session_with_mcp_servers_restarts_them_and_replays_clean(tmp_path: Path) -> None:
+    steps = [
+        Step(tool_calls=[call("t__echo", text="a")]),
+        Step(text="one"),
+        Step(tool_calls=[call("t__echo", text="b")]),
+        Step(text="two"),
+    ]
+    servers = local_mcp_servers()
+    with (
+        ScriptedModelServer(steps) as server,
+        runtime_for(server, tmp_path, mcp_servers=servers) as rt,
+    ):
+        session = rt.start_session()
+        assert session.run("first", timeout=60).last_assistant_message == "one"
+        assert session.passivate()
+        assert session.run("second", timeout=60).last_assistant_message == "two"
+        events = rt.store.read(session.session_id)
+        # Its server started again with it: the restart is the one thing it records.
+        assert sum(isinstance(e.body, McpServerReady) for e in events) == 2
+        result = replay(rt.store, session.session_id, timeout=10)
+        assert result.ok, result.divergence and result.divergence.message()
