@@ -18,11 +18,15 @@ from plait.errors import (
     McpError,
     ModelError,
     ModelErrorKind,
+    NotFoundError,
     PlaitError,
     ReplayError,
+    SessionClosedError,
     StoreError,
     StoreUnavailableError,
     ToolError,
+    UnknownConversationError,
+    UnknownSessionError,
 )
 from plait.events.projections.history import ConversationInfo
 from plait.events.projections.stats import ConversationStats
@@ -30,7 +34,7 @@ from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
-from plait.events.types import AbortCause, Event, Transient
+from plait.events.types import AbortCause, Event, FeedLagged, Transient
 from plait.events.values import (
     ApprovalPolicy,
     FunctionCallOutput,
@@ -68,6 +72,7 @@ __all__ = [
     "Event",
     "EventStore",
     "Feed",
+    "FeedLagged",
     "FunctionCallOutput",
     "HistorySettings",
     "InputImage",
@@ -81,10 +86,12 @@ __all__ = [
     "ModelError",
     "ModelErrorKind",
     "ModelSettings",
+    "NotFoundError",
     "PlaitError",
     "Recovery",
     "ReplayError",
     "Runtime",
+    "SessionClosedError",
     "SessionHandle",
     "SqliteStore",
     "Status",
@@ -95,6 +102,8 @@ __all__ = [
     "ToolError",
     "ToolPrefs",
     "Transient",
+    "UnknownConversationError",
+    "UnknownSessionError",
     "open_store",
 ]
 

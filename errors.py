@@ -19,13 +19,17 @@ __all__ = [
     "McpError",
     "ModelError",
     "ModelErrorKind",
+    "NotFoundError",
     "PlaitError",
     "ReplayError",
+    "SessionClosedError",
     "StoreError",
     "StoreUnavailableError",
     "ToolError",
     "TransientEventError",
+    "UnknownConversationError",
     "UnknownEventTypeError",
+    "UnknownSessionError",
 ]
 
 
@@ -103,6 +107,35 @@ class ContentUnavailableError(PlaitError):
         super().__init__(f"session {session_id}: cannot {what}: {reason}")
         self.session_id = session_id
         self.reason = reason
+
+
+class NotFoundError(PlaitError, LookupError):
+    """What a call names does not exist: a session in the store, a conversation in a session."""
+
+
+class UnknownSessionError(NotFoundError):
+    """The store holds no session by this id."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id} in the store")
+        self.session_id = session_id
+
+
+class UnknownConversationError(NotFoundError):
+    """The session has no live conversation by this id (never opened, or destroyed)."""
+
+    def __init__(self, session_id: str, conversation_id: str) -> None:
+        super().__init__(f"session {session_id}: no conversation {conversation_id}")
+        self.session_id = session_id
+        self.conversation_id = conversation_id
+
+
+class SessionClosedError(PlaitError):
+    """The call needs an open session, and this handle's session is closed."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} is closed")
+        self.session_id = session_id
 
 
 class McpError(PlaitError):

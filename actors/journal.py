@@ -10,6 +10,7 @@ transient notifications (text deltas) that are never stored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -22,13 +23,17 @@ import msgspec
 from plait.actors.messages import Recorded
 from plait.events.storage import Policies
 from plait.events.store import EventStore
-from plait.events.types import Body, Event, NewEvent, Transient
+from plait.events.types import Body, Event, FeedLagged, NewEvent, Transient
 
-__all__ = ["Feed", "HeldDeltas", "Journal"]
+__all__ = ["DEFAULT_FEED_LIMIT", "Feed", "HeldDeltas", "Journal"]
 
 log = logging.getLogger("plait")
 
 _CLOSED = object()
+
+
+DEFAULT_FEED_LIMIT = 10_000
+"""How many items a feed holds for a reader that does not take them, before it lags."""
 
 
 class Feed(Iterator["Event | Transient"]):
@@ -36,24 +41,57 @@ class Feed(Iterator["Event | Transient"]):
 
     Read it from a thread (``get``, iteration) or from asyncio code (``aget``, ``async for``):
     an asyncio reader waits on a future of its own loop, woken by whoever records, so any
-    number of them cost no thread.
+    number of them cost no thread. It holds at most ``limit`` items: a reader that falls that
+    far behind gets one ``FeedLagged`` in place of what did not fit, then what is recorded
+    after it has caught up (``catch_up`` reads the gap from the log).
     """
 
-    def __init__(self, journal: Journal, transient: bool = True) -> None:
+    def __init__(
+        self, journal: Journal, transient: bool = True, limit: int = DEFAULT_FEED_LIMIT
+    ) -> None:
         self._journal = journal
         self.transient = transient
         """Whether transient notifications (text deltas) are handed to this feed."""
+        self.limit = limit
+        """The most items it holds before it lags."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
         self._waiter: asyncio.Future[None] | None = None
         """The asyncio reader waiting for the next item, if one is."""
+        self._last_seq = journal.last_seq  # of the last event queued whole
+        self._lagging = False  # a FeedLagged is queued and not yet taken: drop what comes
+        self._seen_upto = 0  # catch_up handed out the log up to here: skip those events
+
+    @property
+    def closed(self) -> bool:
+        """Whether the feed is closed (a reader then gets ``None``, at once)."""
+        return self._closed
 
     def put(self, item: Any) -> None:
+        if self._lagging:
+            return
+        if isinstance(item, Event):
+            self._last_seq = item.seq
+        if item is not _CLOSED and self._queue.qsize() >= self.limit:
+            self._lagging = True
+            item = FeedLagged(self._journal.stream, self._last_seq_before(item))
         self._queue.put(item)
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+
+    def _last_seq_before(self, item: Any) -> int:
+        return item.seq - 1 if isinstance(item, Event) else self._last_seq
+
+    def catch_up(self, lagged: FeedLagged) -> list[Event]:
+        """Return what the log holds after ``lagged.after_seq`` (what the feed could not
+        hold, and perhaps more); the feed then skips the events it returned."""
+        missed = self._journal.store.read(self._journal.stream, after=lagged.after_seq)
+        if missed:
+            self._seen_upto = max(self._seen_upto, missed[-1].seq)
+        return missed
 
     async def aget(self, timeout: float | None = None) -> Event | Transient | None:
         """``get`` for asyncio code: wait for the next item without blocking the loop."""
@@ -75,8 +113,10 @@ class Feed(Iterator["Event | Transient"]):
             try:
                 await asyncio.wait_for(waiter, left)
             except TimeoutError:
-                self._waiter = None
                 return None
+            finally:  # woken, timed out or cancelled: this future is done with
+                if self._waiter is waiter:
+                    self._waiter = None
 
     def __aiter__(self) -> Feed:
         return self
@@ -89,19 +129,25 @@ class Feed(Iterator["Event | Transient"]):
 
     def get(self, timeout: float | None = None) -> Event | Transient | None:
         """Return the next item, or ``None`` after ``timeout`` seconds or once closed."""
-        if self._closed:
-            return None
-        try:
-            if timeout is not None and timeout <= 0:
-                item = self._queue.get_nowait()
-            else:
-                item = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if item is _CLOSED:
-            self._closed = True
-            return None
-        return item  # type: ignore[no-any-return]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._closed:
+            left = None if deadline is None else deadline - time.monotonic()
+            try:
+                if left is not None and left <= 0:
+                    item = self._queue.get_nowait()
+                else:
+                    item = self._queue.get(timeout=left)
+            except queue.Empty:
+                return None
+            if item is _CLOSED:
+                self._closed = True
+                return None
+            if isinstance(item, FeedLagged):
+                self._lagging = False  # taken: what is recorded from now on fits again
+            elif isinstance(item, Event) and item.seq <= self._seen_upto:
+                continue  # catch_up handed it out from the log
+            return item  # type: ignore[no-any-return]
+        return None
 
     def __next__(self) -> Event | Transient:
         item = self.get()
@@ -112,7 +158,9 @@ class Feed(Iterator["Event | Transient"]):
     def close(self) -> None:
         """Stop the feed; a blocked ``get`` or ``aget`` returns ``None``."""
         self._journal._unsubscribe(self)
-        self.put(_CLOSED)
+        self._lagging = False
+        self.put(_CLOSED)  # wakes a blocked reader
+        self._closed = True
 
     def __enter__(self) -> Feed:
         return self
@@ -240,13 +288,14 @@ class Journal:
                 if feed.transient:
                     feed.put(notice)
 
-    def feed(self, transient: bool = True) -> Feed:
-        """Return a live feed of what is recorded from now on.
+    def feed(self, transient: bool = True, limit: int = DEFAULT_FEED_LIMIT) -> Feed:
+        """Return a live feed of what is recorded from now on, holding at most ``limit`` items
+        its reader has not taken.
 
         Transient notifications are handed to it too, unless ``transient`` is false.
         """
-        feed = Feed(self, transient)
         with self._lock:
+            feed = Feed(self, transient, limit)
             self._feeds.append(feed)
         return feed
 

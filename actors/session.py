@@ -25,6 +25,7 @@ from plait.actors.messages import (
     ListConversations,
     OpenConversation,
     Recorded,
+    TaskEnded,
 )
 from plait.actors.scheduler import Scheduler
 from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
@@ -41,8 +42,9 @@ from plait.events.types import (
     Event,
     NewEvent,
     TaskDropped,
+    TurnAborted,
 )
-from plait.events.values import InputImage, InputText, Redacted
+from plait.events.values import InputImage, InputText, Redacted, TaskPlan
 
 __all__ = ["Session"]
 
@@ -126,6 +128,8 @@ class Session(pykka.ThreadingActor):
                 ref = self.conversations.get(run.plan.conversation_id)
                 if ref is not None:
                     ref.tell(run)
+                else:
+                    self._fail_orphan(run.plan)
             case Abort(task_id=task_id):
                 running = self.histories.tasks.running
                 if running is not None and running.task_id == task_id:
@@ -152,6 +156,14 @@ class Session(pykka.ThreadingActor):
                 conv = self.histories.conversations.get(cid)
                 return None if conv is None else tuple(m.to_openai() for m in conv.messages)
         return None
+
+    def _fail_orphan(self, plan: TaskPlan) -> None:
+        """End a started task whose conversation is not live (never opened, or destroyed
+        after the task was queued), so the tasks behind it run."""
+        detail = f"no conversation {plan.conversation_id} in session {self.journal.stream}"
+        failed = TurnAborted("failed", "error", detail)
+        self._record([NewEvent(failed, plan.conversation_id, plan.task_id)])
+        self.scheduler.tell(TaskEnded(plan.task_id))
 
     def _live(self, cid: str) -> bool:
         conv = self.histories.conversations.get(cid)

@@ -66,6 +66,7 @@ __all__ = [
     "ConversationDestroyed",
     "ConversationOpened",
     "Event",
+    "FeedLagged",
     "ForkOrigin",
     "HistoryCompacted",
     "InterruptCause",
@@ -224,3 +225,14 @@ class ReasoningDelta(Transient, frozen=True):
     """The task streaming."""
     text: str
     """The new text."""
+
+
+class FeedLagged(Transient, frozen=True):
+    """A live feed's reader fell behind by its limit: what was recorded meanwhile is not in
+    the feed, but in the log after ``after_seq`` (``Feed.catch_up`` reads it). Deltas
+    streamed meanwhile are gone; the events that end their replies have the text."""
+
+    session_id: str
+    """The session whose feed lagged."""
+    after_seq: int
+    """The seq of the last event the feed handed out whole: re-read the log from after it."""

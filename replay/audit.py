@@ -16,7 +16,7 @@ from datetime import datetime
 
 import msgspec
 
-from plait.errors import ContentUnavailableError, PlaitError
+from plait.errors import ContentUnavailableError, UnknownSessionError
 from plait.events.projections.audit import AuditProjection, AuditRow
 from plait.events.storage import Policies
 from plait.events.store import EventStore, Verification
@@ -41,7 +41,7 @@ def audit(
     """
     events = store.read(session_id)
     if not events:
-        raise PlaitError(f"no session {session_id} in the store")
+        raise UnknownSessionError(session_id)
     policy = Policies(events).of.get(conversation_id or "")
     if policy is not None and policy.kind == "none":
         raise ContentUnavailableError(
@@ -78,5 +78,5 @@ def audit_jsonl(rows: list[AuditRow]) -> bytes:
 def verify(store: EventStore, session_id: str) -> Verification:
     """Walk the session's hash chain and blob references; name the first tampered seq."""
     if store.last_seq(session_id) == 0:
-        raise PlaitError(f"no session {session_id} in the store")
+        raise UnknownSessionError(session_id)
     return store.verify(session_id)

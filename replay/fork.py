@@ -13,7 +13,7 @@ import uuid
 
 import msgspec
 
-from plait.errors import ContentUnavailableError, PlaitError
+from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
 from plait.events.storage import Policies, missing_content
 from plait.events.store import EventStore
 from plait.events.types import ForkOrigin, NewEvent, SessionStarted
@@ -27,7 +27,7 @@ def fork(
     """Copy ``session_id``'s events up to ``at_seq`` into a new session; return its id."""
     events = store.read(session_id, upto=at_seq)
     if not events or not isinstance(events[0].body, SessionStarted):
-        raise PlaitError(f"no session {session_id} in the store")
+        raise UnknownSessionError(session_id)
     last = store.last_seq(session_id)
     if not 2 <= at_seq <= last:
         raise PlaitError(

@@ -12,7 +12,11 @@ compared: the measured ``duration_ms`` of a call.
 from __future__ import annotations
 
 from plait.actors.pool import McpLimits
-from plait.errors import ContentUnavailableError, DivergenceError, ReplayError
+from plait.errors import (
+    ContentUnavailableError,
+    DivergenceError,
+    UnknownSessionError,
+)
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
 from plait.events.types import SessionStarted
@@ -44,7 +48,7 @@ def replay(
     """
     recorded = store.read(session_id)
     if not recorded or not isinstance(recorded[0].body, SessionStarted):
-        raise ReplayError(f"no session {session_id} in the store")
+        raise UnknownSessionError(session_id)
     missing = missing_content(recorded)
     if missing:
         raise ContentUnavailableError(session_id, "replay", missing)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import pykka
 
-from plait.actors.journal import Feed, Journal
+from plait.actors.journal import DEFAULT_FEED_LIMIT, Feed, Journal
 from plait.actors.messages import (
     Destroy,
     Enqueue,
@@ -23,7 +23,11 @@ from plait.actors.messages import (
     ListConversations,
 )
 from plait.actors.session import Session
-from plait.errors import ConfigError, PlaitError
+from plait.errors import (
+    ConfigError,
+    SessionClosedError,
+    UnknownConversationError,
+)
 from plait.events.projections.history import (
     ConversationInfo,
     Histories,
@@ -34,6 +38,7 @@ from plait.events.projections.stats import ConversationStats, StatsProjection
 from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.types import (
     Event,
+    FeedLagged,
     NewEvent,
     SessionClosed,
     Transient,
@@ -142,9 +147,16 @@ class SessionHandle:
     def submit(
         self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
     ) -> str:
-        """Queue a task in a conversation (the root by default); return its task id."""
+        """Queue a task in a conversation (the root by default); return its task id.
+
+        Raises ``UnknownConversationError`` when the session has no such live conversation,
+        ``SessionClosedError`` once it is closed.
+        """
         items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
         cid = conversation_id or self.root_conversation_id
+        self._check_open()
+        if cid != self.root_conversation_id and all(c.id != cid for c in self.conversations()):
+            raise UnknownConversationError(self.session_id, cid)
         plan = TaskPlan(self.runtime.new_id(), cid, items)
         self._tell(Enqueue((plan,)))
         return plan.task_id
@@ -268,13 +280,15 @@ class SessionHandle:
             self._activate()
             return cast(dict[str, Any], self._actor.ask(Destroy(conversation_id), timeout=30))
 
-    def subscribe(self, *, transient: bool = True) -> Feed:
+    def subscribe(self, *, transient: bool = True, limit: int = DEFAULT_FEED_LIMIT) -> Feed:
         """Return a live feed of the session's events from now on.
 
         Its transient text deltas come too, unless ``transient`` is false: a waiter that reads
-        only events is then not woken for every streamed fragment.
+        only events is then not woken for every streamed fragment. It holds at most ``limit``
+        items not yet read: a reader that far behind gets a ``FeedLagged`` with the seq to
+        read the log from (``Feed.catch_up``), not a feed that grows without bound.
         """
-        return self._journal.feed(transient)
+        return self._journal.feed(transient, limit)
 
     async def events(self) -> AsyncIterator[Event | Transient]:
         """Iterate over the live feed from asyncio code, until the session closes (``async with
@@ -282,7 +296,10 @@ class SessionHandle:
         taking text deltas)."""
         with self.subscribe() as feed:
             while (item := await feed.aget(timeout=0.5)) is not None or not self._closed:
-                if item is not None:
+                if isinstance(item, FeedLagged):  # what it missed, from the log
+                    for event in await asyncio.to_thread(feed.catch_up, item):
+                        yield event
+                elif item is not None:
                     yield item
 
     def conversations(self) -> list[ConversationInfo]:
@@ -304,7 +321,7 @@ class SessionHandle:
             conv = self._folded().conversations.get(cid)
             messages = None if conv is None else [m.to_openai() for m in conv.messages]
         if messages is None:
-            raise PlaitError(f"session {self.session_id}: no conversation {cid}")
+            raise UnknownConversationError(self.session_id, cid)
         return messages
 
     def stats(self) -> dict[str, ConversationStats]:
@@ -327,7 +344,7 @@ class SessionHandle:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise PlaitError(f"session {self.session_id} is closed")
+            raise SessionClosedError(self.session_id)
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close.

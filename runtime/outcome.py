@@ -13,6 +13,7 @@ from plait.actors.journal import Feed
 from plait.errors import ModelErrorKind, PlaitError
 from plait.events.types import (
     Event,
+    FeedLagged,
     TaskCompleted,
     TaskDropped,
     TaskEnqueued,
@@ -119,10 +120,12 @@ def await_outcome(
         item = feed.get(timeout=remaining)
         if item is None:
             return follower.timed_out(timeout, raise_timeout)
-        if on_item is not None:
-            on_item(item)
-        if (ended := follower.see(item)) is not None:
-            return ended
+        items = feed.catch_up(item) if isinstance(item, FeedLagged) else [item]
+        for each in items:
+            if on_item is not None:
+                on_item(each)
+            if (ended := follower.see(each)) is not None:
+                return ended
 
 
 async def await_outcome_async(
@@ -137,8 +140,13 @@ async def await_outcome_async(
         item = await feed.aget(timeout=remaining)
         if item is None:
             return follower.timed_out(timeout, raise_timeout)
-        if (ended := follower.see(item)) is not None:
-            return ended
+        if isinstance(item, FeedLagged):  # reads the log: off the loop
+            items: list[Event | Transient] = [*await asyncio.to_thread(feed.catch_up, item)]
+        else:
+            items = [item]
+        for each in items:
+            if (ended := follower.see(each)) is not None:
+                return ended
 
 
 CUT_OFF: dict[str, tuple[Status, str]] = {

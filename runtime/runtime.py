@@ -23,7 +23,7 @@ from plait.actors.messages import StartNext
 from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
-from plait.errors import ContentUnavailableError, PlaitError
+from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
 from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.storage import Expiry, missing_content
 from plait.events.store import EventStore
@@ -143,6 +143,7 @@ class Runtime:
             window = self.settings.context_window
             self.history = msgspec.structs.replace(self.history, context_window=window)
         self._sessions: dict[str, SessionHandle] = {}
+        self._resuming = threading.Lock()
         self._expiry = Expiry(self.store)
         self._expiring = threading.Event()  # set: stop sweeping
         self._expire_every_sec = expire_every_sec
@@ -233,13 +234,15 @@ class Runtime:
     def resume(self, session_id: str) -> SessionHandle:
         """Continue a stored session where it was; a task cut off by a crash is aborted.
 
-        Raises ``ContentUnavailableError`` (and records nothing) when a live conversation's
+        Raises ``UnknownSessionError`` when the store has no such session, and
+        ``ContentUnavailableError`` (and records nothing) when a live conversation's
         content is not in the log: its storage policy did not keep it, or it expired.
         """
-        if session_id in self._sessions:
-            return self._sessions[session_id]
-        past = self._read_session(session_id)
-        return self._resume(session_id, past, task_queue(past).snapshot())
+        with self._resuming:  # one handle (one writer) per session, whoever calls
+            if session_id in self._sessions:
+                return self._sessions[session_id]
+            past = self._read_session(session_id)
+            return self._resume(session_id, past, task_queue(past).snapshot())
 
     def _resume(self, session_id: str, past: list[Event], state: QueueSnapshot) -> SessionHandle:
         """Resume from ``past``, whose tasks ``state`` folds; if any was running or waiting,
@@ -315,7 +318,7 @@ class Runtime:
     def _read_session(self, session_id: str) -> list[Event]:
         past = self.store.read(session_id)
         if not past or not isinstance(past[0].body, SessionStarted):
-            raise PlaitError(f"no session {session_id} in the store")
+            raise UnknownSessionError(session_id)
         return past
 
     def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:

@@ -65,7 +65,8 @@ def test_every_package_the_code_imports_is_declared() -> None:
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = {_dist_name(spec) for spec in project["dependencies"]}
-    declared |= {_dist_name(spec) for spec in project["optional-dependencies"]["postgres"]}
+    for extra in ("postgres", "service"):
+        declared |= {_dist_name(spec) for spec in project["optional-dependencies"][extra]}
     providers = importlib.metadata.packages_distributions()
     missing: dict[str, str] = {}
     for path in ROOT.glob("**/*.py"):
