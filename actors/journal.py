@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from plait.actors.messages import Recorded
+from plait.events.projections.tasks import TASKS
 from plait.events.storage import Policies
 from plait.events.store import EventStore
 from plait.events.types import Body, Event, FeedLagged, NewEvent, Transient
@@ -195,11 +196,19 @@ class Journal:
         self.last_recorded_at = time.monotonic()
         """When it last recorded anything (``time.monotonic``); a clock for idleness only,
         never written to the log."""
+        self._tasks = TASKS.fold(past)
+        self.on_idle: Callable[[], object] | None = None
+        """Called when what it records leaves nothing running or queued."""
 
     @property
     def expires(self) -> bool:
         """Whether a conversation of the session has a ``ttl`` storage policy."""
         return self._policies.expires
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing runs or waits in the session, by what it has recorded."""
+        return self._tasks.running is None and not self._tasks.pending
 
     @property
     def last_seq(self) -> int:
@@ -247,6 +256,10 @@ class Journal:
     def _record(self, items: Sequence[Body | NewEvent], origin: Any) -> list[Event]:
         self.last_recorded_at = time.monotonic()
         events = self._append(items)
+        busy = not self.idle
+        TASKS.fold(events, self._tasks)
+        if busy and self.idle and self.on_idle is not None:
+            self.on_idle()
         notice = Recorded(tuple(events))
         for ref in self._listeners:
             if ref is not origin and ref.is_alive():

@@ -7,6 +7,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
+from plait.errors import ConfigError
+
 __all__ = [
     "APPROVAL_POLICIES",
     "MODEL_PROTOCOL",
@@ -32,6 +34,7 @@ __all__ = [
     "Usage",
     "UtcDateTime",
     "as_text",
+    "check_policy",
     "stricter",
 ]
 
@@ -394,6 +397,13 @@ read-only; ``untrusted``, for every MCP call."""
 
 APPROVAL_POLICIES: tuple[ApprovalPolicy, ...] = ("never", "on-request", "on-write", "untrusted")
 """The approval policies, each asking for more than the one before."""
+
+
+def check_policy(policy: object) -> None:
+    """Raise ``ConfigError`` unless ``policy`` is one of ``APPROVAL_POLICIES``."""
+    if policy not in APPROVAL_POLICIES:
+        known = ", ".join(APPROVAL_POLICIES)
+        raise ConfigError(f"approval policy {policy!r}: expected one of {known}")
 
 
 def stricter(a: ApprovalPolicy, b: ApprovalPolicy | None) -> ApprovalPolicy:

@@ -24,7 +24,6 @@ from plait.actors.messages import (
 )
 from plait.actors.session import Session
 from plait.errors import (
-    ConfigError,
     SessionClosedError,
     UnknownConversationError,
 )
@@ -45,13 +44,13 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.events.values import (
-    APPROVAL_POLICIES,
     ApprovalPolicy,
     ContextChange,
     InputItem,
     InputText,
     TaskPlan,
     ToolPrefs,
+    check_policy,
 )
 from plait.runtime.outcome import TaskOutcome, await_outcome, await_outcome_async
 from plait.runtime.recovery import FORCED, open_calls
@@ -59,7 +58,7 @@ from plait.runtime.recovery import FORCED, open_calls
 if TYPE_CHECKING:
     from plait.runtime.runtime import Runtime
 
-__all__ = ["KEEP", "KeepType", "SessionHandle", "check_policy"]
+__all__ = ["KEEP", "KeepType", "SessionHandle"]
 
 
 class KeepType(enum.Enum):
@@ -89,6 +88,8 @@ class SessionHandle:
         self._changed = threading.Condition(self._lock)  # told when it is passivated or started
         self._active = False
         self._used = time.monotonic()
+        journal.on_idle = runtime._admission.went_idle
+        runtime._admission.enter(self)
         self._start(past)
 
     def _start(self, past: list[Event]) -> None:
@@ -126,6 +127,19 @@ class SessionHandle:
             self._changed.notify_all()
             return True
 
+    def idle_now(self) -> bool:
+        """Whether its actors run with nothing running or queued (by what it recorded)."""
+        return self._active and self._journal.idle
+
+    def passivate_if_free(self) -> bool:
+        """``passivate``, unless another thread is using the handle; return whether it did."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self.idle_now() and self.passivate()
+        finally:
+            self._lock.release()
+
     def idle_for(self) -> float:
         """Seconds since the session was last used or recorded anything."""
         return time.monotonic() - max(self._used, self._journal.last_recorded_at)
@@ -134,9 +148,25 @@ class SessionHandle:
         """Make sure the actors run (bring a passive session back from its log); hold the lock."""
         self._used = time.monotonic()
         if not self._active and not self._closed:
-            self._journal.unseal()
-            self._start(self.runtime.store.read(self.session_id))
+            self.runtime._admission.enter(self)
+            try:
+                self._journal.unseal()
+                self._start(self.runtime.store.read(self.session_id))
+            finally:
+                if not self._active:
+                    self.runtime._admission.leave(self)
             self._changed.notify_all()
+
+    async def _aactivate(self) -> None:
+        """``_activate`` for asyncio code: waits for a place on the loop, holding no thread."""
+        if not self._active and not self._closed:
+            await self.runtime._admission.aenter(self)
+            with self._lock:
+                try:
+                    self._activate()
+                finally:
+                    if not self._active:
+                        self.runtime._admission.leave(self)
 
     def _tell(self, message: Any) -> None:
         with self._lock:
@@ -186,6 +216,7 @@ class SessionHandle:
     ) -> TaskOutcome:
         """``run`` for asyncio code: waits on the event feed, on the caller's loop, holding no
         thread; thousands of them wait at once for the cost of their memory."""
+        await self._aactivate()  # with max_active_sessions, may wait for a place
         with self.subscribe(transient=False) as feed:
             task_id = self.submit(prompt, conversation_id=conversation_id)
             return await await_outcome_async(feed, task_id, timeout)
@@ -194,6 +225,7 @@ class SessionHandle:
         self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
     ) -> str:
         """``submit`` for asyncio code (it does not block: the task is queued)."""
+        await self._aactivate()
         return self.submit(prompt, conversation_id=conversation_id)
 
     async def ainterrupt(self) -> None:
@@ -400,6 +432,7 @@ class SessionHandle:
     def _stop_actors(self, timeout: float) -> None:
         """Stop the actors and servers; the journal records nothing from them after this."""
         self._active = False
+        self.runtime._admission.leave(self)
         self._journal.seal()  # an actor stuck past the timeout cannot write after this
         stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
         with contextlib.suppress(*stuck):
@@ -413,9 +446,3 @@ class SessionHandle:
             with contextlib.suppress(*stuck):
                 self._rerun.stop(timeout=timeout)
             self._rerun = None
-
-
-def check_policy(policy: object) -> None:
-    if policy not in APPROVAL_POLICIES:
-        known = ", ".join(APPROVAL_POLICIES)
-        raise ConfigError(f"approval policy {policy!r}: expected one of {known}")

@@ -42,8 +42,10 @@ from plait.events.values import (
     HistorySettings,
     RuntimeSettings,
     StoragePolicy,
+    check_policy,
 )
-from plait.runtime.handle import SessionHandle, check_policy
+from plait.runtime.admission import Admission
+from plait.runtime.handle import SessionHandle
 from plait.runtime.recovery import (
     OpenCalls,
     Recovery,
@@ -95,6 +97,7 @@ class Runtime:
         approver: Approver | None = None,
         approval_timeout_sec: float = DEFAULT_APPROVAL_TIMEOUT_SEC,
         idle_sec: float | None = None,
+        max_active_sessions: int | None = None,
         _outside: Outside | None = None,
     ) -> None:
         """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
@@ -114,6 +117,10 @@ class Runtime:
         With ``idle_sec``, a session with nothing running or waiting, unused and silent for
         that long, is passivated: its actors stop and release their threads, and its handle
         brings them back from the log on the next call that needs them.
+        With ``max_active_sessions``, at most that many sessions have running actors: a
+        session that needs them when all places are taken makes one by passivating the least
+        recently used idle session, or waits, in order, until one is idle (``start_session``,
+        ``resume`` and the calls that queue work wait; ``arun`` and ``asubmit`` on the loop).
         (``_outside`` is replay's: it answers the model, the MCP servers and the approver
         from the log.)
         """
@@ -143,6 +150,7 @@ class Runtime:
             window = self.settings.context_window
             self.history = msgspec.structs.replace(self.history, context_window=window)
         self._sessions: dict[str, SessionHandle] = {}
+        self._admission = Admission(max_active_sessions)
         self._resuming = threading.Lock()
         self._expiry = Expiry(self.store)
         self._expiring = threading.Event()  # set: stop sweeping
@@ -327,6 +335,11 @@ class Runtime:
         handle = SessionHandle(self, journal, root, past)
         self._sessions[journal.stream] = handle
         return handle
+
+    @property
+    def active_sessions(self) -> int:
+        """How many sessions have running actors (the rest are passive or closed)."""
+        return self._admission.active
 
     def _passivate_every(self, idle_sec: float) -> None:
         """Passivate the sessions idle for ``idle_sec``, looking a few times within it."""

@@ -100,3 +100,21 @@ def test_a_session_with_mcp_servers_restarts_them_and_replays_clean(tmp_path: Pa
         assert sum(isinstance(e.body, McpServerReady) for e in events) == 2
         result = replay(rt.store, session.session_id, timeout=10)
         assert result.ok, result.divergence and result.divergence.message()
+
+
+def test_a_session_passivated_and_resumed_many_times_replays_clean(tmp_path: Path) -> None:
+    # Each round: a conv_create (ids, a child conversation, a continuation), then passivation.
+    rounds = 12
+    steps: list[Step] = []
+    for i in range(rounds):
+        create = call("conv_create", user_instruction=f"child {i}", base_instruction_text="Help.")
+        steps += [Step(tool_calls=[create]), Step(text=f"child says {i}"), Step(text=f"done {i}")]
+    with ScriptedModelServer(steps) as server, runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        for i in range(rounds):
+            assert session.run(f"round {i}", timeout=30).last_assistant_message == f"done {i}"
+            assert session.passivate() and session.passive
+        assert len(session.conversations()) == rounds + 1  # read from the log, still passive
+        assert session.passive
+        result = replay(runtime.store, session.session_id, timeout=10)
+        assert result.ok, result.divergence and result.divergence.message()
