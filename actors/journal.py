@@ -59,6 +59,8 @@ class Feed(Iterator["Event | Transient"]):
         self._closed = False
         self._waiter: asyncio.Future[None] | None = None
         """The asyncio reader waiting for the next item, if one is."""
+        self.after_seq = journal.last_seq
+        """The seq of the last event recorded before the feed began: it holds what follows."""
         self._last_seq = journal.last_seq  # of the last event queued whole
         self._lagging = False  # a FeedLagged is queued and not yet taken: drop what comes
         self._seen_upto = 0  # catch_up handed out the log up to here: skip those events
@@ -89,7 +91,8 @@ class Feed(Iterator["Event | Transient"]):
     def catch_up(self, lagged: FeedLagged) -> list[Event]:
         """Return what the log holds after ``lagged.after_seq`` (what the feed could not
         hold, and perhaps more); the feed then skips the events it returned."""
-        missed = self._journal.store.read(self._journal.stream, after=lagged.after_seq)
+        after = max(lagged.after_seq, self._seen_upto)  # lagged again before reading it
+        missed = self._journal.store.read(self._journal.stream, after=after)
         if missed:
             self._seen_upto = max(self._seen_upto, missed[-1].seq)
         return missed

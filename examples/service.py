@@ -19,12 +19,15 @@ is the ``plait`` command's default store: ``plait log S`` and ``plait audit S`` 
 does shutting down, for every session. A closed session answers 409 (but for its events and
 audit) until ``POST /sessions/S/resume`` reopens it. One a crash left open resumes when used.
 
-``GET .../events?after=SEQ`` (a ``Last-Event-ID`` header wins) opens with a comment once it is
-subscribed, then sends each event with a greater seq once, stored ones first: ``id: <seq>``,
-``event: <type>``, ``data: <the event as plait log --json prints it>``; text deltas come as
-``event: delta`` (reasoning as ``event: reasoning``), with no id. It ends when the session
-closes. Events a storage policy keeps out of the log are not sent: a stream resumes from the
-log. Errors are ``{"error": "..."}``.
+``GET .../events?after=SEQ`` (a ``Last-Event-ID`` header wins) opens with a comment once it
+is subscribed and has read the log, then sends each event with a greater seq once, stored ones
+first: ``id: <seq>``, ``event: <type>``, ``data: <the event as plait log --json prints it>``;
+text deltas come as ``event: delta`` (reasoning as ``event: reasoning``), with no id. It ends
+when the session closes. Events a storage policy keeps out of the log are not sent: a stream
+resumes from the log. A stream ``feed_limit`` items behind (``create_app``) says ``: lagged
+after seq N``, then sends the events after N from the log: the deltas streamed meanwhile are
+lost, no event is. Errors are ``{"error": "...", "session_id": ...}``: 404 for no such session
+or conversation.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from plait import ContentUnavailableError, ModelSettings, PlaitError, Runtime, SessionHandle
-from plait.events import AgentMessageDelta, Event, SessionClosed, Transient, to_jsonl
-from plait.replay.audit import AuditRow, audit
+from plait import ModelSettings, Runtime, SessionHandle
+from plait.errors import ContentUnavailableError, NotFoundError, PlaitError, SessionClosedError
+from plait.events import AgentMessageDelta, Event, FeedLagged, SessionClosed, Transient, to_jsonl
+from plait.replay.audit import audit
 from plait.testing import ScriptedModelServer, Step
 
 KEEPALIVE_SEC = 15.0
@@ -94,15 +98,16 @@ def after_seq(request: Request) -> int:
 class Service:
     """The endpoints, and the sessions this process has opened."""
 
-    def __init__(self, runtime: Runtime, stopping: Callable[[], bool]) -> None:
+    def __init__(self, runtime: Runtime, stopping: Callable[[], bool], feed_limit: int) -> None:
         self.runtime = runtime
         self.stopping = stopping
+        self.feed_limit = feed_limit
         self.handles: dict[str, SessionHandle] = {}
         self.closing: set[str] = set()  # sessions a DELETE is closing
-        self._opening = asyncio.Lock()  # Runtime.resume must not run twice for one session
+        self._opening = asyncio.Lock()  # resume and register as one: no DELETE between them
 
     async def start(self, request: Request) -> Response:
-        handle = self.runtime.start_session()
+        handle = await asyncio.to_thread(self.runtime.start_session)  # a durable write
         self.handles[handle.session_id] = handle
         return as_json(ids(handle), 201)
 
@@ -143,23 +148,14 @@ class Service:
 
     async def history(self, request: Request) -> Response:
         handle = await self._open(request)
-        try:
-            return as_json(handle.history(request.query_params.get("conversation_id")))
-        except PlaitError as exc:  # the one it raises: no such conversation
-            raise HTTPException(404, str(exc)) from None
+        return as_json(handle.history(request.query_params.get("conversation_id")))
 
     async def conversations(self, request: Request) -> Response:
         return as_json((await self._open(request)).conversations())
 
     async def audit(self, request: Request) -> Response:
-        session_id = request.path_params["session_id"]
-
-        def rows() -> list[AuditRow]:  # reads the whole log: on a worker thread
-            if self.runtime.store.last_seq(session_id) == 0:
-                raise HTTPException(404, f"no session {session_id}")
-            return audit(self.runtime.store, session_id)
-
-        return as_json(await asyncio.to_thread(rows))
+        store, session_id = self.runtime.store, request.path_params["session_id"]
+        return as_json(await asyncio.to_thread(audit, store, session_id))  # reads the whole log
 
     async def events(self, request: Request) -> Response:
         after, session_id = after_seq(request), request.path_params["session_id"]
@@ -174,16 +170,20 @@ class Service:
         with contextlib.ExitStack() as stack:  # the feed closes however the stream ends
             # Subscribe, then read the log: an event recorded in between is in both (and is
             # skipped the second time by its seq); none can fall between them.
-            feed = None if handle is None else stack.enter_context(handle.subscribe())
-            yield f": session {session_id}\n\n"  # subscribed: what follows misses nothing
+            limit = self.feed_limit
+            feed = None if handle is None else stack.enter_context(handle.subscribe(limit=limit))
+            stored = await asyncio.to_thread(self.runtime.store.read, session_id, after=after)
+            # From here what follows misses nothing. (Said after the read: deltas the feed took
+            # meanwhile come after the events read, so a task started now streams in order.)
+            yield f": session {session_id}\n\n"
             last = after
-            for event in await asyncio.to_thread(self.runtime.store.read, session_id, after=after):
+            for event in stored:
                 last = event.seq
                 yield sse(event)
             heard = time.monotonic()
             # Live until the session closes (no handle; or a DELETE since, which drops it) or
             # the server stops. A client that leaves cancels this generator where it waits.
-            while feed is not None and self.handles.get(session_id) is handle:
+            while feed is not None and not feed.closed and self.handles.get(session_id) is handle:
                 if self.stopping():
                     return
                 if (item := await feed.aget(timeout=1.0)) is None:  # a stop is seen within 1 s
@@ -192,11 +192,16 @@ class Service:
                         yield ": keep-alive\n\n"
                     continue
                 heard = time.monotonic()
-                if not isinstance(item, Event) or item.seq > last:  # else sent from the log
-                    last = item.seq if isinstance(item, Event) else last
-                    yield sse(item)
-                if isinstance(item, Event) and isinstance(item.body, SessionClosed):
-                    return
+                items: list[Event | Transient] = [item]
+                if isinstance(item, FeedLagged):  # this stream fell behind: the log has the rest
+                    yield f": lagged after seq {item.after_seq}\n\n"
+                    items = [*await asyncio.to_thread(feed.catch_up, item)]
+                for each in items:
+                    if not isinstance(each, Event) or each.seq > last:  # else sent already
+                        last = each.seq if isinstance(each, Event) else last
+                        yield sse(each)
+                    if isinstance(each, Event) and isinstance(each.body, SessionClosed):
+                        return
 
     async def _task(self, request: Request) -> tuple[SessionHandle, TaskBody]:
         try:
@@ -205,20 +210,15 @@ class Service:
             expected = 'a JSON object {"prompt": str, "conversation_id": str (optional)}'
             raise HTTPException(400, f"expected {expected}: {exc}") from None
         # Once the session is open, nothing is awaited until the task is queued: a DELETE
-        # cannot close it in between.
-        handle, cid = await self._open(request), body.conversation_id
-        # A task for a conversation that does not exist would wait for ever: refuse it here.
-        if cid is not None and cid not in {c.id for c in handle.conversations()}:
-            raise HTTPException(404, f"session {handle.session_id}: no conversation {cid}")
-        return handle, body
+        # cannot close it in between. (A conversation it lacks: UnknownConversationError.)
+        return await self._open(request), body
 
     async def _open(self, request: Request) -> SessionHandle:
-        """The handle of the request's session; 409 if it is closed."""
+        """The handle of the request's session; ``SessionClosedError`` if it is closed."""
         session_id = request.path_params["session_id"]
         handle = await self._lookup(session_id)
         if handle is None or session_id in self.closing:
-            hint = f"POST /sessions/{session_id}/resume reopens it"
-            raise HTTPException(409, f"session {session_id} is closed ({hint})")
+            raise SessionClosedError(session_id)
         return handle
 
     async def _lookup(self, session_id: str, *, reopen: bool = False) -> SessionHandle | None:
@@ -234,12 +234,13 @@ class Service:
         return self.handles[session_id]
 
     def _resume(self, session_id: str, reopen: bool) -> SessionHandle | None:
+        """Resume the session; ``None`` if it is closed (Runtime.resume reopens it), unless
+        ``reopen``. ``UnknownSessionError`` if the store has no such session."""
         store = self.runtime.store
-        if (last := store.last_seq(session_id)) == 0:
-            raise HTTPException(404, f"no session {session_id}")
-        # Runtime.resume opens a closed session too: only /resume may.
-        closed = isinstance(store.read(session_id, after=last - 1)[-1].body, SessionClosed)
-        return None if closed and not reopen else self.runtime.resume(session_id)
+        last = store.read(session_id, after=max(store.last_seq(session_id) - 1, 0))
+        if last and isinstance(last[-1].body, SessionClosed) and not reopen:
+            return None
+        return self.runtime.resume(session_id)
 
     async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -247,16 +248,23 @@ class Service:
 
     async def plait_error(self, request: Request, exc: Exception) -> Response:
         """A ``PlaitError`` as a JSON error that says which session; never a traceback."""
-        session_id = request.path_params.get("session_id")
-        # 409: a session closed meanwhile, or content its storage policy did not keep.
-        gone = isinstance(exc, ContentUnavailableError) or session_id in self.closing
-        return as_json({"error": str(exc), "session_id": session_id}, 409 if gone else 500)
+        error, status, session_id = str(exc), 500, request.path_params.get("session_id")
+        if isinstance(exc, NotFoundError):  # no such session, or no such conversation in it
+            status = 404
+        elif isinstance(exc, SessionClosedError):
+            error, status = f"{exc} (POST /sessions/{exc.session_id}/resume reopens it)", 409
+        elif isinstance(exc, ContentUnavailableError):  # its storage policy did not keep it
+            status = 409
+        return as_json({"error": error, "session_id": session_id}, status)
 
 
-def create_app(runtime: Runtime, *, stopping: Callable[[], bool] = lambda: False) -> Starlette:
+def create_app(
+    runtime: Runtime, *, stopping: Callable[[], bool] = lambda: False, feed_limit: int = 10_000
+) -> Starlette:
     """Return the service's ASGI app on ``runtime``; its shutdown closes the runtime. Event
-    streams end once ``stopping()`` is true (the server would otherwise wait for them)."""
-    service = Service(runtime, stopping)
+    streams end once ``stopping()`` is true (the server would otherwise wait for them); one
+    that falls ``feed_limit`` items behind (plait's default) catches up from the log."""
+    service = Service(runtime, stopping, feed_limit)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

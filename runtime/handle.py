@@ -34,14 +34,12 @@ from plait.events.projections.history import (
     conversation_index,
 )
 from plait.events.projections.stats import ConversationStats, StatsProjection
-from plait.events.projections.tasks import QueueSnapshot, task_queue
+from plait.events.projections.tasks import QueueSnapshot
 from plait.events.types import (
     Event,
     FeedLagged,
-    NewEvent,
     SessionClosed,
     Transient,
-    TurnAborted,
 )
 from plait.events.values import (
     ApprovalPolicy,
@@ -53,7 +51,7 @@ from plait.events.values import (
     check_policy,
 )
 from plait.runtime.outcome import TaskOutcome, await_outcome, await_outcome_async
-from plait.runtime.recovery import FORCED, open_calls
+from plait.runtime.recovery import forced_close
 
 if TYPE_CHECKING:
     from plait.runtime.runtime import Runtime
@@ -110,6 +108,11 @@ class SessionHandle:
         self._actor = Session.start(journal, deps, self.root_conversation_id, past)
         self._scheduler: Any = self._actor.ask(GetScheduler())
         self._active = True
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session is closed (by this handle, or by the runtime's close)."""
+        return self._closed
 
     @property
     def passive(self) -> bool:
@@ -411,14 +414,7 @@ class SessionHandle:
         """Stop the actors, end a task that did not stop in time, record the close."""
         self._stop(timeout)
         # A task that did not stop in time is ended here: no actor can record any more.
-        past = self.runtime.store.read(self.session_id)
-        plan = task_queue(past).running
-        ended: list[NewEvent] = []
-        if plan is not None:
-            why = FORCED.format(timeout=timeout)
-            forced = TurnAborted("interrupted", "forced_close", why)
-            bodies = open_calls(past, plan.task_id, "forced_close").ending(forced)
-            ended = [NewEvent(b, plan.conversation_id, plan.task_id) for b in bodies]
+        ended = forced_close(self.runtime.store.read(self.session_id), timeout)
         self._journal.record_last([*ended, SessionClosed("closed by the embedder")])
 
     def _stop(self, timeout: float) -> None:

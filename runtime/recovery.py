@@ -68,6 +68,7 @@ __all__ = [
     "Recovery",
     "Rerun",
     "cut_off",
+    "forced_close",
     "in_flight",
     "open_calls",
     "took_over",
@@ -262,6 +263,18 @@ class Recovery(msgspec.Struct, frozen=True):
     """Tasks that were waiting to run; they run now, in order, if the session resumed."""
     not_resumed: str = ""
     """Why the session was not resumed (empty when it was)."""
+
+
+def forced_close(past: Sequence[Event], timeout: float) -> list[NewEvent]:
+    """What ends the task that ``past`` shows running when its session's close gave up on it
+    after ``timeout`` seconds (nothing, if none runs): its open calls' answers, then
+    ``TurnAborted(interrupted)`` with the cause ``forced_close``."""
+    plan = task_queue(past).running
+    if plan is None:
+        return []
+    forced = TurnAborted("interrupted", "forced_close", FORCED.format(timeout=timeout))
+    bodies = open_calls(past, plan.task_id, "forced_close").ending(forced)
+    return [NewEvent(body, plan.conversation_id, plan.task_id) for body in bodies]
 
 
 def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event], QueueSnapshot]]:

@@ -161,3 +161,27 @@ def test_deltas_reach_a_feed_that_keeps_up_in_full(tmp_path: Path) -> None:
         deltas = [i.text for i in items if isinstance(i, AgentMessageDelta)]
         assert "".join(deltas) == "y" * 50
         assert not any(isinstance(i, FeedLagged) for i in items)
+
+
+def test_a_feed_that_lags_twice_hands_out_each_event_once() -> None:
+    from plait.actors.journal import Journal
+    from plait.events import MemoryStore, SessionClosed
+
+    journal = Journal(MemoryStore(), "s")
+    feed = journal.feed(limit=2)
+    assert feed.after_seq == 0
+    seen: list[int] = []
+    for _ in range(3):
+        journal.record([SessionClosed("one at a time")])
+    first = [feed.get(timeout=0) for _ in range(3)]
+    seen += [e.seq for e in first if isinstance(e, Event)]
+    assert isinstance(first[-1], FeedLagged) and first[-1].after_seq == 2
+    for _ in range(3):
+        journal.record([SessionClosed("more")])
+    seen += [e.seq for e in feed.catch_up(first[-1])]
+    while (item := feed.get(timeout=0)) is not None:
+        if isinstance(item, FeedLagged):
+            seen += [e.seq for e in feed.catch_up(item)]
+        elif isinstance(item, Event):
+            seen.append(item.seq)
+    assert seen == [1, 2, 3, 4, 5, 6]

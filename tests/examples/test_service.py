@@ -18,6 +18,7 @@ import httpx2
 import uvicorn
 from scripted import runtime_for
 
+from plait.events import SessionClosed, SqliteStore
 from plait.testing import ScriptedModelServer, Step
 
 SERVICE_PY = Path(__file__).resolve().parents[2] / "examples" / "service.py"
@@ -73,13 +74,15 @@ def uvicorn_serving(app: Any) -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path, steps: list[Step]) -> AsyncIterator[httpx2.AsyncClient]:
-    """The service on a SQLite log in ``tmp_path`` and a model that answers ``steps``; yield
-    an HTTP client for it."""
+async def serving(
+    tmp_path: Path, steps: list[Step], **app_options: Any
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """The service (``create_app(runtime, **app_options)``) on a SQLite log in ``tmp_path`` and
+    a model that answers ``steps``; yield an HTTP client for it."""
     with ScriptedModelServer(steps) as model:
         runtime = runtime_for(model, tmp_path)
         try:
-            with uvicorn_serving(service.create_app(runtime)) as url:
+            with uvicorn_serving(service.create_app(runtime, **app_options)) as url:
                 async with httpx2.AsyncClient(base_url=url, timeout=WAIT) as client:
                     yield client
         finally:
@@ -101,6 +104,8 @@ class EventStream:
         assert response.status_code == 200, response.text
         assert response.headers["content-type"].startswith("text/event-stream")
         self._lines = response.aiter_lines()
+        self.comments: list[str] = []
+        """The comment lines read so far (``: ...``), which ``next`` skips."""
 
     async def next(self) -> Message | None:
         """The next message; ``None`` once the server has ended the stream."""
@@ -109,7 +114,9 @@ class EventStream:
             if not line and "data" in fields:
                 seq = int(fields["id"]) if "id" in fields else None
                 return Message(seq, fields["event"], json.loads(fields["data"]))
-            if line and not line.startswith(":"):  # a comment is ignored
+            if line.startswith(":"):
+                self.comments.append(line)
+            elif line:
                 name, _, value = line.partition(":")
                 fields[name] = value.removeprefix(" ")
         return None
@@ -234,6 +241,34 @@ async def test_a_stream_opened_mid_task_catches_up_from_the_log_then_goes_live(
     assert stored_late[-1].data["body"]["last_assistant_message"] == "x" * 100
 
 
+async def test_a_stream_that_falls_behind_still_sends_every_event_once(tmp_path: Path) -> None:
+    # The app's feeds hold 2 items: five replies' deltas, streamed with no delay, and the events
+    # recorded together overflow the stream's feed before its loop takes them, again and again,
+    # so events too come from the log (with 3, often only deltas are lost). The client reads
+    # nothing until the last task is over.
+    tasks, text = 5, "y" * 200
+    steps = [Step(text=text, chunk_chars=1) for _ in range(tasks)]
+    async with serving(tmp_path, steps, feed_limit=2) as client:
+        session_id = await new_session(client)
+        one = f"/sessions/{session_id}"
+        async with events(client, session_id) as stream:
+            for n in range(tasks - 1):  # queued: the last one, /run, ends after them
+                posted = await client.post(f"{one}/tasks", json={"prompt": f"q{n}"})
+                assert posted.status_code == 202, posted.text
+            ran = await client.post(f"{one}/run", json={"prompt": "last"})
+            assert ran.status_code == 200, ran.text
+            seen = await stream.until(ENDS, ran.json()["task_id"])
+    assert any(c.startswith(": lagged after seq ") for c in stream.comments), stream.comments
+    stored = [m for m in seen if m.id is not None]
+    assert [m.id for m in stored] == list(range(1, len(stored) + 1))  # none missing, none twice
+    ended = [m.data["body"]["last_assistant_message"] for m in stored if m.event in ENDS]
+    assert ended == [text] * tasks
+    with SqliteStore(tmp_path / "plait.db") as store:
+        log = store.read(session_id)
+    assert [(m.id, m.event) for m in stored] == [(e.seq, type(e.body).__name__) for e in log[:-1]]
+    assert isinstance(log[-1].body, SessionClosed)  # the app's shutdown closed it
+
+
 async def test_an_interrupted_task_shows_in_the_stream_and_a_closed_session_refuses_tasks(
     tmp_path: Path,
 ) -> None:
@@ -259,7 +294,8 @@ async def test_an_interrupted_task_shows_in_the_stream_and_a_closed_session_refu
         again = await client.post(f"/sessions/{session_id}/tasks", json={"prompt": "more"})
         assert again.status_code == 409
         hint = f"POST /sessions/{session_id}/resume reopens it"
-        assert again.json() == {"error": f"session {session_id} is closed ({hint})"}
+        said = f"session {session_id} is closed ({hint})"
+        assert again.json() == {"error": said, "session_id": session_id}
         assert (await client.post(f"/sessions/{session_id}/interrupt")).status_code == 409
         assert (await client.get(f"/sessions/{session_id}/history")).status_code == 409
         assert (await client.delete(f"/sessions/{session_id}")).status_code == 204  # twice: fine
