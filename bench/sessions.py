@@ -122,7 +122,7 @@ def held(n: int, tmp: Path) -> list[Line]:
                 warm.append(time.perf_counter() - start)
     ms = 1000 * statistics.median(woken)
     return [
-        (f"{n} sessions: threads, most active / all idle", f"{active_threads - base_threads}",
+        (f"{n} sessions: threads, after use / all idle", f"{active_threads - base_threads}",
          f"{passive_threads - base_threads}", "", "small constant"),
         (f"{n} sessions: RSS MiB per session, used / idle",
          f"{(active_rss - base_rss) / n:.3f}", f"{(passive_rss - base_rss) / n:.3f}", "", ""),
