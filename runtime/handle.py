@@ -88,7 +88,7 @@ class SessionHandle:
         self._used = time.monotonic()
         journal.on_idle = runtime._admission.went_idle
         runtime._admission.enter(self)
-        self._start(past)
+        self._start_placed(past)
 
     def _start(self, past: list[Event]) -> None:
         """Start the session's actors (and MCP servers) from its log."""
@@ -108,6 +108,14 @@ class SessionHandle:
         self._actor = Session.start(journal, deps, self.root_conversation_id, past)
         self._scheduler: Any = self._actor.ask(GetScheduler())
         self._active = True
+
+    def _start_placed(self, past: list[Event]) -> None:
+        """Start the actors in the place ``Admission`` gave; if they do not start, give it back."""
+        try:
+            self._start(past)
+        finally:
+            if not self._active:
+                self.runtime._admission.leave(self)
 
     @property
     def closed(self) -> bool:
@@ -152,12 +160,8 @@ class SessionHandle:
         self._used = time.monotonic()
         if not self._active and not self._closed:
             self.runtime._admission.enter(self)
-            try:
-                self._journal.unseal()
-                self._start(self.runtime.store.read(self.session_id))
-            finally:
-                if not self._active:
-                    self.runtime._admission.leave(self)
+            self._journal.unseal()
+            self._start_placed(self.runtime.store.read(self.session_id))
             self._changed.notify_all()
 
     async def _aactivate(self) -> None:
