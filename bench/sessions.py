@@ -1,12 +1,15 @@
 """Many sessions in one process: N concurrent ``await session.arun`` beside N threads.
 
-Run from the repository root: ``python bench/sessions.py [--quick]`` (see README.md).
+Run from the repository root: ``python bench/sessions.py [--quick]`` (see README.md). The
+scripted model server of the N concurrent tasks runs in a process of its own (as a real one
+would), so that its threads do not take this process's GIL.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import threading
@@ -15,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from report import Line, table
+from service import DELAY, helper
 
 from plait.actors.model import ModelSettings
 from plait.runtime import Runtime
@@ -23,24 +27,23 @@ from plait.testing import ScriptedModelServer, Step
 IDLE_SEC = 2.0
 """How long a session idles before the runtime passivates it, in the bench of held sessions."""
 
-DELAY = 0.2
-"""Seconds each scripted reply takes: the ideal wall time of N tasks run at once."""
 
 
-def script(n: int) -> list[Step]:
-    # Ten chunks a reply, DELAY seconds in all: the model server is the only wait.
-    return [Step(text="x" * 10, chunk_chars=1, chunk_delay=DELAY / 10) for _ in range(n)]
+def model_server(replies: int) -> contextlib.AbstractContextManager[tuple[str, int]]:
+    """The scripted model server in a process of its own (``bench/service.py``'s): ``replies``
+    replies of ten chunks over DELAY seconds; yields its URL and pid."""
+    return helper("--model", str(replies))
 
 
-def runtime_on(server: ScriptedModelServer, tmp: Path) -> Runtime:
-    settings = ModelSettings(base_url=server.base_url, api_key="bench", model="bench")
+def runtime_on(model_url: str, tmp: Path) -> Runtime:
+    settings = ModelSettings(base_url=model_url, api_key="bench", model="bench")
     return Runtime(tmp / "plait.db", model=settings, workdir=tmp, expire_every_sec=None)
 
 
 async def on_the_loop(n: int, tmp: Path) -> tuple[float, float]:
     """Wall time of n concurrent ``arun`` (one per session), and the loop's worst lateness:
     how late a 10 ms timer on the same loop fired, at most."""
-    with ScriptedModelServer(script(n)) as server, runtime_on(server, tmp) as runtime:
+    with model_server(n) as (url, _), runtime_on(url, tmp) as runtime:
         handles = [runtime.start_session() for _ in range(n)]
         late: list[float] = []
         running = True
@@ -64,7 +67,7 @@ async def on_the_loop(n: int, tmp: Path) -> tuple[float, float]:
 
 def on_threads(n: int, tmp: Path) -> float:
     """Wall time of n ``run`` calls, one thread each (one session each)."""
-    with ScriptedModelServer(script(n)) as server, runtime_on(server, tmp) as runtime:
+    with model_server(n) as (url, _), runtime_on(url, tmp) as runtime:
         handles = [runtime.start_session() for _ in range(n)]
         threads = [threading.Thread(target=h.run, args=("go",)) for h in handles]
         start = time.perf_counter()
@@ -135,7 +138,7 @@ def reopened(turns: int, tmp: Path) -> list[Line]:
     """One session with a long log, passivated: its first call again (it folds the log and
     starts the actors) beside the same call once it runs."""
     server = ScriptedModelServer([Step(text=f"reply {i}") for i in range(turns)])
-    with server, runtime_on(server, tmp) as runtime:
+    with server, runtime_on(server.base_url, tmp) as runtime:
         session = runtime.start_session()
         for i in range(turns):
             session.run(f"turn {i}", timeout=60)
