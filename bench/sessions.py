@@ -28,7 +28,6 @@ IDLE_SEC = 2.0
 """How long a session idles before the runtime passivates it, in the bench of held sessions."""
 
 
-
 def model_server(replies: int) -> contextlib.AbstractContextManager[tuple[str, int]]:
     """The scripted model server in a process of its own (``bench/service.py``'s): ``replies``
     replies of ten chunks over DELAY seconds; yields its URL and pid."""

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from plait.errors import ConfigError, PlaitError
+from plait.errors import ConfigError
 
 if TYPE_CHECKING:
     from plait.runtime.handle import SessionHandle
@@ -59,22 +58,15 @@ class Admission:
         """How many sessions hold a place."""
         return len(self._active)
 
-    def enter(self, handle: SessionHandle, timeout: float | None = None) -> None:
+    def enter(self, handle: SessionHandle) -> None:
         """Take a place for ``handle`` (hold its lock), waiting in order for one."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         ticket = None
         try:
             while not self._try(handle, ticket):
                 if ticket is None:
                     ticket = self._wait_in_line(None)
                     continue
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise PlaitError(
-                        f"session {handle.session_id}: no place to run within {timeout} s "
-                        f"({self.most} sessions are busy: max_active_sessions)"
-                    )
-                ticket.event.wait(left)
+                ticket.event.wait()
                 ticket.event.clear()
         finally:
             self._leave_line(ticket)
@@ -114,7 +106,6 @@ class Admission:
             with self._lock:
                 sid = handle.session_id
                 if sid in self._active:
-                    self._active[sid] = self._active.pop(sid)  # most recently used last
                     return True
                 if self._queue and self._queue[0] is not ticket:
                     return False
@@ -122,6 +113,7 @@ class Admission:
                     self._active[sid] = handle
                     return True
                 idle = [h for h in self._active.values() if h is not handle and h.idle_now()]
+            idle.sort(key=lambda h: h.idle_for(), reverse=True)  # least recently used first
             if not any(victim.passivate_if_free() for victim in idle):
                 return False
 
