@@ -169,16 +169,20 @@ class SessionHandle:
         if not self._active and not self._closed:
             await self.runtime._admission.aenter(self)
             with self._lock:
-                try:
-                    self._activate()
-                finally:
-                    if not self._active:
-                        self.runtime._admission.leave(self)
+                if self._closed:  # closed while it waited: it needs no place
+                    self.runtime._admission.leave(self)
+                self._activate()
 
-    def _tell(self, message: Any) -> None:
+    def _tell(self, message: Enqueue) -> None:
+        """Queue ``message``'s plans; a conversation the actors do not know is refused."""
         with self._lock:
             self._check_open()
             self._activate()
+            cids = {plan.conversation_id for plan in message.plans} - {self.root_conversation_id}
+            if cids:  # a task for one that is not would wait for ever
+                _, index = self._ask_live(ListConversations())
+                if unknown := sorted(cids - {info.id for info in index}):
+                    raise UnknownConversationError(self.session_id, unknown[0])
             self._scheduler.tell(message)
 
     def submit(
@@ -190,11 +194,7 @@ class SessionHandle:
         ``SessionClosedError`` once it is closed.
         """
         items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
-        cid = conversation_id or self.root_conversation_id
-        self._check_open()
-        if cid != self.root_conversation_id and all(c.id != cid for c in self.conversations()):
-            raise UnknownConversationError(self.session_id, cid)
-        plan = TaskPlan(self.runtime.new_id(), cid, items)
+        plan = TaskPlan(self.runtime.new_id(), conversation_id or self.root_conversation_id, items)
         self._tell(Enqueue((plan,)))
         return plan.task_id
 

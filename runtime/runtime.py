@@ -347,7 +347,7 @@ class Runtime:
             for handle in list(self._sessions.values()):
                 if handle.idle_for() >= idle_sec:
                     try:
-                        handle.passivate()
+                        handle.passivate_if_free()  # one in use is looked at next time
                     except Exception:  # a session closing meanwhile: the next look tries again
                         log.debug("passivating session %s failed", handle.session_id, exc_info=True)
 

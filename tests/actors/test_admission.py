@@ -59,10 +59,16 @@ async def test_a_task_waits_for_a_place_in_order_and_never_blocks_the_loop(
         third = asyncio.create_task(sessions[0].arun("third", timeout=60))
         fourth = asyncio.create_task(sessions[1].arun("fourth", timeout=60))
         ticks = 0
-        while not third.done():  # the loop runs while they wait
-            await asyncio.sleep(0.005)
-            ticks += 1
-        outcomes = await asyncio.gather(*busy, third, fourth)
+
+        async def tick() -> None:  # counts the loop's turns while the tasks wait
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        outcomes = await asyncio.wait_for(asyncio.gather(*busy, third, fourth), 60)
+        ticker.cancel()
         assert [o.last_assistant_message for o in outcomes[2:]] == ["third", "fourth"]
         assert all(o.ok for o in outcomes) and ticks > 1
         logs = [runtime.store.read(s.session_id) for s in sessions]
