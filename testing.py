@@ -234,6 +234,7 @@ class ScriptedModelServer:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024  # as real servers: a thousand clients connecting at once wait
     script: ScriptedModelServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:

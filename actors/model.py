@@ -15,17 +15,20 @@ import asyncio
 import contextlib
 import os
 import re
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import msgspec
 
 from plait.actors.stream import Assembly, Failure, ModelReply, decode_chunk, encode, ignore
+from plait.actors.transport import ConnectFailed, ReadTimedOut, StreamBroken, Transport
 from plait.errors import ModelError, ModelErrorKind
 from plait.events.values import ModelOptions
 
 if TYPE_CHECKING:
-    import openai
+    pass
 
 __all__ = ["AttemptFailed", "ModelClient", "ModelReply", "ModelRequest", "ModelSettings"]
 
@@ -117,6 +120,13 @@ class ModelClient:
         self.base_url = str(self._client.base_url).rstrip("/")
         """The base URL requests go to, after the environment and SDK defaults applied."""
         self._headers = {"Content-Type": "application/json", **settings.headers}
+        self._transport: Transport | None = None  # None: through the SDK's client (a proxy)
+        if not _proxied(self.base_url):
+            sdk = {**self._client.default_headers, **self._client.auth_headers}
+            headers = {name: value for name, value in sdk.items() if isinstance(value, str)}
+            self._transport = Transport(
+                self.base_url, {**headers, **self._headers}, timeout_sec=settings.timeout_sec
+            )
         self._usage_asked = True  # False once the server refused stream_options
         self._cap_field: str | None = None  # the cap's field, once the server named it
 
@@ -203,6 +213,8 @@ class ModelClient:
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
+        if self._transport is not None:
+            await self._transport.aclose()
         await self._client.close()
 
     @property
@@ -216,6 +228,31 @@ class ModelClient:
 
     async def _attempt(self, content: bytes, assembly: Assembly) -> None:
         """Send one request and feed its stream to ``assembly``; raise ``Failure`` on failure."""
+        if self._transport is None:
+            await self._attempt_through_sdk(content, assembly)
+            return
+        try:
+            async with self._transport.post("/chat/completions", content) as response:
+                if response.status >= 400:
+                    body = await response.read()
+                    raise _status_failure(response.status, response.reason, response.headers, body)
+                try:
+                    async for line in response.lines():
+                        self._feed(line, assembly)
+                except ReadTimedOut as exc:
+                    if not assembly.done:
+                        raise self._timeout() from exc
+                except StreamBroken as exc:
+                    if not assembly.done:
+                        raise _dropped(assembly, str(exc)) from exc
+        except ReadTimedOut as exc:
+            raise self._timeout() from exc
+        except (ConnectFailed, StreamBroken) as exc:
+            raise self._unreachable(exc) from exc
+        self._check_whole(assembly)
+
+    async def _attempt_through_sdk(self, content: bytes, assembly: Assembly) -> None:
+        """``_attempt`` through the SDK's HTTP client, which speaks to proxies."""
         import httpx2
         import openai
 
@@ -230,7 +267,11 @@ class ModelClient:
                 stream=True,
             )
         except openai.APIStatusError as exc:
-            raise _status_failure(exc) from exc
+            raw = exc.response
+            await raw.aread()
+            raise _status_failure(
+                raw.status_code, raw.reason_phrase, raw.headers, raw.content
+            ) from exc
         except openai.APITimeoutError as exc:
             if isinstance(exc.__cause__, httpx2.ConnectTimeout | httpx2.PoolTimeout):
                 raise self._unreachable(exc.__cause__) from exc
@@ -240,27 +281,34 @@ class ModelClient:
         async with contextlib.aclosing(response):
             try:
                 async for line in response.aiter_lines():
-                    if not line.startswith("data:") or assembly.done:
-                        continue  # blank separators, ``event:``/``id:`` fields, ``:`` comments
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        # Read on to the end of the body, so the connection can be reused.
-                        assembly.done = True
-                        continue
-                    try:
-                        chunk = decode_chunk(data)
-                    except msgspec.DecodeError as exc:
-                        raise Failure(
-                            "malformed",
-                            f"malformed stream from the model server: {exc}: {data[:80]!r}",
-                        ) from exc
-                    assembly.feed(chunk)
+                    self._feed(line.encode(), assembly)
             except httpx2.TimeoutException as exc:
                 if not assembly.done:
                     raise self._timeout() from exc
             except httpx2.TransportError as exc:
                 if not assembly.done:
                     raise _dropped(assembly, str(exc) or type(exc).__name__) from exc
+        self._check_whole(assembly)
+
+    @staticmethod
+    def _feed(line: bytes, assembly: Assembly) -> None:
+        """Take one line of the SSE stream."""
+        if not line.startswith(b"data:") or assembly.done:
+            return  # blank separators, ``event:``/``id:`` fields, ``:`` comments
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            assembly.done = True  # the body is still read to its end: the connection is reused
+            return
+        try:
+            chunk = decode_chunk(data)
+        except msgspec.DecodeError as exc:
+            raise Failure(
+                "malformed", f"malformed stream from the model server: {exc}: {data[:80]!r}"
+            ) from exc
+        assembly.feed(chunk)
+
+    @staticmethod
+    def _check_whole(assembly: Assembly) -> None:
         if not assembly.done and assembly.finish_reason is None:
             raise _dropped(assembly, "the stream ended without a finish_reason or [DONE]")
 
@@ -274,6 +322,16 @@ class ModelClient:
         return Failure("unavailable", f"cannot reach the model server at {self.base_url}: {detail}")
 
 
+def _proxied(url: str) -> bool:
+    """Whether the environment sends requests for ``url`` through a proxy (``HTTPS_PROXY`` and
+    the like, less ``NO_PROXY``), as the SDK's HTTP client would."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(parts.netloc)
+
+
 def _dropped(assembly: Assembly, detail: str) -> Failure:
     streamed = sum(map(len, assembly.text))
     where = f"after {streamed} characters of text" if streamed else "before the reply was complete"
@@ -281,8 +339,8 @@ def _dropped(assembly: Assembly, detail: str) -> Failure:
     return Failure("disconnected", f"the model server closed the stream {where}: {detail}")
 
 
-def _status_failure(exc: openai.APIStatusError) -> Failure:
-    status = exc.status_code
+def _status_failure(status: int, reason: str, headers: Mapping[str, str], body: bytes) -> Failure:
+    """The failure an error answer means, and when the server asks to be tried again."""
     kind: ModelErrorKind
     if status in (401, 403):
         kind, what = "auth", "rejected the API key"
@@ -292,19 +350,26 @@ def _status_failure(exc: openai.APIStatusError) -> Failure:
         kind, what = "unavailable", "failed"
     else:
         kind, what = "bad_request", "refused the request"
-    failure = Failure(kind, f"the model server {what} ({status}): {_server_message(exc)}", status)
+    message = _server_message(body) or reason or "no message"
+    failure = Failure(kind, f"the model server {what} ({status}): {message}", status)
     for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         with contextlib.suppress(ValueError):
-            failure.retry_after = float(exc.response.headers.get(header, "")) * scale
+            failure.retry_after = float(headers.get(header, "")) * scale
             break
     return failure
 
 
-def _server_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    error = body.get("error", body) if isinstance(body, dict) else body
+def _server_message(body: bytes) -> str:
+    """The error message in an error answer's body (OpenAI's ``{"error": {"message"}}``, or
+    another server's JSON or text), on one line; ``""`` for none."""
+    try:
+        error: object = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        error = body.decode("utf-8", "replace")
+    if isinstance(error, dict):
+        error = error.get("error", error)
     if isinstance(error, dict):
         error = error.get("message")
-    if isinstance(error, str) and error.strip():
+    if isinstance(error, str):
         return " ".join(error.split())[:300]
-    return exc.response.reason_phrase or "no message"
+    return ""

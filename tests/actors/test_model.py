@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -351,3 +354,75 @@ def test_a_completion_on_the_effect_loop_is_cancelled_through_its_future(
     finally:
         effects.submit(client.aclose()).result(5)
         effects.close()
+
+
+class ForwardProxy:
+    """A real forwarding HTTP proxy on loopback: absolute-form requests, one connection each."""
+
+    def __init__(self) -> None:
+        self.targets: list[str] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self._listener.accept()
+                threading.Thread(target=self._forward, args=(client,), daemon=True).start()
+
+    def _forward(self, client: socket.socket) -> None:
+        with client, contextlib.suppress(OSError):
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += client.recv(65536) or b"\r\n\r\n"
+            method, target, rest = head.split(b" ", 2)
+            url = urllib.parse.urlsplit(target.decode())
+            self.targets.append(target.decode())
+            with socket.create_connection((url.hostname, url.port or 80)) as upstream:
+                upstream.sendall(b"%s %s %s" % (method, url.path.encode(), rest))
+                threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
+                _pump(upstream, client)
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture
+def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[ForwardProxy]:
+    proxy = ForwardProxy()
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    yield proxy
+    proxy.close()
+
+
+@pytest.mark.parametrize("bypassed", [False, True], ids=["proxied", "no_proxy"])
+async def test_a_proxy_in_the_environment_carries_the_requests(
+    server: ScriptedModelServer,
+    proxy: ForwardProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    bypassed: bool,
+) -> None:
+    base_url = server.base_url
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1" if bypassed else "example.com")
+    server.push(Step(text="through"), Step(text="again"))
+    client = ModelClient(settings(server, base_url=base_url))
+    try:
+        first, _, _ = await complete(client)
+        second, _, _ = await complete(client)
+    finally:
+        await client.aclose()
+
+    assert (first.text, second.text) == ("through", "again")
+    expected = [] if bypassed else [f"{base_url}/chat/completions"] * 2
+    assert proxy.targets == expected

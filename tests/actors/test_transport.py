@@ -1,0 +1,200 @@
+"""The HTTP/1.1 client against real TCP servers that answer byte for byte as a test says."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from plait.actors.transport import ConnectFailed, ReadTimedOut, StreamBroken, Transport
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+SSE = b"data: one\n\ndata: two\r\n\r\ndata: [DONE]\n\n"
+
+
+class RawServer:
+    """A loopback server calling ``handler`` for each connection, counting connections."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> RawServer:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        request = head + await reader.readexactly(length)
+        self.requests.append(request)
+        return request
+
+
+def chunked(*pieces: bytes) -> bytes:
+    body = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces)
+    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n"
+
+
+async def lines_of(transport: Transport, content: bytes = b"{}") -> tuple[int, list[bytes]]:
+    async with transport.post("/chat/completions", content) as response:
+        return response.status, [line async for line in response.lines()]
+
+
+@pytest.fixture
+async def keeps_answering() -> AsyncIterator[RawServer]:
+    """Answers every request on a connection with the SSE body, in chunks split mid-line."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await raw.read_request(reader)
+            writer.write(chunked(SSE[:7], SSE[7:30], SSE[30:]))
+            await writer.drain()
+
+    async with RawServer(handler) as raw:
+        yield raw
+
+
+async def test_lines_come_whole_and_the_connection_serves_the_next_request(
+    keeps_answering: RawServer,
+) -> None:
+    transport = Transport(keeps_answering.url, {"Authorization": "Bearer k"}, timeout_sec=5)
+
+    first = await lines_of(transport, b'{"n": 1}')
+    second = await lines_of(transport, b'{"n": 2}')
+    await transport.aclose()
+
+    expected = [b"data: one", b"", b"data: two", b"", b"data: [DONE]", b""]
+    assert first == second == (200, expected)
+    assert keeps_answering.connections == 1
+    request = keeps_answering.requests[1]
+    assert request.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"\r\nAuthorization: Bearer k\r\n" in request
+    assert b"\r\nContent-Length: 8\r\n" in request
+    assert request.endswith(b'\r\n\r\n{"n": 2}')
+
+
+async def test_a_body_by_length_and_one_up_to_the_close() -> None:
+    bodies = [
+        b'HTTP/1.1 400 Bad Request\r\nContent-Length: 11\r\n\r\n{"e": "no"}',
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + SSE,
+    ]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while bodies:
+            await raw.read_request(reader)
+            body = bodies.pop(0)
+            writer.write(body)
+            await writer.drain()
+            if b"Connection: close" in body:
+                return
+
+    async with RawServer(handler) as raw:
+        transport = Transport(raw.url, {}, timeout_sec=5)
+        async with transport.post("/x", b"{}") as response:
+            error = (response.status, response.reason, await response.read())
+        status, lines = await lines_of(transport)
+        await transport.aclose()
+
+    assert error == (400, "Bad Request", b'{"e": "no"}')
+    assert (status, lines[-2:]) == (200, [b"data: [DONE]", b""])
+    assert raw.connections == 1  # the length-framed answer left the connection usable
+
+
+async def test_a_kept_connection_the_server_closed_is_replaced() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await raw.read_request(reader)
+        writer.write(chunked(SSE))
+        await writer.drain()  # and close, though the answer said nothing of it
+
+    async with RawServer(handler) as raw:
+        transport = Transport(raw.url, {}, timeout_sec=5)
+        first = await lines_of(transport)
+        second = await lines_of(transport)
+        await transport.aclose()
+
+    assert first == second
+    assert raw.connections == 2
+
+
+async def test_an_interim_answer_is_skipped() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await raw.read_request(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + chunked(SSE))
+
+    async with RawServer(handler) as raw:
+        status, lines = await lines_of(Transport(raw.url, {}, timeout_sec=5))
+
+    assert (status, lines[0]) == (200, b"data: one")
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "message"),
+    [
+        (b"", StreamBroken, "closed the connection without answering"),
+        (b"SMTP ready\r\n\r\n", StreamBroken, "not a status line: 'SMTP ready'"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\ndata: one\n",
+            StreamBroken,
+            "closed in the middle of the answer",
+        ),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", StreamBroken, "zz"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", ReadTimedOut, "no data"),
+    ],
+    ids=["no answer", "not http", "short body", "bad chunk size", "silence"],
+)
+async def test_a_broken_answer_is_named(
+    answer: bytes, error: type[Exception], message: str
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await raw.read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        if error is ReadTimedOut:
+            await reader.read()  # stay silent until the client gives up
+            return
+
+    async with RawServer(handler) as raw:
+        with pytest.raises(error, match=message):
+            await lines_of(Transport(raw.url, {}, timeout_sec=0.3))
+
+
+async def test_nothing_listening_is_a_connect_failure() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, not listening: connections are refused
+        transport = Transport(f"http://127.0.0.1:{port}", {}, timeout_sec=5)
+        with pytest.raises(ConnectFailed):
+            await lines_of(transport)
+
+
+def test_only_http_urls_are_taken() -> None:
+    with pytest.raises(ValueError, match="not an http"):
+        Transport("ftp://example.com/v1", {}, timeout_sec=1)
