@@ -29,7 +29,6 @@ from plait.actors.messages import (
     AttemptFailedNotice,
     AwaitServers,
     ModelFinished,
-    Recorded,
     RunTask,
     ServersSettled,
     TaskEnded,
@@ -253,9 +252,9 @@ class Conversation(pykka.ThreadingActor):
             return None
 
     def _receive(self, message: Any) -> Any:
+        if recorded := self.deps.journal.recorded(self.actor_ref):
+            self._apply(recorded)
         match message:
-            case Recorded(events=events):
-                self._apply(events)
             case RunTask(plan=plan):
                 narrowed = self.approvals.narrowed(plan.context)
                 if narrowed is not None:

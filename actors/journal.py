@@ -2,9 +2,10 @@
 
 Every actor of a session records through the journal. Under one lock it appends to the store
 (with the stream's expected seq, so a second process writing the same session fails loudly
-instead of forking the log), tells the other actors what was recorded (in log order, before
-any command they send afterwards), and hands the events to live subscribers together with the
-transient notifications (text deltas) that are never stored.
+instead of forking the log), keeps what was recorded for the other actors to fold (each takes
+it, in log order, before it handles its next message: so before any command sent after the
+recording, and without a wake-up of its thread per event), and hands the events to live
+subscribers together with the transient notifications (text deltas) that are never stored.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from plait.actors.messages import Recorded
+from plait.actors.messages import CatchUp
 from plait.events.projections.tasks import TASKS
 from plait.events.storage import Policies
 from plait.events.store import EventStore
@@ -32,6 +33,10 @@ log = logging.getLogger("plait")
 
 _CLOSED = object()
 
+
+BACKLOG = 256
+"""How many recorded groups the journal keeps for an actor that has not folded them, before it
+tells that actor to (``CatchUp``); an actor with messages to handle folds them first anyway."""
 
 DEFAULT_FEED_LIMIT = 10_000
 """How many items a feed holds for a reader that does not take them, before it lags."""
@@ -115,7 +120,11 @@ class Feed(Iterator["Event | Transient"]):
                 self._waiter = None
                 return None
             try:
-                await asyncio.wait_for(waiter, left)
+                if left is None:
+                    await waiter
+                else:
+                    async with asyncio.timeout(left):
+                        await waiter
             except TimeoutError:
                 return None
             finally:  # woken, timed out or cancelled: this future is done with
@@ -194,7 +203,11 @@ class Journal:
         self._policies = Policies(past)
         self._sealed = False
         self._lock = threading.Lock()
-        self._listeners: list[Any] = []
+        self._listeners: dict[str, _Listener] = {}
+        self._kept: list[tuple[str | None, tuple[Event, ...]]] = []
+        """Recorded groups (with the urn of the actor that recorded them) some listener has
+        not taken; the first is number ``_kept_from``."""
+        self._kept_from = 0
         self._feeds: list[Feed] = []
         self.last_recorded_at = time.monotonic()
         """When it last recorded anything (``time.monotonic``); a clock for idleness only,
@@ -219,15 +232,38 @@ class Journal:
         return self._seq
 
     def listen(self, actor_ref: Any) -> None:
-        """Tell ``actor_ref`` a ``Recorded`` for every event another actor records."""
+        """Keep for ``actor_ref`` what other actors record from now on (see ``recorded``)."""
         with self._lock:
-            self._listeners.append(actor_ref)
+            end = self._kept_from + len(self._kept)
+            self._listeners[actor_ref.actor_urn] = _Listener(actor_ref, end)
 
     def unlisten(self, actor_ref: Any) -> None:
-        """Stop telling ``actor_ref``."""
+        """Keep nothing more for ``actor_ref``."""
         with self._lock:
-            if actor_ref in self._listeners:
-                self._listeners.remove(actor_ref)
+            if self._listeners.pop(actor_ref.actor_urn, None) is not None:
+                self._forget()
+
+    def recorded(self, actor_ref: Any) -> list[Event]:
+        """What others recorded since ``actor_ref`` last asked (or began to listen), in log
+        order. An actor calls it before it handles each message."""
+        urn = actor_ref.actor_urn
+        with self._lock:
+            listener = self._listeners.get(urn)
+            end = self._kept_from + len(self._kept)
+            if listener is None or listener.taken == end:
+                return []
+            groups = self._kept[listener.taken - self._kept_from :]
+            listener.taken, listener.nudged = end, False
+            self._forget()
+        return [event for origin, events in groups if origin != urn for event in events]
+
+    def _forget(self) -> None:
+        """Drop the groups every listener has taken."""
+        end = self._kept_from + len(self._kept)
+        low = min((listener.taken for listener in self._listeners.values()), default=end)
+        if low > self._kept_from:
+            del self._kept[: low - self._kept_from]
+            self._kept_from = low
 
     def seal(self) -> None:
         """Record nothing more from the actors: the session is being stopped. An actor left
@@ -263,14 +299,25 @@ class Journal:
         TASKS.fold(events, self._tasks)
         if busy and self.idle and self.on_idle is not None:
             self.on_idle()
-        notice = Recorded(tuple(events))
-        for ref in self._listeners:
-            if ref is not origin and ref.is_alive():
-                ref.tell(notice)
+        if self._listeners and events:
+            self._keep(origin, events)
         for feed in self._feeds:
             for event in events:
                 feed.put(event)
         return events
+
+    def _keep(self, origin: Any, events: list[Event]) -> None:
+        """Keep ``events`` for the listeners; tell one that lets too many pile up to fold."""
+        self._kept.append((None if origin is None else origin.actor_urn, tuple(events)))
+        if len(self._kept) <= BACKLOG:
+            return
+        self._forget()
+        end = self._kept_from + len(self._kept)
+        for listener in self._listeners.values():
+            if end - listener.taken > BACKLOG and not listener.nudged:
+                listener.nudged = True
+                with contextlib.suppress(Exception):  # stopped meanwhile: unlisten follows
+                    listener.ref.tell(CatchUp())
 
     def _append(self, items: Sequence[Body | NewEvent]) -> list[Event]:
         """Append what each conversation's storage policy keeps of ``items``; return them all,
@@ -319,6 +366,17 @@ class Journal:
         with self._lock:
             if feed in self._feeds:
                 self._feeds.remove(feed)
+
+
+class _Listener:
+    """An actor that folds what the others record, and how far it has taken it."""
+
+    __slots__ = ("nudged", "ref", "taken")
+
+    def __init__(self, ref: Any, taken: int) -> None:
+        self.ref = ref
+        self.taken = taken
+        self.nudged = False  # told CatchUp, and has not taken anything since
 
 
 class HeldDeltas:

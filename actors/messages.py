@@ -1,7 +1,7 @@
 """The commands and notices the actors of a session send each other: frozen msgspec Structs.
 
-Commands are imperative (``RunTask``, ``Abort``); notices say what happened (``Recorded``,
-``TaskEnded``). Every field is immutable data, so a message can cross threads safely.
+Commands are imperative (``RunTask``, ``Abort``); notices say what happened (``TaskEnded``,
+``CatchUp``). Every field is immutable data, so a message can cross threads safely.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from plait.actors.stream import ModelReply
 from plait.errors import ModelErrorKind
 from plait.events.types import (
     AbortCause,
-    Event,
     InterruptCause,
     ToolApprovalDecided,
     ToolCallCompleted,
@@ -32,6 +31,7 @@ __all__ = [
     "BuiltinCall",
     "CallTool",
     "CancelCalls",
+    "CatchUp",
     "CheckAllowlist",
     "Destroy",
     "Dispatch",
@@ -43,7 +43,6 @@ __all__ = [
     "ListConversations",
     "ModelFinished",
     "OpenConversation",
-    "Recorded",
     "RunTask",
     "ServersSettled",
     "StartNext",
@@ -56,11 +55,8 @@ __all__ = [
 ]
 
 
-class Recorded(msgspec.Struct, frozen=True):
-    """Events another actor of the session just recorded, for folding into this one's state."""
-
-    events: tuple[Event, ...]
-    """In log order."""
+class CatchUp(msgspec.Struct, frozen=True):
+    """Fold what the others recorded (``Journal.recorded``): much has piled up for you."""
 
 
 class RunTask(msgspec.Struct, frozen=True):

@@ -18,7 +18,6 @@ from plait.actors.messages import (
     Enqueue,
     GetQueue,
     Interrupt,
-    Recorded,
     RunTask,
     StartNext,
     TaskEnded,
@@ -67,9 +66,9 @@ class Scheduler(pykka.ThreadingActor):
             return None
 
     def _receive(self, message: Any) -> Any:
+        if recorded := self.journal.recorded(self.actor_ref):
+            TASKS.fold(recorded, self.state)
         match message:
-            case Recorded(events=events):
-                TASKS.fold(events, self.state)
             case Enqueue(plans=plans):
                 self._enqueue(plans)
             case TaskEnded():

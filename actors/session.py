@@ -24,7 +24,6 @@ from plait.actors.messages import (
     GetScheduler,
     ListConversations,
     OpenConversation,
-    Recorded,
     TaskEnded,
 )
 from plait.actors.scheduler import Scheduler
@@ -119,11 +118,11 @@ class Session(pykka.ThreadingActor):
             return {"ok": False, "reason": f"internal error: {exc!r}"}
 
     def _receive(self, message: Any) -> Any:
+        if recorded := self.journal.recorded(self.actor_ref):
+            for event in recorded:
+                self.projection.apply(self.histories, event)
+            self._fold(recorded)
         match message:
-            case Recorded(events=events):
-                for event in events:
-                    self.projection.apply(self.histories, event)
-                self._fold(events)
             case Dispatch(run=run):
                 ref = self.conversations.get(run.plan.conversation_id)
                 if ref is not None:
