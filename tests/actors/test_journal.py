@@ -1,0 +1,88 @@
+"""What the journal keeps for the actors that fold what the others record."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pykka
+import pytest
+
+from plait.actors.journal import BACKLOG, Journal
+from plait.actors.messages import CatchUp
+from plait.events import MemoryStore, SessionClosed
+
+
+class Folder(pykka.ThreadingActor):
+    """Folds what the others record each time it handles a message, as the session's do."""
+
+    def __init__(self, journal: Journal) -> None:
+        super().__init__()
+        self.journal = journal
+        self.seqs: list[int] = []
+        self.told = 0
+        self.caught_up = threading.Event()
+
+    def on_receive(self, message: Any) -> Any:
+        self.seqs += [event.seq for event in self.journal.recorded(self.actor_ref)]
+        if isinstance(message, CatchUp):
+            self.told += 1
+            self.caught_up.set()
+        return list(self.seqs)
+
+
+@pytest.fixture
+def journal() -> Iterator[Journal]:
+    yield Journal(MemoryStore(), "s")
+    pykka.ActorRegistry.stop_all()
+
+
+def test_an_actor_folds_what_the_others_recorded_before_its_next_message(
+    journal: Journal,
+) -> None:
+    writer = Folder.start(journal)
+    reader = Folder.start(journal)
+    journal.listen(writer)
+    journal.listen(reader)
+
+    journal.record([SessionClosed("a")], origin=writer)
+    journal.record([SessionClosed("b"), SessionClosed("c")])  # by the session's owner
+
+    assert reader.ask("next") == [1, 2, 3]
+    assert writer.ask("next") == [2, 3]  # its own group it folded as it recorded it
+    assert reader.ask("again") == [1, 2, 3]  # each group once
+
+
+def test_an_actor_with_no_messages_is_told_to_fold_before_too_much_piles_up(
+    journal: Journal,
+) -> None:
+    busy = Folder.start(journal)
+    idle = Folder.start(journal)
+    journal.listen(busy)
+    journal.listen(idle)
+    idle_folder = idle.proxy()
+
+    for i in range(BACKLOG + 1):
+        journal.record([SessionClosed(str(i))], origin=busy)
+        busy.ask("next")  # the recording actor takes its messages as it goes
+    assert idle_folder.caught_up.get().wait(5)
+
+    for i in range(3 * BACKLOG):
+        journal.record([SessionClosed(str(i))], origin=busy)
+        busy.ask("next")
+    assert idle.ask("next") == list(range(1, 4 * BACKLOG + 2))
+    assert 1 <= idle_folder.told.get() <= 4  # told once per BACKLOG, not per group
+
+
+def test_an_actor_that_stops_listening_holds_nothing_back(journal: Journal) -> None:
+    gone = Folder.start(journal)
+    journal.listen(gone)
+    journal.unlisten(gone)
+    fresh = Folder.start(journal)
+    journal.listen(fresh)
+
+    journal.record([SessionClosed("after")])
+
+    assert gone.ask("next") == []
+    assert fresh.ask("next") == [1]
