@@ -377,8 +377,10 @@ class Conversation(pykka.ThreadingActor):
         return self._offered
 
     def end(self) -> None:
-        """Forget the running task and tell the scheduler it ended (its end is recorded)."""
+        """Forget the running task (its end is recorded); tell the scheduler it ended if a
+        task waits to start (if none did, a task queued since starts as it is queued)."""
         assert self.run is not None
         task_id = self.run.plan.task_id
         self.run = None
-        self.scheduler.tell(TaskEnded(task_id))
+        if self.deps.journal.waiting:
+            self.scheduler.tell(TaskEnded(task_id))

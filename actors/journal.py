@@ -227,6 +227,11 @@ class Journal:
         return self._tasks.running is None and not self._tasks.pending
 
     @property
+    def waiting(self) -> bool:
+        """Whether a task waits to start, by what it has recorded."""
+        return bool(self._tasks.pending)
+
+    @property
     def last_seq(self) -> int:
         """The seq of the last event recorded."""
         return self._seq

@@ -92,6 +92,9 @@ class Scheduler(pykka.ThreadingActor):
         if self.state.running is None:
             nxt = self.state.pending[0] if self.state.pending else plans[0]
         self._start(nxt, queued)
+        # The running task may have ended meanwhile, and told no one: nothing waited then.
+        TASKS.fold(self.journal.recorded(self.actor_ref), self.state)
+        self._maybe_start()
 
     def _maybe_start(self) -> None:
         self._start(next_task(self.state), [])
