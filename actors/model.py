@@ -1,10 +1,12 @@
 """The model client: Chat Completions streaming against any OpenAI-compatible server.
 
-The ``openai`` SDK supplies configuration, auth headers, the HTTP client and its status errors;
-plait encodes the request body and decodes the SSE stream itself with msgspec, because the SDK's
-request transform and pydantic chunk objects cost more than the rest of a turn (DESIGN.md,
-"Speed of a turn"). plait also does its own retries, so that every failed attempt is reported
-(``on_attempt_failed``) and can be recorded as a ``ModelRequestFailed`` event.
+The ``openai`` SDK supplies configuration: the base URL, auth and other headers, TLS settings.
+plait sends the request over its own HTTP/1.1 client (``actors/transport.py``; the SDK's client
+when a proxy is configured), encodes the body and decodes the SSE stream with msgspec, because
+the SDK's HTTP stack, request transform and pydantic chunk objects cost more than the rest of a
+turn (docs/models.md#the-connection). plait also does its own retries, so that every failed
+attempt is reported (``on_attempt_failed``) and can be recorded as a ``ModelRequestFailed``
+event.
 
 ``openai`` is imported when a client is built, never at module import: it takes about a second.
 """
@@ -17,7 +19,7 @@ import os
 import re
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
@@ -26,9 +28,6 @@ from plait.actors.stream import Assembly, Failure, ModelReply, decode_chunk, enc
 from plait.actors.transport import ConnectFailed, ReadTimedOut, StreamBroken, Transport
 from plait.errors import ModelError, ModelErrorKind
 from plait.events.values import ModelOptions
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["AttemptFailed", "ModelClient", "ModelReply", "ModelRequest", "ModelSettings"]
 
