@@ -316,6 +316,9 @@ class Journal:
         self._kept.append((None if origin is None else origin.actor_urn, tuple(events)))
         if len(self._kept) <= BACKLOG:
             return
+        for urn, listener in list(self._listeners.items()):
+            if not listener.ref.is_alive():  # stopped without unlisten (it failed): holds nothing
+                del self._listeners[urn]
         self._forget()
         end = self._kept_from + len(self._kept)
         for listener in self._listeners.values():

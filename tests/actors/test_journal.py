@@ -86,3 +86,19 @@ def test_an_actor_that_stops_listening_holds_nothing_back(journal: Journal) -> N
 
     assert gone.ask("next") == []
     assert fresh.ask("next") == [1]
+
+
+def test_a_stopped_actor_that_never_unlistened_is_forgotten(journal: Journal) -> None:
+    dead = Folder.start(journal)
+    journal.listen(dead)
+    dead.stop()
+    alive = Folder.start(journal)
+    journal.listen(alive)
+
+    for i in range(2 * BACKLOG):
+        journal.record([SessionClosed(str(i))])
+        alive.ask("next")
+
+    # Nothing is kept for the stopped actor: a new listener's groups start at the end.
+    assert journal.recorded(dead) == []
+    assert len(journal._kept) <= BACKLOG + 1
