@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import tempfile
 import threading
@@ -39,9 +40,9 @@ def runtime_on(model_url: str, tmp: Path) -> Runtime:
     return Runtime(tmp / "plait.db", model=settings, workdir=tmp, expire_every_sec=None)
 
 
-async def on_the_loop(n: int, tmp: Path) -> tuple[float, float]:
-    """Wall time of n concurrent ``arun`` (one per session), and the loop's worst lateness:
-    how late a 10 ms timer on the same loop fired, at most."""
+async def on_the_loop(n: int, tmp: Path) -> tuple[float, float, float]:
+    """Wall time of n concurrent ``arun`` (one per session), the loop's worst lateness (how
+    late a 10 ms timer on the same loop fired, at most), and this process's CPU seconds."""
     with model_server(n) as (url, _), runtime_on(url, tmp) as runtime:
         handles = [runtime.start_session() for _ in range(n)]
         late: list[float] = []
@@ -55,13 +56,14 @@ async def on_the_loop(n: int, tmp: Path) -> tuple[float, float]:
                 late.append(loop.time() - before - 0.01)
 
         tick = asyncio.create_task(ticker())
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), os.times()
         outcomes = await asyncio.gather(*(h.arun("go", timeout=120) for h in handles))
         wall = time.perf_counter() - start
+        used = sum(os.times()[:2]) - sum(cpu[:2])
         running = False
         await tick
         assert all(o.ok for o in outcomes), [o for o in outcomes if not o.ok][:1]
-        return wall, max(late, default=0.0)
+        return wall, max(late, default=0.0), used
 
 
 def on_threads(n: int, tmp: Path) -> float:
@@ -166,12 +168,13 @@ def main() -> None:
     lines: list[Line] = []
     for n in sizes:
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-            wall, late = asyncio.run(on_the_loop(n, Path(a)))
+            wall, late, cpu = asyncio.run(on_the_loop(n, Path(a)))
             threaded = on_threads(n, Path(b))
         lines += [
             (f"N = {n}: wall s, arun / threads", f"{wall:.2f}", f"{threaded:.2f}",
              f"{wall / threaded:.2f}x", f"~{DELAY} (ideal)"),
             (f"N = {n}: timer lateness, max ms", f"{late * 1000:.0f}", "", "", "<= 50"),
+            (f"N = {n}: CPU ms per task (user + system)", f"{cpu * 1000 / n:.2f}", "", "", ""),
         ]  # fmt: skip
     table(
         f"N concurrent tasks, one session each, each reply taking {DELAY} s",
