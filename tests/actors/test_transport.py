@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +201,48 @@ async def test_nothing_listening_is_a_connect_failure() -> None:
 def test_only_http_urls_are_taken() -> None:
     with pytest.raises(ValueError, match="not an http"):
         Transport("ftp://example.com/v1", {}, timeout_sec=1)
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1, made by the machine's openssl."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+async def test_https_is_verified_against_the_trust_the_environment_names(
+    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = certificate
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await raw.read_request(reader)
+            writer.write(chunked(SSE))
+            await writer.drain()
+
+    raw = RawServer(handler)
+    raw.server = await asyncio.start_server(raw._serve, "127.0.0.1", 0, ssl=tls)
+    url = raw.url.replace("http://", "https://")
+    try:
+        with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
+            await lines_of(Transport(url, {}, timeout_sec=5))  # not trusted: refused
+
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        trusted = Transport(url, {}, timeout_sec=5)
+        first, second = await lines_of(trusted), await lines_of(trusted)
+        await trusted.aclose()
+    finally:
+        await raw.__aexit__()
+
+    assert first == second == (200, [b"data: one", b"", b"data: two", b"", b"data: [DONE]", b""])
+    assert raw.connections == 1  # both requests on one kept connection (the refused
+    # handshake never reached the handler)
