@@ -224,8 +224,13 @@ class _Conn(asyncio.Protocol):
                             raise ValueError("a chunk-size line too long")
                         return
                     size = int(bytes(buffer[:end]).partition(b";")[0], 16)
-                    if size == 0:  # the last chunk; trailers (rare) are not read
-                        del buffer[:]
+                    if size == 0:  # the last chunk: then trailers, if any, and an empty line
+                        stop = buffer.find(b"\r\n\r\n", end)
+                        if stop < 0:
+                            if len(buffer) > _MAX_HEAD:
+                                raise ValueError(f"trailers longer than {_MAX_HEAD} bytes")
+                            return  # the rest is in bytes still to come
+                        del buffer[: stop + 4]
                         return self._finish()
                     del buffer[: end + 2]
                     self._left = size + 2  # the chunk and its CRLF

@@ -32,6 +32,14 @@ class Folder(pykka.ThreadingActor):
         return list(self.seqs)
 
 
+def listening(journal: Journal, count: int) -> list[pykka.ActorRef[Folder]]:
+    """``count`` folders started and listening to ``journal``."""
+    refs = [Folder.start(journal) for _ in range(count)]
+    for ref in refs:
+        journal.listen(ref)
+    return refs
+
+
 @pytest.fixture
 def journal() -> Iterator[Journal]:
     yield Journal(MemoryStore(), "s")
@@ -41,10 +49,7 @@ def journal() -> Iterator[Journal]:
 def test_an_actor_folds_what_the_others_recorded_before_its_next_message(
     journal: Journal,
 ) -> None:
-    writer = Folder.start(journal)
-    reader = Folder.start(journal)
-    journal.listen(writer)
-    journal.listen(reader)
+    writer, reader = listening(journal, 2)
 
     journal.record([SessionClosed("a")], origin=writer)
     journal.record([SessionClosed("b"), SessionClosed("c")])  # by the session's owner
@@ -57,10 +62,7 @@ def test_an_actor_folds_what_the_others_recorded_before_its_next_message(
 def test_an_actor_with_no_messages_is_told_to_fold_before_too_much_piles_up(
     journal: Journal,
 ) -> None:
-    busy = Folder.start(journal)
-    idle = Folder.start(journal)
-    journal.listen(busy)
-    journal.listen(idle)
+    busy, idle = listening(journal, 2)
     idle_folder = idle.proxy()
 
     for i in range(BACKLOG + 1):
@@ -76,11 +78,9 @@ def test_an_actor_with_no_messages_is_told_to_fold_before_too_much_piles_up(
 
 
 def test_an_actor_that_stops_listening_holds_nothing_back(journal: Journal) -> None:
-    gone = Folder.start(journal)
-    journal.listen(gone)
+    (gone,) = listening(journal, 1)
     journal.unlisten(gone)
-    fresh = Folder.start(journal)
-    journal.listen(fresh)
+    (fresh,) = listening(journal, 1)
 
     journal.record([SessionClosed("after")])
 
@@ -89,11 +89,9 @@ def test_an_actor_that_stops_listening_holds_nothing_back(journal: Journal) -> N
 
 
 def test_a_stopped_actor_that_never_unlistened_is_forgotten(journal: Journal) -> None:
-    dead = Folder.start(journal)
-    journal.listen(dead)
+    (dead,) = listening(journal, 1)
     dead.stop()
-    alive = Folder.start(journal)
-    journal.listen(alive)
+    (alive,) = listening(journal, 1)
 
     for i in range(2 * BACKLOG):
         journal.record([SessionClosed(str(i))])

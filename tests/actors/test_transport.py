@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from plait.actors.transport import ConnectFailed, ReadTimedOut, StreamBroken, Transport
+from plait.actors.transport import (
+    ConnectFailed,
+    ReadTimedOut,
+    StreamBroken,
+    Transport,
+    _Conn,
+)
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -21,14 +27,15 @@ SSE = b"data: one\n\ndata: two\r\n\r\ndata: [DONE]\n\n"
 class RawServer:
     """A loopback server calling ``handler`` for each connection, counting connections."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, tls: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.tls = tls
         self.connections = 0
         self.requests: list[bytes] = []
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self) -> RawServer:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -38,7 +45,8 @@ class RawServer:
     @property
     def url(self) -> str:
         assert self.server is not None
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -229,20 +237,36 @@ async def test_https_is_verified_against_the_trust_the_environment_names(
             writer.write(chunked(SSE))
             await writer.drain()
 
-    raw = RawServer(handler)
-    raw.server = await asyncio.start_server(raw._serve, "127.0.0.1", 0, ssl=tls)
-    url = raw.url.replace("http://", "https://")
-    try:
+    async with RawServer(handler, tls) as raw:
         with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
-            await lines_of(Transport(url, {}, timeout_sec=5))  # not trusted: refused
+            await lines_of(Transport(raw.url, {}, timeout_sec=5))  # not trusted: refused
 
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-        trusted = Transport(url, {}, timeout_sec=5)
+        trusted = Transport(raw.url, {}, timeout_sec=5)
         first, second = await lines_of(trusted), await lines_of(trusted)
         await trusted.aclose()
-    finally:
-        await raw.__aexit__()
 
     assert first == second == (200, [b"data: one", b"", b"data: two", b"", b"data: [DONE]", b""])
     assert raw.connections == 1  # both requests on one kept connection (the refused
     # handshake never reached the handler)
+
+
+async def test_the_last_chunk_and_its_empty_line_may_come_apart() -> None:
+    # A connection's bytes as they might be cut into reads: the answer is whole only once the
+    # empty line after the last chunk (and any trailers) is in, and nothing of it is left over
+    # to be taken for the next answer's head.
+    loop = asyncio.get_running_loop()
+    conn = _Conn(loop, timeout_sec=5)
+    mine, theirs = socket.socketpair()
+    with mine, theirs:
+        await loop.create_connection(lambda: conn, sock=mine)
+        for answer in [b"0\r\n", b"0\r\nX-Trailer: 1\r\n"]:
+            conn.data_received(chunked(SSE).removesuffix(b"0\r\n\r\n") + answer)
+            assert not conn.done
+            conn.data_received(b"\r\n")
+            assert conn.done
+            assert [piece async for piece in conn.pieces()] == [SSE]
+            conn.reset()
+        conn.data_received(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+        assert (conn.head, conn.done) == ((204, "No Content", {"content-length": "0"}), True)
+        conn.close()
