@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -27,7 +27,7 @@ from plait.events.storage import Policies
 from plait.events.store import EventStore
 from plait.events.types import Body, Event, FeedLagged, NewEvent, Transient
 
-__all__ = ["DEFAULT_FEED_LIMIT", "Feed", "HeldDeltas", "Journal"]
+__all__ = ["DEFAULT_FEED_LIMIT", "Feed", "HeldDeltas", "Journal", "Kinds"]
 
 log = logging.getLogger("plait")
 
@@ -53,11 +53,17 @@ class Feed(Iterator["Event | Transient"]):
     """
 
     def __init__(
-        self, journal: Journal, transient: bool = True, limit: int = DEFAULT_FEED_LIMIT
+        self,
+        journal: Journal,
+        transient: bool = True,
+        limit: int = DEFAULT_FEED_LIMIT,
+        kinds: Kinds | None = None,
     ) -> None:
         self._journal = journal
         self.transient = transient
         """Whether transient notifications (text deltas) are handed to this feed."""
+        self.kinds = kinds
+        """The events it holds and which of them wake an asyncio reader (all, if ``None``)."""
         self.limit = limit
         """The most items it holds before it lags."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -78,14 +84,19 @@ class Feed(Iterator["Event | Transient"]):
     def put(self, item: Any) -> None:
         if self._lagging:
             return
+        wakes = True
         if isinstance(item, Event):
             self._last_seq = item.seq
+            if self.kinds is not None:
+                if not isinstance(item.body, self.kinds.held):
+                    return
+                wakes = isinstance(item.body, self.kinds.waking)
         if item is not _CLOSED and self._queue.qsize() >= self.limit:
-            self._lagging = True
+            self._lagging = wakes = True
             item = FeedLagged(self._journal.stream, self._last_seq_before(item))
         self._queue.put(item)
         waiter = self._waiter
-        if waiter is not None:
+        if waiter is not None and wakes:
             self._waiter = None
             with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
                 waiter.get_loop().call_soon_threadsafe(_wake, waiter)
@@ -186,6 +197,15 @@ class Feed(Iterator["Event | Transient"]):
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+class Kinds(NamedTuple):
+    """The events a feed holds (``held``), and those that wake its asyncio reader
+    (``waking``): the others wait in it for the next that does. A reader that follows a task to
+    its end so takes one wake-up per task, not one per recorded group."""
+
+    held: tuple[type[Body], ...]
+    waking: tuple[type[Body], ...]
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -359,14 +379,17 @@ class Journal:
                 if feed.transient:
                     feed.put(notice)
 
-    def feed(self, transient: bool = True, limit: int = DEFAULT_FEED_LIMIT) -> Feed:
+    def feed(
+        self, transient: bool = True, limit: int = DEFAULT_FEED_LIMIT, kinds: Kinds | None = None
+    ) -> Feed:
         """Return a live feed of what is recorded from now on, holding at most ``limit`` items
         its reader has not taken.
 
-        Transient notifications are handed to it too, unless ``transient`` is false.
+        Transient notifications are handed to it too, unless ``transient`` is false; events
+        only of ``kinds``, if given.
         """
         with self._lock:
-            feed = Feed(self, transient, limit)
+            feed = Feed(self, transient, limit, kinds)
             self._feeds.append(feed)
         return feed
 

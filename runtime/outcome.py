@@ -9,7 +9,7 @@ from typing import Literal
 
 import msgspec
 
-from plait.actors.journal import Feed
+from plait.actors.journal import Feed, Kinds
 from plait.errors import ModelErrorKind, PlaitError
 from plait.events.types import (
     Event,
@@ -22,6 +22,7 @@ from plait.events.types import (
 )
 
 __all__ = [
+    "FOLLOWED",
     "Follower",
     "Status",
     "TaskOutcome",
@@ -66,6 +67,13 @@ class TaskOutcome(msgspec.Struct, frozen=True):
     def ok(self) -> bool:
         """Whether the task completed."""
         return self.status == "completed"
+
+
+FOLLOWED = Kinds(
+    held=(TaskEnqueued, TaskCompleted, TurnAborted, TaskDropped),
+    waking=(TaskCompleted, TurnAborted, TaskDropped),
+)
+"""What a ``Follower`` reads of a feed, and what of it ends or replaces a task."""
 
 
 class Follower:

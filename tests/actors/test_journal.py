@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -9,9 +10,17 @@ from typing import Any
 import pykka
 import pytest
 
-from plait.actors.journal import BACKLOG, Journal
+from plait.actors.journal import BACKLOG, Journal, Kinds
 from plait.actors.messages import CatchUp
-from plait.events import MemoryStore, SessionClosed
+from plait.events import (
+    MemoryStore,
+    NewEvent,
+    SessionClosed,
+    TaskCompleted,
+    TaskEnqueued,
+    TaskStarted,
+)
+from plait.events.values import InputText, TaskPlan
 
 
 class Folder(pykka.ThreadingActor):
@@ -100,3 +109,29 @@ def test_a_stopped_actor_that_never_unlistened_is_forgotten(journal: Journal) ->
     # Nothing is kept for the stopped actor: a new listener's groups start at the end.
     assert journal.recorded(dead) == []
     assert len(journal._kept) <= BACKLOG + 1
+
+
+def test_a_feed_of_kinds_holds_only_those_and_wakes_its_reader_only_for_the_waking() -> None:
+    journal = Journal(MemoryStore(), "s")
+    kinds = Kinds(held=(TaskEnqueued, TaskCompleted), waking=(TaskCompleted,))
+    feed = journal.feed(transient=False, kinds=kinds)
+    plan = TaskPlan("t1", "root", [InputText("go")])
+
+    async def read() -> tuple[bool, list[Any]]:
+        reader = asyncio.create_task(feed.aget(timeout=30))
+        await asyncio.sleep(0)  # it waits on its future
+        journal.record([NewEvent(TaskEnqueued(plan), "root", "t1"), TaskStarted()])
+        for _ in range(5):  # a wake-up, had one been sent, would have run by now
+            await asyncio.sleep(0)
+        woken_early = reader.done()
+        journal.record([TaskCompleted("done")])
+        return woken_early, [await reader, feed.get(timeout=0), feed.get(timeout=0)]
+
+    woken_early, items = asyncio.run(read())
+
+    assert not woken_early
+    assert [type(item.body) if item else None for item in items] == [
+        TaskEnqueued,
+        TaskCompleted,
+        None,
+    ]  # TaskStarted was never held
