@@ -152,7 +152,6 @@ class Conversation(pykka.ThreadingActor):
         conversation_id: str,
         deps: ConversationDeps,
         session: Any,
-        scheduler: Any,
         past: list[Event],
         approvals: ApprovalState | None = None,
     ) -> None:
@@ -162,7 +161,6 @@ class Conversation(pykka.ThreadingActor):
         self.id = conversation_id
         self.deps = deps
         self.session = session
-        self.scheduler = scheduler
         self.projection = HistoryProjection()
         self.histories: Histories = self.projection.initial()
         self.contexts = CONTEXTS.initial()  # of this conversation's events: its own alone
@@ -383,4 +381,4 @@ class Conversation(pykka.ThreadingActor):
         task_id = self.run.plan.task_id
         self.run = None
         if self.deps.journal.waiting:
-            self.scheduler.tell(TaskEnded(task_id))
+            self.session.tell(TaskEnded(task_id))

@@ -34,11 +34,9 @@ __all__ = [
     "CatchUp",
     "CheckAllowlist",
     "Destroy",
-    "Dispatch",
     "Enqueue",
     "GetHistory",
     "GetQueue",
-    "GetScheduler",
     "Interrupt",
     "ListConversations",
     "ModelFinished",
@@ -181,13 +179,6 @@ class StartNext(msgspec.Struct, frozen=True):
     """Start the next waiting task if none runs (after a resume, or a recovery's end)."""
 
 
-class Dispatch(msgspec.Struct, frozen=True):
-    """Route a ``RunTask`` to the conversation it names (sent to the session)."""
-
-    run: RunTask
-    """What to deliver."""
-
-
 class OpenConversation(msgspec.Struct, frozen=True):
     """Open a conversation (``conv_create``); the reply is its id or an error message."""
 
@@ -214,10 +205,6 @@ class BuiltinCall(msgspec.Struct, frozen=True):
     """Wire name of the tool."""
     arguments: Arguments
     """Its parsed arguments."""
-
-
-class GetScheduler(msgspec.Struct, frozen=True):
-    """Ask the session for its scheduler's actor ref."""
 
 
 class ListConversations(msgspec.Struct, frozen=True):

@@ -1,20 +1,20 @@
-"""The ``Scheduler`` actor: starts the session's tasks one at a time, in queue order.
+"""The ``Scheduler``: starts the session's tasks one at a time, in queue order.
 
 Its state is the session's ``TaskQueue`` (``events/projections/tasks.py``), folded from the
 log; it records what it decides (a task queued, started, or dropped by an interrupt) and
-folds it back (docs/conversations.md#the-single-timeline).
+folds it back (docs/conversations.md#the-single-timeline). It lives in the ``Session`` actor,
+which hands it the scheduling messages and delivers the tasks it starts: a task goes from the
+caller to its conversation through one actor, not two.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
-
-import pykka
 
 from plait.actors.messages import (
     Abort,
-    Dispatch,
     Enqueue,
     GetQueue,
     Interrupt,
@@ -40,7 +40,7 @@ from plait.events.types import (
 )
 from plait.events.values import TaskPlan
 
-__all__ = ["Scheduler"]
+__all__ = ["MESSAGES", "Scheduler"]
 
 
 log = logging.getLogger("plait")
@@ -49,25 +49,42 @@ INTERRUPTED_BY = {"user": "interrupted by the user", "close": "interrupted by th
 """What an interrupt's records say, for people (its ``cause`` says it for programs)."""
 
 
-class Scheduler(pykka.ThreadingActor):
+MESSAGES = (Enqueue, TaskEnded, Interrupt, GetQueue, StartNext)
+"""The messages the scheduler handles."""
+
+
+class Scheduler:
     """The session's single flight: starts one task at a time, in ``pending`` order."""
 
-    def __init__(self, journal: Any, session: Any, past: list[Event]) -> None:
-        super().__init__()
-        self.journal = journal
-        self.session = session
+    def __init__(
+        self,
+        stream: str,
+        past: list[Event],
+        record: Callable[[list[NewEvent]], object],
+        catch_up: Callable[[], object],
+        deliver: Callable[[RunTask | Abort], object],
+    ) -> None:
+        """``record`` appends a group and folds it (into ``fold`` too); ``catch_up`` folds what
+        others recorded since; ``deliver`` hands a started task, or an abort, on."""
+        self.stream = stream
         self.state: TaskQueue = TASKS.fold(past)
+        self._record = record
+        self._catch_up = catch_up
+        self._deliver = deliver
 
-    def on_receive(self, message: Any) -> Any:
+    def fold(self, events: list[Event]) -> None:
+        """Fold recorded ``events`` into the queue."""
+        TASKS.fold(events, self.state)
+
+    def receive(self, message: Any) -> Any:
+        """Handle one of ``MESSAGES``."""
         try:
             return self._receive(message)
         except Exception:
-            log.exception("scheduler of session %s: %s failed", self.journal.stream, message)
+            log.exception("scheduler of session %s: %s failed", self.stream, message)
             return None
 
     def _receive(self, message: Any) -> Any:
-        if recorded := self.journal.recorded(self.actor_ref):
-            TASKS.fold(recorded, self.state)
         match message:
             case Enqueue(plans=plans):
                 self._enqueue(plans)
@@ -81,9 +98,6 @@ class Scheduler(pykka.ThreadingActor):
                 self._maybe_start()
         return None
 
-    def _record(self, items: list[NewEvent]) -> None:
-        TASKS.fold(self.journal.record(items, origin=self.actor_ref), self.state)
-
     def _enqueue(self, plans: tuple[TaskPlan, ...]) -> None:
         """Queue ``plans``; if the timeline is free, start the next task in the same
         transaction (one fsync for both)."""
@@ -93,7 +107,7 @@ class Scheduler(pykka.ThreadingActor):
             nxt = self.state.pending[0] if self.state.pending else plans[0]
         self._start(nxt, queued)
         # The running task may have ended meanwhile, and told no one: nothing waited then.
-        TASKS.fold(self.journal.recorded(self.actor_ref), self.state)
+        self._catch_up()
         self._maybe_start()
 
     def _maybe_start(self) -> None:
@@ -112,7 +126,7 @@ class Scheduler(pykka.ThreadingActor):
             answer = ToolCallCompleted(plan.closure.call_id, output)
             started.append(NewEvent(answer, plan.conversation_id, plan.task_id))
         self._record([*before, *started])
-        self.session.tell(Dispatch(RunTask(plan)))
+        self._deliver(RunTask(plan))
 
     def _interrupt(self, cause: InterruptCause) -> None:
         why = INTERRUPTED_BY[cause]
@@ -131,6 +145,6 @@ class Scheduler(pykka.ThreadingActor):
             self._record(dropped)
         running = self.state.running
         if running is not None:
-            self.session.tell(Abort(running.task_id, "interrupted", cause, why))
+            self._deliver(Abort(running.task_id, "interrupted", cause, why))
         else:
             self._maybe_start()

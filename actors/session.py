@@ -1,6 +1,6 @@
 """``Session``: owns a session's conversations and answers the non-interrupting built-ins.
 
-It starts the ``Scheduler`` and one ``Conversation`` actor per live conversation, opens new
+It holds the ``Scheduler`` and starts one ``Conversation`` actor per live conversation, opens new
 conversations (``conv_create``), and answers ``conv_list``, ``conv_history`` and
 ``conv_destroy`` from its fold of the whole session's log. It never asks another actor and
 waits (conversations ask it), so no two actors of a session can wait on each other.
@@ -19,14 +19,13 @@ from plait.actors.messages import (
     Abort,
     BuiltinCall,
     Destroy,
-    Dispatch,
     GetHistory,
-    GetScheduler,
     ListConversations,
     OpenConversation,
+    RunTask,
     TaskEnded,
 )
-from plait.actors.scheduler import Scheduler
+from plait.actors.scheduler import MESSAGES, Scheduler
 from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
 from plait.events.projections.contexts import CONTEXTS
 from plait.events.projections.history import (
@@ -71,13 +70,13 @@ class Session(pykka.ThreadingActor):
         self.contexts = CONTEXTS.initial()
         """Each conversation's context now: what the conversations it opens inherit."""
         self.conversations: dict[str, Any] = {}
-        self.scheduler: Any = None
+        self.scheduler = Scheduler(
+            journal.stream, past, self._record, self._catch_up, self._deliver
+        )
         self._fold(past)
 
     def on_start(self) -> None:
-        self.scheduler = Scheduler.start(self.journal, self.actor_ref, self.past)
         self.journal.listen(self.actor_ref)
-        self.journal.listen(self.scheduler)
         for cid, conv in self.histories.conversations.items():
             if conv.destroyed_at is None:
                 self._spawn(cid, self.past)
@@ -85,10 +84,9 @@ class Session(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         self.journal.unlisten(self.actor_ref)
-        for ref in [*self.conversations.values(), self.scheduler]:
-            if ref is not None:
-                self.journal.unlisten(ref)
-                ref.stop(block=False)
+        for ref in self.conversations.values():
+            self.journal.unlisten(ref)
+            ref.stop(block=False)
 
     def _fold(self, events: list[Event] | tuple[Event, ...]) -> None:
         for event in events:
@@ -96,16 +94,25 @@ class Session(pykka.ThreadingActor):
             CONTEXTS.apply(self.contexts, event)
 
     def _spawn(self, cid: str, past: list[Event], approvals: ApprovalState | None = None) -> None:
-        ref = Conversation.start(cid, self.deps, self.actor_ref, self.scheduler, past, approvals)
+        ref = Conversation.start(cid, self.deps, self.actor_ref, past, approvals)
         self.conversations[cid] = ref
         self.journal.listen(ref)
 
     def _record(self, items: list[NewEvent]) -> list[Event]:
         events: list[Event] = self.journal.record(items, origin=self.actor_ref)
+        self._take(events)
+        return events
+
+    def _catch_up(self) -> None:
+        """Fold what the conversations recorded since this actor last looked."""
+        if recorded := self.journal.recorded(self.actor_ref):
+            self._take(recorded)
+
+    def _take(self, events: list[Event]) -> None:
         for event in events:
             self.projection.apply(self.histories, event)
         self._fold(events)
-        return events
+        self.scheduler.fold(events)
 
     # --- messages ----------------------------------------------------------------------------
 
@@ -118,23 +125,12 @@ class Session(pykka.ThreadingActor):
             return {"ok": False, "reason": f"internal error: {exc!r}"}
 
     def _receive(self, message: Any) -> Any:
-        if recorded := self.journal.recorded(self.actor_ref):
-            for event in recorded:
-                self.projection.apply(self.histories, event)
-            self._fold(recorded)
+        self._catch_up()
+        if isinstance(message, MESSAGES):
+            return self.scheduler.receive(message)
         match message:
-            case Dispatch(run=run):
-                ref = self.conversations.get(run.plan.conversation_id)
-                if ref is not None:
-                    ref.tell(run)
-                else:
-                    self._fail_orphan(run.plan)
-            case Abort(task_id=task_id):
-                running = self.histories.tasks.running
-                if running is not None and running.task_id == task_id:
-                    ref = self.conversations.get(running.conversation_id)
-                    if ref is not None:
-                        ref.tell(message)
+            case Abort():
+                self._deliver(message)
             case OpenConversation():
                 return self._open(message)
             case BuiltinCall(name="conv_list"):
@@ -147,8 +143,6 @@ class Session(pykka.ThreadingActor):
                 return self._check_target(args.conversation_id, caller)
             case Destroy(conversation_id=cid, caller_id=caller):
                 return self._destroy(cid, caller)
-            case GetScheduler():
-                return self.scheduler
             case ListConversations():
                 return tuple(conversation_index(self.histories))
             case GetHistory(conversation_id=cid):
@@ -156,13 +150,29 @@ class Session(pykka.ThreadingActor):
                 return None if conv is None else tuple(m.to_openai() for m in conv.messages)
         return None
 
+    def _deliver(self, message: RunTask | Abort) -> None:
+        """Hand a task the scheduler started to its conversation, or an abort to the running
+        task's."""
+        if isinstance(message, RunTask):
+            ref = self.conversations.get(message.plan.conversation_id)
+            if ref is not None:
+                ref.tell(message)
+            else:
+                self._fail_orphan(message.plan)
+            return
+        running = self.histories.tasks.running
+        if running is not None and running.task_id == message.task_id:
+            ref = self.conversations.get(running.conversation_id)
+            if ref is not None:
+                ref.tell(message)
+
     def _fail_orphan(self, plan: TaskPlan) -> None:
         """End a started task whose conversation is not live (never opened, or destroyed
         after the task was queued), so the tasks behind it run."""
         detail = f"no conversation {plan.conversation_id} in session {self.journal.stream}"
         failed = TurnAborted("failed", "error", detail)
         self._record([NewEvent(failed, plan.conversation_id, plan.task_id)])
-        self.scheduler.tell(TaskEnded(plan.task_id))
+        self.actor_ref.tell(TaskEnded(plan.task_id))  # after this message: not from within it
 
     def _live(self, cid: str) -> bool:
         conv = self.histories.conversations.get(cid)

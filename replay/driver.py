@@ -277,7 +277,7 @@ class Driver:
         elif event.seq in self.forced:
             self._force_close(self.forced[event.seq])
         elif isinstance(body, TaskEnqueued) and submitted(body):
-            self.handle._scheduler.tell(Enqueue((body.plan,)))
+            self.handle._actor.tell(Enqueue((body.plan,)))
         elif isinstance(body, ModelResponded):
             reply = ModelReply(
                 _text(body.text) or "",
@@ -307,7 +307,7 @@ class Driver:
             if self.servers is not None:
                 self.servers.inject(body)
         elif (cause := interrupt_cause(event, self._previous(event))) is not None:
-            self.handle._scheduler.tell(Interrupt(cause))
+            self.handle._actor.tell(Interrupt(cause))
         elif outside_destroy(event, self.recorded[event.seq - 2], self._destroy_open()):
             self.handle.destroy(event.conversation_id or "")
         elif isinstance(body, SessionClosed):

@@ -18,7 +18,6 @@ from plait.actors.messages import (
     Enqueue,
     GetHistory,
     GetQueue,
-    GetScheduler,
     Interrupt,
     ListConversations,
 )
@@ -50,7 +49,7 @@ from plait.events.values import (
     ToolPrefs,
     check_policy,
 )
-from plait.runtime.outcome import TaskOutcome, await_outcome, await_outcome_async
+from plait.runtime.outcome import FOLLOWED, TaskOutcome, await_outcome, await_outcome_async
 from plait.runtime.recovery import forced_close
 
 if TYPE_CHECKING:
@@ -106,7 +105,6 @@ class SessionHandle:
             )
         deps = runtime._deps(journal, self._pool, past)
         self._actor = Session.start(journal, deps, self.root_conversation_id, past)
-        self._scheduler: Any = self._actor.ask(GetScheduler())
         self._active = True
 
     def _start_placed(self, past: list[Event]) -> None:
@@ -183,7 +181,7 @@ class SessionHandle:
                 _, index = self._ask_live(ListConversations())
                 if unknown := sorted(cids - {info.id for info in index}):
                     raise UnknownConversationError(self.session_id, unknown[0])
-            self._scheduler.tell(message)
+            self._actor.tell(message)
 
     def submit(
         self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
@@ -210,7 +208,7 @@ class SessionHandle:
 
         ``on_item`` sees every event and text delta of the session while it waits.
         """
-        with self.subscribe(transient=on_item is not None) as feed:
+        with self._follow(on_item is not None) as feed:
             task_id = self.submit(prompt, conversation_id=conversation_id)
             return await_outcome(feed, task_id, timeout, on_item=on_item)
 
@@ -224,7 +222,7 @@ class SessionHandle:
         """``run`` for asyncio code: waits on the event feed, on the caller's loop, holding no
         thread; thousands of them wait at once for the cost of their memory."""
         await self._aactivate()  # with max_active_sessions, may wait for a place
-        with self.subscribe(transient=False) as feed:
+        with self._follow() as feed:
             task_id = self.submit(prompt, conversation_id=conversation_id)
             return await await_outcome_async(feed, task_id, timeout)
 
@@ -242,7 +240,7 @@ class SessionHandle:
     async def aclose(self, timeout: float = 10.0) -> None:
         """``close`` for asyncio code: waits for the running task's end on the loop; stopping
         the actors (a few milliseconds) runs on a worker thread."""
-        with self.subscribe(transient=False) as feed:
+        with self._follow() as feed:
             state = await asyncio.to_thread(self._begin_close, timeout)
             if state is not None and state.running is not None:
                 await await_outcome_async(feed, state.running.task_id, timeout, False)
@@ -302,7 +300,7 @@ class SessionHandle:
         if keep_recent_tokens is None:
             keep_recent_tokens = self.runtime.history.keep_recent_tokens
         plan = TaskPlan(self.runtime.new_id(), cid, compact=keep_recent_tokens)
-        with self.subscribe(transient=False) as feed:
+        with self._follow() as feed:
             self._tell(Enqueue((plan,)))
             return await_outcome(feed, plan.task_id, timeout)
 
@@ -310,7 +308,7 @@ class SessionHandle:
         """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""
         with self._lock:
             if self._active:  # a passive session has nothing to interrupt
-                self._scheduler.tell(Interrupt())
+                self._actor.tell(Interrupt())
 
     def destroy(self, conversation_id: str) -> dict[str, Any]:
         """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``."""
@@ -328,6 +326,10 @@ class SessionHandle:
         read the log from (``Feed.catch_up``), not a feed that grows without bound.
         """
         return self._journal.feed(transient, limit)
+
+    def _follow(self, everything: bool = False) -> Feed:
+        """A feed for a ``Follower``: what it reads, or every event and text delta."""
+        return self._journal.feed(everything, kinds=None if everything else FOLLOWED)
 
     async def events(self) -> AsyncIterator[Event | Transient]:
         """Iterate over the live feed from asyncio code, until the session closes (``async with
@@ -391,7 +393,7 @@ class SessionHandle:
         A task that has not stopped by then is force-aborted (``TurnAborted(interrupted)``,
         its open calls answered) and recorded so. Closing twice is harmless.
         """
-        with self.subscribe(transient=False) as feed:
+        with self._follow() as feed:
             state = self._begin_close(timeout)
             if state is not None and state.running is not None:
                 await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
@@ -408,11 +410,11 @@ class SessionHandle:
                 return QueueSnapshot()
             state = self._queue_now(timeout)
             if state.running is not None:
-                self._scheduler.tell(Interrupt("close"))
+                self._actor.tell(Interrupt("close"))
             return state
 
     def _queue_now(self, timeout: float) -> QueueSnapshot:
-        return cast(QueueSnapshot, self._scheduler.ask(GetQueue(), timeout=timeout))
+        return cast(QueueSnapshot, self._actor.ask(GetQueue(), timeout=timeout))
 
     def _finish_close(self, timeout: float) -> None:
         """Stop the actors, end a task that did not stop in time, record the close."""
@@ -437,8 +439,6 @@ class SessionHandle:
         stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
         with contextlib.suppress(*stuck):
             self._actor.stop(timeout=timeout)
-        with contextlib.suppress(*stuck):
-            self._scheduler.stop(timeout=timeout)
         if self._pool is not None:
             with contextlib.suppress(*stuck):
                 self._pool.stop(timeout=timeout)  # closes every server: nothing is left running

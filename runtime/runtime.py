@@ -269,12 +269,12 @@ class Runtime:
             if plan is not None or state.pending:
                 past += took_over(journal, past, state, calls.ending() if plan is not None else [])
             handle = self._attach(journal, root, past)
-            handle._scheduler.tell(StartNext())
+            handle._actor.tell(StartNext())
             return handle
         # Safe calls run again: recorded started, as the first thing this process does.
         past += took_over(journal, past, state, [*calls.rerun, *calls.denials])
         handle = self._attach(journal, root, past)
-        handle._rerun = Rerun.start(journal, handle._pool, handle._scheduler, plan, calls)
+        handle._rerun = Rerun.start(journal, handle._pool, handle._actor, plan, calls)
         return handle
 
     def recover(self) -> list[Recovery]:
