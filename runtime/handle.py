@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -162,14 +163,13 @@ class SessionHandle:
             self._start_placed(self.runtime.store.read(self.session_id))
             self._changed.notify_all()
 
-    async def _aactivate(self) -> None:
-        """``_activate`` for asyncio code: waits for a place on the loop, holding no thread."""
-        if not self._active and not self._closed:
-            await self.runtime._admission.aenter(self)
-            with self._lock:
-                if self._closed:  # closed while it waited: it needs no place
-                    self.runtime._admission.leave(self)
-                self._activate()
+    def _placed_submit(self, prompt: str | Sequence[InputItem], cid: str | None) -> str:
+        """``submit``, once the session was given a place (``asubmit``)."""
+        with self._lock:
+            if self._closed:  # closed while it waited: it needs no place
+                self.runtime._admission.leave(self)
+            self._activate()
+        return self.submit(prompt, conversation_id=cid)
 
     def _tell(self, message: Enqueue) -> None:
         """Queue ``message``'s plans; a conversation the actors do not know is refused."""
@@ -221,17 +221,19 @@ class SessionHandle:
     ) -> TaskOutcome:
         """``run`` for asyncio code: waits on the event feed, on the caller's loop, holding no
         thread; thousands of them wait at once for the cost of their memory."""
-        await self._aactivate()  # with max_active_sessions, may wait for a place
         with self._follow() as feed:
-            task_id = self.submit(prompt, conversation_id=conversation_id)
+            task_id = await self.asubmit(prompt, conversation_id=conversation_id)
             return await await_outcome_async(feed, task_id, timeout)
 
     async def asubmit(
         self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
     ) -> str:
-        """``submit`` for asyncio code (it does not block: the task is queued)."""
-        await self._aactivate()
-        return self.submit(prompt, conversation_id=conversation_id)
+        """``submit`` for asyncio code: a place for the session's actors is awaited on the loop
+        (``max_active_sessions``), holding no thread; the submit runs off the loop."""
+        if not self._active and not self._closed:
+            await self.runtime._admission.aenter(self)
+        placed = functools.partial(self._placed_submit, prompt, conversation_id)
+        return await self.runtime._off_loop(placed)
 
     async def ainterrupt(self) -> None:
         """``interrupt`` for asyncio code (it does not block)."""
@@ -239,13 +241,13 @@ class SessionHandle:
 
     async def aclose(self, timeout: float = 10.0) -> None:
         """``close`` for asyncio code: waits for the running task's end on the loop; stopping
-        the actors (a few milliseconds) runs on a worker thread."""
+        the actors (a few milliseconds) runs off the loop."""
         with self._follow() as feed:
-            state = await asyncio.to_thread(self._begin_close, timeout)
+            state = await self.runtime._off_loop(functools.partial(self._begin_close, timeout))
             if state is not None and state.running is not None:
                 await await_outcome_async(feed, state.running.task_id, timeout, False)
         if state is not None:
-            await asyncio.to_thread(self._finish_close, timeout)
+            await self.runtime._off_loop(functools.partial(self._finish_close, timeout))
 
     def change_context(
         self,

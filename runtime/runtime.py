@@ -46,6 +46,7 @@ from plait.events.values import (
 )
 from plait.runtime.admission import Admission
 from plait.runtime.handle import SessionHandle
+from plait.runtime.offload import Offload
 from plait.runtime.recovery import (
     OpenCalls,
     Recovery,
@@ -151,6 +152,8 @@ class Runtime:
             self.history = msgspec.structs.replace(self.history, context_window=window)
         self._sessions: dict[str, SessionHandle] = {}
         self._admission = Admission(max_active_sessions)
+        self._off_loop = Offload("plait-calls")
+        """Where asyncio callers' submissions run, off their loop."""
         self._resuming = threading.Lock()
         self._expiry = Expiry(self.store)
         self._expiring = threading.Event()  # set: stop sweeping
@@ -359,6 +362,7 @@ class Runtime:
                 thread.join(timeout)  # before the store closes under it
         for handle in list(self._sessions.values()):
             handle.close(timeout)
+        self._off_loop.close()  # what is left in it finds its session closed
         with contextlib.suppress(Exception):
             self._loop.submit(self._client.aclose()).result(timeout)
         self._loop.close()

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from scripted import runtime_for
 
+from plait import SessionClosedError
 from plait.events import AgentMessageDelta, Event, TaskCompleted, TurnAborted
 from plait.testing import ScriptedModelServer, Step
 
@@ -76,3 +78,33 @@ async def test_aclose_interrupts_a_running_task_and_records_the_close(tmp_path: 
         ]
         assert [(a.reason, a.cause) for a in aborted] == [("interrupted", "close")]
         assert kinds[-1] == "SessionClosed"
+
+
+async def test_a_submit_that_must_wait_for_the_session_does_not_hold_up_the_loop(
+    tmp_path: Path,
+) -> None:
+    with (
+        ScriptedModelServer([Step(text="done")]) as server,
+        runtime_for(server, tmp_path) as runtime,
+    ):
+        session = runtime.start_session()
+        ticked = asyncio.Event()
+        async with session.subscribe(transient=False) as feed:
+            with session._lock:  # another thread's call holds the session
+                submitted = asyncio.create_task(session.asubmit("go"))
+                asyncio.get_running_loop().call_later(0.01, ticked.set)
+                await asyncio.wait_for(ticked.wait(), 30)  # the loop ran on meanwhile
+                assert not submitted.done()
+            task_id = await asyncio.wait_for(submitted, 30)
+            async for item in feed:
+                if isinstance(item, Event) and isinstance(item.body, TaskCompleted | TurnAborted):
+                    break
+            assert (item.task_id, type(item.body)) == (task_id, TaskCompleted)
+
+
+async def test_a_submit_to_a_closed_session_raises_in_its_caller(tmp_path: Path) -> None:
+    with ScriptedModelServer([]) as server, runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        await session.aclose()
+        with pytest.raises(SessionClosedError, match=session.session_id):
+            await session.asubmit("go")
