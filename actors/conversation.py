@@ -20,6 +20,7 @@ import msgspec
 import pykka
 
 from plait.actors import builtins, compaction, interrupts, model_reply, targets, tool_batch
+from plait.actors.actor import Actor
 from plait.actors.approvals import ConversationApprovals
 from plait.actors.compaction import COMPACT_INSTRUCTIONS
 from plait.actors.mcp.names import canonical_sha256
@@ -140,7 +141,7 @@ class TaskRun(msgspec.Struct):
     """A context change a tool result of this turn asked for, applied before the next."""
 
 
-class Conversation(pykka.ThreadingActor):
+class Conversation(Actor):
     """One conversation of a session; the session starts one actor per conversation.
 
     Other actors speak to it in messages only; its public methods are for the modules that

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import pykka
 
+from plait.actors.actor import Actor
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.names import Conflict, merge, openai_spec, qualify, tool_list_hash
 from plait.actors.messages import (
@@ -110,7 +111,7 @@ class _Call(msgspec.Struct):
         return (self.request.conversation_id, self.request.token, self.request.index)
 
 
-class McpPool(pykka.ThreadingActor):
+class McpPool(Actor):
     """The MCP servers of one session."""
 
     def __init__(

@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import pykka
-
+from plait.actors.actor import Actor
 from plait.actors.builtins import ConvDestroy, ConvHistory, ConvSend
 from plait.actors.conversation import Conversation, ConversationDeps
 from plait.actors.messages import (
@@ -51,7 +50,7 @@ NOT_FOUND = {"ok": False, "reason": "conversation not found"}
 log = logging.getLogger("plait")
 
 
-class Session(pykka.ThreadingActor):
+class Session(Actor):
     """The actor at the top of a session."""
 
     def __init__(

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
-import pykka
 
+from plait.actors.actor import Actor
 from plait.actors.builtins import canonical_name
 from plait.actors.journal import Journal
 from plait.actors.messages import (
@@ -188,7 +188,7 @@ def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash")
     return OpenCalls(cause, tuple(requests.values()), tuple(rerun), tuple(known), tuple(denials))
 
 
-class Rerun(pykka.ThreadingActor):
+class Rerun(Actor):
     """Runs the open calls of a crashed task again through the session's pool, records their
     answers in the model's order as they come (as a task's batch does), then the task's end,
     and lets the scheduler go on."""
