@@ -236,8 +236,7 @@ class ModelClient:
                     body = await response.read()
                     raise _status_failure(response.status, response.reason, response.headers, body)
                 try:
-                    async for line in response.lines():
-                        self._feed(line, assembly)
+                    await response.each_line(lambda line: self._feed(line, assembly))
                 except ReadTimedOut as exc:
                     if not assembly.done:
                         raise self._timeout() from exc

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from urllib.parse import urlsplit
 
 __all__ = ["ConnectFailed", "HttpResponse", "ReadTimedOut", "StreamBroken", "Transport"]
@@ -55,15 +55,12 @@ class HttpResponse:
         """The whole body."""
         return b"".join([piece async for piece in self._conn.pieces()])
 
-    async def lines(self) -> AsyncIterator[bytes]:
-        """The body's lines, without their line ends (``\\n`` or ``\\r\\n``)."""
-        rest = b""
-        async for piece in self._conn.pieces():
-            *whole, rest = (rest + piece).split(b"\n")
-            for line in whole:
-                yield line[:-1] if line.endswith(b"\r") else line
-        if rest:
-            yield rest
+    async def each_line(self, take: Callable[[bytes], object]) -> None:
+        """Hand ``take`` each of the body's lines (without its line end: ``\\n`` or ``\\r\\n``)
+        as its bytes arrive, from the connection's read callback (no task is woken per read);
+        return once the body is whole. What ``take`` raises ends the reading and is raised
+        here, as is the connection's failure."""
+        await self._conn.each_line(take)
 
 
 class _Conn(asyncio.Protocol):
@@ -87,6 +84,9 @@ class _Conn(asyncio.Protocol):
         self.done = False
         self._error: StreamBroken | ReadTimedOut | None = None
         self._pieces: list[bytes] = []
+        self._take: Callable[[bytes], object] | None = None  # each_line's: takes pieces as lines
+        self._rest = b""  # the start of a line whose end is still to come
+        self._take_error: Exception | None = None
         self._left = 0  # body bytes left: of the chunk (chunked) or of the body (by length)
         self._framing = ""  # "chunked", "length" or "eof", once the head is read
         self._got_any = False
@@ -115,6 +115,21 @@ class _Conn(asyncio.Protocol):
                 return
             else:
                 await self._wait()
+
+    async def each_line(self, take: Callable[[bytes], object]) -> None:
+        self._take, self._rest = take, b""
+        try:
+            pieces, self._pieces = self._pieces, []  # what came with the head
+            for piece in pieces:
+                self._piece(piece)
+            while self._take_error is None and not self.done:
+                await self._wait()
+            if self._take_error is not None:
+                raise self._take_error
+            if self._rest:
+                take(self._rest)
+        finally:
+            self._take = None
 
     def close(self) -> None:
         self._disarm()
@@ -192,7 +207,8 @@ class _Conn(asyncio.Protocol):
             self._fail(StreamBroken(f"not HTTP from the server: {exc}"))
             self.close()
             return
-        self._wake()
+        if self._take is None or self.done or self._take_error is not None:
+            self._wake()  # each_line's taker had the lines: its task waits for the end only
 
     def eof_received(self) -> bool | None:
         return None  # close the transport: connection_lost says the rest
@@ -239,17 +255,33 @@ class _Conn(asyncio.Protocol):
                 piece = take[: max(0, self._left - 2)]  # less the chunk's CRLF
                 self._left -= len(take)
                 if piece:
-                    self._pieces.append(piece)
+                    self._piece(piece)
             elif self._framing == "length":
                 take = bytes(buffer[: self._left])
                 del buffer[: len(take)]
                 self._left -= len(take)
-                self._pieces.append(take)
+                self._piece(take)
                 if self._left == 0:
                     self._finish()
             else:
-                self._pieces.append(bytes(buffer))
+                self._piece(bytes(buffer))
                 del buffer[:]
+
+    def _piece(self, piece: bytes) -> None:
+        """Keep a piece of the body for ``pieces``, or hand its lines to ``each_line``'s taker."""
+        take = self._take
+        if take is None:
+            self._pieces.append(piece)
+            return
+        if self._take_error is not None:
+            return  # the taker failed: the rest is not read
+        *whole, self._rest = (self._rest + piece).split(b"\n")
+        try:
+            for line in whole:
+                take(line[:-1] if line.endswith(b"\r") else line)
+        except Exception as exc:  # raised in each_line; the connection is not reused
+            self._take_error = exc
+            self.keep_alive = False
 
     def _read_head(self, text: str) -> None:
         status_line, *lines = text.split("\r\n")

@@ -76,7 +76,9 @@ def chunked(*pieces: bytes) -> bytes:
 
 async def lines_of(transport: Transport, content: bytes = b"{}") -> tuple[int, list[bytes]]:
     async with transport.post("/chat/completions", content) as response:
-        return response.status, [line async for line in response.lines()]
+        lines: list[bytes] = []
+        await response.each_line(lines.append)
+        return response.status, lines
 
 
 @pytest.fixture
@@ -110,6 +112,28 @@ async def test_lines_come_whole_and_the_connection_serves_the_next_request(
     assert b"\r\nAuthorization: Bearer k\r\n" in request
     assert b"\r\nContent-Length: 8\r\n" in request
     assert request.endswith(b'\r\n\r\n{"n": 2}')
+
+
+async def test_what_the_line_taker_raises_ends_the_answer_and_its_connection(
+    keeps_answering: RawServer,
+) -> None:
+    transport = Transport(keeps_answering.url, {}, timeout_sec=5)
+    taken: list[bytes] = []
+
+    def take(line: bytes) -> None:
+        if line == b"data: two":
+            raise ValueError("not this one")
+        taken.append(line)
+
+    with pytest.raises(ValueError, match="not this one"):
+        async with transport.post("/chat/completions", b"{}") as response:
+            await response.each_line(take)
+    again = await lines_of(transport)
+    await transport.aclose()
+
+    assert taken == [b"data: one", b""]  # nothing after the line it refused
+    assert again[1][-2:] == [b"data: [DONE]", b""]
+    assert keeps_answering.connections == 2  # the one it stopped reading was not kept
 
 
 async def test_a_body_by_length_and_one_up_to_the_close() -> None:
