@@ -8,11 +8,13 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from plait.errors import PlaitError, StoreUnavailableError
+from plait.errors import ConcurrencyError, PlaitError, StoreUnavailableError
 from plait.events import SqliteStore, TurnStarted
 
 WRITER = textwrap.dedent(
@@ -121,3 +123,46 @@ def test_a_newer_store_schema_is_refused(tmp_path: Path) -> None:
         db.execute("PRAGMA user_version = 99")
     with pytest.raises(StoreUnavailableError, match="schema version 99 is newer"):
         SqliteStore(path)
+
+
+def test_appends_waiting_together_commit_together_and_fail_alone(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    for i in range(8):
+        store.append(f"s{i}", [TurnStarted(1)], 0)
+    outcomes: dict[int, object] = {}
+
+    def append(i: int) -> None:
+        expected = 0 if i == 3 else 1  # s3 has moved on: this writer is stale
+        try:
+            outcomes[i] = store.append(f"s{i}", [TurnStarted(2), TurnStarted(3)], expected)
+        except ConcurrencyError as exc:
+            outcomes[i] = exc
+
+    all_queued = threading.Event()
+
+    class Queue(list[Any]):
+        def append(self, item: Any) -> None:
+            super().append(item)
+            if len(self) == 8:
+                all_queued.set()
+
+    store._queue = Queue()
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(8)]
+    with store._lock:  # a write in progress: the eight wait for it, together
+        for thread in threads:
+            thread.start()
+        assert all_queued.wait(30)
+    for thread in threads:
+        thread.join(30)
+
+    assert statements.count("COMMIT") == 1  # one transaction, one fsync, for all eight
+    assert isinstance(outcomes.pop(3), ConcurrencyError)
+    for i, events in outcomes.items():
+        assert [e.seq for e in events] == [2, 3], i  # type: ignore[attr-defined]
+    assert [e.seq for e in store.read("s3")] == [1]  # nothing of the stale writer's
+    positions = [e.position for e in store.read_all()]
+    assert positions == list(range(1, 8 + 7 * 2 + 1))  # dense, in commit order
+    assert all(store.verify(f"s{i}").ok for i in range(8))
+    store.close()
