@@ -5,7 +5,7 @@
 """plait: replayable, auditable, crash-safe LLM agent sessions."""
 
 from plait.actors.approvals import ApprovalDecision, ApprovalRequest, Approver
-from plait.actors.journal import Feed
+from plait.actors.feed import Feed
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.actors.pool import McpLimits

@@ -43,10 +43,12 @@ def call_model(
     deltas = HeldDeltas(journal.publish)
 
     def on_text(text: str) -> None:
-        deltas.publish(AgentMessageDelta(conv.id, task, text))
+        if journal.wants_deltas:
+            deltas.publish(AgentMessageDelta(conv.id, task, text))
 
     def on_reasoning(text: str) -> None:
-        deltas.publish(ReasoningDelta(conv.id, task, text))
+        if journal.wants_deltas:
+            deltas.publish(ReasoningDelta(conv.id, task, text))
 
     def on_attempt_failed(failed: Any) -> None:
         _tell(

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import pykka
 
-from plait.actors.journal import DEFAULT_FEED_LIMIT, Feed, Journal
+from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed
+from plait.actors.journal import Journal
 from plait.actors.messages import (
     Destroy,
     Enqueue,
@@ -240,8 +241,7 @@ class SessionHandle:
         self.interrupt()
 
     async def aclose(self, timeout: float = 10.0) -> None:
-        """``close`` for asyncio code: waits for the running task's end on the loop; stopping
-        the actors (a few milliseconds) runs off the loop."""
+        """``close`` for asyncio code: it waits on the loop; stopping the actors runs off it."""
         with self._follow() as feed:
             state = await self.runtime._off_loop(functools.partial(self._begin_close, timeout))
             if state is not None and state.running is not None:

@@ -9,7 +9,7 @@ from typing import Literal
 
 import msgspec
 
-from plait.actors.journal import Feed, Kinds
+from plait.actors.feed import Feed, Kinds
 from plait.errors import ModelErrorKind, PlaitError
 from plait.events.types import (
     Event,

@@ -10,7 +10,8 @@ from typing import Any
 import pykka
 import pytest
 
-from plait.actors.journal import BACKLOG, Journal, Kinds
+from plait.actors.feed import Kinds
+from plait.actors.journal import BACKLOG, Journal
 from plait.actors.messages import CatchUp
 from plait.events import (
     MemoryStore,
