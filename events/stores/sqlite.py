@@ -1,9 +1,7 @@
 """``SqliteStore``: the embedded default; one file, WAL, durable commits.
 
-One connection per store object, guarded by a lock, serves every thread. Appends made while
-another is being written wait together and are written in one transaction (group commit: one
-fsync for many sessions' appends, each still acknowledged only once it is durable, and each
-refused for its own reason only). ``BEGIN IMMEDIATE``
+One connection per store object, guarded by a lock, serves every thread; appends made while
+another is being written are written with it (``sqlite_writes.py``). ``BEGIN IMMEDIATE``
 and SQLite's file locks serialize writers across processes, and the ``streams`` head row turns a
 lost race into a ``ConcurrencyError`` rather than a fork of the chain. Positions are assigned as
 ``max + 1`` under the write lock, so they are dense and commit-ordered.
@@ -31,6 +29,7 @@ from plait.events.store import (
     Waiter,
     utc_now,
 )
+from plait.events.stores.sqlite_writes import Writes
 from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
@@ -61,14 +60,6 @@ CREATE TABLE IF NOT EXISTS blobs (
 );
 """
 
-_COLUMNS = "position, stream, seq, type, v, data, hash"
-_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-
-# The last position and the stream's head, in one statement (a row even for a new stream).
-_HEAD = (
-    "SELECT (SELECT coalesce(max(position), 0) FROM events), last_seq, last_hash "
-    "FROM (SELECT 1) LEFT JOIN streams ON streams.stream = ?"
-)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -88,8 +79,6 @@ class SqliteStore(EventStore):
         super().__init__(blob_threshold=blob_threshold, clock=clock)
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._queue_lock = threading.Lock()
-        self._queue: list[_Append] = []  # appends waiting for the writer's lock
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -104,6 +93,7 @@ class SqliteStore(EventStore):
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_sec * 1000)}")
             self._migrate()
+        self._writes = Writes(self._db, self._lock, self._errors, self.path)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -139,92 +129,7 @@ class SqliteStore(EventStore):
     def _append_rows(
         self, stream: str, expected_seq: int, prepare: Callable[[int, bytes], PreparedAppend]
     ) -> list[Event]:
-        # Group commit: whoever takes the writer's lock writes every append queued by then, in
-        # one transaction (one fsync); the others find theirs written when they get the lock.
-        mine = _Append(stream, expected_seq, prepare)
-        with self._queue_lock:
-            self._queue.append(mine)
-        with self._lock:
-            if not mine.done:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                try:
-                    self._write(batch)
-                except BaseException as exc:  # not the store's failure: raised here, and
-                    for append in batch:  # the others in the batch are told, not left waiting
-                        if not append.done:
-                            append.fail(StoreError(f"{self.path}: not written: {exc!r}"))
-                    raise
-        if mine.error is not None:
-            raise mine.error
-        return mine.events
-
-    def _write(self, batch: list[_Append]) -> None:
-        """Write ``batch`` in one transaction; if it fails as a whole, write each alone, so
-        that each append fails for its own reason only."""
-        try:
-            with self._errors():
-                self._transaction(batch)
-        except StoreError as exc:
-            if len(batch) == 1:
-                batch[0].fail(exc)
-                return
-            for append in batch:
-                self._write([append])
-
-    def _transaction(self, batch: list[_Append]) -> None:
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            written = [(append, self._append_one(append)) for append in batch]
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-        for append, placed in written:
-            if placed is not None:
-                append.succeed(placed)
-
-    def _append_one(self, append: _Append) -> list[Event] | None:
-        """Write one append inside the open transaction; ``None`` if it was refused (a
-        concurrent writer, an event it cannot store), which writes nothing for it."""
-        db, stream = self._db, append.stream
-        last_position, head_seq, head_hash = db.execute(_HEAD, (stream,)).fetchone()
-        head = head_seq is not None
-        if not head:
-            head_seq, head_hash = 0, GENESIS_HASH
-        try:
-            self._check_expected(stream, append.expected_seq, head_seq)
-            prepared = append.prepare(head_seq, head_hash)
-        except Exception as exc:
-            append.fail(exc)
-            return None
-        first = last_position + 1
-        if len(prepared.rows) == 1:  # the common case; execute is cheaper for one row
-            db.execute(_INSERT, (first, stream, *prepared.rows[0]))
-        else:
-            db.executemany(
-                _INSERT, [(pos, stream, *row) for pos, row in enumerate(prepared.rows, first)]
-            )
-        if prepared.blobs:
-            db.executemany(
-                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
-                "ON CONFLICT (sha256) DO UPDATE SET data = excluded.data "
-                "WHERE blobs.data IS NULL",
-                [(sha, len(data), data) for sha, data in prepared.blobs.items()],
-            )
-        last = prepared.rows[-1]
-        if head:
-            db.execute(
-                "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?",
-                (last[0], last[4], stream),
-            )
-        else:
-            db.execute(
-                "INSERT INTO streams (stream, last_seq, last_hash, created) VALUES (?, ?, ?, ?)",
-                (stream, last[0], last[4], first),
-            )
-        return prepared.placed(first)
+        return self._writes.append(stream, expected_seq, prepare)
 
     def _query(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         with self._lock, self._errors():
@@ -284,28 +189,6 @@ class SqliteStore(EventStore):
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-
-class _Append:
-    """One append waiting to be written, and how it went."""
-
-    __slots__ = ("done", "error", "events", "expected_seq", "prepare", "stream")
-
-    def __init__(
-        self, stream: str, expected_seq: int, prepare: Callable[[int, bytes], PreparedAppend]
-    ) -> None:
-        self.stream = stream
-        self.expected_seq = expected_seq
-        self.prepare = prepare
-        self.done = False
-        self.events: list[Event] = []
-        self.error: Exception | None = None
-
-    def succeed(self, events: list[Event]) -> None:
-        self.events, self.error, self.done = events, None, True
-
-    def fail(self, error: Exception) -> None:
-        self.error, self.done = error, True
 
 
 class _FileWaiter(Waiter):

@@ -146,7 +146,7 @@ def test_appends_waiting_together_commit_together_and_fail_alone(tmp_path: Path)
             if len(self) == 8:
                 all_queued.set()
 
-    store._queue = Queue()
+    store._writes._queue = Queue()
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
     threads = [threading.Thread(target=append, args=(i,)) for i in range(8)]
@@ -166,3 +166,16 @@ def test_appends_waiting_together_commit_together_and_fail_alone(tmp_path: Path)
     assert positions == list(range(1, 8 + 7 * 2 + 1))  # dense, in commit order
     assert all(store.verify(f"s{i}").ok for i in range(8))
     store.close()
+
+
+def test_a_store_sees_the_heads_another_connection_moved(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "s.db") as mine, SqliteStore(tmp_path / "s.db") as other:
+        mine.append("s", [TurnStarted(1)], 0)
+        other.append("s", [TurnStarted(2)], 1)  # behind the back of what `mine` wrote
+
+        with pytest.raises(ConcurrencyError):
+            mine.append("s", [TurnStarted(2)], 1)
+        mine.append("s", [TurnStarted(3)], 2)
+
+        assert [(e.seq, e.position) for e in mine.read("s")] == [(1, 1), (2, 2), (3, 3)]
+        assert mine.verify("s").ok

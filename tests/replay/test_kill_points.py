@@ -86,7 +86,7 @@ CHILD = textwrap.dedent(
 
         def __init__(self, path):
             super().__init__(path)
-            self._db = Doomed(self._db)
+            self._db = self._writes._db = Doomed(self._db)
             self.seen = 0
             self.acknowledged = []
 
