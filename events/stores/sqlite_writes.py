@@ -55,30 +55,52 @@ class Writes:
         self._errors = errors
         self._path = path
         self._queue_lock = threading.Lock()
-        self._queue: list[_Append] = []  # appends waiting for the writer's lock
+        self._queue: list[_Append] = []  # appends waiting to be written
+        self._leading = False  # a thread is writing, and will hand the lead on
         self._heads: dict[str, tuple[int, bytes]] = {}
         self._position: int | None = None  # the last position, if known
         self._version: int | None = None  # data_version when they were last known good
 
     def append(self, stream: str, expected_seq: int, prepare: Prepare) -> list[Event]:
-        """Write one append with whatever waits beside it; return its events once durable."""
+        """Write one append with whatever waits beside it; return its events once durable.
+
+        One thread at a time leads: it writes what is queued, wakes each writer whose append
+        it wrote, and hands the lead to the first that came meanwhile. The others sleep until
+        then, on a lock of their own, not queued on the connection's."""
         mine = _Append(stream, expected_seq, prepare)
         with self._queue_lock:
             self._queue.append(mine)
-        with self._lock:
-            if not mine.done:  # nobody wrote it while it waited: write it and what waits
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                try:
-                    self._write(batch)
-                except BaseException as exc:  # not the store's failure: raised here, and
-                    for append in batch:  # the others in the batch are told, not left waiting
-                        if not append.done:
-                            append.fail(StoreError(f"{self._path}: not written: {exc!r}"))
-                    raise
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            mine.woken.acquire()  # written, or given the lead
+        if not mine.done:
+            self._lead(mine)
         if mine.error is not None:
             raise mine.error
         return mine.events
+
+    def _lead(self, mine: _Append) -> None:
+        batch: list[_Append] = []
+        try:
+            with self._lock:  # what queues while it waits for the connection joins the batch
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._write(batch)
+        except BaseException as exc:  # not the store's failure: raised here, and the others
+            for append in batch:  # in the batch are told, not left waiting
+                if not append.done:
+                    append.fail(StoreError(f"{self._path}: not written: {exc!r}"))
+            raise
+        finally:
+            for append in batch:
+                if append is not mine:
+                    append.woken.release()
+            with self._queue_lock:
+                if self._queue:
+                    self._queue[0].woken.release()  # it leads next
+                else:
+                    self._leading = False
 
     def _write(self, batch: list[_Append]) -> None:
         """Write ``batch`` in one transaction; if it fails as a whole, write each alone, so
@@ -196,7 +218,7 @@ class Writes:
 class _Append:
     """One append waiting to be written, and how it went."""
 
-    __slots__ = ("done", "error", "events", "expected_seq", "prepare", "stream")
+    __slots__ = ("done", "error", "events", "expected_seq", "prepare", "stream", "woken")
 
     def __init__(self, stream: str, expected_seq: int, prepare: Prepare) -> None:
         self.stream = stream
@@ -205,6 +227,9 @@ class _Append:
         self.done = False
         self.events: list[Event] = []
         self.error: Exception | None = None
+        self.woken = threading.Lock()
+        """Held until its writer is woken: written, or given the lead."""
+        self.woken.acquire()
 
     def succeed(self, events: list[Event]) -> None:
         self.events, self.error, self.done = events, None, True
