@@ -64,8 +64,9 @@ class Scheduler:
         catch_up: Callable[[], object],
         deliver: Callable[[RunTask | Abort], object],
     ) -> None:
-        """``record`` appends a group and folds it (into ``fold`` too); ``catch_up`` folds what
-        others recorded since; ``deliver`` hands a started task, or an abort, on."""
+        """``record`` appends a group and folds it, this scheduler's state included;
+        ``catch_up`` folds what others recorded since; ``deliver`` hands a task it started,
+        or an abort of the running one, to the task's conversation."""
         self.stream = stream
         self.state: TaskQueue = TASKS.fold(past)
         self._record = record
