@@ -94,6 +94,8 @@ def start(conv: Conversation) -> bool:
         messages = prompt_view.messages(COMPACT_INSTRUCTIONS, kept_from)
         sent, sha = kept_from + 1, prompt_view.prefix_sha256(kept_from)
     deltas = call_model(conv, messages, [])
+    if deltas is None:
+        return True  # the session is being stopped: nothing went out, nothing goes on
     conv.record(
         TurnStarted(run.turn),
         ModelRequested(

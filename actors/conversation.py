@@ -344,6 +344,8 @@ class Conversation(Actor):
         # made durable: the fsync overlaps the network. Its reply comes back as a message, after
         # this handler; its text deltas are held until the record is in the feeds.
         deltas = call_model(self, messages, tools)
+        if deltas is None:
+            return  # the session is being stopped
         self.record(
             TurnStarted(run.turn),
             ModelRequested(

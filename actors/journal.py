@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -120,6 +120,14 @@ class Journal:
         stuck past a close (or a crash in replay) cannot write after it; ``record_last`` can."""
         with self._lock:
             self._sealed = True
+
+    @contextlib.contextmanager
+    def unsealed(self) -> Iterator[bool]:
+        """Hold ``seal`` off while an actor starts something outside (a model call); yields
+        whether it may: not once the session is being stopped, when what a stopped actor
+        started would go unrecorded, and in a replay would take the next program's turn."""
+        with self._lock:
+            yield not self._sealed
 
     def unseal(self) -> None:
         """Record from the actors again: the session's actors were started anew."""

@@ -28,9 +28,10 @@ __all__ = ["call_model"]
 
 def call_model(
     conv: Conversation, messages: msgspec.Raw, tools: list[Any] | msgspec.Raw
-) -> HeldDeltas:
+) -> HeldDeltas | None:
     """Send the running task's request for the current turn; return its deltas, held until
-    the conversation has recorded the request (then ``open`` them, or ``discard``)."""
+    the conversation has recorded the request (then ``open`` them, or ``discard``). ``None``
+    when the session is being stopped: nothing is sent."""
     from plait.actors.model import ModelRequest
 
     assert conv.run is not None
@@ -58,14 +59,17 @@ def call_model(
             ),
         )
 
-    future: Future[Any] = conv.deps.effects.submit(
-        conv.deps.model_client.complete(
-            ModelRequest(messages, tools, conv.deps.model_options),
-            on_text=on_text,
-            on_attempt_failed=on_attempt_failed,
-            on_reasoning=on_reasoning,
+    with journal.unsealed() as live:
+        if not live:
+            return None  # the session is being stopped: nothing more starts
+        future: Future[Any] = conv.deps.effects.submit(
+            conv.deps.model_client.complete(
+                ModelRequest(messages, tools, conv.deps.model_options),
+                on_text=on_text,
+                on_attempt_failed=on_attempt_failed,
+                on_reasoning=on_reasoning,
+            )
         )
-    )
 
     def done(f: Future[Any]) -> None:
         if f.cancelled():

@@ -136,3 +136,18 @@ def test_a_feed_of_kinds_holds_only_those_and_wakes_its_reader_only_for_the_waki
         TaskCompleted,
         None,
     ]  # TaskStarted was never held
+
+
+def test_a_seal_waits_for_what_an_actor_is_starting_and_then_nothing_starts(
+    journal: Journal,
+) -> None:
+    sealed = threading.Event()
+    with journal.unsealed() as live:
+        assert live
+        sealer = threading.Thread(target=lambda: (journal.seal(), sealed.set()))
+        sealer.start()
+        assert not sealed.wait(0.05)  # it waits for the start under way
+    assert sealed.wait(30)
+    sealer.join(30)
+    with journal.unsealed() as live:
+        assert not live  # the session is being stopped: an actor starts nothing more
