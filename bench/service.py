@@ -32,10 +32,11 @@ from types import ModuleType
 import httpx2
 import msgspec
 import uvicorn
+from paced_model import PacedModelServer
 from report import Line, table
 
 from plait import ModelSettings, Runtime
-from plait.testing import ScriptedModelServer, Step
+from plait.testing import Step
 
 SERVICE_PY = Path(__file__).resolve().parents[1] / "examples" / "service.py"
 DELAY = 0.2
@@ -62,8 +63,9 @@ def runtime_on(model_url: str, tmp: Path) -> Runtime:
 
 
 def serve_model(steps: int) -> None:
-    """The scripted model server, answering ``steps`` replies."""
-    with ScriptedModelServer(script(steps)) as server:
+    """The benches' model server (``paced_model.py``), answering ``steps`` replies."""
+    del steps  # it answers every request with the same reply
+    with PacedModelServer(script(1)[0]) as server:
         print(server.base_url, flush=True)
         sys.stdin.read()
 

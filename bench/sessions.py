@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from paced_model import floor
 from report import Line, table
 from service import DELAY, helper
 
@@ -188,10 +189,14 @@ def main() -> None:
     sizes = [10, 100] if args.quick else [10, 100, 1000]
     lines: list[Line] = []
     for n in sizes:
+        with model_server(n) as (url, _):
+            alone = floor(url, n)
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
             wall, late, cpu = asyncio.run(on_the_loop(n, Path(a)))
             threaded = on_threads(n, Path(b))
         lines += [
+            (f"N = {n}: the model server alone, s", f"{alone:.2f}", "", "",
+             "a bare client's wall"),
             (f"N = {n}: wall s, arun / threads", f"{wall:.2f}", f"{threaded:.2f}",
              f"{wall / threaded:.2f}x", f"~{DELAY} (ideal)"),
             (f"N = {n}: timer lateness, max ms", f"{late * 1000:.0f}", "", "", "<= 50"),
