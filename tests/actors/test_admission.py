@@ -47,8 +47,11 @@ def test_idle_sessions_make_room_for_the_ones_that_need_it(tmp_path: Path) -> No
 async def test_a_task_waits_for_a_place_in_order_and_never_blocks_the_loop(
     tmp_path: Path,
 ) -> None:
-    slow = Step(text="slow " * 20, chunk_chars=5, chunk_delay=0.05)
-    steps = [slow, slow, Step(text="third"), Step(text="fourth")]
+    # The busy ones end a second apart, so the places free one at a time: the waiting tasks
+    # start in the order they came, and each asks the model in turn.
+    slow = Step(text="slow " * 10, chunk_chars=5, chunk_delay=0.05)
+    slower = Step(text="slow " * 10, chunk_chars=5, chunk_delay=0.15)
+    steps = [slow, slower, Step(text="third"), Step(text="fourth")]
     with (
         ScriptedModelServer(steps) as server,
         runtime_for(server, tmp_path, max_active_sessions=2) as runtime,
