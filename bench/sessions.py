@@ -49,7 +49,7 @@ async def on_the_loop(n: int, tmp: Path, freeze: bool = True) -> tuple[float, fl
     With ``freeze``, the objects of the open sessions are moved out of the garbage collector's
     way first (``gc.freeze()``, as the README advises a process holding many sessions):
     CPython stops every thread for a full collection, for a time that grows with the objects
-    the process tracks (about 90 ms with 1,000 sessions open here), and the run makes one due.
+    the process tracks (about 100 ms with 1,000 sessions open here), and the run makes one due.
     """
     with model_server(n) as (url, _), runtime_on(url, tmp) as runtime:
         handles = [runtime.start_session() for _ in range(n)]
