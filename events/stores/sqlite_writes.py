@@ -113,7 +113,8 @@ class Writes:
                 batch[0].fail(exc)
                 return
             for append in batch:
-                self._write([append])
+                if not append.done:  # one refused in the batch stays refused
+                    self._write([append])
 
     def _transaction(self, batch: list[_Append]) -> None:
         db = self._db
