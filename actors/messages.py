@@ -6,7 +6,7 @@ Commands are imperative (``RunTask``, ``Abort``); notices say what happened (``T
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -155,6 +155,8 @@ class Enqueue(msgspec.Struct, frozen=True):
 
     plans: tuple[TaskPlan, ...]
     """In order."""
+    ack: Callable[[BaseException | None], object] | None = None
+    """Called once their ``TaskEnqueued`` is durable (with ``None``), or with why it is not."""
 
 
 class TaskEnded(msgspec.Struct, frozen=True):

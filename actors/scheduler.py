@@ -22,6 +22,7 @@ from plait.actors.messages import (
     StartNext,
     TaskEnded,
 )
+from plait.errors import SessionClosedError
 from plait.events.projections.tasks import (
     TASKS,
     TaskQueue,
@@ -60,7 +61,7 @@ class Scheduler:
         self,
         stream: str,
         past: list[Event],
-        record: Callable[[list[NewEvent]], object],
+        record: Callable[[list[NewEvent]], list[Event]],
         catch_up: Callable[[], object],
         deliver: Callable[[RunTask | Abort], object],
     ) -> None:
@@ -87,8 +88,15 @@ class Scheduler:
 
     def _receive(self, message: Any) -> Any:
         match message:
-            case Enqueue(plans=plans):
-                self._enqueue(plans)
+            case Enqueue(plans=plans, ack=ack):
+                try:
+                    recorded = self._enqueue(plans)
+                except Exception as exc:
+                    if ack is not None:
+                        ack(exc)
+                    raise
+                if ack is not None:
+                    ack(None if recorded else SessionClosedError(self.stream))
             case TaskEnded():
                 self._maybe_start()
             case Interrupt(cause=cause):
@@ -99,26 +107,27 @@ class Scheduler:
                 self._maybe_start()
         return None
 
-    def _enqueue(self, plans: tuple[TaskPlan, ...]) -> None:
+    def _enqueue(self, plans: tuple[TaskPlan, ...]) -> bool:
         """Queue ``plans``; if the timeline is free, start the next task in the same
-        transaction (one fsync for both)."""
+        transaction (one fsync for both). Whether they were recorded (not, once the session
+        is being stopped)."""
         queued = [NewEvent(TaskEnqueued(p), p.conversation_id, p.task_id) for p in plans]
         nxt = None
         if self.state.running is None:
             nxt = self.state.pending[0] if self.state.pending else plans[0]
-        self._start(nxt, queued)
+        recorded = self._start(nxt, queued)
         # The running task may have ended meanwhile, and told no one: nothing waited then.
         self._catch_up()
         self._maybe_start()
+        return bool(recorded)
 
     def _maybe_start(self) -> None:
         self._start(next_task(self.state), [])
 
-    def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> None:
+    def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> list[Event]:
+        """Start ``plan`` (if any), recording ``before`` with it; return what was recorded."""
         if plan is None:
-            if before:
-                self._record(before)
-            return
+            return self._record(before) if before else []
         started = [NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)]
         output = continuation_output(self.state, plan)  # before TaskStarted forgets the result
         if plan.closure is not None and output is not None:
@@ -126,8 +135,9 @@ class Scheduler:
             # crash keeps both or neither.
             answer = ToolCallCompleted(plan.closure.call_id, output)
             started.append(NewEvent(answer, plan.conversation_id, plan.task_id))
-        self._record([*before, *started])
+        recorded = self._record([*before, *started])
         self._deliver(RunTask(plan))
+        return recorded
 
     def _interrupt(self, cause: InterruptCause) -> None:
         why = INTERRUPTED_BY[cause]

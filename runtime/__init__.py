@@ -13,7 +13,8 @@
 session's events as they are recorded, with the transient text deltas between them.
 """
 
-from plait.runtime.handle import KEEP, KeepType, SessionHandle
+from plait.runtime.changes import KEEP, KeepType
+from plait.runtime.handle import SessionHandle
 from plait.runtime.outcome import Status, TaskOutcome
 from plait.runtime.recovery import Recovery, in_flight
 from plait.runtime.runtime import Runtime

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pykka
 
@@ -44,30 +43,20 @@ from plait.events.types import (
 )
 from plait.events.values import (
     ApprovalPolicy,
-    ContextChange,
     InputItem,
     InputText,
     TaskPlan,
     ToolPrefs,
-    check_policy,
 )
+from plait.runtime.acks import ACK_WAIT_SEC, Ack
+from plait.runtime.changes import KEEP, KeepType, context_change
 from plait.runtime.outcome import FOLLOWED, TaskOutcome, await_outcome, await_outcome_async
 from plait.runtime.recovery import forced_close
 
 if TYPE_CHECKING:
     from plait.runtime.runtime import Runtime
 
-__all__ = ["KEEP", "KeepType", "SessionHandle"]
-
-
-class KeepType(enum.Enum):
-    """The type of ``KEEP``."""
-
-    KEEP = "keep"
-
-
-KEEP: Final = KeepType.KEEP
-"""For ``change_context``: leave this part of the context as it is."""
+__all__ = ["SessionHandle"]
 
 
 class SessionHandle:
@@ -87,6 +76,7 @@ class SessionHandle:
         self._changed = threading.Condition(self._lock)  # told when it is passivated or started
         self._active = False
         self._used = time.monotonic()
+        self._acks: set[Ack] = set()  # told to the actors, not yet durable (see Ack)
         journal.on_idle = runtime._admission.went_idle
         runtime._admission.enter(self)
         self._start_placed(past)
@@ -164,38 +154,49 @@ class SessionHandle:
             self._start_placed(self.runtime.store.read(self.session_id))
             self._changed.notify_all()
 
-    def _placed_submit(self, prompt: str | Sequence[InputItem], cid: str | None) -> str:
-        """``submit``, once the session was given a place (``asubmit``)."""
+    def _placed_tell(self, prompt: str | Sequence[InputItem], cid: str | None, ack: Ack) -> None:
+        """``_tell``, once the session has a place (``asubmit``); the id is made off the loop."""
         with self._lock:
             if self._closed:  # closed while it waited: it needs no place
                 self.runtime._admission.leave(self)
             self._activate()
-        return self.submit(prompt, conversation_id=cid)
+        plan = self._plan(prompt, cid)
+        ack.task_id = plan.task_id
+        self._tell(plan, ack)
 
-    def _tell(self, message: Enqueue) -> None:
-        """Queue ``message``'s plans; a conversation the actors do not know is refused."""
+    def _tell(self, plan: TaskPlan, ack: Ack) -> None:
+        """Queue ``plan`` (for a conversation the actors know); ``ack`` hears once it is durable."""
         with self._lock:
             self._check_open()
             self._activate()
-            cids = {plan.conversation_id for plan in message.plans} - {self.root_conversation_id}
-            if cids:  # a task for one that is not would wait for ever
+            if plan.conversation_id != self.root_conversation_id:  # else it waits for ever
                 _, index = self._ask_live(ListConversations())
-                if unknown := sorted(cids - {info.id for info in index}):
-                    raise UnknownConversationError(self.session_id, unknown[0])
-            self._actor.tell(message)
+                if plan.conversation_id not in {info.id for info in index}:
+                    raise UnknownConversationError(self.session_id, plan.conversation_id)
+            self._acks.add(ack)
+            self._actor.tell(Enqueue((plan,), ack))
+
+    def _plan(self, prompt: str | Sequence[InputItem], cid: str | None) -> TaskPlan:
+        items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
+        return TaskPlan(self.runtime.new_id(), cid or self.root_conversation_id, items)
+
+    def _queue(self, plan: TaskPlan) -> str:
+        """``_tell`` ``plan``, and return its id once it is durable."""
+        ack = Ack(self._acks)
+        self._tell(plan, ack)
+        ack.wait(ACK_WAIT_SEC, f"task {plan.task_id} of session {self.session_id}")
+        return plan.task_id
 
     def submit(
         self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
     ) -> str:
-        """Queue a task in a conversation (the root by default); return its task id.
+        """Queue a task in a conversation (the root by default); return its task id once the
+        task is in the log (``TaskEnqueued``, durable).
 
         Raises ``UnknownConversationError`` when the session has no such live conversation,
         ``SessionClosedError`` once it is closed.
         """
-        items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
-        plan = TaskPlan(self.runtime.new_id(), conversation_id or self.root_conversation_id, items)
-        self._tell(Enqueue((plan,)))
-        return plan.task_id
+        return self._queue(self._plan(prompt, conversation_id))
 
     def run(
         self,
@@ -229,12 +230,15 @@ class SessionHandle:
     async def asubmit(
         self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
     ) -> str:
-        """``submit`` for asyncio code: a place for the session's actors is awaited on the loop
-        (``max_active_sessions``), holding no thread; the submit runs off the loop."""
+        """``submit`` for asyncio code: it waits on the loop, holding no thread, for a place
+        (``max_active_sessions``) and for the task to be durable; the rest runs off the loop."""
         if not self._active and not self._closed:
             await self.runtime._admission.aenter(self)
-        placed = functools.partial(self._placed_submit, prompt, conversation_id)
-        return await self.runtime._off_loop(placed)
+        ack = Ack(self._acks, asyncio.get_running_loop())
+        placed = functools.partial(self._placed_tell, prompt, conversation_id, ack)
+        self.runtime._off_loop.send(placed, ack)
+        await ack.arrived()
+        return ack.task_id
 
     async def ainterrupt(self) -> None:
         """``interrupt`` for asyncio code (it does not block)."""
@@ -268,21 +272,16 @@ class SessionHandle:
         An ``approval_policy`` may only narrow the session's (``None``: the session's again);
         a wider one is narrowed to it, and ``ApprovalPolicyNarrowed`` says so.
         """
-        if approval_policy is not KEEP and approval_policy is not None:
-            check_policy(approval_policy)
-        given: dict[str, Any] = {
-            "base_instructions": base_instructions,
-            "user_instructions": user_instructions,
-            "mcp_allowlist": mcp_allowlist,
-            "tool_prefs": tool_prefs,
-            "approval_policy": approval_policy,
-        }
-        changes = {name: value for name, value in given.items() if value is not KEEP}
-        change = ContextChange(sorted(changes), clear_history=clear_history, **changes)
+        change = context_change(
+            clear_history,
+            base_instructions=base_instructions,
+            user_instructions=user_instructions,
+            mcp_allowlist=mcp_allowlist,
+            tool_prefs=tool_prefs,
+            approval_policy=approval_policy,
+        )
         cid = conversation_id or self.root_conversation_id
-        plan = TaskPlan(self.runtime.new_id(), cid, context=change)
-        self._tell(Enqueue((plan,)))
-        return plan.task_id
+        return self._queue(TaskPlan(self.runtime.new_id(), cid, context=change))
 
     def compact(
         self,
@@ -303,8 +302,7 @@ class SessionHandle:
             keep_recent_tokens = self.runtime.history.keep_recent_tokens
         plan = TaskPlan(self.runtime.new_id(), cid, compact=keep_recent_tokens)
         with self._follow() as feed:
-            self._tell(Enqueue((plan,)))
-            return await_outcome(feed, plan.task_id, timeout)
+            return await_outcome(feed, self._queue(plan), timeout)
 
     def interrupt(self) -> None:
         """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""
@@ -441,6 +439,8 @@ class SessionHandle:
         stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
         with contextlib.suppress(*stuck):
             self._actor.stop(timeout=timeout)
+        for ack in list(self._acks):  # what the stopped actor did not take: not in the log
+            ack(SessionClosedError(self.session_id))
         if self._pool is not None:
             with contextlib.suppress(*stuck):
                 self._pool.stop(timeout=timeout)  # closes every server: nothing is left running

@@ -20,7 +20,8 @@ __all__ = ["Offload"]
 
 T = TypeVar("T")
 
-_Item = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
+_Done = Callable[[Any, BaseException | None], object]
+"""Told the call's result, or what it raised."""
 
 
 class Offload:
@@ -28,7 +29,7 @@ class Offload:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], _Done] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -36,26 +37,35 @@ class Offload:
         """Return ``call()``, run on the thread; its exception, raised here."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._start()
-        self._queue.put((loop, future, call))
+
+        def done(result: Any, error: BaseException | None) -> None:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, future, result, error)
+
+        self._put(call, done)
         return await future
 
-    def _start(self) -> None:
+    def send(self, call: Callable[[], object], failed: Callable[[BaseException], object]) -> None:
+        """Run ``call`` on the thread, in turn, without waiting for it; what it raises goes to
+        ``failed``."""
+        self._put(call, lambda _, error: None if error is None else failed(error))
+
+    def _put(self, call: Callable[[], Any], done: _Done) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
+        self._queue.put((call, done))
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            loop, future, call = item
+            call, done = item
             try:
                 result, error = call(), None
             except BaseException as exc:  # handed to the caller, whatever it is
                 result, error = None, exc
-            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
-                loop.call_soon_threadsafe(_settle, future, result, error)
+            done(result, error)
 
     def close(self) -> None:
         """Run what was handed over, then stop the thread."""
