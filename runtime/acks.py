@@ -29,6 +29,7 @@ class Ack:
         self._pending = pending
         self.task_id = ""
         """The id of the task it acknowledges, once made."""
+        self._said = threading.Lock()
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._loop = loop
@@ -36,10 +37,11 @@ class Ack:
 
     def __call__(self, error: BaseException | None = None) -> None:
         """Say how it went (the first word counts); from any thread."""
-        if self._done.is_set():
-            return
-        self._error = error
-        self._done.set()
+        with self._said:
+            if self._done.is_set():
+                return
+            self._error = error
+            self._done.set()
         self._pending.discard(self)
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
