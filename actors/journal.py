@@ -51,9 +51,6 @@ class Journal:
         not taken; the first is number ``_kept_from``."""
         self._kept_from = 0
         self._feeds: list[Feed] = []
-        self.wants_deltas = False
-        """Whether a live feed takes transient notifications: if none does, a model call need
-        not make its text deltas (a reader that subscribes later sees those after it)."""
         self.last_recorded_at = time.monotonic()
         """When it last recorded anything (``time.monotonic``); a clock for idleness only,
         never written to the log."""
@@ -70,6 +67,12 @@ class Journal:
     def idle(self) -> bool:
         """Whether nothing runs or waits in the session, by what it has recorded."""
         return self._tasks.running is None and not self._tasks.pending
+
+    @property
+    def wants_deltas(self) -> bool:
+        """Whether a live feed takes transient notifications: if none does, a model call need
+        not make its text deltas (a reader that subscribes later sees those after it)."""
+        return any(feed.transient for feed in self._feeds)
 
     @property
     def waiting(self) -> bool:
@@ -224,14 +227,12 @@ class Journal:
         with self._lock:
             feed = Feed(self, transient, limit, kinds)
             self._feeds.append(feed)
-            self.wants_deltas = any(feed.transient for feed in self._feeds)
         return feed
 
     def _unsubscribe(self, feed: Feed) -> None:
         with self._lock:
             if feed in self._feeds:
                 self._feeds.remove(feed)
-            self.wants_deltas = any(feed.transient for feed in self._feeds)
 
 
 class _Listener:

@@ -1,8 +1,9 @@
 """The ``Scheduler``: starts the session's tasks one at a time, in queue order.
 
-Its state is the session's ``TaskQueue`` (``events/projections/tasks.py``), folded from the
-log; it records what it decides (a task queued, started, or dropped by an interrupt) and
-folds it back (docs/conversations.md#the-single-timeline). It lives in the ``Session`` actor,
+It decides from the session's ``TaskQueue`` (``events/projections/tasks.py``), which the
+``Session`` folds from the log with its histories; it records what it decides (a task queued,
+started, or dropped by an interrupt), and the Session folds that back
+(docs/conversations.md#the-single-timeline). It lives in the ``Session`` actor,
 which hands it the scheduling messages and delivers the tasks it starts: a task goes from the
 caller to its conversation through one actor, not two.
 """
@@ -24,7 +25,6 @@ from plait.actors.messages import (
 )
 from plait.errors import SessionClosedError
 from plait.events.projections.tasks import (
-    TASKS,
     TaskQueue,
     chain_to_drop,
     continuation_output,
@@ -60,23 +60,19 @@ class Scheduler:
     def __init__(
         self,
         stream: str,
-        past: list[Event],
+        state: TaskQueue,
         record: Callable[[list[NewEvent]], list[Event]],
         catch_up: Callable[[], object],
         deliver: Callable[[RunTask | Abort], object],
     ) -> None:
-        """``record`` appends a group and folds it, this scheduler's state included;
-        ``catch_up`` folds what others recorded since; ``deliver`` hands a task it started,
-        or an abort of the running one, to the task's conversation."""
+        """``state``: the session's task queue, kept folded by the Session; ``record`` appends
+        a group and folds it; ``catch_up`` folds what others recorded since; ``deliver`` hands
+        a task it started, or an abort of the running one, to the task's conversation."""
         self.stream = stream
-        self.state: TaskQueue = TASKS.fold(past)
+        self.state = state
         self._record = record
         self._catch_up = catch_up
         self._deliver = deliver
-
-    def fold(self, events: list[Event]) -> None:
-        """Fold recorded ``events`` into the queue."""
-        TASKS.fold(events, self.state)
 
     def receive(self, message: Any) -> Any:
         """Handle one of ``MESSAGES``."""

@@ -70,7 +70,7 @@ class Session(Actor):
         """Each conversation's context now: what the conversations it opens inherit."""
         self.conversations: dict[str, Any] = {}
         self.scheduler = Scheduler(
-            journal.stream, past, self._record, self._catch_up, self._deliver
+            journal.stream, self.histories.tasks, self._record, self._catch_up, self._deliver
         )
         self._fold(past)
 
@@ -111,7 +111,6 @@ class Session(Actor):
         for event in events:
             self.projection.apply(self.histories, event)
         self._fold(events)
-        self.scheduler.fold(events)
 
     # --- messages ----------------------------------------------------------------------------
 

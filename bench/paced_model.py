@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -56,7 +57,10 @@ class PacedModelServer:
         self._thread.join(30)
 
     def _run(self) -> None:
-        self._loop.run_until_complete(self._serve())
+        try:
+            self._loop.run_until_complete(self._serve())
+        finally:
+            self._loop.close()
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
@@ -100,14 +104,16 @@ class PacedModelServer:
 def floor(url: str, n: int) -> float:
     """Seconds ``n`` streamed replies at once take from the server at ``url`` with a bare
     client (raw sockets, no parsing beyond the framing's end)."""
-    host, port = url.split("//")[1].split("/")[0].split(":")
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     body = b'{"model": "m", "messages": [], "stream": true}'
     request = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"POST {parts.path.rstrip('/')}/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
     async def one() -> None:
-        reader, writer = await asyncio.open_connection(host, int(port))
+        reader, writer = await asyncio.open_connection(host, port)
         writer.write(request)
         data = b""
         while not data.endswith(b"0\r\n\r\n"):

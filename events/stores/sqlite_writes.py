@@ -20,9 +20,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from plait.errors import ConcurrencyError, StoreError
+from plait.errors import StoreError
 from plait.events.codec import GENESIS_HASH
-from plait.events.store import PreparedAppend
+from plait.events.store import EventStore, PreparedAppend
 from plait.events.types import Event
 
 __all__ = ["Writes"]
@@ -127,8 +127,7 @@ class Writes:
             for append in batch:
                 head_seq, head_hash = heads[append.stream]
                 try:
-                    if append.expected_seq != head_seq:
-                        raise ConcurrencyError(append.stream, append.expected_seq, head_seq)
+                    EventStore._check_expected(append.stream, append.expected_seq, head_seq)
                     prepared = append.prepare(head_seq, head_hash)
                 except Exception as exc:  # refused: nothing of it is written
                     append.fail(exc)
