@@ -16,6 +16,7 @@ __all__ = [
     "CorruptEventError",
     "DivergenceError",
     "EffectLoopClosedError",
+    "LeaseLostError",
     "McpError",
     "ModelError",
     "ModelErrorKind",
@@ -55,6 +56,19 @@ class ConcurrencyError(StoreError):
         super().__init__(
             f"stream {stream}: append expected last seq {expected_seq}, but the stream is at "
             f"seq {actual_seq} (another writer appended first; reload and retry)"
+        )
+
+
+class LeaseLostError(StoreError):
+    """A process wrote to, or acted for, a session whose lease another process has taken: it no
+    longer owns the session (see ``docs/processes.md``)."""
+
+    def __init__(self, stream: str, epoch: int, detail: str = "") -> None:
+        self.stream = stream
+        self.epoch = epoch
+        super().__init__(
+            f"session {stream}: this process no longer owns it (its lease, epoch {epoch}, "
+            f"was taken over{': ' + detail if detail else ''}); nothing was appended"
         )
 
 

@@ -18,7 +18,13 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from plait.errors import BlobMissingError, ConcurrencyError, CorruptEventError, TransientEventError
+from plait.errors import (
+    BlobMissingError,
+    ConcurrencyError,
+    CorruptEventError,
+    LeaseLostError,
+    TransientEventError,
+)
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, blob_refs, externalize, resolve
 from plait.events.codec import (
     BODY_TAGS,
@@ -28,6 +34,7 @@ from plait.events.codec import (
     encode_event,
     event_hash,
 )
+from plait.events.ownership import Ownership
 from plait.events.subscription import ConditionWaiter, Subscription, Waiter
 from plait.events.types import Body, Event, NewEvent, Transient
 from plait.events.values import BlobRef, Redacted
@@ -116,8 +123,9 @@ class PreparedAppend(NamedTuple):
         return self.events
 
 
-class EventStore(ABC):
-    """An append-only log of event streams with content-addressed blobs.
+class EventStore(Ownership, ABC):
+    """An append-only log of event streams with content-addressed blobs, and the leases and
+    inbox of the processes sharing it (``Ownership``).
 
     ``append`` is atomic: all of its events are stored, chained and visible, or none are.
     """
@@ -133,10 +141,17 @@ class EventStore(ABC):
     # --- writing ----------------------------------------------------------------------------
 
     def append(
-        self, stream: str, events: Sequence[Body | NewEvent], expected_seq: int
+        self,
+        stream: str,
+        events: Sequence[Body | NewEvent],
+        expected_seq: int,
+        *,
+        epoch: int | None = None,
     ) -> list[Event]:
         """Append ``events`` after seq ``expected_seq`` of ``stream`` (0 for a new stream).
 
+        With ``epoch``, the writer's lease epoch, the append is refused unless it is still the
+        stream's (checked in the append's transaction: ``LeaseLostError``).
         Raises ``ConcurrencyError`` when the stream has moved on, and ``TransientEventError``
         for a notification that is never persisted.
         """
@@ -147,6 +162,7 @@ class EventStore(ABC):
             stream,
             expected_seq,
             lambda head_seq, head_hash: self._prepare(stream, drafts, head_seq, head_hash),
+            epoch,
         )
         self._notify()
         return events_out
@@ -218,6 +234,17 @@ class EventStore(ABC):
     def _check_expected(stream: str, expected_seq: int, head_seq: int) -> None:
         if expected_seq != head_seq:
             raise ConcurrencyError(stream, expected_seq, head_seq)
+
+    @staticmethod
+    def _check_epoch(stream: str, epoch: int | None, lease: tuple[str | None, int] | None) -> None:
+        """Refuse an append of ``epoch`` unless it is the epoch of ``lease`` (owner, epoch)."""
+        if epoch is None or (lease is not None and lease[1] == epoch and lease[0] is not None):
+            return
+        if lease is None:
+            raise LeaseLostError(stream, epoch, "the session has no lease")
+        owner, now = lease
+        holder = f"now epoch {now}, held by {owner}" if owner else f"released at epoch {now}"
+        raise LeaseLostError(stream, epoch, holder)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -371,8 +398,10 @@ class EventStore(ABC):
         stream: str,
         expected_seq: int,
         prepare: Callable[[int, bytes], PreparedAppend],
+        epoch: int | None,
     ) -> list[Event]:
-        """In one transaction: read the head, check it, ``prepare``, write rows, blobs, head."""
+        """In one transaction: read the head (and with ``epoch`` the lease: ``_check_epoch``),
+        check it, ``prepare``, write rows, blobs, head."""
 
     @abstractmethod
     def _head(self, stream: str) -> tuple[int, bytes]:
@@ -402,7 +431,7 @@ class EventStore(ABC):
     def _redact(self, sha256: str) -> bool:
         """Delete a blob's content, keep a tombstone; return whether it existed."""
 
-    def close(self) -> None:  # noqa: B027 - a backend without connections has nothing to do
+    def close(self) -> None:
         """Release the store's connections; idempotent."""
 
     def __enter__(self) -> EventStore:

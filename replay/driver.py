@@ -91,7 +91,12 @@ class _RecordedTime(MemoryStore):
         self._halt_lock = threading.Lock()
 
     def append(
-        self, stream: str, events: Sequence[Body | NewEvent], expected_seq: int
+        self,
+        stream: str,
+        events: Sequence[Body | NewEvent],
+        expected_seq: int,
+        *,
+        epoch: int | None = None,
     ) -> list[Event]:
         with self._halt_lock:
             last = expected_seq + len(events)
@@ -100,7 +105,7 @@ class _RecordedTime(MemoryStore):
                 kept = 0 if self._halted else len(events)
             else:
                 kept, self._halted = halt - expected_seq - 1, True
-        stored = super().append(stream, events[:kept], expected_seq) if kept else []
+        stored = super().append(stream, events[:kept], expected_seq, epoch=epoch) if kept else []
         unheard = [self._draft(stream, item) for item in events[kept:]]
         after, now = expected_seq + kept, utc_now()
         return stored + [d.unstored(stream, after + i, now) for i, d in enumerate(unheard, 1)]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
+import time
 from collections.abc import Callable
 
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
+from plait.events.ownership import Lease
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -25,6 +28,10 @@ Stored = tuple[int, str, int, str, int, bytes, bytes]
 """A row as the SQL backends keep it: ``(position, stream, seq, type, v, data, hash)``."""
 
 
+_Held = tuple[str | None, int, float]
+"""A lease: ``(owner, epoch, expires)``, by ``time.monotonic``."""
+
+
 class MemoryStore(EventStore):
     """Keeps the same encoded rows a durable store would, so it behaves the same; not durable."""
 
@@ -37,12 +44,21 @@ class MemoryStore(EventStore):
         self._by_stream: dict[str, list[Stored]] = {}
         self._blobs: dict[str, bytes | RedactedMarker] = {}
         self._heads: dict[str, tuple[int, bytes]] = {}
+        self._held: dict[str, _Held] = {}
+        self._inbox: dict[int, tuple[str, bytes]] = {}
+        self._inbox_ids = itertools.count(1)
 
     def _append_rows(
-        self, stream: str, expected_seq: int, prepare: Callable[[int, bytes], PreparedAppend]
+        self,
+        stream: str,
+        expected_seq: int,
+        prepare: Callable[[int, bytes], PreparedAppend],
+        epoch: int | None,
     ) -> list[Event]:
         with self._lock:
             head_seq, head_hash = self._head_locked(stream)
+            lease = self._held.get(stream)
+            self._check_epoch(stream, epoch, None if lease is None else lease[:2])
             self._check_expected(stream, expected_seq, head_seq)
             prepared = prepare(head_seq, head_hash)
             first = self._all[-1][0] + 1 if self._all else 1
@@ -99,6 +115,57 @@ class MemoryStore(EventStore):
                 return False
             self._blobs[sha256] = REDACTED
             return True
+
+    def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
+        now = time.monotonic()
+        with self._lock:
+            holder, epoch, expires = self._held.get(stream, (None, 0, 0.0))
+            if holder is None or holder == owner or expires <= now:
+                epoch += holder != owner or holder is None
+                holder, expires = owner, now + lease_sec
+                self._held[stream] = (holder, epoch, expires)
+            return Lease(stream, holder, epoch, expires - now)
+
+    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]:
+        expires = time.monotonic() + lease_sec
+        with self._lock:
+            held = {s: e for s, (o, e, _) in self._held.items() if o == owner}
+            for stream, epoch in held.items():
+                self._held[stream] = (owner, epoch, expires)
+            return held
+
+    def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:
+        with self._lock:
+            if self._held.get(stream, (None, 0))[:2] != (owner, epoch):
+                return False
+            self._held[stream] = (None if idle else owner, epoch, 0.0)
+            return True
+
+    def _leases(self, stream: str | None) -> list[Lease]:
+        now = time.monotonic()
+        with self._lock:
+            found = self._held.items() if stream is None else _only(self._held, stream)
+            return [Lease(s, o, e, x - now) for s, (o, e, x) in found]
+
+    def _put_command(self, stream: str, data: bytes) -> int:
+        with self._lock:
+            cid = next(self._inbox_ids)
+            self._inbox[cid] = (stream, data)
+        self._notify()
+        return cid
+
+    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
+        with self._lock:
+            return [(i, s, d) for i, (s, d) in self._inbox.items() if stream in (None, s)]
+
+    def _drop_commands(self, ids: list[int]) -> None:
+        with self._lock:
+            for cid in ids:
+                self._inbox.pop(cid, None)
+
+
+def _only(leases: dict[str, _Held], stream: str) -> list[tuple[str, _Held]]:
+    return [(stream, leases[stream])] if stream in leases else []
 
 
 def _seq(row: Stored) -> int:

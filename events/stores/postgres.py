@@ -35,6 +35,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
+from plait.events.ownership import Lease
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -51,7 +52,7 @@ __all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
 
 DEFAULT_SCHEMA = "plait"
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # PostgreSQL truncates at 63 bytes
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the table layout; a store written by a newer plait is refused, not misread."""
 
 _DDL = [
@@ -64,8 +65,16 @@ _DDL = [
     "CREATE TABLE IF NOT EXISTS {s}.blobs (sha256 TEXT PRIMARY KEY, size BIGINT NOT NULL, "
     "data BYTEA)",  # data NULL: redacted, a tombstone
     "CREATE TABLE IF NOT EXISTS {s}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    f"INSERT INTO {{s}}.meta VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT DO NOTHING",
+    "CREATE TABLE IF NOT EXISTS {s}.leases (stream TEXT PRIMARY KEY, owner TEXT, "
+    "epoch BIGINT NOT NULL, expires DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.inbox (id BIGSERIAL PRIMARY KEY, stream TEXT NOT NULL, "
+    "data BYTEA NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS inbox_stream ON {s}.inbox (stream, id)",
+    f"INSERT INTO {{s}}.meta AS m VALUES ('schema_version', '{SCHEMA_VERSION}') "
+    f"ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE m.value::int < {SCHEMA_VERSION}",
 ]
+_NOW = "extract(epoch FROM clock_timestamp())::float8"
+"""Lease times are the database server's clock: one clock for every process, wherever it runs."""
 _COLUMNS = "position, stream, seq, type, v, data, hash"
 _COPY_TYPES = ["int8", "text", "int8", "text", "int4", "bytea", "bytea"]
 _QUERIES = {
@@ -79,6 +88,24 @@ _QUERIES = {
     "VALUES (%s, %s, %s, %s) ON CONFLICT (stream) DO UPDATE "
     "SET last_seq = excluded.last_seq, last_hash = excluded.last_hash",
     "notify": "SELECT pg_notify(%s, %s)",
+    "fence": "SELECT owner, epoch FROM {s}.leases WHERE stream = %s FOR SHARE",
+    # Taken when free, lapsed or already held (then renewed, its epoch kept); the row lock
+    # waits for an append holding the lease FOR SHARE to commit.
+    "acquire": "INSERT INTO {s}.leases AS l (stream, owner, epoch, expires) "
+    f"VALUES (%(stream)s, %(owner)s, 1, {_NOW} + %(sec)s) ON CONFLICT (stream) DO UPDATE "
+    "SET owner = excluded.owner, expires = excluded.expires, epoch = l.epoch + "
+    "CASE WHEN l.owner IS NOT DISTINCT FROM excluded.owner THEN 0 ELSE 1 END "
+    f"WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires <= {_NOW}",
+    "leases": f"SELECT stream, owner, epoch, expires - {_NOW} FROM {{s}}.leases "
+    "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY stream",
+    "renew": f"UPDATE {{s}}.leases SET expires = {_NOW} + %s WHERE owner = %s "
+    "RETURNING stream, epoch",
+    "release": "UPDATE {s}.leases SET owner = %s, expires = 0 "
+    "WHERE stream = %s AND owner = %s AND epoch = %s",
+    "put_command": "INSERT INTO {s}.inbox (stream, data) VALUES (%s, %s) RETURNING id",
+    "commands": "SELECT id, stream, data FROM {s}.inbox "
+    "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY id",
+    "drop_commands": "DELETE FROM {s}.inbox WHERE id = ANY(%s)",
     "rows": "SELECT position, data, hash FROM {s}.events "
     "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",
     "all": "SELECT position, data, hash FROM {s}.events "
@@ -88,7 +115,7 @@ _QUERIES = {
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
     "tables": "SELECT count(to_regclass(format('%%I.%%I', %s::text, t))) "
-    "FROM unnest(array['events', 'streams', 'blobs', 'meta']) t",
+    "FROM unnest(array['events', 'streams', 'blobs', 'meta', 'leases', 'inbox']) t",
     "version": "SELECT value FROM {s}.meta WHERE key = 'schema_version'",
 }
 
@@ -163,7 +190,7 @@ class PostgresStore(EventStore):
         try:
             with self._errors(opening=True) as conn:
                 found = conn.execute(self._sql["tables"], (self.schema,)).fetchone()
-                if not found or found[0] != 4:
+                if not found or found[0] != 6:
                     with conn.transaction():
                         conn.execute(self._sql["lock"], (self._key,))
                         for statement in _DDL:
@@ -208,10 +235,17 @@ class PostgresStore(EventStore):
                 raise StoreError(f"{self.url} (schema {self.schema}): {_text(exc)}") from exc
 
     def _append_rows(
-        self, stream: str, expected_seq: int, prepare: Callable[[int, bytes], PreparedAppend]
+        self,
+        stream: str,
+        expected_seq: int,
+        prepare: Callable[[int, bytes], PreparedAppend],
+        epoch: int | None,
     ) -> list[Event]:
         q = self._sql
         with self._errors() as conn, conn.transaction(), conn.cursor(binary=True) as cur:
+            if epoch is not None:
+                lease = cur.execute(q["fence"], (stream,)).fetchone()
+                self._check_epoch(stream, epoch, None if lease is None else (lease[0], lease[1]))
             cur.execute(q["lock"], (self._key,))
             head = cur.execute(q["head"], (stream,)).fetchone()
             head_seq, head_hash = (int(head[0]), bytes(head[1])) if head else (0, GENESIS_HASH)
@@ -264,6 +298,44 @@ class PostgresStore(EventStore):
         with self._errors() as conn:
             return conn.execute(self._sql["redact"], (sha256,)).rowcount > 0
 
+    def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
+        args = {"stream": stream, "owner": owner, "sec": lease_sec}
+        with self._errors() as conn, conn.transaction():
+            conn.execute(self._sql["acquire"], args)
+            found = conn.execute(self._sql["leases"], args).fetchone()
+        assert found is not None  # inserted, or there already
+        return _lease(found)
+
+    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]:
+        rows = self._query("renew", (lease_sec, owner))
+        return {str(stream): int(epoch) for stream, epoch in rows}
+
+    def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:
+        with self._errors() as conn:
+            args = (None if idle else owner, stream, owner, epoch)
+            return conn.execute(self._sql["release"], args).rowcount > 0
+
+    def _leases(self, stream: str | None) -> list[Lease]:
+        with self._errors() as conn:
+            return [_lease(row) for row in conn.execute(self._sql["leases"], {"stream": stream})]
+
+    def _put_command(self, stream: str, data: bytes) -> int:
+        with self._errors() as conn, conn.transaction():
+            found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
+            conn.execute(self._sql["notify"], (self.channel, "inbox"))
+        assert found is not None
+        self._notify()
+        return int(found[0])
+
+    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
+        with self._errors() as conn:
+            rows = conn.execute(self._sql["commands"], {"stream": stream}, binary=True)
+            return [(int(i), str(s), bytes(d)) for i, s, d in rows]
+
+    def _drop_commands(self, ids: list[int]) -> None:
+        with self._errors() as conn:
+            conn.execute(self._sql["drop_commands"], (ids,))
+
     def _waiter(self) -> Waiter:
         waiter = _NotifyWaiter(self)
         self._waiters.add(waiter)
@@ -278,6 +350,11 @@ class PostgresStore(EventStore):
             self._conn.close()
         for waiter in list(self._waiters):
             waiter.close()
+
+
+def _lease(row: tuple[Any, ...]) -> Lease:
+    stream, owner, epoch, remaining = row
+    return Lease(str(stream), owner, int(epoch), float(remaining))
 
 
 def _row(row: tuple[Any, ...]) -> Row:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from typing import Any, Literal
 from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
+from plait.events.ownership import Lease
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -34,7 +36,7 @@ from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -58,6 +60,18 @@ CREATE TABLE IF NOT EXISTS blobs (
     size   INTEGER NOT NULL,
     data   BLOB
 );
+CREATE TABLE IF NOT EXISTS leases (
+    stream  TEXT    PRIMARY KEY,
+    owner   TEXT,
+    epoch   INTEGER NOT NULL,
+    expires REAL    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS inbox (
+    id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream TEXT    NOT NULL,
+    data   BLOB    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
 """
 
 
@@ -127,9 +141,89 @@ class SqliteStore(EventStore):
         self._db.execute("COMMIT")
 
     def _append_rows(
-        self, stream: str, expected_seq: int, prepare: Callable[[int, bytes], PreparedAppend]
+        self,
+        stream: str,
+        expected_seq: int,
+        prepare: Callable[[int, bytes], PreparedAppend],
+        epoch: int | None,
     ) -> list[Event]:
-        return self._writes.append(stream, expected_seq, prepare)
+        return self._writes.append(stream, expected_seq, prepare, epoch)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``: SQLite's write lock, across processes)."""
+        with self._lock, self._errors():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # Lease times are the machine's wall clock: every process sharing the file runs on it.
+
+    def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
+        with self._transaction() as db:
+            now = time.time()
+            found = db.execute(
+                "SELECT owner, epoch, expires FROM leases WHERE stream = ?", (stream,)
+            ).fetchone()
+            holder, epoch, expires = found or (None, 0, 0.0)
+            if holder is None or holder == owner or expires <= now:
+                epoch += holder != owner or holder is None
+                holder, expires = owner, now + lease_sec
+                db.execute(
+                    "INSERT OR REPLACE INTO leases (stream, owner, epoch, expires) "
+                    "VALUES (?, ?, ?, ?)",
+                    (stream, owner, epoch, expires),
+                )
+        return Lease(stream, holder, int(epoch), expires - now)
+
+    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]:
+        with self._transaction() as db:
+            rows = db.execute(
+                "UPDATE leases SET expires = ? WHERE owner = ? RETURNING stream, epoch",
+                (time.time() + lease_sec, owner),
+            ).fetchall()
+        return {str(stream): int(epoch) for stream, epoch in rows}
+
+    def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:
+        with self._transaction() as db:
+            cur = db.execute(
+                "UPDATE leases SET owner = ?, expires = 0 WHERE stream = ? AND owner = ? "
+                "AND epoch = ?",
+                (None if idle else owner, stream, owner, epoch),
+            )
+        return cur.rowcount > 0
+
+    def _leases(self, stream: str | None) -> list[Lease]:
+        where = "" if stream is None else " WHERE stream = ?"
+        now = time.time()
+        rows = self._query(
+            "SELECT stream, owner, epoch, expires FROM leases" + where + " ORDER BY stream",
+            () if stream is None else (stream,),
+        )
+        return [Lease(str(s), o, int(e), float(x) - now) for s, o, e, x in rows]
+
+    def _put_command(self, stream: str, data: bytes) -> int:
+        with self._transaction() as db:
+            cur = db.execute("INSERT INTO inbox (stream, data) VALUES (?, ?)", (stream, data))
+        self._notify()
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
+        where = "" if stream is None else " WHERE stream = ?"
+        rows = self._query(
+            "SELECT id, stream, data FROM inbox" + where + " ORDER BY id",
+            () if stream is None else (stream,),
+        )
+        return [(int(i), str(s), bytes(d)) for i, s, d in rows]
+
+    def _drop_commands(self, ids: list[int]) -> None:
+        with self._transaction() as db:
+            db.executemany("DELETE FROM inbox WHERE id = ?", [(i,) for i in ids])
 
     def _query(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         with self._lock, self._errors():

@@ -61,13 +61,15 @@ class Writes:
         self._position: int | None = None  # the last position, if known
         self._version: int | None = None  # data_version when they were last known good
 
-    def append(self, stream: str, expected_seq: int, prepare: Prepare) -> list[Event]:
+    def append(
+        self, stream: str, expected_seq: int, prepare: Prepare, epoch: int | None
+    ) -> list[Event]:
         """Write one append with whatever waits beside it; return its events once durable.
 
         One thread at a time leads: it writes what is queued, wakes each writer whose append
         it wrote, and hands the lead to the first that came meanwhile. The others sleep until
         then, on a lock of their own, not queued on the connection's."""
-        mine = _Append(stream, expected_seq, prepare)
+        mine = _Append(stream, expected_seq, prepare, epoch)
         with self._queue_lock:
             self._queue.append(mine)
             lead = not self._leading
@@ -121,12 +123,14 @@ class Writes:
         db.execute("BEGIN IMMEDIATE")
         try:
             position, heads = self._known(batch)
+            leases = self._leases(batch)
             rows: list[tuple[object, ...]] = []
             written: list[tuple[_Append, PreparedAppend, int]] = []
             blobs: dict[str, bytes] = {}
             for append in batch:
                 head_seq, head_hash = heads[append.stream]
                 try:
+                    EventStore._check_epoch(append.stream, append.epoch, leases.get(append.stream))
                     EventStore._check_expected(append.stream, append.expected_seq, head_seq)
                     prepared = append.prepare(head_seq, head_hash)
                 except Exception as exc:  # refused: nothing of it is written
@@ -178,6 +182,18 @@ class Writes:
         assert self._position is not None
         return self._position, {stream: self._heads[stream] for stream in streams}
 
+    def _leases(self, batch: list[_Append]) -> dict[str, tuple[str | None, int]]:
+        """The leases of ``batch``'s fenced streams, read in the write transaction (a lease is
+        taken under the same lock, so none changes hands before the commit)."""
+        fenced = sorted({append.stream for append in batch if append.epoch is not None})
+        if not fenced:
+            return {}
+        marks = ", ".join("?" * len(fenced))
+        found = self._db.execute(
+            f"SELECT stream, owner, epoch FROM leases WHERE stream IN ({marks})", fenced
+        ).fetchall()
+        return {str(stream): (owner, int(epoch)) for stream, owner, epoch in found}
+
     def _insert(
         self,
         rows: list[tuple[object, ...]],
@@ -218,10 +234,11 @@ class Writes:
 class _Append:
     """One append waiting to be written, and how it went."""
 
-    __slots__ = ("done", "error", "events", "expected_seq", "prepare", "stream", "woken")
+    __slots__ = ("done", "epoch", "error", "events", "expected_seq", "prepare", "stream", "woken")
 
-    def __init__(self, stream: str, expected_seq: int, prepare: Prepare) -> None:
+    def __init__(self, stream: str, expected_seq: int, prepare: Prepare, epoch: int | None) -> None:
         self.stream = stream
+        self.epoch = epoch
         self.expected_seq = expected_seq
         self.prepare = prepare
         self.done = False

@@ -101,14 +101,14 @@ CHILD = textwrap.dedent(
                 die([])
             return out
 
-        def _append_rows(self, stream, expected_seq, prepare):
+        def _append_rows(self, stream, expected_seq, prepare, epoch):
             def watched(head_seq, head_hash):
                 prepared = prepare(head_seq, head_hash)
                 if how == "mid-append" and self.reached(row[1] for row in prepared.rows):
                     self._db.armed = (stream, head_seq)
                 return prepared
 
-            return super()._append_rows(stream, expected_seq, watched)
+            return super()._append_rows(stream, expected_seq, watched, epoch)
 
 
     def die(uncommitted):

@@ -1,0 +1,168 @@
+"""Who owns a session, and what others ask of it: leases and the inbox, in the store.
+
+Several processes may share one store. Each live session has one owner, named by a **lease**
+row ``(stream, owner, epoch, expiry)``: a process takes it when it opens or resumes the session,
+renews it while it runs, and releases it when it stops. A lease that was not renewed in time has
+*lapsed*: another process may take it, and taking it from someone else (or after a release)
+raises its **epoch**. Every append of an owner carries its epoch, and the store refuses, in the
+append's own transaction, one whose epoch is no longer the stream's (``LeaseLostError``): a
+former owner that wakes after its lease was taken cannot add a single event.
+
+The **inbox** holds commands for a session that any process may store (durably, in order): a
+task, an interrupt, a conversation's destruction. The owner takes them in order and deletes
+each once what it leads to is in the log. See ``docs/processes.md``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Final
+
+import msgspec
+
+from plait.events.values import TaskPlan
+
+__all__ = [
+    "DEFAULT_LEASE_SEC",
+    "Command",
+    "CommandBody",
+    "DestroyConversation",
+    "InterruptTask",
+    "Lease",
+    "Ownership",
+    "StoredCommand",
+    "SubmitTask",
+]
+
+DEFAULT_LEASE_SEC: Final = 10.0
+"""How long a lease lasts unless renewed: the longest a session waits for a new owner after
+its owner died."""
+
+
+class Lease(msgspec.Struct, frozen=True):
+    """A session's lease, as the store holds it."""
+
+    stream: str
+    """The session."""
+    owner: str | None
+    """The process holding it (``None``: released)."""
+    epoch: int
+    """Raised each time the session changes hands; appends of an older epoch are refused."""
+    remaining_sec: float
+    """Seconds until it lapses, by the store's clock (0 or less: lapsed)."""
+
+    @property
+    def live(self) -> bool:
+        """Whether a process holds it and has renewed it in time."""
+        return self.owner is not None and self.remaining_sec > 0
+
+    def held_by(self, owner: str) -> bool:
+        """Whether ``owner`` holds it (lapsed or not: until someone takes it, it is theirs)."""
+        return self.owner == owner
+
+
+class SubmitTask(msgspec.Struct, frozen=True, tag="submit"):
+    """Queue a task (a prompt, a context change, a compaction) in the session."""
+
+    plan: TaskPlan
+
+
+class InterruptTask(msgspec.Struct, frozen=True, tag="interrupt"):
+    """Interrupt the session's running task (if any, when the owner takes the command)."""
+
+
+class DestroyConversation(msgspec.Struct, frozen=True, tag="destroy"):
+    """Destroy a conversation of the session."""
+
+    conversation_id: str
+
+
+CommandBody = SubmitTask | InterruptTask | DestroyConversation
+
+
+class Command(msgspec.Struct, frozen=True):
+    """A command as stored: who asked, and what."""
+
+    body: CommandBody
+    sender: str = ""
+    """The process that stored it (for people)."""
+
+
+class StoredCommand(msgspec.Struct, frozen=True):
+    """A command in the inbox: its place in the inbox's order, and its session."""
+
+    id: int
+    stream: str
+    command: Command
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(Command).decode
+
+
+class Ownership(ABC):
+    """The lease and inbox part of the store contract (``EventStore`` inherits it)."""
+
+    def acquire_lease(self, stream: str, owner: str, lease_sec: float) -> Lease:
+        """Take ``stream``'s lease for ``owner`` if nobody holds it, it lapsed, or ``owner``
+        holds it already (then it is renewed, its epoch kept). Return the lease as it is now:
+        held by ``owner`` when taken, else by whoever holds it."""
+        return self._acquire(stream, owner, lease_sec)
+
+    def renew_leases(self, owner: str, lease_sec: float) -> dict[str, int]:
+        """Renew every lease ``owner`` holds; return their epochs by stream. A lease missing
+        from the answer was taken by another process."""
+        return self._renew(owner, lease_sec)
+
+    def release_lease(self, stream: str, owner: str, epoch: int, *, idle: bool = True) -> bool:
+        """Give up ``stream``'s lease, if ``owner`` still holds it at ``epoch``; return whether
+        it did. ``idle``: nothing waits in the session, so nobody need take it over; else it is
+        left lapsed, for a worker to take over and run what waits."""
+        return self._release(stream, owner, epoch, idle)
+
+    def leases(self) -> list[Lease]:
+        """Every session's lease (a session never owned has none)."""
+        return self._leases(None)
+
+    def lease(self, stream: str) -> Lease | None:
+        """``stream``'s lease, or ``None`` when it was never owned."""
+        found = self._leases(stream)
+        return found[0] if found else None
+
+    def put_command(self, stream: str, command: Command) -> int:
+        """Store ``command`` for ``stream``'s owner; return its id once it is durable."""
+        return self._put_command(stream, _encode(command))
+
+    def commands(self, stream: str | None = None) -> list[StoredCommand]:
+        """The inbox in order: ``stream``'s commands, or every session's."""
+        return [
+            StoredCommand(cid, found, _decode(data)) for cid, found, data in self._commands(stream)
+        ]
+
+    def drop_commands(self, ids: Iterable[int]) -> None:
+        """Delete commands the owner has taken (an id already gone is ignored)."""
+        ids = list(ids)
+        if ids:
+            self._drop_commands(ids)
+
+    @abstractmethod
+    def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease: ...
+
+    @abstractmethod
+    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]: ...
+
+    @abstractmethod
+    def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool: ...
+
+    @abstractmethod
+    def _leases(self, stream: str | None) -> list[Lease]: ...
+
+    @abstractmethod
+    def _put_command(self, stream: str, data: bytes) -> int: ...
+
+    @abstractmethod
+    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]: ...
+
+    @abstractmethod
+    def _drop_commands(self, ids: list[int]) -> None: ...

@@ -1,0 +1,150 @@
+"""The lease and inbox part of the store contract, on every backend."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from support import StoreFactory
+
+from plait.errors import ConcurrencyError, LeaseLostError
+from plait.events import EventStore, NewEvent, SessionStarted, TurnStarted
+from plait.events.ownership import (
+    Command,
+    DestroyConversation,
+    InterruptTask,
+    SubmitTask,
+)
+from plait.events.values import InputText, TaskPlan
+
+LAPSED = -1.0
+"""A lease time that has already run out: the lease is taken and lapsed at once."""
+
+
+def start(store: EventStore, stream: str = "s1", epoch: int | None = None) -> None:
+    store.append(stream, [SessionStarted(root_conversation_id="root")], 0, epoch=epoch)
+
+
+def turn(store: EventStore, stream: str, epoch: int | None) -> None:
+    store.append(
+        stream, [NewEvent(TurnStarted(turn=1), "root", "t1")], store.last_seq(stream), epoch=epoch
+    )
+
+
+def test_a_free_session_is_taken_and_a_held_one_is_not(store: EventStore) -> None:
+    assert store.lease("s1") is None
+    taken = store.acquire_lease("s1", "a", 10)
+    assert (taken.owner, taken.epoch, taken.live) == ("a", 1, True)
+    refused = store.acquire_lease("s1", "b", 10)
+    assert (refused.owner, refused.epoch) == ("a", 1)  # b is told who holds it
+    again = store.acquire_lease("s1", "a", 10)
+    assert (again.owner, again.epoch) == ("a", 1)  # renewed, not taken anew
+    assert [(lease.stream, lease.owner) for lease in store.leases()] == [("s1", "a")]
+
+
+def test_a_lapsed_lease_is_taken_with_a_higher_epoch(store: EventStore) -> None:
+    store.acquire_lease("s1", "a", LAPSED)
+    lease = store.lease("s1")
+    assert lease is not None and not lease.live and lease.held_by("a")
+    taken = store.acquire_lease("s1", "b", 10)
+    assert (taken.owner, taken.epoch) == ("b", 2)
+
+
+def test_an_append_of_a_former_owner_is_refused_and_adds_nothing(store: EventStore) -> None:
+    a = store.acquire_lease("s1", "a", LAPSED)
+    start(store, epoch=a.epoch)
+    b = store.acquire_lease("s1", "b", 10)
+    with pytest.raises(LeaseLostError, match=r"session s1: .*epoch 1.*now epoch 2, held by b"):
+        turn(store, "s1", a.epoch)
+    assert store.last_seq("s1") == 1
+    turn(store, "s1", b.epoch)
+    assert store.last_seq("s1") == 2
+    assert store.verify("s1").ok
+
+
+def test_a_lost_lease_is_reported_before_a_moved_head(store: EventStore) -> None:
+    a = store.acquire_lease("s1", "a", LAPSED)
+    start(store, epoch=a.epoch)
+    b = store.acquire_lease("s1", "b", 10)
+    turn(store, "s1", b.epoch)
+    with pytest.raises(LeaseLostError):  # not a ConcurrencyError: retrying would not help
+        store.append("s1", [NewEvent(TurnStarted(turn=2), "root", "t1")], 1, epoch=a.epoch)
+    with pytest.raises(ConcurrencyError):
+        store.append("s1", [NewEvent(TurnStarted(turn=2), "root", "t1")], 1, epoch=b.epoch)
+
+
+def test_an_append_to_a_session_without_a_lease_is_refused_when_fenced(store: EventStore) -> None:
+    with pytest.raises(LeaseLostError, match="no lease"):
+        start(store, epoch=1)
+    start(store)  # unfenced: a tool writing its own streams
+    assert store.last_seq("s1") == 1
+
+
+def test_release_frees_the_session_and_fences_the_releaser(store: EventStore) -> None:
+    a = store.acquire_lease("s1", "a", 10)
+    start(store, epoch=a.epoch)
+    assert not store.release_lease("s1", "a", a.epoch + 1)  # not its epoch: nothing
+    assert store.release_lease("s1", "a", a.epoch)
+    lease = store.lease("s1")
+    assert lease is not None and lease.owner is None and not lease.live
+    with pytest.raises(LeaseLostError, match="released at epoch 1"):
+        turn(store, "s1", a.epoch)
+    assert store.acquire_lease("s1", "a", 10).epoch == 2  # taken anew, even by the same owner
+
+
+def test_a_release_with_work_waiting_leaves_the_lease_lapsed(store: EventStore) -> None:
+    a = store.acquire_lease("s1", "a", 10)
+    assert store.release_lease("s1", "a", a.epoch, idle=False)
+    lease = store.lease("s1")
+    assert lease is not None and lease.held_by("a") and not lease.live
+    assert store.acquire_lease("s1", "b", 10).owner == "b"
+
+
+def test_renew_answers_the_leases_still_held(store: EventStore) -> None:
+    store.acquire_lease("s1", "a", LAPSED)
+    store.acquire_lease("s2", "a", LAPSED)
+    store.acquire_lease("s3", "b", 10)
+    assert store.renew_leases("a", 10) == {"s1": 1, "s2": 1}
+    assert all(lease.live for lease in store.leases())
+    store.release_lease("s2", "a", 1)
+    assert store.renew_leases("a", 10) == {"s1": 1}
+
+
+def test_one_owner_wins_a_race_for_a_free_session(stores: StoreFactory) -> None:
+    opened = [stores.open() for _ in range(4)]  # as separate processes would
+    won: list[str] = []
+    gate = threading.Barrier(len(opened))
+
+    def take(store: EventStore, owner: str) -> None:
+        gate.wait()
+        if store.acquire_lease("s1", owner, 10).owner == owner:
+            won.append(owner)
+
+    threads = [threading.Thread(target=take, args=(s, f"p{i}")) for i, s in enumerate(opened)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1
+    lease = opened[0].lease("s1")
+    assert lease is not None and (lease.owner, lease.epoch) == (won[0], 1)
+
+
+def test_the_inbox_keeps_commands_in_order_until_dropped(stores: StoreFactory) -> None:
+    sender, owner = stores.open(), stores.open()
+    plan = TaskPlan("t1", "root", [InputText("hello")])
+    ids = [
+        sender.put_command("s1", Command(SubmitTask(plan), sender="p1")),
+        sender.put_command("s2", Command(InterruptTask())),
+        sender.put_command("s1", Command(DestroyConversation("c1"))),
+    ]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    found = owner.commands("s1")
+    assert [c.id for c in found] == [ids[0], ids[2]]
+    assert found[0].command == Command(SubmitTask(plan), sender="p1")
+    assert found[1].command.body == DestroyConversation("c1")
+    assert [c.stream for c in owner.commands()] == ["s1", "s2", "s1"]
+    owner.drop_commands([ids[0], ids[0]])
+    assert [c.id for c in owner.commands()] == ids[1:]
+    later = sender.put_command("s1", Command(InterruptTask()))
+    assert later > ids[2]  # ids are never reused: the order holds across drops
