@@ -18,10 +18,18 @@ from plait.events.types import Body, Event, FeedLagged, Transient
 if TYPE_CHECKING:
     from plait.actors.journal import Journal
 
-__all__ = ["DEFAULT_FEED_LIMIT", "Feed", "Kinds"]
+__all__ = ["DEFAULT_FEED_LIMIT", "Feed", "Kinds", "Lost"]
 
 CLOSED = object()
 """Put in a feed to close it."""
+
+
+class Lost(NamedTuple):
+    """Put in a feed to end it with an error: the session left this process (its lease was
+    taken over); its reader gets ``error`` raised."""
+
+    error: Exception
+
 
 DEFAULT_FEED_LIMIT = 10_000
 """How many items a feed holds for a reader that does not take them, before it lags."""
@@ -76,7 +84,7 @@ class Feed(Iterator["Event | Transient"]):
                 if not isinstance(item.body, self.kinds.held):
                     return
                 wakes = isinstance(item.body, self.kinds.waking)
-        if item is not CLOSED and self._queue.qsize() >= self.limit:
+        if item is not CLOSED and not isinstance(item, Lost) and self._queue.qsize() >= self.limit:
             self._lagging = wakes = True
             item = FeedLagged(self._journal.stream, self._last_seq_before(item))
         self._queue.put(item)
@@ -151,6 +159,9 @@ class Feed(Iterator["Event | Transient"]):
             if item is CLOSED:
                 self._closed = True
                 return None
+            if isinstance(item, Lost):
+                self._closed = True
+                raise item.error
             if isinstance(item, FeedLagged):
                 self._lagging = False  # taken: what is recorded from now on fits again
             elif isinstance(item, Event) and item.seq <= self._seen_upto:
@@ -163,6 +174,11 @@ class Feed(Iterator["Event | Transient"]):
         if item is None:
             raise StopIteration
         return item
+
+    def fail(self, error: Exception) -> None:
+        """End the feed with ``error``: its reader gets it raised, once it has read the rest."""
+        self._lagging = False
+        self.put(Lost(error))
 
     def close(self) -> None:
         """Stop the feed; a blocked ``get`` or ``aget`` returns ``None``."""

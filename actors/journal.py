@@ -21,6 +21,7 @@ import msgspec
 
 from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed, Kinds
 from plait.actors.messages import CatchUp
+from plait.errors import LeaseLostError
 from plait.events.projections.tasks import TASKS
 from plait.events.storage import Policies
 from plait.events.store import EventStore
@@ -38,12 +39,21 @@ tells that actor to (``CatchUp``); an actor with messages to handle folds them f
 class Journal:
     """Appends a session's events in order and tells whoever folds them."""
 
-    def __init__(self, store: EventStore, stream: str, past: Sequence[Event] = ()) -> None:
+    def __init__(
+        self, store: EventStore, stream: str, past: Sequence[Event] = (), epoch: int | None = None
+    ) -> None:
         self.store = store
         self.stream = stream
         self._seq = past[-1].seq if past else 0
         self._policies = Policies(past)
+        self.epoch = epoch
+        """The lease epoch every append carries (``None``: not fenced)."""
+        self.on_lost: Callable[[LeaseLostError], object] | None = None
+        """Called (from the recording thread) when the store refuses an append: another
+        process took the session; the journal is sealed by then."""
         self._sealed = False
+        self.refusal: LeaseLostError | None = None
+        """Why the store refused an append, if it did (the journal is sealed since)."""
         self._lock = threading.Lock()
         self._listeners: dict[str, _Listener] = {}
         self._kept: list[tuple[str | None, tuple[Event, ...]]] = []
@@ -137,6 +147,32 @@ class Journal:
         with self._lock:
             self._sealed = False
 
+    def reload(self, past: Sequence[Event], epoch: int) -> None:
+        """Write from the end of ``past`` with ``epoch``: this process took the session over
+        (its feeds have had ``past``, from the log)."""
+        with self._lock:
+            self._seq = past[-1].seq if past else 0
+            self._policies = Policies(past)
+            self._tasks = TASKS.fold(past)
+            self.epoch = epoch
+            self._sealed = False
+            self.refusal = None
+
+    def deliver(self, events: Sequence[Event]) -> None:
+        """Hand the feeds events another process recorded (this one follows the session)."""
+        with self._lock:
+            for event in events:
+                if event.seq > self._seq:
+                    self._seq = event.seq
+                    for feed in self._feeds:
+                        feed.put(event)
+
+    def fail_feeds(self, error: Exception) -> None:
+        """Tell every live feed's reader that the session is gone from this process."""
+        with self._lock:
+            for feed in self._feeds:
+                feed.fail(error)
+
     def record_last(self, items: Sequence[Body | NewEvent]) -> list[Event]:
         """Append what the session's owner records once its actors are stopped (the close)."""
         with self._lock:
@@ -151,7 +187,16 @@ class Journal:
             if self._sealed:
                 log.debug("session %s is stopped: %d events not recorded", self.stream, len(items))
                 return []
-            return self._record(items, origin)
+            try:
+                return self._record(items, origin)
+            except LeaseLostError as exc:
+                self._sealed = True
+                self.refusal = error = exc
+                lost = self.on_lost
+        log.warning("%s", error)
+        if lost is not None:
+            lost(error)
+        return []
 
     def _record(self, items: Sequence[Body | NewEvent], origin: Any) -> list[Event]:
         self.last_recorded_at = time.monotonic()
@@ -189,12 +234,13 @@ class Journal:
         # A conversation's opening follows its own policy (only a NewEvent can open one).
         self._policies.learn(item for item in items if isinstance(item, NewEvent))
         if not self._policies.of:  # every conversation is kept in full: nothing to shape
-            events = self.store.append(self.stream, items, self._seq)
+            events = self.store.append(self.stream, items, self._seq, epoch=self.epoch)
             self._seq = events[-1].seq if events else self._seq
             return events
         drafts = [item if isinstance(item, NewEvent) else NewEvent(item) for item in items]
         kept = [self._policies.shape(draft) for draft in drafts]
-        appended = iter(self.store.append(self.stream, [k for k in kept if k], self._seq))
+        shaped = [k for k in kept if k]
+        appended = iter(self.store.append(self.stream, shaped, self._seq, epoch=self.epoch))
         events = []
         for draft, stored in zip(drafts, kept, strict=True):
             if stored is None:  # not in the log: placed after the last event that is

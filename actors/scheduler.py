@@ -64,15 +64,19 @@ class Scheduler:
         record: Callable[[list[NewEvent]], list[Event]],
         catch_up: Callable[[], object],
         deliver: Callable[[RunTask | Abort], object],
+        refusal: Callable[[], Exception | None] = lambda: None,
     ) -> None:
         """``state``: the session's task queue, kept folded by the Session; ``record`` appends
         a group and folds it; ``catch_up`` folds what others recorded since; ``deliver`` hands
-        a task it started, or an abort of the running one, to the task's conversation."""
+        a task it started, or an abort of the running one, to the task's conversation;
+        ``refusal`` says why the log took nothing, if the store refused it (else the session
+        is being stopped)."""
         self.stream = stream
         self.state = state
         self._record = record
         self._catch_up = catch_up
         self._deliver = deliver
+        self._refusal = refusal
 
     def receive(self, message: Any) -> Any:
         """Handle one of ``MESSAGES``."""
@@ -92,7 +96,7 @@ class Scheduler:
                         ack(exc)
                     raise
                 if ack is not None:
-                    ack(None if recorded else SessionClosedError(self.stream))
+                    ack(None if recorded else self._refusal() or SessionClosedError(self.stream))
             case TaskEnded():
                 self._maybe_start()
             case Interrupt(cause=cause):

@@ -70,7 +70,12 @@ class Session(Actor):
         """Each conversation's context now: what the conversations it opens inherit."""
         self.conversations: dict[str, Any] = {}
         self.scheduler = Scheduler(
-            journal.stream, self.histories.tasks, self._record, self._catch_up, self._deliver
+            journal.stream,
+            self.histories.tasks,
+            self._record,
+            self._catch_up,
+            self._deliver,
+            lambda: journal.refusal,
         )
         self._fold(past)
 

@@ -352,6 +352,10 @@ class EventStore(Ownership, ABC):
     def _waiter(self) -> Waiter:
         return ConditionWaiter(self)
 
+    def _inbox_waiter(self) -> Waiter:
+        """A waiter woken when a command may have been stored (and perhaps more often)."""
+        return self._waiter()
+
     # --- integrity --------------------------------------------------------------------------
 
     def verify(self, stream: str) -> Verification:

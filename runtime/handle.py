@@ -7,40 +7,18 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import pykka
 
-from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed
 from plait.actors.journal import Journal
-from plait.actors.messages import (
-    Destroy,
-    Enqueue,
-    GetHistory,
-    GetQueue,
-    Interrupt,
-    ListConversations,
-)
+from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt, ListConversations
 from plait.actors.session import Session
-from plait.errors import (
-    SessionClosedError,
-    UnknownConversationError,
-)
-from plait.events.projections.history import (
-    ConversationInfo,
-    Histories,
-    HistoryProjection,
-    conversation_index,
-)
-from plait.events.projections.stats import ConversationStats, StatsProjection
+from plait.errors import LeaseLostError, SessionClosedError, UnknownConversationError
+from plait.events.ownership import DestroyConversation, InterruptTask, SubmitTask
 from plait.events.projections.tasks import QueueSnapshot
-from plait.events.types import (
-    Event,
-    FeedLagged,
-    SessionClosed,
-    Transient,
-)
+from plait.events.types import Event, SessionClosed, Transient
 from plait.events.values import (
     ApprovalPolicy,
     InputItem,
@@ -50,8 +28,10 @@ from plait.events.values import (
 )
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.changes import KEEP, KeepType, context_change
-from plait.runtime.outcome import FOLLOWED, TaskOutcome, await_outcome, await_outcome_async
+from plait.runtime.outcome import TaskOutcome, await_outcome, await_outcome_async
+from plait.runtime.ownership import Tail
 from plait.runtime.recovery import forced_close
+from plait.runtime.views import SessionViews
 
 if TYPE_CHECKING:
     from plait.runtime.runtime import Runtime
@@ -59,10 +39,22 @@ if TYPE_CHECKING:
 __all__ = ["SessionHandle"]
 
 
-class SessionHandle:
-    """Drives one session of a ``Runtime``; all methods are safe from any thread."""
+class SessionHandle(SessionViews):
+    """Drives one session of a ``Runtime``; all methods are safe from any thread.
 
-    def __init__(self, runtime: Runtime, journal: Journal, root_id: str, past: list[Event]):
+    A session another process owns is *followed*: its commands go to the owner's inbox, its
+    events come from the log (docs/processes.md).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        journal: Journal,
+        root_id: str,
+        past: list[Event],
+        *,
+        followed: bool = False,
+    ) -> None:
         self.runtime = runtime
         self.session_id = journal.stream
         """The session id (its stream in the store)."""
@@ -77,9 +69,24 @@ class SessionHandle:
         self._active = False
         self._used = time.monotonic()
         self._acks: set[Ack] = set()  # told to the actors, not yet durable (see Ack)
+        self._tail: Tail | None = None  # feeds it while another process owns the session
+        self._gone: Exception | None = None  # why it closed, if another process took it
         journal.on_idle = runtime._admission.went_idle
-        runtime._admission.enter(self)
-        self._start_placed(past)
+        journal.on_lost = self._lose
+        if followed:
+            self._tail = Tail(runtime.store, journal, lambda: runtime._take_over(self))
+        else:
+            self._own(past)
+
+    def _own(self, past: list[Event]) -> None:
+        """Start the actors from ``past`` in a place ``Admission`` gives (given back if they
+        do not start)."""
+        self.runtime._admission.enter(self)
+        try:
+            self._start(past)
+        finally:
+            if not self._active:
+                self.runtime._admission.leave(self)
 
     def _start(self, past: list[Event]) -> None:
         """Start the session's actors (and MCP servers) from its log."""
@@ -99,24 +106,21 @@ class SessionHandle:
         self._actor = Session.start(journal, deps, self.root_conversation_id, past)
         self._active = True
 
-    def _start_placed(self, past: list[Event]) -> None:
-        """Start the actors in the place ``Admission`` gave; if they do not start, give it back."""
-        try:
-            self._start(past)
-        finally:
-            if not self._active:
-                self.runtime._admission.leave(self)
-
     @property
     def closed(self) -> bool:
         """Whether the session is closed (by this handle, or by the runtime's close)."""
         return self._closed
 
     @property
+    def followed(self) -> bool:
+        """Whether another process owns the session (its commands go to that owner's inbox)."""
+        return self._tail is not None
+
+    @property
     def passive(self) -> bool:
         """Whether the session's actors are stopped because it was idle (``Runtime(idle_sec=)``);
         the next call that needs them brings them back from the log."""
-        return not self._active and not self._closed
+        return not self._active and not self._closed and self._tail is None
 
     def passivate(self, timeout: float = 10.0) -> bool:
         """Stop the session's actors, and release their threads, if nothing runs or waits in it;
@@ -148,10 +152,9 @@ class SessionHandle:
     def _activate(self) -> None:
         """Make sure the actors run (bring a passive session back from its log); hold the lock."""
         self._used = time.monotonic()
-        if not self._active and not self._closed:
-            self.runtime._admission.enter(self)
+        if not self._active and not self._closed and self._tail is None:
             self._journal.unseal()
-            self._start_placed(self.runtime.store.read(self.session_id))
+            self._own(self.runtime.store.read(self.session_id))
             self._changed.notify_all()
 
     def _placed_tell(self, prompt: str | Sequence[InputItem], cid: str | None, ack: Ack) -> None:
@@ -165,9 +168,13 @@ class SessionHandle:
         self._tell(plan, ack)
 
     def _tell(self, plan: TaskPlan, ack: Ack) -> None:
-        """Queue ``plan`` (for a conversation the actors know); ``ack`` hears once it is durable."""
+        """Queue ``plan`` (for a conversation the actors know); ``ack`` hears once it is durable.
+        Followed: the owner's inbox has it, durable."""
         with self._lock:
             self._check_open()
+            if self._tail is not None:
+                self.runtime.owner.send(self.session_id, SubmitTask(plan))
+                return ack()
             self._activate()
             if plan.conversation_id != self.root_conversation_id:  # else it waits for ever
                 _, index = self._ask_live(ListConversations())
@@ -232,7 +239,7 @@ class SessionHandle:
     ) -> str:
         """``submit`` for asyncio code: it waits on the loop, holding no thread, for a place
         (``max_active_sessions``) and for the task to be durable; the rest runs off the loop."""
-        if not self._active and not self._closed:
+        if not self._active and not self._closed and self._tail is None:
             await self.runtime._admission.aenter(self)
         ack = Ack(self._acks, asyncio.get_running_loop())
         placed = functools.partial(self._placed_tell, prompt, conversation_id, ack)
@@ -307,85 +314,65 @@ class SessionHandle:
     def interrupt(self) -> None:
         """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""
         with self._lock:
-            if self._active:  # a passive session has nothing to interrupt
+            if self._tail is not None:
+                self.runtime.owner.send(self.session_id, InterruptTask())
+            elif self._active:  # a passive session has nothing to interrupt
                 self._actor.tell(Interrupt())
 
     def destroy(self, conversation_id: str) -> dict[str, Any]:
-        """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``."""
+        """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``
+        (followed: ``{"ok": true, "queued": id}`` once the owner's inbox has it)."""
         with self._lock:
             self._check_open()
+            if self._tail is not None:
+                cid = self.runtime.owner.send(self.session_id, DestroyConversation(conversation_id))
+                return {"ok": True, "queued": cid}
             self._activate()
             return cast(dict[str, Any], self._actor.ask(Destroy(conversation_id), timeout=30))
 
-    def subscribe(self, *, transient: bool = True, limit: int = DEFAULT_FEED_LIMIT) -> Feed:
-        """Return a live feed of the session's events from now on.
-
-        Its transient text deltas come too, unless ``transient`` is false: a waiter that reads
-        only events is then not woken for every streamed fragment. It holds at most ``limit``
-        items not yet read: a reader that far behind gets a ``FeedLagged`` with the seq to
-        read the log from (``Feed.catch_up``), not a feed that grows without bound.
-        """
-        return self._journal.feed(transient, limit)
-
-    def _follow(self, everything: bool = False) -> Feed:
-        """A feed for a ``Follower``: what it reads, or every event and text delta."""
-        return self._journal.feed(everything, kinds=None if everything else FOLLOWED)
-
-    async def events(self) -> AsyncIterator[Event | Transient]:
-        """Iterate over the live feed from asyncio code, until the session closes (``async with
-        session.subscribe() as feed: async for item in feed`` does the same, and can stop
-        taking text deltas)."""
-        with self.subscribe() as feed:
-            while (item := await feed.aget(timeout=0.5)) is not None or not self._closed:
-                if isinstance(item, FeedLagged):  # what it missed, from the log
-                    for event in await asyncio.to_thread(feed.catch_up, item):
-                        yield event
-                elif item is not None:
-                    yield item
-
-    def conversations(self) -> list[ConversationInfo]:
-        """The live conversations (``conv.list``), as they are now: a snapshot that later
-        changes of the session leave as it is."""
-        live, found = self._ask_live(ListConversations())
-        if not live:
-            return conversation_index(self._folded())
-        return list(cast(tuple[ConversationInfo, ...], found))
-
-    def history(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
-        """A conversation's history as OpenAI chat messages (the root by default), as it is
-        now: the caller owns what it gets."""
-        cid = conversation_id or self.root_conversation_id
-        live, found = self._ask_live(GetHistory(cid))
-        if live:
-            messages = None if found is None else list(cast(tuple[dict[str, Any], ...], found))
-        else:
-            conv = self._folded().conversations.get(cid)
-            messages = None if conv is None else [m.to_openai() for m in conv.messages]
-        if messages is None:
-            raise UnknownConversationError(self.session_id, cid)
-        return messages
-
-    def stats(self) -> dict[str, ConversationStats]:
-        """Per-conversation metrics, by conversation id: tokens, tool calls, MCP latency,
-        cancellations, failures (folded from the log: ``plait stats`` shows the same)."""
-        events = self.runtime.store.read(self.session_id, resolve_blobs=False)
-        return StatsProjection().fold(events).conversations
-
-    def _ask_live(self, message: Any) -> tuple[bool, Any]:
-        """Ask the session actor, if it runs: ``(True, its reply)``; ``(False, None)`` when the
-        session is closed or passive (the log has it all, and reading it wakes nothing)."""
-        with self._lock:
-            if not self._active:
-                return False, None
-            return True, self._actor.ask(message, timeout=30)
-
-    def _folded(self) -> Histories:
-        """The histories folded from the log (once the session's actors are gone)."""
-        return HistoryProjection().fold(self.runtime.store.read(self.session_id))
-
     def _check_open(self) -> None:
         if self._closed:
-            raise SessionClosedError(self.session_id)
+            raise self._gone or SessionClosedError(self.session_id)
+
+    def release(self, timeout: float = 60.0) -> bool:
+        """Hand the session back for another process to own (a process that drains): take no
+        more work for it, let what is queued here run for up to ``timeout`` seconds, then stop
+        the actors and release the lease. Return whether nothing was left waiting; what was is
+        in the log, for the next owner to run (a task cut off ends ``crashed`` there)."""
+        with self._lock:
+            if self._closed:
+                return True
+            self._closed = True
+            if self._tail is not None:  # someone else's: only the following ends
+                self._tail.stop()
+                self.runtime._sessions.pop(self.session_id, None)
+                return True
+        deadline = time.monotonic() + timeout
+        with self._follow() as feed:
+            while not self._journal.idle and (left := deadline - time.monotonic()) > 0:
+                feed.get(timeout=min(left, 1.0))
+        with self._lock:
+            if self._active:
+                self._stop_actors(timeout)
+        idle = self._journal.idle
+        self.runtime._sessions.pop(self.session_id, None)
+        self.runtime.owner.release(self.session_id, idle=idle)
+        return idle
+
+    def _lose(self, error: LeaseLostError) -> None:
+        """Another process took the session: stop here, and raise ``error`` to every waiter.
+        From a thread of its own: the actor whose append was refused may be the caller."""
+        threading.Thread(target=self._drop_out, args=(error,), name="plait-lost").start()
+
+    def _drop_out(self, error: LeaseLostError) -> None:
+        self.runtime.owner.forget(self.session_id)
+        with self._lock:
+            self._closed = True
+            self._gone = error
+            if self._active:
+                self._stop_actors(10.0, error)
+        self._journal.fail_feeds(error)
+        self.runtime._sessions.pop(self.session_id, None)
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close.
@@ -406,6 +393,10 @@ class SessionHandle:
             if self._closed:
                 return None
             self._closed = True
+            if self._tail is not None:  # another process owns it: only the following ends
+                self._tail.stop()
+                self.runtime._sessions.pop(self.session_id, None)
+                return None
             if not self._active:  # passive: nothing runs
                 return QueueSnapshot()
             state = self._queue_now(timeout)
@@ -421,18 +412,26 @@ class SessionHandle:
         self._stop(timeout)
         # A task that did not stop in time is ended here: no actor can record any more.
         ended = forced_close(self.runtime.store.read(self.session_id), timeout)
-        self._journal.record_last([*ended, SessionClosed("closed by the embedder")])
+        try:
+            self._journal.record_last([*ended, SessionClosed("closed by the embedder")])
+        except LeaseLostError:  # another process took it meanwhile: its close is not ours
+            self.runtime.owner.forget(self.session_id)
+            raise
+        self.runtime.owner.release(self.session_id)
 
     def _stop(self, timeout: float) -> None:
-        """Stop the session's actors and servers, recording nothing (as a crash would)."""
+        """Stop the session's actors and servers, recording nothing, as a crash would; the
+        lease is left lapsed, as a dead process's is once ``lease_sec`` has passed."""
         with self._lock:
             self._closed = True
             if self._active:
                 self._stop_actors(timeout)
         self.runtime._sessions.pop(self.session_id, None)
+        self.runtime.owner.release(self.session_id, idle=False)
 
-    def _stop_actors(self, timeout: float) -> None:
-        """Stop the actors and servers; the journal records nothing from them after this."""
+    def _stop_actors(self, timeout: float, error: Exception | None = None) -> None:
+        """Stop the actors and servers; the journal records nothing from them after this.
+        A submission they did not take fails with ``error`` (else: the session is closed)."""
         self._active = False
         self.runtime._admission.leave(self)
         self._journal.seal()  # an actor stuck past the timeout cannot write after this
@@ -440,7 +439,7 @@ class SessionHandle:
         with contextlib.suppress(*stuck):
             self._actor.stop(timeout=timeout)
         for ack in list(self._acks):  # what the stopped actor did not take: not in the log
-            ack(SessionClosedError(self.session_id))
+            ack(error or SessionClosedError(self.session_id))
         if self._pool is not None:
             with contextlib.suppress(*stuck):
                 self._pool.stop(timeout=timeout)  # closes every server: nothing is left running

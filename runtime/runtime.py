@@ -19,17 +19,15 @@ from plait.actors.conversation import ConversationDeps
 from plait.actors.effects import EffectLoop
 from plait.actors.journal import Journal
 from plait.actors.mcp.config import McpServerConfig
-from plait.actors.messages import StartNext
 from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
-from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
-from plait.events.projections.tasks import QueueSnapshot, task_queue
-from plait.events.storage import Expiry, missing_content
+from plait.errors import PlaitError
+from plait.events.ownership import DEFAULT_LEASE_SEC
+from plait.events.storage import Expiry
 from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.types import (
-    ConversationDestroyed,
     ConversationOpened,
     Event,
     NewEvent,
@@ -47,14 +45,8 @@ from plait.events.values import (
 from plait.runtime.admission import Admission
 from plait.runtime.handle import SessionHandle
 from plait.runtime.offload import Offload
-from plait.runtime.recovery import (
-    OpenCalls,
-    Recovery,
-    Rerun,
-    in_flight,
-    open_calls,
-    took_over,
-)
+from plait.runtime.ownership import Owner, default_owner_id
+from plait.runtime.sessions import Sessions
 
 __all__ = ["Outside", "Runtime"]
 
@@ -78,7 +70,7 @@ class Outside:
     """Reads ``conv_create``'s instruction files (``None``: from the working directory)."""
 
 
-class Runtime:
+class Runtime(Sessions):
     """Runs sessions on a store: actors, the effect loop, and the model client."""
 
     def __init__(
@@ -99,6 +91,8 @@ class Runtime:
         approval_timeout_sec: float = DEFAULT_APPROVAL_TIMEOUT_SEC,
         idle_sec: float | None = None,
         max_active_sessions: int | None = None,
+        owner_id: str | None = None,
+        lease_sec: float = DEFAULT_LEASE_SEC,
         _outside: Outside | None = None,
     ) -> None:
         """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
@@ -122,6 +116,10 @@ class Runtime:
         session that needs them when all places are taken makes one by passivating the least
         recently used idle session, or waits, in order, until one is idle (``start_session``,
         ``resume`` and the calls that queue work wait; ``arun`` and ``asubmit`` on the loop).
+        Every session the runtime opens, resumes or takes over is its own by a lease in the
+        store (``owner_id``, by default ``host:pid:random``), renewed every third of
+        ``lease_sec``; a session another live process owns is followed instead: its commands go
+        to that owner's inbox (docs/processes.md).
         (``_outside`` is replay's: it answers the model, the MCP servers and the approver
         from the log.)
         """
@@ -167,6 +165,9 @@ class Runtime:
             self._passivator.start()
         if self.storage_policy.kind == "ttl":
             self._sweep_from_now()
+        self.owner = Owner(self, owner_id or default_owner_id(), lease_sec)
+        """This process's leases, and the inbox of the sessions it owns."""
+        self.owner.start()
 
     def _deps(self, journal: Journal, pool: Any, past: list[Event]) -> ConversationDeps:
         """What the session's conversations share; behaviour that changed over time follows
@@ -229,7 +230,7 @@ class Runtime:
         policy = self.approval_policy if approval_policy is None else approval_policy
         check_policy(policy)
         session_id, root = self.new_id(), self.new_id()
-        journal = Journal(self.store, session_id)
+        journal = Journal(self.store, session_id, epoch=self._take(session_id))
         opened = ConversationOpened(
             base_instructions=base_instructions,
             user_instructions=user_instructions,
@@ -241,67 +242,6 @@ class Runtime:
         )
         past = journal.record([started, NewEvent(opened, root)])
         return self._attach(journal, root, past)
-
-    def resume(self, session_id: str) -> SessionHandle:
-        """Continue a stored session where it was; a task cut off by a crash is aborted.
-
-        Raises ``UnknownSessionError`` when the store has no such session, and
-        ``ContentUnavailableError`` (and records nothing) when a live conversation's
-        content is not in the log: its storage policy did not keep it, or it expired.
-        """
-        with self._resuming:  # one handle (one writer) per session, whoever calls
-            if session_id in self._sessions:
-                return self._sessions[session_id]
-            past = self._read_session(session_id)
-            return self._resume(session_id, past, task_queue(past).snapshot())
-
-    def _resume(self, session_id: str, past: list[Event], state: QueueSnapshot) -> SessionHandle:
-        """Resume from ``past``, whose tasks ``state`` folds; if any was running or waiting,
-        ``SessionResumed`` marks where this process took over."""
-        plan = state.running
-        destroyed = {e.conversation_id for e in past if isinstance(e.body, ConversationDestroyed)}
-        missing = missing_content(past, lambda cid: cid is not None and cid not in destroyed)
-        if missing:
-            raise ContentUnavailableError(session_id, "resume", missing)
-        journal = Journal(self.store, session_id, past)
-        started = past[0].body
-        assert isinstance(started, SessionStarted)  # read_session and in_flight check it
-        root = started.root_conversation_id
-        calls = open_calls(past, plan.task_id) if plan is not None else OpenCalls()
-        if plan is None or not (calls.rerun and self.mcp_servers):
-            if plan is not None or state.pending:
-                past += took_over(journal, past, state, calls.ending() if plan is not None else [])
-            handle = self._attach(journal, root, past)
-            handle._actor.tell(StartNext())
-            return handle
-        # Safe calls run again: recorded started, as the first thing this process does.
-        past += took_over(journal, past, state, [*calls.rerun, *calls.denials])
-        handle = self._attach(journal, root, past)
-        handle._rerun = Rerun.start(journal, handle._pool, handle._actor, plan, calls)
-        return handle
-
-    def recover(self) -> list[Recovery]:
-        """Resume every stored session a process left with a task running or waiting.
-
-        A session that cannot be resumed (its content is not in the log) still has its
-        cut-off task ended ``crashed``; its ``Recovery`` says why it was not resumed.
-        """
-        found: list[Recovery] = []
-        for session_id, past, state in in_flight(self.store):
-            if session_id in self._sessions:
-                continue
-            plan, waiting = state.running, len(state.pending)
-            crashed = plan.task_id if plan is not None else None
-            try:
-                self._resume(session_id, past, state)
-            except ContentUnavailableError as exc:
-                if plan is not None:
-                    ending = open_calls(past, plan.task_id).ending()
-                    took_over(Journal(self.store, session_id, past), past, state, ending)
-                found.append(Recovery(session_id, crashed, waiting, exc.reason))
-            else:
-                found.append(Recovery(session_id, crashed, waiting))
-        return found
 
     def expire_content(self, now: datetime | None = None) -> int:
         """Delete ``ttl`` conversations' content that is due by ``now`` (the store's clock by
@@ -325,12 +265,6 @@ class Runtime:
                 log.warning("expiring ttl content failed: %s", exc)
             if self._expiring.wait(interval):
                 return
-
-    def _read_session(self, session_id: str) -> list[Event]:
-        past = self.store.read(session_id)
-        if not past or not isinstance(past[0].body, SessionStarted):
-            raise UnknownSessionError(session_id)
-        return past
 
     def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:
         if journal.expires:
@@ -362,6 +296,7 @@ class Runtime:
                 thread.join(timeout)  # before the store closes under it
         for handle in list(self._sessions.values()):
             handle.close(timeout)
+        self.owner.close()
         self._off_loop.close()  # what is left in it finds its session closed
         with contextlib.suppress(Exception):
             self._loop.submit(self._client.aclose()).result(timeout)

@@ -181,6 +181,8 @@ class PostgresStore(EventStore):
         """The ``LISTEN``/``NOTIFY`` channel announcing appends (payload: the last position)."""
         if len(self.channel) > 63:
             self.channel = f"plait_{digest.hex()[:40]}_events"
+        self.inbox_channel = self.channel.removesuffix("_events") + "_inbox"
+        """The channel announcing inbox commands (apart: owners are not woken by appends)."""
         s = sql.Identifier(self.schema)
         self._sql = {name: sql.SQL(text).format(s=s) for name, text in _QUERIES.items()}
         self._lock = threading.RLock()
@@ -322,8 +324,8 @@ class PostgresStore(EventStore):
     def _put_command(self, stream: str, data: bytes) -> int:
         with self._errors() as conn, conn.transaction():
             found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
-            conn.execute(self._sql["notify"], (self.channel, "inbox"))
-        assert found is not None
+            assert found is not None
+            conn.execute(self._sql["notify"], (self.inbox_channel, str(found[0])))
         self._notify()
         return int(found[0])
 
@@ -337,7 +339,12 @@ class PostgresStore(EventStore):
             conn.execute(self._sql["drop_commands"], (ids,))
 
     def _waiter(self) -> Waiter:
-        waiter = _NotifyWaiter(self)
+        waiter = _NotifyWaiter(self, self.channel)
+        self._waiters.add(waiter)
+        return waiter
+
+    def _inbox_waiter(self) -> Waiter:
+        waiter = _NotifyWaiter(self, self.inbox_channel)
         self._waiters.add(waiter)
         return waiter
 
@@ -372,8 +379,9 @@ class _NotifyWaiter(Waiter):
 
     STEP_SEC = 0.1
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: PostgresStore, channel: str) -> None:
         self._store = store
+        self._channel = channel
         self._io = threading.Lock()
         self._closed = False
         self._count = 0
@@ -382,7 +390,7 @@ class _NotifyWaiter(Waiter):
     def _listen(self) -> Connection:
         conn = self._store._connect()
         try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._store.channel)))
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         except psycopg.Error as exc:
             conn.close()
             raise StoreUnavailableError(f"{self._store.url}: cannot LISTEN: {_text(exc)}") from exc

@@ -23,7 +23,7 @@ CHILD = textwrap.dedent(
     db, how = sys.argv[1], sys.argv[2]
     with ScriptedModelServer([Step(text="slow " * 50, chunk_chars=5, chunk_delay=0.05)]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        session = Runtime(db, model=settings, expire_every_sec=None).start_session()
+        session = Runtime(db, model=settings, expire_every_sec=None, lease_sec=1.0).start_session()
         if how == "submit":
             task_id = session.submit("go")
         else:

@@ -94,8 +94,8 @@ CHILD = textwrap.dedent(
             self.seen += sum(1 for k in kinds if k == kind)
             return self.seen >= nth
 
-        def append(self, stream, events, expected_seq):
-            out = super().append(stream, events, expected_seq)
+        def append(self, stream, events, expected_seq, *, epoch=None):
+            out = super().append(stream, events, expected_seq, epoch=epoch)
             self.acknowledged += [[e.seq, e.hash.hex()] for e in out]
             if how == "after-append" and self.reached(type(e.body).__name__ for e in out):
                 die([])
@@ -137,7 +137,7 @@ CHILD = textwrap.dedent(
         settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
         runtime = Runtime(
             store, model=settings, mcp_servers=mcp, mcp_limits=McpLimits(per_session=1),
-            new_id=lambda: f"id-{next(ids)}",
+            new_id=lambda: f"id-{next(ids)}", lease_sec=1.0,  # it dies: its lease lapses soon
         )
         session = runtime.start_session()
         session.run("work", timeout=120)

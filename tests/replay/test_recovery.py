@@ -63,7 +63,7 @@ CHILD = textwrap.dedent(
         settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
         runtime = Runtime(
             db, model=settings, mcp_servers=mcp, mcp_limits=McpLimits(per_session=1),
-            new_id=lambda: f"id-{next(ids)}",
+            new_id=lambda: f"id-{next(ids)}", lease_sec=1.0,  # it dies: its lease lapses soon
         )
         session = runtime.start_session()
         if case == "queued-task":

@@ -1,0 +1,240 @@
+"""A runtime's part in a store shared by several processes (docs/processes.md).
+
+``Owner`` holds this process's leases: it takes one when the runtime opens or resumes a session,
+renews them all with one statement every third of ``lease_sec``, and tells a session whose
+lease another process took that it is lost. It takes the inbox commands of the sessions it
+owns, in order, and hands each to its session.
+
+``Tail`` feeds a handle that follows a session owned elsewhere: it reads the session's events
+from the log as they are appended and hands them to the handle's live feeds; once the owner
+stops renewing the lease (it died) or hands it back, it has this process take the session over.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from plait.errors import LeaseLostError, PlaitError, SessionClosedError, UnknownConversationError
+from plait.events.ownership import (
+    Command,
+    CommandBody,
+    DestroyConversation,
+    InterruptTask,
+    StoredCommand,
+    SubmitTask,
+)
+from plait.events.types import Event, NewEvent, TaskDropped, TaskEnqueued
+
+if TYPE_CHECKING:
+    from plait.actors.journal import Journal
+    from plait.events.store import EventStore
+    from plait.runtime.handle import SessionHandle
+    from plait.runtime.runtime import Runtime
+
+__all__ = ["Owner", "Tail", "default_owner_id"]
+
+log = logging.getLogger("plait")
+
+
+def default_owner_id() -> str:
+    """``host:pid:random``: unique among the processes sharing a store, readable by people."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Owner:
+    """This runtime's leases, their heartbeat, and the inbox of the sessions it owns."""
+
+    def __init__(self, runtime: Runtime, owner_id: str, lease_sec: float) -> None:
+        self.id = owner_id
+        self.lease_sec = lease_sec
+        self._runtime = runtime
+        self._store: EventStore = runtime.store
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}  # stream -> epoch
+        self._taken: set[int] = set()  # commands handed to a session, not yet dropped
+        self._stopping = threading.Event()
+        self._waiter = self._store._inbox_waiter()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start renewing and taking commands (once the runtime is ready to resume)."""
+        self._thread = threading.Thread(target=self._run, name="plait-owner", daemon=True)
+        self._thread.start()
+
+    def take(self, stream: str) -> int | None:
+        """Take ``stream``'s lease; return its epoch, or ``None`` when another process holds it."""
+        lease = self._store.acquire_lease(stream, self.id, self.lease_sec)
+        if not lease.held_by(self.id):
+            return None
+        with self._lock:
+            self._held[stream] = lease.epoch
+        return lease.epoch
+
+    def release(self, stream: str, *, idle: bool = True) -> None:
+        """Give ``stream``'s lease back (``idle``: nothing waits in it)."""
+        with self._lock:
+            epoch = self._held.pop(stream, None)
+        if epoch is not None:
+            try:
+                self._store.release_lease(stream, self.id, epoch, idle=idle)
+            except PlaitError as exc:  # it lapses on its own
+                log.warning("session %s: releasing its lease failed: %s", stream, exc)
+
+    def forget(self, stream: str) -> None:
+        """Stop renewing ``stream``'s lease (another process took it)."""
+        with self._lock:
+            self._held.pop(stream, None)
+
+    def holds(self, stream: str) -> bool:
+        """Whether this process holds ``stream``'s lease."""
+        with self._lock:
+            return stream in self._held
+
+    def wake(self) -> None:
+        """Look at the inbox now (a session was just taken over)."""
+        self._store._notify()
+
+    def close(self) -> None:
+        """Stop the heartbeat (the leases still held lapse, unless released first)."""
+        self._stopping.set()
+        self._waiter.close()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+    # --- the owner's thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        every = self.lease_sec / 3
+        due = time.monotonic() + every
+        while not self._stopping.is_set():
+            try:
+                token = self._waiter.token()
+                if time.monotonic() >= due:
+                    due = time.monotonic() + every
+                    self._renew()
+                self._take_commands()
+                self._waiter.wait(token, max(due - time.monotonic(), 0.0))
+            except PlaitError as exc:  # the store is down: the next round tries again
+                if not self._stopping.is_set():
+                    log.warning("session ownership: %s", exc)
+                self._stopping.wait(min(every, 1.0))
+
+    def _renew(self) -> None:
+        with self._lock:
+            before = dict(self._held)
+        renewed = self._store.renew_leases(self.id, self.lease_sec)
+        for stream, epoch in before.items():
+            if renewed.get(stream) == epoch:
+                continue
+            with self._lock:
+                if self._held.get(stream) != epoch:  # released or taken anew meanwhile
+                    continue
+                del self._held[stream]
+            handle = self._runtime._sessions.get(stream)
+            if handle is not None:
+                handle._lose(LeaseLostError(stream, epoch, "it was not renewed in time"))
+
+    def _take_commands(self) -> None:
+        with self._lock:
+            held = set(self._held)
+        if not held:
+            return
+        for stored in self._store.commands():
+            if stored.stream in held and stored.id not in self._taken:
+                handle = self._runtime._sessions.get(stored.stream)
+                if handle is not None and handle._tail is None:
+                    self._taken.add(stored.id)
+                    self._hand(handle, stored)
+
+    def _hand(self, handle: SessionHandle, stored: StoredCommand) -> None:
+        """Hand a command to its session; drop it once what it leads to is in the log."""
+        body = stored.command.body
+        try:
+            if isinstance(body, SubmitTask):
+                try:
+                    handle._queue(body.plan)
+                except UnknownConversationError as exc:  # its submitter follows the task
+                    plan = body.plan
+                    dropped = NewEvent(TaskDropped(str(exc), "destroy"), plan.conversation_id)
+                    handle._journal.record_last(
+                        [msgspec.structs.replace(dropped, task_id=plan.task_id)]
+                    )
+            elif isinstance(body, InterruptTask):
+                self._store.drop_commands([stored.id])  # at most once
+                handle.interrupt()
+            elif isinstance(body, DestroyConversation):
+                self._store.drop_commands([stored.id])
+                handle.destroy(body.conversation_id)
+        except SessionClosedError:  # closed or lost meanwhile: the next owner takes it
+            self._taken.discard(stored.id)
+            return
+        self._store.drop_commands([stored.id])
+        self._taken.discard(stored.id)
+
+    def drop_taken(self, stream: str, past: list[Event]) -> None:
+        """Drop ``stream``'s queued commands whose task ``past`` already holds: a former owner
+        recorded it and stopped before it dropped the command."""
+        enqueued = {e.task_id for e in past if isinstance(e.body, TaskEnqueued)}
+        done = [
+            stored.id
+            for stored in self._store.commands(stream)
+            if isinstance(stored.command.body, SubmitTask)
+            and stored.command.body.plan.task_id in enqueued
+        ]
+        self._store.drop_commands(done)
+
+    def send(self, stream: str, body: CommandBody) -> int:
+        """Store a command for ``stream``'s owner; return its id once durable."""
+        return self._store.put_command(stream, Command(body, sender=self.id))
+
+
+class Tail:
+    """Feeds a handle's journal from the log, for a session another process owns."""
+
+    POLL_SEC = 0.5
+    """How often it looks at the lease when nothing is appended."""
+
+    def __init__(self, store: EventStore, journal: Journal, on_free: Callable[[], object]) -> None:
+        """``on_free`` is called (from its thread) when the session's lease is free."""
+        self._store = store
+        self._journal = journal
+        self._on_free = on_free
+        self._waiter = store._waiter()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="plait-tail", daemon=True)
+        self._thread.start()
+
+    def catch_up(self) -> list[Event]:
+        """Hand the feeds what the log holds past what they had; return it."""
+        events = self._store.read(self._journal.stream, after=self._journal.last_seq)
+        self._journal.deliver(events)
+        return events
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            token = self._waiter.token()
+            try:
+                self.catch_up()
+                lease = self._store.lease(self._journal.stream)
+                if lease is None or not lease.live:
+                    self._on_free()
+            except PlaitError as exc:
+                log.warning("following session %s: %s", self._journal.stream, exc)
+            if not self._stopping.is_set():
+                self._waiter.wait(token, self.POLL_SEC)
+
+    def stop(self) -> None:
+        """Stop following (the process took the session over, or the handle closed)."""
+        self._stopping.set()
+        self._waiter.close()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(5.0)

@@ -1,0 +1,221 @@
+"""Which process runs a session: resuming one, following one another process owns, taking
+one over, recovering those a crash left, and handing them back (docs/processes.md).
+
+``Sessions`` is the part of ``Runtime`` that decides it; every session this process runs is
+its own by a lease (``Owner``), and every other is followed or left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, cast
+
+from plait.actors.journal import Journal
+from plait.actors.messages import StartNext
+from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
+from plait.events.projections.tasks import QueueSnapshot, task_queue
+from plait.events.storage import missing_content
+from plait.events.store import EventStore
+from plait.events.types import ConversationDestroyed, Event, SessionStarted
+from plait.runtime.handle import SessionHandle
+from plait.runtime.ownership import Owner
+from plait.runtime.recovery import OpenCalls, Recovery, Rerun, in_flight, open_calls, took_over
+
+if TYPE_CHECKING:
+    from plait.actors.mcp.config import McpServerConfig
+    from plait.runtime.runtime import Runtime
+
+__all__ = ["Sessions"]
+
+log = logging.getLogger("plait")
+
+
+class Sessions:
+    """The sessions of a ``Runtime``, and which of them are this process's to run."""
+
+    store: EventStore
+    owner: Owner
+    mcp_servers: dict[str, McpServerConfig]
+    _sessions: dict[str, SessionHandle]
+    _resuming: threading.Lock
+
+    def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:
+        raise NotImplementedError
+
+    def resume(self, session_id: str) -> SessionHandle:
+        """Continue a stored session where it was; a task cut off by a crash is aborted.
+
+        A session another live process owns is followed: the handle's commands go to that
+        owner's inbox and its events come from the log, until the owner stops renewing its
+        lease (or hands it back): then this process takes it over.
+        Raises ``UnknownSessionError`` when the store has no such session, and
+        ``ContentUnavailableError`` (and records nothing) when a live conversation's
+        content is not in the log: its storage policy did not keep it, or it expired.
+        """
+        with self._resuming:  # one handle (one writer) per session, whoever calls
+            if session_id in self._sessions:
+                return self._sessions[session_id]
+            past = self._read_session(session_id)
+            epoch = self.owner.take(session_id)
+            if epoch is None:
+                return self._follow(session_id, past)
+            try:
+                past = self._read_session(session_id)  # all the former owner wrote
+                return self._resume(session_id, past, task_queue(past).snapshot(), epoch)
+            except BaseException:
+                self.owner.release(session_id)
+                raise
+
+    def _follow(self, session_id: str, past: list[Event]) -> SessionHandle:
+        """A handle on a session another process owns."""
+        started = past[0].body
+        assert isinstance(started, SessionStarted)  # read_session checks it
+        journal = Journal(self.store, session_id, past)
+        root = started.root_conversation_id
+        handle = SessionHandle(cast("Runtime", self), journal, root, past, followed=True)
+        self._sessions[session_id] = handle
+        return handle
+
+    def _take_over(self, handle: SessionHandle) -> None:
+        """Own the session ``handle`` follows, if its lease is free (its owner died or
+        handed it back): recover it as ``resume`` does, then run what waits in it."""
+        with self._resuming, handle._lock:
+            if handle._tail is None or handle._closed:
+                return
+            epoch = self.owner.take(handle.session_id)
+            if epoch is None:
+                return
+            handle._tail.stop()
+            handle._tail = None
+            past = handle._journal.store.read(handle.session_id)
+            handle._journal.deliver(past)  # the feeds have all the former owner wrote
+            try:
+                self._resume(handle.session_id, past, task_queue(past).snapshot(), epoch, handle)
+            except ContentUnavailableError as exc:
+                log.error("session %s cannot be taken over: %s", handle.session_id, exc)
+                self.owner.release(handle.session_id)
+                handle._closed, handle._gone = True, exc
+                handle._journal.fail_feeds(exc)
+
+    def _resume(
+        self,
+        session_id: str,
+        past: list[Event],
+        state: QueueSnapshot,
+        epoch: int,
+        handle: SessionHandle | None = None,
+    ) -> SessionHandle:
+        """Resume from ``past``, whose tasks ``state`` folds, writing with lease ``epoch``
+        (in ``handle``, a handle that followed the session); if a task was running or
+        waiting, ``SessionResumed`` marks where this process took over."""
+        plan = state.running
+        destroyed = {e.conversation_id for e in past if isinstance(e.body, ConversationDestroyed)}
+        missing = missing_content(past, lambda cid: cid is not None and cid not in destroyed)
+        if missing:
+            raise ContentUnavailableError(session_id, "resume", missing)
+        self.owner.drop_taken(session_id, past)
+        if handle is None:
+            journal = Journal(self.store, session_id, past, epoch)
+        else:
+            journal = handle._journal
+            journal.reload(past, epoch)
+        started = past[0].body
+        assert isinstance(started, SessionStarted)  # read_session and in_flight check it
+        root = started.root_conversation_id
+        calls = open_calls(past, plan.task_id) if plan is not None else OpenCalls()
+        rerun = plan is not None and bool(calls.rerun and self.mcp_servers)
+        if plan is not None and rerun:  # safe calls run again, recorded started at once
+            past += took_over(journal, past, state, [*calls.rerun, *calls.denials])
+        elif plan is not None or state.pending:
+            past += took_over(journal, past, state, calls.ending() if plan is not None else [])
+        if handle is None:
+            handle = self._attach(journal, root, past)
+        else:
+            handle._own(past)
+        if plan is not None and rerun:
+            handle._rerun = Rerun.start(journal, handle._pool, handle._actor, plan, calls)
+        else:
+            handle._actor.tell(StartNext())
+        self.owner.wake()  # what its inbox holds
+        return handle
+
+    def recover(self) -> list[Recovery]:
+        """Resume every stored session a process left with a task running or waiting.
+
+        A session that cannot be resumed (its content is not in the log) still has its
+        cut-off task ended ``crashed``; its ``Recovery`` says why it was not resumed.
+        """
+        found: list[Recovery] = []
+        for session_id, _, _ in in_flight(self.store):
+            with self._resuming:
+                if session_id in self._sessions:
+                    continue
+                recovery = self._recover(session_id)
+            if recovery is not None:
+                found.append(recovery)
+        return found
+
+    def _recover(self, session_id: str) -> Recovery | None:
+        """Take over and resume a session left in flight, unless a live process owns it."""
+        epoch = self.owner.take(session_id)
+        if epoch is None:
+            return None
+        past = self._read_session(session_id)  # as it is now that this process owns it
+        state = task_queue(past).snapshot()
+        plan, waiting = state.running, len(state.pending)
+        if plan is None and not waiting:  # its owner finished it before handing it back
+            self.owner.release(session_id)
+            return None
+        crashed = plan.task_id if plan is not None else None
+        try:
+            self._resume(session_id, past, state, epoch)
+        except ContentUnavailableError as exc:
+            if plan is not None:
+                ending = open_calls(past, plan.task_id).ending()
+                took_over(Journal(self.store, session_id, past, epoch), past, state, ending)
+            self.owner.release(session_id)
+            return Recovery(session_id, crashed, waiting, exc.reason)
+        return Recovery(session_id, crashed, waiting)
+
+    def adopt(self) -> list[str]:
+        """Take over the sessions that need an owner: those whose owner stopped renewing
+        its lease or handed it back with work waiting, and those with inbox commands and no
+        live owner. Return their ids (``plait worker`` calls it again and again)."""
+        leases = {lease.stream: lease for lease in self.store.leases()}
+        wanted = [s for s, lease in leases.items() if lease.owner is not None and not lease.live]
+        for stored in self.store.commands():
+            lease = leases.get(stored.stream)
+            if (lease is None or not lease.live) and stored.stream not in wanted:
+                wanted.append(stored.stream)
+        taken = []
+        for session_id in wanted:
+            if session_id in self._sessions and self._sessions[session_id]._tail is None:
+                continue
+            try:
+                handle = self.resume(session_id)
+            except PlaitError as exc:
+                log.warning("session %s was not taken over: %s", session_id, exc)
+                continue
+            if handle._tail is None:
+                taken.append(session_id)
+        return taken
+
+    def drain(self, timeout: float = 60.0) -> None:
+        """Hand every session back (``SessionHandle.release``), what runs given up to
+        ``timeout`` seconds to end: a process that stops for good, and lets others go on."""
+        for handle in list(self._sessions.values()):
+            handle.release(timeout)
+
+    def _take(self, session_id: str) -> int:
+        """Own a new session (nobody can hold its lease yet)."""
+        epoch = self.owner.take(session_id)
+        if epoch is None:
+            raise PlaitError(f"session {session_id}: another process owns it already")
+        return epoch
+
+    def _read_session(self, session_id: str) -> list[Event]:
+        past = self.store.read(session_id)
+        if not past or not isinstance(past[0].body, SessionStarted):
+            raise UnknownSessionError(session_id)
+        return past

@@ -1,0 +1,172 @@
+"""Two runtimes on one store, as two processes sharing it: ownership, the inbox, fencing and
+takeover (docs/processes.md). Each runtime has its own owner id, store connection and threads;
+``test_processes.py`` does the same with real processes and signals."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support import StoreFactory
+
+from plait.actors.model import ModelSettings
+from plait.errors import LeaseLostError
+from plait.events import (
+    Event,
+    EventStore,
+    ModelRequested,
+    SessionResumed,
+    TaskCompleted,
+    TaskEnqueued,
+    TurnAborted,
+)
+from plait.events.ownership import Command, SubmitTask
+from plait.events.values import InputText, TaskPlan
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
+
+SLOW = Step(text="slow " * 40, chunk_chars=5, chunk_delay=0.05)
+"""A reply that streams for about 2 s: long enough to act while it does."""
+
+
+@contextlib.contextmanager
+def process(
+    stores: StoreFactory, server: ScriptedModelServer, name: str, **kwargs: Any
+) -> Iterator[Runtime]:
+    """A runtime with a store connection of its own, as another process would have."""
+    settings = ModelSettings(base_url=server.base_url, api_key="k", model="m", backoff_sec=0.01)
+    runtime = Runtime(stores.open(), model=settings, owner_id=name, expire_every_sec=None, **kwargs)
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+def wait_for(store: EventStore, stream: str, kind: type, timeout: float = 30) -> Event:
+    """The first event of ``kind`` in ``stream``, waiting for it to be appended."""
+    with store.subscribe() as tail:
+        while (event := tail.get(timeout=timeout)) is not None:
+            if event.stream == stream and isinstance(event.body, kind):
+                return event
+    raise AssertionError(f"no {kind.__name__} in {stream} within {timeout} s")
+
+
+def bodies(store: EventStore, stream: str, kind: type) -> list[Any]:
+    return [e for e in store.read(stream) if isinstance(e.body, kind)]
+
+
+def test_a_task_submitted_by_another_process_runs_on_the_owner(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    server.push(Step(text="one"), Step(text="two"))
+    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+        owned = a.start_session()
+        assert owned.run("first", timeout=30).ok
+        followed = b.resume(owned.session_id)
+        assert followed.followed and not owned.followed
+        outcome = followed.run("second", timeout=30)
+        assert outcome.ok and outcome.last_assistant_message == "two"
+        assert owned.history()[-1] == {"role": "assistant", "content": "two"}
+        assert followed.history() == owned.history()  # folded from the log
+        store = a.store
+        assert len(bodies(store, owned.session_id, TaskEnqueued)) == 2
+        assert store.commands() == []  # taken, and dropped once durable
+        assert store.verify(owned.session_id).ok
+
+
+def test_recover_leaves_a_live_session_alone(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    server.push(SLOW)
+    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+        session = a.start_session()
+        task_id = session.submit("work")
+        wait_for(a.store, session.session_id, ModelRequested)
+        assert b.recover() == []  # a's lease is live: its running task is not b's to end
+        assert b.resume(session.session_id).followed
+        ended = wait_for(a.store, session.session_id, TaskCompleted, timeout=60)
+        assert ended.task_id == task_id
+        assert bodies(a.store, session.session_id, TurnAborted) == []
+        assert bodies(a.store, session.session_id, SessionResumed) == []
+
+
+def test_a_former_owner_cannot_append_and_its_waiters_are_told(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    server.push(SLOW, Step(text="b answers"))
+    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+        session = a.start_session()
+        sid = session.session_id
+        task_id = session.submit("work")
+        wait_for(a.store, sid, ModelRequested)
+        # a stalls (as a paused process would): its lease lapses, b takes the session over.
+        lease = a.store.lease(sid)
+        assert lease is not None
+        a.store.release_lease(sid, "a", lease.epoch, idle=False)
+        taken = b.resume(sid)
+        assert not taken.followed
+        with pytest.raises(LeaseLostError, match=f"session {sid}: this process no longer owns"):
+            session.run("more", timeout=30)  # its TaskEnqueued is refused
+        with pytest.raises(LeaseLostError):
+            session.submit("still there?")
+        outcome = taken.run("are you there?", timeout=30)
+        assert outcome.ok and outcome.last_assistant_message == "b answers"
+        events = a.store.read(sid)
+        resumed = next(e.seq for e in events if isinstance(e.body, SessionResumed))
+        aborted = [e for e in events if isinstance(e.body, TurnAborted)]
+        assert [(e.task_id, e.body.reason) for e in aborted] == [(task_id, "crashed")]
+        assert all(e.seq > resumed for e in aborted)
+        assert a.store.verify(sid).ok
+
+
+def test_a_followed_session_is_taken_over_when_its_owner_hands_it_back(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    server.push(Step(text="from a"), Step(text="from b"))
+    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+        session = a.start_session()
+        assert session.run("hello", timeout=30).ok
+        followed = b.resume(session.session_id)
+        assert followed.followed
+        assert session.release(timeout=30)  # a hands it back, with nothing waiting
+        outcome = followed.run("and now?", timeout=30)  # b takes it over to run this
+        assert outcome.ok and outcome.last_assistant_message == "from b"
+        assert not followed.followed
+        lease = b.store.lease(session.session_id)
+        assert lease is not None and lease.owner == "b" and lease.epoch == 2
+
+
+def test_commands_of_a_task_already_in_the_log_are_not_run_twice(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    server.push(Step(text="once"))
+    with process(durable_stores, server, "a") as a:
+        session = a.start_session()
+        sid, root = session.session_id, session.root_conversation_id
+        plan = TaskPlan("task-1", root, [InputText("hi")])
+        assert session._queue(plan) == "task-1"
+        wait_for(a.store, sid, TaskCompleted)
+        session._stop(timeout=5)  # the process dies before it dropped the command
+    store = durable_stores.open()
+    store.put_command(sid, Command(SubmitTask(plan), sender="a"))
+    with process(durable_stores, server, "b") as b:
+        b.resume(sid)
+        assert store.commands(sid) == []
+    assert len(bodies(store, sid, TaskEnqueued)) == 1
+
+
+def test_an_idle_owner_learns_at_its_heartbeat_that_it_lost_the_session(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+        session = a.start_session()
+        with session.subscribe() as feed:
+            lease = a.store.lease(session.session_id)
+            assert lease is not None
+            a.store.release_lease(session.session_id, "a", lease.epoch, idle=False)
+            assert not b.resume(session.session_id).followed
+            with pytest.raises(LeaseLostError, match="not renewed in time"):
+                feed.get(timeout=30)  # woken by a's next heartbeat (every lease_sec / 3)
+        assert session.closed and not a.owner.holds(session.session_id)
