@@ -48,6 +48,9 @@ class Journal:
         self._policies = Policies(past)
         self.epoch = epoch
         """The lease epoch every append carries (``None``: not fenced)."""
+        self.may_act: Callable[[], bool] = lambda: True
+        """Whether the process still owns the session (its lease is not past due): asked
+        before anything outside starts, so a process paused past its lease starts nothing."""
         self.on_lost: Callable[[LeaseLostError], object] | None = None
         """Called (from the recording thread) when the store refuses an append: another
         process took the session; the journal is sealed by then."""
@@ -136,11 +139,12 @@ class Journal:
 
     @contextlib.contextmanager
     def unsealed(self) -> Iterator[bool]:
-        """Hold ``seal`` off while an actor starts something outside (a model call); yields
-        whether it may: not once the session is being stopped, when what a stopped actor
-        started would go unrecorded, and in a replay would take the next program's turn."""
+        """Hold ``seal`` off while an actor starts something outside (a model call, a tool
+        call); yields whether it may: not once the session is being stopped, when what a
+        stopped actor started would go unrecorded, and in a replay would take the next
+        program's turn; nor once ``may_act`` says the process may have lost the session."""
         with self._lock:
-            yield not self._sealed
+            yield not self._sealed and self.may_act()
 
     def unseal(self) -> None:
         """Record from the actors again: the session's actors were started anew."""

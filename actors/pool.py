@@ -288,8 +288,11 @@ class McpPool(Actor):
         ]
         if started:
             self.journal.record(started, origin=self.actor_ref)
-        for call in sending:
-            self._send(call)
+        with self.journal.unsealed() as live:
+            if not live:  # being stopped, or no longer this process's: nothing is sent
+                return
+            for call in sending:
+                self._send(call)
 
     def _within_rate(self, conversation: str) -> bool:
         """Whether ``conversation`` may start a call now; if not, dispatch again when it may."""

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
@@ -125,10 +125,15 @@ def model_settings(config: Config) -> ModelSettings:
 
 
 def make_runtime(
-    config: Config, model: ModelSettings, store: EventStore, approver: Approver | None = None
+    config: Config,
+    model: ModelSettings,
+    store: EventStore,
+    approver: Approver | None = None,
+    **more: Any,
 ) -> Runtime:
     """A runtime on ``store``, configured as ``config`` says; ``approver`` decides the tool
-    calls its approval policy asks for (none: they are denied)."""
+    calls its approval policy asks for (none: they are denied); ``more`` are more of the
+    ``Runtime``'s arguments."""
     from plait.actors.pool import McpLimits
     from plait.events.values import HistorySettings, StoragePolicy
     from plait.runtime import Runtime
@@ -154,6 +159,7 @@ def make_runtime(
             history.max_items,
             history.max_tokens,
         ),
+        **more,
     )
 
 

@@ -31,12 +31,13 @@ __all__ = [
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    """List the sessions in the store, oldest first."""
+    """List the sessions in the store, oldest first, with the process that owns each."""
     with existing_store(args) as store:
+        leases = {lease.stream: lease for lease in store.leases()}
         for info in store.streams():
             first = store.read(info.stream, limit=1)[0]
             last = store.read(info.stream, after=info.last_seq - 1)[0]
-            fields = render.session_fields(info, first, last)
+            fields = render.session_fields(info, first, last, leases.get(info.stream))
             out(render.json_line(fields) if args.json else render.session_row(fields))
     return 0
 

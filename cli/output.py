@@ -13,6 +13,7 @@ import msgspec
 
 from plait.cli.live import history_line
 from plait.events.codec import to_jsonl
+from plait.events.ownership import Lease
 from plait.events.projections import (
     AuditProjection,
     ConversationInfo,
@@ -112,10 +113,17 @@ def message_row(message: dict[str, Any]) -> str:
     return line
 
 
-def session_fields(info: StreamInfo, first: Event, last: Event) -> dict[str, Any]:
-    """Return one row of ``plait sessions --json`` from a session's first and last events."""
+def session_fields(
+    info: StreamInfo, first: Event, last: Event, lease: Lease | None = None
+) -> dict[str, Any]:
+    """Return one row of ``plait sessions --json`` from a session's first and last events,
+    and its lease: ``live`` (its owner runs it), ``lapsed`` (its owner stopped renewing it:
+    any process may take it over), ``free`` (handed back), or ``none`` (never owned)."""
     started = first.body if isinstance(first.body, SessionStarted) else None
     origin = started.forked_from if started is not None else None
+    state = (
+        "none" if lease is None else "live" if lease.live else "lapsed" if lease.owner else "free"
+    )
     return {
         "stream": info.stream,
         "last_seq": info.last_seq,
@@ -123,6 +131,10 @@ def session_fields(info: StreamInfo, first: Event, last: Event) -> dict[str, Any
         "model": started.model if started is not None else "",
         "closed": isinstance(last.body, SessionClosed),
         "forked_from": msgspec.to_builtins(origin),
+        "owner": lease.owner if lease is not None else None,
+        "lease": state,
+        "lease_epoch": lease.epoch if lease is not None else 0,
+        "lease_remaining_sec": round(max(lease.remaining_sec, 0.0), 1) if lease else 0.0,
     }
 
 
@@ -131,9 +143,14 @@ def session_row(fields: dict[str, Any]) -> str:
     fork = fields["forked_from"]
     origin = f"  (fork of {fork['stream'][:8]} at seq {fork['at_seq']})" if fork else ""
     state = "closed" if fields["closed"] else "open"
+    owner = ""
+    if fields["lease"] == "live":
+        owner = f"  owned by {fields['owner']} ({fields['lease_remaining_sec']:g} s left)"
+    elif fields["lease"] == "lapsed":
+        owner = f"  lease lapsed (was {fields['owner']})"
     return (
         f"{fields['stream']}  {fields['last_seq']:>5} events  started {fields['started_at']}  "
-        f"{state:<6}  {fields['model'] or '-'}{origin}"
+        f"{state:<6}  {fields['model'] or '-'}{origin}{owner}"
     )
 
 

@@ -24,6 +24,7 @@ from plait.cli.log_commands import (
     cmd_verify,
 )
 from plait.cli.run_commands import cmd_chat, cmd_compact, cmd_demo, cmd_exec, cmd_recover
+from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
 
 __all__ = ["build_parser", "main"]
@@ -117,6 +118,37 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="the last seq copied")
     recover = add("recover", cmd_recover, "plait recover", json="JSON Lines, one per session")
     recover.add_argument("--model", help=MODEL)
+    worker = add(
+        "worker",
+        cmd_worker,
+        "plait worker --store postgresql://db/plait",
+        "plait worker --concurrency 50 --lease-sec 5",
+    )
+    worker.add_argument("--model", help=MODEL)
+    worker.add_argument(
+        "--concurrency", type=_positive, metavar="N", help="run at most N sessions at once"
+    )
+    worker.add_argument(
+        "--lease-sec",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="how long its sessions wait for another worker if it dies (default 10)",
+    )
+    worker.add_argument(
+        "--drain-sec",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="on SIGTERM, how long running tasks may take to end (default 60)",
+    )
+    worker.add_argument(
+        "--idle-sec",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="stop the actors of a session idle this long (default 60)",
+    )
     add("expire", cmd_expire, "plait expire", json="the count as JSON")
     add("demo", cmd_demo, "plait demo")
     return parser

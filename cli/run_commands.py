@@ -53,10 +53,14 @@ def cmd_exec(args: argparse.Namespace) -> int:
             histories = HistoryProjection().fold(store.read(session_id))
             conversation = find_conversation(histories.conversations, session_id, args.conversation)
         runtime = make_runtime(config, model, store)
+        handle = None
         try:
             before = store.last_seq(session_id) if session_id else 0
             handle = runtime.resume(session_id) if session_id else runtime.start_session()
             verb = "resumed" if session_id else "started"
+            if handle.followed:  # another process runs it: the task goes to its inbox
+                lease = store.lease(handle.session_id)
+                verb = f"followed (run by {lease.owner if lease else 'another process'})"
             err(f"session {handle.session_id} {verb} (model {config.model.model})")
             if config.policy.approval != "never":
                 err(
@@ -68,6 +72,13 @@ def cmd_exec(args: argparse.Namespace) -> int:
             _await_servers(handle, config, printer, before)
             outcome = handle.run(prompt, conversation_id=cid, on_item=printer)
             printer.end_line()
+            # What others sent to the session meanwhile runs to its end here, or is handed
+            # back for them (docs/processes.md); only Ctrl-C closes it, interrupting its task.
+            handle.release()
+        except KeyboardInterrupt:
+            if handle is not None and handle.followed:
+                handle.interrupt()  # the owner's task
+            raise
         finally:
             runtime.close()
     if args.json:
@@ -161,7 +172,7 @@ def _await_servers(
 
 def cmd_recover(args: argparse.Namespace) -> int:
     """Resume every session a stopped process left with a task running or waiting, and run
-    its waiting tasks; only while no other process uses the store."""
+    its waiting tasks; a session another live process owns is left to it."""
     from plait.runtime import in_flight
 
     config = config_of(args)

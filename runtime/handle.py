@@ -73,6 +73,7 @@ class SessionHandle(SessionViews):
         self._gone: Exception | None = None  # why it closed, if another process took it
         journal.on_idle = runtime._admission.went_idle
         journal.on_lost = self._lose
+        journal.may_act = lambda: runtime.owner.still_owns(self.session_id)
         if followed:
             self._tail = Tail(runtime.store, journal, lambda: runtime._take_over(self))
         else:

@@ -64,6 +64,7 @@ class Owner:
         self._stopping = threading.Event()
         self._waiter = self._store._inbox_waiter()
         self._thread: threading.Thread | None = None
+        self._sure_until = 0.0  # (monotonic) no lease it holds can have lapsed before then
 
     def start(self) -> None:
         """Start renewing and taking commands (once the runtime is ready to resume)."""
@@ -78,6 +79,26 @@ class Owner:
         with self._lock:
             self._held[stream] = lease.epoch
         return lease.epoch
+
+    @property
+    def _safe_sec(self) -> float:
+        """How long after a renew was sent its leases are sure to hold (a margin for the
+        store's clock running apart from this one)."""
+        return self.lease_sec * 0.8
+
+    def still_owns(self, stream: str) -> bool:
+        """Whether this process surely still owns ``stream`` (asked before anything outside
+        starts): by its last renewal, or, past it (the process was paused, the store slow),
+        by renewing now."""
+        if time.monotonic() < self._sure_until:
+            with self._lock:
+                return stream in self._held
+        try:
+            self._renew()
+        except PlaitError:
+            return False
+        with self._lock:
+            return stream in self._held
 
     def release(self, stream: str, *, idle: bool = True) -> None:
         """Give ``stream``'s lease back (``idle``: nothing waits in it)."""
@@ -131,7 +152,9 @@ class Owner:
     def _renew(self) -> None:
         with self._lock:
             before = dict(self._held)
+        asked = time.monotonic()
         renewed = self._store.renew_leases(self.id, self.lease_sec)
+        self._sure_until = asked + self._safe_sec
         for stream, epoch in before.items():
             if renewed.get(stream) == epoch:
                 continue

@@ -1,0 +1,49 @@
+"""``plait worker``: a process that runs the sessions nobody else runs, until it is stopped.
+
+It recovers what a stopped process left in flight, then, every fraction of a second, takes over
+the sessions that need an owner: one whose owner stopped renewing its lease, or handed it back
+with work waiting, or that has inbox commands and no live owner (docs/processes.md). It runs
+their tasks and the commands sent to them. SIGTERM (or Ctrl-C) drains it: what runs is given
+``--drain-sec`` to end, then every session is handed back for another worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from plait.cli.common import config_of, err, make_runtime, model_settings, store_of
+
+__all__ = ["cmd_worker"]
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run sessions that need an owner until SIGTERM, then hand them back."""
+    config = config_of(args)
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    with store_of(config, create=True) as store:
+        runtime = make_runtime(
+            config,
+            model_settings(config),
+            store,
+            lease_sec=args.lease_sec,
+            max_active_sessions=args.concurrency,
+            idle_sec=args.idle_sec,
+        )
+        try:
+            err(f"worker {runtime.owner.id}: lease {args.lease_sec:g} s, {config.store.url}")
+            for recovery in runtime.recover():
+                err(f"recovered session {recovery.session_id}")
+            every = min(1.0, args.lease_sec / 4)
+            while not stopping.wait(every):
+                for session_id in runtime.adopt():
+                    err(f"took over session {session_id}")
+            err(f"draining (at most {args.drain_sec:g} s)")
+            runtime.drain(args.drain_sec)
+        finally:
+            runtime.close()
+    err("worker stopped")
+    return 0
