@@ -29,7 +29,6 @@ from plait.events.values import (
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.changes import KEEP, KeepType, context_change
 from plait.runtime.outcome import TaskOutcome, await_outcome, await_outcome_async
-from plait.runtime.ownership import Tail
 from plait.runtime.recovery import forced_close
 from plait.runtime.views import SessionViews
 
@@ -69,14 +68,13 @@ class SessionHandle(SessionViews):
         self._active = False
         self._used = time.monotonic()
         self._acks: set[Ack] = set()  # told to the actors, not yet durable (see Ack)
-        self._tail: Tail | None = None  # feeds it while another process owns the session
+        self._followed = followed  # another process owns the session (runtime.followers)
+        self._takes_over = followed  # and this process takes it over once its lease is free
         self._gone: Exception | None = None  # why it closed, if another process took it
         journal.on_idle = runtime._admission.went_idle
         journal.on_lost = self._lose
         journal.may_act = lambda: runtime.owner.still_owns(self.session_id)
-        if followed:
-            self._tail = Tail(runtime.store, journal, lambda: runtime._take_over(self))
-        else:
+        if not followed:
             self._own(past)
 
     def _own(self, past: list[Event]) -> None:
@@ -115,13 +113,13 @@ class SessionHandle(SessionViews):
     @property
     def followed(self) -> bool:
         """Whether another process owns the session (its commands go to that owner's inbox)."""
-        return self._tail is not None
+        return self._followed
 
     @property
     def passive(self) -> bool:
         """Whether the session's actors are stopped because it was idle (``Runtime(idle_sec=)``);
         the next call that needs them brings them back from the log."""
-        return not self._active and not self._closed and self._tail is None
+        return not self._active and not self._closed and not self._followed
 
     def passivate(self, timeout: float = 10.0) -> bool:
         """Stop the session's actors, and release their threads, if nothing runs or waits in it;
@@ -153,7 +151,7 @@ class SessionHandle(SessionViews):
     def _activate(self) -> None:
         """Make sure the actors run (bring a passive session back from its log); hold the lock."""
         self._used = time.monotonic()
-        if not self._active and not self._closed and self._tail is None:
+        if not self._active and not self._closed and not self._followed:
             self._journal.unseal()
             self._own(self.runtime.store.read(self.session_id))
             self._changed.notify_all()
@@ -173,7 +171,7 @@ class SessionHandle(SessionViews):
         Followed: the owner's inbox has it, durable."""
         with self._lock:
             self._check_open()
-            if self._tail is not None:
+            if self._followed:
                 self.runtime.owner.send(self.session_id, SubmitTask(plan))
                 return ack()
             self._activate()
@@ -240,7 +238,7 @@ class SessionHandle(SessionViews):
     ) -> str:
         """``submit`` for asyncio code: it waits on the loop, holding no thread, for a place
         (``max_active_sessions``) and for the task to be durable; the rest runs off the loop."""
-        if not self._active and not self._closed and self._tail is None:
+        if not self._active and not self._closed and not self._followed:
             await self.runtime._admission.aenter(self)
         ack = Ack(self._acks, asyncio.get_running_loop())
         placed = functools.partial(self._placed_tell, prompt, conversation_id, ack)
@@ -315,7 +313,7 @@ class SessionHandle(SessionViews):
     def interrupt(self) -> None:
         """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""
         with self._lock:
-            if self._tail is not None:
+            if self._followed:
                 self.runtime.owner.send(self.session_id, InterruptTask())
             elif self._active:  # a passive session has nothing to interrupt
                 self._actor.tell(Interrupt())
@@ -325,7 +323,7 @@ class SessionHandle(SessionViews):
         (followed: ``{"ok": true, "queued": id}`` once the owner's inbox has it)."""
         with self._lock:
             self._check_open()
-            if self._tail is not None:
+            if self._followed:
                 cid = self.runtime.owner.send(self.session_id, DestroyConversation(conversation_id))
                 return {"ok": True, "queued": cid}
             self._activate()
@@ -344,8 +342,8 @@ class SessionHandle(SessionViews):
             if self._closed:
                 return True
             self._closed = True
-            if self._tail is not None:  # someone else's: only the following ends
-                self._tail.stop()
+            if self._followed:  # someone else's: only the following ends
+                self.runtime.followers.remove(self)
                 self.runtime._sessions.pop(self.session_id, None)
                 return True
         deadline = time.monotonic() + timeout
@@ -394,8 +392,8 @@ class SessionHandle(SessionViews):
             if self._closed:
                 return None
             self._closed = True
-            if self._tail is not None:  # another process owns it: only the following ends
-                self._tail.stop()
+            if self._followed:  # another process owns it: only the following ends
+                self.runtime.followers.remove(self)
                 self.runtime._sessions.pop(self.session_id, None)
                 return None
             if not self._active:  # passive: nothing runs

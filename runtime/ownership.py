@@ -4,10 +4,6 @@
 renews them all with one statement every third of ``lease_sec``, and tells a session whose
 lease another process took that it is lost. It takes the inbox commands of the sessions it
 owns, in order, and hands each to its session.
-
-``Tail`` feeds a handle that follows a session owned elsewhere: it reads the session's events
-from the log as they are appended and hands them to the handle's live feeds; once the owner
-stops renewing the lease (it died) or hands it back, it has this process take the session over.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -35,12 +30,11 @@ from plait.events.ownership import (
 from plait.events.types import Event, NewEvent, TaskDropped, TaskEnqueued
 
 if TYPE_CHECKING:
-    from plait.actors.journal import Journal
     from plait.events.store import EventStore
     from plait.runtime.handle import SessionHandle
     from plait.runtime.runtime import Runtime
 
-__all__ = ["Owner", "Tail", "default_owner_id"]
+__all__ = ["Owner", "default_owner_id"]
 
 log = logging.getLogger("plait")
 
@@ -174,7 +168,7 @@ class Owner:
         for stored in self._store.commands():
             if stored.stream in held and stored.id not in self._taken:
                 handle = self._runtime._sessions.get(stored.stream)
-                if handle is not None and handle._tail is None:
+                if handle is not None and not handle._followed:
                     self._taken.add(stored.id)
                     self._hand(handle, stored)
 
@@ -218,46 +212,3 @@ class Owner:
     def send(self, stream: str, body: CommandBody) -> int:
         """Store a command for ``stream``'s owner; return its id once durable."""
         return self._store.put_command(stream, Command(body, sender=self.id))
-
-
-class Tail:
-    """Feeds a handle's journal from the log, for a session another process owns."""
-
-    POLL_SEC = 0.5
-    """How often it looks at the lease when nothing is appended."""
-
-    def __init__(self, store: EventStore, journal: Journal, on_free: Callable[[], object]) -> None:
-        """``on_free`` is called (from its thread) when the session's lease is free."""
-        self._store = store
-        self._journal = journal
-        self._on_free = on_free
-        self._waiter = store._waiter()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="plait-tail", daemon=True)
-        self._thread.start()
-
-    def catch_up(self) -> list[Event]:
-        """Hand the feeds what the log holds past what they had; return it."""
-        events = self._store.read(self._journal.stream, after=self._journal.last_seq)
-        self._journal.deliver(events)
-        return events
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            token = self._waiter.token()
-            try:
-                self.catch_up()
-                lease = self._store.lease(self._journal.stream)
-                if lease is None or not lease.live:
-                    self._on_free()
-            except PlaitError as exc:
-                log.warning("following session %s: %s", self._journal.stream, exc)
-            if not self._stopping.is_set():
-                self._waiter.wait(token, self.POLL_SEC)
-
-    def stop(self) -> None:
-        """Stop following (the process took the session over, or the handle closed)."""
-        self._stopping.set()
-        self._waiter.close()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(5.0)

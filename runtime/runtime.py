@@ -43,6 +43,7 @@ from plait.events.values import (
     check_policy,
 )
 from plait.runtime.admission import Admission
+from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
 from plait.runtime.offload import Offload
 from plait.runtime.ownership import Owner, default_owner_id
@@ -168,6 +169,8 @@ class Runtime(Sessions):
         self.owner = Owner(self, owner_id or default_owner_id(), lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
+        self.followers = Followers(self)
+        """The sessions it follows while other processes own them."""
 
     def _deps(self, journal: Journal, pool: Any, past: list[Event]) -> ConversationDeps:
         """What the session's conversations share; behaviour that changed over time follows
@@ -296,6 +299,7 @@ class Runtime(Sessions):
                 thread.join(timeout)  # before the store closes under it
         for handle in list(self._sessions.values()):
             handle.close(timeout)
+        self.followers.close()
         self.owner.close()
         self._off_loop.close()  # what is left in it finds its session closed
         with contextlib.suppress(Exception):

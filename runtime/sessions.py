@@ -18,6 +18,7 @@ from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
 from plait.events.types import ConversationDestroyed, Event, SessionStarted
+from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
 from plait.runtime.ownership import Owner
 from plait.runtime.recovery import OpenCalls, Recovery, Rerun, in_flight, open_calls, took_over
@@ -36,6 +37,7 @@ class Sessions:
 
     store: EventStore
     owner: Owner
+    followers: Followers
     mcp_servers: dict[str, McpServerConfig]
     _sessions: dict[str, SessionHandle]
     _resuming: threading.Lock
@@ -67,6 +69,17 @@ class Sessions:
                 self.owner.release(session_id)
                 raise
 
+    def follow(self, session_id: str) -> SessionHandle:
+        """A handle on a session that this process never runs: its commands go to the
+        inbox, for the session's owner, or for a worker to take it over (a front end that
+        leaves running sessions to ``plait worker``); its events come from the log."""
+        with self._resuming:
+            if session_id in self._sessions:
+                return self._sessions[session_id]
+            handle = self._follow(session_id, self._read_session(session_id))
+            handle._takes_over = False
+            return handle
+
     def _follow(self, session_id: str, past: list[Event]) -> SessionHandle:
         """A handle on a session another process owns."""
         started = past[0].body
@@ -75,19 +88,20 @@ class Sessions:
         root = started.root_conversation_id
         handle = SessionHandle(cast("Runtime", self), journal, root, past, followed=True)
         self._sessions[session_id] = handle
+        self.followers.add(handle, past[-1].position)
         return handle
 
     def _take_over(self, handle: SessionHandle) -> None:
         """Own the session ``handle`` follows, if its lease is free (its owner died or
         handed it back): recover it as ``resume`` does, then run what waits in it."""
         with self._resuming, handle._lock:
-            if handle._tail is None or handle._closed:
+            if not handle._followed or handle._closed:
                 return
             epoch = self.owner.take(handle.session_id)
             if epoch is None:
                 return
-            handle._tail.stop()
-            handle._tail = None
+            self.followers.remove(handle)
+            handle._followed = False
             past = handle._journal.store.read(handle.session_id)
             handle._journal.deliver(past)  # the feeds have all the former owner wrote
             try:
@@ -190,14 +204,14 @@ class Sessions:
                 wanted.append(stored.stream)
         taken = []
         for session_id in wanted:
-            if session_id in self._sessions and self._sessions[session_id]._tail is None:
+            if session_id in self._sessions and not self._sessions[session_id]._followed:
                 continue
             try:
                 handle = self.resume(session_id)
             except PlaitError as exc:
                 log.warning("session %s was not taken over: %s", session_id, exc)
                 continue
-            if handle._tail is None:
+            if not handle._followed:
                 taken.append(session_id)
         return taken
 

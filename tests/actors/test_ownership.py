@@ -44,11 +44,13 @@ def process(
         runtime.close()
 
 
-def wait_for(store: EventStore, stream: str, kind: type, timeout: float = 30) -> Event:
-    """The first event of ``kind`` in ``stream``, waiting for it to be appended."""
+def wait_for(
+    store: EventStore, stream: str, kind: type, timeout: float = 30, after: int = 0
+) -> Event:
+    """The first event of ``kind`` in ``stream`` past seq ``after``, waiting for it."""
     with store.subscribe() as tail:
         while (event := tail.get(timeout=timeout)) is not None:
-            if event.stream == stream and isinstance(event.body, kind):
+            if event.stream == stream and isinstance(event.body, kind) and event.seq > after:
                 return event
     raise AssertionError(f"no {kind.__name__} in {stream} within {timeout} s")
 
@@ -170,3 +172,46 @@ def test_an_idle_owner_learns_at_its_heartbeat_that_it_lost_the_session(
             with pytest.raises(LeaseLostError, match="not renewed in time"):
                 feed.get(timeout=30)  # woken by a's next heartbeat (every lease_sec / 3)
         assert session.closed and not a.owner.holds(session.session_id)
+
+
+def test_a_front_end_submits_and_a_worker_adopts_the_session_to_run_it(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    server.push(Step(text="hello"), Step(text="from the worker"))
+    with process(durable_stores, server, "front") as front:
+        started = front.start_session()
+        assert started.run("hi", timeout=30).ok
+        assert started.release(timeout=30)  # handed back, idle: nobody owns it now
+        sid = started.session_id
+        followed = front.follow(sid)  # never run here, even with nobody owning it
+        before = front.store.last_seq(sid)
+        task_id = followed.submit("and now?")
+        (stored,) = front.store.commands(sid)
+        assert isinstance(stored.command.body, SubmitTask)
+        assert stored.command.body.plan.task_id == task_id and stored.command.sender == "front"
+        with process(durable_stores, server, "worker") as worker:
+            assert worker.adopt() == [sid]  # an inbox command, and no live owner
+            ended = wait_for(front.store, sid, TaskCompleted, after=before)
+            assert ended.task_id == task_id
+            assert followed.history()[-1] == {"role": "assistant", "content": "from the worker"}
+            assert worker.adopt() == []  # it owns it now
+        assert followed.followed
+
+
+def test_asyncio_callers_submit_to_and_follow_a_session_owned_elsewhere(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    import asyncio
+
+    server.push(Step(text="one"), Step(text="two"))
+    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+        owned = a.start_session()
+        followed = b.resume(owned.session_id)
+
+        async def both() -> list[str]:
+            first = await followed.arun("first", timeout=30)
+            second = await followed.arun("second", timeout=30)
+            return [first.last_assistant_message or "", second.last_assistant_message or ""]
+
+        assert asyncio.run(both()) == ["one", "two"]
+        assert followed.followed and a.store.verify(owned.session_id).ok

@@ -1,0 +1,99 @@
+"""``Followers``: the sessions a runtime follows while other processes own them
+(docs/processes.md).
+
+One thread and one subscription to the log serve them all, however many: it hands each event
+of a followed session to that handle's live feeds, in log order, and every ``POLL_SEC`` it reads
+all leases at once and has the runtime take over a followed session whose lease is free (its
+owner handed it back, or died and the lease lapsed).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from plait.errors import PlaitError
+from plait.events.subscription import Subscription
+
+if TYPE_CHECKING:
+    from plait.runtime.handle import SessionHandle
+    from plait.runtime.runtime import Runtime
+
+__all__ = ["Followers"]
+
+log = logging.getLogger("plait")
+
+
+class Followers:
+    """Feeds the handles of sessions owned elsewhere from the log; takes them over when free."""
+
+    POLL_SEC = 0.5
+    """How often the leases of followed sessions are looked at."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._store = runtime.store
+        self._lock = threading.Lock()  # delivering to the handles, and adding or removing one
+        self._handles: dict[str, SessionHandle] = {}
+        self._subscription: Subscription | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def add(self, handle: SessionHandle, after_position: int) -> None:
+        """Follow ``handle``'s session, whose feeds have had its log up to ``after_position``."""
+        with self._lock:
+            self._handles[handle.session_id] = handle
+            if self._subscription is None:
+                self._subscription = self._store.subscribe(after_position)
+                self._thread = threading.Thread(target=self._run, name="plait-follow", daemon=True)
+                self._thread.start()
+            elif after_position < self._subscription.position:  # what came in between
+                journal = handle._journal
+                journal.deliver(self._store.read(journal.stream, after=journal.last_seq))
+
+    def remove(self, handle: SessionHandle) -> None:
+        """Stop following ``handle``'s session (taken over here, or the handle closed)."""
+        with self._lock:
+            if self._handles.get(handle.session_id) is handle:
+                del self._handles[handle.session_id]
+
+    def close(self) -> None:
+        """Stop the thread and the subscription."""
+        self._stopping.set()
+        if self._subscription is not None:
+            self._subscription.close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        assert self._subscription is not None
+        subscription = self._subscription
+        looked = time.monotonic()
+        while not self._stopping.is_set():
+            try:
+                event = subscription.get(timeout=self.POLL_SEC)
+                if event is not None:
+                    with self._lock:
+                        handle = self._handles.get(event.stream)
+                        if handle is not None:
+                            handle._journal.deliver([event])
+                if time.monotonic() - looked >= self.POLL_SEC:
+                    looked = time.monotonic()
+                    self._take_free()
+            except PlaitError as exc:  # the store is down: look again soon
+                if not self._stopping.is_set():
+                    log.warning("following sessions: %s", exc)
+                self._stopping.wait(self.POLL_SEC)
+
+    def _take_free(self) -> None:
+        """Take over the followed sessions whose lease is free."""
+        with self._lock:
+            wanted = {s: h for s, h in self._handles.items() if h._takes_over}
+        if not wanted:
+            return
+        live = {lease.stream for lease in self._store.leases() if lease.live}
+        for stream, handle in wanted.items():
+            if stream not in live:
+                self._runtime._take_over(handle)
