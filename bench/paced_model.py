@@ -96,6 +96,8 @@ class PacedModelServer:
         for i, line in enumerate(lines):
             if i and step.chunk_delay:
                 await asyncio.sleep(step.chunk_delay)
+            if writer.is_closing():  # the client went away (a bench killed it)
+                return
             writer.write(b"%x\r\n%s\r\n" % (len(line), line))
         writer.write(b"0\r\n\r\n")
         await writer.drain()

@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=60.0,
         metavar="S",
-        help="stop the actors of a session idle this long (default 60)",
+        help="hand back a session idle this long, for any worker to take (default 60)",
     )
     add("expire", cmd_expire, "plait expire", json="the count as JSON")
     add("demo", cmd_demo, "plait demo")

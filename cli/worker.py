@@ -1,10 +1,11 @@
 """``plait worker``: a process that runs the sessions nobody else runs, until it is stopped.
 
 It recovers what a stopped process left in flight, then, every fraction of a second, takes over
-the sessions that need an owner: one whose owner stopped renewing its lease, or handed it back
-with work waiting, or that has inbox commands and no live owner (docs/processes.md). It runs
-their tasks and the commands sent to them. SIGTERM (or Ctrl-C) drains it: what runs is given
-``--drain-sec`` to end, then every session is handed back for another worker.
+the sessions that need an owner (as many as ``--concurrency`` leaves room for): one whose owner
+stopped renewing its lease, or handed it back with work waiting, or that has inbox commands and
+no live owner (docs/processes.md). It runs their tasks and the commands sent to them, and hands
+back a session idle for ``--idle-sec``, so that work spreads over the workers. SIGTERM (or
+Ctrl-C) drains it: what runs is given ``--drain-sec`` to end, then every session is handed back.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
             store,
             lease_sec=args.lease_sec,
             max_active_sessions=args.concurrency,
-            idle_sec=args.idle_sec,
         )
         try:
             err(f"worker {runtime.owner.id}: lease {args.lease_sec:g} s, {config.store.url}")
@@ -39,8 +39,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 err(f"recovered session {recovery.session_id}")
             every = min(1.0, args.lease_sec / 4)
             while not stopping.wait(every):
-                for session_id in runtime.adopt():
+                room = None if args.concurrency is None else args.concurrency - len(runtime.owned)
+                for session_id in runtime.adopt(room):
                     err(f"took over session {session_id}")
+                runtime.hand_back_idle(args.idle_sec)
             err(f"draining (at most {args.drain_sec:g} s)")
             runtime.drain(args.drain_sec)
         finally:

@@ -192,18 +192,26 @@ class Sessions:
             return Recovery(session_id, crashed, waiting, exc.reason)
         return Recovery(session_id, crashed, waiting)
 
-    def adopt(self) -> list[str]:
-        """Take over the sessions that need an owner: those whose owner stopped renewing
-        its lease or handed it back with work waiting, and those with inbox commands and no
-        live owner. Return their ids (``plait worker`` calls it again and again)."""
+    @property
+    def owned(self) -> list[str]:
+        """The sessions this process runs (it holds their leases)."""
+        return [s for s, handle in list(self._sessions.items()) if not handle._followed]
+
+    def adopt(self, most: int | None = None) -> list[str]:
+        """Take over the sessions that need an owner, at most ``most``: those whose owner
+        stopped renewing its lease or handed it back with work waiting, and those with inbox
+        commands and no live owner. Return their ids (``plait worker`` calls it again and
+        again)."""
         leases = {lease.stream: lease for lease in self.store.leases()}
         wanted = [s for s, lease in leases.items() if lease.owner is not None and not lease.live]
         for stored in self.store.commands():
             lease = leases.get(stored.stream)
             if (lease is None or not lease.live) and stored.stream not in wanted:
                 wanted.append(stored.stream)
-        taken = []
+        taken: list[str] = []
         for session_id in wanted:
+            if most is not None and len(taken) >= most:
+                break
             if session_id in self._sessions and not self._sessions[session_id]._followed:
                 continue
             try:
@@ -214,6 +222,16 @@ class Sessions:
             if not handle._followed:
                 taken.append(session_id)
         return taken
+
+    def hand_back_idle(self, idle_sec: float) -> list[str]:
+        """Hand back (``release``) the sessions this process runs that have been idle for
+        ``idle_sec``, so that any worker may take them when work comes; return their ids."""
+        idle = [
+            handle
+            for handle in list(self._sessions.values())
+            if not handle._followed and handle.idle_for() >= idle_sec and handle._journal.idle
+        ]
+        return [handle.session_id for handle in idle if handle.release(5.0)]
 
     def drain(self, timeout: float = 60.0) -> None:
         """Hand every session back (``SessionHandle.release``), what runs given up to
