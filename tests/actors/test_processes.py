@@ -270,3 +270,25 @@ def test_a_paused_owner_woken_after_a_takeover_adds_nothing(
     assert [(a.body.outcome, a.seq > started.seq) for a in answers] == [("unknown", True)]
     resumed = next(e for e in events if isinstance(e.body, SessionResumed))
     assert answers[0].seq > resumed.seq  # answered by b's recovery, not by the paused owner
+
+
+def test_plait_sessions_shows_the_owner_of_a_live_session(
+    durable_stores: StoreFactory, tmp_path: Path
+) -> None:
+    url = url_of(durable_stores)
+    with ScriptedModelServer([]) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
+        with Runtime(url, model=settings, owner_id="host:1:abc", expire_every_sec=None) as rt:
+            session = rt.start_session()
+            listed = plait(tmp_path, "sessions", "--store", url, "--json")
+            out, err = listed.communicate(timeout=60)
+            assert listed.returncode == 0, err
+            (row,) = [json.loads(line) for line in out.splitlines()]
+            assert (row["stream"], row["owner"], row["lease"]) == (
+                session.session_id,
+                "host:1:abc",
+                "live",
+            )
+            assert row["lease_epoch"] == 1 and row["lease_remaining_sec"] > 0
+            text = plait(tmp_path, "sessions", "--store", url).communicate(timeout=60)[0]
+            assert "owned by host:1:abc" in text

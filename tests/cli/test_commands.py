@@ -31,6 +31,7 @@ def test_sessions_conversations_and_history(recorded: Cli) -> None:
     (row,) = json_lines(recorded("sessions", "--json").stdout)
     assert row["stream"] == "rec-1" and row["last_seq"] == 34
     assert (row["model"], row["closed"], row["forked_from"]) == ("scripted-model", True, None)
+    assert (row["owner"], row["lease"]) == (None, "free")  # closed: handed back
     assert recorded("sessions").stdout.startswith("rec-1     34 events  started ")
 
     conversations = recorded("conversations", "rec").stdout.splitlines()
