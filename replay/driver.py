@@ -334,7 +334,7 @@ class Driver:
         """Stop the replayed session where the recorded one stopped; what it records next is
         what the log recorded there."""
         self.read.abandon()  # a read stuck as the recorded one was gives up, as the actors stop
-        self.handle._stop(timeout=2.0)
+        self.handle._crash(timeout=2.0)
         self.model.abandon(self.requests)
         self.store.release()
 

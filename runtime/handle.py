@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pykka
 
 from plait.actors.journal import Journal
-from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt, ListConversations
+from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt
 from plait.actors.session import Session
 from plait.errors import LeaseLostError, SessionClosedError, UnknownConversationError
 from plait.events.ownership import DestroyConversation, InterruptTask, SubmitTask
@@ -171,14 +171,13 @@ class SessionHandle(SessionViews):
         Followed: the owner's inbox has it, durable."""
         with self._lock:
             self._check_open()
+            self._activate()
+            cid = plan.conversation_id
+            if cid != self.root_conversation_id and cid not in {c.id for c in self.conversations()}:
+                raise UnknownConversationError(self.session_id, cid)  # else it waits for ever
             if self._followed:
                 self.runtime.owner.send(self.session_id, SubmitTask(plan))
                 return ack()
-            self._activate()
-            if plan.conversation_id != self.root_conversation_id:  # else it waits for ever
-                _, index = self._ask_live(ListConversations())
-                if plan.conversation_id not in {info.id for info in index}:
-                    raise UnknownConversationError(self.session_id, plan.conversation_id)
             self._acks.add(ack)
             self._actor.tell(Enqueue((plan,), ack))
 
@@ -335,9 +334,9 @@ class SessionHandle(SessionViews):
 
     def release(self, timeout: float = 60.0) -> bool:
         """Hand the session back for another process to own (a process that drains): take no
-        more work for it, let what is queued here run for up to ``timeout`` seconds, then stop
-        the actors and release the lease. Return whether nothing was left waiting; what was is
-        in the log, for the next owner to run (a task cut off ends ``crashed`` there)."""
+        more work for it, let what is queued run for up to ``timeout`` seconds, stop the actors,
+        release the lease. Return whether nothing was left waiting (what was is in the log, for
+        the next owner; a task cut off ends ``crashed`` there)."""
         with self._lock:
             if self._closed:
                 return True
@@ -359,15 +358,14 @@ class SessionHandle(SessionViews):
         return idle
 
     def _lose(self, error: LeaseLostError) -> None:
-        """Another process took the session: stop here, and raise ``error`` to every waiter.
-        From a thread of its own: the actor whose append was refused may be the caller."""
+        """Another process took the session: stop here, raise ``error`` to every waiter (on a
+        thread of its own: the actor whose append was refused may be calling)."""
         threading.Thread(target=self._drop_out, args=(error,), name="plait-lost").start()
 
     def _drop_out(self, error: LeaseLostError) -> None:
         self.runtime.owner.forget(self.session_id)
         with self._lock:
-            self._closed = True
-            self._gone = error
+            self._closed, self._gone = True, error
             if self._active:
                 self._stop_actors(10.0, error)
         self._journal.fail_feeds(error)
@@ -419,13 +417,16 @@ class SessionHandle(SessionViews):
         self.runtime.owner.release(self.session_id)
 
     def _stop(self, timeout: float) -> None:
-        """Stop the session's actors and servers, recording nothing, as a crash would; the
-        lease is left lapsed, as a dead process's is once ``lease_sec`` has passed."""
+        """Stop the session's actors and servers, recording nothing."""
         with self._lock:
             self._closed = True
             if self._active:
                 self._stop_actors(timeout)
         self.runtime._sessions.pop(self.session_id, None)
+
+    def _crash(self, timeout: float) -> None:
+        """``_stop`` as a crash does: the lease is left lapsed (replay's crash points, tests)."""
+        self._stop(timeout)
         self.runtime.owner.release(self.session_id, idle=False)
 
     def _stop_actors(self, timeout: float, error: Exception | None = None) -> None:

@@ -16,8 +16,6 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from plait.errors import LeaseLostError, PlaitError, SessionClosedError, UnknownConversationError
 from plait.events.ownership import (
     Command,
@@ -27,7 +25,7 @@ from plait.events.ownership import (
     StoredCommand,
     SubmitTask,
 )
-from plait.events.types import Event, NewEvent, TaskDropped, TaskEnqueued
+from plait.events.types import Event, TaskEnqueued
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
@@ -179,19 +177,15 @@ class Owner:
             if isinstance(body, SubmitTask):
                 try:
                     handle._queue(body.plan)
-                except UnknownConversationError as exc:  # its submitter follows the task
-                    plan = body.plan
-                    dropped = NewEvent(TaskDropped(str(exc), "destroy"), plan.conversation_id)
-                    handle._journal.record_last(
-                        [msgspec.structs.replace(dropped, task_id=plan.task_id)]
-                    )
+                except UnknownConversationError as exc:  # destroyed since it was sent
+                    log.warning("task %s from the inbox not run: %s", body.plan.task_id, exc)
             elif isinstance(body, InterruptTask):
                 self._store.drop_commands([stored.id])  # at most once
                 handle.interrupt()
             elif isinstance(body, DestroyConversation):
                 self._store.drop_commands([stored.id])
                 handle.destroy(body.conversation_id)
-        except SessionClosedError:  # closed or lost meanwhile: the next owner takes it
+        except (SessionClosedError, LeaseLostError):  # closed or lost: the next owner takes it
             self._taken.discard(stored.id)
             return
         self._store.drop_commands([stored.id])

@@ -455,7 +455,7 @@ def crash_while_waiting(tmp_path: Path) -> str:
         with session.subscribe(transient=False) as feed:
             session.submit("echo, then write")
             wait_for(feed, ToolApprovalRequested)
-        session._stop(timeout=5)  # the process dies
+        session._crash(timeout=5)  # the process dies
         rt._loop.close()
         rt.store.close()
     return session.session_id

@@ -150,7 +150,7 @@ def test_commands_of_a_task_already_in_the_log_are_not_run_twice(
         plan = TaskPlan("task-1", root, [InputText("hi")])
         assert session._queue(plan) == "task-1"
         wait_for(a.store, sid, TaskCompleted)
-        session._stop(timeout=5)  # the process dies before it dropped the command
+        session._crash(timeout=5)  # the process dies before it dropped the command
     store = durable_stores.open()
     store.put_command(sid, Command(SubmitTask(plan), sender="a"))
     with process(durable_stores, server, "b") as b:

@@ -50,7 +50,7 @@ def crash_during(tmp_path: Path, tool_calls: list[object], config: McpServerConf
                 event = feed.get(timeout=60)
                 assert event is not None, "the calls never started"
                 started += isinstance(event.body, ToolCallStarted)
-        session._stop(timeout=5)  # the process dies: nothing more is recorded
+        session._crash(timeout=5)  # the process dies: nothing more is recorded
         runtime._loop.close()
         runtime.store.close()
     return session.session_id
