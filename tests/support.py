@@ -15,6 +15,7 @@ import pytest
 from plait.events.store import EventStore
 from plait.events.stores.memory import MemoryStore, Stored
 from plait.events.stores.sqlite import SqliteStore
+from plait.events.types import Event
 
 POSTGRES_URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -182,3 +183,15 @@ class StoreFactory:
             store.close()
         if self.backend == "postgres":
             _drop_schema(self.schema)
+
+
+def wait_for_event(
+    store: EventStore, stream: str, kind: type, *, after: int = 0, timeout: float = 60
+) -> Event:
+    """The first event of ``kind`` in ``stream`` past seq ``after``, waited for as the store's
+    subscribers are woken (whichever process appends it)."""
+    with store.subscribe() as tail:
+        while (event := tail.get(timeout=timeout)) is not None:
+            if event.stream == stream and isinstance(event.body, kind) and event.seq > after:
+                return event
+    raise AssertionError(f"no {kind.__name__} in session {stream} within {timeout} s")

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from support import StoreFactory
+from support import wait_for_event as wait_for
 
 from plait.actors.model import ModelSettings
 from plait.errors import LeaseLostError
 from plait.events import (
-    Event,
     EventStore,
     ModelRequested,
     SessionResumed,
@@ -42,17 +42,6 @@ def process(
         yield runtime
     finally:
         runtime.close()
-
-
-def wait_for(
-    store: EventStore, stream: str, kind: type, timeout: float = 30, after: int = 0
-) -> Event:
-    """The first event of ``kind`` in ``stream`` past seq ``after``, waiting for it."""
-    with store.subscribe() as tail:
-        while (event := tail.get(timeout=timeout)) is not None:
-            if event.stream == stream and isinstance(event.body, kind) and event.seq > after:
-                return event
-    raise AssertionError(f"no {kind.__name__} in {stream} within {timeout} s")
 
 
 def bodies(store: EventStore, stream: str, kind: type) -> list[Any]:

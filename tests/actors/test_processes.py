@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from scripted import assert_histories_valid, call
 from support import POSTGRES_URL, StoreFactory
+from support import wait_for_event as wait_for
 
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.model import ModelSettings
@@ -130,14 +131,6 @@ def owner(url: str, base_url: str, counter: Path, prompt: str) -> Iterator[subpr
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.communicate(timeout=30)  # and close its pipes
-
-
-def wait_for(store: EventStore, stream: str, kind: type, after: int = 0) -> Event:
-    with store.subscribe() as tail:
-        while (event := tail.get(timeout=60)) is not None:
-            if event.stream == stream and isinstance(event.body, kind) and event.seq > after:
-                return event
-    raise AssertionError(f"no {kind.__name__} in session {stream}")
 
 
 def ran(counter: Path, timeout: float = 30.0) -> None:
