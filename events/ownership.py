@@ -21,6 +21,7 @@ from typing import Final
 
 import msgspec
 
+from plait.errors import LeaseLostError
 from plait.events.values import TaskPlan
 
 __all__ = [
@@ -145,6 +146,17 @@ class Ownership(ABC):
         ids = list(ids)
         if ids:
             self._drop_commands(ids)
+
+    @staticmethod
+    def _check_epoch(stream: str, epoch: int | None, lease: tuple[str | None, int] | None) -> None:
+        """Refuse an append of ``epoch`` unless it is the epoch of ``lease`` (owner, epoch)."""
+        if epoch is None or (lease is not None and lease[1] == epoch and lease[0] is not None):
+            return
+        if lease is None:
+            raise LeaseLostError(stream, epoch, "the session has no lease")
+        owner, now = lease
+        holder = f"now epoch {now}, held by {owner}" if owner else f"released at epoch {now}"
+        raise LeaseLostError(stream, epoch, holder)
 
     @abstractmethod
     def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease: ...

@@ -22,7 +22,6 @@ from plait.errors import (
     BlobMissingError,
     ConcurrencyError,
     CorruptEventError,
-    LeaseLostError,
     TransientEventError,
 )
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, blob_refs, externalize, resolve
@@ -137,6 +136,7 @@ class EventStore(Ownership, ABC):
         self.clock = clock
         self._changed = threading.Condition()
         self._change_count = 0
+        self._closed = False
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -234,17 +234,6 @@ class EventStore(Ownership, ABC):
     def _check_expected(stream: str, expected_seq: int, head_seq: int) -> None:
         if expected_seq != head_seq:
             raise ConcurrencyError(stream, expected_seq, head_seq)
-
-    @staticmethod
-    def _check_epoch(stream: str, epoch: int | None, lease: tuple[str | None, int] | None) -> None:
-        """Refuse an append of ``epoch`` unless it is the epoch of ``lease`` (owner, epoch)."""
-        if epoch is None or (lease is not None and lease[1] == epoch and lease[0] is not None):
-            return
-        if lease is None:
-            raise LeaseLostError(stream, epoch, "the session has no lease")
-        owner, now = lease
-        holder = f"now epoch {now}, held by {owner}" if owner else f"released at epoch {now}"
-        raise LeaseLostError(stream, epoch, holder)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -435,8 +424,14 @@ class EventStore(Ownership, ABC):
     def _redact(self, sha256: str) -> bool:
         """Delete a blob's content, keep a tombstone; return whether it existed."""
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called."""
+        return self._closed
+
     def close(self) -> None:
         """Release the store's connections; idempotent."""
+        self._closed = True
 
     def __enter__(self) -> EventStore:
         return self

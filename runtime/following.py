@@ -83,6 +83,8 @@ class Followers:
                     looked = time.monotonic()
                     self._take_free()
             except PlaitError as exc:  # the store is down: look again soon
+                if self._store.closed:
+                    return
                 if not self._stopping.is_set():
                     log.warning("following sessions: %s", exc)
                 self._stopping.wait(self.POLL_SEC)

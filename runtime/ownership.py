@@ -137,6 +137,8 @@ class Owner:
                 self._take_commands()
                 self._waiter.wait(token, max(due - time.monotonic(), 0.0))
             except PlaitError as exc:  # the store is down: the next round tries again
+                if self._store.closed:  # closed under it (the runtime was not): nothing to do
+                    return
                 if not self._stopping.is_set():
                     log.warning("session ownership: %s", exc)
                 self._stopping.wait(min(every, 1.0))

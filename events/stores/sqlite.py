@@ -282,6 +282,7 @@ class SqliteStore(EventStore):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._db.close()
 
 
