@@ -8,7 +8,7 @@ log), and where the CPU went (workers, PostgreSQL, this front end) on this machi
 Then, with two workers, one is killed with SIGKILL while tasks run: the time from the kill to
 the first event the other appends in each session the dead one owned, beside ``lease_sec``.
 
-    python bench/workers.py            # S=64, K=5, lease 5 s
+    python bench/workers.py            # S=128, K=5, lease 5 s; 1, 2, 4 and 8 workers
     python bench/workers.py --quick    # S=16, K=3, lease 2 s
 
 ``PLAIT_BENCH_POSTGRES`` names the server (default postgresql://postgres@127.0.0.1:5432/test);
@@ -113,7 +113,8 @@ def throughput(front: Runtime, handles: list[SessionHandle], args: argparse.Name
     print(f"\n{len(handles)} sessions x {args.tasks} tasks, replies of about 50 ms, {cores} cores")
     print(f"{'workers':>7} {'tasks/s':>8} {'p50 ms':>7} {'p99 ms':>7}   CPU cores used: "
           "workers / postgres / front end")  # fmt: skip
-    for n in (1, 2, 4):
+    rows = []
+    for n in (1, 2, 4) if args.quick else (1, 2, 4, 8):
         with workers(n, args.url, args.dir, args.lease_sec) as started:
             pids, pg = [p.pid for p in started], postgres_pids()
             before = (cpu_of(pids), cpu_of(pg), time.process_time())
@@ -123,10 +124,20 @@ def throughput(front: Runtime, handles: list[SessionHandle], args: argparse.Name
             used = (cpu_of(pids), cpu_of(pg), time.process_time())
         spent = [(b - a) / wall for a, b in zip(before, used, strict=True)]
         q = statistics.quantiles(latencies, n=100)
+        rows.append((n, len(latencies) / wall, sum(spent), spent[1]))
         print(
-            f"{n:>7} {len(latencies) / wall:>8.1f} {q[49] * 1000:>7.0f} {q[98] * 1000:>7.0f}"
+            f"{n:>7} {rows[-1][1]:>8.1f} {q[49] * 1000:>7.0f} {q[98] * 1000:>7.0f}"
             f"   {spent[0]:.2f} / {spent[1]:.2f} / {spent[2]:.2f} of {cores}"
         )
+    n, _, busy, pg = rows[-1]
+    if busy >= 0.8 * cores:
+        limit = f"this machine's {cores} cores (busy {busy:.2f}; postgres {pg:.2f} of them)"
+    elif pg >= 0.8:
+        limit = f"postgres (a core busy: {pg:.2f})"
+    else:
+        running = min(n * CONCURRENCY, len(handles))
+        limit = f"the tasks' own time: {running} sessions run at once, each one task at a time"
+    print(f"limit at {n} workers: {limit}")
 
 
 def takeover(front: Runtime, handles: list[SessionHandle], args: argparse.Namespace) -> None:
@@ -191,7 +202,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int)
     parser.add_argument("--lease-sec", type=float)
     args = parser.parse_args()
-    args.sessions = args.sessions or (16 if args.quick else 64)
+    args.sessions = args.sessions or (16 if args.quick else 128)
     args.tasks = args.tasks or (3 if args.quick else 5)
     args.lease_sec = args.lease_sec or (2.0 if args.quick else 5.0)
     schema = f"plait_bench_{uuid.uuid4().hex[:10]}"

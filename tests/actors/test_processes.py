@@ -108,10 +108,11 @@ def worker(cwd: Path, url: str) -> Iterator[subprocess.Popen[str]]:
     try:
         yield process
     finally:
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
-        assert process.returncode == 0, err
-        assert "worker stopped" in err
+        if process.returncode is None:  # not stopped by the test
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=60)
+            assert process.returncode == 0, err
+            assert "worker stopped" in err
 
 
 @contextlib.contextmanager
@@ -285,3 +286,33 @@ def test_plait_sessions_shows_the_owner_of_a_live_session(
             assert row["lease_epoch"] == 1 and row["lease_remaining_sec"] > 0
             text = plait(tmp_path, "sessions", "--store", url).communicate(timeout=60)[0]
             assert "owned by host:1:abc" in text
+
+
+def test_a_worker_stopped_with_sigterm_lets_its_running_task_end_and_hands_back(
+    durable_stores: StoreFactory, tmp_path: Path
+) -> None:
+    url = url_of(durable_stores)
+    slow = Step(text="slow " * 40, chunk_chars=5, chunk_delay=0.05)  # about 2 s
+    with ScriptedModelServer([Step(text="hi"), slow]) as server, open_store(url) as store:
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
+        with Runtime(store, model=settings, owner_id="front", expire_every_sec=None) as front:
+            session = front.start_session()
+            assert session.run("hi", timeout=30).ok
+            assert session.release(timeout=30)
+            followed = front.follow(session.session_id)
+            cwd = configure(tmp_path, server.base_url, tmp_path / "bumps")
+            with worker(cwd, url) as running:
+                task_id = followed.submit("take your time")
+                wait_for(
+                    store,
+                    session.session_id,
+                    ModelRequested,
+                    after=store.last_seq(session.session_id) - 1,
+                )
+                running.send_signal(signal.SIGTERM)  # mid-reply: it drains
+                _, err = running.communicate(timeout=60)
+                assert running.returncode == 0 and "draining" in err, err
+        ended = [e for e in store.read(session.session_id) if e.task_id == task_id]
+        assert isinstance(ended[-1].body, TaskCompleted)  # finished, not cut off
+        lease = store.lease(session.session_id)
+        assert lease is not None and lease.owner is None  # handed back, free
