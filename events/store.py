@@ -136,6 +136,7 @@ class EventStore(Ownership, ABC):
         self.clock = clock
         self._changed = threading.Condition()
         self._change_count = 0
+        self._inbox_count = 0  # commands stored through this object
         self._closed = False
 
     # --- writing ----------------------------------------------------------------------------
@@ -341,9 +342,14 @@ class EventStore(Ownership, ABC):
     def _waiter(self) -> Waiter:
         return ConditionWaiter(self)
 
+    def _notify_inbox(self) -> None:
+        with self._changed:
+            self._inbox_count += 1
+            self._changed.notify_all()
+
     def _inbox_waiter(self) -> Waiter:
-        """A waiter woken when a command may have been stored (and perhaps more often)."""
-        return self._waiter()
+        """A waiter woken when a command may have been stored (not by every append)."""
+        return ConditionWaiter(self, lambda: self._inbox_count)
 
     # --- integrity --------------------------------------------------------------------------
 

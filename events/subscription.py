@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from plait.events.types import Event
@@ -38,19 +38,21 @@ class Waiter(ABC):
 
 
 class ConditionWaiter(Waiter):
-    """Wakes on appends made through this store object (same process)."""
+    """Wakes on appends made through this store object (same process); or, with ``count``,
+    on what else moves that count (``EventStore._inbox_count``: commands stored)."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, count: Callable[[], int] | None = None) -> None:
         self._store = store
+        self._count = count or (lambda: store._change_count)
         self._closed = False
 
     def token(self) -> int:
-        return self._store._change_count
+        return self._count()
 
     def wait(self, token: int, timeout: float | None) -> None:
         changed = self._store._changed
         with changed:
-            changed.wait_for(lambda: self._closed or self._store._change_count != token, timeout)
+            changed.wait_for(lambda: self._closed or self._count() != token, timeout)
 
     def close(self) -> None:
         self._closed = True

@@ -114,7 +114,7 @@ class Owner:
 
     def wake(self) -> None:
         """Look at the inbox now (a session was just taken over)."""
-        self._store._notify()
+        self._store._notify_inbox()
 
     def close(self) -> None:
         """Stop the heartbeat (the leases still held lapse, unless released first)."""

@@ -151,7 +151,7 @@ class MemoryStore(EventStore):
         with self._lock:
             cid = next(self._inbox_ids)
             self._inbox[cid] = (stream, data)
-        self._notify()
+        self._notify_inbox()
         return cid
 
     def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:

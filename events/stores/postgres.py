@@ -326,7 +326,7 @@ class PostgresStore(EventStore):
             found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
             assert found is not None
             conn.execute(self._sql["notify"], (self.inbox_channel, str(found[0])))
-        self._notify()
+        self._notify_inbox()
         return int(found[0])
 
     def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:

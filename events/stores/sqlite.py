@@ -209,7 +209,7 @@ class SqliteStore(EventStore):
     def _put_command(self, stream: str, data: bytes) -> int:
         with self._transaction() as db:
             cur = db.execute("INSERT INTO inbox (stream, data) VALUES (?, ?)", (stream, data))
-        self._notify()
+        self._notify_inbox()
         assert cur.lastrowid is not None
         return cur.lastrowid
 
@@ -278,7 +278,10 @@ class SqliteStore(EventStore):
         return int(rows[0][0])
 
     def _waiter(self) -> Waiter:
-        return _FileWaiter(self)
+        return _FileWaiter(self, lambda: self._change_count)
+
+    def _inbox_waiter(self) -> Waiter:
+        return _FileWaiter(self, lambda: self._inbox_count)
 
     def close(self) -> None:
         with self._lock:
@@ -287,18 +290,20 @@ class SqliteStore(EventStore):
 
 
 class _FileWaiter(Waiter):
-    """Wakes at once for appends through this store object, and notices other processes'
-    commits by SQLite's ``data_version`` (SQLite has no cross-process notification)."""
+    """Wakes at once for appends (or, with the inbox's ``count``, commands) through this store
+    object, and notices other processes' commits by SQLite's ``data_version`` (SQLite has no
+    cross-process notification)."""
 
     POLL_SEC = 0.05
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqliteStore, count: Callable[[], int]) -> None:
         self._store = store
+        self._count = count
         self._closed = False
 
     def token(self) -> int:
-        # Local appends move the change count; other processes' commits move data_version.
-        return self._store._change_count * 2**32 + self._store._data_version()
+        # Local appends move the count; other processes' commits move data_version.
+        return self._count() * 2**32 + self._store._data_version()
 
     def wait(self, token: int, timeout: float | None) -> None:
         import time
@@ -312,10 +317,7 @@ class _FileWaiter(Waiter):
                 if step <= 0:
                     return
             with changed:
-                changed.wait_for(
-                    lambda: self._closed or self._store._change_count != token // 2**32,
-                    step,
-                )
+                changed.wait_for(lambda: self._closed or self._count() != token // 2**32, step)
 
     def close(self) -> None:
         self._closed = True
