@@ -137,6 +137,7 @@ class EventStore(Ownership, ABC):
         self._changed = threading.Condition()
         self._change_count = 0
         self._inbox_count = 0  # commands stored through this object
+        self._inbox_changed = threading.Condition()  # apart: appends do not wake the owner
         self._closed = False
 
     # --- writing ----------------------------------------------------------------------------
@@ -343,13 +344,13 @@ class EventStore(Ownership, ABC):
         return ConditionWaiter(self)
 
     def _notify_inbox(self) -> None:
-        with self._changed:
+        with self._inbox_changed:
             self._inbox_count += 1
-            self._changed.notify_all()
+            self._inbox_changed.notify_all()
 
     def _inbox_waiter(self) -> Waiter:
         """A waiter woken when a command may have been stored (not by every append)."""
-        return ConditionWaiter(self, lambda: self._inbox_count)
+        return ConditionWaiter(self, lambda: self._inbox_count, self._inbox_changed)
 
     # --- integrity --------------------------------------------------------------------------
 

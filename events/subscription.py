@@ -8,6 +8,7 @@ slept through. Backends supply the waiter: an in-process condition (memory), SQL
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
@@ -41,23 +42,28 @@ class ConditionWaiter(Waiter):
     """Wakes on appends made through this store object (same process); or, with ``count``,
     on what else moves that count (``EventStore._inbox_count``: commands stored)."""
 
-    def __init__(self, store: EventStore, count: Callable[[], int] | None = None) -> None:
-        self._store = store
+    def __init__(
+        self,
+        store: EventStore,
+        count: Callable[[], int] | None = None,
+        changed: threading.Condition | None = None,
+    ) -> None:
+        """``count`` and ``changed``: what it watches (by default the store's appends)."""
         self._count = count or (lambda: store._change_count)
+        self._changed = changed or store._changed
         self._closed = False
 
     def token(self) -> int:
         return self._count()
 
     def wait(self, token: int, timeout: float | None) -> None:
-        changed = self._store._changed
-        with changed:
-            changed.wait_for(lambda: self._closed or self._count() != token, timeout)
+        with self._changed:
+            self._changed.wait_for(lambda: self._closed or self._count() != token, timeout)
 
     def close(self) -> None:
         self._closed = True
-        with self._store._changed:
-            self._store._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
 
 
 class Subscription(Iterator[Event]):

@@ -56,7 +56,9 @@ class Owner:
         self._stopping = threading.Event()
         self._waiter = self._store._inbox_waiter()
         self._thread: threading.Thread | None = None
-        self._sure_until = 0.0  # (monotonic) no lease it holds can have lapsed before then
+        self._renewed_at = 0.0  # (monotonic) when the last renewal that went through was sent
+        self._taken_at: dict[str, float] = {}  # when each lease was taken, likewise
+        self._renewing = threading.Lock()  # one renewal at a time, whoever asks
 
     def start(self) -> None:
         """Start renewing and taking commands (once the runtime is ready to resume)."""
@@ -65,11 +67,13 @@ class Owner:
 
     def take(self, stream: str) -> int | None:
         """Take ``stream``'s lease; return its epoch, or ``None`` when another process holds it."""
+        asked = time.monotonic()
         lease = self._store.acquire_lease(stream, self.id, self.lease_sec)
         if not lease.held_by(self.id):
             return None
         with self._lock:
             self._held[stream] = lease.epoch
+            self._taken_at[stream] = asked
         return lease.epoch
 
     @property
@@ -80,22 +84,31 @@ class Owner:
 
     def still_owns(self, stream: str) -> bool:
         """Whether this process surely still owns ``stream`` (asked before anything outside
-        starts): by its last renewal, or, past it (the process was paused, the store slow),
-        by renewing now."""
-        if time.monotonic() < self._sure_until:
-            with self._lock:
-                return stream in self._held
-        try:
-            self._renew()
-        except PlaitError:
-            return False
+        starts): by its last renewal (or its taking), or, past it (the process was paused, the
+        store slow), by renewing now (one renewal for all who ask meanwhile)."""
+        asked = time.monotonic()
+        if self._sure(stream, asked):
+            return True
+        with self._renewing:
+            if not self._sure(stream, asked):  # nobody renewed while it waited
+                try:
+                    self._renew()
+                except PlaitError:
+                    return False
+        return self._sure(stream, asked)
+
+    def _sure(self, stream: str, now: float) -> bool:
         with self._lock:
-            return stream in self._held
+            if stream not in self._held:
+                return False
+            since = max(self._renewed_at, self._taken_at.get(stream, 0.0))
+        return now < since + self._safe_sec
 
     def release(self, stream: str, *, idle: bool = True) -> None:
         """Give ``stream``'s lease back (``idle``: nothing waits in it)."""
         with self._lock:
             epoch = self._held.pop(stream, None)
+            self._taken_at.pop(stream, None)
         if epoch is not None:
             try:
                 self._store.release_lease(stream, self.id, epoch, idle=idle)
@@ -106,6 +119,7 @@ class Owner:
         """Stop renewing ``stream``'s lease (another process took it)."""
         with self._lock:
             self._held.pop(stream, None)
+            self._taken_at.pop(stream, None)
 
     def holds(self, stream: str) -> bool:
         """Whether this process holds ``stream``'s lease."""
@@ -148,7 +162,7 @@ class Owner:
             before = dict(self._held)
         asked = time.monotonic()
         renewed = self._store.renew_leases(self.id, self.lease_sec)
-        self._sure_until = asked + self._safe_sec
+        self._renewed_at = asked
         for stream, epoch in before.items():
             if renewed.get(stream) == epoch:
                 continue
@@ -156,6 +170,7 @@ class Owner:
                 if self._held.get(stream) != epoch:  # released or taken anew meanwhile
                     continue
                 del self._held[stream]
+                self._taken_at.pop(stream, None)
             handle = self._runtime._sessions.get(stream)
             if handle is not None:
                 handle._lose(LeaseLostError(stream, epoch, "it was not renewed in time"))

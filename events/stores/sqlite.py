@@ -278,10 +278,10 @@ class SqliteStore(EventStore):
         return int(rows[0][0])
 
     def _waiter(self) -> Waiter:
-        return _FileWaiter(self, lambda: self._change_count)
+        return _FileWaiter(self, lambda: self._change_count, self._changed)
 
     def _inbox_waiter(self) -> Waiter:
-        return _FileWaiter(self, lambda: self._inbox_count)
+        return _FileWaiter(self, lambda: self._inbox_count, self._inbox_changed)
 
     def close(self) -> None:
         with self._lock:
@@ -296,9 +296,12 @@ class _FileWaiter(Waiter):
 
     POLL_SEC = 0.05
 
-    def __init__(self, store: SqliteStore, count: Callable[[], int]) -> None:
+    def __init__(
+        self, store: SqliteStore, count: Callable[[], int], changed: threading.Condition
+    ) -> None:
         self._store = store
         self._count = count
+        self._changed = changed
         self._closed = False
 
     def token(self) -> int:
@@ -309,7 +312,7 @@ class _FileWaiter(Waiter):
         import time
 
         deadline = None if timeout is None else time.monotonic() + timeout
-        changed = self._store._changed
+        changed = self._changed
         while not self._closed and self.token() == token:
             step = self.POLL_SEC
             if deadline is not None:
@@ -321,5 +324,5 @@ class _FileWaiter(Waiter):
 
     def close(self) -> None:
         self._closed = True
-        with self._store._changed:
-            self._store._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
