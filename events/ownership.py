@@ -15,14 +15,19 @@ each once what it leads to is in the log. See ``docs/processes.md``.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Final
+from typing import TYPE_CHECKING, Final, cast
 
 import msgspec
 
 from plait.errors import LeaseLostError
+from plait.events.subscription import ConditionWaiter, Waiter
 from plait.events.values import TaskPlan
+
+if TYPE_CHECKING:
+    from plait.events.store import EventStore
 
 __all__ = [
     "DEFAULT_LEASE_SEC",
@@ -146,6 +151,20 @@ class Ownership(ABC):
         ids = list(ids)
         if ids:
             self._drop_commands(ids)
+
+    _inbox_count: int
+    _inbox_changed: threading.Condition
+
+    def _notify_inbox(self) -> None:
+        with self._inbox_changed:
+            self._inbox_count += 1
+            self._inbox_changed.notify_all()
+
+    def _inbox_waiter(self) -> Waiter:
+        """A waiter woken when a command may have been stored (not by every append)."""
+        return ConditionWaiter(
+            cast("EventStore", self), lambda: self._inbox_count, self._inbox_changed
+        )
 
     @staticmethod
     def _check_epoch(stream: str, epoch: int | None, lease: tuple[str | None, int] | None) -> None:

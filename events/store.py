@@ -343,15 +343,6 @@ class EventStore(Ownership, ABC):
     def _waiter(self) -> Waiter:
         return ConditionWaiter(self)
 
-    def _notify_inbox(self) -> None:
-        with self._inbox_changed:
-            self._inbox_count += 1
-            self._inbox_changed.notify_all()
-
-    def _inbox_waiter(self) -> Waiter:
-        """A waiter woken when a command may have been stored (not by every append)."""
-        return ConditionWaiter(self, lambda: self._inbox_count, self._inbox_changed)
-
     # --- integrity --------------------------------------------------------------------------
 
     def verify(self, stream: str) -> Verification:
