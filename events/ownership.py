@@ -146,6 +146,10 @@ class Ownership(ABC):
             StoredCommand(cid, found, _decode(data)) for cid, found, data in self._commands(stream)
         ]
 
+    def commands_waiter(self) -> Waiter:
+        """A waiter (``token``, ``wait``) woken when any process may have stored a command."""
+        return self._inbox_waiter()
+
     def drop_commands(self, ids: Iterable[int]) -> None:
         """Delete commands the owner has taken (an id already gone is ignored)."""
         ids = list(ids)

@@ -111,6 +111,11 @@ class Sessions:
                 self.owner.release(handle.session_id)
                 handle._closed, handle._gone = True, exc
                 handle._journal.fail_feeds(exc)
+            except PlaitError:  # the store failed meanwhile: follow it again, try again later
+                self.owner.release(handle.session_id)
+                handle._followed = True
+                self.followers.add(handle, past[-1].position)
+                raise
 
     def _resume(
         self,
