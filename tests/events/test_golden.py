@@ -68,3 +68,17 @@ def test_golden_jsonl_export_reads_and_its_chain_holds(version: str, tmp_path: P
     with SqliteStore(db) as store:
         assert store.verify(events[0].stream).ok
         assert store.read(events[0].stream, resolve_blobs=False) == events
+
+
+def test_a_store_of_the_first_layout_is_brought_up_to_date_and_owned(tmp_path: Path) -> None:
+    db = tmp_path / "golden.sqlite"
+    shutil.copy(GOLDEN / "v1-demo.sqlite", db)
+    expected = json.loads((GOLDEN / "v1-demo.expected.json").read_text())
+    session = expected["session"]
+    with SqliteStore(db) as store:  # layout 1: no leases, no inbox
+        assert store.lease(session) is None and store.commands() == []
+        epoch = store.acquire_lease(session, "me", 10).epoch
+        assert store.verify(session).ok and len(store.read(session)) == expected["events"]
+    with SqliteStore(db) as store:  # opened again: nothing to bring up to date
+        lease = store.lease(session)
+        assert lease is not None and (lease.owner, lease.epoch) == ("me", epoch)
