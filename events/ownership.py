@@ -15,30 +15,28 @@ each once what it leads to is in the log. See ``docs/processes.md``.
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final, cast
+from typing import Final
 
 import msgspec
 
 from plait.errors import LeaseLostError
-from plait.events.subscription import ConditionWaiter, Waiter
+from plait.events.subscription import ConditionWaiter, Signal, Waiter
 from plait.events.values import TaskPlan
-
-if TYPE_CHECKING:
-    from plait.events.store import EventStore
 
 __all__ = [
     "DEFAULT_LEASE_SEC",
     "Command",
     "CommandBody",
     "DestroyConversation",
+    "Held",
     "InterruptTask",
     "Lease",
     "Ownership",
     "StoredCommand",
     "SubmitTask",
+    "taken",
 ]
 
 DEFAULT_LEASE_SEC: Final = 10.0
@@ -103,6 +101,20 @@ class StoredCommand(msgspec.Struct, frozen=True):
     command: Command
 
 
+Held = tuple[str | None, int, float]
+"""A lease row as a backend keeps it: ``(owner, epoch, expires)``."""
+
+
+def taken(found: Held, owner: str, now: float, lease_sec: float) -> Held:
+    """The lease after ``owner`` asks for it at ``now``: taken if nobody holds it, it lapsed,
+    or it is ``owner``'s already (renewed, its epoch kept); else as ``found``. Taking it from
+    someone else, or after a release, raises the epoch."""
+    holder, epoch, expires = found
+    if holder is not None and holder != owner and expires > now:
+        return found
+    return owner, epoch + (holder != owner), now + lease_sec
+
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Command).decode
 
@@ -156,19 +168,11 @@ class Ownership(ABC):
         if ids:
             self._drop_commands(ids)
 
-    _inbox_count: int
-    _inbox_changed: threading.Condition
-
-    def _notify_inbox(self) -> None:
-        with self._inbox_changed:
-            self._inbox_count += 1
-            self._inbox_changed.notify_all()
+    _commanded: Signal
 
     def _inbox_waiter(self) -> Waiter:
         """A waiter woken when a command may have been stored (not by every append)."""
-        return ConditionWaiter(
-            cast("EventStore", self), lambda: self._inbox_count, self._inbox_changed
-        )
+        return ConditionWaiter(self._commanded)
 
     @staticmethod
     def _check_epoch(stream: str, epoch: int | None, lease: tuple[str | None, int] | None) -> None:

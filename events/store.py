@@ -9,7 +9,6 @@ backend behaves the same and one contract suite tests them all.
 from __future__ import annotations
 
 import hashlib
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -18,12 +17,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from plait.errors import (
-    BlobMissingError,
-    ConcurrencyError,
-    CorruptEventError,
-    TransientEventError,
-)
+from plait.errors import BlobMissingError, ConcurrencyError, CorruptEventError, TransientEventError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, blob_refs, externalize, resolve
 from plait.events.codec import (
     BODY_TAGS,
@@ -34,7 +28,7 @@ from plait.events.codec import (
     event_hash,
 )
 from plait.events.ownership import Ownership
-from plait.events.subscription import ConditionWaiter, Subscription, Waiter
+from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
 from plait.events.types import Body, Event, NewEvent, Transient
 from plait.events.values import BlobRef, Redacted
 
@@ -134,10 +128,8 @@ class EventStore(Ownership, ABC):
     ) -> None:
         self.blob_threshold = blob_threshold
         self.clock = clock
-        self._changed = threading.Condition()
-        self._change_count = 0
-        self._inbox_count = 0  # commands stored through this object
-        self._inbox_changed = threading.Condition()  # apart: appends do not wake the owner
+        self._appended = Signal()  # appends through this object
+        self._commanded = Signal()  # commands stored through it: apart, appends wake no owner
         self._closed = False
 
     # --- writing ----------------------------------------------------------------------------
@@ -336,12 +328,10 @@ class EventStore(Ownership, ABC):
         return Subscription(self, from_position, self._waiter())
 
     def _notify(self) -> None:
-        with self._changed:
-            self._change_count += 1
-            self._changed.notify_all()
+        self._appended.notify()
 
     def _waiter(self) -> Waiter:
-        return ConditionWaiter(self)
+        return ConditionWaiter(self._appended)
 
     # --- integrity --------------------------------------------------------------------------
 

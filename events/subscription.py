@@ -12,7 +12,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from plait.events.types import Event
@@ -20,7 +20,7 @@ from plait.events.types import Event
 if TYPE_CHECKING:
     from plait.events.store import EventStore
 
-__all__ = ["ConditionWaiter", "Subscription", "Waiter"]
+__all__ = ["ConditionWaiter", "Signal", "Subscription", "Waiter"]
 
 
 class Waiter(ABC):
@@ -38,32 +38,39 @@ class Waiter(ABC):
         """Release what the waiter holds."""
 
 
-class ConditionWaiter(Waiter):
-    """Wakes on appends made through this store object (same process); or, with ``count``,
-    on what else moves that count (``EventStore._inbox_count``: commands stored)."""
+class Signal:
+    """A count that moves each time something happens through a store object (an append, a
+    command stored), and the condition its waiters are told on."""
 
-    def __init__(
-        self,
-        store: EventStore,
-        count: Callable[[], int] | None = None,
-        changed: threading.Condition | None = None,
-    ) -> None:
-        """``count`` and ``changed``: what it watches (by default the store's appends)."""
-        self._count = count or (lambda: store._change_count)
-        self._changed = changed or store._changed
+    def __init__(self) -> None:
+        self.count = 0
+        self.changed = threading.Condition()
+
+    def notify(self) -> None:
+        with self.changed:
+            self.count += 1
+            self.changed.notify_all()
+
+
+class ConditionWaiter(Waiter):
+    """Wakes when ``signal`` moves (same process)."""
+
+    def __init__(self, signal: Signal) -> None:
+        self._signal = signal
         self._closed = False
 
     def token(self) -> int:
-        return self._count()
+        return self._signal.count
 
     def wait(self, token: int, timeout: float | None) -> None:
-        with self._changed:
-            self._changed.wait_for(lambda: self._closed or self._count() != token, timeout)
+        signal = self._signal
+        with signal.changed:
+            signal.changed.wait_for(lambda: self._closed or signal.count != token, timeout)
 
     def close(self) -> None:
         self._closed = True
-        with self._changed:
-            self._changed.notify_all()
+        with self._signal.changed:
+            self._signal.changed.notify_all()
 
 
 class Subscription(Iterator[Event]):

@@ -51,13 +51,12 @@ class Owner:
         self._runtime = runtime
         self._store: EventStore = runtime.store
         self._lock = threading.Lock()
-        self._held: dict[str, int] = {}  # stream -> epoch
+        self._held: dict[str, tuple[int, float]] = {}  # stream -> epoch, when it was taken
         self._taken: set[int] = set()  # commands handed to a session, not yet dropped
         self._stopping = threading.Event()
         self._waiter = self._store._inbox_waiter()
         self._thread: threading.Thread | None = None
         self._renewed_at = 0.0  # (monotonic) when the last renewal that went through was sent
-        self._taken_at: dict[str, float] = {}  # when each lease was taken, likewise
         self._renewing = threading.Lock()  # one renewal at a time, whoever asks
 
     def start(self) -> None:
@@ -72,8 +71,7 @@ class Owner:
         if not lease.held_by(self.id):
             return None
         with self._lock:
-            self._held[stream] = lease.epoch
-            self._taken_at[stream] = asked
+            self._held[stream] = (lease.epoch, asked)
         return lease.epoch
 
     @property
@@ -99,19 +97,16 @@ class Owner:
 
     def _sure(self, stream: str, now: float) -> bool:
         with self._lock:
-            if stream not in self._held:
-                return False
-            since = max(self._renewed_at, self._taken_at.get(stream, 0.0))
-        return now < since + self._safe_sec
+            held = self._held.get(stream)
+        return held is not None and now < max(self._renewed_at, held[1]) + self._safe_sec
 
     def release(self, stream: str, *, idle: bool = True) -> None:
         """Give ``stream``'s lease back (``idle``: nothing waits in it)."""
         with self._lock:
-            epoch = self._held.pop(stream, None)
-            self._taken_at.pop(stream, None)
-        if epoch is not None:
+            held = self._held.pop(stream, None)
+        if held is not None:
             try:
-                self._store.release_lease(stream, self.id, epoch, idle=idle)
+                self._store.release_lease(stream, self.id, held[0], idle=idle)
             except PlaitError as exc:  # it lapses on its own
                 log.warning("session %s: releasing its lease failed: %s", stream, exc)
 
@@ -119,7 +114,6 @@ class Owner:
         """Stop renewing ``stream``'s lease (another process took it)."""
         with self._lock:
             self._held.pop(stream, None)
-            self._taken_at.pop(stream, None)
 
     def holds(self, stream: str) -> bool:
         """Whether this process holds ``stream``'s lease."""
@@ -128,7 +122,7 @@ class Owner:
 
     def wake(self) -> None:
         """Look at the inbox now (a session was just taken over)."""
-        self._store._notify_inbox()
+        self._store._commanded.notify()
 
     def close(self) -> None:
         """Stop the heartbeat (the leases still held lapse, unless released first)."""
@@ -163,14 +157,14 @@ class Owner:
         asked = time.monotonic()
         renewed = self._store.renew_leases(self.id, self.lease_sec)
         self._renewed_at = asked
-        for stream, epoch in before.items():
+        for stream, held in before.items():
+            epoch = held[0]
             if renewed.get(stream) == epoch:
                 continue
             with self._lock:
-                if self._held.get(stream) != epoch:  # released or taken anew meanwhile
+                if self._held.get(stream) != held:  # released or taken anew meanwhile
                     continue
                 del self._held[stream]
-                self._taken_at.pop(stream, None)
             handle = self._runtime._sessions.get(stream)
             if handle is not None:
                 handle._lose(LeaseLostError(stream, epoch, "it was not renewed in time"))

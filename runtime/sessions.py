@@ -42,8 +42,9 @@ class Sessions:
     _sessions: dict[str, SessionHandle]
     _resuming: threading.Lock
 
-    def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the Runtime's
+
+        def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle: ...
 
     def resume(self, session_id: str) -> SessionHandle:
         """Continue a stored session where it was; a task cut off by a crash is aborted.

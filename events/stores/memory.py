@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import Lease
+from plait.events.ownership import Held, Lease, taken
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -28,10 +28,6 @@ Stored = tuple[int, str, int, str, int, bytes, bytes]
 """A row as the SQL backends keep it: ``(position, stream, seq, type, v, data, hash)``."""
 
 
-_Held = tuple[str | None, int, float]
-"""A lease: ``(owner, epoch, expires)``, by ``time.monotonic``."""
-
-
 class MemoryStore(EventStore):
     """Keeps the same encoded rows a durable store would, so it behaves the same; not durable."""
 
@@ -44,7 +40,7 @@ class MemoryStore(EventStore):
         self._by_stream: dict[str, list[Stored]] = {}
         self._blobs: dict[str, bytes | RedactedMarker] = {}
         self._heads: dict[str, tuple[int, bytes]] = {}
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, Held] = {}  # expires by time.monotonic
         self._inbox: dict[int, tuple[str, bytes]] = {}
         self._inbox_ids = itertools.count(1)
 
@@ -119,11 +115,9 @@ class MemoryStore(EventStore):
     def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
         now = time.monotonic()
         with self._lock:
-            holder, epoch, expires = self._held.get(stream, (None, 0, 0.0))
-            if holder is None or holder == owner or expires <= now:
-                epoch += holder != owner or holder is None
-                holder, expires = owner, now + lease_sec
-                self._held[stream] = (holder, epoch, expires)
+            holder, epoch, expires = self._held[stream] = taken(
+                self._held.get(stream, (None, 0, 0.0)), owner, now, lease_sec
+            )
             return Lease(stream, holder, epoch, expires - now)
 
     def _renew(self, owner: str, lease_sec: float) -> dict[str, int]:
@@ -151,7 +145,7 @@ class MemoryStore(EventStore):
         with self._lock:
             cid = next(self._inbox_ids)
             self._inbox[cid] = (stream, data)
-        self._notify_inbox()
+        self._commanded.notify()
         return cid
 
     def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
@@ -164,7 +158,7 @@ class MemoryStore(EventStore):
                 self._inbox.pop(cid, None)
 
 
-def _only(leases: dict[str, _Held], stream: str) -> list[tuple[str, _Held]]:
+def _only(leases: dict[str, Held], stream: str) -> list[tuple[str, Held]]:
     return [(stream, leases[stream])] if stream in leases else []
 
 

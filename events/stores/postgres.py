@@ -326,7 +326,7 @@ class PostgresStore(EventStore):
             found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
             assert found is not None
             conn.execute(self._sql["notify"], (self.inbox_channel, str(found[0])))
-        self._notify_inbox()
+        self._commanded.notify()
         return int(found[0])
 
     def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
@@ -339,12 +339,14 @@ class PostgresStore(EventStore):
             conn.execute(self._sql["drop_commands"], (ids,))
 
     def _waiter(self) -> Waiter:
-        waiter = _NotifyWaiter(self, self.channel)
-        self._waiters.add(waiter)
-        return waiter
+        return self._listener(self.channel)
 
     def _inbox_waiter(self) -> Waiter:
-        waiter = _NotifyWaiter(self, self.inbox_channel)
+        return self._listener(self.inbox_channel)
+
+    def _listener(self, channel: str) -> _NotifyWaiter:
+        """A waiter on ``channel``, closed with the store."""
+        waiter = _NotifyWaiter(self, channel)
         self._waiters.add(waiter)
         return waiter
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import Lease
+from plait.events.ownership import Lease, taken
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -32,6 +32,7 @@ from plait.events.store import (
     utc_now,
 )
 from plait.events.stores.sqlite_writes import Writes
+from plait.events.subscription import Signal
 from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
@@ -122,9 +123,8 @@ class SqliteStore(EventStore):
             raise StoreError(f"{self.path}: {text}") from exc
 
     def _migrate(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        with self._transaction() as db:
+            (version,) = db.execute("PRAGMA user_version").fetchone()
             if version > SCHEMA_VERSION:
                 raise StoreUnavailableError(
                     f"{self.path}: store schema version {version} is newer than this plait "
@@ -133,12 +133,8 @@ class SqliteStore(EventStore):
             if version < SCHEMA_VERSION:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
-                        self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _append_rows(
         self,
@@ -169,10 +165,8 @@ class SqliteStore(EventStore):
             found = db.execute(
                 "SELECT owner, epoch, expires FROM leases WHERE stream = ?", (stream,)
             ).fetchone()
-            holder, epoch, expires = found or (None, 0, 0.0)
-            if holder is None or holder == owner or expires <= now:
-                epoch += holder != owner or holder is None
-                holder, expires = owner, now + lease_sec
+            holder, epoch, expires = taken(found or (None, 0, 0.0), owner, now, lease_sec)
+            if holder == owner:
                 db.execute(
                     "INSERT OR REPLACE INTO leases (stream, owner, epoch, expires) "
                     "VALUES (?, ?, ?, ?)",
@@ -209,7 +203,7 @@ class SqliteStore(EventStore):
     def _put_command(self, stream: str, data: bytes) -> int:
         with self._transaction() as db:
             cur = db.execute("INSERT INTO inbox (stream, data) VALUES (?, ?)", (stream, data))
-        self._notify_inbox()
+        self._commanded.notify()
         assert cur.lastrowid is not None
         return cur.lastrowid
 
@@ -278,10 +272,10 @@ class SqliteStore(EventStore):
         return int(rows[0][0])
 
     def _waiter(self) -> Waiter:
-        return _FileWaiter(self, lambda: self._change_count, self._changed)
+        return _FileWaiter(self, self._appended)
 
     def _inbox_waiter(self) -> Waiter:
-        return _FileWaiter(self, lambda: self._inbox_count, self._inbox_changed)
+        return _FileWaiter(self, self._commanded)
 
     def close(self) -> None:
         with self._lock:
@@ -290,29 +284,24 @@ class SqliteStore(EventStore):
 
 
 class _FileWaiter(Waiter):
-    """Wakes at once for appends (or, with the inbox's ``count``, commands) through this store
-    object, and notices other processes' commits by SQLite's ``data_version`` (SQLite has no
+    """Wakes at once when ``signal`` moves (appends, or commands, through this store object),
+    and notices other processes' commits by SQLite's ``data_version`` (SQLite has no
     cross-process notification)."""
 
     POLL_SEC = 0.05
 
-    def __init__(
-        self, store: SqliteStore, count: Callable[[], int], changed: threading.Condition
-    ) -> None:
+    def __init__(self, store: SqliteStore, signal: Signal) -> None:
         self._store = store
-        self._count = count
-        self._changed = changed
+        self._signal = signal
         self._closed = False
 
     def token(self) -> int:
-        # Local appends move the count; other processes' commits move data_version.
-        return self._count() * 2**32 + self._store._data_version()
+        # Local appends move the signal; other processes' commits move data_version.
+        return self._signal.count * 2**32 + self._store._data_version()
 
     def wait(self, token: int, timeout: float | None) -> None:
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
-        changed = self._changed
+        changed = self._signal.changed
         while not self._closed and self.token() == token:
             step = self.POLL_SEC
             if deadline is not None:
@@ -320,9 +309,9 @@ class _FileWaiter(Waiter):
                 if step <= 0:
                     return
             with changed:
-                changed.wait_for(lambda: self._closed or self._count() != token // 2**32, step)
+                changed.wait_for(lambda: self._closed or self._signal.count != token // 2**32, step)
 
     def close(self) -> None:
         self._closed = True
-        with self._changed:
-            self._changed.notify_all()
+        with self._signal.changed:
+            self._signal.changed.notify_all()

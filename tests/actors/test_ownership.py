@@ -44,6 +44,13 @@ def process(
         runtime.close()
 
 
+@contextlib.contextmanager
+def two(stores: StoreFactory, server: ScriptedModelServer) -> Iterator[tuple[Runtime, Runtime]]:
+    """Processes ``a`` and ``b`` on one store."""
+    with process(stores, server, "a") as a, process(stores, server, "b") as b:
+        yield a, b
+
+
 def bodies(store: EventStore, stream: str, kind: type) -> list[Any]:
     return [e for e in store.read(stream) if isinstance(e.body, kind)]
 
@@ -52,7 +59,7 @@ def test_a_task_submitted_by_another_process_runs_on_the_owner(
     durable_stores: StoreFactory, server: ScriptedModelServer
 ) -> None:
     server.push(Step(text="one"), Step(text="two"))
-    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+    with two(durable_stores, server) as (a, b):
         owned = a.start_session()
         assert owned.run("first", timeout=30).ok
         followed = b.resume(owned.session_id)
@@ -71,7 +78,7 @@ def test_recover_leaves_a_live_session_alone(
     durable_stores: StoreFactory, server: ScriptedModelServer
 ) -> None:
     server.push(SLOW)
-    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+    with two(durable_stores, server) as (a, b):
         session = a.start_session()
         task_id = session.submit("work")
         wait_for(a.store, session.session_id, ModelRequested)
@@ -87,7 +94,7 @@ def test_a_former_owner_cannot_append_and_its_waiters_are_told(
     durable_stores: StoreFactory, server: ScriptedModelServer
 ) -> None:
     server.push(SLOW, Step(text="b answers"))
-    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+    with two(durable_stores, server) as (a, b):
         session = a.start_session()
         sid = session.session_id
         task_id = session.submit("work")
@@ -116,7 +123,7 @@ def test_a_followed_session_is_taken_over_when_its_owner_hands_it_back(
     durable_stores: StoreFactory, server: ScriptedModelServer
 ) -> None:
     server.push(Step(text="from a"), Step(text="from b"))
-    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+    with two(durable_stores, server) as (a, b):
         session = a.start_session()
         assert session.run("hello", timeout=30).ok
         followed = b.resume(session.session_id)
@@ -151,7 +158,7 @@ def test_commands_of_a_task_already_in_the_log_are_not_run_twice(
 def test_an_idle_owner_learns_at_its_heartbeat_that_it_lost_the_session(
     durable_stores: StoreFactory, server: ScriptedModelServer
 ) -> None:
-    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+    with two(durable_stores, server) as (a, b):
         session = a.start_session()
         with session.subscribe() as feed:
             lease = a.store.lease(session.session_id)
@@ -193,7 +200,7 @@ def test_asyncio_callers_submit_to_and_follow_a_session_owned_elsewhere(
     import asyncio
 
     server.push(Step(text="one"), Step(text="two"))
-    with process(durable_stores, server, "a") as a, process(durable_stores, server, "b") as b:
+    with two(durable_stores, server) as (a, b):
         owned = a.start_session()
         followed = b.resume(owned.session_id)
 
