@@ -59,10 +59,11 @@ class Sessions:
         with self._resuming:  # one handle (one writer) per session, whoever calls
             if session_id in self._sessions:
                 return self._sessions[session_id]
-            past = self._read_session(session_id)
+            if self.store.last_seq(session_id) == 0:  # no lease for a session not there
+                raise UnknownSessionError(session_id)
             epoch = self.owner.take(session_id)
             if epoch is None:
-                return self._follow(session_id, past)
+                return self._follow(session_id, self._read_session(session_id))
             try:
                 past = self._read_session(session_id)  # all the former owner wrote
                 return self._resume(session_id, past, task_queue(past).snapshot(), epoch)
