@@ -2,8 +2,9 @@
 
 The SDK's ``stdio_client`` hides the process; plait needs it, to say *how* a server died
 ("exited with code 3: <its last stderr lines>") and to prove none is left running. So this
-module spawns the child itself (in its own process group), bridges its pipes to the memory
-streams a ``ClientSession`` reads and writes, keeps the tail of its stderr, and on exit
+module spawns the child itself (in its own process group), gives a ``ClientSession`` its pipes
+as the read and write streams the SDK's transports provide (a line a message, read and written
+by the session's own tasks, with no bridging task), keeps the tail of its stderr, and on exit
 follows the MCP shutdown sequence: close stdin, wait, then SIGTERM and SIGKILL the group.
 Imports ``mcp``: loaded only by ``client.py``, itself loaded only when a server starts.
 """
@@ -12,13 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Final
+from typing import Final, Self
 
 import anyio
 import anyio.abc
 import mcp_types
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
@@ -34,11 +35,10 @@ EXIT_GRACE_SEC: Final = 2.0
 KILL_GRACE_SEC: Final = 2.0
 """How long after SIGTERM before SIGKILL."""
 _POLL_SEC: Final = 0.01
+_GONE: Final = (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
+"""How a pipe says the child is gone."""
 
-Streams = tuple[
-    MemoryObjectReceiveStream[SessionMessage | Exception],
-    MemoryObjectSendStream[SessionMessage],
-]
+Streams = tuple["_LineReader", "_LineWriter"]
 
 
 class ChildProcess:
@@ -93,42 +93,15 @@ async def stdio_transport(
 ) -> AsyncIterator[tuple[Streams, ChildProcess]]:
     """Spawn the server and yield the session's streams and the child; stop it on exit.
 
-    ``on_eof`` is called (on the loop) when the server closes its stdout: it has died, or is
-    about to. Raises ``McpError`` if the command cannot be started.
+    ``on_eof`` is called (on the loop) when the server closes its stdout or a write to its
+    stdin fails: it has died, or is about to. Raises ``McpError`` if the command cannot be
+    started.
     """
     process = await _spawn(command, args, env, cwd)
     child = ChildProcess(process)
-    to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-
-    async def read_stdout() -> None:
-        assert process.stdout is not None
-        try:
-            async with to_session:
-                pending = bytearray()
-                async for chunk in process.stdout:
-                    start = len(pending)
-                    pending += chunk
-                    while (end := pending.find(b"\n", start)) >= 0:
-                        line = bytes(pending[:end])
-                        del pending[: end + 1]
-                        start = 0
-                        if line.strip():
-                            await to_session.send(_parse(line))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            pass  # the session is gone, or the pipe broke: either way it sees the end
-        finally:
-            on_eof()
-
-    async def write_stdin() -> None:
-        assert process.stdin is not None
-        try:
-            async with from_session:
-                async for message in from_session:
-                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(data.encode() + b"\n")
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            await to_session.aclose()  # a request must not wait forever on a dead pipe
+    assert process.stdin is not None and process.stdout is not None
+    read_stream = _LineReader(process.stdout, on_eof)
+    write_stream = _LineWriter(process.stdin, on_eof)
 
     async def read_stderr() -> None:
         assert process.stderr is not None
@@ -137,8 +110,6 @@ async def stdio_transport(
                 child._keep(chunk)
 
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(read_stdout)
-        tasks.start_soon(write_stdin)
         tasks.start_soon(read_stderr)
         try:
             yield (read_stream, write_stream), child
@@ -150,6 +121,100 @@ async def stdio_transport(
                 await read_stream.aclose()
                 await _stop(process)
             tasks.cancel_scope.cancel()
+
+
+class _LineReader:
+    """The session's read stream: the server's stdout, one JSON-RPC message a line.
+
+    The session's own receive loop reads the pipe through it, so an answer reaches the
+    caller with no task of ours in between (the SDK's ``stdio_client`` bridges the pipe to a
+    memory stream in a task of its own: one more hand-over each way).
+    """
+
+    def __init__(self, stdout: anyio.abc.ByteReceiveStream, on_eof: Callable[[], None]) -> None:
+        self._stdout = stdout
+        self._on_eof = on_eof
+        self._partial = bytearray()
+        self._lines: deque[bytearray] = deque()
+        self._ended = False
+        self._closed = False
+
+    async def receive(self) -> SessionMessage | Exception:
+        """Return the next message (or the error parsing a line); ``EndOfStream`` at EOF."""
+        while not self._lines:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            if self._ended:
+                raise anyio.EndOfStream
+            try:
+                chunk = await self._stdout.receive()
+            except (anyio.EndOfStream, *_GONE):
+                self._end()
+                continue
+            if b"\n" not in chunk:
+                self._partial += chunk
+                continue
+            self._partial += chunk
+            *lines, rest = self._partial.split(b"\n")
+            self._partial = bytearray(rest)
+            self._lines.extend(line for line in lines if line.strip())
+        return _parse(self._lines.popleft())
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._on_eof()
+
+    def __aiter__(self) -> _LineReader:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        """Read no more (the session is ending): the child is stopped next."""
+        self._closed = True
+        self._end()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _LineWriter:
+    """The session's write stream: each message written to the server's stdin at once, by
+    the task that sends it (whole lines, so concurrent senders never interleave)."""
+
+    def __init__(self, stdin: anyio.abc.ByteSendStream, on_eof: Callable[[], None]) -> None:
+        self._stdin = stdin
+        self._on_eof = on_eof
+        self._closed = False
+
+    async def send(self, message: SessionMessage, /) -> None:
+        """Write ``message`` as one line; ``BrokenResourceError`` if the pipe is gone."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+        try:
+            await self._stdin.send(data.encode() + b"\n")
+        except _GONE as exc:
+            self._on_eof()  # a dead pipe ends the connection: requests fail, it restarts
+            raise anyio.BrokenResourceError from exc
+
+    async def aclose(self) -> None:
+        """Send no more (stdin itself is closed when the child is stopped)."""
+        self._closed = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 async def _spawn(
@@ -172,7 +237,7 @@ async def _spawn(
         raise McpError(f"cannot start {command}: {exc.strerror or exc}") from None
 
 
-def _parse(line: bytes) -> SessionMessage | Exception:
+def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
     try:
         return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as exc:
