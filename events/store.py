@@ -24,7 +24,7 @@ from plait.events.codec import (
     GENESIS_HASH,
     decode_event,
     decode_rows,
-    encode_event,
+    encode_stored,
     event_hash,
 )
 from plait.events.ownership import Ownership
@@ -188,40 +188,45 @@ class EventStore(Ownership, ABC):
         prev = head_hash
         now = self.clock().astimezone(UTC)
         threshold = self.blob_threshold
-        encode, sha256, set_ = encode_event, hashlib.sha256, msgspec.structs.force_setattr
-        for seq, draft in enumerate(drafts, start=head_seq + 1):
-            at = now if draft.at is None else draft.at
-            if at.tzinfo is None:
-                raise CorruptEventError(stream, seq, "event time must be timezone-aware (UTC)")
-            if at.tzinfo is not UTC:
+        encode, sha256, set_ = encode_stored, hashlib.sha256, msgspec.structs.force_setattr
+        tags = BODY_TAGS
+        seq = head_seq
+        for draft in drafts:
+            seq += 1
+            at = draft.at
+            if at is None:
+                at = now
+            elif at.tzinfo is not UTC:
+                if at.tzinfo is None:
+                    raise CorruptEventError(stream, seq, "event time must be timezone-aware (UTC)")
                 at = at.astimezone(UTC)
             body = draft.body
             cls = type(body)
+            version = cls.VERSION
             event = Event(
                 stream,
                 seq,
                 at,
-                cls.VERSION,
+                version,
                 body,  # type: ignore[arg-type]
                 prev,
                 draft.conversation_id,
                 draft.task_id,
             )
             data = encode(event)
-            if draft.scoped_blobs and cls.BLOB_FIELDS:
-                stored = externalize(body, 0, blobs, f"{stream}:{seq}\n".encode())
+            if cls.BLOB_FIELDS:
+                stored = body
+                if draft.scoped_blobs:
+                    stored = externalize(body, 0, blobs, f"{stream}:{seq}\n".encode())
+                # Only an event longer than the threshold can hold a string longer than it.
+                elif len(data) > threshold:
+                    stored = externalize(body, threshold, blobs)
                 if stored is not body:
                     data = encode(msgspec.structs.replace(event, body=stored))
-            # Only an event longer than the threshold can hold a string longer than it.
-            elif len(data) > threshold and cls.BLOB_FIELDS:
-                stored = externalize(body, threshold, blobs)
-                if stored is not body:
-                    data = encode(msgspec.structs.replace(event, body=stored))
-            digest = sha256(data).digest()
-            rows.append((seq, BODY_TAGS[cls], cls.VERSION, data, digest))
-            set_(event, "hash", digest)
+            prev = sha256(data).digest()
+            rows.append((seq, tags[cls], version, data, prev))
+            set_(event, "hash", prev)
             out.append(event)
-            prev = digest
         return PreparedAppend(rows, out, blobs)
 
     @staticmethod

@@ -108,19 +108,21 @@ class SqliteStore(EventStore):
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_sec * 1000)}")
             self._migrate()
-        self._writes = Writes(self._db, self._lock, self._errors, self.path)
+        self._writes = Writes(self._db, self._lock, self._error, self.path)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
         try:
             yield
         except sqlite3.DatabaseError as exc:
-            text = str(exc)
-            if "not a database" in text or "malformed" in text:
-                raise StoreUnavailableError(
-                    f"{self.path}: not a readable plait store ({text})"
-                ) from exc
-            raise StoreError(f"{self.path}: {text}") from exc
+            raise self._error(exc) from exc
+
+    def _error(self, exc: sqlite3.DatabaseError) -> StoreError:
+        """The store's error for one of SQLite's."""
+        text = str(exc)
+        if "not a database" in text or "malformed" in text:
+            return StoreUnavailableError(f"{self.path}: not a readable plait store ({text})")
+        return StoreError(f"{self.path}: {text}")
 
     def _migrate(self) -> None:
         with self._transaction() as db:

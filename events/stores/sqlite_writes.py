@@ -7,17 +7,22 @@ durable, and each refused for its own reason only (a stale writer, an event it c
 The writer remembers each stream's head and the last position, as it wrote them. Once it holds
 SQLite's write lock it asks ``PRAGMA data_version``, which moves only when another connection
 (another process) committed: then it forgets what it remembered and reads it again. So a
-transaction takes the same few statements whatever it holds: the version, one insert of all its
-events, one upsert of the streams' heads, the commit (and, for a stream it has not written yet,
-one read of the heads).
+transaction takes the same few statements whatever it holds: the version, one insert of each
+append's events, one upsert of the streams' heads, the commit (and, for a stream it has not
+written yet, one read of the heads; for a fenced append, one read of the leases).
+
+An append costs little more than SQLite's own insert and fsync (bench/events.py, section 1):
+its events are inserted by one statement that names the stream and the first position once,
+and every statement's text is made once per size and then found in the connection's cache.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import sqlite3
 import threading
 from collections.abc import Callable
+from itertools import chain
 from pathlib import Path
 
 from plait.errors import StoreError
@@ -30,12 +35,33 @@ __all__ = ["Writes"]
 Prepare = Callable[[int, bytes], PreparedAppend]
 
 _ROWS_PER_INSERT = 128
-"""Events per INSERT statement (7 values each: well under SQLite's limit of bound values)."""
+"""Events per INSERT statement (5 values each and 2 shared: well under SQLite's limit)."""
 
 _MOST_HEADS = 100_000
 """Stream heads remembered at most; past it they are forgotten and read again as needed."""
 
-_EVENT_ROW = "(?, ?, ?, ?, ?, ?, ?)"
+
+@functools.cache
+def _insert_sql(count: int) -> str:
+    """The INSERT of ``count`` events of one stream: ``?1`` is the first one's position,
+    ``?2`` the stream, then ``(seq, type, v, data, hash)`` of each."""
+    rows = ", ".join(
+        f"(?1 + {i}, ?2, ?{3 + 5 * i}, ?{4 + 5 * i}, ?{5 + 5 * i}, ?{6 + 5 * i}, ?{7 + 5 * i})"
+        for i in range(count)
+    )
+    return f"INSERT INTO events (position, stream, seq, type, v, data, hash) VALUES {rows}"
+
+
+@functools.cache
+def _heads_sql(count: int) -> str:
+    """The upsert of ``count`` streams' heads, ``(stream, last_seq, last_hash, created)``
+    each; ``created`` stays what it was for a stream already there."""
+    return (
+        "INSERT INTO streams (stream, last_seq, last_hash, created) VALUES "
+        + ", ".join(["(?, ?, ?, ?)"] * count)
+        + " ON CONFLICT (stream) DO UPDATE SET "
+        "last_seq = excluded.last_seq, last_hash = excluded.last_hash"
+    )
 
 
 class Writes:
@@ -45,14 +71,14 @@ class Writes:
         self,
         db: sqlite3.Connection,
         lock: threading.RLock,
-        errors: Callable[[], contextlib.AbstractContextManager[None]],
+        error: Callable[[sqlite3.DatabaseError], StoreError],
         path: Path,
     ) -> None:
-        """``lock`` guards ``db`` (the store's); ``errors`` turns SQLite's errors into the
+        """``lock`` guards ``db`` (the store's); ``error`` turns SQLite's errors into the
         store's."""
         self._db = db
         self._lock = lock
-        self._errors = errors
+        self._error = error
         self._path = path
         self._queue_lock = threading.Lock()
         self._queue: list[_Append] = []  # appends waiting to be written
@@ -108,8 +134,10 @@ class Writes:
         """Write ``batch`` in one transaction; if it fails as a whole, write each alone, so
         that each append fails for its own reason only."""
         try:
-            with self._errors():
+            try:
                 self._transaction(batch)
+            except sqlite3.DatabaseError as exc:
+                raise self._error(exc) from exc
         except StoreError as exc:
             if len(batch) == 1:
                 batch[0].fail(exc)
@@ -122,29 +150,49 @@ class Writes:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            position, heads = self._known(batch)
+            position = self._known(batch)
+            heads = self._heads  # moved as the batch is written; forgotten if it fails
             leases = self._leases(batch)
-            rows: list[tuple[object, ...]] = []
             written: list[tuple[_Append, PreparedAppend, int]] = []
+            moved: dict[str, int] = {}  # stream -> the first position written to it
             blobs: dict[str, bytes] = {}
             for append in batch:
-                head_seq, head_hash = heads[append.stream]
+                stream = append.stream
+                head_seq, head_hash = heads[stream]
                 try:
-                    EventStore._check_epoch(append.stream, append.epoch, leases.get(append.stream))
-                    EventStore._check_expected(append.stream, append.expected_seq, head_seq)
+                    EventStore._check_epoch(stream, append.epoch, leases.get(stream))
+                    EventStore._check_expected(stream, append.expected_seq, head_seq)
                     prepared = append.prepare(head_seq, head_hash)
                 except Exception as exc:  # refused: nothing of it is written
                     append.fail(exc)
                     continue
+                rows = prepared.rows
                 first = position + 1
-                rows += [(p, append.stream, *row) for p, row in enumerate(prepared.rows, first)]
-                position += len(prepared.rows)
-                last = prepared.rows[-1]
-                heads[append.stream] = (last[0], last[4])
-                blobs.update(prepared.blobs)
+                for start in range(0, len(rows), _ROWS_PER_INSERT):
+                    part = rows[start : start + _ROWS_PER_INSERT]
+                    db.execute(
+                        _insert_sql(len(part)),
+                        [first + start, stream, *chain.from_iterable(part)],
+                    )
+                position += len(rows)
+                last = rows[-1]
+                heads[stream] = (last[0], last[4])
+                moved.setdefault(stream, first)
+                if prepared.blobs:
+                    blobs.update(prepared.blobs)
                 written.append((append, prepared, first))
-            created = {a.stream: first for a, _, first in reversed(written)}  # each one's first
-            self._insert(rows, blobs, {s: (*heads[s], first) for s, first in created.items()})
+            if blobs:
+                db.executemany(
+                    "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
+                    "ON CONFLICT (sha256) DO UPDATE SET data = excluded.data "
+                    "WHERE blobs.data IS NULL",
+                    [(sha, len(data), data) for sha, data in blobs.items()],
+                )
+            if moved:
+                db.execute(
+                    _heads_sql(len(moved)),
+                    [v for s, first in moved.items() for v in (s, *heads[s], first)],
+                )
             db.execute("COMMIT")
         except BaseException:
             self._forget()
@@ -152,13 +200,13 @@ class Writes:
                 db.execute("ROLLBACK")
             raise
         self._position = position
-        self._heads.update(heads)
         for append, prepared, first in written:
             append.succeed(prepared.placed(first))
 
-    def _known(self, batch: list[_Append]) -> tuple[int, dict[str, tuple[int, bytes]]]:
-        """The last position and the heads of ``batch``'s streams, read again only where
-        another connection may have moved them (the write lock is held)."""
+    def _known(self, batch: list[_Append]) -> int:
+        """Return the last position, and see that ``_heads`` holds the heads of ``batch``'s
+        streams, read again where another connection may have moved them (the write lock is
+        held)."""
         db = self._db
         (version,) = db.execute("PRAGMA data_version").fetchone()
         if version != self._version or len(self._heads) > _MOST_HEADS:
@@ -168,23 +216,24 @@ class Writes:
             (self._position,) = db.execute(
                 "SELECT coalesce(max(position), 0) FROM events"
             ).fetchone()
-        streams = {append.stream for append in batch}
-        unknown = sorted(streams - self._heads.keys())
+        heads = self._heads
+        unknown = sorted({append.stream for append in batch if append.stream not in heads})
         if unknown:
             marks = ", ".join("?" * len(unknown))
             found = db.execute(
                 f"SELECT stream, last_seq, last_hash FROM streams WHERE stream IN ({marks})",
                 unknown,
             ).fetchall()
-            self._heads.update({s: (int(seq), bytes(digest)) for s, seq, digest in found})
+            heads.update({s: (int(seq), bytes(digest)) for s, seq, digest in found})
             for stream in unknown:
-                self._heads.setdefault(stream, (0, GENESIS_HASH))
+                heads.setdefault(stream, (0, GENESIS_HASH))
         assert self._position is not None
-        return self._position, {stream: self._heads[stream] for stream in streams}
+        return self._position
 
     def _leases(self, batch: list[_Append]) -> dict[str, tuple[str | None, int]]:
         """The leases of ``batch``'s fenced streams, read in the write transaction (a lease is
-        taken under the same lock, so none changes hands before the commit)."""
+        taken under the same lock, so none changes hands before the commit). An append
+        without an epoch is not fenced: it reads none."""
         fenced = sorted({append.stream for append in batch if append.epoch is not None})
         if not fenced:
             return {}
@@ -193,38 +242,6 @@ class Writes:
             f"SELECT stream, owner, epoch FROM leases WHERE stream IN ({marks})", fenced
         ).fetchall()
         return {str(stream): (owner, int(epoch)) for stream, owner, epoch in found}
-
-    def _insert(
-        self,
-        rows: list[tuple[object, ...]],
-        blobs: dict[str, bytes],
-        heads: dict[str, tuple[int, bytes, int]],
-    ) -> None:
-        """Insert the events (a few statements for any number), the blobs, and the heads:
-        ``(last_seq, last_hash, created)`` by stream, ``created`` kept where the stream is."""
-        db = self._db
-        for start in range(0, len(rows), _ROWS_PER_INSERT):
-            part = rows[start : start + _ROWS_PER_INSERT]
-            db.execute(
-                "INSERT INTO events (position, stream, seq, type, v, data, hash) VALUES "
-                + ", ".join([_EVENT_ROW] * len(part)),
-                [value for row in part for value in row],
-            )
-        if blobs:
-            db.executemany(
-                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
-                "ON CONFLICT (sha256) DO UPDATE SET data = excluded.data "
-                "WHERE blobs.data IS NULL",
-                [(sha, len(data), data) for sha, data in blobs.items()],
-            )
-        if heads:
-            db.execute(
-                "INSERT INTO streams (stream, last_seq, last_hash, created) VALUES "
-                + ", ".join(["(?, ?, ?, ?)"] * len(heads))
-                + " ON CONFLICT (stream) DO UPDATE SET "
-                "last_seq = excluded.last_seq, last_hash = excluded.last_hash",
-                [value for stream, head in heads.items() for value in (stream, *head)],
-            )
 
     def _forget(self) -> None:
         self._heads.clear()
