@@ -6,6 +6,13 @@ instead of forking the log), keeps what was recorded for the other actors to fol
 it, in log order, before it handles its next message: so before any command sent after the
 recording, and without a wake-up of its thread per event), and hands the events to live
 subscribers together with the transient notifications (text deltas) that are never stored.
+
+An actor may record *ahead* (docs/event-log.md#writing-ahead): the journal makes the events
+(seq, time, hash) and the actors fold them at once, and the actor writes them with ``flush``
+after it has started what only needs them made (the model request of the task it starts).
+Nothing outside hears of them before they are durable: feeds, acknowledgements and every
+synchronous record come after the write. A write that fails once events were folded ahead
+of it stops the session in this process (``on_lost``): its log is the truth to resume from.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ import msgspec
 
 from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed, Kinds
 from plait.actors.messages import CatchUp
-from plait.errors import LeaseLostError
+from plait.errors import LeaseLostError, StoreError
+from plait.events.codec import GENESIS_HASH
+from plait.events.prepared import PreparedAppend
 from plait.events.projections.tasks import TASKS
 from plait.events.storage import Policies
 from plait.events.store import EventStore
@@ -45,19 +54,25 @@ class Journal:
         self.store = store
         self.stream = stream
         self._seq = past[-1].seq if past else 0
+        self._hash = _head_hash(past)
         self._policies = Policies(past)
         self.epoch = epoch
         """The lease epoch every append carries (``None``: not fenced)."""
         self.may_act: Callable[[], bool] = lambda: True
         """Whether the process still owns the session (its lease is not past due): asked
         before anything outside starts, so a process paused past its lease starts nothing."""
-        self.on_lost: Callable[[LeaseLostError], object] | None = None
-        """Called (from the recording thread) when the store refuses an append: another
-        process took the session; the journal is sealed by then."""
+        self.on_lost: Callable[[StoreError], object] | None = None
+        """Called (from the recording thread) when the store refuses an append (another
+        process took the session: ``LeaseLostError``) or fails one written ahead; the journal
+        is sealed by then."""
         self._sealed = False
-        self.refusal: LeaseLostError | None = None
+        self.refusal: StoreError | None = None
         """Why the store refused an append, if it did (the journal is sealed since)."""
         self._lock = threading.Lock()
+        self._writing = threading.Lock()  # held by the thread writing what was made ahead
+        self._ahead: list[tuple[PreparedAppend, list[Event]]] = []
+        """Appends made ahead, not yet written: each, and its events as the feeds get them."""
+        self._writes_ahead = store.writes_ahead
         self._listeners: dict[str, _Listener] = {}
         self._kept: list[tuple[str | None, tuple[Event, ...]]] = []
         """Recorded groups (with the urn of the actor that recorded them) some listener has
@@ -156,6 +171,7 @@ class Journal:
         (its feeds have had ``past``, from the log)."""
         with self._lock:
             self._seq = past[-1].seq if past else 0
+            self._hash = _head_hash(past)
             self._policies = Policies(past)
             self._tasks = TASKS.fold(past)
             self.epoch = epoch
@@ -167,7 +183,7 @@ class Journal:
         with self._lock:
             for event in events:
                 if event.seq > self._seq:
-                    self._seq = event.seq
+                    self._seq, self._hash = event.seq, event.hash
                     for feed in self._feeds:
                         feed.put(event)
 
@@ -179,42 +195,97 @@ class Journal:
 
     def record_last(self, items: Sequence[Body | NewEvent]) -> list[Event]:
         """Append what the session's owner records once its actors are stopped (the close)."""
-        with self._lock:
-            return self._record(items, None)
+        with self._writing:
+            self._flush()
+            with self._lock:
+                return self._record(items, None, False)
 
-    def record(self, items: Sequence[Body | NewEvent], origin: Any = None) -> list[Event]:
+    def record(
+        self, items: Sequence[Body | NewEvent], origin: Any = None, *, ahead: bool = False
+    ) -> list[Event]:
         """Append ``items`` as one atomic group; ``origin`` (the recording actor) is not told.
 
+        ``ahead``: return the events made, not yet durable; the caller ``flush``es them
+        before it ends its handling (a store that cannot write ahead, or a session whose
+        storage policies shape what is stored, has them written now).
         Once sealed, nothing is appended and nothing returned.
         """
-        with self._lock:
-            if self._sealed:
-                log.debug("session %s is stopped: %d events not recorded", self.stream, len(items))
-                return []
-            try:
-                return self._record(items, origin)
-            except LeaseLostError as exc:
-                self._sealed = True
-                self.refusal = error = exc
-                lost = self.on_lost
-        log.warning("%s", error)
-        if lost is not None:
-            lost(error)
+        if ahead and self._writes_ahead and not self._policies.of:
+            with self._lock:
+                if not self._sealed:
+                    return self._record(items, origin, True)
+        with self._writing:
+            self._flush()  # what was made ahead comes first in the log
+            with self._lock:
+                if self._sealed:
+                    log.debug("session %s is stopped: %d not recorded", self.stream, len(items))
+                    return []
+                try:
+                    return self._record(items, origin, False)
+                except LeaseLostError as exc:
+                    error = self._refused(exc)
+        self._tell_lost(error)
         return []
 
-    def _record(self, items: Sequence[Body | NewEvent], origin: Any) -> list[Event]:
+    def flush(self) -> bool:
+        """Write what was made ahead (even once sealed: the actors acted on it); return
+        whether it is durable. If not, the session is stopped in this process (``on_lost``)
+        and its feeds are told why."""
+        if not self._ahead:
+            return self.refusal is None
+        with self._writing:
+            return self._flush()
+
+    def _flush(self) -> bool:
+        """``flush``, holding ``_writing``."""
+        with self._lock:
+            made, self._ahead = self._ahead, []
+        if made:
+            try:
+                self.store.append_prepared(
+                    self.stream, PreparedAppend.joined([m for m, _ in made]), epoch=self.epoch
+                )
+            except StoreError as exc:
+                with self._lock:
+                    error = self._refused(exc)
+                    for feed in self._feeds:
+                        feed.fail(error)
+                self._tell_lost(error)
+                return False
+            with self._lock:
+                for _, events in made:
+                    self._publish(events)
+        return self.refusal is None
+
+    def _refused(self, error: StoreError) -> StoreError:
+        """Seal, as the store refused or failed an append; hold the lock."""
+        self._sealed = True
+        self._ahead = []
+        self.refusal = error
+        return error
+
+    def _tell_lost(self, error: StoreError) -> None:
+        log.warning("session %s: %s", self.stream, error)
+        if self.on_lost is not None:
+            self.on_lost(error)
+
+    def _record(self, items: Sequence[Body | NewEvent], origin: Any, ahead: bool) -> list[Event]:
         self.last_recorded_at = time.monotonic()
-        events = self._append(items)
+        events = self._append(items, ahead)
         busy = not self.idle
         TASKS.fold(events, self._tasks)
         if busy and self.idle and self.on_idle is not None:
             self.on_idle()
         if self._listeners and events:
             self._keep(origin, events)
+        if not ahead:
+            self._publish(events)
+        return events
+
+    def _publish(self, events: list[Event]) -> None:
         for feed in self._feeds:
             for event in events:
                 feed.put(event)
-        return events
 
     def _keep(self, origin: Any, events: list[Event]) -> None:
         """Keep ``events`` for the listeners; tell one that lets too many pile up to fold."""
@@ -232,19 +303,20 @@ class Journal:
                 with contextlib.suppress(Exception):  # stopped meanwhile: unlisten follows
                     listener.ref.tell(CatchUp())
 
-    def _append(self, items: Sequence[Body | NewEvent]) -> list[Event]:
-        """Append what each conversation's storage policy keeps of ``items``; return them all,
-        with their content, as the actors fold them."""
+    def _append(self, items: Sequence[Body | NewEvent], ahead: bool) -> list[Event]:
+        """Append what each conversation's storage policy keeps of ``items`` (``ahead``: make
+        it, to write with ``flush``); return them all, with their content, as the actors fold
+        them."""
         # A conversation's opening follows its own policy (only a NewEvent can open one).
         self._policies.learn(item for item in items if isinstance(item, NewEvent))
         if not self._policies.of:  # every conversation is kept in full: nothing to shape
-            events = self.store.append(self.stream, items, self._seq, epoch=self.epoch)
-            self._seq = events[-1].seq if events else self._seq
+            events = self._write(items, ahead)
+            if events:
+                self._seq, self._hash = events[-1].seq, events[-1].hash
             return events
         drafts = [item if isinstance(item, NewEvent) else NewEvent(item) for item in items]
         kept = [self._policies.shape(draft) for draft in drafts]
-        shaped = [k for k in kept if k]
-        appended = iter(self.store.append(self.stream, shaped, self._seq, epoch=self.epoch))
+        appended = iter(self._write([k for k in kept if k], ahead))
         events = []
         for draft, stored in zip(drafts, kept, strict=True):
             if stored is None:  # not in the log: placed after the last event that is
@@ -252,11 +324,21 @@ class Journal:
                 events.append(draft.unstored(self.stream, self._seq, at))
                 continue
             event = next(appended)
-            self._seq = event.seq
+            self._seq, self._hash = event.seq, event.hash
             if stored.body is not draft.body:
                 event = msgspec.structs.replace(event, body=draft.body)
             events.append(event)
         return events
+
+    def _write(self, items: Sequence[Body | NewEvent], ahead: bool) -> list[Event]:
+        """Append ``items`` now, or make them to write with ``flush``; their events."""
+        if not ahead:
+            return self.store.append(self.stream, items, self._seq, epoch=self.epoch)
+        if not items:
+            return []
+        made = self.store.prepare(self.stream, items, self._seq, self._hash)
+        self._ahead.append((made, made.events))
+        return made.events
 
     def publish(self, notice: Transient) -> None:
         """Hand a transient notification to the live feeds (it is never stored)."""
@@ -333,3 +415,11 @@ class HeldDeltas:
 
 def _drop(delta: Transient) -> None:
     del delta
+
+
+def _head_hash(past: Sequence[Event]) -> bytes:
+    """The hash of the last stored event of ``past`` (the next one's ``prev_hash``)."""
+    for event in reversed(past):
+        if event.hash:  # an event a storage policy left out of the log has none
+            return event.hash
+    return GENESIS_HASH

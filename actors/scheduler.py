@@ -61,22 +61,25 @@ class Scheduler:
         self,
         stream: str,
         state: TaskQueue,
-        record: Callable[[list[NewEvent]], list[Event]],
+        record: Callable[..., list[Event]],
         catch_up: Callable[[], object],
         deliver: Callable[[RunTask | Abort], object],
         refusal: Callable[[], Exception | None] = lambda: None,
+        flush: Callable[[], bool] = lambda: True,
     ) -> None:
-        """``state``: the session's task queue, kept folded by the Session; ``record`` appends
-        a group and folds it; ``catch_up`` folds what others recorded since; ``deliver`` hands
-        a task it started, or an abort of the running one, to the task's conversation;
-        ``refusal`` says why the log took nothing, if the store refused it (else the session
-        is being stopped)."""
+        """``state``: the session's task queue, kept folded by the Session; ``record(group,
+        ahead=False)`` appends a group (or makes it, ``ahead``) and folds it; ``catch_up``
+        folds what others recorded since; ``deliver`` hands a task it started, or an abort of
+        the running one, to the task's conversation; ``refusal`` says why the log took
+        nothing, if the store refused it (else the session is being stopped); ``flush``
+        writes what was made ahead and says whether it is durable."""
         self.stream = stream
         self.state = state
         self._record = record
         self._catch_up = catch_up
         self._deliver = deliver
         self._refusal = refusal
+        self._flush = flush
 
     def receive(self, message: Any) -> Any:
         """Handle one of ``MESSAGES``."""
@@ -125,7 +128,8 @@ class Scheduler:
         self._start(next_task(self.state), [])
 
     def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> list[Event]:
-        """Start ``plan`` (if any), recording ``before`` with it; return what was recorded."""
+        """Start ``plan`` (if any), recording ``before`` with it; return what was recorded
+        (durable by then)."""
         if plan is None:
             return self._record(before) if before else []
         started = [NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)]
@@ -135,9 +139,12 @@ class Scheduler:
             # crash keeps both or neither.
             answer = ToolCallCompleted(plan.closure.call_id, output)
             started.append(NewEvent(answer, plan.conversation_id, plan.task_id))
-        recorded = self._record([*before, *started])
-        self._deliver(RunTask(plan))
-        return recorded
+        # Made ahead: the conversation builds its first request from these events and sends
+        # it while they are written (docs/event-log.md#writing-ahead).
+        recorded = self._record([*before, *started], ahead=True)
+        if recorded:
+            self._deliver(RunTask(plan))
+        return recorded if self._flush() else []
 
     def _interrupt(self, cause: InterruptCause) -> None:
         why = INTERRUPTED_BY[cause]

@@ -76,6 +76,7 @@ class Session(Actor):
             self._catch_up,
             self._deliver,
             lambda: journal.refusal,
+            journal.flush,
         )
         self._fold(past)
 
@@ -102,8 +103,8 @@ class Session(Actor):
         self.conversations[cid] = ref
         self.journal.listen(ref)
 
-    def _record(self, items: list[NewEvent]) -> list[Event]:
-        events: list[Event] = self.journal.record(items, origin=self.actor_ref)
+    def _record(self, items: list[NewEvent], ahead: bool = False) -> list[Event]:
+        events: list[Event] = self.journal.record(items, origin=self.actor_ref, ahead=ahead)
         self._take(events)
         return events
 

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Final, NamedTuple
+from typing import Final
 
 import msgspec
 
@@ -28,6 +28,7 @@ from plait.events.codec import (
     event_hash,
 )
 from plait.events.ownership import Ownership
+from plait.events.prepared import PreparedAppend
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
 from plait.events.types import Body, Event, NewEvent, Transient
 from plait.events.values import BlobRef, Redacted
@@ -36,6 +37,7 @@ __all__ = [
     "REDACTED",
     "Clock",
     "EventStore",
+    "PreparedAppend",
     "RedactedMarker",
     "Row",
     "StreamInfo",
@@ -99,29 +101,15 @@ class Verification(msgspec.Struct, frozen=True):
     """Blob references whose content was deliberately deleted (not an error)."""
 
 
-class PreparedAppend(NamedTuple):
-    """An append encoded and chained, ready for the backend to write in one transaction."""
-
-    rows: list[tuple[int, str, int, bytes, bytes]]
-    """``(seq, type, v, data, hash)`` per event."""
-    events: list[Event]
-    """The events as the caller will see them (position filled in after the write)."""
-    blobs: dict[str, bytes]
-    """Blob content by hex sha-256."""
-
-    def placed(self, first_position: int) -> list[Event]:
-        """Return the events, numbered from ``first_position`` in global order."""
-        for offset, event in enumerate(self.events):
-            msgspec.structs.force_setattr(event, "position", first_position + offset)
-        return self.events
-
-
 class EventStore(Ownership, ABC):
     """An append-only log of event streams with content-addressed blobs, and the leases and
     inbox of the processes sharing it (``Ownership``).
 
     ``append`` is atomic: all of its events are stored, chained and visible, or none are.
     """
+
+    writes_ahead = True
+    """Whether a stream's writer may ``prepare`` appends before it writes them."""
 
     def __init__(
         self, *, blob_threshold: int = DEFAULT_BLOB_THRESHOLD, clock: Clock = utc_now
@@ -160,6 +148,30 @@ class EventStore(Ownership, ABC):
         )
         self._notify()
         return events_out
+
+    def prepare(
+        self, stream: str, events: Sequence[Body | NewEvent], head_seq: int, head_hash: bytes
+    ) -> PreparedAppend:
+        """Encode and chain ``events`` (stamped now) to follow seq ``head_seq``, of hash
+        ``head_hash``, for ``append_prepared``; raise as ``append`` does for what it refuses."""
+        drafts = [self._draft(stream, item) for item in events]
+        return self._prepare(stream, drafts, head_seq, head_hash)
+
+    def append_prepared(
+        self, stream: str, prepared: PreparedAppend, *, epoch: int | None = None
+    ) -> list[Event]:
+        """Append what ``prepare`` made, as ``append`` would (``ConcurrencyError`` unless the
+        stream's head is still the event it was made to follow)."""
+        first = prepared.events[0]
+
+        def made(head_seq: int, head_hash: bytes) -> PreparedAppend:
+            if head_hash != first.prev_hash:  # its seq, but other events: another writer's
+                raise ConcurrencyError(stream, first.seq - 1, head_seq)
+            return prepared
+
+        events = self._append_rows(stream, first.seq - 1, made, epoch)
+        self._notify()
+        return events
 
     def _draft(self, stream: str, item: Body | NewEvent) -> NewEvent:
         if type(item) is NewEvent and isinstance(item.body, Body):

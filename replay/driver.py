@@ -81,6 +81,8 @@ class _RecordedTime(MemoryStore):
     program record its recovery there.
     """
 
+    writes_ahead = False  # each append passes ``append``, where the program is stopped
+
     def __init__(self, recorded: list[Event], crash_points: list[int]) -> None:
         super().__init__()
         self._program = [e.at for e in recorded if not is_lifecycle(e.body)]

@@ -15,7 +15,7 @@ import pykka
 from plait.actors.journal import Journal
 from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt
 from plait.actors.session import Session
-from plait.errors import LeaseLostError, SessionClosedError, UnknownConversationError
+from plait.errors import LeaseLostError, SessionClosedError, StoreError, UnknownConversationError
 from plait.events.ownership import DestroyConversation, InterruptTask, SubmitTask
 from plait.events.projections.tasks import QueueSnapshot
 from plait.events.types import Event, SessionClosed, Transient
@@ -357,12 +357,12 @@ class SessionHandle(SessionViews):
         self.runtime.owner.release(self.session_id, idle=idle)
         return idle
 
-    def _lose(self, error: LeaseLostError) -> None:
-        """Another process took the session: stop here, raise ``error`` to every waiter (on a
-        thread of its own: the actor whose append was refused may be calling)."""
+    def _lose(self, error: StoreError) -> None:
+        """Another process took the session, or the store failed a write: stop here, raise
+        ``error`` to every waiter (on a thread of its own: the refused actor may be calling)."""
         threading.Thread(target=self._drop_out, args=(error,), name="plait-lost").start()
 
-    def _drop_out(self, error: LeaseLostError) -> None:
+    def _drop_out(self, error: StoreError) -> None:
         self.runtime.owner.forget(self.session_id)
         with self._lock:
             self._closed, self._gone = True, error
@@ -438,6 +438,7 @@ class SessionHandle(SessionViews):
         stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
         with contextlib.suppress(*stuck):
             self._actor.stop(timeout=timeout)
+        self._journal.flush()  # what an actor made ahead is written before the log is read
         for ack in list(self._acks):  # what the stopped actor did not take: not in the log
             ack(error or SessionClosedError(self.session_id))
         if self._pool is not None:

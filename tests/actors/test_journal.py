@@ -13,6 +13,7 @@ import pytest
 from plait.actors.feed import Kinds
 from plait.actors.journal import BACKLOG, Journal
 from plait.actors.messages import CatchUp
+from plait.errors import ConcurrencyError
 from plait.events import (
     MemoryStore,
     NewEvent,
@@ -151,3 +152,63 @@ def test_a_seal_waits_for_what_an_actor_is_starting_and_then_nothing_starts(
     sealer.join(30)
     with journal.unsealed() as live:
         assert not live  # the session is being stopped: an actor starts nothing more
+
+
+def test_what_is_made_ahead_is_folded_at_once_and_heard_outside_once_durable(
+    journal: Journal,
+) -> None:
+    feed = journal.feed(transient=False)
+    (reader,) = listening(journal, 1)
+
+    made = journal.record([SessionClosed("a"), SessionClosed("b")], ahead=True)
+
+    assert [e.seq for e in made] == [1, 2] and all(e.hash for e in made)
+    assert reader.ask("next") == [1, 2]  # the actors fold it before it is durable
+    assert journal.store.read("s") == [] and feed.get(timeout=0) is None  # nobody else hears
+    assert journal.flush()
+    assert [e.seq for e in journal.store.read("s")] == [1, 2]
+    assert [e.hash for e in journal.store.read("s")] == [e.hash for e in made]
+    assert [feed.get(timeout=0), feed.get(timeout=0)] == made
+
+
+def test_a_record_after_one_made_ahead_writes_that_one_first(journal: Journal) -> None:
+    feed = journal.feed(transient=False)
+    journal.record([SessionClosed("ahead")], ahead=True)
+
+    journal.record([SessionClosed("now")])  # no flush in between
+
+    assert [e.body for e in journal.store.read("s")] == [
+        SessionClosed("ahead"),
+        SessionClosed("now"),
+    ]
+    heard = [feed.get(timeout=0), feed.get(timeout=0)]
+    assert [e.seq for e in heard if e is not None] == [1, 2]
+
+
+def test_a_write_ahead_the_store_refuses_stops_the_session_and_says_why(
+    journal: Journal,
+) -> None:
+    feed = journal.feed(transient=False)
+    lost: list[Exception] = []
+    journal.on_lost = lost.append
+    journal.record([SessionClosed("ahead")], ahead=True)
+    journal.store.append("s", [SessionClosed("another writer")], 0)  # the log moved meanwhile
+
+    assert not journal.flush()
+
+    assert [type(e).__name__ for e in lost] == ["ConcurrencyError"]
+    assert journal.refusal is lost[0]
+    with pytest.raises(ConcurrencyError):
+        feed.get(timeout=0)  # the reader hears why, not a silently shorter history
+    assert journal.record([SessionClosed("later")]) == []  # sealed: nothing more is written
+    assert [e.body for e in journal.store.read("s")] == [SessionClosed("another writer")]
+
+
+def test_a_store_that_cannot_write_ahead_has_the_events_written_at_once() -> None:
+    store = MemoryStore()
+    store.writes_ahead = False
+    journal = Journal(store, "s")
+
+    made = journal.record([SessionClosed("a")], ahead=True)
+
+    assert store.read("s") == made

@@ -95,7 +95,12 @@ CHILD = textwrap.dedent(
             return self.seen >= nth
 
         def append(self, stream, events, expected_seq, *, epoch=None):
-            out = super().append(stream, events, expected_seq, epoch=epoch)
+            return self.written(super().append(stream, events, expected_seq, epoch=epoch))
+
+        def append_prepared(self, stream, prepared, *, epoch=None):  # a group made ahead
+            return self.written(super().append_prepared(stream, prepared, epoch=epoch))
+
+        def written(self, out):
             self.acknowledged += [[e.seq, e.hash.hex()] for e in out]
             if how == "after-append" and self.reached(type(e.body).__name__ for e in out):
                 die([])
