@@ -4,19 +4,19 @@ The pool owns the session's ``McpServers`` (which live on the effect loop) and a
 their tools that is a fold of the events it records: ``McpServerReady``, ``McpServerFailed``,
 ``McpToolsRefreshed``, ``McpToolWithheld``. A conversation asks it for its view at each turn
 (the tools its allowlist lets it see, as the model is shown them, and the servers it must
-still wait for) and hands it the MCP calls of a reply; each call's result comes back to the
-conversation as a ``ToolFinished``. Calls wait, in order, under a per-conversation and a
-session-wide limit. The pool never asks another actor, so nobody can wait on it in a cycle.
+still wait for). The MCP calls of a reply do not pass through its inbox: its ref
+(``PoolRef``) hands them to its ``Dispatcher``, which starts them on the caller's thread
+under a per-conversation and a session-wide limit (calls that must wait are queued, in
+order, and started by the pool's thread); each call's result comes back to the conversation
+as a ``ToolFinished``, from the effect loop. The pool never asks another actor, so nobody
+can wait on it in a cycle.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections import deque
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -24,6 +24,7 @@ import pykka
 
 from plait.actors.actor import Actor
 from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp.dispatch import Dispatcher, McpLimits
 from plait.actors.mcp.names import Conflict, merge, openai_spec, qualify, tool_list_hash
 from plait.actors.messages import (
     Allowlist,
@@ -32,8 +33,6 @@ from plait.actors.messages import (
     CancelCalls,
     CheckAllowlist,
     ServersSettled,
-    ToolFinished,
-    ToolResult,
     ToolView,
     ViewFor,
 )
@@ -44,30 +43,16 @@ from plait.events.types import (
     McpServerReady,
     McpToolsRefreshed,
     McpToolWithheld,
-    NewEvent,
     ToolCallStarted,
 )
-from plait.events.values import InputImage, McpToolSnapshot
+from plait.events.values import McpToolSnapshot
 
-__all__ = ["McpLimits", "McpPool", "catalog_of"]
+__all__ = ["McpLimits", "McpPool", "PoolRef", "catalog_of"]
 
 log = logging.getLogger("plait")
 
 STARTUP_MARGIN_SEC = 5.0
 """How much longer than a server's startup timeout a turn waits before going on without it."""
-
-
-class McpLimits(msgspec.Struct, frozen=True):
-    """How many MCP calls may be in flight at once."""
-
-    per_session: int = 8
-    """In the whole session."""
-    per_conversation: int = 4
-    """In one conversation, under the session's limit."""
-    per_conversation_rate: int | None = None
-    """Calls one conversation may start within any ``rate_window_sec``; ``None``: no limit."""
-    rate_window_sec: float = 60.0
-    """The window of ``per_conversation_rate``."""
 
 
 class _Catalog(msgspec.Struct):
@@ -100,17 +85,6 @@ def _fold(catalog: _Catalog, event: Event) -> None:
         catalog.withheld.add(body.name)
 
 
-class _Call(msgspec.Struct):
-    request: CallTool
-    snapshot: McpToolSnapshot
-    server: str
-    future: Any = None
-
-    @property
-    def key(self) -> tuple[str, int, int]:
-        return (self.request.conversation_id, self.request.token, self.request.index)
-
-
 class McpPool(Actor):
     """The MCP servers of one session."""
 
@@ -136,11 +110,15 @@ class McpPool(Actor):
             _fold(self.catalog, event)
         self.tools: dict[str, McpToolSnapshot] = {}
         self.owner: dict[str, str] = {}
-        self._merge()
         self.servers: Any = None
-        self.queue: list[_Call] = []
-        self.running: dict[tuple[str, int, int], _Call] = {}
-        self.starts: dict[str, deque[float]] = {}  # each conversation's recent call starts
+        ref = self._actor_ref = PoolRef(self)
+
+        def wake() -> None:  # any thread: start the calls that waited, on the pool's thread
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(_Wake())
+
+        self.calls = ref.calls = Dispatcher(journal, effects, self.limits, ref, wake)
+        self._merge()
 
     def on_start(self) -> None:
         if not self.configs:
@@ -155,11 +133,10 @@ class McpPool(Actor):
 
         self.servers = (self.servers_factory or McpServers)(self.configs, report)
         self.effects.submit(self.servers.start()).result(10)
+        self.calls.servers = self.servers
 
     def on_stop(self) -> None:
-        for call in self.running.values():
-            if call.future is not None:
-                call.future.cancel()
+        self.calls.stop()
         if self.servers is not None:
             with contextlib.suppress(Exception):
                 self.effects.submit(self.servers.close()).result(15)
@@ -173,6 +150,7 @@ class McpPool(Actor):
         self.owner = {
             tool.name: server for server, listed in self.catalog.tools.items() for tool in listed
         }
+        self.calls.offer({name: (tool, self.owner[name]) for name, tool in self.tools.items()})
         return conflicts
 
     def _reported(self, body: Any) -> None:
@@ -249,104 +227,7 @@ class McpPool(Actor):
         became = [qualify(*e.split("/", 1)) for e in deprecated]
         return Allowlist(tuple(names), tuple(deprecated), tuple(became))
 
-    # --- calls -------------------------------------------------------------------------------
-
-    def _call(self, request: CallTool) -> None:
-        tool = self.tools.get(request.name)
-        if tool is None:
-            result = ToolResult(f"no MCP tool {request.name!r} in this session", "refused")
-            _reply(request.reply_to, ToolFinished(request.token, request.index, result))
-            return
-        self.queue.append(_Call(request, tool, self.owner[request.name]))
-        self._dispatch()
-
-    def _dispatch(self) -> None:
-        """Send every queued call a slot is free for, in order; record their start first."""
-        waiting: list[_Call] = []
-        sending: list[_Call] = []
-        blocked: set[str] = set()  # a conversation's later calls wait behind its first waiting one
-        for call in self.queue:
-            conversation = call.request.conversation_id
-            busy = [*self.running, *(c.key for c in sending)]
-            mine = sum(1 for key in busy if key[0] == conversation)
-            full = len(busy) >= self.limits.per_session or mine >= self.limits.per_conversation
-            if conversation in blocked or full or not self._within_rate(conversation):
-                blocked.add(conversation)
-                waiting.append(call)
-            else:
-                sending.append(call)
-                self.starts.setdefault(conversation, deque()).append(time.monotonic())
-        self.queue = waiting
-        started = [
-            NewEvent(
-                ToolCallStarted(c.request.call_id, c.server),
-                c.request.conversation_id,
-                c.request.task_id,
-            )
-            for c in sending
-            if not c.request.start_recorded
-        ]
-        if started:
-            self.journal.record(started, origin=self.actor_ref)
-        with self.journal.unsealed() as live:
-            if not live:  # being stopped, or no longer this process's: nothing is sent
-                return
-            for call in sending:
-                self._send(call)
-
-    def _within_rate(self, conversation: str) -> bool:
-        """Whether ``conversation`` may start a call now; if not, dispatch again when it may."""
-        limit, window = self.limits.per_conversation_rate, self.limits.rate_window_sec
-        starts = self.starts.get(conversation)
-        if limit is None or not starts:
-            return True
-        now = time.monotonic()
-        while starts and starts[0] <= now - window:
-            starts.popleft()
-        if len(starts) < limit:
-            return True
-        delay = starts[0] + window - now
-        self.effects.loop.call_soon_threadsafe(
-            lambda: self.effects.loop.call_later(delay, self._tell, _Wake())
-        )
-        return False
-
-    def _send(self, call: _Call) -> None:
-        request, key = call.request, call.key
-        self.running[key] = call
-        coroutine = self.servers.call(
-            call.server, call.snapshot.tool, request.arguments, call_id=request.call_id
-        )
-        call.future = future = self.effects.submit(coroutine)
-
-        def done(f: Future[Any]) -> None:  # on the loop: answer the caller first, directly
-            if not f.cancelled():
-                result = _result(request.name, f)
-                _reply(request.reply_to, ToolFinished(request.token, request.index, result))
-            self._tell(_Ended(key))
-
-        future.add_done_callback(done)
-
-    def _ended(self, ended: _Ended) -> None:
-        self.running.pop(ended.key, None)
-        self._dispatch()
-
-    def _cancel(self, request: CancelCalls) -> None:
-        self.queue = [
-            c
-            for c in self.queue
-            if (c.request.conversation_id, c.request.token)
-            != (request.conversation_id, request.token)
-        ]
-        for key, call in self.running.items():
-            if key[:2] == (request.conversation_id, request.token) and call.future is not None:
-                call.future.cancel()  # the server is told to cancel; the slot frees on _Ended
-
     # --- messages ----------------------------------------------------------------------------
-
-    def _tell(self, message: Any) -> None:
-        with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(message)
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -362,17 +243,15 @@ class McpPool(Actor):
             case CheckAllowlist():
                 return self._check_allowlist(message)
             case CallTool():
-                self._call(message)
+                self.calls.call(message)
             case CancelCalls():
-                self._cancel(message)
+                self.calls.cancel(message.conversation_id, message.token)
             case AwaitServers():
                 self._await(message)
-            case _Ended():
-                self._ended(message)
             case _Reported(body=body):
                 self._reported(body)
             case _Wake():
-                self._dispatch()
+                self.calls.dispatch()
         return None
 
 
@@ -384,17 +263,26 @@ class _Wake(msgspec.Struct, frozen=True):
     """A conversation's rate window has room again."""
 
 
-class _Ended(msgspec.Struct, frozen=True):
-    key: tuple[str, int, int]
+class PoolRef(pykka.ActorRef["McpPool"]):
+    """The pool's ref, through which a conversation starts its calls on its own thread."""
 
+    calls: Dispatcher
 
-def _result(name: str, future: Future[Any]) -> ToolResult:
-    error = future.exception()
-    if error is not None:  # McpServers.call reports failures as results: this is a bug
-        return ToolResult(f"{name} failed: {error!r}", "error")
-    done = future.result()
-    images = tuple(InputImage(f"data:{mime};base64,{data}") for mime, data in done.images)
-    return ToolResult(done.output, done.outcome, done.duration_ms, images, done.control)
+    def hold(self, requests: Sequence[CallTool]) -> list[ToolCallStarted]:
+        """Take a slot for each of a reply's first calls that may start now (see
+        ``Dispatcher.hold``); record the starts returned with the reply, then ``call``."""
+        if self.calls.servers is None:
+            return []  # not started yet: its calls go through the inbox
+        return self.calls.hold(requests)
+
+    def call(self, request: CallTool) -> None:
+        """Start an MCP call, or queue it; its ``ToolFinished`` goes to ``request.reply_to``."""
+        if self.calls.servers is None:  # handled once the pool has started
+            self.tell(request)
+        elif not self.is_alive():
+            raise pykka.ActorDeadError(f"{self} not found")
+        else:
+            self.calls.call(request)
 
 
 def _reply(ref: Any, message: Any) -> None:

@@ -24,7 +24,7 @@ from plait.actors.messages import (
     ToolFinished,
     ToolResult,
 )
-from plait.events.types import Body, ToolCallRequested
+from plait.events.types import Body, ToolCallRequested, ToolCallStarted
 from plait.events.values import ToolCall
 
 if TYPE_CHECKING:
@@ -69,17 +69,27 @@ def run(conv: Conversation, calls: list[ToolCall], reply: list[Body]) -> None:
         name in builtins.READ_ONLY or (name in offered and offered[name].read_only)
         for name in names
     ]
+    mcp = frozenset(name for name in names if name in offered)
+    asks = conv.approvals.reasons(names, offered)
+    batch = ToolBatch(calls, names, mcp, parallel=all(read_only), asks=asks)
     conv.record(
         *reply,
         *[
             ToolCallRequested(call.id, name or call.name, call.arguments, read_only=ro)
             for call, name, ro in zip(calls, names, read_only, strict=True)
         ],
+        *_hold(conv, batch),
     )
-    mcp = frozenset(name for name in names if name in offered)
-    asks = conv.approvals.reasons(names, offered)
-    conv.run.batch = ToolBatch(calls, names, mcp, parallel=all(read_only), asks=asks)
+    conv.run.batch = batch
     _advance(conv)
+
+
+def _hold(conv: Conversation, batch: ToolBatch) -> list[ToolCallStarted]:
+    """The starts of the MCP calls ``_advance`` sends at once, their slots taken: recorded
+    with the reply, they cost no commit of their own (docs/tools.md#running-calls)."""
+    first = len(batch.calls) if batch.parallel else 1
+    now = [i for i in range(first) if batch.names[i] in batch.mcp and batch.asks[i] is None]
+    return conv.deps.pool.hold([_request(conv, batch, i) for i in now]) if now else []
 
 
 def _advance(conv: Conversation) -> None:
@@ -135,12 +145,14 @@ def _start(conv: Conversation, batch: ToolBatch, index: int) -> bool:
 def _send_to_pool(conv: Conversation, index: int) -> None:
     """Send call ``index`` of the batch to its MCP server (``ToolFinished`` comes back)."""
     assert conv.run is not None and conv.run.batch is not None
-    batch, task = conv.run.batch, conv.run.plan.task_id
+    conv.deps.pool.call(_request(conv, conv.run.batch, index))
+
+
+def _request(conv: Conversation, batch: ToolBatch, index: int) -> CallTool:
+    assert conv.run is not None
     call, name = batch.calls[index], batch.names[index] or ""
-    request = CallTool(
-        conv.id, task, call.id, conv.run.token, index, name, arguments_of(call), conv.actor_ref
-    )
-    conv.deps.pool.tell(request)
+    task, token = conv.run.plan.task_id, conv.run.token
+    return CallTool(conv.id, task, call.id, token, index, name, arguments_of(call), conv.actor_ref)
 
 
 def on_finished(conv: Conversation, finished: ToolFinished) -> None:

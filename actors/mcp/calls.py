@@ -59,7 +59,12 @@ def schema_problem(tool: str, input_schema: str, arguments: Mapping[str, Any]) -
 
     A schema that is not valid JSON Schema is not enforced: the server is the judge then.
     """
-    validator = _validator(input_schema) if input_schema else None
+    if not input_schema:
+        return None
+    flat = _flat(input_schema)
+    if flat is not None and flat.admits(arguments):
+        return None  # most schemas are flat and most calls fit: jsonschema is slow to say so
+    validator = _validator(input_schema)
     if validator is None:
         return None
     from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
@@ -72,6 +77,88 @@ def schema_problem(tool: str, input_schema: str, arguments: Mapping[str, Any]) -
     )
     at = f" at arguments{where}" if where else ""
     return f"invalid arguments for {tool}{at}: {error.message}"
+
+
+class _Flat(msgspec.Struct, frozen=True):
+    """A schema of the common flat shape: an object whose properties have (at most) a type."""
+
+    properties: dict[str, tuple[str, ...]]
+    """Each property's allowed JSON types (empty: any value)."""
+    required: tuple[str, ...]
+    """Properties that must be there."""
+    closed: bool
+    """No other properties are allowed (``additionalProperties: false``)."""
+
+    def admits(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether ``arguments`` surely fit (``False``: they do not, or it cannot tell)."""
+        if any(name not in arguments for name in self.required):
+            return False
+        for name, value in arguments.items():
+            types = self.properties.get(name)
+            if types is None:
+                if self.closed:
+                    return False
+            elif types and _json_type_of(value) not in types:
+                return False
+        return True
+
+
+_ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly"}
+)
+_PLAIN_TYPES = frozenset({"string", "integer", "number", "boolean", "null", "object", "array"})
+
+
+@functools.lru_cache(maxsize=512)
+def _flat(input_schema: str) -> _Flat | None:
+    """The schema as a ``_Flat``, if it is one: any other keyword, and jsonschema judges."""
+    try:
+        schema = msgspec.json.decode(input_schema)
+    except msgspec.DecodeError:
+        return None
+    top = {"type", "properties", "required", "additionalProperties"}
+    if not isinstance(schema, dict) or not set(schema) <= top | _ANNOTATIONS:
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    closed = schema.get("additionalProperties", True)
+    if (
+        schema.get("type", "object") != "object"
+        or not isinstance(properties, dict)
+        or not isinstance(required, list)
+        or not all(isinstance(name, str) for name in required)
+        or not isinstance(closed, bool)
+    ):
+        return None
+    types: dict[str, tuple[str, ...]] = {}
+    for name, sub in properties.items():
+        if not isinstance(sub, dict) or not set(sub) <= {"type"} | _ANNOTATIONS:
+            return None
+        allowed = sub.get("type", [])
+        allowed = [allowed] if isinstance(allowed, str) else allowed
+        if not isinstance(allowed, list) or not set(allowed) <= _PLAIN_TYPES:
+            return None
+        # A number is also an integer, as JSON Schema sees it.
+        types[name] = (*allowed, "integer") if "number" in allowed else tuple(allowed)
+    return _Flat(types, tuple(required), not closed)
+
+
+def _json_type_of(value: Any) -> str:
+    """The JSON type of a decoded value (a float is a ``number``, even ``1.0``: so the fast
+    check leaves it to jsonschema, for which it may be an ``integer``)."""
+    if isinstance(value, bool):
+        return "boolean"
+    return _TYPE_NAMES.get(type(value), "?")
+
+
+_TYPE_NAMES: dict[type, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+    dict: "object",
+    list: "array",
+}
 
 
 @functools.lru_cache(maxsize=512)

@@ -246,13 +246,15 @@ class McpServers:
         A server that is starting or restarting is waited for up to its startup timeout.
         ``call_id`` (the model's) is not sent: replay answers calls by it.
         """
-        if server not in self._servers:
+        entry = self._servers.get(server)
+        if entry is None:
             return CallResult(f"no MCP server named {server!r}", "error")
-        try:
-            await self.wait_ready(server)
-        except McpError as exc:
-            return CallResult(str(exc), "error")
-        conn = self._servers[server].conn
+        if entry.status != "ready":  # the usual case costs no wait (and no timer)
+            try:
+                await self.wait_ready(server)
+            except McpError as exc:
+                return CallResult(str(exc), "error")
+        conn = entry.conn
         assert conn is not None
         return await conn.call(tool, arguments, timeout)
 

@@ -6,8 +6,16 @@ from types import SimpleNamespace as NS
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from plait.actors.mcp.calls import CallResult, decode_arguments, from_mcp_result, schema_problem
+from plait.actors.mcp.calls import (
+    CallResult,
+    _flat,
+    decode_arguments,
+    from_mcp_result,
+    schema_problem,
+)
 
 SCHEMA = msgspec.json.encode(
     {
@@ -60,6 +68,46 @@ def test_valid_arguments_and_unusable_schemas_pass() -> None:
     assert schema_problem("s__pick", SCHEMA, {"color": "green", "count": 3, "tags": []}) is None
     assert schema_problem("t", "", {"anything": 1}) is None
     assert schema_problem("t", '{"type": 12}', {"anything": 1}) is None  # not JSON Schema
+
+
+FLAT = msgspec.json.encode(
+    {
+        "title": "flatArguments",
+        "type": "object",
+        "properties": {
+            "text": {"title": "Text", "type": "string"},
+            "count": {"type": "integer", "default": 1},
+            "ratio": {"type": "number"},
+            "flag": {"type": ["boolean", "null"]},
+            "items": {"type": "array"},
+            "anything": {"description": "no type: any value"},
+        },
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+).decode()
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner),
+    max_leaves=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["text", "count", "ratio", "flag", "items", "anything", "other"]),
+        JSON_VALUES,
+    )
+)
+def test_the_fast_check_of_flat_schemas_agrees_with_jsonschema(arguments: dict) -> None:
+    from jsonschema.validators import validator_for  # type: ignore[import-untyped]
+
+    schema = msgspec.json.decode(FLAT)
+    assert _flat(FLAT) is not None  # checked without jsonschema when the arguments fit
+    valid = validator_for(schema)(schema).is_valid(arguments)
+    assert (schema_problem("t__flat", FLAT, arguments) is None) == valid
 
 
 def text(value: str) -> NS:
