@@ -20,7 +20,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from typing import Any
 
 import msgspec
@@ -197,38 +196,47 @@ class Dispatcher:
                 for call in calls:
                     self._send(call)
                 return
-        with self._lock:
-            for call in calls:
-                self._running.pop(call.key, None)
+        for call in calls:
+            self._free(call)
 
     def _send(self, call: _Call) -> None:
-        request, key = call.request, call.key
-        coroutine = self.servers.call(
-            call.server, call.snapshot.tool, request.arguments, call_id=request.call_id
-        )
         try:
-            future = self.effects.submit(coroutine)
+            future = self.effects.submit(self._run(call))
         except EffectLoopClosedError:
-            with self._lock:
-                self._running.pop(key, None)
+            self._free(call)
             return
         with self._lock:
             call.future = future
             cancelled = call.cancelled
-
-        def done(f: Future[Any]) -> None:  # on the loop: free the slot, answer the caller
-            with self._lock:
-                self._running.pop(key, None)
-                waiting = bool(self._queue)
-            if not f.cancelled():
-                result = _result(request.name, f)
-                _reply(request.reply_to, ToolFinished(request.token, request.index, result))
-            if waiting:
-                self.wake()
-
-        future.add_done_callback(done)
+        # Also frees the slot of a call cancelled before it ran (then _run never did).
+        future.add_done_callback(lambda _: self._free(call))
         if cancelled:
             future.cancel()
+
+    async def _run(self, call: _Call) -> None:
+        """Make the call on the loop, free its slot, and answer the caller (from the task
+        itself: the future's callbacks would answer one loop iteration later)."""
+        request = call.request
+        try:
+            done = await self.servers.call(
+                call.server, call.snapshot.tool, request.arguments, call_id=request.call_id
+            )
+            images = tuple(InputImage(f"data:{mime};base64,{data}") for mime, data in done.images)
+            result = ToolResult(done.output, done.outcome, done.duration_ms, images, done.control)
+        except Exception as exc:  # McpServers.call reports failures as results: this is a bug
+            result = ToolResult(f"{request.name} failed: {exc!r}", "error")
+        self._free(call)  # first, so the caller's next call finds the slot free
+        _reply(request.reply_to, ToolFinished(request.token, request.index, result))
+
+    def _free(self, call: _Call) -> None:
+        """Free the call's slot (once); wake the pool if calls wait."""
+        with self._lock:
+            freed = self._running.get(call.key) is call
+            if freed:
+                del self._running[call.key]
+            waiting = freed and bool(self._queue)
+        if waiting:
+            self.wake()
 
     # --- stopping ----------------------------------------------------------------------------
 
@@ -257,15 +265,6 @@ class Dispatcher:
             futures = [c.future for c in self._running.values() if c.future is not None]
         for future in futures:
             future.cancel()
-
-
-def _result(name: str, future: Future[Any]) -> ToolResult:
-    error = future.exception()
-    if error is not None:  # McpServers.call reports failures as results: this is a bug
-        return ToolResult(f"{name} failed: {error!r}", "error")
-    done = future.result()
-    images = tuple(InputImage(f"data:{mime};base64,{data}") for mime, data in done.images)
-    return ToolResult(done.output, done.outcome, done.duration_ms, images, done.control)
 
 
 def _reply(ref: Any, message: Any) -> None:
