@@ -1,6 +1,6 @@
 """What a tool call through plait costs beyond the MCP call itself.
 
-Run from the repository root: ``python bench/mcp.py [--quick]`` (see README.md).
+Run from the repository root: ``python bench/mcp.py [--quick] [--inprocess]`` (see README.md).
 """
 
 from __future__ import annotations
@@ -12,13 +12,17 @@ sys.path.append(sys.path.pop(0))
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import statistics
+import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 from report import Line, table
 
 from plait.actors.mcp import McpServerConfig
@@ -57,17 +61,47 @@ def direct(n: int) -> list[float]:
     return asyncio.run(run())
 
 
-def ours(tmp: Path, n: int) -> tuple[list[float], list[float]]:
+@contextlib.contextmanager
+def model_server(steps: list[Step], inprocess: bool) -> Iterator[str]:
+    """Serve ``steps`` and yield the base URL: from a child process, as a real model server
+    is, unless ``inprocess`` (a server in the bench's process shares its interpreter lock,
+    and its work on each request, which grows with the history, lands in the call's span)."""
+    if inprocess:
+        with ScriptedModelServer(steps) as server:
+            yield server.base_url
+        return
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(msgspec.json.encode(steps) + b"\n")
+    child.stdin.flush()
+    try:
+        yield child.stdout.readline().decode().strip()
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
+def serve() -> None:
+    """The child of ``model_server``: serve the steps read from stdin until it closes."""
+    steps = msgspec.json.decode(sys.stdin.buffer.readline(), type=list[Step])
+    with ScriptedModelServer(steps) as server:
+        print(server.base_url, flush=True)
+        sys.stdin.buffer.read()
+
+
+def ours(tmp: Path, n: int, inprocess: bool = False) -> tuple[list[float], list[float]]:
     """From the model's call recorded to its output recorded, seen by a live subscriber.
 
-    That span holds the pool's dispatch, the MCP call on the effect loop, and the durable
+    That span holds the call's dispatch, the MCP call on the effect loop, and the durable
     commit of ``ToolCallCompleted``. Also returned: the whole turn (the model asks, the
     tool runs, the next request goes out), from one ``ToolCallRequested`` to the next.
     """
     config = McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])
     call = Step(tool_calls=[ScriptedToolCall("t__echo", json.dumps(ARGS))])
-    with ScriptedModelServer([call] * (WARM + n) + [Step(text="done")]) as server:
-        settings = ModelSettings(base_url=server.base_url, api_key="x", model="scripted")
+    with model_server([call] * (WARM + n) + [Step(text="done")], inprocess) as base_url:
+        settings = ModelSettings(base_url=base_url, api_key="x", model="scripted")
         with Runtime(
             tmp / "mcp.db", model=settings, workdir=tmp, mcp_servers={"t": config}
         ) as runtime:
@@ -92,11 +126,18 @@ def ours(tmp: Path, n: int) -> tuple[list[float], list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="50 calls instead of 500")
+    parser.add_argument(
+        "--inprocess", action="store_true", help="the scripted model server in this process"
+    )
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve:
+        serve()
+        return
     n = 50 if args.quick else 500
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="plait-bench-") as name:
-        ours_calls, ours_turns = ours(Path(name), n)
+        ours_calls, ours_turns = ours(Path(name), n, args.inprocess)
     raw = direct(n)
     a, b = statistics.median(ours_calls), statistics.median(raw)
     lines: list[Line] = [
@@ -121,7 +162,8 @@ def main() -> None:
         f"a tool call (echo over stdio), {n} calls",
         lines,
         "ours: Runtime on SQLite (WAL, synchronous=FULL): ToolCallRequested seen -> "
-        "ToolCallCompleted seen; raw: ClientSession.call_tool",
+        "ToolCallCompleted seen; raw: ClientSession.call_tool; model server "
+        + ("in this process" if args.inprocess else "in a process of its own"),
     )
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
