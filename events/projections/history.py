@@ -16,7 +16,7 @@ import msgspec
 
 from plait.events.projections.base import Projection
 from plait.events.projections.messages import ChatMessage, Part, shown_text
-from plait.events.projections.tasks import TASKS, TaskQueue
+from plait.events.projections.tasks import TASK_STEPS, TaskQueue
 from plait.events.types import (
     CANCEL_MESSAGE,
     INTERRUPT_MESSAGE,
@@ -91,6 +91,12 @@ class Histories(msgspec.Struct):
     """Events that broke a history invariant (the runtime must never produce them)."""
 
 
+_ENQUEUE = TASK_STEPS[TaskEnqueued]
+_DROP = TASK_STEPS[TaskDropped]
+_START = TASK_STEPS[TaskStarted]
+_END = TASK_STEPS[TaskCompleted]  # and TurnAborted's
+
+
 class HistoryProjection(Projection[Histories]):
     """Folds events into each conversation's chat history."""
 
@@ -114,6 +120,10 @@ class HistoryProjection(Projection[Histories]):
             TurnAborted: self._aborted,
             HistoryCompacted: self._compacted,
         }
+
+    # The handlers of the events every turn writes (``_started``, ``_responded``,
+    # ``_tool_completed``, ``_completed``) make their messages in one step: a rebuild folds
+    # millions of them (bench/events.py, section 2).
 
     @staticmethod
     def _conversation(state: Histories, event: Event) -> ConversationHistory | None:
@@ -172,23 +182,30 @@ class HistoryProjection(Projection[Histories]):
         if conv is not None:
             conv.destroyed_at = event.at
 
-    def _enqueued(self, state: Histories, event: Event) -> None:
-        body = event.body
-        assert isinstance(body, TaskEnqueued)
-        TASKS.apply(state.tasks, event)
+    @staticmethod
+    def _enqueued(state: Histories, event: Event) -> None:
+        _ENQUEUE(state.tasks, event)
 
-    def _dropped(self, state: Histories, event: Event) -> None:
-        TASKS.apply(state.tasks, event)
+    @staticmethod
+    def _dropped(state: Histories, event: Event) -> None:
+        _DROP(state.tasks, event)
 
     def _started(self, state: Histories, event: Event) -> None:
-        plan = TASKS.apply(state.tasks, event).running
+        tasks = state.tasks
+        _START(tasks, event)
+        plan = tasks.running
         if plan is not None and plan.task_id != event.task_id:
             plan = None
         conv = self._conversation(state, event)
         if conv is None or plan is None:
             return
+        items = plan.input_items
+        if len(items) == 1 and type(items[0]) is InputText:  # the usual task: one text
+            conv.messages.append(ChatMessage("user", items[0].text, None, None, event.seq))
+            conv.last_active_at = event.at
+            return
         run: list[Part] = []
-        for item in plan.input_items:
+        for item in items:
             if isinstance(item, FunctionCallOutput):
                 self._flush(conv, event, run)
                 self._answer(state, conv, event, item.call_id, item.output)
@@ -221,10 +238,11 @@ class HistoryProjection(Projection[Histories]):
             )
             return
         conv.open_calls.remove(call_id)
-        self._write(conv, event, ChatMessage("tool", output, tool_call_id=call_id))
+        conv.messages.append(ChatMessage("tool", output, None, call_id, event.seq))
+        conv.last_active_at = event.at
 
     def _completed(self, state: Histories, event: Event) -> None:
-        TASKS.apply(state.tasks, event)
+        _END(state.tasks, event)
         conv = self._conversation(state, event)
         if conv is not None:
             conv.last_active_at = event.at
@@ -242,21 +260,26 @@ class HistoryProjection(Projection[Histories]):
             )
 
     def _responded(self, state: Histories, event: Event) -> None:
-        body = event.body
-        assert isinstance(body, ModelResponded)
+        body: ModelResponded = event.body  # type: ignore[assignment]
         conv = self._conversation(state, event)
         if conv is None or conv.compacting:
             return  # a summary: HistoryCompacted puts it in the history
-        calls = tuple(body.tool_calls) or None
-        text: Content | None = body.text if body.text != "" or calls is None else None
+        calls = body.tool_calls
+        text: Content | None = body.text
+        if calls:
+            conv.open_calls = [call.id for call in calls]
+            if text == "":
+                text = None
+        else:
+            conv.open_calls = []
         reasoning = body.reasoning or None
-        message = ChatMessage("assistant", text, tool_calls=calls, reasoning=reasoning)
-        self._write(conv, event, message)
-        conv.open_calls = [call.id for call in body.tool_calls]
+        conv.messages.append(
+            ChatMessage("assistant", text, tuple(calls) or None, None, event.seq, reasoning)
+        )
+        conv.last_active_at = event.at
 
     def _tool_completed(self, state: Histories, event: Event) -> None:
-        body = event.body
-        assert isinstance(body, ToolCallCompleted)
+        body: ToolCallCompleted = event.body  # type: ignore[assignment]
         conv = self._conversation(state, event)
         if conv is not None:
             output: Content | list[Part] = body.output
@@ -265,7 +288,7 @@ class HistoryProjection(Projection[Histories]):
             self._answer(state, conv, event, body.call_id, output)
 
     def _aborted(self, state: Histories, event: Event) -> None:
-        TASKS.apply(state.tasks, event)
+        _END(state.tasks, event)
         body = event.body
         assert isinstance(body, TurnAborted)
         conv = self._conversation(state, event)

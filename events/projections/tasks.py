@@ -27,6 +27,7 @@ from plait.events.values import Content, TaskPlan, as_text
 
 __all__ = [
     "TASKS",
+    "TASK_STEPS",
     "QueueSnapshot",
     "TaskQueue",
     "TaskQueueProjection",
@@ -143,6 +144,10 @@ def _take(state: TaskQueue, task_id: str | None) -> TaskPlan | None:
 
 
 TASKS = TaskQueueProjection()
+
+TASK_STEPS: dict[type[Any], Callable[[TaskQueue, Event], None]] = TASKS.handlers()
+"""The fold of ``TaskQueue`` step by body type, for a projection that keeps a queue inside its
+own state (``Histories.tasks``) and folds it without a second dispatch."""
 
 
 def task_queue(events: Iterable[Event]) -> TaskQueue:

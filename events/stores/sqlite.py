@@ -31,6 +31,7 @@ from plait.events.store import (
     Waiter,
     utc_now,
 )
+from plait.events.stores.sqlite_reads import CHUNK_SQL, Chunk, batches
 from plait.events.stores.sqlite_writes import Writes
 from plait.events.subscription import Signal
 from plait.events.types import Event
@@ -246,6 +247,24 @@ class SqliteStore(EventStore):
             (after_position, -1 if limit is None else limit),
         )
         return rows
+
+    def batches(
+        self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
+    ) -> Iterator[list[Event]]:
+        # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``).
+        return batches(
+            self._chunk,
+            lambda after, limit: self.read_all(after, limit=limit, resolve_blobs=resolve_blobs),
+            self._resolve if resolve_blobs else None,
+            after_position,
+            batch,
+        )
+
+    def _chunk(self, after_position: int, limit: int) -> Chunk:
+        count, last, listed, sizes, data, hashes, blobs = self._query(
+            CHUNK_SQL, (after_position, limit)
+        )[0]
+        return count, last, listed, sizes, data, hashes, blobs
 
     def _locate(self, position: int) -> tuple[str, int]:
         rows = self._query("SELECT stream, seq FROM events WHERE position = ?", (position,))

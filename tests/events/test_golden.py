@@ -31,6 +31,7 @@ def test_golden_sqlite_log_reads_verifies_and_projects(version: str, tmp_path: P
         assert store.verify(session).ok
         events = store.read(session)
         assert len(events) == expected["events"]
+        assert list(store.iter_all()) == events  # the rebuild's path lifts old versions too
         assert events[-1].hash.hex() == expected["last_hash"]
         histories = HistoryProjection().fold(events)
         index = [

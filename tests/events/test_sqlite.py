@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from plait.errors import ConcurrencyError, PlaitError, StoreUnavailableError
-from plait.events import SqliteStore, TurnStarted
+from plait.errors import ConcurrencyError, CorruptEventError, PlaitError, StoreUnavailableError
+from plait.events import SqliteStore, ToolCallCompleted, TurnStarted
+from plait.events.stores import sqlite_reads
 
 WRITER = textwrap.dedent(
     """
@@ -179,3 +180,53 @@ def test_a_store_sees_the_heads_another_connection_moved(tmp_path: Path) -> None
 
         assert [(e.seq, e.position) for e in mine.read("s")] == [(1, 1), (2, 2), (3, 3)]
         assert mine.verify("s").ok
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_reads, "_CHUNK", 8)  # many chunks, several batches each
+
+
+def _mixed_log(store: SqliteStore) -> None:
+    big = "x" * (store.blob_threshold + 1)
+    for i in range(5):
+        bodies = [TurnStarted(turn=n) for n in range(6)]
+        bodies.insert(2, ToolCallCompleted(call_id=f"c{i}", output=big if i % 2 else "small"))
+        for stream in ("a", "b"):
+            store.append(stream, bodies, store.last_seq(stream))
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_rebuild_reads_every_event_as_rows_read_them(
+    tmp_path: Path, small_chunks: None, ahead: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_reads, "READ_AHEAD", ahead)
+    with SqliteStore(tmp_path / "s.db") as store:
+        _mixed_log(store)
+        every = store.read_all(limit=None)
+        assert len(every) == 70
+        for resolve in (True, False):
+            rows = store.read_all(limit=None, resolve_blobs=resolve)
+            assert list(store.iter_all(batch=3, resolve_blobs=resolve)) == rows
+        outputs = [e.body.output for e in every if isinstance(e.body, ToolCallCompleted)]
+        assert "x" * (store.blob_threshold + 1) in outputs
+        batches = list(store.batches(every[20].position, batch=3))
+        assert [e for b in batches for e in b] == every[21:]
+        assert all(0 < len(b) <= 3 for b in batches)
+
+
+def test_a_rebuild_names_a_row_that_does_not_decode(tmp_path: Path, small_chunks: None) -> None:
+    with SqliteStore(tmp_path / "s.db") as store:
+        _mixed_log(store)
+        store._db.execute("UPDATE events SET data = X'c1' WHERE stream = 'b' AND seq = 30")
+        with pytest.raises(CorruptEventError, match="stream b seq 30"):
+            list(store.iter_all())
+
+
+def test_a_rebuild_stopped_early_stops_its_reader(tmp_path: Path, small_chunks: None) -> None:
+    with SqliteStore(tmp_path / "s.db") as store:
+        _mixed_log(store)
+        batches = store.batches(batch=2)
+        assert len(next(batches)) == 2
+        batches.close()  # type: ignore[attr-defined]
+        assert not any(t.name == "plait-sqlite-reader" for t in threading.enumerate())

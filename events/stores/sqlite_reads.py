@@ -1,0 +1,147 @@
+"""How ``SqliteStore`` reads its whole log fast (``batches``, ``iter_all``: a rebuild).
+
+Read one row per event, and each costs a tuple, two bytes objects and an int to make, and a
+decode call of its own. Instead one statement returns a chunk of events as one row: their
+positions and sizes, their stored bytes end to end (``group_concat`` over the rows in position
+order), their hashes end to end, and whether any may hold a blob reference. A batch of them
+decodes as one msgpack array (``decode_joined``) just before the caller folds it.
+
+SQLite computes that row with the GIL released, so a thread of its own reads the next chunk
+while the caller decodes and folds this one: the reading runs on the other core. A chunk's
+rows must come in position order (the positions say so, or the chunk is read the careful way),
+and a batch with anything unusual in it (an old version, bytes that do not decode as the current
+``Event``) is read again row by row, through ``decode_rows``, which names what is wrong and where.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Generator, Iterator
+from itertools import accumulate
+
+import msgspec
+
+from plait.events.codec import BLOB_MARK, decode_joined
+from plait.events.types import Event
+
+__all__ = ["CHUNK_SQL", "Chunk", "batches"]
+
+CHUNK_SQL = (
+    "SELECT count(*), max(position), '[' || group_concat(position) || ']', "
+    "'[' || group_concat(length(data)) || ']', "
+    "CAST(group_concat(data, X'') AS BLOB), CAST(group_concat(hash, X'') AS BLOB), "
+    f"max(instr(data, X'{BLOB_MARK.hex()}')) "
+    "FROM (SELECT position, data, hash FROM events WHERE position > ? ORDER BY position LIMIT ?)"
+)
+"""A chunk of events after a position: how many, the last position, their positions and
+sizes (JSON arrays, in the order of the bytes), their stored bytes, their hashes, and (above 0)
+whether any of them may hold a blob reference."""
+
+Chunk = tuple[int, int | None, str | None, str | None, bytes | None, bytes | None, int | None]
+"""What ``CHUNK_SQL`` returns: a count of 0 and ``None``s after the last event."""
+
+_ints = msgspec.json.Decoder(list[int]).decode
+
+_CHUNK = 16_384
+"""Events per chunk read ahead: enough that the reader seldom waits for the GIL."""
+
+_AHEAD = 2
+"""Chunks read ahead at most."""
+
+
+def batches(
+    read_chunk: Callable[[int, int], Chunk],
+    read_rows: Callable[[int, int], list[Event]],
+    resolve: Callable[[Event], Event] | None,
+    after_position: int,
+    batch: int,
+) -> Iterator[list[Event]]:
+    """Yield every event after ``after_position`` in lists of up to ``batch``.
+
+    ``read_chunk(after, limit)`` runs ``CHUNK_SQL``; ``read_rows(after, limit)`` reads and
+    decodes rows the careful way; ``resolve`` brings back the blobs of an event that may
+    reference some.
+    """
+    size = max(batch, _CHUNK // batch * batch)
+    chunks = _chunks(read_chunk, after_position, size)
+    if READ_AHEAD:
+        chunks = _ahead(chunks)
+    try:
+        after = after_position
+        while True:
+            chunk = next(chunks, None)
+            if chunk is None:
+                return
+            count, _, listed, sizes, data, hashes, blobs = chunk
+            if not count or listed is None or sizes is None or data is None or hashes is None:
+                return
+            positions = _ints(listed)
+            if positions[0] <= after or positions != sorted(positions):
+                rows = read_rows(after, len(positions))
+                yield from (rows[i : i + batch] for i in range(0, len(rows), batch))
+            else:
+                ends = [0, *accumulate(_ints(sizes))]
+                view = memoryview(data)
+                for i in range(0, len(positions), batch):
+                    j = min(i + batch, len(positions))
+                    found = decode_joined(
+                        view[ends[i] : ends[j]], positions[i:j], hashes[32 * i : 32 * j]
+                    )
+                    if found is None:
+                        yield read_rows(positions[i - 1] if i else after, j - i)
+                    elif resolve is not None and blobs:
+                        yield [resolve(e) if e.body.BLOB_FIELDS else e for e in found]
+                    else:
+                        yield found
+            if len(positions) < size:
+                return
+            after = positions[-1]
+    finally:
+        chunks.close()
+
+
+READ_AHEAD = True
+
+
+def _chunks(
+    read_chunk: Callable[[int, int], Chunk], after: int, size: int
+) -> Generator[Chunk, None, None]:
+    while True:
+        chunk = read_chunk(after, size)
+        yield chunk
+        count, last = chunk[0], chunk[1]
+        if count < size or last is None:
+            return
+        after = last
+
+
+def _ahead(chunks: Iterator[Chunk]) -> Generator[Chunk, None, None]:
+    """Run ``chunks`` on a thread of its own, ``_AHEAD`` chunks ahead of the caller."""
+    ahead: queue.Queue[Chunk | BaseException | None] = queue.Queue(_AHEAD)
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            for chunk in chunks:
+                if stop.is_set():
+                    return
+                ahead.put(chunk)
+            ahead.put(None)
+        except BaseException as exc:  # the caller raises it
+            ahead.put(exc)
+
+    reader = threading.Thread(target=read, name="plait-sqlite-reader", daemon=True)
+    reader.start()
+    try:
+        while (chunk := ahead.get()) is not None:
+            if isinstance(chunk, BaseException):
+                raise chunk
+            yield chunk
+    finally:
+        stop.set()
+        while reader.is_alive():  # a reader waiting to hand over a chunk takes its turn
+            try:
+                ahead.get_nowait()
+            except queue.Empty:
+                reader.join(0.01)
