@@ -247,6 +247,9 @@ class _Handler(BaseHTTPRequestHandler):
     # HTTP/1.1 lets streams use chunked encoding, as OpenAI's do: a stream cut short is then
     # an incomplete body the client notices, not the clean end of a connection-delimited one.
     protocol_version = "HTTP/1.1"
+    # Each streamed chunk goes out at once, as from real servers (on a kept connection,
+    # Nagle's algorithm would hold it for the client's delayed ACK: 40 ms).
+    disable_nagle_algorithm = True
 
     @property
     def script(self) -> ScriptedModelServer:
@@ -339,12 +342,15 @@ class _Handler(BaseHTTPRequestHandler):
             lines.append(b"data: [DONE]\n\n")
         if step.disconnect_after is not None:
             lines = lines[: min(step.disconnect_after, len(chunks))]
-        self.close_connection = True
+        # A whole stream keeps the connection for the next request, as real servers do.
+        cut = step.malformed or step.disconnect_after is not None
+        self.close_connection = self.close_connection or cut  # or the client asked to
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
-            self.send_header("Connection", "close")
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             for i, line in enumerate(lines):
                 if i and step.chunk_delay and self.script._closing.wait(step.chunk_delay):

@@ -197,14 +197,16 @@ class Conversation(Actor):
             CONTEXTS.apply(self.contexts, event)
             self.token_count.apply(event.body)
 
-    def record(self, *bodies: Body, task: str | None = None) -> list[Event]:
-        """Record ``bodies`` as one group, for ``task`` (by default the running task)."""
+    def record(self, *bodies: Body, task: str | None = None, ahead: bool = False) -> list[Event]:
+        """Record ``bodies`` as one group, for ``task`` (by default the running task);
+        ``ahead``: made, to be written by ``journal.flush`` (docs/event-log.md#writing-ahead)."""
         task_id = task if task is not None else (self.run.plan.task_id if self.run else None)
-        return self.record_events([NewEvent(body, self.id, task_id) for body in bodies])
+        return self.record_events([NewEvent(body, self.id, task_id) for body in bodies], ahead)
 
-    def record_events(self, items: list[NewEvent]) -> list[Event]:
+    def record_events(self, items: list[NewEvent], ahead: bool = False) -> list[Event]:
         """Record ``items`` as one group (a crash keeps all or none) and apply them."""
-        events: list[Event] = self.deps.journal.record(items, origin=self.actor_ref)
+        journal = self.deps.journal
+        events: list[Event] = journal.record(items, origin=self.actor_ref, ahead=ahead)
         self._apply(events)
         if events:
             self.approvals.now = events[-1].at
@@ -255,10 +257,13 @@ class Conversation(Actor):
             self._apply(recorded)
         match message:
             case RunTask(plan=plan):
-                narrowed = self.approvals.narrowed(plan.context)
-                if narrowed is not None:
-                    self.record(narrowed, task=plan.task_id)
-                self._start(plan)
+                try:
+                    narrowed = self.approvals.narrowed(plan.context)
+                    if narrowed is not None:
+                        self.record(narrowed, task=plan.task_id)
+                    self._start(plan)
+                finally:  # the task's start was made ahead, for this actor to write
+                    self.deps.journal.flush()
             case ModelFinished():
                 model_reply.on_finished(self, message)
             case ToolFinished():
@@ -340,9 +345,10 @@ class Conversation(Actor):
         messages = prompt_view.messages(instructions)
         tools, tools_sha = self._offered_tools(run.tool_view)
         run.compacted = False
-        # The request is built from the log alone, so it may go out while its record is being
-        # made durable: the fsync overlaps the network. Its reply comes back as a message, after
-        # this handler; its text deltas are held until the record is in the feeds.
+        # The request is built from the log alone, so it may go out while its record (and a
+        # task's start, made ahead) is being made durable: the fsync overlaps the network. Its
+        # reply comes back as a message, after this handler; its text deltas are held until
+        # the record is in the feeds.
         deltas = call_model(self, messages, tools)
         if deltas is None:
             return  # the session is being stopped
@@ -355,7 +361,9 @@ class Conversation(Actor):
                 prompt_view.sha256,
                 len(prompt_view) + 1,
             ),
+            ahead=True,
         )
+        self.deps.journal.flush()
         deltas.open()
 
     def instructions(self) -> str:

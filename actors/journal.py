@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -70,8 +70,11 @@ class Journal:
         """Why the store refused an append, if it did (the journal is sealed since)."""
         self._lock = threading.Lock()
         self._writing = threading.Lock()  # held by the thread writing what was made ahead
-        self._ahead: list[tuple[PreparedAppend, list[Event]]] = []
-        """Appends made ahead, not yet written: each, and its events as the feeds get them."""
+        self._ahead: list[PreparedAppend] = []
+        """Appends made ahead, not yet being written."""
+        self._made = self._durable = 0  # appends made ahead, and of them written
+        self._on_durable: list[tuple[int, Callable[[StoreError | None], object]]] = []
+        """Told once the first so many appends made ahead are written (``None``), or why not."""
         self._writes_ahead = store.writes_ahead
         self._listeners: dict[str, _Listener] = {}
         self._kept: list[tuple[str | None, tuple[Event, ...]]] = []
@@ -194,45 +197,71 @@ class Journal:
                 feed.fail(error)
 
     def record_last(self, items: Sequence[Body | NewEvent]) -> list[Event]:
-        """Append what the session's owner records once its actors are stopped (the close)."""
-        with self._writing:
-            self._flush()
-            with self._lock:
-                return self._record(items, None, False)
+        """Append what the session's owner records once its actors are stopped (the close);
+        raise what the store raised."""
+        return self._record_now(items, None, last=True)
 
     def record(
         self, items: Sequence[Body | NewEvent], origin: Any = None, *, ahead: bool = False
     ) -> list[Event]:
         """Append ``items`` as one atomic group; ``origin`` (the recording actor) is not told.
 
-        ``ahead``: return the events made, not yet durable; the caller ``flush``es them
-        before it ends its handling (a store that cannot write ahead, or a session whose
-        storage policies shape what is stored, has them written now).
+        ``ahead``: return the events made, not yet durable; the caller has them written
+        (``flush``) before it ends its handling (a store that cannot write ahead, or a session
+        whose storage policies shape what is stored, has them written now).
         Once sealed, nothing is appended and nothing returned.
         """
-        if ahead and self._writes_ahead and not self._policies.of:
+        if ahead and self._makes_ahead:
             with self._lock:
-                if not self._sealed:
-                    return self._record(items, origin, True)
+                return [] if self._sealed else self._record(items, origin, True)
+        return self._record_now(items, origin, last=False)
+
+    @property
+    def _makes_ahead(self) -> bool:
+        return self._writes_ahead and not self._policies.of
+
+    def _record_now(self, items: Sequence[Body | NewEvent], origin: Any, last: bool) -> list[Event]:
+        """Append ``items`` after what was made ahead, and return once all is durable."""
+        if self._makes_ahead:  # made, and written with what was made before, at once
+            with self._lock:
+                if self._sealed and not last:
+                    log.debug("session %s is stopped: %d not recorded", self.stream, len(items))
+                    return []
+                events = self._record(items, origin, True)
+            if self.flush():
+                return events
+            if last or not isinstance(self.refusal, LeaseLostError):
+                raise cast(StoreError, self.refusal)
+            return []
         with self._writing:
-            self._flush()  # what was made ahead comes first in the log
+            self._flush()
             with self._lock:
-                if self._sealed:
+                if self._sealed and not last:
                     log.debug("session %s is stopped: %d not recorded", self.stream, len(items))
                     return []
                 try:
                     return self._record(items, origin, False)
                 except LeaseLostError as exc:
+                    if last:
+                        raise
                     error = self._refused(exc)
         self._tell_lost(error)
         return []
 
+    def when_durable(self, then: Callable[[StoreError | None], object]) -> None:
+        """Call ``then`` once what was made ahead so far is written (with ``None``), or
+        with why it was not; at once if nothing waits to be written."""
+        with self._lock:
+            if self._durable < self._made and self.refusal is None:
+                self._on_durable.append((self._made, then))
+                return
+            refusal = self.refusal
+        then(refusal)
+
     def flush(self) -> bool:
-        """Write what was made ahead (even once sealed: the actors acted on it); return
-        whether it is durable. If not, the session is stopped in this process (``on_lost``)
-        and its feeds are told why."""
-        if not self._ahead:
-            return self.refusal is None
+        """Write what was made ahead (even once sealed: the actors acted on it); return once
+        it is durable, with whether it is. If not, the session is stopped in this process
+        (``on_lost``) and its feeds are told why."""
         with self._writing:
             return self._flush()
 
@@ -240,27 +269,34 @@ class Journal:
         """``flush``, holding ``_writing``."""
         with self._lock:
             made, self._ahead = self._ahead, []
-        if made:
-            try:
-                self.store.append_prepared(
-                    self.stream, PreparedAppend.joined([m for m, _ in made]), epoch=self.epoch
-                )
-            except StoreError as exc:
-                with self._lock:
-                    error = self._refused(exc)
-                    for feed in self._feeds:
-                        feed.fail(error)
-                self._tell_lost(error)
-                return False
-            with self._lock:
-                for _, events in made:
-                    self._publish(events)
-        return self.refusal is None
+        if not made:
+            return self.refusal is None
+        error: StoreError | None = None
+        try:
+            joined = PreparedAppend.joined(made)
+            self.store.append_prepared(self.stream, joined, epoch=self.epoch)
+        except StoreError as exc:
+            error = exc
+        with self._lock:
+            if error is None:
+                self._durable += len(made)
+                self._publish(joined.events)
+                told = [then for upto, then in self._on_durable if upto <= self._durable]
+                self._on_durable = [(n, t) for n, t in self._on_durable if n > self._durable]
+            else:
+                self._refused(error)
+                for feed in self._feeds:
+                    feed.fail(error)
+                told, self._on_durable = [then for _, then in self._on_durable], []
+        for then in told:
+            then(error)
+        if error is not None:
+            self._tell_lost(error)
+        return error is None and self.refusal is None
 
     def _refused(self, error: StoreError) -> StoreError:
         """Seal, as the store refused or failed an append; hold the lock."""
         self._sealed = True
-        self._ahead = []
         self.refusal = error
         return error
 
@@ -337,7 +373,8 @@ class Journal:
         if not items:
             return []
         made = self.store.prepare(self.stream, items, self._seq, self._hash)
-        self._ahead.append((made, made.events))
+        self._ahead.append(made)
+        self._made += 1
         return made.events
 
     def publish(self, notice: Transient) -> None:

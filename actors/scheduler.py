@@ -65,21 +65,22 @@ class Scheduler:
         catch_up: Callable[[], object],
         deliver: Callable[[RunTask | Abort], object],
         refusal: Callable[[], Exception | None] = lambda: None,
-        flush: Callable[[], bool] = lambda: True,
+        when_durable: Callable[[Callable[[Exception | None], object]], object] | None = None,
     ) -> None:
         """``state``: the session's task queue, kept folded by the Session; ``record(group,
         ahead=False)`` appends a group (or makes it, ``ahead``) and folds it; ``catch_up``
         folds what others recorded since; ``deliver`` hands a task it started, or an abort of
         the running one, to the task's conversation; ``refusal`` says why the log took
-        nothing, if the store refused it (else the session is being stopped); ``flush``
-        writes what was made ahead and says whether it is durable."""
+        nothing, if the store refused it (else the session is being stopped);
+        ``when_durable(then)`` calls ``then`` once what was made ahead is written (``None``),
+        or with why it was not (the conversation a task is delivered to writes it)."""
         self.stream = stream
         self.state = state
         self._record = record
         self._catch_up = catch_up
         self._deliver = deliver
         self._refusal = refusal
-        self._flush = flush
+        self._when_durable = when_durable or (lambda then: then(None))
 
     def receive(self, message: Any) -> Any:
         """Handle one of ``MESSAGES``."""
@@ -98,8 +99,12 @@ class Scheduler:
                     if ack is not None:
                         ack(exc)
                     raise
-                if ack is not None:
-                    ack(None if recorded else self._refusal() or SessionClosedError(self.stream))
+                if ack is None:
+                    pass
+                elif recorded:
+                    self._when_durable(ack)  # acknowledged once durable, never before
+                else:
+                    ack(self._refusal() or SessionClosedError(self.stream))
             case TaskEnded():
                 self._maybe_start()
             case Interrupt(cause=cause):
@@ -129,7 +134,7 @@ class Scheduler:
 
     def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> list[Event]:
         """Start ``plan`` (if any), recording ``before`` with it; return what was recorded
-        (durable by then)."""
+        (made ahead, when a task starts: its conversation writes it)."""
         if plan is None:
             return self._record(before) if before else []
         started = [NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)]
@@ -139,12 +144,12 @@ class Scheduler:
             # crash keeps both or neither.
             answer = ToolCallCompleted(plan.closure.call_id, output)
             started.append(NewEvent(answer, plan.conversation_id, plan.task_id))
-        # Made ahead: the conversation builds its first request from these events and sends
-        # it while they are written (docs/event-log.md#writing-ahead).
+        # Made ahead: the conversation builds its first request from these events, sends it,
+        # then writes them with its own (docs/event-log.md#writing-ahead).
         recorded = self._record([*before, *started], ahead=True)
         if recorded:
             self._deliver(RunTask(plan))
-        return recorded if self._flush() else []
+        return recorded
 
     def _interrupt(self, cause: InterruptCause) -> None:
         why = INTERRUPTED_BY[cause]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import pykka
+
 from plait.actors.actor import Actor
 from plait.actors.builtins import ConvDestroy, ConvHistory, ConvSend
 from plait.actors.conversation import Conversation, ConversationDeps
@@ -76,7 +78,7 @@ class Session(Actor):
             self._catch_up,
             self._deliver,
             lambda: journal.refusal,
-            journal.flush,
+            journal.when_durable,
         )
         self._fold(past)
 
@@ -159,10 +161,14 @@ class Session(Actor):
         task's."""
         if isinstance(message, RunTask):
             ref = self.conversations.get(message.plan.conversation_id)
-            if ref is not None:
-                ref.tell(message)
-            else:
-                self._fail_orphan(message.plan)
+            try:
+                if ref is not None:
+                    ref.tell(message)  # it writes what was made ahead for the task
+                    return
+            except pykka.ActorDeadError:
+                pass
+            self.journal.flush()
+            self._fail_orphan(message.plan)
             return
         running = self.histories.tasks.running
         if running is not None and running.task_id == message.task_id:

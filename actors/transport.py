@@ -348,10 +348,12 @@ class Transport:
                 conn.close()
 
     async def aclose(self) -> None:
-        """Close the idle connections."""
+        """Close the idle connections (and let the loop close their sockets)."""
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+        if idle:
+            await asyncio.sleep(0)  # a transport closes its socket in a callback of the loop
 
     async def _exchange(self, request: bytes) -> tuple[_Conn, HttpResponse]:
         """Send ``request``; wait for the answer's head. A kept connection that the server

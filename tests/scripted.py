@@ -76,6 +76,15 @@ def runtime_for(
     return Runtime(tmp_path / "plait.db", model=settings, workdir=tmp_path, **kwargs)
 
 
+def crash(runtime: Runtime, session: Any) -> None:
+    """Stop ``runtime`` as a killed process stops: ``session`` records nothing more and its
+    lease is left lapsed; its connections to the model server close, as a dead process's do."""
+    session._crash(timeout=5)
+    runtime._loop.submit(runtime._client.aclose()).result(5)
+    runtime._loop.close()
+    runtime.store.close()
+
+
 def replayed(tmp_path: Path, session_id: str) -> list[Event]:
     """Replay a session of ``tmp_path/plait.db``, assert it is clean and its histories
     valid, and return its log."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -606,3 +608,29 @@ def test_every_quirk_at_once_still_answers_a_plain_request() -> None:
     groups = [d["tool_calls"] for d in deltas if d.get("tool_calls")]
     assert groups == [[{"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]]
     assert all("usage" not in c for c in chunks)
+
+
+def test_a_whole_stream_keeps_the_connection_and_a_cut_one_closes_it(
+    server: ScriptedModelServer,
+) -> None:
+    server.push(Step(text="one"), Step(text="two"), Step(text="cut", disconnect_after=1))
+    host, port = server.base_url.split("//")[1].split("/")[0].split(":")
+    conn = http.client.HTTPConnection(host, int(port))
+    body = json.dumps({"model": "m", "messages": [], "stream": True})
+    answers = []
+    for _ in range(3):
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        response = response_of(conn)
+        answers.append((response.getheader("Connection"), conn.sock and conn.sock.getsockname()))
+    # The first two answers came on one connection, kept, as real servers keep it; the cut
+    # stream says it closes it.
+    [(kept, first), (again, second), (cut, gone)] = answers
+    assert (kept, again, cut, gone) == (None, None, "close", None)
+    assert first == second
+
+
+def response_of(conn: http.client.HTTPConnection) -> http.client.HTTPResponse:
+    response = conn.getresponse()
+    with contextlib.suppress(http.client.IncompleteRead):
+        response.read()
+    return response

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import Stuck, assert_histories_valid, call, local_mcp_servers, runtime_for
+from scripted import Stuck, assert_histories_valid, call, crash, local_mcp_servers, runtime_for
 from support import TickClock
 
 from plait import ApprovalDecision, ApprovalRequest, ConfigError
@@ -455,9 +455,7 @@ def crash_while_waiting(tmp_path: Path) -> str:
         with session.subscribe(transient=False) as feed:
             session.submit("echo, then write")
             wait_for(feed, ToolApprovalRequested)
-        session._crash(timeout=5)  # the process dies
-        rt._loop.close()
-        rt.store.close()
+        crash(rt, session)  # the process dies
     return session.session_id
 
 

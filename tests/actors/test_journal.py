@@ -212,3 +212,15 @@ def test_a_store_that_cannot_write_ahead_has_the_events_written_at_once() -> Non
     made = journal.record([SessionClosed("a")], ahead=True)
 
     assert store.read("s") == made
+
+
+def test_who_waits_for_what_was_made_ahead_hears_once_it_is_written(journal: Journal) -> None:
+    heard: list[object] = []
+    journal.when_durable(heard.append)  # nothing waits to be written: at once
+    journal.record([SessionClosed("a")], ahead=True)
+    journal.when_durable(heard.append)
+    assert heard == [None]
+
+    assert journal.flush()
+
+    assert heard == [None, None] and len(journal.store.read("s")) == 1

@@ -383,6 +383,8 @@ class ForwardProxy:
             url = urllib.parse.urlsplit(target.decode())
             self.targets.append(target.decode())
             with socket.create_connection((url.hostname, url.port or 80)) as upstream:
+                version, _, headers = rest.partition(b"\r\n")  # one request: then close
+                rest = b"%s\r\nConnection: close\r\n%s" % (version, headers)
                 upstream.sendall(b"%s %s %s" % (method, url.path.encode(), rest))
                 threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
                 _pump(upstream, client)

@@ -1,4 +1,4 @@
-"""An append made ahead by the stream's writer (``prepare``), written after (``append_prepared``)."""
+"""An append made ahead by its stream's writer (``prepare``), written after it."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from scripted import assert_histories_valid, call, runtime_for
+from scripted import assert_histories_valid, call, crash, runtime_for
 
 from plait.actors.mcp import McpServerConfig
 from plait.events import (
@@ -50,9 +50,7 @@ def crash_during(tmp_path: Path, tool_calls: list[object], config: McpServerConf
                 event = feed.get(timeout=60)
                 assert event is not None, "the calls never started"
                 started += isinstance(event.body, ToolCallStarted)
-        session._crash(timeout=5)  # the process dies: nothing more is recorded
-        runtime._loop.close()
-        runtime.store.close()
+        crash(runtime, session)  # the process dies: nothing more is recorded
     return session.session_id
 
 

@@ -1,0 +1,167 @@
+"""Where one durable turn's milliseconds go, thread by thread: a timeline of marks.
+
+Run from the repository root: ``python bench/timeline.py [--turns N] [--store URL]``.
+
+It runs ``N`` plain turns (``session.run``) against a local ``ScriptedModelServer``, with marks
+wrapped around the points a turn passes through (the actors' messages, the store's appends, the
+HTTP request and its answer, the waiter waking), and prints for each mark its median offset
+from ``run()`` being called, the thread it ran on and, for a span, its median length. A dev
+tool: the wrapping costs a few microseconds a mark, and the marks name private functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from model_process import ModelProcess
+
+from plait.actors import conversation, transport
+from plait.actors.conversation import Conversation
+from plait.actors.feed import Feed
+from plait.actors.model import ModelClient, ModelSettings
+from plait.actors.session import Session
+from plait.events.store import EventStore
+from plait.events.types import Event, TaskCompleted
+from plait.runtime import Runtime
+from plait.runtime.acks import Ack
+from plait.testing import ScriptedModelServer, Step
+
+ANSWER = "Escaped quotes now survive the tokenizer; a regression test covers it, all 119 pass."
+MODEL, WARM = "scripted-model", 5
+
+_marks: list[tuple[int, str, str]] = []  # (perf_counter_ns, label, thread name)
+_on = False
+
+
+def mark(label: str) -> None:
+    if _on:
+        _marks.append((time.perf_counter_ns(), label, threading.current_thread().name))
+
+
+def wrap(owner: Any, name: str, label: Callable[..., str] | str, span: bool = True) -> None:
+    """Put marks around ``owner.name``: ``label`` (or ``label(*args)``) at its start and, for
+    a span, ``label + " end"`` at its end."""
+    inner = getattr(owner, name)
+
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        text = label(*args, **kwargs) if callable(label) else label
+        mark(text)
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            if span:
+                mark(text + " end")
+
+    setattr(owner, name, marked)
+
+
+def instrument() -> None:
+    def message(_self: Any, msg: Any) -> str:
+        return f"{type(_self).__name__} handles {type(msg).__name__}"
+
+    def appended(_self: Any, stream: str, items: Any, *args: Any, **kwargs: Any) -> str:
+        names = [type(getattr(i, "body", i)).__name__ for i in items]
+        return "store.append " + "+".join(names)
+
+    def prepared(_self: Any, stream: str, prepared: Any, **kwargs: Any) -> str:
+        return "store.append_prepared " + "+".join(type(e.body).__name__ for e in prepared.events)
+
+    wrap(EventStore, "append_prepared", prepared)
+    wrap(EventStore, "prepare", "store.prepare")
+    wrap(conversation, "call_model", "call_model")
+    wrap(ModelClient, "_body", "ModelClient builds the body (loop)")
+    wrap(Session, "on_receive", message)
+    wrap(Conversation, "on_receive", message)
+    wrap(EventStore, "append", appended)
+    wrap(Ack, "__call__", "ack (durable)", span=False)
+    wrap(transport._Conn, "send", "HTTP request written", span=False)
+    first = {"seen": False}
+    data_received = transport._Conn.data_received
+
+    def received(self: Any, data: bytes) -> None:
+        if not first["seen"]:
+            first["seen"] = True
+            mark("HTTP first bytes")
+        data_received(self, data)
+        if self.done:
+            first["seen"] = False
+            mark("HTTP answer whole")
+
+    transport._Conn.data_received = received  # type: ignore[method-assign]
+
+    put = Feed.put
+
+    def fed(self: Any, item: Any) -> None:
+        if isinstance(item, Event) and isinstance(item.body, TaskCompleted):
+            mark("feed.put TaskCompleted")
+        put(self, item)
+
+    Feed.put = fed  # type: ignore[method-assign]
+
+
+def report(turns: list[list[tuple[int, str, str]]]) -> None:
+    offsets: dict[tuple[str, str], list[float]] = defaultdict(list)
+    order: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for marks in turns:
+        start = marks[0][0]
+        seen: set[tuple[str, str]] = set()
+        for i, (at, label, thread) in enumerate(marks):
+            key = (label, thread.split("-")[0] if thread.startswith("Thread") else thread)
+            if key in seen:
+                continue
+            seen.add(key)
+            offsets[key].append((at - start) / 1e6)
+            order[key].append(i)
+    rows = sorted(offsets, key=lambda k: statistics.median(offsets[k]))
+    print(f"\n{len(turns)} turns; median offset from run() of each mark's first time in a turn")
+    print(f"{'ms':>7}  {'in':>5}  {'thread':<22} mark")
+    for key in rows:
+        share = len(offsets[key]) / len(turns)
+        label, thread = key
+        print(f"{statistics.median(offsets[key]):7.3f}  {share:5.0%}  {thread[:22]:<22} {label}")
+
+
+def main() -> None:
+    global _on
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--store", help="a store URL (default: a SQLite file)")
+    parser.add_argument("--inprocess", action="store_true", help="the model server in this process")
+    parser.add_argument("--switch", type=float, help="sys.setswitchinterval, seconds")
+    args = parser.parse_args()
+    if args.switch:
+        import sys
+
+        sys.setswitchinterval(args.switch)
+    instrument()
+    turns: list[list[tuple[int, str, str]]] = []
+    with tempfile.TemporaryDirectory(prefix="plait-timeline-") as name:
+        tmp = Path(name)
+        steps = [Step(text=ANSWER, chunk_chars=5)] * (WARM + args.turns)
+        serve = ScriptedModelServer if args.inprocess else ModelProcess
+        with serve(steps, model=MODEL) as server:
+            settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
+            with Runtime(args.store or tmp / "t.db", model=settings, workdir=tmp) as runtime:
+                session = runtime.start_session()
+                for i in range(WARM + args.turns):
+                    _marks.clear()
+                    _on = i >= WARM
+                    mark("run() called")
+                    assert session.run(f"question {i}", timeout=60).ok
+                    mark("run() returned")
+                    _on = False
+                    if i >= WARM:
+                        turns.append(list(_marks))
+    report(turns)
+
+
+if __name__ == "__main__":
+    main()
