@@ -15,6 +15,7 @@ never held while recording or waiting, so the loop never waits on a commit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -26,7 +27,6 @@ import msgspec
 import pykka
 
 from plait.actors.messages import CallTool, ToolFinished, ToolResult
-from plait.errors import EffectLoopClosedError
 from plait.events.types import NewEvent, ToolCallStarted
 from plait.events.values import InputImage, McpToolSnapshot
 
@@ -53,10 +53,10 @@ class _Call(msgspec.Struct):
     request: CallTool
     snapshot: McpToolSnapshot
     server: str
-    future: Any = None
-    """The call on the loop, once submitted."""
+    task: Any = None
+    """The call's task on the loop, once it runs."""
     cancelled: bool = False
-    """Its turn was aborted before it was submitted."""
+    """Its turn was aborted before its task ran."""
 
     @property
     def key(self) -> Key:
@@ -200,22 +200,27 @@ class Dispatcher:
             self._free(call)
 
     def _send(self, call: _Call) -> None:
+        # A task made on the loop, rather than EffectLoop.submit's coroutine behind a
+        # concurrent future: that future's bookkeeping would run on the loop after the
+        # answer, holding the interpreter lock the conversation needs to take it.
         try:
-            future = self.effects.submit(self._run(call))
-        except EffectLoopClosedError:
+            if self.effects.closed:
+                raise RuntimeError("the effect loop is closed")
+            self.effects.loop.call_soon_threadsafe(self._start, call)
+        except RuntimeError:  # closing: nothing more is sent
             self._free(call)
-            return
+
+    def _start(self, call: _Call) -> None:
+        """Run the call in a task of its own (on the loop), unless it was cancelled."""
         with self._lock:
-            call.future = future
-            cancelled = call.cancelled
-        # Also frees the slot of a call cancelled before it ran (then _run never did).
-        future.add_done_callback(lambda _: self._free(call))
-        if cancelled:
-            future.cancel()
+            runs = not call.cancelled and self._running.get(call.key) is call
+            if runs:
+                call.task = asyncio.get_running_loop().create_task(self._run(call))
+        if not runs:
+            self._free(call)
 
     async def _run(self, call: _Call) -> None:
-        """Make the call on the loop, free its slot, and answer the caller (from the task
-        itself: the future's callbacks would answer one loop iteration later)."""
+        """Make the call, free its slot, and answer the caller."""
         request = call.request
         try:
             done = await self.servers.call(
@@ -225,6 +230,9 @@ class Dispatcher:
             result = ToolResult(done.output, done.outcome, done.duration_ms, images, done.control)
         except Exception as exc:  # McpServers.call reports failures as results: this is a bug
             result = ToolResult(f"{request.name} failed: {exc!r}", "error")
+        except BaseException:  # cancelled: the turn was aborted, nobody waits for an answer
+            self._free(call)
+            raise
         self._free(call)  # first, so the caller's next call finds the slot free
         _reply(request.reply_to, ToolFinished(request.token, request.index, result))
 
@@ -245,26 +253,32 @@ class Dispatcher:
         turn = (conversation_id, token)
         with self._lock:
             self._queue = [c for c in self._queue if c.key[:2] != turn]
-            futures = []
+            tasks = []
             for key, call in list(self._running.items()):
                 if key[:2] != turn:
                     continue
-                if call.future is not None:
-                    futures.append(call.future)  # its slot frees when it ends
+                if call.task is not None:
+                    tasks.append(call.task)  # its slot frees when it ends
                 elif key in self._held:
                     self._held.discard(key)
                     del self._running[key]
                 else:
-                    call.cancelled = True  # being submitted: cancelled once it is
-        for future in futures:
-            future.cancel()  # the server is told to cancel
+                    call.cancelled = True  # its task does not run
+        self._cancel(tasks)
 
     def stop(self) -> None:
         """Cancel every call on the loop."""
         with self._lock:
-            futures = [c.future for c in self._running.values() if c.future is not None]
-        for future in futures:
-            future.cancel()
+            for call in self._running.values():
+                call.cancelled = True
+            tasks = [c.task for c in self._running.values() if c.task is not None]
+        self._cancel(tasks)
+
+    def _cancel(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Cancel ``tasks`` on the loop: the SDK tells each server to cancel its call."""
+        if tasks and not self.effects.closed:
+            with contextlib.suppress(RuntimeError):  # the loop is closed meanwhile
+                self.effects.loop.call_soon_threadsafe(lambda: [t.cancel() for t in tasks])
 
 
 def _reply(ref: Any, message: Any) -> None:
