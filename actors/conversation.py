@@ -251,19 +251,20 @@ class Conversation(Actor):
                 with contextlib.suppress(Exception):
                     interrupts.abort(self, "failed", "error", f"internal error: {exc!r}")
             return None
+        finally:
+            # What the handling made ahead (a task's start, built-in calls and their answers)
+            # is durable before the next message (docs/event-log.md#writing-ahead).
+            self.deps.journal.flush()
 
     def _receive(self, message: Any) -> Any:
         if recorded := self.deps.journal.recorded(self.actor_ref):
             self._apply(recorded)
         match message:
             case RunTask(plan=plan):
-                try:
-                    narrowed = self.approvals.narrowed(plan.context)
-                    if narrowed is not None:
-                        self.record(narrowed, task=plan.task_id)
-                    self._start(plan)
-                finally:  # the task's start was made ahead, for this actor to write
-                    self.deps.journal.flush()
+                narrowed = self.approvals.narrowed(plan.context)
+                if narrowed is not None:
+                    self.record(narrowed, task=plan.task_id)
+                self._start(plan)
             case ModelFinished():
                 model_reply.on_finished(self, message)
             case ToolFinished():

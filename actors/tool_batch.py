@@ -79,6 +79,9 @@ def run(conv: Conversation, calls: list[ToolCall], reply: list[Body]) -> None:
             for call, name, ro in zip(calls, names, read_only, strict=True)
         ],
         *_hold(conv, batch),
+        # Built-ins act only on the session, by events written after these: the reply and its
+        # calls may be written with what follows (docs/event-log.md#writing-ahead).
+        ahead=not mcp,
     )
     conv.run.batch = batch
     _advance(conv)
@@ -101,7 +104,7 @@ def _advance(conv: Conversation) -> None:
         if index in batch.results:
             result = batch.results.pop(index)
             call = batch.calls[index]
-            conv.record(result.completed(call.id))
+            conv.record(result.completed(call.id), ahead=not batch.mcp)
             batch.recorded += 1
             if result.control is not None:
                 conv.run.control = result.control  # the last one asked for holds

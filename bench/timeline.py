@@ -32,7 +32,7 @@ from plait.events.store import EventStore
 from plait.events.types import Event, TaskCompleted
 from plait.runtime import Runtime
 from plait.runtime.acks import Ack
-from plait.testing import ScriptedModelServer, Step
+from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 ANSWER = "Escaped quotes now survive the tokenizer; a regression test covers it, all 119 pass."
 MODEL, WARM = "scripted-model", 5
@@ -134,6 +134,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--store", help="a store URL (default: a SQLite file)")
+    parser.add_argument("--tool", action="store_true", help="each task calls conv_list first")
     parser.add_argument("--inprocess", action="store_true", help="the model server in this process")
     parser.add_argument("--switch", type=float, help="sys.setswitchinterval, seconds")
     args = parser.parse_args()
@@ -145,7 +146,9 @@ def main() -> None:
     turns: list[list[tuple[int, str, str]]] = []
     with tempfile.TemporaryDirectory(prefix="plait-timeline-") as name:
         tmp = Path(name)
-        steps = [Step(text=ANSWER, chunk_chars=5)] * (WARM + args.turns)
+        answer = Step(text=ANSWER, chunk_chars=5)
+        task = [Step(tool_calls=[ScriptedToolCall("conv_list")]), answer] if args.tool else [answer]
+        steps = task * (WARM + args.turns)
         serve = ScriptedModelServer if args.inprocess else ModelProcess
         with serve(steps, model=MODEL) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
