@@ -12,6 +12,7 @@ from stdin (a ``Step`` a JSON line, then an empty line), prints its base URL, an
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -28,11 +29,15 @@ class ModelProcess:
     """A ``ScriptedModelServer`` serving ``steps`` from a child process."""
 
     def __init__(self, steps: Iterable[Step], model: str = "scripted-model") -> None:
+        # The installed plait's server, even for a bench of another plait (on PYTHONPATH): the
+        # same server for every plait compared.
+        env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
         self._child = subprocess.Popen(
             [sys.executable, __file__, model],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
         )
         assert self._child.stdin is not None and self._child.stdout is not None
         for step in steps:

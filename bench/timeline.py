@@ -49,7 +49,9 @@ def mark(label: str) -> None:
 def wrap(owner: Any, name: str, label: Callable[..., str] | str, span: bool = True) -> None:
     """Put marks around ``owner.name``: ``label`` (or ``label(*args)``) at its start and, for
     a span, ``label + " end"`` at its end."""
-    inner = getattr(owner, name)
+    inner = getattr(owner, name, None)
+    if inner is None:  # an older plait, without it
+        return
 
     def marked(*args: Any, **kwargs: Any) -> Any:
         text = label(*args, **kwargs) if callable(label) else label
