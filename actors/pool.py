@@ -271,16 +271,16 @@ class PoolRef(pykka.ActorRef["McpPool"]):
     def hold(self, requests: Sequence[CallTool]) -> list[ToolCallStarted]:
         """Take a slot for each of a reply's first calls that may start now (see
         ``Dispatcher.hold``); record the starts returned with the reply, then ``call``."""
-        if self.calls.servers is None:
-            return []  # not started yet: its calls go through the inbox
+        if self.calls.servers is None or not self.is_alive():
+            return []  # not started yet (its calls go through the inbox), or stopped
         return self.calls.hold(requests)
 
     def call(self, request: CallTool) -> None:
         """Start an MCP call, or queue it; its ``ToolFinished`` goes to ``request.reply_to``."""
+        if not self.is_alive():
+            raise pykka.ActorDeadError(f"{self} not found")  # as a tell would
         if self.calls.servers is None:  # handled once the pool has started
             self.tell(request)
-        elif not self.is_alive():
-            raise pykka.ActorDeadError(f"{self} not found")
         else:
             self.calls.call(request)
 
