@@ -1,0 +1,241 @@
+"""PostgreSQL appends: round trips and time per append, beside a raw INSERT + COMMIT.
+
+Run from the repository root: ``python bench/pg_appends.py [--url URL] [--appends N]``.
+Every variant appends N groups of 1-4 small events to one stream, fenced by its lease epoch
+(taken with ``acquire_lease`` first), in a schema of its own that is dropped at the end:
+
+* ``before``: the append as PostgresStore made it up to layout 2 (kept here, a subclass):
+  BEGIN, the lease row FOR SHARE, the advisory lock, the head, max(position), a COPY, the head
+  upsert, NOTIFY, COMMIT, one statement at a time.
+* ``after``: ``PostgresStore`` as it is now.
+* ``raw``: psycopg alone, one ``INSERT ... SELECT FROM unnest`` of the same rows per append
+  in autocommit (the commit rides with it): the floor of a durable append over this connection.
+
+Round trips are counted from libpq's protocol trace of one append (each run of messages the
+client sends before it reads an answer is one). Times: median and p99 per append, the median
+of 3 interleaved repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+from report import Line, table
+
+from plait.events import TokensCounted, TurnStarted, Usage
+from plait.events.codec import GENESIS_HASH
+from plait.events.store import EventStore, PreparedAppend
+from plait.events.stores.postgres import PostgresStore
+from plait.events.types import Body, Event
+
+URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+USAGE = Usage(prompt_tokens=1834, completion_tokens=57, total_tokens=1891, cached_tokens=1536)
+_COPY_TYPES = ["int8", "text", "int8", "text", "int4", "bytea", "bytea"]
+_BEFORE = {
+    "fence": "SELECT owner, epoch FROM {s}.leases WHERE stream = %s FOR SHARE",
+    "lock": "SELECT pg_advisory_xact_lock(%s)",
+    "head": "SELECT last_seq, last_hash FROM {s}.streams WHERE stream = %s",
+    "max": "SELECT coalesce(max(position), 0) FROM {s}.events",
+    "copy": "COPY {s}.events (position, stream, seq, type, v, data, hash) FROM STDIN "
+    "(FORMAT BINARY)",
+    "put_head": "INSERT INTO {s}.streams (stream, last_seq, last_hash, created) "
+    "VALUES (%s, %s, %s, %s) ON CONFLICT (stream) DO UPDATE "
+    "SET last_seq = excluded.last_seq, last_hash = excluded.last_hash",
+    "notify": "SELECT pg_notify(%s, %s)",
+}
+
+
+class BeforeStore(PostgresStore):
+    """The append of layout 2, one statement per round trip (blobs left out: none here)."""
+
+    append_prepared = EventStore.append_prepared  # type: ignore[assignment]
+
+    def _append_rows(
+        self,
+        stream: str,
+        expected_seq: int,
+        prepare: Callable[[int, bytes], PreparedAppend],
+        epoch: int | None,
+    ) -> list[Event]:
+        q = {
+            k: psycopg.sql.SQL(v).format(s=psycopg.sql.Identifier(self.schema))
+            for k, v in _BEFORE.items()
+        }
+        with self._errors() as conn, conn.transaction(), conn.cursor(binary=True) as cur:
+            if epoch is not None:
+                lease = cur.execute(q["fence"], (stream,)).fetchone()
+                self._check_epoch(stream, epoch, None if lease is None else (lease[0], lease[1]))
+            cur.execute(q["lock"], (self._key,))
+            head = cur.execute(q["head"], (stream,)).fetchone()
+            head_seq, head_hash = (int(head[0]), bytes(head[1])) if head else (0, GENESIS_HASH)
+            self._check_expected(stream, expected_seq, head_seq)
+            prepared = prepare(head_seq, head_hash)
+            found = cur.execute(q["max"]).fetchone()
+            first = int(found[0]) + 1 if found else 1
+            with cur.copy(q["copy"]) as copy:
+                copy.set_types(_COPY_TYPES)
+                for position, row in enumerate(prepared.rows, first):
+                    copy.write_row((position, stream, *row))
+            last_seq, _, _, _, last_hash = prepared.rows[-1]
+            cur.execute(q["put_head"], (stream, last_seq, last_hash, first))
+            cur.execute(q["notify"], (self.channel, str(first + len(prepared.rows) - 1)))
+        return prepared.placed(first)
+
+
+def group(i: int) -> list[Body]:
+    """The i-th append's events: 1 to 4 small ones."""
+    return [
+        TurnStarted(turn=i),
+        TokensCounted(usage=USAGE),
+        TurnStarted(turn=-i),
+        TurnStarted(turn=i + 1),
+    ][: 1 + i % 4]
+
+
+@contextlib.contextmanager
+def traced(conn: psycopg.Connection[Any]) -> Iterator[list[int]]:
+    """Yield a list that holds, after the block, the round trips ``conn`` made in it."""
+    out: list[int] = []
+    with tempfile.TemporaryFile("w+") as f:
+        conn.pgconn.trace(f.fileno())
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            yield out
+        finally:
+            conn.pgconn.untrace()
+        f.seek(0)
+        sides = [line.split("\t", 1)[0] for line in f if line[:1] in "FB"]
+    out.append(sum(1 for a, b in zip(sides, sides[1:]) if a == "F" and b == "B"))
+
+
+def run_store(store: PostgresStore, n: int, prepared: bool) -> tuple[list[float], int]:
+    """Time ``n`` fenced appends to a fresh stream; return the times and one append's trips."""
+    stream = f"s-{uuid.uuid4().hex[:8]}"
+    epoch = store.acquire_lease(stream, "bench", 600).epoch
+    seq, prev = 0, GENESIS_HASH
+    times: list[float] = []
+    trips = 0
+    for i in range(n):
+        bodies = group(i)
+        t0 = time.perf_counter()
+        if prepared:
+            made = store.prepare(stream, bodies, seq, prev)
+            if i == n // 2:
+                with traced(store._conn) as counted:
+                    events = store.append_prepared(stream, made, epoch=epoch)
+                trips = counted[0]
+            else:
+                events = store.append_prepared(stream, made, epoch=epoch)
+        elif i == n // 2:
+            with traced(store._conn) as counted:
+                events = store.append(stream, bodies, seq, epoch=epoch)
+            trips = counted[0]
+        else:
+            events = store.append(stream, bodies, seq, epoch=epoch)
+        times.append(time.perf_counter() - t0)
+        seq, prev = events[-1].seq, events[-1].hash
+    return times, trips
+
+
+def run_raw(conn: psycopg.Connection[Any], table_name: str, n: int) -> tuple[list[float], int]:
+    """Time ``n`` single-statement inserts of the same shape of rows, each its own commit."""
+    store_like = EventStore.prepare  # the same bytes as ours: encode with a throwaway store
+    maker = PostgresStore.__new__(PostgresStore)
+    EventStore.__init__(maker)
+    stream = f"s-{uuid.uuid4().hex[:8]}"
+    query = (
+        f"INSERT INTO {table_name} (position, stream, seq, type, v, data, hash) "
+        "SELECT * FROM unnest(%s::int8[], %s::text[], %s::int8[], %s::text[], %s::int4[], "
+        "%s::bytea[], %s::bytea[])"
+    )
+    seq, prev, position = 0, GENESIS_HASH, 0
+    times: list[float] = []
+    trips = 0
+    for i in range(n):
+        t0 = time.perf_counter()
+        made = store_like(maker, stream, group(i), seq, prev)
+        cols = [list(col) for col in zip(*made.rows, strict=True)]
+        k = len(made.rows)
+        params = (list(range(position + 1, position + k + 1)), [stream] * k, *cols)
+        if i == n // 2:
+            with traced(conn) as counted:
+                conn.execute(query, params)
+            trips = counted[0]
+        else:
+            conn.execute(query, params)
+        times.append(time.perf_counter() - t0)
+        seq, prev, position = seq + k, made.rows[-1][4], position + k
+    return times, trips
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:.3f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
+    parser.add_argument("--url", default=URL)
+    parser.add_argument("--appends", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    schemas = {
+        name: f"plait_bench_{name}_{uuid.uuid4().hex[:8]}" for name in ("before", "after", "raw")
+    }
+    before = BeforeStore(args.url, schema=schemas["before"])
+    after = PostgresStore(args.url, schema=schemas["after"])
+    raw = psycopg.connect(args.url, autocommit=True)
+    raw_table = f'"{schemas["raw"]}".events'
+    raw.execute(f'CREATE SCHEMA "{schemas["raw"]}"')
+    raw.execute(
+        f"CREATE TABLE {raw_table} (position BIGINT PRIMARY KEY, stream TEXT NOT NULL, "
+        "seq BIGINT NOT NULL, type TEXT NOT NULL, v INT NOT NULL, data BYTEA NOT NULL, "
+        "hash BYTEA NOT NULL, UNIQUE (stream, seq))"
+    )
+    results: dict[str, list[tuple[float, float]]] = {}
+    trips: dict[str, int] = {}
+    variants: dict[str, Callable[[], tuple[list[float], int]]] = {
+        "append, before": lambda: run_store(before, args.appends, False),
+        "append, after": lambda: run_store(after, args.appends, False),
+        "append_prepared, before": lambda: run_store(before, args.appends, True),
+        "append_prepared, after": lambda: run_store(after, args.appends, True),
+        "raw": lambda: run_raw(raw, raw_table, args.appends),
+    }
+    try:
+        for _ in range(args.repeats):
+            for name, fn in variants.items():
+                times, trips[name] = fn()
+                times.sort()
+                p99 = times[int(len(times) * 0.99)]
+                results.setdefault(name, []).append((statistics.median(times), p99))
+    finally:
+        before.close()
+        after.close()
+        for schema in schemas.values():
+            raw.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        raw.close()
+    floor = statistics.median(m for m, _ in results["raw"])
+    lines: list[Line] = []
+    for name in variants:
+        med = statistics.median(m for m, _ in results[name])
+        p99 = statistics.median(p for _, p in results[name])
+        lines.append((f"{name}: median", ms(med), ms(floor), f"{med / floor:.2f}x", ""))
+        lines.append((f"{name}: p99", ms(p99), "", "", ""))
+        lines.append((f"{name}: round trips", str(trips[name]), str(trips["raw"]), "", ""))
+    table(
+        f"PostgreSQL fenced appends of 1-4 events ({args.appends} per run, median of {args.repeats})",
+        lines,
+        "raw: one INSERT ... SELECT FROM unnest of the same rows, autocommit",
+    )
+
+
+if __name__ == "__main__":
+    main()
