@@ -196,8 +196,12 @@ class HistoryProjection(Projection[Histories]):
         plan = tasks.running
         if plan is not None and plan.task_id != event.task_id:
             plan = None
-        conv = self._conversation(state, event)
-        if conv is None or plan is None:
+        cid = event.conversation_id
+        conv = state.conversations.get(cid) if cid is not None else None
+        if conv is None:
+            self._conversation(state, event)  # says it is unknown
+            return
+        if plan is None:
             return
         items = plan.input_items
         if len(items) == 1 and type(items[0]) is InputText:  # the usual task: one text
@@ -243,9 +247,12 @@ class HistoryProjection(Projection[Histories]):
 
     def _completed(self, state: Histories, event: Event) -> None:
         _END(state.tasks, event)
-        conv = self._conversation(state, event)
+        cid = event.conversation_id
+        conv = state.conversations.get(cid) if cid is not None else None
         if conv is not None:
             conv.last_active_at = event.at
+        else:
+            self._conversation(state, event)  # says it is unknown
 
     def _requested(self, state: Histories, event: Event) -> None:
         body = event.body
@@ -261,8 +268,12 @@ class HistoryProjection(Projection[Histories]):
 
     def _responded(self, state: Histories, event: Event) -> None:
         body: ModelResponded = event.body  # type: ignore[assignment]
-        conv = self._conversation(state, event)
-        if conv is None or conv.compacting:
+        cid = event.conversation_id
+        conv = state.conversations.get(cid) if cid is not None else None
+        if conv is None:
+            self._conversation(state, event)  # says it is unknown
+            return
+        if conv.compacting:
             return  # a summary: HistoryCompacted puts it in the history
         calls = body.tool_calls
         text: Content | None = body.text
@@ -280,12 +291,21 @@ class HistoryProjection(Projection[Histories]):
 
     def _tool_completed(self, state: Histories, event: Event) -> None:
         body: ToolCallCompleted = event.body  # type: ignore[assignment]
-        conv = self._conversation(state, event)
-        if conv is not None:
-            output: Content | list[Part] = body.output
-            if body.images:  # kept as attachments: conv.history shows them
-                output = [InputText(body.output), *body.images]
-            self._answer(state, conv, event, body.call_id, output)
+        cid = event.conversation_id
+        conv = state.conversations.get(cid) if cid is not None else None
+        if conv is None:
+            self._conversation(state, event)  # says it is unknown
+            return
+        output: Content | list[Part] = body.output
+        if body.images:  # kept as attachments: conv.history shows them
+            output = [InputText(body.output), *body.images]
+        call_id = body.call_id
+        if call_id in conv.open_calls:
+            conv.open_calls.remove(call_id)
+            conv.messages.append(ChatMessage("tool", output, None, call_id, event.seq))
+            conv.last_active_at = event.at
+        else:
+            self._answer(state, conv, event, call_id, output)  # says it is not open
 
     def _aborted(self, state: Histories, event: Event) -> None:
         _END(state.tasks, event)

@@ -136,7 +136,11 @@ def _dropped(state: TaskQueue, event: Event) -> None:
 
 
 def _take(state: TaskQueue, task_id: str | None) -> TaskPlan | None:
-    for i, plan in enumerate(state.pending):
+    pending = state.pending
+    if pending and pending[0].task_id == task_id:  # the usual case: the first one
+        state.front = max(0, state.front - 1)
+        return pending.pop(0)
+    for i, plan in enumerate(pending):
         if plan.task_id == task_id:
             state.front = max(0, state.front - 1) if i < state.front else state.front
             return state.pending.pop(i)

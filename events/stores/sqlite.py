@@ -261,10 +261,10 @@ class SqliteStore(EventStore):
         )
 
     def _chunk(self, after_position: int, limit: int) -> Chunk:
-        count, last, listed, sizes, data, hashes, blobs = self._query(
+        count, last, listed, sizes, data, hashes, blobs, old = self._query(
             CHUNK_SQL, (after_position, limit)
         )[0]
-        return count, last, listed, sizes, data, hashes, blobs
+        return count, last, listed, sizes, data, hashes, blobs, old
 
     def _locate(self, position: int) -> tuple[str, int]:
         rows = self._query("SELECT stream, seq FROM events WHERE position = ?", (position,))

@@ -3,14 +3,15 @@
 Read one row per event, and each costs a tuple, two bytes objects and an int to make, and a
 decode call of its own. Instead one statement returns a chunk of events as one row: their
 positions and sizes, their stored bytes end to end (``group_concat`` over the rows in position
-order), their hashes end to end, and whether any may hold a blob reference. A batch of them
-decodes as one msgpack array (``decode_joined``) just before the caller folds it.
+order), their hashes end to end, whether any may hold a blob reference and how many are of an
+old version. A batch of them decodes as one msgpack array (``decode_joined``) just before the
+caller folds it.
 
 SQLite computes that row with the GIL released, so a thread of its own reads the next chunk
-while the caller decodes and folds this one: the reading runs on the other core. A chunk's
-rows must come in position order (the positions say so, or the chunk is read the careful way),
-and a batch with anything unusual in it (an old version, bytes that do not decode as the current
-``Event``) is read again row by row, through ``decode_rows``, which names what is wrong and where.
+while the caller decodes and folds this one: the reading runs on the other core. A chunk that
+holds an old version, or whose rows did not come in position order (the positions say), is read
+the careful way, row by row through ``decode_rows``, which lifts old versions; so is a batch
+whose bytes do not decode as current ``Event``s, and ``decode_rows`` names what is wrong there.
 """
 
 from __future__ import annotations
@@ -22,23 +23,31 @@ from itertools import accumulate
 
 import msgspec
 
-from plait.events.codec import BLOB_MARK, decode_joined
+from plait.events.codec import BLOB_MARK, CURRENT_VERSIONS, decode_joined
 from plait.events.types import Event
 
 __all__ = ["CHUNK_SQL", "Chunk", "batches"]
+
+_OLD = " ".join(
+    f"WHEN '{name}' THEN {version}" for name, version in CURRENT_VERSIONS.items() if version != 1
+)
 
 CHUNK_SQL = (
     "SELECT count(*), max(position), '[' || group_concat(position) || ']', "
     "'[' || group_concat(length(data)) || ']', "
     "CAST(group_concat(data, X'') AS BLOB), CAST(group_concat(hash, X'') AS BLOB), "
-    f"max(instr(data, X'{BLOB_MARK.hex()}')) "
-    "FROM (SELECT position, data, hash FROM events WHERE position > ? ORDER BY position LIMIT ?)"
+    f"max(instr(data, X'{BLOB_MARK.hex()}')), sum(v != CASE type {_OLD} ELSE 1 END) "
+    "FROM (SELECT position, data, hash, type, v FROM events "
+    "WHERE position > ? ORDER BY position LIMIT ?)"
 )
 """A chunk of events after a position: how many, the last position, their positions and
-sizes (JSON arrays, in the order of the bytes), their stored bytes, their hashes, and (above 0)
-whether any of them may hold a blob reference."""
+sizes (JSON arrays, in the order of the bytes), their stored bytes, their hashes, (above 0)
+whether any of them may hold a blob reference, and how many are not of their type's current
+version (by the ``type`` and ``v`` columns, written from the same event as its bytes)."""
 
-Chunk = tuple[int, int | None, str | None, str | None, bytes | None, bytes | None, int | None]
+Chunk = tuple[
+    int, int | None, str | None, str | None, bytes | None, bytes | None, int | None, int | None
+]
 """What ``CHUNK_SQL`` returns: a count of 0 and ``None``s after the last event."""
 
 _ints = msgspec.json.Decoder(list[int]).decode
@@ -73,11 +82,11 @@ def batches(
             chunk = next(chunks, None)
             if chunk is None:
                 return
-            count, _, listed, sizes, data, hashes, blobs = chunk
+            count, _, listed, sizes, data, hashes, blobs, old = chunk
             if not count or listed is None or sizes is None or data is None or hashes is None:
                 return
             positions = _ints(listed)
-            if positions[0] <= after or positions != sorted(positions):
+            if old or positions[0] <= after or positions != sorted(positions):
                 rows = read_rows(after, len(positions))
                 yield from (rows[i : i + batch] for i in range(0, len(rows), batch))
             else:

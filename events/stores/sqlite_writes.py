@@ -99,9 +99,13 @@ class Writes:
         with self._queue_lock:
             self._queue.append(mine)
             lead = not self._leading
-            self._leading = True
+            if lead:
+                self._leading = True
+            else:
+                mine.woken = threading.Lock()  # released when it is written or leads
+                mine.woken.acquire()
         if not lead:
-            mine.woken.acquire()  # written, or given the lead
+            mine.woken.acquire()  # type: ignore[union-attr]
         if not mine.done:
             self._lead(mine)
         if mine.error is not None:
@@ -122,11 +126,11 @@ class Writes:
             raise
         finally:
             for append in batch:
-                if append is not mine:
+                if append is not mine and append.woken is not None:
                     append.woken.release()
             with self._queue_lock:
                 if self._queue:
-                    self._queue[0].woken.release()  # it leads next
+                    self._queue[0].woken.release()  # type: ignore[union-attr] # it leads next
                 else:
                     self._leading = False
 
@@ -152,7 +156,8 @@ class Writes:
         try:
             position = self._known(batch)
             heads = self._heads  # moved as the batch is written; forgotten if it fails
-            leases = self._leases(batch)
+            fenced = [append.stream for append in batch if append.epoch is not None]
+            leases = self._leases(fenced) if fenced else {}
             written: list[tuple[_Append, PreparedAppend, int]] = []
             moved: dict[str, int] = {}  # stream -> the first position written to it
             blobs: dict[str, bytes] = {}
@@ -160,7 +165,8 @@ class Writes:
                 stream = append.stream
                 head_seq, head_hash = heads[stream]
                 try:
-                    EventStore._check_epoch(stream, append.epoch, leases.get(stream))
+                    if append.epoch is not None:
+                        EventStore._check_epoch(stream, append.epoch, leases.get(stream))
                     EventStore._check_expected(stream, append.expected_seq, head_seq)
                     prepared = append.prepare(head_seq, head_hash)
                 except Exception as exc:  # refused: nothing of it is written
@@ -177,7 +183,8 @@ class Writes:
                 position += len(rows)
                 last = rows[-1]
                 heads[stream] = (last[0], last[4])
-                moved.setdefault(stream, first)
+                if stream not in moved:
+                    moved[stream] = first
                 if prepared.blobs:
                     blobs.update(prepared.blobs)
                 written.append((append, prepared, first))
@@ -208,17 +215,18 @@ class Writes:
         streams, read again where another connection may have moved them (the write lock is
         held)."""
         db = self._db
+        heads = self._heads
         (version,) = db.execute("PRAGMA data_version").fetchone()
-        if version != self._version or len(self._heads) > _MOST_HEADS:
+        if version != self._version or len(heads) > _MOST_HEADS:
             self._forget()
             self._version = version
         if self._position is None:
             (self._position,) = db.execute(
                 "SELECT coalesce(max(position), 0) FROM events"
             ).fetchone()
-        heads = self._heads
-        unknown = sorted({append.stream for append in batch if append.stream not in heads})
+        unknown = [append.stream for append in batch if append.stream not in heads]
         if unknown:
+            unknown = sorted(set(unknown))
             marks = ", ".join("?" * len(unknown))
             found = db.execute(
                 f"SELECT stream, last_seq, last_hash FROM streams WHERE stream IN ({marks})",
@@ -230,13 +238,11 @@ class Writes:
         assert self._position is not None
         return self._position
 
-    def _leases(self, batch: list[_Append]) -> dict[str, tuple[str | None, int]]:
-        """The leases of ``batch``'s fenced streams, read in the write transaction (a lease is
-        taken under the same lock, so none changes hands before the commit). An append
-        without an epoch is not fenced: it reads none."""
-        fenced = sorted({append.stream for append in batch if append.epoch is not None})
-        if not fenced:
-            return {}
+    def _leases(self, fenced: list[str]) -> dict[str, tuple[str | None, int]]:
+        """The leases of the fenced streams, read in the write transaction (a lease is taken
+        under the same lock, so none changes hands before the commit). An append without an
+        epoch is not fenced: it reads none."""
+        fenced = sorted(set(fenced))
         marks = ", ".join("?" * len(fenced))
         found = self._db.execute(
             f"SELECT stream, owner, epoch FROM leases WHERE stream IN ({marks})", fenced
@@ -261,9 +267,9 @@ class _Append:
         self.done = False
         self.events: list[Event] = []
         self.error: Exception | None = None
-        self.woken = threading.Lock()
-        """Held until its writer is woken: written, or given the lead."""
-        self.woken.acquire()
+        self.woken: threading.Lock | None = None
+        """For an append that waits behind a leader: held until its writer is woken (written,
+        or given the lead)."""
 
     def succeed(self, events: list[Event]) -> None:
         self.events, self.error, self.done = events, None, True
