@@ -1,0 +1,150 @@
+"""The SQL of ``PostgresStore``: its tables, its append function and its statements.
+
+Texts name the store's schema ``{s}`` (filled in with ``psycopg.sql``). An append is one call
+of the server-side function ``append_v1``, so it costs one round trip, its commit riding with
+it (``docs/event-log.md#appending``). The function is created with the tables and brought to an
+older store when it opens; a change of its body or arguments takes a new name (``append_v2``),
+so processes of either plait sharing a store each find the one they call.
+"""
+
+from __future__ import annotations
+
+__all__ = ["APPEND_SIGNATURE", "DDL", "LEASE_LOST", "QUERIES", "SCHEMA_VERSION", "STREAM_MOVED"]
+
+SCHEMA_VERSION = 2
+"""Version of the table layout; a store written by a newer plait is refused, not misread."""
+
+LEASE_LOST = "PLA01"
+"""SQLSTATE of an append refused for its epoch; the detail is the lease ``[owner, epoch]``
+as JSON (``null``: the session has no lease)."""
+STREAM_MOVED = "PLA02"
+"""SQLSTATE of an append refused because the stream's head is not the event it follows; the
+detail is the head's seq."""
+
+APPEND_SIGNATURE = (
+    "append_v1(text, bigint, bytea, bigint, bigint, text, text[], integer[], bytea[], bytea[], "
+    "text[], bigint[], bytea[])"
+)
+_NOW = "extract(epoch FROM clock_timestamp())::float8"
+"""Lease times are the database server's clock: one clock for every process, wherever it runs."""
+
+# In order: the lease row FOR SHARE (a takeover, which updates it, waits for this append to
+# commit), the advisory lock that makes commits one at a time (positions are max + 1 under it:
+# dense and in commit order), the head (so a lost race is refused, never a fork of the chain),
+# then rows, blobs, head and the NOTIFY that PostgreSQL delivers once the commit is visible.
+_APPEND = f"""CREATE OR REPLACE FUNCTION {{s}}.append_v1(
+    p_stream text, p_after bigint, p_prev bytea, p_epoch bigint, p_key bigint, p_channel text,
+    p_type text[], p_v integer[], p_data bytea[], p_hash bytea[],
+    p_blob text[], p_size bigint[], p_blob_data bytea[]
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_owner text;
+    v_epoch bigint;
+    v_seq bigint := 0;
+    v_hash bytea := '\\x{bytes(32).hex()}'::bytea;
+    v_first bigint;
+    v_count integer := cardinality(p_data);
+BEGIN
+    IF p_epoch IS NOT NULL THEN
+        SELECT owner, epoch INTO v_owner, v_epoch FROM {{s}}.leases
+            WHERE stream = p_stream FOR SHARE;
+        IF NOT FOUND OR v_owner IS NULL OR v_epoch <> p_epoch THEN
+            RAISE EXCEPTION USING ERRCODE = '{LEASE_LOST}',
+                MESSAGE = format('stream %s: epoch %s is not the lease''s', p_stream, p_epoch),
+                DETAIL = CASE WHEN FOUND THEN json_build_array(v_owner, v_epoch)::text
+                    ELSE 'null' END;
+        END IF;
+    END IF;
+    PERFORM pg_advisory_xact_lock(p_key);
+    SELECT last_seq, last_hash INTO v_seq, v_hash FROM {{s}}.streams WHERE stream = p_stream;
+    IF NOT FOUND THEN
+        v_seq := 0;
+        v_hash := '\\x{bytes(32).hex()}'::bytea;
+    END IF;
+    IF v_seq <> p_after OR v_hash <> p_prev THEN
+        RAISE EXCEPTION USING ERRCODE = '{STREAM_MOVED}',
+            MESSAGE = format('stream %s: expected seq %s, found %s', p_stream, p_after, v_seq),
+            DETAIL = v_seq::text;
+    END IF;
+    SELECT coalesce(max(position), 0) + 1 INTO v_first FROM {{s}}.events;
+    INSERT INTO {{s}}.events (position, stream, seq, type, v, data, hash)
+        SELECT v_first + r.o - 1, p_stream, p_after + r.o, r.type, r.v, r.data, r.hash
+        FROM unnest(p_type, p_v, p_data, p_hash) WITH ORDINALITY AS r(type, v, data, hash, o);
+    IF cardinality(p_blob) > 0 THEN
+        INSERT INTO {{s}}.blobs AS b (sha256, size, data)
+            SELECT * FROM unnest(p_blob, p_size, p_blob_data)
+            ON CONFLICT (sha256) DO UPDATE SET data = excluded.data WHERE b.data IS NULL;
+    END IF;
+    INSERT INTO {{s}}.streams (stream, last_seq, last_hash, created)
+        VALUES (p_stream, p_after + v_count, p_hash[v_count], v_first)
+        ON CONFLICT (stream) DO UPDATE
+        SET last_seq = excluded.last_seq, last_hash = excluded.last_hash;
+    PERFORM pg_notify(p_channel, (v_first + v_count - 1)::text);
+    RETURN v_first;
+END
+$fn$"""
+
+DDL = [
+    "CREATE SCHEMA IF NOT EXISTS {s}",
+    "CREATE TABLE IF NOT EXISTS {s}.events (position BIGINT PRIMARY KEY, stream TEXT NOT NULL, "
+    "seq BIGINT NOT NULL, type TEXT NOT NULL, v INT NOT NULL, data BYTEA NOT NULL, "
+    "hash BYTEA NOT NULL, UNIQUE (stream, seq))",
+    "CREATE TABLE IF NOT EXISTS {s}.streams (stream TEXT PRIMARY KEY, last_seq BIGINT NOT NULL, "
+    "last_hash BYTEA NOT NULL, created BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.blobs (sha256 TEXT PRIMARY KEY, size BIGINT NOT NULL, "
+    "data BYTEA)",  # data NULL: redacted, a tombstone
+    "CREATE TABLE IF NOT EXISTS {s}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.leases (stream TEXT PRIMARY KEY, owner TEXT, "
+    "epoch BIGINT NOT NULL, expires DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.inbox (id BIGSERIAL PRIMARY KEY, stream TEXT NOT NULL, "
+    "data BYTEA NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS inbox_stream ON {s}.inbox (stream, id)",
+    f"INSERT INTO {{s}}.meta AS m VALUES ('schema_version', '{SCHEMA_VERSION}') "
+    f"ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE m.value::int < {SCHEMA_VERSION}",
+    _APPEND,
+]
+"""What opening a store creates when anything is missing (under the advisory lock)."""
+
+QUERIES = {
+    "lock": "SELECT pg_advisory_xact_lock(%s)",
+    "append": "SELECT {s}.append_v1(%b::text, %b::int8, %b::bytea, %b::int8, %b::int8, %b::text, "
+    "%b::text[], %b::int4[], "
+    "%b::bytea[], %b::bytea[], %b::text[], %b::int8[], %b::bytea[])",
+    # What an append needs before it can chain its events: the head, and the lease (an epoch
+    # found stale here stays stale: epochs only grow, and a released lease is taken anew).
+    "peek": "SELECT h.last_seq, h.last_hash, l.stream IS NOT NULL, l.owner, l.epoch "
+    "FROM (SELECT) AS one LEFT JOIN {s}.streams AS h ON h.stream = %(stream)s "
+    "LEFT JOIN {s}.leases AS l ON l.stream = %(stream)s",
+    "head": "SELECT last_seq, last_hash FROM {s}.streams WHERE stream = %s",
+    "notify": "SELECT pg_notify(%s, %s)",
+    # Taken when free, lapsed or already held (then renewed, its epoch kept); the row lock
+    # waits for an append holding the lease FOR SHARE to commit.
+    "acquire": "INSERT INTO {s}.leases AS l (stream, owner, epoch, expires) "
+    f"VALUES (%(stream)s, %(owner)s, 1, {_NOW} + %(sec)s) ON CONFLICT (stream) DO UPDATE "
+    "SET owner = excluded.owner, expires = excluded.expires, epoch = l.epoch + "
+    "CASE WHEN l.owner IS NOT DISTINCT FROM excluded.owner THEN 0 ELSE 1 END "
+    f"WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires <= {_NOW}",
+    "leases": f"SELECT stream, owner, epoch, expires - {_NOW} FROM {{s}}.leases "
+    "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY stream",
+    "renew": f"UPDATE {{s}}.leases SET expires = {_NOW} + %s WHERE owner = %s "
+    "RETURNING stream, epoch",
+    "release": "UPDATE {s}.leases SET owner = %s, expires = 0 "
+    "WHERE stream = %s AND owner = %s AND epoch = %s",
+    "put_command": "INSERT INTO {s}.inbox (stream, data) VALUES (%s, %s) RETURNING id",
+    "commands": "SELECT id, stream, data FROM {s}.inbox "
+    "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY id",
+    "drop_commands": "DELETE FROM {s}.inbox WHERE id = ANY(%s)",
+    "rows": "SELECT position, data, hash FROM {s}.events "
+    "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",
+    "all": "SELECT position, data, hash FROM {s}.events "
+    "WHERE position > %s ORDER BY position LIMIT %s",
+    "locate": "SELECT stream, seq FROM {s}.events WHERE position = %s",
+    "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
+    "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
+    "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
+    # The tables there (6 when complete), and whether the append function is.
+    "layout": "SELECT count(to_regclass(format('%%I.%%I', %(schema)s::text, t))), "
+    "to_regprocedure(format('%%I.%%s', %(schema)s::text, %(function)s::text)) IS NOT NULL "
+    "FROM unnest(array['events', 'streams', 'blobs', 'meta', 'leases', 'inbox']) t",
+    "version": "SELECT value FROM {s}.meta WHERE key = 'schema_version'",
+}
