@@ -173,14 +173,18 @@ class Writes:
                     append.fail(exc)
                     continue
                 rows = prepared.rows
+                count = len(rows)
                 first = position + 1
-                for start in range(0, len(rows), _ROWS_PER_INSERT):
-                    part = rows[start : start + _ROWS_PER_INSERT]
-                    db.execute(
-                        _insert_sql(len(part)),
-                        [first + start, stream, *chain.from_iterable(part)],
-                    )
-                position += len(rows)
+                if count <= _ROWS_PER_INSERT:
+                    db.execute(_insert_sql(count), [first, stream, *chain.from_iterable(rows)])
+                else:
+                    for start in range(0, count, _ROWS_PER_INSERT):
+                        part = rows[start : start + _ROWS_PER_INSERT]
+                        db.execute(
+                            _insert_sql(len(part)),
+                            [first + start, stream, *chain.from_iterable(part)],
+                        )
+                position += count
                 last = rows[-1]
                 heads[stream] = (last[0], last[4])
                 if stream not in moved:
