@@ -36,7 +36,7 @@ from plait.events.storage import Policies
 from plait.events.store import EventStore
 from plait.events.types import Body, Event, NewEvent, Transient
 
-__all__ = ["HeldDeltas", "Journal"]
+__all__ = ["Journal"]
 
 log = logging.getLogger("plait")
 
@@ -413,45 +413,6 @@ class _Listener:
         self.ref = ref
         self.taken = taken
         self.nudged = False  # told CatchUp, and has not taken anything since
-
-
-class HeldDeltas:
-    """Transient notifications held back until what they follow is in the feeds.
-
-    A model call starts before its ``ModelRequested`` is durable; its text deltas wait here
-    until the conversation has recorded it, so subscribers always see the record first.
-    """
-
-    def __init__(self, publish: Callable[[Transient], None]) -> None:
-        self._publish = publish
-        self._lock = threading.Lock()
-        self._held: list[Transient] | None = []
-
-    def publish(self, delta: Transient) -> None:
-        """Publish ``delta`` now, or hold it until :meth:`open`."""
-        with self._lock:  # held or not, deltas reach the feeds in the order they arrived
-            if self._held is not None:
-                self._held.append(delta)
-            else:
-                self._publish(delta)
-
-    def open(self) -> None:
-        """Publish what was held, and from now on publish at once."""
-        with self._lock:
-            held, self._held = self._held or [], None
-            for delta in held:
-                self._publish(delta)
-
-    def discard(self) -> None:
-        """Drop what was held and what comes later (a compaction's summary is not shown as
-        it streams: ``HistoryCompacted`` carries it)."""
-        with self._lock:
-            self._held = None
-            self._publish = _drop
-
-
-def _drop(delta: Transient) -> None:
-    del delta
 
 
 def _head_hash(past: Sequence[Event]) -> bytes:

@@ -9,21 +9,22 @@ recognised and dropped.
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pykka
 
-from plait.actors.journal import HeldDeltas
 from plait.actors.messages import AttemptFailedNotice, ModelFinished
 from plait.errors import ModelError
-from plait.events.types import AgentMessageDelta, ReasoningDelta
+from plait.events.types import AgentMessageDelta, ReasoningDelta, Transient
 
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
 
-__all__ = ["call_model"]
+__all__ = ["HeldDeltas", "call_model"]
 
 
 def call_model(
@@ -90,3 +91,42 @@ def call_model(
 def _tell(ref: Any, message: Any) -> None:
     with contextlib.suppress(pykka.ActorDeadError):  # the session closed meanwhile
         ref.tell(message)
+
+
+class HeldDeltas:
+    """Transient notifications held back until what they follow is in the feeds.
+
+    A model call starts before its ``ModelRequested`` is durable; its text deltas wait here
+    until the conversation has recorded it, so subscribers always see the record first.
+    """
+
+    def __init__(self, publish: Callable[[Transient], None]) -> None:
+        self._publish = publish
+        self._lock = threading.Lock()
+        self._held: list[Transient] | None = []
+
+    def publish(self, delta: Transient) -> None:
+        """Publish ``delta`` now, or hold it until :meth:`open`."""
+        with self._lock:  # held or not, deltas reach the feeds in the order they arrived
+            if self._held is not None:
+                self._held.append(delta)
+            else:
+                self._publish(delta)
+
+    def open(self) -> None:
+        """Publish what was held, and from now on publish at once."""
+        with self._lock:
+            held, self._held = self._held or [], None
+            for delta in held:
+                self._publish(delta)
+
+    def discard(self) -> None:
+        """Drop what was held and what comes later (a compaction's summary is not shown as
+        it streams: ``HistoryCompacted`` carries it)."""
+        with self._lock:
+            self._held = None
+            self._publish = _drop
+
+
+def _drop(delta: Transient) -> None:
+    del delta
