@@ -116,11 +116,11 @@ def _started(state: TaskQueue, event: Event) -> None:
 
 
 def _ended(state: TaskQueue, event: Event) -> None:
-    body = event.body
-    assert isinstance(body, TaskCompleted | TurnAborted)
     running = state.running
     if running is None or running.task_id != event.task_id:
         return
+    body = event.body
+    assert isinstance(body, (TaskCompleted, TurnAborted))
     state.running = None
     if running.chain_depth > 0 and running.closure is None:
         # The target of an interrupt: its continuation reports how it ended.
