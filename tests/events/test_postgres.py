@@ -1,7 +1,8 @@
-"""What only the PostgreSQL store must show: URL options and schema versions."""
+"""What only the PostgreSQL store must show: URL options, schema versions, the append function."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -9,10 +10,12 @@ import psycopg
 import pytest
 from support import POSTGRES_URL
 
-from plait.errors import StoreUnavailableError
+from plait.errors import ConcurrencyError, LeaseLostError, StoreUnavailableError
 from plait.events import TurnStarted
+from plait.events.codec import GENESIS_HASH
 from plait.events.stores import open_store
 from plait.events.stores.postgres import PostgresStore
+from plait.events.stores.postgres_sql import APPEND_SIGNATURE
 
 
 @pytest.fixture
@@ -49,3 +52,99 @@ def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:
     with pytest.raises(StoreUnavailableError) as info:
         PostgresStore("postgresql://plait:s3cret@127.0.0.1:1/test?connect_timeout=2")
     assert "s3cret" not in str(info.value) and "127.0.0.1:1" in str(info.value)
+
+
+def drop_append_function(schema: str) -> None:
+    """Make ``schema`` look as a layout-2 store written before appends were one call."""
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'DROP FUNCTION "{schema}".{APPEND_SIGNATURE}')
+
+
+def test_an_older_store_gets_the_append_function_when_opened(schema: str) -> None:
+    with PostgresStore(POSTGRES_URL, schema=schema) as store:
+        store.append("s", [TurnStarted(turn=1)], 0)
+    drop_append_function(schema)
+    with PostgresStore(POSTGRES_URL, schema=schema) as store:
+        store.append("s", [TurnStarted(turn=2)], 1)
+        assert [e.body for e in store.read("s")] == [TurnStarted(turn=1), TurnStarted(turn=2)]
+        assert store.verify("s").ok
+
+
+def test_processes_opening_an_older_store_at_once_all_open_it(schema: str) -> None:
+    PostgresStore(POSTGRES_URL, schema=schema).close()
+    drop_append_function(schema)
+    barrier = threading.Barrier(4)
+    failed: list[BaseException] = []
+
+    def open_and_append(who: int) -> None:
+        barrier.wait(10)
+        try:
+            with PostgresStore(POSTGRES_URL, schema=schema) as store:
+                store.append(f"s{who}", [TurnStarted(turn=who)], 0)
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=open_and_append, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert failed == []
+    with PostgresStore(POSTGRES_URL, schema=schema) as store:
+        assert sorted(info.stream for info in store.streams()) == ["s0", "s1", "s2", "s3"]
+
+
+def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:
+    with (
+        PostgresStore(POSTGRES_URL, schema=schema) as store,
+        PostgresStore(POSTGRES_URL, schema=schema) as other,
+        psycopg.connect(POSTGRES_URL) as held,
+    ):
+        a = store.acquire_lease("s", "a", -1.0)  # lapsed at once: anyone may take it
+        ((_, kind, v, data, digest),) = store.prepare(
+            "s", [TurnStarted(turn=1)], 0, GENESIS_HASH
+        ).rows
+        # a's append, its transaction kept open before the commit
+        args = ("s", 0, GENESIS_HASH, a.epoch, store._key, store.channel, [kind], [v], [data])
+        held.execute(store._sql["append"], (*args, [digest], [], [], []))
+        taken: list[int] = []
+        thread = threading.Thread(
+            target=lambda: taken.append(other.acquire_lease("s", "b", 10).epoch)
+        )
+        thread.start()
+        thread.join(0.3)
+        assert thread.is_alive()  # b waits for a's append to commit
+        held.commit()
+        thread.join(10)
+        assert taken == [a.epoch + 1]
+        assert [e.body for e in store.read("s")] == [TurnStarted(turn=1)]
+        late = store.prepare("s", [TurnStarted(turn=2)], 1, digest)
+        with pytest.raises(LeaseLostError, match="now epoch 2, held by b"):
+            store.append_prepared("s", late, epoch=a.epoch)
+
+
+def test_a_stream_moved_by_another_store_object_is_a_concurrency_error(schema: str) -> None:
+    with (
+        PostgresStore(POSTGRES_URL, schema=schema) as one,
+        PostgresStore(POSTGRES_URL, schema=schema) as other,
+    ):
+        first = one.append("s", [TurnStarted(turn=1)], 0)
+        other.append("s", [TurnStarted(turn=2)], 1)
+        with pytest.raises(ConcurrencyError) as info:
+            one.append("s", [TurnStarted(turn=3)], 1)  # the head one wrote is gone
+        assert (info.value.expected_seq, info.value.actual_seq) == (1, 2)
+        made = one.prepare("s", [TurnStarted(turn=3)], 1, first[-1].hash)
+        with pytest.raises(ConcurrencyError) as info:
+            one.append_prepared("s", made)
+        assert (info.value.expected_seq, info.value.actual_seq) == (1, 2)
+        one.append("s", [TurnStarted(turn=3)], 2)
+        assert one.verify("s").ok
+
+
+def test_append_reads_the_head_again_when_the_one_it_wrote_was_replaced(schema: str) -> None:
+    with PostgresStore(POSTGRES_URL, schema=schema) as store:
+        store.append("s", [TurnStarted(turn=1)], 0)
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:  # as a restore would
+            conn.execute(f'UPDATE "{schema}".streams SET last_hash = %s', (b"x" * 32,))
+        (event,) = store.append("s", [TurnStarted(turn=2)], 1)
+        assert (event.seq, event.prev_hash) == (2, b"x" * 32)
