@@ -249,10 +249,10 @@ class PostgresStore(EventStore):
                 if exc.sqlstate == STREAM_MOVED:
                     raise ConcurrencyError(stream, after, int(detail)) from None
                 raise
+            if len(self._heads) >= 4096:  # a hint for the streams this object writes now
+                self._heads.clear()
+            self._heads[stream] = (after + len(hashes), hashes[-1])
         assert found is not None
-        self._heads[stream] = (after + len(hashes), hashes[-1])
-        if len(self._heads) > 4096:  # a cache of the streams this object writes now
-            self._heads = {stream: self._heads[stream]}
         return prepared.placed(int(found[0]))
 
     def _query(self, name: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
