@@ -14,7 +14,7 @@ Every variant appends N groups of 1-4 small events to one stream, fenced by its 
 
 Round trips are counted from libpq's protocol trace of one append (each run of messages the
 client sends before it reads an answer is one). Times: median and p99 per append, the median
-of 3 interleaved repeats.
+of 3 repeats; within a repeat the variants take turns, one append each.
 """
 
 from __future__ import annotations
@@ -120,14 +120,12 @@ def traced(conn: psycopg.Connection[Any]) -> Iterator[list[int]]:
 
 
 def run_store(
-    store: PostgresStore, n: int, prepared: bool, forget: bool = False
-) -> tuple[list[float], int]:
-    """Time ``n`` fenced appends to a fresh stream; return the times and one append's trips."""
+    store: PostgresStore, n: int, trips: list[int], prepared: bool, forget: bool = False
+) -> Iterator[float]:
+    """Yield the times of ``n`` fenced appends to a fresh stream; one's trips to ``trips``."""
     stream = f"s-{uuid.uuid4().hex[:8]}"
     epoch = store.acquire_lease(stream, "bench", 600).epoch
     seq, prev = 0, GENESIS_HASH
-    times: list[float] = []
-    trips = 0
     for i in range(n):
         bodies = group(i)
         if forget:  # as when another object wrote the head: ``append`` reads it first
@@ -138,22 +136,24 @@ def run_store(
             if i == n // 2:
                 with traced(store._conn) as counted:
                     events = store.append_prepared(stream, made, epoch=epoch)
-                trips = counted[0]
+                trips[:] = counted
             else:
                 events = store.append_prepared(stream, made, epoch=epoch)
         elif i == n // 2:
             with traced(store._conn) as counted:
                 events = store.append(stream, bodies, seq, epoch=epoch)
-            trips = counted[0]
+            trips[:] = counted
         else:
             events = store.append(stream, bodies, seq, epoch=epoch)
-        times.append(time.perf_counter() - t0)
+        yield time.perf_counter() - t0
         seq, prev = events[-1].seq, events[-1].hash
-    return times, trips
 
 
-def run_raw(conn: psycopg.Connection[Any], table_name: str, n: int) -> tuple[list[float], int]:
-    """Time ``n`` single-statement inserts of the same shape of rows, each its own commit."""
+def run_raw(
+    conn: psycopg.Connection[Any], table_name: str, n: int, trips: list[int]
+) -> Iterator[float]:
+    """Yield the times of ``n`` single-statement inserts of rows of the same shape, each its
+    own commit; one insert's trips to ``trips``."""
     store_like = EventStore.prepare  # the same bytes as ours: encode with a throwaway store
     maker = PostgresStore.__new__(PostgresStore)
     EventStore.__init__(maker)
@@ -165,8 +165,6 @@ def run_raw(conn: psycopg.Connection[Any], table_name: str, n: int) -> tuple[lis
     )
     found = conn.execute(f"SELECT coalesce(max(position), 0) FROM {table_name}").fetchone()
     seq, prev, position = 0, GENESIS_HASH, int(found[0]) if found else 0
-    times: list[float] = []
-    trips = 0
     for i in range(n):
         t0 = time.perf_counter()
         made = store_like(maker, stream, group(i), seq, prev)
@@ -176,12 +174,11 @@ def run_raw(conn: psycopg.Connection[Any], table_name: str, n: int) -> tuple[lis
         if i == n // 2:
             with traced(conn) as counted:
                 conn.execute(query, params)
-            trips = counted[0]
+            trips[:] = counted
         else:
             conn.execute(query, params)
-        times.append(time.perf_counter() - t0)
+        yield time.perf_counter() - t0
         seq, prev, position = seq + k, made.rows[-1][4], position + k
-    return times, trips
 
 
 def ms(x: float) -> str:
@@ -193,14 +190,24 @@ def main() -> None:
     parser.add_argument("--url", default=URL)
     parser.add_argument("--appends", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--no-wait-flush",
+        action="store_true",
+        help="synchronous_commit=off on every connection: round trips and work without the "
+        "commit's WAL flush (which others' disk load makes noisy)",
+    )
     args = parser.parse_args()
     schemas = {
         name: f"plait_bench_{name}_{uuid.uuid4().hex[:8]}" for name in ("before", "after", "raw")
     }
     before = BeforeStore(args.url, schema=schemas["before"])
     after = PostgresStore(args.url, schema=schemas["after"])
+    cold = PostgresStore(args.url, schema=schemas["after"])  # its heads forgotten each time
     raw = psycopg.connect(args.url, autocommit=True)
     raw_table = f'"{schemas["raw"]}".events'
+    if args.no_wait_flush:
+        for conn in (before._conn, after._conn, cold._conn, raw):
+            conn.execute("SET synchronous_commit = off")
     raw.execute(f'CREATE SCHEMA "{schemas["raw"]}"')
     raw.execute(
         f"CREATE TABLE {raw_table} (position BIGINT PRIMARY KEY, stream TEXT NOT NULL, "
@@ -208,25 +215,34 @@ def main() -> None:
         "hash BYTEA NOT NULL, UNIQUE (stream, seq))"
     )
     results: dict[str, list[tuple[float, float]]] = {}
-    trips: dict[str, int] = {}
-    variants: dict[str, Callable[[], tuple[list[float], int]]] = {
-        "append, before": lambda: run_store(before, args.appends, False),
-        "append, after": lambda: run_store(after, args.appends, False),
-        "append, after, head read first": lambda: run_store(after, args.appends, False, True),
-        "append_prepared, before": lambda: run_store(before, args.appends, True),
-        "append_prepared, after": lambda: run_store(after, args.appends, True),
-        "raw": lambda: run_raw(raw, raw_table, args.appends),
+    trips: dict[str, list[int]] = {}
+    n = args.appends
+    variants: dict[str, Callable[[list[int]], Iterator[float]]] = {
+        "append, before": lambda t: run_store(before, n, t, False),
+        "append, after": lambda t: run_store(after, n, t, False),
+        "append, after, head read first": lambda t: run_store(cold, n, t, False, True),
+        "append_prepared, before": lambda t: run_store(before, n, t, True),
+        "append_prepared, after": lambda t: run_store(after, n, t, True),
+        "raw": lambda t: run_raw(raw, raw_table, n, t),
     }
     try:
         for _ in range(args.repeats):
-            for name, fn in variants.items():
-                times, trips[name] = fn()
-                times.sort()
-                p99 = times[int(len(times) * 0.99)]
-                results.setdefault(name, []).append((statistics.median(times), p99))
+            # One append of each variant in turn: a load that comes and goes (others' benchmarks
+            # on 2 cores) falls on all of them alike.
+            runs = {name: make(trips.setdefault(name, [0])) for name, make in variants.items()}
+            times: dict[str, list[float]] = {name: [] for name in variants}
+            for _ in range(n):
+                for name, run in runs.items():
+                    times[name].append(next(run))
+            for name, each in times.items():
+                each.sort()
+                results.setdefault(name, []).append(
+                    (statistics.median(each), each[int(len(each) * 0.99)])
+                )
     finally:
         before.close()
         after.close()
+        cold.close()
         for schema in schemas.values():
             raw.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         raw.close()
@@ -237,11 +253,12 @@ def main() -> None:
         p99 = statistics.median(p for _, p in results[name])
         lines.append((f"{name}: median", ms(med), ms(floor), f"{med / floor:.2f}x", ""))
         lines.append((f"{name}: p99", ms(p99), "", "", ""))
-        lines.append((f"{name}: round trips", str(trips[name]), str(trips["raw"]), "", ""))
+        lines.append((f"{name}: round trips", str(trips[name][0]), str(trips["raw"][0]), "", ""))
     table(
         f"PostgreSQL fenced appends of 1-4 events ({args.appends} a run, median of {args.repeats})",
         lines,
-        "raw: one INSERT ... SELECT FROM unnest of the same rows, autocommit",
+        "raw: one INSERT ... SELECT FROM unnest of the same rows, autocommit"
+        + ("; commits not waiting for their WAL flush" if args.no_wait_flush else ""),
     )
 
 
