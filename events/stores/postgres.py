@@ -1,7 +1,7 @@
 """``PostgresStore``: the event store in a PostgreSQL schema, shared by many processes.
 
 * One autocommit connection per store object, guarded by a lock, serves every thread; each
-  append is one explicit transaction. A broken connection is reopened on the next call.
+  append is one transaction. A broken connection is reopened on the next call.
 * Appends to *all* streams commit one at a time, under a transaction-scoped advisory lock keyed
   on the schema. Positions are assigned as ``max + 1`` under that lock, so they are dense and in
   commit order: a live reader of ``position > N`` can never see N+2 committed before N+1 and skip
