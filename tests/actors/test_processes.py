@@ -208,6 +208,7 @@ def test_a_worker_takes_over_the_session_of_a_killed_owner(
             assert doomed.stdout is not None
             session = doomed.stdout.readline().strip()
             cut_at = wait_for(store, session, kill_at)
+            server.wait_for_requests(1, timeout=60)  # the slow reply is the doomed owner's
             os.killpg(doomed.pid, signal.SIGKILL)
         resumed = wait_for(store, session, SessionResumed, after=cut_at.seq)
         lease = store.lease(session)
