@@ -1,9 +1,9 @@
 """Where one MCP tool call's milliseconds go, thread by thread: a timeline of marks.
 
-Run from the repository root: ``python bench/mcp_timeline.py [--calls N] [--inprocess]``.
+Run from the repository root: ``python bench/mcp_timeline.py [--calls N] [--model-process]``.
 
 It runs the session of ``bench/mcp.py`` (one ``t__echo`` call a turn, stdio, SQLite durable,
-the scripted model server in a process of its own unless ``--inprocess``)
+the scripted model server in this process unless ``--model-process``)
 with marks wrapped around the points a call passes through (the actors' messages, the
 journal's records, the effect loop, the MCP client, the stdio pipes) and prints for each mark
 its median offset from the ``ToolCallRequested`` record's end, the thread it ran on and
@@ -118,7 +118,7 @@ def instrument() -> None:
 
     import plait.testing
 
-    wrap(plait.testing._Handler, "do_POST", "model server do_POST (--inprocess)")
+    wrap(plait.testing._Handler, "do_POST", "model server do_POST")
     put = Feed.put
 
     def fed(self: Any, item: Any) -> None:
@@ -152,7 +152,7 @@ def report(calls: list[list[tuple[int, str, str]]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--inprocess", action="store_true", help="the model server in this process")
+    parser.add_argument("--model-process", action="store_true", help="the model server apart")
     args = parser.parse_args()
     import mcp.client.session  # noqa: F401  (instrumented before the runtime starts)
 
@@ -165,7 +165,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="plait-timeline-") as name:
         tmp = Path(name)
         steps = [call] * (WARM + n) + [Step(text="done")]
-        with _bench().model_server(steps, args.inprocess) as base_url:
+        with _bench().model_server(steps, not args.model_process) as base_url:
             settings = ModelSettings(base_url=base_url, api_key="x", model="scripted")
             with Runtime(
                 tmp / "mcp.db", model=settings, workdir=tmp, mcp_servers={"t": config}
