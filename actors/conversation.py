@@ -78,6 +78,9 @@ DEFAULT_INSTRUCTIONS = (
 )
 """Base instructions of a conversation that names none (the built-in default)."""
 
+SEND_FIRST_SEC = 0.002
+"""How long a turn waits for its request to be written before it writes the request's record."""
+
 _BUILTIN_TOOLS = builtins.builtin_specs()
 _BUILTIN_TOOLS_SHA = canonical_sha256(_BUILTIN_TOOLS)
 
@@ -353,6 +356,9 @@ class Conversation(Actor):
         deltas = call_model(self, messages, tools)
         if deltas is None:
             return  # the session is being stopped
+        # The request goes first: writing the record meanwhile would hold the interpreter
+        # lock the effect loop needs to send it (a new connection may take longer: not waited).
+        deltas.sent.wait(SEND_FIRST_SEC)
         self.record(
             TurnStarted(run.turn),
             ModelRequested(

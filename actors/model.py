@@ -136,9 +136,11 @@ class ModelClient:
         on_text: Callable[[str], None] = ignore,
         on_attempt_failed: Callable[[AttemptFailed], None] = ignore,
         on_reasoning: Callable[[str], None] = ignore,
+        on_sent: Callable[[], object] = lambda: None,
     ) -> ModelReply:
         """Stream one completion, calling ``on_text`` with each text fragment as it arrives
-        (and ``on_reasoning`` with each fragment of reasoning).
+        (and ``on_reasoning`` with each fragment of reasoning); ``on_sent`` once the first
+        attempt's request is written.
 
         Retries 429, 5xx, connection failures and streams that drop before any text was
         passed to ``on_text``; ``on_attempt_failed`` hears of every failed attempt. A server
@@ -153,7 +155,7 @@ class ModelClient:
             attempt += 1
             assembly = Assembly(on_text, on_reasoning)
             try:
-                await self._attempt(encode(body), assembly)
+                await self._attempt(encode(body), assembly, on_sent)
                 return assembly.reply()
             except Failure as failure:
                 adapted = self._adapt(failure, body)
@@ -225,13 +227,16 @@ class ModelClient:
             return min(retry_after, MAX_BACKOFF_SEC)
         return min(self.settings.backoff_sec * 2.0 ** (attempt - 1), MAX_BACKOFF_SEC)
 
-    async def _attempt(self, content: bytes, assembly: Assembly) -> None:
+    async def _attempt(
+        self, content: bytes, assembly: Assembly, on_sent: Callable[[], object]
+    ) -> None:
         """Send one request and feed its stream to ``assembly``; raise ``Failure`` on failure."""
         if self._transport is None:
+            on_sent()  # the SDK's client writes it in a moment
             await self._attempt_through_sdk(content, assembly)
             return
         try:
-            async with self._transport.post("/chat/completions", content) as response:
+            async with self._transport.post("/chat/completions", content, on_sent) as response:
                 if response.status >= 400:
                     body = await response.read()
                     raise _status_failure(response.status, response.reason, response.headers, body)

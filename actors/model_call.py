@@ -69,6 +69,7 @@ def call_model(
                 on_text=on_text,
                 on_attempt_failed=on_attempt_failed,
                 on_reasoning=on_reasoning,
+                on_sent=deltas.sent.set,
             )
         )
 
@@ -102,6 +103,8 @@ class HeldDeltas:
 
     def __init__(self, publish: Callable[[Transient], None]) -> None:
         self._publish = publish
+        self.sent = threading.Event()
+        """Set once the request they follow is written to the server."""
         self._lock = threading.Lock()
         self._held: list[Transient] | None = []
 

@@ -330,14 +330,16 @@ class Transport:
         self._idle: list[_Conn] = []
 
     @contextlib.asynccontextmanager
-    async def post(self, path: str, content: bytes) -> AsyncIterator[HttpResponse]:
+    async def post(
+        self, path: str, content: bytes, on_sent: Callable[[], object] | None = None
+    ) -> AsyncIterator[HttpResponse]:
         """Send ``content`` to the base URL's path + ``path``; yield the response, its body
         unread. The connection is kept for the next request only if the body was read whole."""
         head = (
             f"POST {self._prefix}{path} HTTP/1.1\r\n{self._head}"
             f"Content-Length: {len(content)}\r\n\r\n"
         ).encode("latin-1")
-        conn, response = await self._exchange(head + content)
+        conn, response = await self._exchange(head + content, on_sent)
         try:
             yield response
         finally:
@@ -355,19 +357,25 @@ class Transport:
         if idle:
             await asyncio.sleep(0)  # a transport closes its socket in a callback of the loop
 
-    async def _exchange(self, request: bytes) -> tuple[_Conn, HttpResponse]:
+    async def _exchange(
+        self, request: bytes, on_sent: Callable[[], object] | None
+    ) -> tuple[_Conn, HttpResponse]:
         """Send ``request``; wait for the answer's head. A kept connection that the server
         closed meanwhile (no byte came back) is dropped for the next, or a new one."""
         while self._idle:
             conn = self._idle.pop()
             if not conn.lost:
                 with contextlib.suppress(_Closed):
-                    return conn, await self._send(conn, request)
-        return (conn := await self._connect()), await self._send(conn, request)
+                    return conn, await self._send(conn, request, on_sent)
+        return (conn := await self._connect()), await self._send(conn, request, on_sent)
 
-    async def _send(self, conn: _Conn, request: bytes) -> HttpResponse:
+    async def _send(
+        self, conn: _Conn, request: bytes, on_sent: Callable[[], object] | None
+    ) -> HttpResponse:
         try:
             conn.send(request)
+            if on_sent is not None:
+                on_sent()
             status, reason, headers = await conn.wait_head()
         except BaseException:
             conn.close()

@@ -77,12 +77,15 @@ class ReplayModel:
         on_text: Callable[[str], None] = lambda _: None,
         on_attempt_failed: Callable[[AttemptFailed], None] = lambda _: None,
         on_reasoning: Callable[[str], None] = lambda _: None,
+        on_sent: Callable[[], object] = lambda: None,
     ) -> Coroutine[Any, Any, ModelReply]:
-        """Number the request now, and return what waits for the driver's answer to it."""
+        """Number the request now (it is sent, as far as the program can tell), and return
+        what waits for the driver's answer to it."""
         with self._lock:
             self.requests.append(request)
             number, self._next = self._next, self._next + 1
             generation = self._generation
+        on_sent()
         return self._answered(number, generation, on_text, on_attempt_failed)
 
     async def _answered(

@@ -294,3 +294,18 @@ async def test_the_last_chunk_and_its_empty_line_may_come_apart() -> None:
         conn.data_received(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
         assert (conn.head, conn.done) == ((204, "No Content", {"content-length": "0"}), True)
         conn.close()
+
+
+async def test_on_sent_hears_the_request_is_written_before_any_answer(
+    keeps_answering: RawServer,
+) -> None:
+    transport = Transport(keeps_answering.url, {}, timeout_sec=5)
+    heard: list[int] = []
+
+    async with transport.post("/chat/completions", b"{}", lambda: heard.append(0)) as response:
+        assert heard == [0]  # the head of the answer came after
+        heard.append(response.status)
+        await response.read()
+    await transport.aclose()
+
+    assert heard == [0, 200]
