@@ -19,17 +19,13 @@ sys.path.append(sys.path.pop(0))  # bench/mcp.py is named like the mcp package
 
 import argparse
 import json
-import statistics
 import tempfile
-import threading
-import time
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from marks import mark, mark_when_fed, marks, report, wrap
+
 from plait.actors.conversation import Conversation
-from plait.actors.feed import Feed
 from plait.actors.journal import Journal
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
@@ -40,45 +36,6 @@ from plait.testing import ScriptedToolCall, Step
 
 SERVER = Path(__file__).parents[1] / "tests" / "mcp" / "server.py"
 WARM = 5
-
-_marks: list[tuple[int, str, str]] = []  # (perf_counter_ns, label, thread name)
-
-
-def mark(label: str) -> None:
-    _marks.append((time.perf_counter_ns(), label, threading.current_thread().name))
-
-
-def wrap(owner: Any, name: str, label: Callable[..., str | None] | str, span: bool = True) -> None:
-    """Put marks around ``owner.name`` (a function or a coroutine function)."""
-    import inspect
-
-    inner = getattr(owner, name)
-    if inspect.iscoroutinefunction(inner):
-
-        async def amarked(*args: Any, **kwargs: Any) -> Any:
-            text = label(*args, **kwargs) if callable(label) else label
-            if text:
-                mark(text)
-            try:
-                return await inner(*args, **kwargs)
-            finally:
-                if span and text:
-                    mark(text + " end")
-
-        setattr(owner, name, amarked)
-        return
-
-    def marked(*args: Any, **kwargs: Any) -> Any:
-        text = label(*args, **kwargs) if callable(label) else label
-        if text:
-            mark(text)
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            if span and text:
-                mark(text + " end")
-
-    setattr(owner, name, marked)
 
 
 def instrument() -> None:
@@ -119,34 +76,7 @@ def instrument() -> None:
     import plait.testing
 
     wrap(plait.testing._Handler, "do_POST", "model server do_POST")
-    put = Feed.put
-
-    def fed(self: Any, item: Any) -> None:
-        if isinstance(item, Event) and isinstance(item.body, ToolCallCompleted):
-            mark("feed.put ToolCallCompleted")
-        put(self, item)
-
-    Feed.put = fed  # type: ignore[method-assign]
-
-
-def report(calls: list[list[tuple[int, str, str]]]) -> None:
-    offsets: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for marks in calls:
-        start = next(at for at, label, _ in marks if _asks(label) and label.endswith(" end"))
-        seen: set[tuple[str, str]] = set()
-        for at, label, thread in marks:
-            key = (label, thread.split("-")[0] if thread.startswith("Thread") else thread)
-            if key in seen:
-                continue
-            seen.add(key)
-            offsets[key].append((at - start) / 1e6)
-    rows = sorted(offsets, key=lambda k: statistics.median(offsets[k]))
-    print(f"\n{len(calls)} calls; median offset from the end of the ToolCallRequested record")
-    print(f"{'ms':>7}  {'in':>5}  {'thread':<22} mark")
-    for key in rows:
-        share = len(offsets[key]) / len(calls)
-        label, thread = key
-        print(f"{statistics.median(offsets[key]):7.3f}  {share:5.0%}  {thread[:22]:<22} {label}")
+    mark_when_fed(ToolCallCompleted)
 
 
 def main() -> None:
@@ -180,13 +110,18 @@ def main() -> None:
                         elif isinstance(item, Event) and isinstance(item.body, ToolCallCompleted):
                             mark("feed.get ToolCallCompleted")
                             done += 1
-                            marks = list(_marks)
-                            _marks.clear()
+                            made = list(marks)
+                            marks.clear()
                             if done > WARM:
-                                per_call.append(_one_call(marks))
+                                per_call.append(_one_call(made))
                             if done == WARM + n:
                                 break
-    report(per_call)
+    what = "calls; median offset from the end of the ToolCallRequested record"
+    report(per_call, _start, what)
+
+
+def _start(run: list[tuple[int, str, str]]) -> int:
+    return next(at for at, label, _ in run if _asks(label) and label.endswith(" end"))
 
 
 def _one_call(marks: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:

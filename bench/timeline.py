@@ -12,57 +12,25 @@ tool: the wrapping costs a few microseconds a mark, and the marks name private f
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import threading
-import time
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from marks import mark, mark_when_fed, marks, on, report, wrap
 from model_process import ModelProcess
 
 from plait.actors import conversation, transport
 from plait.actors.conversation import Conversation
-from plait.actors.feed import Feed
 from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.session import Session
 from plait.events.store import EventStore
-from plait.events.types import Event, TaskCompleted
+from plait.events.types import TaskCompleted
 from plait.runtime import Runtime
 from plait.runtime.acks import Ack
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 ANSWER = "Escaped quotes now survive the tokenizer; a regression test covers it, all 119 pass."
 MODEL, WARM = "scripted-model", 5
-
-_marks: list[tuple[int, str, str]] = []  # (perf_counter_ns, label, thread name)
-_on = False
-
-
-def mark(label: str) -> None:
-    if _on:
-        _marks.append((time.perf_counter_ns(), label, threading.current_thread().name))
-
-
-def wrap(owner: Any, name: str, label: Callable[..., str] | str, span: bool = True) -> None:
-    """Put marks around ``owner.name``: ``label`` (or ``label(*args)``) at its start and, for
-    a span, ``label + " end"`` at its end."""
-    inner = getattr(owner, name, None)
-    if inner is None:  # an older plait, without it
-        return
-
-    def marked(*args: Any, **kwargs: Any) -> Any:
-        text = label(*args, **kwargs) if callable(label) else label
-        mark(text)
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            if span:
-                mark(text + " end")
-
-    setattr(owner, name, marked)
 
 
 def instrument() -> None:
@@ -99,40 +67,10 @@ def instrument() -> None:
 
     transport._Conn.data_received = received  # type: ignore[method-assign]
 
-    put = Feed.put
-
-    def fed(self: Any, item: Any) -> None:
-        if isinstance(item, Event) and isinstance(item.body, TaskCompleted):
-            mark("feed.put TaskCompleted")
-        put(self, item)
-
-    Feed.put = fed  # type: ignore[method-assign]
-
-
-def report(turns: list[list[tuple[int, str, str]]]) -> None:
-    offsets: dict[tuple[str, str], list[float]] = defaultdict(list)
-    order: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for marks in turns:
-        start = marks[0][0]
-        seen: set[tuple[str, str]] = set()
-        for i, (at, label, thread) in enumerate(marks):
-            key = (label, thread.split("-")[0] if thread.startswith("Thread") else thread)
-            if key in seen:
-                continue
-            seen.add(key)
-            offsets[key].append((at - start) / 1e6)
-            order[key].append(i)
-    rows = sorted(offsets, key=lambda k: statistics.median(offsets[k]))
-    print(f"\n{len(turns)} turns; median offset from run() of each mark's first time in a turn")
-    print(f"{'ms':>7}  {'in':>5}  {'thread':<22} mark")
-    for key in rows:
-        share = len(offsets[key]) / len(turns)
-        label, thread = key
-        print(f"{statistics.median(offsets[key]):7.3f}  {share:5.0%}  {thread[:22]:<22} {label}")
+    mark_when_fed(TaskCompleted)
 
 
 def main() -> None:
-    global _on
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--store", help="a store URL (default: a SQLite file)")
@@ -157,15 +95,16 @@ def main() -> None:
             with Runtime(args.store or tmp / "t.db", model=settings, workdir=tmp) as runtime:
                 session = runtime.start_session()
                 for i in range(WARM + args.turns):
-                    _marks.clear()
-                    _on = i >= WARM
+                    marks.clear()
+                    on[0] = i >= WARM
                     mark("run() called")
                     assert session.run(f"question {i}", timeout=60).ok
                     mark("run() returned")
-                    _on = False
+                    on[0] = False
                     if i >= WARM:
-                        turns.append(list(_marks))
-    report(turns)
+                        turns.append(list(marks))
+    what = "turns; median offset from run() of each mark's first time in a turn"
+    report(turns, lambda run: run[0][0], what)
 
 
 if __name__ == "__main__":
