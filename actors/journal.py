@@ -292,7 +292,7 @@ class Journal:
             then(error)
         if error is not None:
             self._tell_lost(error)
-        return error is None and self.refusal is None
+        return error is None
 
     def _refused(self, error: StoreError) -> StoreError:
         """Seal, as the store refused or failed an append; hold the lock."""
