@@ -99,11 +99,9 @@ class Scheduler:
                     if ack is not None:
                         ack(exc)
                     raise
-                if ack is None:
-                    pass
-                elif recorded:
+                if ack is not None and recorded:
                     self._when_durable(ack)  # acknowledged once durable, never before
-                else:
+                elif ack is not None:
                     ack(self._refusal() or SessionClosedError(self.stream))
             case TaskEnded():
                 self._maybe_start()
