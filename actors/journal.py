@@ -173,6 +173,10 @@ class Journal:
         """Write from the end of ``past`` with ``epoch``: this process took the session over
         (its feeds have had ``past``, from the log)."""
         with self._lock:
+            # What the actors of before made and did not write is not in the log: gone with them.
+            untold, self._on_durable, self._ahead = self._on_durable, [], []
+            self._made = self._durable = 0
+            why = self.refusal or LeaseLostError(self.stream, self.epoch or 0)
             self._seq = past[-1].seq if past else 0
             self._hash = _head_hash(past)
             self._policies = Policies(past)
@@ -180,6 +184,8 @@ class Journal:
             self.epoch = epoch
             self._sealed = False
             self.refusal = None
+        for _, then in untold:
+            then(why)
 
     def deliver(self, events: Sequence[Event]) -> None:
         """Hand the feeds events another process recorded (this one follows the session)."""

@@ -224,3 +224,19 @@ def test_who_waits_for_what_was_made_ahead_hears_once_it_is_written(journal: Jou
     assert journal.flush()
 
     assert heard == [None, None] and len(journal.store.read("s")) == 1
+
+
+def test_a_takeover_forgets_what_the_actors_before_it_made_and_did_not_write(
+    journal: Journal,
+) -> None:
+    heard: list[object] = []
+    journal.record([SessionClosed("made, never written")], ahead=True)
+    journal.when_durable(heard.append)
+
+    lease = journal.store.acquire_lease("s", "me", 30.0)
+    journal.reload([], epoch=lease.epoch)  # this process took the session over (empty log)
+
+    assert [type(e).__name__ for e in heard] == ["LeaseLostError"]
+    assert journal.flush()  # nothing is left to write
+    assert [e.seq for e in journal.record([SessionClosed("after")])] == [1]
+    assert [e.body for e in journal.store.read("s")] == [SessionClosed("after")]
