@@ -260,7 +260,7 @@ class _Reported(msgspec.Struct, frozen=True):
 
 
 class _Wake(msgspec.Struct, frozen=True):
-    """A conversation's rate window has room again."""
+    """A call that waited may start: a slot freed, or a conversation's rate window has room."""
 
 
 class PoolRef(pykka.ActorRef["McpPool"]):

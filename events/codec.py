@@ -28,7 +28,6 @@ __all__ = [
     "decode_joined",
     "decode_rows",
     "encode_event",
-    "encode_stored",
     "event_hash",
     "from_jsonl",
     "to_jsonl",
@@ -111,10 +110,6 @@ def encode_event(event: Event) -> bytes:
     if event.position or event.hash:
         event = msgspec.structs.replace(event, position=0, hash=b"")
     return _encoder.encode(event)
-
-
-encode_stored: Callable[[Event], bytes] = _encoder.encode
-"""``encode_event`` for an event not yet stored (no position, no hash): the append path."""
 
 
 def event_hash(data: bytes) -> bytes:

@@ -24,7 +24,7 @@ from plait.events.codec import (
     GENESIS_HASH,
     decode_event,
     decode_rows,
-    encode_stored,
+    encode_event,
     event_hash,
 )
 from plait.events.ownership import Ownership
@@ -200,7 +200,7 @@ class EventStore(Ownership, ABC):
         prev = head_hash
         now = self.clock().astimezone(UTC)
         threshold = self.blob_threshold
-        encode, sha256, set_ = encode_stored, hashlib.sha256, msgspec.structs.force_setattr
+        encode, sha256, set_ = encode_event, hashlib.sha256, msgspec.structs.force_setattr
         tags = BODY_TAGS
         seq = head_seq
         for draft in drafts:

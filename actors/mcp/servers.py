@@ -217,6 +217,12 @@ class McpServers:
         configured, disabled, failed for good, closed, or still not ready in time.
         """
         entry = self._get(server)
+        if entry.status != "ready":  # the usual case, ready, costs no wait (and no timer)
+            await self._until_ready(server, entry, timeout)
+        return entry.tools
+
+    @staticmethod
+    async def _until_ready(server: str, entry: _Server, timeout: float | None) -> None:
         limit = entry.config.startup_timeout_sec if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):
@@ -228,7 +234,6 @@ class McpServers:
             raise McpError(
                 f"MCP server {server!r} is not ready after {limit:g}s ({entry.status})"
             ) from None
-        return entry.tools
 
     # --- calls -------------------------------------------------------------------------------
 
@@ -249,11 +254,10 @@ class McpServers:
         entry = self._servers.get(server)
         if entry is None:
             return CallResult(f"no MCP server named {server!r}", "error")
-        if entry.status != "ready":  # the usual case costs no wait (and no timer)
-            try:
-                await self.wait_ready(server)
-            except McpError as exc:
-                return CallResult(str(exc), "error")
+        try:
+            await self.wait_ready(server)
+        except McpError as exc:
+            return CallResult(str(exc), "error")
         conn = entry.conn
         assert conn is not None
         return await conn.call(tool, arguments, timeout)

@@ -151,13 +151,11 @@ class _LineReader:
             except (anyio.EndOfStream, *_GONE):
                 self._end()
                 continue
-            if b"\n" not in chunk:
-                self._partial += chunk
-                continue
             self._partial += chunk
-            *lines, rest = self._partial.split(b"\n")
-            self._partial = bytearray(rest)
-            self._lines.extend(line for line in lines if line.strip())
+            if b"\n" in chunk:
+                *lines, rest = self._partial.split(b"\n")
+                self._partial = bytearray(rest)
+                self._lines.extend(line for line in lines if line.strip())
         return _parse(self._lines.popleft())
 
     def _end(self) -> None:

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
@@ -261,10 +261,7 @@ class SqliteStore(EventStore):
         )
 
     def _chunk(self, after_position: int, limit: int) -> Chunk:
-        count, last, listed, sizes, data, hashes, blobs, old = self._query(
-            CHUNK_SQL, (after_position, limit)
-        )[0]
-        return count, last, listed, sizes, data, hashes, blobs, old
+        return cast(Chunk, self._query(CHUNK_SQL, (after_position, limit))[0])
 
     def _locate(self, position: int) -> tuple[str, int]:
         rows = self._query("SELECT stream, seq FROM events WHERE position = ?", (position,))

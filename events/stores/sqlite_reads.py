@@ -58,6 +58,9 @@ _CHUNK = 16_384
 _AHEAD = 2
 """Chunks read ahead at most."""
 
+READ_AHEAD = True
+"""Read chunks on a thread of their own (else on the caller's, between its batches)."""
+
 
 def batches(
     read_chunk: Callable[[int, int], Chunk],
@@ -108,9 +111,6 @@ def batches(
             after = positions[-1]
     finally:
         chunks.close()
-
-
-READ_AHEAD = True
 
 
 def _chunks(

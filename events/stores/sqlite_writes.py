@@ -175,15 +175,10 @@ class Writes:
                 rows = prepared.rows
                 count = len(rows)
                 first = position + 1
-                if count <= _ROWS_PER_INSERT:
-                    db.execute(_insert_sql(count), [first, stream, *chain.from_iterable(rows)])
-                else:
-                    for start in range(0, count, _ROWS_PER_INSERT):
-                        part = rows[start : start + _ROWS_PER_INSERT]
-                        db.execute(
-                            _insert_sql(len(part)),
-                            [first + start, stream, *chain.from_iterable(part)],
-                        )
+                for start in range(0, count, _ROWS_PER_INSERT):
+                    part = rows[start : start + _ROWS_PER_INSERT]
+                    values = [first + start, stream, *chain.from_iterable(part)]
+                    db.execute(_insert_sql(len(part)), values)
                 position += count
                 last = rows[-1]
                 heads[stream] = (last[0], last[4])
