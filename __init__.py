@@ -7,6 +7,7 @@
 from plait.actors.approvals import ApprovalDecision, ApprovalRequest, Approver
 from plait.actors.feed import Feed
 from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp.functions import FunctionTool, tool
 from plait.actors.model import ModelSettings
 from plait.actors.pool import McpLimits
 from plait.errors import (
@@ -74,6 +75,7 @@ __all__ = [
     "Feed",
     "FeedLagged",
     "FunctionCallOutput",
+    "FunctionTool",
     "HistorySettings",
     "InputImage",
     "InputItem",
@@ -105,6 +107,7 @@ __all__ = [
     "UnknownConversationError",
     "UnknownSessionError",
     "open_store",
+    "tool",
 ]
 
 __version__ = "0.1.0"

@@ -25,6 +25,7 @@ import pykka
 from plait.actors.actor import Actor
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.dispatch import Dispatcher, McpLimits
+from plait.actors.mcp.functions import FUNCTIONS, FunctionTool, functions_config
 from plait.actors.mcp.names import Conflict, merge, openai_spec, qualify, tool_list_hash
 from plait.actors.messages import (
     Allowlist,
@@ -96,14 +97,19 @@ class McpPool(Actor):
         past: list[Event],
         limits: McpLimits | None = None,
         servers_factory: Callable[..., Any] | None = None,
+        functions: Sequence[FunctionTool] = (),
     ) -> None:
         """``servers_factory(configs, report)`` makes the servers (``McpServers`` by default;
-        replay answers from the log instead)."""
+        replay answers from the log instead). ``functions`` are served among them, as the
+        server ``FUNCTIONS``."""
         super().__init__()
         self.servers_factory = servers_factory
+        self.functions = functions
         self.journal = journal
         self.effects = effects
         self.configs = {name: c for name, c in sorted(configs.items()) if c.enabled}
+        if functions:
+            self.configs[FUNCTIONS] = functions_config(functions)
         self.limits = limits or McpLimits()
         self.catalog = _Catalog()
         for event in past:
@@ -131,7 +137,10 @@ class McpPool(Actor):
             with contextlib.suppress(pykka.ActorDeadError):
                 me.tell(_Reported(body))
 
-        self.servers = (self.servers_factory or McpServers)(self.configs, report)
+        if self.servers_factory is not None:
+            self.servers = self.servers_factory(self.configs, report)
+        else:
+            self.servers = McpServers(self.configs, report, functions=self.functions)
         self.effects.submit(self.servers.start()).result(10)
         self.calls.servers = self.servers
 

@@ -90,17 +90,7 @@ class SessionHandle(SessionViews):
     def _start(self, past: list[Event]) -> None:
         """Start the session's actors (and MCP servers) from its log."""
         runtime, journal = self.runtime, self._journal
-        if runtime.mcp_servers:
-            from plait.actors.pool import McpPool
-
-            self._pool = McpPool.start(
-                journal,
-                runtime._loop,
-                runtime.mcp_servers,
-                past,
-                runtime.mcp_limits,
-                runtime._mcp_factory,
-            )
+        self._pool = runtime._start_pool(journal, past)
         deps = runtime._deps(journal, self._pool, past)
         self._actor = Session.start(journal, deps, self.root_conversation_id, past)
         self._active = True

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from plait.actors.conversation import ConversationDeps
 from plait.actors.effects import EffectLoop
 from plait.actors.journal import Journal
 from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
@@ -84,6 +85,7 @@ class Runtime(Sessions):
         new_id: Callable[[], str] | None = None,
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
         mcp_limits: McpLimits | None = None,
+        tools: Iterable[FunctionTool | Callable[..., Any]] = (),
         storage_policy: StoragePolicy | None = None,
         history: HistorySettings | None = None,
         expire_every_sec: float | None = 60.0,
@@ -98,6 +100,8 @@ class Runtime(Sessions):
     ) -> None:
         """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
 
+        ``tools`` are Python functions every session offers the model (``plait.tool``; a bare
+        function is one with the defaults), beside its MCP servers' tools.
         ``storage_policy`` is new sessions' default (``full``). Once the runtime has a
         session with a ``ttl`` conversation (or ``ttl`` is the default), it deletes every
         ``expire_every_sec`` the content of the store's ``ttl`` conversations that is due
@@ -134,6 +138,9 @@ class Runtime(Sessions):
         self.mcp_servers = dict(mcp_servers or {})
         """MCP servers by name; each session starts its own, in the background."""
         self.mcp_limits = mcp_limits
+        self.tools = as_tools(tools)
+        """Function tools every session offers."""
+        self._session_tools: dict[str, list[FunctionTool]] = {}
         self._loop = EffectLoop()
         self._outside = outside = _outside or Outside()
         self._client = outside.model_client or ModelClient(self.settings)
@@ -197,6 +204,24 @@ class Runtime(Sessions):
             ),
         )
 
+    def _start_pool(self, journal: Journal, past: list[Event]) -> Any:
+        """Start the session's ``McpPool`` (its MCP servers and function tools), if it has
+        tools beside the built-ins."""
+        functions = self.tools_for(journal.stream)
+        if not self.mcp_servers and not functions:
+            return None
+        from plait.actors.pool import McpPool
+
+        return McpPool.start(
+            journal,
+            self._loop,
+            self.mcp_servers,
+            past,
+            self.mcp_limits,
+            self._mcp_factory,
+            functions,
+        )
+
     def _recorded(self) -> RuntimeSettings:
         """This runtime's configuration, as a session's first event keeps it for replay."""
         limits = self.mcp_limits or McpLimits()
@@ -223,8 +248,12 @@ class Runtime(Sessions):
         mcp_allowlist: list[str] | None = None,
         storage_policy: StoragePolicy | None = None,
         approval_policy: ApprovalPolicy | None = None,
+        tools: Iterable[FunctionTool | Callable[..., Any]] = (),
     ) -> SessionHandle:
         """Start a new session with its root conversation; it is stored from its first event.
+
+        ``tools`` are function tools this session offers beside the runtime's (``resume``
+        takes them again: they are this process's, not the log's).
 
         ``storage_policy`` (the runtime's by default) is the root's, and so, inherited, every
         conversation's of the session. ``approval_policy`` (the runtime's by default) is the
@@ -233,6 +262,7 @@ class Runtime(Sessions):
         policy = self.approval_policy if approval_policy is None else approval_policy
         check_policy(policy)
         session_id, root = self.new_id(), self.new_id()
+        self._offer(session_id, tools)
         journal = Journal(self.store, session_id, epoch=self._take(session_id))
         opened = ConversationOpened(
             base_instructions=base_instructions,

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 from plait.actors.journal import Journal
+from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.actors.messages import StartNext
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
 from plait.events.projections.tasks import QueueSnapshot, task_queue
@@ -39,6 +41,8 @@ class Sessions:
     owner: Owner
     followers: Followers
     mcp_servers: dict[str, McpServerConfig]
+    tools: list[FunctionTool]
+    _session_tools: dict[str, list[FunctionTool]]
     _sessions: dict[str, SessionHandle]
     _resuming: threading.Lock
 
@@ -46,8 +50,13 @@ class Sessions:
 
         def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle: ...
 
-    def resume(self, session_id: str) -> SessionHandle:
+    def resume(
+        self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., Any]] = ()
+    ) -> SessionHandle:
         """Continue a stored session where it was; a task cut off by a crash is aborted.
+
+        ``tools`` are offered beside the runtime's, as ``start_session``'s are (a session's
+        own function tools are this process's: a process that resumes it names them again).
 
         A session another live process owns is followed: the handle's commands go to that
         owner's inbox and its events come from the log, until the owner stops renewing its
@@ -61,6 +70,7 @@ class Sessions:
                 return self._sessions[session_id]
             if self.store.last_seq(session_id) == 0:  # no lease for a session not there
                 raise UnknownSessionError(session_id)
+            self._offer(session_id, tools)
             epoch = self.owner.take(session_id)
             if epoch is None:
                 return self._follow(session_id, self._read_session(session_id))
@@ -70,6 +80,22 @@ class Sessions:
             except BaseException:
                 self.owner.release(session_id)
                 raise
+
+    def _offer(self, session_id: str, tools: Iterable[FunctionTool | Callable[..., Any]]) -> None:
+        """Offer ``tools`` in session ``session_id`` beside the runtime's (``ConfigError`` for
+        a name taken twice)."""
+        own = as_tools(tools)
+        if own:
+            as_tools([*self.tools, *own])
+            self._session_tools[session_id] = own
+
+    def tools_for(self, session_id: str) -> list[FunctionTool]:
+        """The function tools offered in session ``session_id``: the runtime's and its own."""
+        return as_tools([*self.tools, *self._session_tools.get(session_id, ())])
+
+    def _serves(self, session_id: str) -> bool:
+        """Whether the session has tools beside the built-ins (an ``McpPool``)."""
+        return bool(self.mcp_servers) or bool(self.tools_for(session_id))
 
     def follow(self, session_id: str) -> SessionHandle:
         """A handle on a session that this process never runs: its commands go to the
@@ -145,7 +171,7 @@ class Sessions:
         assert isinstance(started, SessionStarted)  # read_session and in_flight check it
         root = started.root_conversation_id
         calls = open_calls(past, plan.task_id) if plan is not None else OpenCalls()
-        rerun = plan is not None and bool(calls.rerun and self.mcp_servers)
+        rerun = plan is not None and bool(calls.rerun and self._serves(session_id))
         if plan is not None and rerun:  # safe calls run again, recorded started at once
             past += took_over(journal, past, state, [*calls.rerun, *calls.denials])
         elif plan is not None or state.pending:

@@ -6,6 +6,7 @@ restarts it with exponential backoff if it dies after it was ready. What happens
 as event bodies through one callback (``McpServerReady``, ``McpServerFailed``,
 ``McpToolsRefreshed``), called on the loop thread, in order, so the caller can record them.
 A server that cannot start at all is not retried: a missing command will not appear later.
+The session's function tools are served among them, as server ``FUNCTIONS``.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from plait.actors.mcp.calls import CallResult
 from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp.functions import FUNCTIONS, FunctionConnection, FunctionTool
 from plait.errors import McpError
 from plait.events.types import Body, McpServerFailed, McpServerReady, McpToolsRefreshed
 from plait.events.values import McpToolSnapshot
@@ -64,7 +66,7 @@ class _Server:
         self.reason = "disabled in its config" if not config.enabled else ""
         self.tools: list[McpToolSnapshot] = []
         self.attempt = 0
-        self.conn: McpConnection | None = None
+        self.conn: McpConnection | FunctionConnection | None = None
         self.task: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
 
@@ -84,9 +86,12 @@ class McpServers:
         report: Report,
         *,
         backoff: Backoff | None = None,
+        functions: Sequence[FunctionTool] = (),
     ) -> None:
-        """Prepare (without starting) every configured server; create it on the effect loop."""
+        """Prepare (without starting) every configured server; create it on the effect loop.
+        ``functions`` are served as the server ``FUNCTIONS`` (which ``configs`` names)."""
         self._servers = {name: _Server(name, config) for name, config in configs.items()}
+        self._functions = functions
         self._report_to = report
         self._backoff = backoff or Backoff()
         self._closing = False
@@ -130,18 +135,14 @@ class McpServers:
             server.set("failed", reason)
 
     async def _keep_running(self, server: _Server) -> None:
-        # Importing mcp takes about a second: not on the loop, where model streams run too.
-        await asyncio.to_thread(importlib.import_module, "plait.actors.mcp.client")
-        from plait.actors.mcp.client import McpConnection
-
+        if server.name != FUNCTIONS:
+            # Importing mcp takes about a second: not on the loop, where model streams run too.
+            await asyncio.to_thread(importlib.import_module, "plait.actors.mcp.client")
         failures = 0
         loop = asyncio.get_running_loop()
         while not self._closing:
             server.attempt += 1
-            conn = McpConnection(
-                server.name, server.config, on_tools_changed=lambda t: self._refreshed(server, t)
-            )
-            server.conn = conn
+            conn = server.conn = self._connect(server)
             try:
                 tools = await conn.start()
             except McpError as exc:
@@ -162,6 +163,15 @@ class McpServers:
             failures += 1
             if not await self._failed(server, died, failures, first=False):
                 return
+
+    def _connect(self, server: _Server) -> McpConnection | FunctionConnection:
+        if server.name == FUNCTIONS:
+            return FunctionConnection(self._functions)
+        from plait.actors.mcp.client import McpConnection
+
+        return McpConnection(
+            server.name, server.config, on_tools_changed=lambda t: self._refreshed(server, t)
+        )
 
     async def _failed(self, server: _Server, reason: str, failures: int, *, first: bool) -> bool:
         """Report a failure and wait out the backoff; return whether to start again."""
@@ -205,7 +215,7 @@ class McpServers:
             if server.status in ("ready", "restarting")
         }
 
-    def connection(self, server: str) -> McpConnection | None:
+    def connection(self, server: str) -> McpConnection | FunctionConnection | None:
         """Return the live connection of ``server``, if it is ready (for tests and tools)."""
         entry = self._get(server)
         return entry.conn if entry.status == "ready" else None
