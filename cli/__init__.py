@@ -10,9 +10,10 @@ mcp) happen inside the commands that need them.
 
     parser.py        every command and flag, and ``main``
     common.py        the configuration, the store, a session by prefix, the runtime
-    run_commands.py  exec, chat, compact, recover, demo: the commands that run tasks
+    run_commands.py  exec, chat, compact, recover, demo, mcp-server: the commands that run tasks
     log_commands.py  sessions, history, log, audit, replay, fork...: the ones that read the log
     output.py        what they print; live.py and chat.py, what a person watching sees
+    mcp_server.py    plait as an MCP server, and mcp_live.py what it tells the client
     demo.py          the offline demo, and demo_tools.py its MCP server
 """
 

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from plait.cli import output as render
 from plait.cli.common import err, existing_store, find_conversation, find_session, out
+
+if TYPE_CHECKING:
+    from plait.events.store import EventStore
 
 __all__ = [
     "cmd_audit",
@@ -27,19 +32,26 @@ __all__ = [
     "cmd_show",
     "cmd_stats",
     "cmd_verify",
+    "history_rows",
+    "session_rows",
 ]
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     """List the sessions in the store, oldest first, with the process that owns each."""
     with existing_store(args) as store:
-        leases = {lease.stream: lease for lease in store.leases()}
-        for info in store.streams():
-            first = store.read(info.stream, limit=1)[0]
-            last = store.read(info.stream, after=info.last_seq - 1)[0]
-            fields = render.session_fields(info, first, last, leases.get(info.stream))
+        for fields in session_rows(store):
             out(render.json_line(fields) if args.json else render.session_row(fields))
     return 0
+
+
+def session_rows(store: EventStore) -> Iterator[dict[str, Any]]:
+    """Yield one row of ``plait sessions --json`` per stored session, oldest first."""
+    leases = {lease.stream: lease for lease in store.leases()}
+    for info in store.streams():
+        first = store.read(info.stream, limit=1)[0]
+        last = store.read(info.stream, after=info.last_seq - 1)[0]
+        yield render.session_fields(info, first, last, leases.get(info.stream))
 
 
 def cmd_conversations(args: argparse.Namespace) -> int:
@@ -56,24 +68,41 @@ def cmd_conversations(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Print a conversation's history as chat messages (the root's by default)."""
+    with existing_store(args) as store:
+        session = find_session(store, args.session)
+        _, rows = history_rows(store, session, args.conversation, args.limit, args.reasoning)
+    for row in rows:
+        out(render.json_line(row) if args.json else render.message_row(row))
+    return 0
+
+
+def history_rows(
+    store: EventStore,
+    session: str,
+    conversation: str | None = None,
+    limit: int | None = None,
+    reasoning: bool = False,
+) -> tuple[str, list[dict[str, Any]]]:
+    """Return the id of a conversation of ``session`` (the root, or the one ``conversation``
+    is a prefix of) and its last ``limit`` messages (all: ``None``) as ``plait history
+    --json`` prints them: ``seq``, then the chat message, then its reasoning if asked."""
     from plait.events.projections import HistoryProjection
     from plait.events.types import SessionStarted
     from plait.events.values import as_text
 
-    with existing_store(args) as store:
-        session = find_session(store, args.session)
-        events = store.read(session)
+    events = store.read(session)
     histories = HistoryProjection().fold(events)
     started = events[0].body
     root = started.root_conversation_id if isinstance(started, SessionStarted) else ""
-    conversation = find_conversation(histories.conversations, session, args.conversation or root)
-    messages = histories.conversations[conversation].messages
-    for message in messages[-args.limit :] if args.limit else messages:
+    found = find_conversation(histories.conversations, session, conversation or root)
+    messages = histories.conversations[found].messages
+    rows = []
+    for message in messages[-limit:] if limit else messages:
         row = {"seq": message.seq, **message.to_openai()}
-        if args.reasoning and message.reasoning is not None:
+        if reasoning and message.reasoning is not None:
             row["reasoning"] = as_text(message.reasoning)
-        out(render.json_line(row) if args.json else render.message_row(row))
-    return 0
+        rows.append(row)
+    return found, rows
 
 
 def cmd_log(args: argparse.Namespace) -> int:

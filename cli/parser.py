@@ -23,7 +23,14 @@ from plait.cli.log_commands import (
     cmd_stats,
     cmd_verify,
 )
-from plait.cli.run_commands import cmd_chat, cmd_compact, cmd_demo, cmd_exec, cmd_recover
+from plait.cli.run_commands import (
+    cmd_chat,
+    cmd_compact,
+    cmd_demo,
+    cmd_exec,
+    cmd_mcp_server,
+    cmd_recover,
+)
 from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
 
@@ -81,6 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
     talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
     _add_model_flags(talk)
+    serve = add(
+        "mcp-server",
+        cmd_mcp_server,
+        "plait mcp-server",
+        "plait mcp-server --http 8765 --model gpt-4o-mini",
+    )
+    serve.add_argument(
+        "--http", type=_port, metavar="PORT", help="serve streamable HTTP on PORT, at /mcp"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="with --http: the address to bind")
+    _add_model_flags(serve)
     compact = reader(
         "compact",
         cmd_compact,
@@ -195,6 +213,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, got {text}")
     return value
 
 

@@ -31,7 +31,7 @@ from plait.errors import McpError, PlaitError
 if TYPE_CHECKING:
     from plait.runtime import SessionHandle
 
-__all__ = ["cmd_chat", "cmd_compact", "cmd_demo", "cmd_exec", "cmd_recover"]
+__all__ = ["cmd_chat", "cmd_compact", "cmd_demo", "cmd_exec", "cmd_mcp_server", "cmd_recover"]
 
 SERVER_MARGIN_SEC = 30.0
 """Seconds waited for MCP servers past their ``startup_timeout_sec`` (by which they report)."""
@@ -105,6 +105,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return chat(handle, sys.stdin, sys.stdout, sys.stderr, approver)
         finally:
             runtime.close()
+
+
+def cmd_mcp_server(args: argparse.Namespace) -> int:
+    """Serve plait as an MCP server, over stdio (or streamable HTTP with --http PORT): its
+    tools run tasks in sessions (run, reply, interrupt) and read the log (history, audit,
+    sessions); approvals are asked of the client."""
+    from plait.cli.mcp_server import serve  # imports mcp: only this command pays for it
+
+    return serve(args)
 
 
 def cmd_compact(args: argparse.Namespace) -> int:

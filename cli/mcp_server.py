@@ -1,0 +1,294 @@
+"""``plait mcp-server``: plait as an MCP server, over stdio or streamable HTTP, so that an MCP
+client (Claude Desktop, Cursor, another agent) can hand it work (docs/mcp-server.md).
+
+Its tools are ``run`` and ``reply`` (a task in a new or an existing session, answered with how
+it ended), ``interrupt``, and the read-only ``history``, ``audit`` and ``sessions``, which
+answer what ``plait history``, ``plait audit`` and ``plait sessions`` print as JSON. Every
+session runs on a ``Runtime`` on the configured store, so its log is the same as ``plait exec``
+would write: ``plait audit`` and ``plait replay`` read it. Importing this module imports
+``mcp``: the parser reaches it only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Annotated, Any, TypedDict
+
+import anyio
+import msgspec
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from plait.actors.model import ModelSettings
+from plait.cli.common import config_of, err, find_session, make_runtime, model_settings, store_of
+from plait.cli.log_commands import history_rows, session_rows
+from plait.cli.mcp_live import Caller, ClientApprover, Ctx, follow_task
+from plait.config import Config
+from plait.errors import PlaitError
+from plait.events.store import EventStore
+from plait.events.values import ApprovalPolicy, StoragePolicy
+from plait.runtime import Runtime, SessionHandle, Status
+
+__all__ = ["serve"]
+
+READS = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+RUNS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
+STOPS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
+
+RUN_DOC = (
+    "Start a new plait session and run the prompt as its first task; answer how it ended: "
+    "{session_id, conversation_id, content (the final assistant message), status, detail}. "
+    "Its text and tool calls stream as progress (or log) notifications while it runs; a tool "
+    "call its approval policy asks for is put to you as an elicitation request."
+)
+REPLY_DOC = (
+    "Run the prompt as the next task of an existing session's root conversation (resumed "
+    "from the store if this server does not hold it); answer as run does."
+)
+INTERRUPT_DOC = (
+    "Interrupt the task running in a session this server holds: its run or reply call "
+    "answers with status interrupted."
+)
+HISTORY_DOC = "A conversation's messages (the root's by default), as the model is shown them."
+AUDIT_DOC = (
+    "Every tool call of a session: conversation, tool, arguments, approval and who decided "
+    "it, outcome, duration."
+)
+SESSIONS_DOC = "The stored sessions, oldest first: id, events, start, model, open or closed."
+
+SessionId = Annotated[str, Field(description="a session id, or a unique prefix of one")]
+Prompt = Annotated[str, Field(description="what to do: the task's input")]
+
+
+class TaskResult(TypedDict):
+    """How a ``run`` or ``reply`` task (and the continuations it chained) ended."""
+
+    session_id: str
+    conversation_id: str
+    content: str | None
+    """The task's final assistant message (what there was of it, if cut off)."""
+    status: Status
+    """completed, truncated, filtered, model_error, interrupted, failed, crashed or dropped."""
+    detail: str
+    """What happened, when it did not complete."""
+
+
+class Interrupted(TypedDict):
+    """What ``interrupt`` did."""
+
+    session_id: str
+    interrupted: bool
+    """Whether a task was running or waiting (it ends ``interrupted``)."""
+
+
+class History(TypedDict):
+    """A conversation's messages, as ``plait history --json`` prints them."""
+
+    session_id: str
+    conversation_id: str
+    messages: list[dict[str, Any]]
+
+
+class Audit(TypedDict):
+    """A session's tool calls, as ``plait audit --json`` prints them."""
+
+    session_id: str
+    calls: list[dict[str, Any]]
+
+
+class Sessions(TypedDict):
+    """The stored sessions, as ``plait sessions --json`` prints them."""
+
+    sessions: list[dict[str, Any]]
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Serve plait's tools over stdio, or streamable HTTP with ``--http PORT``, until the
+    client leaves (stdin closes) or the process is interrupted."""
+    config = config_of(args)
+    model = model_settings(config)
+    with store_of(config, create=True) as store:
+        face = Face(config, model, store)
+        try:
+            server = face.server()
+            where = "stdio" if args.http is None else f"http://{args.host}:{args.http}/mcp"
+            err(f"plait mcp-server on {where}: store {config.store.url}, model {model.model}")
+            if args.http is None:
+                server.run("stdio")
+            else:
+                server.run("streamable-http", host=args.host, port=args.http)
+        finally:
+            face.close()
+    return 0
+
+
+class Face:
+    """The server's state: a runtime per model name on one store, and the sessions it holds."""
+
+    def __init__(self, config: Config, model: ModelSettings, store: EventStore) -> None:
+        self.config = config
+        self.model = model
+        self.store = store
+        self.approver = ClientApprover()
+        self._lock = threading.Lock()
+        self._runtimes: dict[str, Runtime] = {}
+        self._handles: dict[str, SessionHandle] = {}
+        self.runtime(None)  # a configuration error shows before the server starts
+
+    def runtime(self, model: str | None) -> Runtime:
+        """The runtime that runs new sessions with ``model`` (default: the configured one)."""
+        name = model or self.model.model
+        with self._lock:
+            runtime = self._runtimes.get(name)
+            if runtime is None:
+                settings = msgspec.structs.replace(self.model, model=name)
+                runtime = make_runtime(self.config, settings, self.store, self.approver)
+                self._runtimes[name] = runtime
+            return runtime
+
+    def close(self) -> None:
+        """Close every session and runtime (a running task ends ``interrupted``)."""
+        for runtime in self._runtimes.values():
+            runtime.close()
+
+    def server(self) -> MCPServer[Any]:
+        """The MCP server with plait's tools."""
+        server: MCPServer[Any] = MCPServer(
+            "plait",
+            instructions="plait runs LLM agent sessions: `run` starts one with a task, `reply` "
+            "goes on with it; every session is logged, auditable and replayable.",
+            log_level="WARNING",
+        )
+        server.add_tool(self.run, "run", "Run a task in a new session", RUN_DOC, RUNS)
+        server.add_tool(self.reply, "reply", "Go on with a session", REPLY_DOC, RUNS)
+        server.add_tool(self.interrupt, "interrupt", "Interrupt a session", INTERRUPT_DOC, STOPS)
+        server.add_tool(self.history, "history", "A conversation's history", HISTORY_DOC, READS)
+        server.add_tool(self.audit, "audit", "A session's tool calls", AUDIT_DOC, READS)
+        server.add_tool(self.sessions, "sessions", "The stored sessions", SESSIONS_DOC, READS)
+        return server
+
+    async def run(
+        self,
+        prompt: Prompt,
+        ctx: Ctx,
+        model: Annotated[str | None, Field(description="the model name")] = None,
+        base_instructions: Annotated[
+            str | None, Field(description="the system prompt of the session's conversations")
+        ] = None,
+        approval_policy: Annotated[
+            ApprovalPolicy | None,
+            Field(description="which MCP tool calls wait for the client's approval"),
+        ] = None,
+        storage_policy: Annotated[
+            str | None,
+            Field(description="what the log keeps: full, headers_only, none or ttl:7d"),
+        ] = None,
+    ) -> TaskResult:
+        with _tool_errors():
+            storage = None if storage_policy is None else _storage(storage_policy)
+            runtime = await anyio.to_thread.run_sync(self.runtime, model)
+            handle = await anyio.to_thread.run_sync(
+                lambda: runtime.start_session(
+                    base_instructions=base_instructions,
+                    storage_policy=storage,
+                    approval_policy=approval_policy,
+                )
+            )
+            with self._lock:
+                self._handles[handle.session_id] = handle
+            return await self._task(handle, prompt, ctx)
+
+    async def reply(self, session_id: SessionId, prompt: Prompt, ctx: Ctx) -> TaskResult:
+        with _tool_errors():
+            handle = await anyio.to_thread.run_sync(self._resume, session_id)
+            return await self._task(handle, prompt, ctx)
+
+    async def interrupt(self, session_id: SessionId) -> Interrupted:
+        with _tool_errors():
+            found = await anyio.to_thread.run_sync(find_session, self.store, session_id)
+            with self._lock:
+                handle = self._handles.get(found)
+            running = handle is not None and not handle.closed and not handle.idle_now()
+            if handle is not None and running:
+                handle.interrupt()
+            return Interrupted(session_id=found, interrupted=running)
+
+    async def history(
+        self,
+        session_id: SessionId,
+        conversation_id: Annotated[
+            str | None, Field(description="a conversation id or prefix (default: the root)")
+        ] = None,
+    ) -> History:
+        with _tool_errors():
+
+            def read() -> History:
+                found = find_session(self.store, session_id)
+                cid, rows = history_rows(self.store, found, conversation_id)
+                return History(session_id=found, conversation_id=cid, messages=rows)
+
+            return await anyio.to_thread.run_sync(read)
+
+    async def audit(self, session_id: SessionId) -> Audit:
+        from plait.replay import audit
+
+        with _tool_errors():
+
+            def read() -> Audit:
+                found = find_session(self.store, session_id)
+                rows = msgspec.to_builtins(audit(self.store, found))
+                return Audit(session_id=found, calls=rows)
+
+            return await anyio.to_thread.run_sync(read)
+
+    async def sessions(self) -> Sessions:
+        with _tool_errors():
+            rows = await anyio.to_thread.run_sync(lambda: list(session_rows(self.store)))
+            return Sessions(sessions=rows)
+
+    def _resume(self, session_id: str) -> SessionHandle:
+        """The session's handle: the one this server holds, else resumed from the store."""
+        found = find_session(self.store, session_id)
+        with self._lock:
+            handle = self._handles.get(found)
+            if handle is not None and not handle.closed:
+                return handle
+        handle = self.runtime(None).resume(found)
+        with self._lock:
+            self._handles[found] = handle
+        return handle
+
+    async def _task(self, handle: SessionHandle, prompt: str, ctx: Ctx) -> TaskResult:
+        """Run ``prompt`` in the session's root conversation, telling the client as it goes."""
+        caller = Caller(ctx)
+        with self.approver.waiting(handle.session_id, caller):
+            outcome = await follow_task(handle, caller, prompt)
+        return TaskResult(
+            session_id=handle.session_id,
+            conversation_id=outcome.conversation_id,
+            content=outcome.last_assistant_message,
+            status=outcome.status,
+            detail=outcome.detail,
+        )
+
+
+@contextlib.contextmanager
+def _tool_errors() -> Iterator[None]:
+    """Answer a plait error as the tool's error, in one line (no traceback reaches the
+    client)."""
+    try:
+        yield
+    except PlaitError as exc:
+        raise ToolError(" ".join(str(exc).split()) or type(exc).__name__) from exc
+
+
+def _storage(text: str) -> StoragePolicy:
+    try:
+        return StoragePolicy.parse(text)
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None  # it names the policy and what is accepted
