@@ -20,6 +20,7 @@ import msgspec
 
 from plait.actors.mcp.calls import CallResult, Outcome
 from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp.functions import FUNCTIONS
 from plait.actors.messages import Enqueue, Interrupt
 from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
 from plait.actors.pool import McpLimits
@@ -48,7 +49,7 @@ from plait.events.types import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.values import HistorySettings, InputImage
+from plait.events.values import HistorySettings, InputImage, McpToolSnapshot
 from plait.replay.compare import ReplayResult, compare
 from plait.replay.effects import (
     ReplayApprovals,
@@ -142,6 +143,9 @@ class Program(msgspec.Struct, frozen=True):
     max_interrupt_chain_depth: int
     mcp_limits: McpLimits | None
     history: HistorySettings = HistorySettings()
+    functions: list[McpToolSnapshot] | None = None
+    """The program's function tools, offered in place of those recorded (``None``: as
+    recorded)."""
 
 
 class Driver:
@@ -149,6 +153,7 @@ class Driver:
         self.recorded = recorded
         self.session_id = recorded[0].stream
         self.timeout = timeout
+        self.program = program
         started = recorded[0].body
         assert isinstance(started, SessionStarted)
         self.given = started.forked_from.at_seq if started.forked_from is not None else 2
@@ -311,6 +316,13 @@ class Driver:
         elif isinstance(body, ToolApprovalDecided) and body.call_id in self.asked:
             self.approvals.answer(body, wait)  # decided outside the program, as it was
         elif isinstance(body, McpServerReady | McpServerFailed | McpToolsRefreshed):
+            functions = self.program.functions
+            if (
+                isinstance(body, McpServerReady)
+                and body.server == FUNCTIONS
+                and functions is not None
+            ):
+                body = msgspec.structs.replace(body, tools=functions)  # as the program has them
             if self.servers is not None:
                 self.servers.inject(body)
         elif (cause := interrupt_cause(event, self._previous(event))) is not None:

@@ -11,6 +11,10 @@ compared: the measured ``duration_ms`` of a call.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.actors.pool import McpLimits
 from plait.errors import (
     ContentUnavailableError,
@@ -35,13 +39,16 @@ def replay(
     raise_on_divergence: bool = False,
     max_interrupt_chain_depth: int | None = None,
     mcp_limits: McpLimits | None = None,
+    tools: Iterable[FunctionTool | Callable[..., Any]] | None = None,
 ) -> ReplayResult:
     """Replay ``session_id`` from ``store`` and compare every event it produces.
 
     The program is configured as the session's ``SessionStarted.settings`` recorded; a given
     ``max_interrupt_chain_depth`` or ``mcp_limits`` overrides it, to see how a changed program
-    would have run, or to supply what older logs did not record. The replay reads nothing but
-    the log: ids, instruction files, model replies and tool results come from it.
+    would have run, or to supply what older logs did not record. Given ``tools``, the
+    program's function tools are offered as they are now, not as recorded (a changed one
+    diverges where the session recorded them); they are never called. The replay reads
+    nothing but the log: ids, instruction files, model replies and tool results come from it.
     ``timeout`` bounds the wait for each event the program should produce. With
     ``raise_on_divergence`` a difference raises ``DivergenceError`` (its ``divergence``
     attribute holds the report) instead of being returned.
@@ -68,6 +75,7 @@ def replay(
         else max_interrupt_chain_depth,
         mcp_limits,
         kept.history,
+        None if tools is None else [t.snapshot() for t in as_tools(tools)],
     )
     result = Driver(recorded, timeout, program).run()
     if raise_on_divergence and result.divergence is not None:

@@ -13,7 +13,12 @@ from scripted import assert_histories_valid, call, runtime_for
 
 import plait
 from plait.errors import ConfigError
-from plait.events.types import McpServerReady, ToolCallCompleted, ToolCallRequested
+from plait.events.types import (
+    McpServerReady,
+    ModelRequested,
+    ToolCallCompleted,
+    ToolCallRequested,
+)
 from plait.replay import audit, replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
@@ -98,8 +103,38 @@ def test_function_tools_are_called_audited_and_replayed_without_running(tmp_path
         # The bad argument never reached the function; the raising call did.
         assert ran == {"lookup_order": 1, "refund": 2}
         result = replay(store, session.session_id, timeout=10)
+        given = replay(store, session.session_id, timeout=10, tools=[lookup_order, refund])
     assert result.divergence is None, result.divergence
+    assert given.divergence is None, given.divergence
     assert ran == {"lookup_order": 1, "refund": 2}  # replay fed the recorded results
+
+
+def test_a_replay_given_a_changed_function_diverges_at_the_first_request(
+    tmp_path: Path,
+) -> None:
+    script = [Step(tool_calls=[call("lookup_order", order_id=7)]), Step(text="shipped")]
+    with (
+        ScriptedModelServer(script) as server,
+        tools_runtime(server, tmp_path, tools=[lookup_order]) as runtime,
+    ):
+        session = runtime.start_session()
+        session.run("where is order 7?", timeout=30)
+
+        def changed(order_id: str) -> str:  # now takes a string
+            return order_id
+
+        recorded_events = runtime.store.read(session.session_id)
+        result = replay(
+            runtime.store,
+            session.session_id,
+            timeout=5,
+            tools=[plait.tool(changed, name="lookup_order", read_only=True)],
+        )
+    divergence = result.divergence
+    assert divergence is not None
+    first_request = next(e.seq for e in recorded_events if isinstance(e.body, ModelRequested))
+    assert divergence.seq == first_request
+    assert "tools_sha256" in divergence.fields
 
 
 def test_a_session_offers_its_own_tools_beside_the_runtimes(tmp_path: Path) -> None:
