@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 from pathlib import Path
@@ -192,3 +193,62 @@ def test_two_tools_of_one_name_are_refused(tmp_path: Path) -> None:
     other = plait.tool(lambda order_id: order_id, name="lookup_order")
     with pytest.raises(ConfigError, match="two function tools are named 'lookup_order'"):
         Runtime(tmp_path / "plait.db", tools=[lookup_order, other])
+
+
+def test_approvals_ask_by_the_tools_hints_and_a_denied_function_never_runs(
+    tmp_path: Path,
+) -> None:
+    ran.clear()
+    asked: list[str] = []
+
+    def approver(request: plait.ApprovalRequest) -> plait.ApprovalDecision:
+        asked.append(request.tool)
+        return plait.ApprovalDecision(approved=False, reason="refunds need a person")
+
+    script = [
+        Step(tool_calls=[call("lookup_order", order_id=7)]),
+        Step(tool_calls=[call("refund", order_id=7, reason="late")]),
+        Step(text="a person must refund it"),
+    ]
+    with (
+        ScriptedModelServer(script) as server,
+        tools_runtime(
+            server,
+            tmp_path,
+            tools=[lookup_order, refund],
+            approval_policy="on-write",
+            approver=approver,
+        ) as runtime,
+    ):
+        session = runtime.start_session()
+        session.run("refund order 7", timeout=30)
+        rows = audit(runtime.store, session.session_id)
+    assert asked == ["refund"]  # the read-only lookup was not asked about
+    assert [(r.tool, r.outcome) for r in rows] == [("lookup_order", "ok"), ("refund", "refused")]
+    assert ran == {"lookup_order": 1}
+
+
+def test_a_function_that_overruns_its_timeout_ends_timeout_and_counts_in_stats(
+    tmp_path: Path,
+) -> None:
+    @plait.tool(timeout_sec=0.2)
+    async def wait_for_payment(order_id: int) -> str:
+        """Wait until an order is paid."""
+        await asyncio.Event().wait()  # never
+        return "paid"
+
+    script = [Step(tool_calls=[call("wait_for_payment", order_id=7)]), Step(text="not yet")]
+    with (
+        ScriptedModelServer(script) as server,
+        tools_runtime(server, tmp_path, tools=[wait_for_payment]) as runtime,
+    ):
+        session = runtime.start_session()
+        session.run("is 7 paid?", timeout=30)
+        events = runtime.store.read(session.session_id)
+        [stats] = session.stats().values()
+    [completed] = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
+    assert (completed.output, completed.outcome) == (
+        "wait_for_payment timed out after 0.2s",
+        "timeout",
+    )
+    assert (stats.tool_calls, stats.tool_failures, stats.mcp_calls) == (1, 1, 1)
