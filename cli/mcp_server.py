@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
@@ -116,15 +117,32 @@ def serve(args: argparse.Namespace) -> int:
         face = Face(config, model, store)
         try:
             server = face.server()
-            where = "stdio" if args.http is None else f"http://{args.host}:{args.http}/mcp"
-            err(f"plait mcp-server on {where}: store {config.store.url}, model {model.model}")
+            what = f"store {config.store.url}, model {model.model}"
             if args.http is None:
+                err(f"plait mcp-server on stdio: {what}")
                 server.run("stdio")
             else:
-                server.run("streamable-http", host=args.host, port=args.http)
+                anyio.run(_serve_http, server, args.host, args.http, what)
         finally:
             face.close()
     return 0
+
+
+async def _serve_http(server: MCPServer[Any], host: str, port: int, what: str) -> None:
+    """Serve streamable HTTP at ``/mcp``; say where once the socket listens (``port`` 0: any
+    free port), so that whoever reads the line can connect at once."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    err(f"plait mcp-server listening on http://{shown}:{sock.getsockname()[1]}/mcp: {what}")
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[sock])
 
 
 class Face:

@@ -95,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
         "plait mcp-server --http 8765 --model gpt-4o-mini",
     )
     serve.add_argument(
-        "--http", type=_port, metavar="PORT", help="serve streamable HTTP on PORT, at /mcp"
+        "--http",
+        type=_port,
+        metavar="PORT",
+        help="serve streamable HTTP on PORT (0: any free one), at /mcp",
     )
     serve.add_argument("--host", default="127.0.0.1", help="with --http: the address to bind")
     _add_model_flags(serve)
@@ -218,8 +221,8 @@ def _positive(text: str) -> int:
 
 def _port(text: str) -> int:
     value = int(text)
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, got {text}")
+    if not 0 <= value < 65536:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text}")
     return value
 
 

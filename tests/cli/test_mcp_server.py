@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import anyio
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from scripted import call
 
 from plait.testing import ScriptedModelServer, Step
@@ -204,3 +208,75 @@ async def test_bad_arguments_are_one_clear_line_not_a_traceback(
     assert said["history"] == prefix.format("history") + unknown
     assert "Traceback" not in "".join(said.values())
     assert server.requests == []
+
+
+async def test_interrupt_ends_a_running_task_and_its_call_answers_interrupted(
+    cli: Cli, server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    cli.configure(server.base_url)
+    server.push(Step(text="Counting very slowly", chunk_chars=1, chunk_delay=30))  # never ends
+    running = anyio.Event()
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        if "[root running]" in (message or ""):
+            running.set()
+
+    answers: list[dict[str, Any]] = []
+    with (tmp_path / "mcp-server.err").open("w+") as errlog:
+        async with plait_mcp(cli, errlog) as client:
+
+            async def run() -> None:
+                answer = await client.call_tool(
+                    "run", {"prompt": "Count."}, progress_callback=on_progress
+                )
+                answers.append(result_of(answer))
+
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(run)
+                    await running.wait()
+                    await anyio.to_thread.run_sync(server.wait_for_requests, 1)  # it streams
+                    [listed] = result_of(await client.call_tool("sessions", {}))["sessions"]
+                    stopped = await client.call_tool("interrupt", {"session_id": listed["stream"]})
+                    assert result_of(stopped) == {
+                        "session_id": listed["stream"],
+                        "interrupted": True,
+                    }
+            again = await client.call_tool("interrupt", {"session_id": listed["stream"]})
+            assert result_of(again)["interrupted"] is False  # nothing runs any more
+    [answer] = answers
+    assert answer["status"] == "interrupted" and answer["content"] is None
+
+
+async def test_over_streamable_http(cli: Cli, server: ScriptedModelServer) -> None:
+    cli.configure(server.base_url)
+    server.push(Step(text="Hello over HTTP."))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "plait", "mcp-server", "--http", "0"],
+        cwd=cli.cwd,
+        env=cli.env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        with anyio.fail_after(30):  # the line comes once the socket listens
+            line = await anyio.to_thread.run_sync(process.stderr.readline, abandon_on_cancel=True)
+        assert "listening on " in line, line
+        url = line.split("listening on ")[1].split(": store")[0]
+        async with (
+            streamable_http_client(url) as (read, write),
+            ClientSession(read, write, read_timeout_seconds=30) as client,
+        ):
+            await client.initialize()
+            answer = result_of(await client.call_tool("run", {"prompt": "Hello?"}))
+        assert (answer["status"], answer["content"]) == ("completed", "Hello over HTTP.")
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.stderr is not None
+        with process.stderr as stderr:
+            said = stderr.read()
+        assert process.wait(30) == 130, said  # as any plait command interrupted
+        assert said.splitlines()[-1] == "plait: interrupted" and "Traceback" not in said
+    replayed = cli("replay", answer["session_id"])
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
