@@ -60,14 +60,14 @@ AUDIT_DOC = (
     "Every tool call of a session: conversation, tool, arguments, approval and who decided "
     "it, outcome, duration."
 )
-SESSIONS_DOC = "The stored sessions, oldest first: id, events, start, model, open or closed."
+SESSIONS_DOC = "The stored sessions, oldest first: id, events, start, model, open or closed, owner."
 
 SessionId = Annotated[str, Field(description="a session id, or a unique prefix of one")]
 Prompt = Annotated[str, Field(description="what to do: the task's input")]
 
 
 class TaskResult(TypedDict):
-    """How a ``run`` or ``reply`` task (and the continuations it chained) ended."""
+    """How a run or reply task (and the continuations it chained) ended."""
 
     session_id: str
     conversation_id: str
@@ -80,7 +80,7 @@ class TaskResult(TypedDict):
 
 
 class Interrupted(TypedDict):
-    """What ``interrupt`` did."""
+    """What interrupt did."""
 
     session_id: str
     interrupted: bool
@@ -88,7 +88,7 @@ class Interrupted(TypedDict):
 
 
 class History(TypedDict):
-    """A conversation's messages, as ``plait history --json`` prints them."""
+    """A conversation's messages, as `plait history --json` prints them."""
 
     session_id: str
     conversation_id: str
@@ -96,14 +96,14 @@ class History(TypedDict):
 
 
 class Audit(TypedDict):
-    """A session's tool calls, as ``plait audit --json`` prints them."""
+    """A session's tool calls, as `plait audit --json` prints them."""
 
     session_id: str
     calls: list[dict[str, Any]]
 
 
 class Sessions(TypedDict):
-    """The stored sessions, as ``plait sessions --json`` prints them."""
+    """The stored sessions, as `plait sessions --json` prints them."""
 
     sessions: list[dict[str, Any]]
 
