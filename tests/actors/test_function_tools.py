@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+import pydantic
 import pytest
 from scripted import assert_histories_valid, call, runtime_for
 
 import plait
+from plait.actors.mcp.functions import FunctionConnection
 from plait.errors import ConfigError
 from plait.events.types import (
     McpServerReady,
@@ -252,3 +255,36 @@ def test_a_function_that_overruns_its_timeout_ends_timeout_and_counts_in_stats(
         "timeout",
     )
     assert (stats.tool_calls, stats.tool_failures, stats.mcp_calls) == (1, 1, 1)
+
+
+@dataclasses.dataclass
+class Parcel:
+    weight_kg: float
+
+
+class Address(pydantic.BaseModel):
+    city: str
+
+
+@pytest.mark.parametrize(
+    ("returned", "output", "outcome"),
+    [
+        ("as it is", "as it is", "ok"),
+        (None, "", "ok"),
+        (Parcel(1.5), '{"weight_kg":1.5}', "ok"),
+        (Address(city="Lyon"), '{"city":"Lyon"}', "ok"),
+        ({"n": [1, 2]}, '{"n":[1,2]}', "ok"),
+        (object(), "give failed: its result (object) is not JSON", "error"),
+    ],
+)
+def test_what_a_function_returns_is_shown_as_text_or_json(
+    returned: object, output: str, outcome: str
+) -> None:
+    give = plait.tool(lambda: returned, name="give")
+    connection = FunctionConnection([give])
+    result = asyncio.run(connection.call("give", "{}"))
+    assert result.outcome == outcome
+    if outcome == "ok":
+        assert result.output == output
+    else:  # then msgspec's own words
+        assert result.output.startswith(output)
