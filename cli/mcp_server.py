@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -120,6 +121,9 @@ def serve(args: argparse.Namespace) -> int:
             what = f"store {config.store.url}, model {model.model}"
             if args.http is None:
                 err(f"plait mcp-server on stdio: {what}")
+                # A client that stops its server with SIGTERM gets what Ctrl-C does: the
+                # sessions closed in the log, not cut off (uvicorn does so over HTTP).
+                signal.signal(signal.SIGTERM, signal.default_int_handler)
                 server.run("stdio")
             else:
                 anyio.run(_serve_http, server, args.host, args.http, what)
