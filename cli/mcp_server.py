@@ -235,10 +235,10 @@ class Face:
             found = await anyio.to_thread.run_sync(find_session, self.store, session_id)
             with self._lock:
                 handle = self._handles.get(found)
-            running = handle is not None and not handle.closed and not handle.idle_now()
-            if handle is not None and running:
-                handle.interrupt()
-            return Interrupted(session_id=found, interrupted=running)
+            if handle is None or handle.closed or handle.passive or handle.idle_now():
+                return Interrupted(session_id=found, interrupted=False)  # nothing runs here
+            handle.interrupt()
+            return Interrupted(session_id=found, interrupted=True)
 
     async def history(
         self,
