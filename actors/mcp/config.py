@@ -15,7 +15,7 @@ import msgspec
 
 from plait.errors import ConfigError
 
-__all__ = ["SERVER_NAME", "McpServerConfig", "parse_servers"]
+__all__ = ["SERVER_NAME", "McpServerConfig", "locate", "parse_servers"]
 
 SERVER_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]+$")
 """What a server name may look like: it becomes the prefix of its tools' names."""
@@ -103,7 +103,7 @@ def _parse_one(name: object, table: object, source: str, key: str) -> McpServerC
         config = msgspec.convert(dict(table), McpServerConfig)
     except msgspec.ValidationError as exc:
         # msgspec says "Expected `str`, got `int` - at `$.command`": name the key our way.
-        raise ConfigError(f"{where}: {_locate(str(exc))}") from None
+        raise ConfigError(f"{where}: {locate(str(exc))}") from None
     if (config.command is None) == (config.url is None):
         raise ConfigError(f"{where}: give exactly one of 'command' (stdio) or 'url' (HTTP)")
     if config.command is not None and not config.command.strip():
@@ -116,7 +116,7 @@ def _parse_one(name: object, table: object, source: str, key: str) -> McpServerC
     return config
 
 
-def _locate(message: str) -> str:
+def locate(message: str) -> str:
     """Rewrite msgspec's ``... - at `$.key[1]``` as ``key 'key[1]': ...``."""
     text, sep, path = message.rpartition(" - at `$.")
     if not sep:

@@ -18,13 +18,13 @@ import re
 import time
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, overload
+from typing import Any, Final, TypedDict, Unpack, overload
 
 import msgspec
 
 from plait.actors.builtins import BUILTIN_NAMES
 from plait.actors.mcp.calls import CallResult, decode_arguments
-from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp.config import McpServerConfig, locate
 from plait.actors.mcp.names import canonical_sha256
 from plait.errors import ConfigError
 from plait.events.values import McpToolSnapshot
@@ -33,6 +33,7 @@ __all__ = [
     "FUNCTIONS",
     "FunctionConnection",
     "FunctionTool",
+    "ToolOptions",
     "as_tools",
     "functions_config",
     "tool",
@@ -124,7 +125,7 @@ class FunctionTool:
         try:
             converted = msgspec.convert(decoded, self._arguments)
         except msgspec.ValidationError as exc:
-            return CallResult(f"invalid arguments for {self.name}: {_located(str(exc))}", "error")
+            return CallResult(f"invalid arguments for {self.name}: {locate(str(exc))}", "error")
         values = msgspec.structs.asdict(converted)
         args = [values.pop(name) for name in self._positional]
         limit = self.timeout_sec if timeout is None else timeout
@@ -147,69 +148,42 @@ class FunctionTool:
         return CallResult(output, duration_ms=_ms(started))
 
 
-@overload
-def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+class ToolOptions(TypedDict, total=False):
+    """How ``tool`` offers a function (each as ``FunctionTool`` takes it)."""
+
+    name: str | None
+    description: str | None
+    read_only: bool
+    idempotent: bool
+    destructive: bool | None
+    timeout_sec: float
 
 
 @overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    read_only: bool = False,
-    idempotent: bool = False,
-    destructive: bool | None = None,
-    timeout_sec: float = DEFAULT_TIMEOUT_SEC,
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(fn: Callable[..., Any], /, **options: Unpack[ToolOptions]) -> FunctionTool: ...
 
 
 @overload
-def tool(
-    fn: Callable[..., Any],
-    /,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    read_only: bool = False,
-    idempotent: bool = False,
-    destructive: bool | None = None,
-    timeout_sec: float = DEFAULT_TIMEOUT_SEC,
-) -> FunctionTool: ...
+def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None,
-    /,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    read_only: bool = False,
-    idempotent: bool = False,
-    destructive: bool | None = None,
-    timeout_sec: float = DEFAULT_TIMEOUT_SEC,
+    fn: Callable[..., Any] | None = None, /, **options: Unpack[ToolOptions]
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Offer a sync or async Python function to the model as a tool.
 
     Use it as ``@tool``, ``@tool(read_only=True)`` or ``tool(fn, name=...)``. ``name``
-    defaults to the function's; the description to its docstring; the input schema comes
-    from its parameters' type hints (any type msgspec converts: ``int``, ``str``, ``Literal``,
-    a ``msgspec.Struct``, a dataclass...), and arguments are checked and converted before
-    the call. ``read_only`` tools may run in parallel and pass every approval policy but
-    ``untrusted``; ``idempotent`` ones run again after a crash cut them off; ``destructive``
-    (default: not read-only) is the hint ``on-request`` asks for. A call longer than
-    ``timeout_sec`` ends ``timeout`` (a sync function's thread runs on, unseen).
+    defaults to the function's; the description (``description``) to its docstring; the
+    input schema comes from its parameters' type hints (any type msgspec converts: ``int``,
+    ``str``, ``Literal``, a ``msgspec.Struct``, a dataclass...), and arguments are checked and
+    converted before the call. ``read_only`` tools may run in parallel and pass every approval
+    policy but ``untrusted``; ``idempotent`` ones run again after a crash cut them off;
+    ``destructive`` (default: not read-only) is the hint ``on-request`` asks for. A call longer
+    than ``timeout_sec`` (60) ends ``timeout`` (a sync function's thread runs on, unseen).
     """
 
     def make(function: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(
-            function,
-            name=name,
-            description=description,
-            read_only=read_only,
-            idempotent=idempotent,
-            destructive=destructive,
-            timeout_sec=timeout_sec,
-        )
+        return FunctionTool(function, **options)
 
     return make if fn is None else make(fn)
 
@@ -309,14 +283,6 @@ def _text(value: Any) -> str:
         return msgspec.json.encode(value).decode()
     except (TypeError, ValueError) as exc:
         raise TypeError(f"its result ({type(value).__name__}) is not JSON: {exc}") from None
-
-
-def _located(message: str) -> str:
-    """msgspec's ``Expected `int`, got `str` - at `$.order_id``` as ``order_id: Expected ...``."""
-    text, sep, path = message.rpartition(" - at `$.")
-    if not sep:
-        return message
-    return f"{path.rstrip('`')}: {text}"
 
 
 def _ms(started: float) -> float:

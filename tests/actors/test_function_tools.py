@@ -88,7 +88,7 @@ def test_function_tools_are_called_audited_and_replayed_without_running(tmp_path
         answers = [m["content"] for m in server.requests[1].messages if m["role"] == "tool"]
         assert answers == [
             '{"id":7,"status":"shipped"}',
-            "invalid arguments for lookup_order: order_id: Expected `int`, got `str`",
+            "invalid arguments for lookup_order: key 'order_id': Expected `int`, got `str`",
         ]
         assert server.requests[3].messages[-1]["content"] == (
             "refund failed: order -1 does not exist"
