@@ -4,6 +4,7 @@ the command given and turns a user's error into one line and an exit code."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import textwrap
@@ -31,6 +32,7 @@ from plait.cli.run_commands import (
     cmd_mcp_server,
     cmd_recover,
 )
+from plait.cli.style import CHOICES
 from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
 
@@ -191,7 +193,8 @@ def _add_model_flags(cmd: Parser) -> None:
 
 
 def _add_shared(parser: Parser, *, top: bool) -> None:
-    """Add ``--config``, ``--store`` and ``--debug``, which go before or after the command.
+    """Add ``--config``, ``--store``, ``--debug``, ``--verbose`` and ``--color``, which go
+    before or after the command.
 
     A command's copies have no default, so that one given before the command stands.
     """
@@ -210,6 +213,19 @@ def _add_shared(parser: Parser, *, top: bool) -> None:
         "else .plait/plait.db)",
     )
     parser.add_argument("--debug", action="store_true", default=false, help="show tracebacks")
+    parser.add_argument(
+        "--verbose",
+        "-v",
+        action="count",
+        default=0 if top else argparse.SUPPRESS,
+        help="log what plait does to stderr (-vv: in detail)",
+    )
+    parser.add_argument(
+        "--color",
+        choices=CHOICES,
+        default=none,
+        help="colour on a terminal (default auto: not in pipes, not with $NO_COLOR set)",
+    )
 
 
 def _positive(text: str) -> int:
@@ -229,6 +245,8 @@ def _port(text: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``plait`` command; return its exit code."""
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        _log_to_stderr(args.verbose)
     try:
         code: int = args.func(args)
     except BrokenPipeError:
@@ -244,6 +262,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         err(f"plait: {_one_line(exc)}")
         return 1
     return code
+
+
+def _log_to_stderr(verbosity: int) -> None:
+    """Send the ``plait`` loggers' records to stderr: INFO, or DEBUG from ``-vv``."""
+    logger = logging.getLogger("plait")
+    if not any(h.get_name() == "plait-verbose" for h in logger.handlers):  # main run twice
+        handler = logging.StreamHandler(sys.stderr)
+        handler.set_name("plait-verbose")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
 
 
 def _one_line(exc: BaseException) -> str:
