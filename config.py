@@ -1,12 +1,15 @@
-"""plait's configuration: ``plait.toml``, ``mcp.json``, the environment, then flags.
+"""plait's configuration: files, ``mcp.json``, the environment, flags, then ``-c``.
 
-Where it comes from, in order, each overriding the one before: the defaults below; the file
-(``--config PATH``, else ``PLAIT_CONFIG``, else ``plait.toml`` in the working directory, if
-there is one); ``mcp.json`` files in the ``{"mcpServers": {...}}`` form named by ``mcp_json``;
-the environment (``OPENAI_BASE_URL``, the key in ``model.api_key_env``, ``PLAIT_MODEL``,
-``PLAIT_STORE``); then what the caller passes (the command line's flags). Every value is
-checked by msgspec: an unknown key, a wrong type or a missing field is one ``ConfigError``
-naming the file, the key and what was expected.
+Where it comes from, in order, each overriding the one before: the defaults below; the user's
+file (``$XDG_CONFIG_HOME/plait/config.toml``, else ``~/.config/plait/config.toml``); the
+project's (``--config PATH``, else ``PLAIT_CONFIG``, else ``plait.toml`` in the working
+directory, if there is one), merged table by table; the ``mcp.json`` files named by
+``mcp_json`` (else ``.mcp.json`` and ``mcp.json`` in the working directory), each server
+whole; the environment (``OPENAI_BASE_URL``, the key in ``model.api_key_env``,
+``PLAIT_MODEL``, ``PLAIT_STORE``); what the caller passes (the command line's flags); last the
+``-c KEY.PATH=VALUE`` overrides. Every value is checked by msgspec: an unknown key, a wrong
+type or a missing field is one ``ConfigError`` naming the file (or the ``-c``), the key and
+what was expected.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,10 +34,15 @@ __all__ = [
     "PolicyConfig",
     "StoreConfig",
     "load_config",
+    "user_config_file",
 ]
 
 CONFIG_FILE = "plait.toml"
 """The file looked for in the working directory."""
+USER_CONFIG = Path("plait", "config.toml")
+"""The user's own file, under the XDG configuration directory (``~/.config``)."""
+_DISCOVERED = (".mcp.json", "mcp.json")
+"""The ``mcp.json`` files read from the working directory when ``mcp_json`` is not set."""
 DEFAULT_STORE = ".plait/plait.db"
 """The store when none is configured: a SQLite file under the working directory."""
 
@@ -154,7 +162,16 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     policy: PolicyConfig = PolicyConfig()
     history: HistoryConfig = HistoryConfig()
     mcp_servers: dict[str, dict[str, Any]] = {}
-    mcp_json: list[str] = []
+    mcp_json: list[str] | None = None
+
+
+def user_config_file(env: Mapping[str, str]) -> Path | None:
+    """Return where the user's own configuration is: ``$XDG_CONFIG_HOME/plait/config.toml``,
+    else ``$HOME/.config/plait/config.toml``; ``None`` when neither variable is set."""
+    base = env.get("XDG_CONFIG_HOME") or (
+        str(Path(env["HOME"]) / ".config") if env.get("HOME") else None
+    )
+    return Path(base) / USER_CONFIG if base else None
 
 
 def load_config(
@@ -165,9 +182,11 @@ def load_config(
     model: str | None = None,
     store: str | None = None,
     model_flags: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
 ) -> Config:
     """Read the configuration for a run in ``cwd``; ``model``/``store`` are the flags' values,
-    and ``model_flags`` those of other ``[model]`` keys, by name.
+    ``model_flags`` those of other ``[model]`` keys, by name, and ``overrides`` the
+    ``KEY.PATH=VALUE`` texts of ``-c``, applied last.
 
     Raises ``ConfigError`` naming the file and the key when anything is wrong.
     """
@@ -177,26 +196,51 @@ def load_config(
     file = Path(named) if named is not None else root / CONFIG_FILE
     if named is not None and not file.is_absolute():
         file = root / file
-    parsed, sources = _File(), []
+    layers: list[tuple[str, dict[str, Any]]] = []
+    user = user_config_file(env)
+    if user is not None and user.is_file():
+        layers.append((str(user), _load(user, tomllib.loads, "TOML")))
     if named is not None or file.exists():
-        parsed = _read_toml(file)
-        sources.append(str(file))
-        _check_storage(parsed.policy.storage, file)
-    servers = _servers(parsed.mcp_servers, str(file))
-    for name in parsed.mcp_json:
-        json_path = root / name
-        servers.update(_read_mcp_json(json_path))
+        layers.append((str(file), _load(file, tomllib.loads, "TOML")))
+    files = len(layers)
+    layers += [(f"-c {text}", _override(text)) for text in overrides]
+    merged: dict[str, Any] = {}
+    for source, data in layers:
+        _check_layer(data, source)
+        _merge(merged, data)
+    parsed = _convert(merged, _File, ", ".join(source for source, _ in layers))
+    # Servers: the files', then each mcp.json's (a whole entry each), then -c's keys on top.
+    tables, origin = _server_tables(layers[:files])
+    sources = [source for source, _ in layers[:files]]
+    if parsed.mcp_json is None:  # not set: those of the working directory, if any
+        json_paths = [root / name for name in _DISCOVERED if (root / name).is_file()]
+    else:
+        json_paths = [root / name for name in parsed.mcp_json]
+    for json_path in json_paths:
+        key, entries = _read_mcp_json(json_path, env, root)
+        tables.update(entries)
+        origin.update(dict.fromkeys(entries, (str(json_path), key)))
         sources.append(str(json_path))
-    settings = parsed.model
+    for source, data in layers[files:]:
+        for name, table in data.get("mcp_servers", {}).items():
+            _merge(tables.setdefault(name, {}), table)
+            origin[name] = (source, "mcp_servers")
+    servers = {name: _server(name, table, *origin[name]) for name, table in tables.items()}
+    sources += [source for source, _ in layers[files:]]
+    pinned = {key for _, data in layers[files:] for key in _paths(data)}
     changes: dict[str, Any] = {}
     if env.get("OPENAI_BASE_URL"):
         changes["base_url"] = env["OPENAI_BASE_URL"]
     if model or env.get("PLAIT_MODEL"):
         changes["model"] = model or env["PLAIT_MODEL"]
     changes.update(model_flags or {})
-    url = store or env.get("PLAIT_STORE") or parsed.store.url
+    changes = {k: v for k, v in changes.items() if f"model.{k}" not in pinned}  # -c wins
+    url = parsed.store.url
+    if "store.url" not in pinned:
+        url = store or env.get("PLAIT_STORE") or url
     if "://" not in url and url != "memory:" and not Path(url).is_absolute():
         url = str(root / url)
+    settings = parsed.model
     return Config(
         model=msgspec.structs.replace(settings, **changes),
         store=msgspec.structs.replace(parsed.store, url=url),
@@ -206,6 +250,66 @@ def load_config(
         api_key=env.get(settings.api_key_env) or None,
         source=", ".join(sources) or "defaults",
     )
+
+
+def _override(text: str) -> dict[str, Any]:
+    """Turn ``-c``'s ``a.b=VALUE`` into ``{"a": {"b": VALUE}}``: the value as TOML, else the
+    text as it is."""
+    key, sep, raw = text.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise ConfigError(f"-c {text}: expected KEY.PATH=VALUE, as in -c model.model=gpt-4o")
+    try:
+        value: Any = tomllib.loads(f"_ = {raw}")["_"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    for part in reversed(parts):
+        value = {part: value}
+    result: dict[str, Any] = value
+    return result
+
+
+def _check_layer(data: dict[str, Any], source: str) -> None:
+    """Check one file's (or one ``-c``'s) keys and types alone, so an error names it."""
+    _convert(data, _File, source)
+    storage = data.get("policy", {}).get("storage")
+    if storage is not None:
+        _check_storage(storage, source)
+    from plait.actors.mcp.config import check_keys
+
+    for name, table in data.get("mcp_servers", {}).items():
+        check_keys(table, f"{source}: mcp_servers.{name}")
+
+
+def _merge(into: dict[str, Any], data: Mapping[str, Any]) -> None:
+    """Merge ``data`` into ``into``, table by table: the later value of a key wins."""
+    for key, value in data.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def _paths(data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Return the dotted paths of the leaves of ``data`` (``model.model``...)."""
+    paths = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        paths += _paths(value, f"{path}.") if isinstance(value, Mapping) else [path]
+    return paths
+
+
+def _server_tables(
+    layers: list[tuple[str, dict[str, Any]]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
+    """Merge the files' server tables; say which file set each server last."""
+    tables: dict[str, dict[str, Any]] = {}
+    origin: dict[str, tuple[str, str]] = {}
+    for source, data in layers:
+        for name, table in data.get("mcp_servers", {}).items():
+            _merge(tables.setdefault(name, {}), table)
+            origin[name] = (source, "mcp_servers")
+    return tables, origin
 
 
 def _load(path: Path, parse: Callable[[str], Any], kind: str) -> Any:
@@ -218,26 +322,32 @@ def _load(path: Path, parse: Callable[[str], Any], kind: str) -> Any:
         raise ConfigError(f"{path}: not valid {kind}: {exc}") from exc
 
 
-def _read_toml(path: Path) -> _File:
-    return _convert(_load(path, tomllib.loads, "TOML"), _File, path)
-
-
-def _read_mcp_json(path: Path) -> dict[str, Any]:
+def _read_mcp_json(path: Path, env: Mapping[str, str], root: Path) -> tuple[str, dict[str, Any]]:
+    """Return the servers of an ``mcp.json`` as Claude Code, Cursor (``mcpServers``) or VS Code
+    (``servers``) write it, ``${VAR}`` references replaced, with the key they sit under."""
     data = _load(path, json.loads, "JSON")
-    if not isinstance(data, dict) or not isinstance(data.get("mcpServers"), dict):
-        raise ConfigError(f'{path}: expected an object with "mcpServers": {{NAME: {{...}}}}')
-    return _servers(data["mcpServers"], str(path), "mcpServers")
+    key = next((k for k in ("mcpServers", "servers") if isinstance(data, dict) and k in data), "")
+    if not key or not isinstance(data[key], dict):
+        raise ConfigError(
+            f'{path}: expected an object with "mcpServers" (or VS Code\'s "servers"): '
+            "{NAME: {...}}"
+        )
+    from plait.actors.mcp.config import expand
+
+    entries = {}
+    for name, table in data[key].items():
+        where = f"{path}: {key}.{name}"
+        entries[name] = expand(table, env, str(root), where) if isinstance(table, dict) else table
+    return key, entries
 
 
-def _servers(mapping: Mapping[str, Any], source: str, key: str = "mcp_servers") -> dict[str, Any]:
-    if not mapping:
-        return {}
+def _server(name: str, table: Any, source: str, key: str) -> Any:
     from plait.actors.mcp.config import parse_servers
 
-    return dict(parse_servers(mapping, source, key))
+    return parse_servers({name: table}, source, key)[name]
 
 
-def _check_storage(text: str, path: Path) -> None:
+def _check_storage(text: str, path: str) -> None:
     from plait.events.values import StoragePolicy
 
     try:
@@ -246,7 +356,7 @@ def _check_storage(text: str, path: Path) -> None:
         raise ConfigError(f"{path}: policy.storage: {exc}") from None
 
 
-def _convert(data: Any, kind: type[_File], path: Path) -> _File:
+def _convert(data: Any, kind: type[_File], path: str) -> _File:
     try:
         return msgspec.convert(data, kind)
     except msgspec.ValidationError as exc:

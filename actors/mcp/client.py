@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final
@@ -25,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 
 from plait.actors.mcp import names
 from plait.actors.mcp.calls import CallResult, decode_arguments, from_mcp_result, schema_problem
-from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp.config import McpServerConfig, http_headers
 from plait.actors.mcp.stdio import ChildProcess, stdio_transport
 from plait.errors import McpError
 from plait.events.values import McpToolSnapshot
@@ -189,8 +190,9 @@ class McpConnection:
         """Yield the session's read and write streams for the configured transport."""
         config = self.config
         if config.command is not None:
+            passed = {var: os.environ[var] for var in config.env_vars if var in os.environ}
             async with stdio_transport(
-                config.command, config.args, config.env, config.cwd, self._wake.set
+                config.command, config.args, passed | config.env, config.cwd, self._wake.set
             ) as (streams, child):
                 self._child = child
                 yield streams
@@ -198,8 +200,10 @@ class McpConnection:
             import httpx2
 
             assert config.url is not None
+            # Read when it connects: secrets come from the environment and go nowhere else.
+            headers = http_headers(config)
             client = httpx2.AsyncClient(
-                headers=config.headers or None, timeout=httpx2.Timeout(30.0, read=300.0)
+                headers=headers or None, timeout=httpx2.Timeout(30.0, read=300.0)
             )
             async with (
                 client,
