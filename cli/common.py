@@ -51,13 +51,15 @@ MODEL_FLAGS = (
 
 
 def config_of(args: argparse.Namespace) -> Config:
-    """Return the configuration: ``plait.toml``, ``mcp.json``, the environment, the flags."""
+    """Return the configuration: the user's and the project's files, ``mcp.json``, the
+    environment, the flags, then ``-c`` (given before the command, then after it)."""
     flags = {name: getattr(args, name, None) for name in MODEL_FLAGS}
     return load_config(
         args.config,
         store=args.store,
         model=getattr(args, "model", None),
         model_flags={name: value for name, value in flags.items() if value is not None},
+        overrides=[*getattr(args, "overrides", []), *getattr(args, "command_overrides", [])],
     )
 
 

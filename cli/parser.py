@@ -212,6 +212,15 @@ def _add_shared(parser: Parser, *, top: bool) -> None:
         help="a SQLite path or postgresql://... (default $PLAIT_STORE, else [store] url, "
         "else .plait/plait.db)",
     )
+    parser.add_argument(
+        "-c",
+        dest="overrides" if top else "command_overrides",  # config_of reads both
+        action="append",
+        default=[] if top else argparse.SUPPRESS,
+        metavar="KEY.PATH=VALUE",
+        help="set a configuration key over the files and the environment (the value read as "
+        "TOML, else as text): -c model.model=gpt-4o -c mcp_servers.git.enabled=false",
+    )
     parser.add_argument("--debug", action="store_true", default=false, help="show tracebacks")
     parser.add_argument(
         "--verbose",
