@@ -1,8 +1,10 @@
-"""The conversation tools (docs/conv-tools.md): their wire names, JSON schemas and arguments.
+"""The built-in tools: their wire names, JSON schemas and arguments.
 
-OpenAI function names cannot contain ``.``, so on the wire the tools are ``conv_create``,
-``conv_send``, ``conv_list``, ``conv_history`` and ``conv_destroy``; a model that sends the
-dotted form (``conv.create``) is understood too. Arguments are decoded with msgspec into the
+The conversation tools (docs/conv-tools.md): OpenAI function names cannot contain ``.``, so on
+the wire they are ``conv_create``, ``conv_send``, ``conv_list``, ``conv_history`` and
+``conv_destroy``; a model that sends the dotted form (``conv.create``) is understood too. The
+plan tool, ``update_plan`` (docs/tools.md#plan), is offered to a conversation whose
+``include_plan_tool`` switch is on. Arguments are decoded with msgspec into the
 structs below, so a bad call becomes a tool error that names the argument, never an exception.
 """
 
@@ -12,11 +14,14 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from plait.events.types import PlanStatus, PlanStep, PlanUpdated
 from plait.events.values import FunctionCallOutput, InputImage, InputItem, InputText
 
 __all__ = [
     "BUILTIN_NAMES",
+    "CONV_NAMES",
     "INTERRUPTING",
+    "PLAN_TOOL",
     "READ_ONLY",
     "ConvCreate",
     "ConvDestroy",
@@ -24,10 +29,13 @@ __all__ = [
     "ConvList",
     "ConvSend",
     "InternalTools",
+    "UpdatePlan",
     "WireItem",
+    "WireStep",
     "builtin_specs",
     "canonical_name",
     "parse_arguments",
+    "plan_spec",
 ]
 
 
@@ -117,17 +125,55 @@ class ConvDestroy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return None
 
 
-Arguments = ConvCreate | ConvSend | ConvList | ConvHistory | ConvDestroy
+class WireStep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One step of ``update_plan``'s ``plan``."""
 
+    step: str
+    """What the step is."""
+    status: PlanStatus
+    """``pending``, ``in_progress`` or ``completed``."""
+
+
+class UpdatePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of ``update_plan``: the whole plan, which replaces the one before."""
+
+    plan: list[WireStep]
+    explanation: str | None = None
+
+    def problem(self) -> str | None:
+        """Return what is wrong with these arguments beyond their types, if anything."""
+        for index, step in enumerate(self.plan):
+            if not step.step.strip():
+                return f"`$.plan[{index}].step` is empty"
+        running = [i for i, step in enumerate(self.plan) if step.status == "in_progress"]
+        if len(running) > 1:
+            at = ", ".join(f"`$.plan[{i}]`" for i in running)
+            return f"at most one step may be in_progress, not {len(running)} ({at})"
+        return None
+
+    def updated(self, call_id: str) -> PlanUpdated:
+        """The event that records this plan, set by call ``call_id``."""
+        steps = [PlanStep(step.step, step.status) for step in self.plan]
+        return PlanUpdated(self.explanation or "", steps, call_id)
+
+
+Arguments = ConvCreate | ConvSend | ConvList | ConvHistory | ConvDestroy | UpdatePlan
+
+PLAN_TOOL: Final = "update_plan"
+"""The plan tool's name."""
 _ARGUMENTS: Final[dict[str, type[Arguments]]] = {
     "conv_create": ConvCreate,
     "conv_send": ConvSend,
     "conv_list": ConvList,
     "conv_history": ConvHistory,
     "conv_destroy": ConvDestroy,
+    PLAN_TOOL: UpdatePlan,
 }
 BUILTIN_NAMES: Final = tuple(_ARGUMENTS)
-"""The built-ins in their fixed order (docs/tools.md#what-a-conversation-is-offered)."""
+"""The built-ins in their fixed order (docs/tools.md#what-a-conversation-is-offered): no
+function tool may take one of these names."""
+CONV_NAMES: Final = BUILTIN_NAMES[:-1]
+"""The conversation tools, offered unless the ``conversation_tools`` switch is off."""
 INTERRUPTING: Final = frozenset({"conv_create", "conv_send"})
 """Built-ins that replace the running task."""
 READ_ONLY: Final = frozenset({"conv_list", "conv_history"})
@@ -248,16 +294,48 @@ _SPECS: Final[list[tuple[str, str, dict[str, Any], list[str]]]] = [
 ]
 
 
-def builtin_specs() -> list[dict[str, Any]]:
-    """Return the built-in tools as OpenAI function specs, in their fixed order."""
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": description,
-                "parameters": {"type": "object", "properties": properties, "required": required},
+_PLAN_SPEC: Final = (
+    PLAN_TOOL,
+    "Update your plan for the task: give the whole plan each time, every step with its "
+    "status. At most one step is in_progress; mark a step completed when it is done. Use it "
+    "for work of several steps, not for a single answer. Does not interrupt.",
+    {
+        "explanation": {"type": "string", "description": "Why the plan is as it is now."},
+        "plan": {
+            "type": "array",
+            "description": "The steps, in order.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "step": {"type": "string"},
+                    "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]},
+                },
+                "required": ["step", "status"],
+                "additionalProperties": False,
             },
-        }
-        for name, description, properties, required in _SPECS
-    ]
+        },
+    },
+    ["plan"],
+)
+
+
+def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> Any:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+def builtin_specs() -> list[dict[str, Any]]:
+    """Return the conversation tools as OpenAI function specs, in their fixed order."""
+    return [_spec(*spec) for spec in _SPECS]
+
+
+def plan_spec() -> dict[str, Any]:
+    """Return the plan tool as an OpenAI function spec."""
+    spec: dict[str, Any] = _spec(*_PLAN_SPEC)
+    return spec

@@ -83,6 +83,7 @@ SEND_FIRST_SEC = 0.002
 
 _BUILTIN_TOOLS = builtins.builtin_specs()
 _BUILTIN_TOOLS_SHA = canonical_sha256(_BUILTIN_TOOLS)
+_PLAN_TOOL = builtins.plan_spec()
 
 
 class ConversationDeps(msgspec.Struct, frozen=True):
@@ -178,8 +179,9 @@ class Conversation(Actor):
         """Turn tokens handed out so far (each turn of this actor gets its own)."""
         self.token_count = TokenCount()
         """What the model last counted of the history."""
-        self._offered_key: tuple[bool, str] | None = None
-        """What the offered tools were last made for: (built-ins on, the MCP view's hash)."""
+        self._offered_key: tuple[bool, bool, str] | None = None
+        """What the offered tools were last made for: (conversation tools on, plan tool on,
+        the MCP view's hash)."""
         self._offered: tuple[list[Any] | msgspec.Raw, str] = ([], "")
         """The offered tools then made, encoded, and their hash."""
         self._apply(past)
@@ -383,11 +385,14 @@ class Conversation(Actor):
         return as_text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
 
     def _offered_tools(self, tool_view: ToolView) -> tuple[list[Any] | msgspec.Raw, str]:
-        """The tools a turn offers the model (built-ins, then ``tool_view``'s MCP tools),
-        encoded, and their hash; made once per (built-ins on, MCP view)."""
-        key = (self.context.tool_prefs.conversation_tools, tool_view.sha256)
+        """The tools a turn offers the model (the conversation tools, the plan tool, then
+        ``tool_view``'s MCP tools, docs/tools.md#what-a-conversation-is-offered), encoded, and
+        their hash; made once per (switches, MCP view)."""
+        prefs = self.context.tool_prefs
+        key = (prefs.conversation_tools, prefs.include_plan_tool, tool_view.sha256)
         if self._offered_key != key:
-            tools = [*(_BUILTIN_TOOLS if key[0] else ()), *tool_view.specs]
+            plan = [_PLAN_TOOL] if key[1] else []
+            tools = [*(_BUILTIN_TOOLS if key[0] else ()), *plan, *tool_view.specs]
             sha = _BUILTIN_TOOLS_SHA if tools == _BUILTIN_TOOLS else canonical_sha256(tools)
             self._offered_key, self._offered = key, (encoded(tools) if tools else [], sha)
         return self._offered

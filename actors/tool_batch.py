@@ -61,10 +61,10 @@ def run(conv: Conversation, calls: list[ToolCall], reply: list[Body]) -> None:
     """Record the reply with its calls (one transaction, one fsync), then run them."""
     assert conv.run is not None
     offered = {tool.name: tool for tool in conv.run.tool_view.tools}
-    # A name the model made up, or of a tool outside this conversation's view, is None.
-    names = [
-        builtins.canonical_name(c.name) or (c.name if c.name in offered else None) for c in calls
-    ]
+    plan = conv.context.tool_prefs.include_plan_tool
+    # A name the model made up, or of a tool outside this conversation's view (the plan tool
+    # where its switch is off), is None.
+    names = [_name(c.name, offered, plan) for c in calls]
     read_only = [
         name in builtins.READ_ONLY or (name in offered and offered[name].read_only)
         for name in names
@@ -135,6 +135,8 @@ def _start(conv: Conversation, batch: ToolBatch, index: int) -> bool:
     elif name in batch.mcp:
         if batch.asks[index] is None or call_approvals.ask(conv, batch, index, name, arguments):
             _send_to_pool(conv, index)
+    elif name == builtins.PLAN_TOOL:
+        batch.results[index] = _update_plan(conv, call.id, arguments, ahead=not batch.mcp)
     elif name in builtins.INTERRUPTING:
         outcome = interrupts.replace(conv, call, name, arguments, batch.calls[index + 1 :])
         if outcome is None:
@@ -181,6 +183,24 @@ def on_decision(conv: Conversation, finished: ApprovalFinished) -> None:
         return
     batch.results[index] = _refused(refusal(decision))
     _advance(conv)
+
+
+def _name(name: str, offered: dict[str, Any], plan: bool) -> str | None:
+    """The canonical name of a call's tool, ``None`` if there is no such tool here."""
+    builtin = builtins.canonical_name(name)
+    if builtin == builtins.PLAN_TOOL:
+        return builtin if plan else None
+    return builtin or (name if name in offered else None)
+
+
+def _update_plan(conv: Conversation, call_id: str, arguments: str, ahead: bool) -> ToolResult:
+    """Record the plan the call sets (docs/tools.md#plan); a bad one changes nothing."""
+    parsed = builtins.parse_arguments(builtins.PLAN_TOOL, arguments)
+    if isinstance(parsed, str):
+        return ToolResult(parsed, "error")
+    assert isinstance(parsed, builtins.UpdatePlan)
+    conv.record(parsed.updated(call_id), ahead=ahead)
+    return ToolResult("Plan updated", "ok")
 
 
 def _builtin(conv: Conversation, name: str, arguments: str) -> ToolResult:

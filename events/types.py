@@ -33,6 +33,9 @@ from plait.events.bodies import (
     ModelRequested,
     ModelRequestFailed,
     ModelResponded,
+    PlanStatus,
+    PlanStep,
+    PlanUpdated,
     SessionClosed,
     SessionResumed,
     SessionStarted,
@@ -79,6 +82,9 @@ __all__ = [
     "ModelRequested",
     "ModelResponded",
     "NewEvent",
+    "PlanStatus",
+    "PlanStep",
+    "PlanUpdated",
     "ReasoningDelta",
     "SessionClosed",
     "SessionResumed",
@@ -130,6 +136,7 @@ AnyBody = (
     | McpToolsRefreshed
     | McpToolWithheld
     | McpAllowlistNormalized
+    | PlanUpdated
 )
 """Every persisted body type."""
 

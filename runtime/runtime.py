@@ -41,6 +41,7 @@ from plait.events.values import (
     HistorySettings,
     RuntimeSettings,
     StoragePolicy,
+    ToolPrefs,
     check_policy,
 )
 from plait.runtime.admission import Admission
@@ -249,6 +250,7 @@ class Runtime(Sessions):
         storage_policy: StoragePolicy | None = None,
         approval_policy: ApprovalPolicy | None = None,
         tools: Iterable[FunctionTool | Callable[..., Any]] = (),
+        tool_prefs: ToolPrefs | None = None,
     ) -> SessionHandle:
         """Start a new session with its root conversation; it is stored from its first event.
 
@@ -258,6 +260,8 @@ class Runtime(Sessions):
         ``storage_policy`` (the runtime's by default) is the root's, and so, inherited, every
         conversation's of the session. ``approval_policy`` (the runtime's by default) is the
         session's for good: resumed, it keeps it; its conversations may only narrow it.
+        ``tool_prefs`` are the root's built-in tool switches (``include_plan_tool``...), which
+        the conversations it creates inherit.
         """
         policy = self.approval_policy if approval_policy is None else approval_policy
         check_policy(policy)
@@ -268,6 +272,7 @@ class Runtime(Sessions):
             base_instructions=base_instructions,
             user_instructions=user_instructions,
             mcp_allowlist=mcp_allowlist,
+            tool_prefs=tool_prefs or ToolPrefs(),
             storage_policy=storage_policy or self.storage_policy,
         )
         started = SessionStarted(

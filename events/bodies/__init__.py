@@ -3,6 +3,11 @@
 from plait.events.bodies.base import (
     Body,
 )
+from plait.events.bodies.plan import (
+    PlanStatus,
+    PlanStep,
+    PlanUpdated,
+)
 from plait.events.bodies.session import (
     ConversationContextChanged,
     ConversationDestroyed,
@@ -69,6 +74,9 @@ __all__ = [
     "ModelRequestFailed",
     "ModelRequested",
     "ModelResponded",
+    "PlanStatus",
+    "PlanStep",
+    "PlanUpdated",
     "SessionClosed",
     "SessionResumed",
     "SessionStarted",

@@ -13,6 +13,7 @@ from plait.events.projections.history import (
     conversation_index,
     rfc3339,
 )
+from plait.events.projections.plans import CurrentPlan, Plans, PlansProjection
 from plait.events.projections.stats import ConversationStats, SessionStats, StatsProjection
 from plait.events.projections.tasks import (
     QueueSnapshot,
@@ -36,8 +37,11 @@ __all__ = [
     "ConversationHistory",
     "ConversationInfo",
     "ConversationStats",
+    "CurrentPlan",
     "Histories",
     "HistoryProjection",
+    "Plans",
+    "PlansProjection",
     "Projection",
     "QueueSnapshot",
     "SessionStats",

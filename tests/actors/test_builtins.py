@@ -15,19 +15,21 @@ from plait.actors.builtins import (
     continuation_input,
     input_items,
     parse_arguments,
+    plan_spec,
 )
 from plait.events import FunctionCallOutput, InputImage, InputText
 
 
 def test_specs_come_in_the_fixed_order_with_valid_names() -> None:
     specs = builtin_specs()
-    assert [s["function"]["name"] for s in specs] == list(BUILTIN_NAMES)
+    assert [s["function"]["name"] for s in [*specs, plan_spec()]] == list(BUILTIN_NAMES)
     assert BUILTIN_NAMES == (
         "conv_create",
         "conv_send",
         "conv_list",
         "conv_history",
         "conv_destroy",
+        "update_plan",
     )
     for spec in specs:
         assert spec["type"] == "function" and spec["function"]["parameters"]["type"] == "object"
