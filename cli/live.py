@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from plait.cli.plan_view import plan_block
 from plait.events.types import (
     AgentMessageDelta,
     Body,
@@ -13,6 +14,7 @@ from plait.events.types import (
     Event,
     HistoryCompacted,
     ModelRequested,
+    PlanUpdated,
     ReasoningDelta,
     TaskCompleted,
     TaskStarted,
@@ -80,6 +82,8 @@ class LivePrinter:
             line = f"  <- {body.outcome}: {body.output}".replace("\n", "\n     ")
         elif isinstance(body, TaskCompleted):
             line = f"[{self._name(conv)} done]"
+        elif isinstance(body, PlanUpdated):
+            line = plan_block(body, None if conv == self.root else self._name(conv))
         else:
             line = history_line(body)
         if line is not None:
