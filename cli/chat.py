@@ -1,6 +1,7 @@
 """``plait chat``: a session on a terminal, one task per line typed.
 
-Each line is a task of the session's root conversation; its text streams as it comes. When a
+Each line is a task of the session's root conversation, or a ``/`` command (``/help``); a
+task's ``@path`` references attach files (``chat_input.py``); its text streams as it comes. When a
 tool hands the work to another conversation, a line says which conversation runs now, and
 another when the caller's continuation resumes. Ctrl-C interrupts the running task, not the
 program; a second Ctrl-C while it ends, or Ctrl-C or Ctrl-D at the prompt, leaves.
@@ -13,12 +14,17 @@ task, which ends the question.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import Any, TextIO
 
 from plait.actors.approvals import ApprovalDecision, ApprovalRequest
+from plait.cli.chat_commands import ChatCommands
+from plait.cli.chat_input import Command, Problem, read_line
 from plait.cli.live import LivePrinter
 from plait.events.types import Event, ToolApprovalRequested, ToolCallRequested, Transient
 from plait.events.values import as_text
@@ -28,6 +34,8 @@ __all__ = ["ANSWERS", "PROMPT", "TerminalApprover", "chat"]
 
 PROMPT = "you> "
 """What the prompt looks like."""
+MORE = "...> "
+"""The prompt of a line that goes on the one above (which ended in ``\\``)."""
 ANSWERS = "[y]es once / [s]ession / [c]onversation / [n]o"
 """The answers to an approval question."""
 _SCOPES = {"y": "once", "yes": "once", "s": "session", "c": "conversation"}
@@ -133,7 +141,7 @@ class _Screen:
 
 
 def chat(
-    session: SessionHandle,
+    commands: ChatCommands,
     stdin: TextIO,
     out: TextIO,
     err: TextIO,
@@ -141,24 +149,41 @@ def chat(
 ) -> int:
     """Run the conversation until the person leaves; return the exit code (0, or 130 when a
     second Ctrl-C cut a task's end short). Call it from the main thread: it handles SIGINT.
+    ``commands`` holds the session (``/new``, ``/resume`` and ``/model`` change it);
     ``approver`` (the runtime's) gets the answers to the approval questions asked here."""
-    ctrl_c = _CtrlC(session, err)
-    printer = _Screen(LivePrinter(session.root_conversation_id, out), approver, ctrl_c, stdin, out)
+    ctrl_c = _CtrlC(commands.session, err)
+    lines = _Lines(stdin, out)
     previous = signal.signal(signal.SIGINT, ctrl_c)
-    err.write(f"session {session.session_id}: Ctrl-C interrupts a task, Ctrl-D leaves\n")
+    err.write(
+        f"session {commands.session.session_id}: /help lists the commands, Ctrl-C interrupts "
+        "a task, Ctrl-D leaves\n"
+    )
     try:
         while True:
-            out.write(PROMPT)
-            out.flush()
-            line = stdin.readline()
-            if not line:  # end of input
+            line = lines.read()
+            if line is None:  # end of input
                 out.write("\n")
                 return 0
             if not line.strip():
                 continue
+            what = read_line(line, commands.workdir, commands.customs)
+            if isinstance(what, Problem):
+                err.write(f"[{what.message}]\n")
+                continue
+            if isinstance(what, Command):
+                if not commands.run(what, out, err):
+                    return 0
+                ctrl_c.session = commands.session
+                continue
+            for name in what.attached:
+                err.write(f"[attached {name}]\n")
+            session = commands.session
+            printer = _Screen(
+                LivePrinter(session.root_conversation_id, out), approver, ctrl_c, stdin, out
+            )
             ctrl_c.running, ctrl_c.pressed = True, 0
             try:
-                outcome = session.run(line.strip(), on_item=printer)
+                outcome = session.run(what.input, on_item=printer)
             except KeyboardInterrupt:
                 return 130
             finally:
@@ -172,7 +197,60 @@ def chat(
         out.write("\n")
         return 0
     finally:
+        lines.save()
         signal.signal(signal.SIGINT, previous)
+
+
+class _Lines:
+    """What the person types: a line, or several joined where one ends in ``\\``; with line
+    editing and a history (kept in ``.plait/chat_history``) when typed on a terminal."""
+
+    def __init__(self, stdin: TextIO, out: TextIO) -> None:
+        self.stdin, self.out = stdin, out
+        self.history: str | None = None
+        self.edit = stdin is sys.stdin and out is sys.stdout and stdin.isatty()
+        if self.edit:
+            try:
+                import readline  # line editing for input(), where the platform has it
+            except ImportError:
+                self.edit = False
+            else:
+                self.history = os.path.join(".plait", "chat_history")
+                with contextlib.suppress(OSError):
+                    readline.read_history_file(self.history)
+
+    def read(self) -> str | None:
+        """The next line (joined lines), or ``None`` at the end of input."""
+        parts: list[str] = []
+        prompt = PROMPT
+        while True:
+            line = self._one(prompt)
+            if line is None:
+                return "\n".join(parts) if parts else None
+            if not line.endswith("\\"):
+                return "\n".join([*parts, line])
+            parts.append(line[:-1])
+            prompt = MORE
+
+    def _one(self, prompt: str) -> str | None:
+        if self.edit:
+            try:
+                return input(prompt)
+            except EOFError:
+                return None
+        self.out.write(prompt)
+        self.out.flush()
+        line = self.stdin.readline()
+        return line.rstrip("\n") if line else None
+
+    def save(self) -> None:
+        """Keep the lines typed for the next chat."""
+        if self.history is not None:
+            import readline
+
+            with contextlib.suppress(OSError):
+                os.makedirs(os.path.dirname(self.history), exist_ok=True)
+                readline.write_history_file(self.history)
 
 
 class _CtrlC:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import msgspec
 
@@ -29,7 +29,8 @@ from plait.config import Config
 from plait.errors import McpError, PlaitError
 
 if TYPE_CHECKING:
-    from plait.runtime import SessionHandle
+    from plait.events.store import EventStore
+    from plait.runtime import Runtime, SessionHandle, TaskOutcome
 
 __all__ = ["cmd_chat", "cmd_compact", "cmd_demo", "cmd_exec", "cmd_mcp_server", "cmd_recover"]
 
@@ -90,21 +91,28 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    """Talk with a session on the terminal, one task per line; Ctrl-C interrupts the running
-    task, a second Ctrl-C or Ctrl-D leaves."""
+    """Talk with a session on the terminal, one task per line (/help lists the commands);
+    Ctrl-C interrupts the running task, a second Ctrl-C or Ctrl-D leaves."""
+    from pathlib import Path
+
     from plait.cli.chat import TerminalApprover, chat
+    from plait.cli.chat_commands import ChatCommands
 
     config = config_of(args)
     model = model_settings(config)
     approver = TerminalApprover()
     with store_of(config, create=args.session is None) as store:
         session_id = find_session(store, args.session) if args.session else None
-        runtime = make_runtime(config, model, store, approver)
+
+        def runtime_of(name: str | None) -> Runtime:
+            settings = model if name is None else msgspec.structs.replace(model, model=name)
+            return make_runtime(config, settings, store, approver)
+
+        commands = ChatCommands(args, store, runtime_of, session_id, Path.cwd())
         try:
-            handle = runtime.resume(session_id) if session_id else runtime.start_session()
-            return chat(handle, sys.stdin, sys.stdout, sys.stderr, approver)
+            return chat(commands, sys.stdin, sys.stdout, sys.stderr, approver)
         finally:
-            runtime.close()
+            commands.close()
 
 
 def cmd_mcp_server(args: argparse.Namespace) -> int:
@@ -118,8 +126,6 @@ def cmd_mcp_server(args: argparse.Namespace) -> int:
 
 def cmd_compact(args: argparse.Namespace) -> int:
     """Summarise a conversation's older history with the model, keeping the latest messages."""
-    from plait.events.types import HistoryCompacted
-
     config = config_of(args)
     model = model_settings(config)
     with store_of(config, create=False) as store:
@@ -135,23 +141,43 @@ def cmd_compact(args: argparse.Namespace) -> int:
             outcome = handle.compact(cid)
         finally:
             runtime.close()
-        done = [e for e in store.read(session_id, after=before) if e.conversation_id == cid]
+        report_compaction(
+            store, session_id, cid, before, outcome, sys.stdout, sys.stderr, args.json
+        )
+    return 0
+
+
+def report_compaction(
+    store: EventStore,
+    session_id: str,
+    cid: str,
+    before: int,
+    outcome: TaskOutcome,
+    stdout: TextIO,
+    stderr: TextIO,
+    json: bool = False,
+) -> None:
+    """Say what the compaction of conversation ``cid`` queued after seq ``before`` did
+    (``plait compact``, and chat's ``/compact``)."""
+    from plait.events.types import HistoryCompacted
+
     if not outcome.ok:
         raise PlaitError(f"compaction of conversation {cid} {outcome.status}: {outcome.detail}")
+    done = [e for e in store.read(session_id, after=before) if e.conversation_id == cid]
     compacted = next((e.body for e in done if isinstance(e.body, HistoryCompacted)), None)
     if compacted is None:
-        err(f"conversation {cid}: nothing to compact (its history is already short)")
-        return 0
+        stderr.write(f"conversation {cid}: nothing to compact (its history is already short)\n")
+        return
     row = {"conversation_id": cid, **msgspec.structs.asdict(compacted)}
-    out(render.json_line(row) if args.json else render.compaction_row(cid, compacted))
-    return 0
+    stdout.write((render.json_line(row) if json else render.compaction_row(cid, compacted)) + "\n")
 
 
 def _await_servers(
     handle: SessionHandle, config: Config, printer: render.ExecPrinter, before: int
 ) -> None:
     """Print what the session recorded after seq ``before``, and wait until every MCP server
-    is ready: one that failed for good is an ``McpError``, not a turn without its tools."""
+    is ready or failed for good. A failed one is one warning line, and the task runs without
+    its tools; unless it is ``required``: then it is an ``McpError`` (docs/tools.md#servers)."""
     from plait.events.types import Event, McpServerFailed, McpServerReady
 
     waiting = {name for name, server in config.mcp_servers.items() if server.enabled}
@@ -164,12 +190,16 @@ def _await_servers(
         seen: list[Event] = handle.runtime.store.read(handle.session_id, after=before)
         while True:
             for event in seen:
-                printer(event)
                 body = event.body
+                if isinstance(body, McpServerFailed) and body.retry_in_sec is None:
+                    _server_failed(body.server, body.reason, config)
+                    waiting.discard(body.server)
+                    if not printer.json:  # the warning says it: not twice
+                        printer.last_seq = max(printer.last_seq, event.seq)
+                        continue
+                printer(event)
                 if isinstance(body, McpServerReady):
                     waiting.discard(body.server)
-                elif isinstance(body, McpServerFailed) and body.retry_in_sec is None:
-                    raise McpError(f"MCP server {body.server!r} did not start: {body.reason}")
             if not waiting:
                 return
             item = feed.get(timeout=max(deadline - time.monotonic(), 0))
@@ -177,6 +207,15 @@ def _await_servers(
                 names = ", ".join(sorted(waiting))
                 raise McpError(f"MCP servers not ready after {limit:g} s: {names}")
             seen = [item] if isinstance(item, Event) else []
+
+
+def _server_failed(server: str, reason: str, config: Config) -> None:
+    """Say once, on one line, that ``server`` did not start; stop if it is required."""
+    why = " ".join(reason.split())  # a stderr tail has lines of its own
+    settings = config.mcp_servers.get(server)
+    if settings is not None and settings.required:
+        raise McpError(f"MCP server {server!r} did not start: {why}")
+    err(f"plait: warning: MCP server {server!r} did not start, going on without its tools: {why}")
 
 
 def cmd_recover(args: argparse.Namespace) -> int:

@@ -1,0 +1,155 @@
+"""``plait chat``'s commands, custom commands, ``@file`` references, system prompt and line
+input, typed into a real ``plait chat`` on a pseudo-terminal, against a scripted model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from terminal import CTRL_D, Terminal, clean_env
+
+from plait.events import SqliteStore, TaskEnqueued
+from plait.events.values import as_text
+from plait.testing import ScriptedModelServer, Step
+
+REVIEW = """---
+description: review a file with care
+---
+Review $ARGUMENTS carefully, then say what to fix first."""
+
+
+def project(tmp_path: Path, base_url: str) -> None:
+    """A project: its config, rules, a custom command, a text file and a binary one."""
+    (tmp_path / "plait.toml").write_text(
+        f'[model]\nbase_url = "{base_url}"\nmodel = "scripted"\n\n'
+        "[history]\nkeep_recent_tokens = 1\n"
+    )
+    (tmp_path / "AGENTS.md").write_text("Answer in French.\n")
+    (tmp_path / ".plait" / "commands").mkdir(parents=True)
+    (tmp_path / ".plait" / "commands" / "review.md").write_text(REVIEW)
+    (tmp_path / "notes.txt").write_text("alpha beta gamma\n")
+    (tmp_path / "logo.bin").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0")
+
+
+def user_text(request: object) -> str:
+    """The text of a request's last user message (its parts joined)."""
+    message = [m for m in request.messages if m["role"] == "user"][-1]  # type: ignore[attr-defined]
+    content = message["content"]
+    return content if isinstance(content, str) else "\n".join(p["text"] for p in content)
+
+
+def test_chat_commands_custom_commands_files_and_the_system_prompt(tmp_path: Path) -> None:
+    script = [
+        Step(text="bonjour"),
+        Step(text="reviewed"),
+        Step(text="read it"),
+        Step(text="two lines"),
+        Step(text="They said hello, reviewed a file and read notes."),  # the compaction
+    ]
+    env = {**clean_env(), "OPENAI_API_KEY": "test", "TERM": "dumb", "XDG_CONFIG_HOME": "/none"}
+    with ScriptedModelServer(script) as server:
+        project(tmp_path, server.base_url)
+        term = Terminal([sys.executable, "-m", "plait", "chat"], tmp_path, env)
+        term.expect("you> ")
+        term.send(b"/help\n")
+        shown = term.expect("you> ")
+        for command in ("/new", "/resume", "/history", "/compact", "/model", "/quit"):
+            assert command in shown
+        assert "/review" in shown and "review a file with care" in shown
+        term.send(b"/nope\n")
+        assert "unknown command /nope; the commands are: /help /new" in term.expect("you> ")
+        term.send(b"hello\n")
+        assert "bonjour" in term.expect("you> ")
+        term.send(b"/review parser.py\n")
+        assert "reviewed" in term.expect("you> ")
+        term.send(b"summarise @notes.txt please\n")
+        shown = term.expect("you> ")
+        assert "[attached notes.txt]" in shown and "read it" in shown
+        term.send(b"look at @logo.bin\n")
+        assert "@logo.bin: a binary file" in term.expect("you> ")
+        term.send(b"first line \\\n")
+        term.expect("...> ")
+        term.send(b"second line\n")
+        assert "two lines" in term.expect("you> ")
+        term.send(b"/compact\n")
+        assert "compacted: messages before #" in term.expect("you> ")
+        term.send(b"/history --limit 1\n")
+        assert "two lines" in term.expect("you> ")
+        term.send(CTRL_D)
+        assert term.exit_code() == 0
+    first, review, attach, lines, compaction = server.requests
+    instructions = json.dumps(first.messages)
+    assert f"The working directory is {tmp_path.resolve()}." in instructions
+    assert "Answer in French." in instructions
+    assert user_text(review) == "Review parser.py carefully, then say what to fix first."
+    assert "alpha beta gamma" in user_text(attach)
+    assert user_text(lines) == "first line \nsecond line"
+    assert compaction.messages[0]["content"].startswith("You are compacting")
+    # What the model was given is in the log: a replay needs neither the command nor the file.
+    (tmp_path / "notes.txt").unlink()
+    (tmp_path / ".plait" / "commands" / "review.md").unlink()
+    with SqliteStore(tmp_path / ".plait" / "plait.db") as store:
+        [info] = store.streams()
+        inputs = [
+            "\n".join(as_text(getattr(item, "text", "")) or "" for item in e.body.plan.input_items)
+            for e in store.read(info.stream)
+            if isinstance(e.body, TaskEnqueued)
+        ]
+    assert any("alpha beta gamma" in text for text in inputs)
+    replayed = subprocess.run(
+        [sys.executable, "-m", "plait", "replay", info.stream, "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    result = json.loads(replayed.stdout)
+    assert result["events"] == result["total"] and result["divergence"] is None
+
+
+def test_chat_reads_commands_that_are_subcommands_and_switches_model_and_session(
+    tmp_path: Path,
+) -> None:
+    env = {**clean_env(), "OPENAI_API_KEY": "test", "TERM": "dumb", "XDG_CONFIG_HOME": "/none"}
+    with ScriptedModelServer([Step(text="one"), Step(text="two"), Step(text="three")]) as server:
+        project(tmp_path, server.base_url)
+        term = Terminal([sys.executable, "-m", "plait", "chat"], tmp_path, env)
+        term.expect("you> ")
+        term.send(b"hi\n")
+        term.expect("you> ")
+        term.send(b"/sessions\n")
+        listed = term.expect("you> ")
+        term.send(b"/model\n")
+        assert "model: scripted" in term.expect("you> ")
+        term.send(b"/model bigger\n")
+        assert "model: bigger from the next task" in term.expect("you> ")
+        term.send(b"and now?\n")
+        assert "two" in term.expect("you> ")
+        term.send(b"/approval\n")
+        assert "approval policy: never" in term.expect("you> ")
+        term.send(b"/approval sometimes\n")
+        assert "'sometimes' is not a policy" in term.expect("you> ")
+        term.send(b"/new\n")
+        second_id = term.expect("you> ").split("session ")[-1].split()[0]
+        term.send(b"hello again\n")
+        assert "three" in term.expect("you> ")
+        term.send(b"/resume nothing-like-it\n")
+        assert "/resume: no session in the store match 'nothing-like-it'" in term.expect("you> ")
+        term.send(b"/quit\n")
+        assert term.exit_code() == 0
+    assert [r.body["model"] for r in server.requests] == ["scripted", "bigger", "bigger"]
+    sessions = subprocess.run(
+        [sys.executable, "-m", "plait", "sessions"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    rows = sessions.stdout.splitlines()
+    assert rows[0].split()[0] in listed  # /sessions printed what plait sessions prints
+    assert len(rows) == 2 and second_id in rows[1]
