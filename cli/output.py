@@ -12,6 +12,7 @@ from typing import Any, TextIO
 import msgspec
 
 from plait.cli.live import history_line
+from plait.cli.plan_view import plan_block, show_plans
 from plait.events.codec import to_jsonl
 from plait.events.ownership import Lease
 from plait.events.projections import (
@@ -31,6 +32,7 @@ from plait.events.types import (
     McpServerReady,
     ModelRequestFailed,
     ModelResponded,
+    PlanUpdated,
     SessionClosed,
     SessionStarted,
     TaskCompleted,
@@ -225,7 +227,8 @@ def failure_line(outcome: Any, api_key_env: str) -> str:
 
 
 def show_session(events: list[Event], report: Verification, out: TextIO) -> None:
-    """Print what ``plait show`` shows: conversations, histories, audit, tokens, chain."""
+    """Print what ``plait show`` shows: conversations, histories, audit, plans, tokens,
+    chain."""
     session = report.stream
     histories = HistoryProjection().fold(events)
     out.write("\nconversations\n")
@@ -243,6 +246,7 @@ def show_session(events: list[Event], report: Verification, out: TextIO) -> None
             f"  seq {row.seq:>3}  {row.tool:<12} {row.outcome:<7} {row.duration_ms or 0:>6.1f} ms"
             f"  conversation {str(row.conversation_id)[:8]}  args {row.arguments}\n"
         )
+    show_plans(events, out)
     tokens = TokensProjection().fold(events).by_session.get(session)
     if tokens is not None:
         out.write(
@@ -322,5 +326,7 @@ class ExecPrinter:
             return f"  {where}{cut(shown(body.text))}"
         if isinstance(body, ModelRequestFailed) and body.retry_in_sec is not None:
             return f"[model: attempt {body.attempt} failed: {cut(body.error)}; retrying]"
+        if isinstance(body, PlanUpdated):
+            return plan_block(body, None if mine else (event.conversation_id or "-")[:8])
         line = history_line(body)
         return None if line is None else f"{where}{line}"
