@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from plait.cli import output as render
 from plait.cli.common import err, existing_store, find_conversation, find_session, out
+from plait.cli.style import Style
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
@@ -31,6 +33,7 @@ __all__ = [
     "cmd_sessions",
     "cmd_show",
     "cmd_stats",
+    "cmd_tree",
     "cmd_verify",
     "history_rows",
     "session_rows",
@@ -39,9 +42,10 @@ __all__ = [
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     """List the sessions in the store, oldest first, with the process that owns each."""
+    style = Style.for_args(args, sys.stdout)
     with existing_store(args) as store:
         for fields in session_rows(store):
-            out(render.json_line(fields) if args.json else render.session_row(fields))
+            out(render.json_line(fields) if args.json else render.session_row(fields, style))
     return 0
 
 
@@ -107,7 +111,8 @@ def history_rows(
 
 def cmd_log(args: argparse.Namespace) -> int:
     """Print every event of a session: seq, time, type, conversation, task, body."""
-    row = render.event_json if args.json else render.event_row
+    style = Style.for_args(args, sys.stdout)
+    row = render.event_json if args.json else partial(render.event_row, style=style)
     with existing_store(args) as store:
         session = find_session(store, args.session)
         events = store.read(session)
@@ -136,12 +141,25 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tree(args: argparse.Namespace) -> int:
+    """Draw a session's conversations as a tree (who created whom), each task with its
+    start, duration, tool calls and outcome."""
+    from plait.cli.tree import tree_lines
+
+    with existing_store(args) as store:
+        events = store.read(find_session(store, args.session), resolve_blobs=False)
+    for line in tree_lines(events, Style.for_args(args, sys.stdout)):
+        out(line)
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check a session's hash chain and blobs; exit 1 if anything was edited."""
     with existing_store(args) as store:
         report = store.verify(find_session(store, args.session))
     if args.json:
-        out(render.json_line(report))
+        fields = msgspec.to_builtins(report)
+        out(render.json_line({"session_id": fields.pop("stream"), **fields}))
     elif report.ok:
         out(f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)")
     else:
@@ -168,7 +186,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """List every tool call of a session: tool, server, outcome, size, duration."""
-    from plait.replay import audit, audit_jsonl
+    from plait.replay import audit
 
     with existing_store(args) as store:
         session = find_session(store, args.session)
@@ -176,10 +194,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
             store, session, tool=args.tool, conversation_id=args.conversation, outcome=args.outcome
         )
     if args.json:
-        sys.stdout.buffer.write(audit_jsonl(rows))
+        for row in rows:
+            out(render.json_line(render.audit_fields(row)))
         return 0
+    style = Style.for_args(args, sys.stdout)
     for row in rows:
-        out(render.audit_row(row))
+        out(render.audit_row(row, style))
     err(f"{len(rows)} calls; {_model_errors(args, session)}")
     return 0
 
@@ -211,7 +231,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             fields = msgspec.to_builtins(conversation)
             out(render.json_line({**fields, "mcp_ms_mean": conversation.mcp_ms_mean}))
         else:
-            out(render.stats_row(conversation))
+            out(render.stats_row(conversation, Style.for_args(args, sys.stdout)))
     return 0
 
 

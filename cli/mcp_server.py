@@ -30,6 +30,7 @@ from plait.actors.model import ModelSettings
 from plait.cli.common import config_of, err, find_session, make_runtime, model_settings, store_of
 from plait.cli.log_commands import history_rows, session_rows
 from plait.cli.mcp_live import Caller, ClientApprover, Ctx, follow_task
+from plait.cli.output import audit_fields
 from plait.config import Config
 from plait.errors import PlaitError
 from plait.events.store import EventStore
@@ -263,7 +264,7 @@ class Face:
 
             def read() -> Audit:
                 found = find_session(self.store, session_id)
-                rows = msgspec.to_builtins(audit(self.store, found))
+                rows = [audit_fields(row) for row in audit(self.store, found)]
                 return Audit(session_id=found, calls=rows)
 
             return await anyio.to_thread.run_sync(read)

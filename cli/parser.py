@@ -22,6 +22,7 @@ from plait.cli.log_commands import (
     cmd_sessions,
     cmd_show,
     cmd_stats,
+    cmd_tree,
     cmd_verify,
 )
 from plait.cli.run_commands import (
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--conversation", help="a conversation id")
     outcomes = ["ok", "error", "timeout", "refused", "unknown", "cancelled", "aborted", "pending"]
     audit.add_argument("--outcome", choices=outcomes)
+    add("tree", cmd_tree, "plait tree 3f2a").add_argument("session", help=SESSION)
     reader("stats", cmd_stats, "plait stats 3f2a", "plait stats 3f2a --json")
     reader("verify", cmd_verify, "plait verify 3f2a", json="the report as JSON")
     replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")

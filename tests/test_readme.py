@@ -61,7 +61,7 @@ def only_session(cwd: Path, env: dict[str, str]) -> str:
         ["plait", "sessions", "--json"], cwd=cwd, env=env, capture_output=True, text=True
     )
     [line] = listed.stdout.splitlines()
-    return str(json.loads(line)["stream"])
+    return str(json.loads(line)["session_id"])
 
 
 def test_the_embedding_example_runs_as_written(tmp_path: Path) -> None:

@@ -279,7 +279,7 @@ def test_plait_sessions_shows_the_owner_of_a_live_session(
             out, err = listed.communicate(timeout=60)
             assert listed.returncode == 0, err
             (row,) = [json.loads(line) for line in out.splitlines()]
-            assert (row["stream"], row["owner"], row["lease"]) == (
+            assert (row["session_id"], row["owner"], row["lease"]) == (
                 session.session_id,
                 "host:1:abc",
                 "live",

@@ -35,7 +35,7 @@ def demo_dir(demo: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
 def session_id(cwd: Path) -> str:
     lines = plait(cwd, "sessions", "--json").stdout.splitlines()
     assert len(lines) == 1
-    return str(json.loads(lines[0])["stream"])
+    return str(json.loads(lines[0])["session_id"])
 
 
 def test_demo_runs_a_session_through_the_runtime_and_shows_its_log(

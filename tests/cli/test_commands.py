@@ -29,7 +29,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 def test_sessions_conversations_and_history(recorded: Cli) -> None:
     (row,) = json_lines(recorded("sessions", "--json").stdout)
-    assert row["stream"] == "rec-1" and row["last_seq"] == 34
+    assert row["session_id"] == "rec-1" and row["last_seq"] == 34
     assert (row["model"], row["closed"], row["forked_from"]) == ("scripted-model", True, None)
     assert (row["owner"], row["lease"]) == (None, "free")  # closed: handed back
     assert recorded("sessions").stdout.startswith("rec-1     34 events  started ")
@@ -93,8 +93,8 @@ def test_fork_prints_the_new_session_and_the_fork_replays(cli: Cli) -> None:
     assert forked.stderr.startswith("forked src-1 at seq 26; go on with: plait exec --session")
     replayed = cli("replay", new)
     assert replayed.stdout == "replayed 26 of 26 events: no difference\n"
-    rows = {r["stream"]: r for r in json_lines(cli("sessions", "--json").stdout)}
-    assert rows[new]["forked_from"] == {"stream": session, "at_seq": 26}
+    rows = {r["session_id"]: r for r in json_lines(cli("sessions", "--json").stdout)}
+    assert rows[new]["forked_from"] == {"session_id": session, "at_seq": 26}
     assert rows[session]["last_seq"] == 34  # the source is untouched
     too_far = cli("fork", "src-1", "--at", "99")
     assert too_far.stderr == (

@@ -134,7 +134,7 @@ async def test_a_client_runs_replies_hears_progress_approves_and_the_cli_replays
 
             # The read-only tools answer what the CLI prints.
             listed = result_of(await client.call_tool("sessions", {}))["sessions"]
-            assert [row["stream"] for row in listed] == [session]
+            assert [row["session_id"] for row in listed] == [session]
             history = result_of(await client.call_tool("history", {"session_id": session}))
             audit = result_of(await client.call_tool("audit", {"session_id": session}))
         assert server.requests[-1].messages[1:4] == [  # one session: the model saw it all
@@ -237,12 +237,14 @@ async def test_interrupt_ends_a_running_task_and_its_call_answers_interrupted(
                     await running.wait()
                     await anyio.to_thread.run_sync(server.wait_for_requests, 1)  # it streams
                     [listed] = result_of(await client.call_tool("sessions", {}))["sessions"]
-                    stopped = await client.call_tool("interrupt", {"session_id": listed["stream"]})
+                    stopped = await client.call_tool(
+                        "interrupt", {"session_id": listed["session_id"]}
+                    )
                     assert result_of(stopped) == {
-                        "session_id": listed["stream"],
+                        "session_id": listed["session_id"],
                         "interrupted": True,
                     }
-            again = await client.call_tool("interrupt", {"session_id": listed["stream"]})
+            again = await client.call_tool("interrupt", {"session_id": listed["session_id"]})
             assert result_of(again)["interrupted"] is False  # nothing runs any more
     [answer] = answers
     assert answer["status"] == "interrupted" and answer["content"] is None
