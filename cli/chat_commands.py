@@ -16,6 +16,7 @@ from typing import TextIO
 
 from plait.cli.chat_input import BUILTIN, Command, custom_commands, description, system_prompt
 from plait.cli.common import find_conversation, find_session
+from plait.cli.plan_view import tool_prefs
 from plait.errors import PlaitError
 from plait.events.store import EventStore
 from plait.events.types import SessionStarted
@@ -50,7 +51,9 @@ class ChatCommands:
     def _session(self, session_id: str | None) -> SessionHandle:
         if session_id is not None:
             return self.runtime.resume(session_id)
-        return self.runtime.start_session(user_instructions=system_prompt(self.workdir))
+        return self.runtime.start_session(
+            user_instructions=system_prompt(self.workdir), tool_prefs=tool_prefs(self.args)
+        )
 
     def close(self) -> None:
         """Close the runtime (and its sessions)."""

@@ -43,6 +43,7 @@ Command = Callable[[argparse.Namespace], int]
 Parser = argparse.ArgumentParser
 SESSION = "session id (a unique prefix is enough)"
 MODEL = "the model name (default $PLAIT_MODEL, else [model] model)"
+PLAN_TOOL = "offer the model update_plan: a plan of its work, shown as it changes (a new session)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,9 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--session", help="go on with this session (default: a new one)")
     run.add_argument("--conversation", help="run in this conversation of the --session")
     _add_model_flags(run)
+    run.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
     talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
     _add_model_flags(talk)
+    talk.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
     serve = add(
         "mcp-server",
         cmd_mcp_server,

@@ -4,13 +4,14 @@ marker (``[x]`` completed, ``[>]`` in progress, ``[ ]`` pending). ``plait chat``
 
 from __future__ import annotations
 
+import argparse
 from typing import TextIO
 
 from plait.events.projections.plans import PlansProjection
 from plait.events.types import Event, PlanUpdated
-from plait.events.values import as_text
+from plait.events.values import ToolPrefs, as_text
 
-__all__ = ["MARKERS", "plan_block", "show_plans"]
+__all__ = ["MARKERS", "plan_block", "show_plans", "tool_prefs"]
 
 MARKERS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
 """Each step status's marker."""
@@ -37,3 +38,9 @@ def show_plans(events: list[Event], out: TextIO) -> None:
         out.write(f"  {cid[:8]}  set {times}, last at seq {current.seq}\n")
         for line in plan_block(current.plan).splitlines()[1:]:
             out.write(f"  {line}\n")
+
+
+def tool_prefs(args: argparse.Namespace) -> ToolPrefs | None:
+    """The root's tool switches a session started by ``args``'s command begins with: the plan
+    tool with ``--plan-tool`` (a resumed session keeps its own)."""
+    return ToolPrefs(include_plan_tool=True) if getattr(args, "plan_tool", False) else None

@@ -25,6 +25,7 @@ from plait.cli.common import (
     out,
     store_of,
 )
+from plait.cli.plan_view import tool_prefs
 from plait.config import Config
 from plait.errors import McpError, PlaitError
 
@@ -57,7 +58,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
         handle = None
         try:
             before = store.last_seq(session_id) if session_id else 0
-            handle = runtime.resume(session_id) if session_id else runtime.start_session()
+            prefs = tool_prefs(args)
+            handle = (
+                runtime.resume(session_id)
+                if session_id
+                else runtime.start_session(tool_prefs=prefs)
+            )
             verb = "resumed" if session_id else "started"
             if handle.followed:  # another process runs it: the task goes to its inbox
                 lease = store.lease(handle.session_id)
