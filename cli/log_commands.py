@@ -137,7 +137,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Show a session's conversations, histories, audit and chain check."""
     with existing_store(args) as store:
         session = find_session(store, args.session)
-        render.show_session(store.read(session), store.verify(session), sys.stdout)
+        events, report = store.read(session), store.verify(session)
+    if args.json:
+        from plait.cli.summary import session_summary
+
+        out(render.json_line(session_summary(events, report)))
+    else:
+        render.show_session(events, report, sys.stdout)
     return 0
 
 
@@ -220,18 +226,32 @@ def _model_errors(args: argparse.Namespace, session: str) -> str:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Show what each conversation of a session did: tasks, turns, tokens, tool calls, MCP
-    latency, cancellations, failures."""
+    latency, cancellations, failures; then each MCP server that failed for good."""
     from plait.events.projections import StatsProjection
+    from plait.events.types import McpServerFailed, McpServerReady
 
     with existing_store(args) as store:
         session = find_session(store, args.session)
-        stats = StatsProjection().fold(store.read(session, resolve_blobs=False))
+        events = store.read(session, resolve_blobs=False)
+        stats = StatsProjection().fold(events)
     for conversation in stats.conversations.values():
         if args.json:
             fields = msgspec.to_builtins(conversation)
             out(render.json_line({**fields, "mcp_ms_mean": conversation.mcp_ms_mean}))
         else:
             out(render.stats_row(conversation, Style.for_args(args, sys.stdout)))
+    ready: set[str] = set()
+    for event in events:  # servers that failed for good, as `plait exec` warned of them
+        body = event.body
+        if isinstance(body, McpServerReady):
+            ready.add(body.server)
+        elif isinstance(body, McpServerFailed) and body.retry_in_sec is None:
+            what = "gave up" if body.server in ready else "did not start"
+            if args.json:
+                row = {"mcp_server": body.server, "failed": what, "reason": body.reason}
+                out(render.json_line({**row, "attempt": body.attempt}))
+            else:
+                out(f"mcp server {body.server}: {what}: {' '.join(body.reason.split())}")
     return 0
 
 

@@ -127,7 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     log = reader("log", cmd_log, "plait log 3f2a", "plait log 3f2a --follow --json")
     log.add_argument("--follow", action="store_true", help="go on printing events as they come")
-    add("show", cmd_show, "plait show 3f2a").add_argument("session", help=SESSION)
+    reader(
+        "show",
+        cmd_show,
+        "plait show 3f2a",
+        "plait show 3f2a --json | jq .plans",
+        json="a summary as one JSON object: id, model, state, conversations, tasks, tool "
+        "calls, tokens, plans",
+    )
     audit = reader("audit", cmd_audit, "plait audit 3f2a --outcome error")
     audit.add_argument("--tool", help="a tool name, or a server prefix such as git__")
     audit.add_argument("--conversation", help="a conversation id")
