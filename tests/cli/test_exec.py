@@ -183,18 +183,6 @@ def test_exec_calls_the_tools_of_an_mcp_server_from_mcp_json(
     assert [(r["tool"], r["server"], r["outcome"]) for r in rows] == [("test__echo", "test", "ok")]
 
 
-def test_a_server_that_does_not_start_is_one_line_and_no_task_runs(
-    cli: Cli, server: ScriptedModelServer
-) -> None:
-    cli.configure(server.base_url, '[mcp_servers.broken]\ncommand = "no-such-plait-server"\n')
-    result = cli("exec", "Hello?")
-    assert result.returncode == 1
-    assert result.stderr.splitlines()[-1] == (
-        "plait: MCP server 'broken' did not start: command not found: no-such-plait-server"
-    )
-    assert server.requests == []
-
-
 def test_exec_says_when_it_compacts_the_history(cli: Cli, server: ScriptedModelServer) -> None:
     cli.configure(server.base_url, "context_window = 1000\n\n[history]\nkeep_recent_tokens = 1\n")
     server.push(

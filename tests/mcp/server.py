@@ -1,7 +1,8 @@
 """A real MCP server for plait's tests, written with the SDK's ``MCPServer``.
 
 Run it as ``python tests/mcp/server.py [stdio | http --port N] [--name X] [--variant a|b]``;
-over HTTP it prints ``listening on <url>`` once it accepts connections.
+over HTTP it prints ``listening on <url>`` once it accepts connections, and with
+``--bearer-env VAR`` it answers 401 to a request without ``Authorization: Bearer $VAR``.
 It lists its tools three to a page, so a client must follow ``next_cursor``. Tools:
 
 - ``echo``, ``add``, ``pick``, ``slow``, ``huge``, ``image``, ``lookup``, ``served`` (how many
@@ -217,16 +218,19 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default="plait-test")
     parser.add_argument("--variant", choices=["a", "b", "control"], default="a")
+    parser.add_argument("--bearer-env", metavar="VAR", help="over HTTP: require this token")
     args = parser.parse_args()
     server = build(args.name, args.variant)
     if args.transport == "http":
-        anyio.run(serve_http, server, args.port)
+        token = os.environ[args.bearer_env] if args.bearer_env else None
+        anyio.run(serve_http, server, args.port, token)
     else:
         server.run("stdio")
 
 
-async def serve_http(server: MCPServer, port: int) -> None:
-    """Serve streamable HTTP on loopback; print the URL once the socket listens.
+async def serve_http(server: MCPServer, port: int, token: str | None = None) -> None:
+    """Serve streamable HTTP on loopback; print the URL once the socket listens; with
+    ``token``, refuse (401) every request that does not carry it as a bearer token.
 
     The socket is bound (``--port 0``: any free port) and listening before the line is
     printed, so a client that reads it can connect at once: no polling, no sleeping.
@@ -238,9 +242,25 @@ async def serve_http(server: MCPServer, port: int) -> None:
     sock.bind(("127.0.0.1", port))
     sock.listen(64)
     print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
-    app = server.streamable_http_app(host="127.0.0.1")
+    app: Any = server.streamable_http_app(host="127.0.0.1")
+    if token is not None:
+        app = _bearer_only(app, token)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def _bearer_only(app: Any, token: str) -> Any:
+    """Wrap an ASGI app: an HTTP request without ``Authorization: Bearer <token>`` gets 401."""
+    wanted = f"Bearer {token}".encode()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != wanted:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"no bearer token"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 if __name__ == "__main__":
