@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,146 @@ def test_a_bad_file_is_one_line_naming_the_file_and_the_key(
 def test_a_named_file_that_is_missing_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.toml: cannot read the configuration"):
         load_config("nope.toml", cwd=tmp_path, env={})
+
+
+def test_the_user_file_is_read_under_the_project_file(tmp_path: Path) -> None:
+    user = tmp_path / "xdg" / "plait" / "config.toml"
+    user.parent.mkdir(parents=True)
+    write(
+        user,
+        '[model]\nmodel = "user"\ntemperature = 0.5\n'
+        '[mcp_servers.git]\ncommand = "mcp-server-git"\nargs = ["--repository", "."]\n',
+    )
+    write(
+        tmp_path / "plait.toml", '[model]\nmodel = "project"\n[mcp_servers.git]\nenabled = false\n'
+    )
+    config = load_config(cwd=tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    assert (config.model.model, config.model.temperature) == ("project", 0.5)
+    git = config.mcp_servers["git"]
+    assert (git.command, git.args, git.enabled) == ("mcp-server-git", ["--repository", "."], False)
+    assert config.source == f"{user}, {tmp_path / 'plait.toml'}"
+    # Without XDG_CONFIG_HOME: under $HOME/.config; with neither variable, no user file.
+    home = load_config(cwd=tmp_path / "elsewhere", env={"HOME": str(tmp_path / "home")})
+    assert home.source == "defaults"
+    (tmp_path / "home" / ".config").mkdir(parents=True)
+    (tmp_path / "home" / ".config" / "plait").symlink_to(user.parent)
+    home = load_config(cwd=tmp_path / "elsewhere", env={"HOME": str(tmp_path / "home")})
+    assert home.model.model == "user"
+
+
+def test_a_bad_user_file_names_itself(tmp_path: Path) -> None:
+    user = tmp_path / "plait" / "config.toml"
+    user.parent.mkdir()
+    write(user, '[mcp_servers.git]\ncomand = "x"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(cwd=tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert str(caught.value).startswith(f"{user}: mcp_servers.git: unknown key 'comand'")
+
+
+def test_c_overrides_go_last_the_value_read_as_toml_else_as_text(tmp_path: Path) -> None:
+    write(tmp_path / "plait.toml", '[mcp_servers.git]\ncommand = "mcp-server-git"\n')
+    env = {"PLAIT_MODEL": "from-env", "PLAIT_STORE": "env.db"}
+    overrides = [
+        "model.model=gpt-5",  # not TOML: the text
+        "model.stop=['END', 'STOP']",
+        "policy.max_interrupt_chain_depth=3",
+        "store.url=c.db",
+        "mcp_servers.git.enabled=false",
+        "mcp_servers.time.command=mcp-server-time",
+    ]
+    config = load_config(
+        cwd=tmp_path, env=env, model="from-flag", store="flag.db", overrides=overrides
+    )
+    assert (config.model.model, config.model.stop) == ("gpt-5", ["END", "STOP"])
+    assert config.policy.max_interrupt_chain_depth == 3
+    assert config.store.url == str(tmp_path / "c.db")
+    assert config.mcp_servers["git"].enabled is False
+    assert config.mcp_servers["time"].command == "mcp-server-time"
+    assert config.source.endswith(", -c mcp_servers.time.command=mcp-server-time")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.modle=x", "-c model.modle=x: model.modle: unknown key"),
+        ("policy.max_interrupt_chain_depth=many", "expected `int`, got `str`"),
+        ("model", "-c model: expected KEY.PATH=VALUE"),
+        ("model..model=x", "-c model..model=x: expected KEY.PATH=VALUE"),
+        ("mcp_servers.git.comand=x", "-c mcp_servers.git.comand=x: mcp_servers.git: unknown key"),
+        ("mcp_servers.new.args=['a']", "-c mcp_servers.new.args=['a']: mcp_servers.new: give"),
+    ],
+)
+def test_a_bad_override_names_itself(tmp_path: Path, override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(cwd=tmp_path, env={}, overrides=[override])
+    assert message in str(caught.value)
+
+
+def test_mcp_json_in_the_forms_other_agents_write(tmp_path: Path) -> None:
+    claude = {
+        "mcpServers": {
+            "local": {
+                "type": "stdio",
+                "command": "${BIN:-/usr/bin}/server",
+                "args": ["--root", "${workspaceFolder}", "${env:MODE}"],
+                "env": {"TOKEN": "${TOKEN}", "EMPTY": "${UNSET:-}"},
+            },
+            "remote": {
+                "type": "http",
+                "url": "https://${HOST}/mcp",
+                "headers": {"Authorization": "Bearer ${TOKEN}"},
+            },
+        }
+    }
+    write(tmp_path / ".mcp.json", json.dumps(claude))
+    vscode = {"inputs": [], "servers": {"docs": {"type": "http", "url": "http://127.0.0.1:1/mcp"}}}
+    write(tmp_path / "mcp.json", json.dumps(vscode))
+    env = {"MODE": "fast", "TOKEN": "t0k", "HOST": "h.example"}
+    config = load_config(cwd=tmp_path, env=env)  # both found in the working directory
+    local, remote = config.mcp_servers["local"], config.mcp_servers["remote"]
+    assert local.command == "/usr/bin/server"
+    assert local.args == ["--root", str(tmp_path), "fast"]
+    assert local.env == {"TOKEN": "t0k", "EMPTY": ""}
+    assert (remote.url, remote.headers) == (
+        "https://h.example/mcp",
+        {"Authorization": "Bearer t0k"},
+    )
+    assert config.mcp_servers["docs"].transport == "http"
+    assert config.source == f"{tmp_path / '.mcp.json'}, {tmp_path / 'mcp.json'}"
+    # Named: only those; an empty list: none.
+    write(tmp_path / "plait.toml", 'mcp_json = ["mcp.json"]\n')
+    assert list(load_config(cwd=tmp_path, env=env).mcp_servers) == ["docs"]
+    write(tmp_path / "plait.toml", "mcp_json = []\n")
+    assert load_config(cwd=tmp_path, env=env).mcp_servers == {}
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        (
+            {"command": "s", "env": {"K": "${MISSING}"}},
+            "mcpServers.s: key 'env.K' needs ${MISSING}, which is not set",
+        ),
+        (
+            {"type": "sse", "url": "http://h/sse"},
+            "mcpServers.s: type 'sse' is not supported: plait speaks stdio and streamable HTTP",
+        ),
+        ({"type": "ws", "url": "ws://h"}, "key 'type': expected 'stdio' or 'http', got 'ws'"),
+        ({"type": "http", "command": "s"}, "mcpServers.s: type 'http' needs 'url'"),
+        ({"command": "s", "envFile": ".env"}, "mcpServers.s: unknown key 'envFile'"),
+    ],
+)
+def test_a_bad_mcp_json_entry_names_the_file_the_server_and_the_key(
+    tmp_path: Path, server: dict[str, object], message: str
+) -> None:
+    write(tmp_path / ".mcp.json", json.dumps({"mcpServers": {"s": server}}))
+    with pytest.raises(ConfigError) as caught:
+        load_config(cwd=tmp_path, env={})
+    assert str(caught.value).startswith(f"{tmp_path / '.mcp.json'}: ")
+    assert message in str(caught.value)
+
+
+def test_an_mcp_json_without_servers_says_what_it_expected(tmp_path: Path) -> None:
+    write(tmp_path / "mcp.json", '{"servers": []}')
+    with pytest.raises(ConfigError, match=r'expected an object with "mcpServers" \(or VS Code'):
+        load_config(cwd=tmp_path, env={})
