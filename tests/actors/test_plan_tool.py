@@ -17,6 +17,8 @@ from plait.events import (
     Event,
     PlanStep,
     PlanUpdated,
+    Redacted,
+    StoragePolicy,
     ToolCallCompleted,
     ToolPrefs,
 )
@@ -142,6 +144,26 @@ def test_a_helper_inherits_the_switch_and_keeps_its_own_plan(
     plans = PlansProjection().fold(events)
     assert list(plans.by_conversation) == [helper]
     replayed(tmp_path, session.session_id)
+
+
+@pytest.mark.parametrize("kind", ["headers_only", "none"])
+def test_the_plan_is_content_its_storage_policy_withholds(
+    server: ScriptedModelServer, tmp_path: Path, kind: str
+) -> None:
+    server.push(Step(tool_calls=[call(PLAN_TOOL, explanation="why", plan=FIRST)]), Step(text="ok"))
+    with runtime_for(server, tmp_path) as runtime:
+        prefs = ToolPrefs(include_plan_tool=True)
+        session = runtime.start_session(tool_prefs=prefs, storage_policy=StoragePolicy(kind))
+        assert session.run("go", timeout=30).ok
+        events = runtime.store.read(session.session_id)
+    stored = [e.body for e in events if isinstance(e.body, PlanUpdated)]
+    if kind == "none":
+        assert stored == []
+        return
+    [plan] = stored
+    assert isinstance(plan.explanation, Redacted)
+    assert [type(step.step) for step in plan.steps] == [Redacted, Redacted]
+    assert [step.status for step in plan.steps] == ["in_progress", "pending"]
 
 
 @pytest.mark.parametrize(
