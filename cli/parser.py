@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 from plait.cli.common import err
+from plait.cli.completion import SHELLS, completion_script
 from plait.cli.log_commands import (
     cmd_audit,
     cmd_conversations,
@@ -87,11 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("prompt", metavar="PROMPT", help="what to do; - reads it from stdin")
     run.add_argument("--session", help="go on with this session (default: a new one)")
+    run.add_argument(
+        "--last", action="store_true", help="go on with the session active last in the store"
+    )
     run.add_argument("--conversation", help="run in this conversation of the --session")
     _add_model_flags(run)
     run.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
     talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
+    talk.add_argument(
+        "--last", action="store_true", help="go on with the session active last in the store"
+    )
     _add_model_flags(talk)
     talk.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
     serve = add(
@@ -186,7 +193,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("expire", cmd_expire, "plait expire", json="the count as JSON")
     add("demo", cmd_demo, "plait demo")
+    complete = add(
+        "completion",
+        _completion,
+        'eval "$(plait completion bash)"',
+        "plait completion fish > ~/.config/fish/completions/plait.fish",
+    )
+    complete.add_argument("shell", choices=SHELLS)
     return parser
+
+
+def _completion(args: argparse.Namespace) -> int:
+    """Print the shell's completion script: every command and option of plait."""
+    sys.stdout.write(completion_script(build_parser(), args.shell))
+    return 0
 
 
 def _add_model_flags(cmd: Parser) -> None:

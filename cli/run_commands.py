@@ -42,6 +42,7 @@ SERVER_MARGIN_SEC = 30.0
 def cmd_exec(args: argparse.Namespace) -> int:
     """Run one task to its end, streaming the answer; exit 1 if it does not complete."""
     config = config_of(args)
+    _take_last(args, config)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if args.conversation and not args.session:
         raise PlaitError("--conversation needs --session: a new session has only its root")
@@ -105,6 +106,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from plait.cli.chat_commands import ChatCommands
 
     config = config_of(args)
+    _take_last(args, config)
     model = model_settings(config)
     approver = TerminalApprover()
     with store_of(config, create=args.session is None) as store:
@@ -119,6 +121,24 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return chat(commands, sys.stdin, sys.stdout, sys.stderr, approver)
         finally:
             commands.close()
+
+
+def _take_last(args: argparse.Namespace, config: Config) -> None:
+    """With ``--last``, make ``args.session`` the session of the store that was active last
+    (its last event the latest of all)."""
+    if not getattr(args, "last", False):
+        return
+    if args.session:
+        raise PlaitError("--last and --session each name a session: give one of them")
+    with store_of(config, create=False) as store:
+        latest = max(
+            store.streams(),
+            key=lambda info: store.read(info.stream, after=info.last_seq - 1)[0].position,
+            default=None,
+        )
+    if latest is None:
+        raise PlaitError(f"{config.store.url}: no session to go on with (drop --last)")
+    args.session = latest.stream
 
 
 def cmd_mcp_server(args: argparse.Namespace) -> int:
