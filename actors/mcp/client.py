@@ -74,6 +74,7 @@ class McpConnection:
         self._done = asyncio.Event()
         self._closing = False
         self._ended: str | None = None
+        self._refused: int | None = None  # an HTTP server's 401 or 403, which the SDK hides
         self._relist = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
 
@@ -202,18 +203,30 @@ class McpConnection:
             assert config.url is not None
             # Read when it connects: secrets come from the environment and go nowhere else.
             headers = http_headers(config)
+
+            async def seen(response: httpx2.Response) -> None:
+                if response.status_code in (401, 403):
+                    self._refused = response.status_code
+
             client = httpx2.AsyncClient(
-                headers=headers or None, timeout=httpx2.Timeout(30.0, read=300.0)
+                headers=headers or None,
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                event_hooks={"response": [seen]},
             )
             async with (
                 client,
                 streamable_http_client(
                     config.url, http_client=client, max_sse_event_size=MAX_SSE_EVENT
-                ) as streams,
+                ) as http_streams,
             ):
-                yield streams
+                yield http_streams
 
     def _start_failure(self, exc: Exception) -> str:
+        if self._refused is not None:
+            return (
+                f"initialize failed: the server answered HTTP {self._refused} (are its headers "
+                "right? http_headers, env_http_headers, bearer_token_env_var)"
+            )
         if isinstance(exc, MCPError) and exc.code == mcp_types.CONNECTION_CLOSED:
             return _CLOSED_DURING_INIT  # the child's exit says more
         return f"initialize failed: {_describe(exc)}"

@@ -132,7 +132,10 @@ def test_the_http_server_refuses_a_request_without_the_token(
     assert result.returncode == 0, result.stderr
     [warning] = [line for line in result.stderr.splitlines() if "warning" in line]
     assert warning.startswith("plait: warning: MCP server 'remote' did not start, ")
-    assert warning.endswith("initialize failed: Server returned an error response")
+    assert warning.endswith(
+        "initialize failed: the server answered HTTP 401 (are its headers right? "
+        "http_headers, env_http_headers, bearer_token_env_var)"
+    )
 
 
 def test_a_claude_code_mcp_json_works_unchanged(
