@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from plait.cli.plan_view import plan_block
+from plait.cli.spinner import Spinner
+from plait.cli.style import PLAIN, Style
 from plait.events.types import (
     AgentMessageDelta,
     Body,
@@ -42,18 +44,46 @@ class LivePrinter:
     """Renders a session's live feed: text as it streams, tools, and which conversation runs
     (the root is ``root``, the others ``helper-N`` in the order they open)."""
 
-    def __init__(self, root: str, out: TextIO) -> None:
+    def __init__(
+        self, root: str, out: TextIO, style: Style = PLAIN, spinner: Spinner | None = None
+    ) -> None:
         self.root = root
         self.out = out
+        self.style = style
+        """The colours of names, tool calls and errors (``PLAIN``: none)."""
+        self.spinner = spinner or Spinner(out, enabled=False)
+        """What moves on the terminal while the model or a tool is awaited (off on a pipe)."""
         self.names: dict[str, str] = {root: "root"}
         self.speaking: str | tuple[str, str] | None = None
         """Who the last text was from (a conversation id), or whose reasoning it was."""
+        self._fresh_line = False  # the spinner's line: the next "\n" is written already
 
     def __call__(self, item: Event | Transient) -> None:
-        write: Callable[[str], Any] = self.out.write
+        self.spinner.clear()
+        self._print(item)
+        waiting = _awaited(item)
+        if waiting is not None and self.spinner.enabled:
+            if not self._fresh_line:
+                self.out.write("\n")  # the spinner's own line, which the next line takes
+                self.out.flush()
+                self._fresh_line = True
+            self.spinner.show(waiting)
+
+    def close(self) -> None:
+        """Erase the spinner, if it is drawn, and stop it."""
+        self.spinner.close()
+
+    def _write(self, text: str) -> None:
+        if self._fresh_line:
+            text, self._fresh_line = text.removeprefix("\n"), False
+        self.out.write(text)
+
+    def _print(self, item: Event | Transient) -> None:
+        write: Callable[[str], Any] = self._write
+        paint = self.style
         if isinstance(item, AgentMessageDelta):
             if self.speaking != item.conversation_id:
-                write(f"\n{self._name(item.conversation_id)}: ")
+                write(f"\n{paint.cyan(self._name(item.conversation_id))}: ")
                 self.speaking = item.conversation_id
             write(item.text)
             self.out.flush()
@@ -62,7 +92,7 @@ class LivePrinter:
             # The reasoning itself is kept in the log (plait history --reasoning); here, only
             # why nothing is said yet.
             if self.speaking != ("reasoning", item.conversation_id):
-                write(f"\n[{self._name(item.conversation_id)} is reasoning...]")
+                write("\n" + paint.dim(f"[{self._name(item.conversation_id)} is reasoning...]"))
                 self.speaking = ("reasoning", item.conversation_id)
             return
         if not isinstance(item, Event):
@@ -71,17 +101,19 @@ class LivePrinter:
         line = None
         if isinstance(body, ConversationOpened) and conv is not None and conv != self.root:
             self.names[conv] = f"helper-{len(self.names)}"
-            line = f"[{self._name(conv)} opened by {self._name(body.parent_id)}]"
+            line = paint.cyan(f"[{self._name(conv)} opened by {self._name(body.parent_id)}]")
         elif isinstance(body, TurnAborted) and body.reason == "replaced":
-            line = f"[{self._name(conv)}'s task is replaced by {body.detail.split(' ')[0]}]"
+            by = body.detail.split(" ")[0]
+            line = paint.cyan(f"[{self._name(conv)}'s task is replaced by {by}]")
         elif isinstance(body, TaskStarted):
-            line = f"[{self._name(conv)} running]"
+            line = paint.cyan(f"[{self._name(conv)} running]")
         elif isinstance(body, ToolCallRequested):
-            line = f"  -> {body.tool}({body.arguments})"
+            line = f"  -> {paint.bold(body.tool)}{paint.dim(f'({body.arguments})')}"
         elif isinstance(body, ToolCallCompleted):
-            line = f"  <- {body.outcome}: {body.output}".replace("\n", "\n     ")
+            output = f"{body.output}".replace("\n", "\n     ")
+            line = f"  <- {paint.outcome(body.outcome)}: {paint.dim(output)}"
         elif isinstance(body, TaskCompleted):
-            line = f"[{self._name(conv)} done]"
+            line = paint.cyan(f"[{self._name(conv)} done]")
         elif isinstance(body, PlanUpdated):
             line = plan_block(body, None if conv == self.root else self._name(conv))
         else:
@@ -92,3 +124,13 @@ class LivePrinter:
 
     def _name(self, conv: str | None) -> str:
         return self.names.get(conv or "", (conv or "?")[:8])
+
+
+def _awaited(item: Event | Transient) -> str | None:
+    """What a person waits for right after ``item``, for the spinner to say."""
+    body = item.body if isinstance(item, Event) else None
+    if isinstance(body, ModelRequested):
+        return "compacting the history" if body.purpose == "compact" else "waiting for the model"
+    if isinstance(body, ToolCallRequested):
+        return f"running {body.tool}"
+    return None

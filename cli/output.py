@@ -14,6 +14,7 @@ import msgspec
 
 from plait.cli.live import history_line
 from plait.cli.plan_view import plan_block, show_plans
+from plait.cli.spinner import Spinner
 from plait.cli.style import PLAIN, Style
 from plait.events.codec import to_jsonl
 from plait.events.ownership import Lease
@@ -32,6 +33,7 @@ from plait.events.types import (
     Event,
     McpServerFailed,
     McpServerReady,
+    ModelRequested,
     ModelRequestFailed,
     ModelResponded,
     PlanUpdated,
@@ -100,6 +102,7 @@ def event_row(event: Event, style: Style = PLAIN) -> str:
     at = event.at.isoformat(timespec="milliseconds")
     where = f"{(event.conversation_id or '-')[:8]:<8} {(event.task_id or '-')[:8]:<8}"
     kind = f"{type(event.body).__name__:<24}"
+    where = where if body else where.rstrip()  # a row ends with what it shows
     if style.enabled:
         kind = _kind_style(event, style)(kind)
         at, where = style.dim(at), style.dim(where)
@@ -306,15 +309,37 @@ class ExecPrinter:
     event at or below ``last_seq`` was printed already and is skipped.
     """
 
-    def __init__(self, conversation_id: str, out: TextIO, err: TextIO, *, json: bool) -> None:
+    def __init__(
+        self,
+        conversation_id: str,
+        out: TextIO,
+        err: TextIO,
+        *,
+        json: bool,
+        style: Style = PLAIN,
+        spinner: Spinner | None = None,
+    ) -> None:
         self.conversation_id = conversation_id
         """The conversation whose text is the answer."""
         self.out = out
         self.err = err
         self.json = json
+        self.style = style
+        """The colours of the lines on ``err`` (``PLAIN``: none)."""
+        self.spinner = spinner if spinner is not None and not json else Spinner(err, enabled=False)
+        """What moves on the terminal while nothing is printed (off on a pipe)."""
         self.last_seq = 0
         """The last event printed."""
         self._open_line = False  # text went to ``out`` without its newline yet
+        self._waiting: str | None = None  # what the spinner says is awaited
+
+    def waiting(self, what: str | None) -> None:
+        """Say, with the spinner, what is awaited now (``None``: nothing)."""
+        self._waiting = what
+        if what is not None and not self._open_line:
+            self.spinner.show(what)
+        else:
+            self.spinner.clear()
 
     def __call__(self, item: Event | Transient) -> None:
         """Print one item of the feed."""
@@ -322,6 +347,11 @@ class ExecPrinter:
             if item.seq <= self.last_seq:
                 return
             self.last_seq = item.seq
+        self.spinner.clear()
+        self._print(item)
+        self.waiting(_awaited(item, self._waiting))
+
+    def _print(self, item: Event | Transient) -> None:
         if self.json:
             self.out.write(event_json(item) if isinstance(item, Event) else json_line(item))
             self.out.flush()
@@ -334,7 +364,7 @@ class ExecPrinter:
             mine = item.conversation_id == self.conversation_id
             if mine and isinstance(item.body, ModelResponded | TurnAborted | TaskCompleted):
                 self.end_line()
-            line = self._progress(item, mine)
+            line = self._progress(item, mine, self.style)
             if line is not None:
                 self.err.write(line + "\n")
                 self.err.flush()
@@ -347,26 +377,46 @@ class ExecPrinter:
             self._open_line = False
 
     @staticmethod
-    def _progress(event: Event, mine: bool) -> str | None:
+    def _progress(event: Event, mine: bool, style: Style = PLAIN) -> str | None:
         body = event.body
-        where = "" if mine else f"[{(event.conversation_id or '-')[:8]}] "
+        where = "" if mine else style.cyan(f"[{(event.conversation_id or '-')[:8]}]") + " "
         if isinstance(body, McpServerReady):
-            return f"[mcp {body.server}: ready, {len(body.tools)} tools]"
+            return style.dim(f"[mcp {body.server}: ready, {len(body.tools)} tools]")
         if isinstance(body, McpServerFailed):
             again = f"; again in {body.retry_in_sec:g} s" if body.retry_in_sec is not None else ""
-            return f"[mcp {body.server}: failed: {cut(body.reason)}{again}]"
+            return style.red(f"[mcp {body.server}: failed: {cut(body.reason)}{again}]")
         if isinstance(body, ConversationOpened) and body.parent_id is not None:
             opened = (event.conversation_id or "-")[:8]
-            return f"[conversation {opened} opened by {body.parent_id[:8]}]"
+            return style.cyan(f"[conversation {opened} opened by {body.parent_id[:8]}]")
         if isinstance(body, ToolCallRequested):
-            return f"  {where}-> {body.tool}({cut(shown(body.arguments), 100)})"
+            args = style.dim(f"({cut(shown(body.arguments), 100)})")
+            return f"  {where}-> {style.bold(body.tool)}{args}"
         if isinstance(body, ToolCallCompleted):
-            return f"  {where}<- {body.outcome}: {cut(shown(body.output), 100)}"
+            outcome = style.outcome(body.outcome)
+            return f"  {where}<- {outcome}: {style.dim(cut(shown(body.output), 100))}"
         if isinstance(body, ModelResponded) and where and shown(body.text):
             return f"  {where}{cut(shown(body.text))}"
         if isinstance(body, ModelRequestFailed) and body.retry_in_sec is not None:
-            return f"[model: attempt {body.attempt} failed: {cut(body.error)}; retrying]"
+            error = f"[model: attempt {body.attempt} failed: {cut(body.error)}; retrying]"
+            return style.yellow(error)
         if isinstance(body, PlanUpdated):
             return plan_block(body, None if mine else (event.conversation_id or "-")[:8])
         line = history_line(body)
         return None if line is None else f"{where}{line}"
+
+
+def _awaited(item: Event | Transient, before: str | None) -> str | None:
+    """What a person waits for after ``item``, for the spinner to say (``None``: nothing,
+    text is coming)."""
+    if isinstance(item, AgentMessageDelta):
+        return None
+    if not isinstance(item, Event):
+        return before
+    body = item.body
+    if isinstance(body, ModelRequested):
+        return "compacting the history" if body.purpose == "compact" else "waiting for the model"
+    if isinstance(body, ToolCallRequested):
+        return f"running {body.tool}"
+    if isinstance(body, ModelResponded | TaskCompleted | TurnAborted):
+        return None
+    return before

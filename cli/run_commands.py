@@ -26,6 +26,8 @@ from plait.cli.common import (
     store_of,
 )
 from plait.cli.plan_view import tool_prefs
+from plait.cli.spinner import Spinner
+from plait.cli.style import Style
 from plait.config import Config
 from plait.errors import McpError, PlaitError
 
@@ -76,9 +78,19 @@ def cmd_exec(args: argparse.Namespace) -> int:
                     "ask, so the calls it asks for are denied (plait chat asks you)"
                 )
             cid = conversation or handle.root_conversation_id
-            printer = render.ExecPrinter(cid, sys.stdout, sys.stderr, json=args.json)
-            _await_servers(handle, config, printer, before)
-            outcome = handle.run(prompt, conversation_id=cid, on_item=printer)
+            printer = render.ExecPrinter(
+                cid,
+                sys.stdout,
+                sys.stderr,
+                json=args.json,
+                style=Style.for_args(args, sys.stderr),
+                spinner=Spinner.for_stream(sys.stderr),
+            )
+            try:
+                _await_servers(handle, config, printer, before)
+                outcome = handle.run(prompt, conversation_id=cid, on_item=printer)
+            finally:
+                printer.spinner.close()
             printer.end_line()
             # What others sent to the session meanwhile runs to its end here, or is handed
             # back for them (docs/processes.md); only Ctrl-C closes it, interrupting its task.
@@ -195,7 +207,8 @@ def report_compaction(
         stderr.write(f"conversation {cid}: nothing to compact (its history is already short)\n")
         return
     row = {"conversation_id": cid, **msgspec.structs.asdict(compacted)}
-    stdout.write((render.json_line(row) if json else render.compaction_row(cid, compacted)) + "\n")
+    text = render.json_line(row) if json else render.compaction_row(cid, compacted)
+    stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 def _await_servers(
@@ -218,6 +231,7 @@ def _await_servers(
             for event in seen:
                 body = event.body
                 if isinstance(body, McpServerFailed) and body.retry_in_sec is None:
+                    printer.spinner.clear()
                     _server_failed(body.server, body.reason, config)
                     waiting.discard(body.server)
                     if not printer.json:  # the warning says it: not twice
@@ -227,7 +241,9 @@ def _await_servers(
                 if isinstance(body, McpServerReady):
                     waiting.discard(body.server)
             if not waiting:
+                printer.waiting(None)
                 return
+            printer.waiting(f"starting MCP servers: {', '.join(sorted(waiting))}")
             item = feed.get(timeout=max(deadline - time.monotonic(), 0))
             if item is None:
                 names = ", ".join(sorted(waiting))
