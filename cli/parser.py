@@ -196,8 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     complete = add(
         "completion",
         _completion,
-        'eval "$(plait completion bash)"',
         "plait completion fish > ~/.config/fish/completions/plait.fish",
+        'eval "$(plait completion bash)"  # in ~/.bashrc; zsh: in ~/.zshrc',
     )
     complete.add_argument("shell", choices=SHELLS)
     return parser
