@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -26,6 +27,8 @@ from plait.actors.approvals import ApprovalDecision, ApprovalRequest
 from plait.cli.chat_commands import ChatCommands
 from plait.cli.chat_input import Command, Problem, read_line
 from plait.cli.live import LivePrinter
+from plait.cli.spinner import Spinner
+from plait.cli.style import Style
 from plait.events.types import Event, ToolApprovalRequested, ToolCallRequested, Transient
 from plait.events.values import as_text
 from plait.runtime import SessionHandle
@@ -152,7 +155,8 @@ def chat(
     ``commands`` holds the session (``/new``, ``/resume`` and ``/model`` change it);
     ``approver`` (the runtime's) gets the answers to the approval questions asked here."""
     ctrl_c = _CtrlC(commands.session, err)
-    lines = _Lines(stdin, out)
+    style = Style.for_args(commands.args, out)
+    lines = _Lines(stdin, out, style)
     previous = signal.signal(signal.SIGINT, ctrl_c)
     err.write(
         f"session {commands.session.session_id}: /help lists the commands, Ctrl-C interrupts "
@@ -168,7 +172,7 @@ def chat(
                 continue
             what = read_line(line, commands.workdir, commands.customs)
             if isinstance(what, Problem):
-                err.write(f"[{what.message}]\n")
+                err.write(style.yellow(f"[{what.message}]") + "\n")
                 continue
             if isinstance(what, Command):
                 if not commands.run(what, out, err):
@@ -176,22 +180,23 @@ def chat(
                 ctrl_c.session = commands.session
                 continue
             for name in what.attached:
-                err.write(f"[attached {name}]\n")
+                err.write(style.dim(f"[attached {name}]") + "\n")
             session = commands.session
-            printer = _Screen(
-                LivePrinter(session.root_conversation_id, out), approver, ctrl_c, stdin, out
-            )
+            live = LivePrinter(session.root_conversation_id, out, style, Spinner.for_stream(err))
+            printer = _Screen(live, approver, ctrl_c, stdin, out)
             ctrl_c.running, ctrl_c.pressed = True, 0
             try:
                 outcome = session.run(what.input, on_item=printer)
             except KeyboardInterrupt:
                 return 130
             finally:
+                live.close()
                 ctrl_c.running = False
                 if approver is not None:
                     approver.forget()
             if outcome.status not in ("completed", "interrupted"):
-                err.write(f"[the task ended {outcome.status}: {outcome.detail}]\n")
+                ended = f"[the task ended {outcome.status}: {outcome.detail}]"
+                err.write(style.outcome(ended, outcome.status) + "\n")
             out.write("\n")
     except KeyboardInterrupt:  # at the prompt
         out.write("\n")
@@ -205,8 +210,9 @@ class _Lines:
     """What the person types: a line, or several joined where one ends in ``\\``; with line
     editing and a history (kept in ``.plait/chat_history``) when typed on a terminal."""
 
-    def __init__(self, stdin: TextIO, out: TextIO) -> None:
+    def __init__(self, stdin: TextIO, out: TextIO, style: Style) -> None:
         self.stdin, self.out = stdin, out
+        self.prompts = {p: style.bold(p) for p in (PROMPT, MORE)}
         self.history: str | None = None
         self.edit = stdin is sys.stdin and out is sys.stdout and stdin.isatty()
         if self.edit:
@@ -215,6 +221,11 @@ class _Lines:
             except ImportError:
                 self.edit = False
             else:
+                # readline counts what is between \001 and \002 as taking no room
+                self.prompts = {
+                    p: re.sub("(\x1b\\[[0-9;]*m)", "\x01\\1\x02", shown)
+                    for p, shown in self.prompts.items()
+                }
                 self.history = os.path.join(".plait", "chat_history")
                 with contextlib.suppress(OSError):
                     readline.read_history_file(self.history)
@@ -233,6 +244,7 @@ class _Lines:
             prompt = MORE
 
     def _one(self, prompt: str) -> str | None:
+        prompt = self.prompts[prompt]
         if self.edit:
             try:
                 return input(prompt)

@@ -153,3 +153,34 @@ def test_chat_reads_commands_that_are_subcommands_and_switches_model_and_session
     rows = sessions.stdout.splitlines()
     assert rows[0].split()[0] in listed  # /sessions printed what plait sessions prints
     assert len(rows) == 2 and second_id in rows[1]
+
+
+def test_chat_is_coloured_on_a_terminal_and_plain_in_a_pipe(tmp_path: Path) -> None:
+    env = {**clean_env(), "OPENAI_API_KEY": "test", "XDG_CONFIG_HOME": "/none"}
+    for name in ("NO_COLOR", "FORCE_COLOR"):
+        env.pop(name, None)
+    with ScriptedModelServer([Step(text="on a terminal"), Step(text="in a pipe")]) as server:
+        project(tmp_path, server.base_url)
+        term = Terminal([sys.executable, "-m", "plait", "chat"], tmp_path, {**env, "TERM": "xterm"})
+        term.expect("you> ")
+        term.send(b"/nope\n")
+        term.expect("you> ")
+        term.send(b"hi\n")
+        term.expect("on a terminal")
+        term.expect("you> ")
+        term.send(CTRL_D)
+        assert term.exit_code() == 0
+        assert "\x1b[1myou> \x1b[0m" in term.seen  # the prompt, in bold
+        assert "\x1b[33m[unknown command /nope" in term.seen  # a problem, in yellow
+        piped = subprocess.run(
+            [sys.executable, "-m", "plait", "chat"],
+            input="/nope\nhi again\n",
+            cwd=tmp_path,
+            env={**env, "TERM": "xterm"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert piped.returncode == 0, piped.stderr
+    assert "in a pipe" in piped.stdout and "unknown command /nope" in piped.stderr
+    assert "\x1b" not in piped.stdout + piped.stderr
