@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -191,9 +191,7 @@ class McpPool(Actor):
         return msgspec.structs.replace(view, waiting=waiting) if waiting else view
 
     def _servers_of(self, names: tuple[str, ...]) -> set[str]:
-        from plait.actors.mcp.names import server_of
-
-        found = {server_of(name, self.configs) for name in names}
+        found = {_server_of(name, self.configs) for name in names}
         return {server for server in found if server is not None}
 
     def _await(self, request: AwaitServers) -> None:
@@ -223,11 +221,11 @@ class McpPool(Actor):
 
         A tool of a server still starting cannot be checked yet: it is taken on trust.
         """
-        from plait.actors.mcp.names import normalize_allowlist, server_of
+        from plait.actors.mcp.names import normalize_allowlist
 
         unsettled = [s for s in self.configs if s not in self.catalog.settled]
         given = [qualify(*e.split("/", 1)) if e.count("/") == 1 else e for e in request.entries]
-        trusted = {name for name in given if server_of(name, unsettled) is not None}
+        trusted = {name for name in given if _server_of(name, unsettled) is not None}
         try:
             names, _ = normalize_allowlist(request.entries, {*self.tools, *trusted})
         except ToolError as exc:
@@ -292,6 +290,17 @@ class PoolRef(pykka.ActorRef["McpPool"]):
             self.tell(request)
         else:
             self.calls.call(request)
+
+
+def _server_of(name: str, servers: Collection[str]) -> str | None:
+    """The server among ``servers`` that offers the tool ``name``: by its ``server__``
+    prefix, else ``FUNCTIONS`` (a function tool's name holds no ``__``)."""
+    from plait.actors.mcp.names import SEPARATOR, server_of
+
+    found = server_of(name, servers)
+    if found is None and SEPARATOR not in name and FUNCTIONS in servers:
+        return FUNCTIONS
+    return found
 
 
 def _reply(ref: Any, message: Any) -> None:

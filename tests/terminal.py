@@ -51,6 +51,11 @@ class Terminal:
     def send(self, data: bytes) -> None:
         os.write(self.fd, data)
 
+    def say(self, line: str, prompt: str = "you> ") -> str:
+        """Type ``line`` and Enter; return what is shown before the next ``prompt``."""
+        self.send(line.encode() + b"\n")
+        return self.expect(prompt)
+
     def exit_code(self, timeout: float = 30.0) -> int:
         """Wait for the child to end (reading what it prints meanwhile)."""
         deadline = time.monotonic() + timeout
