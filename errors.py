@@ -16,6 +16,7 @@ __all__ = [
     "CorruptEventError",
     "DivergenceError",
     "EffectLoopClosedError",
+    "InvalidInputError",
     "LeaseLostError",
     "McpError",
     "ModelError",
@@ -111,6 +112,22 @@ class TransientEventError(StoreError, TypeError):
 
 class ConfigError(PlaitError):
     """A configuration file, key or value is wrong."""
+
+
+class InvalidInputError(PlaitError, ValueError):
+    """Text given to plait is not valid Unicode: it holds a lone surrogate (what undecodable
+    bytes become), which the log, stored as UTF-8, cannot hold (docs/event-log.md#text).
+    Refused before anything is queued or recorded."""
+
+    def __init__(self, what: str, offset: int, char: str) -> None:
+        self.what = what
+        """What was refused, and where in it: ``prompt``, ``input_items[0].text``..."""
+        self.offset = offset
+        """The offset of the first bad character in that text."""
+        super().__init__(
+            f"{what} is not valid text: character {offset} is U+{ord(char):04X}, a lone "
+            "surrogate (undecodable input?), which UTF-8 cannot encode; nothing was recorded"
+        )
 
 
 class ContentUnavailableError(PlaitError):

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from plait.actors.stream import Assembly, Failure, ModelReply, decode_chunk, encode, ignore
+from plait.actors.text import mended_json
 from plait.actors.transport import ConnectFailed, ReadTimedOut, StreamBroken, Transport
 from plait.errors import ModelError, ModelErrorKind
 from plait.events.values import ModelOptions
@@ -303,7 +304,7 @@ class ModelClient:
             assembly.done = True  # the body is still read to its end: the connection is reused
             return
         try:
-            chunk = decode_chunk(data)
+            chunk = _decode(data)
         except msgspec.DecodeError as exc:
             raise Failure(
                 "malformed", f"malformed stream from the model server: {exc}: {data[:80]!r}"
@@ -323,6 +324,18 @@ class ModelClient:
     def _unreachable(self, cause: BaseException) -> Failure:
         detail = str(cause) or type(cause).__name__
         return Failure("unavailable", f"cannot reach the model server at {self.base_url}: {detail}")
+
+
+def _decode(data: bytes) -> Any:
+    """A chunk; undecodable bytes and lone surrogates in its text are read as U+FFFD, and so
+    recorded (docs/event-log.md#text)."""
+    try:
+        return decode_chunk(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        mended = mended_json(data)
+        if mended == data:  # nothing to mend: malformed
+            raise
+        return decode_chunk(mended)
 
 
 def _proxied(url: str) -> bool:

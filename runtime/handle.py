@@ -28,6 +28,7 @@ from plait.events.values import (
 )
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.changes import KEEP, KeepType, context_change
+from plait.runtime.inputs import check_input, check_inputs
 from plait.runtime.outcome import TaskOutcome, await_outcome, await_outcome_async
 from plait.runtime.recovery import forced_close
 from plait.runtime.views import SessionViews
@@ -189,8 +190,10 @@ class SessionHandle(SessionViews):
         task is in the log (``TaskEnqueued``, durable).
 
         Raises ``UnknownConversationError`` when the session has no such live conversation,
-        ``SessionClosedError`` once it is closed.
+        ``SessionClosedError`` once it is closed, ``InvalidInputError`` for text UTF-8 cannot
+        encode (a lone surrogate).
         """
+        check_inputs(prompt=prompt, conversation_id=conversation_id)
         return self._queue(self._plan(prompt, conversation_id))
 
     def run(
@@ -227,6 +230,7 @@ class SessionHandle(SessionViews):
     ) -> str:
         """``submit`` for asyncio code: it waits on the loop, holding no thread, for a place
         (``max_active_sessions``) and for the task to be durable; the rest runs off the loop."""
+        check_inputs(prompt=prompt, conversation_id=conversation_id)
         if not self._active and not self._closed and not self._followed:
             await self.runtime._admission.aenter(self)
         ack = Ack(self._acks, asyncio.get_running_loop())
@@ -275,6 +279,8 @@ class SessionHandle(SessionViews):
             tool_prefs=tool_prefs,
             approval_policy=approval_policy,
         )
+        check_inputs(conversation_id=conversation_id)
+        check_input("", change)  # names the field: ``user_instructions is not valid text...``
         cid = conversation_id or self.root_conversation_id
         return self._queue(TaskPlan(self.runtime.new_id(), cid, context=change))
 

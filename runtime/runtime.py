@@ -47,6 +47,7 @@ from plait.events.values import (
 from plait.runtime.admission import Admission
 from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
+from plait.runtime.inputs import check_inputs
 from plait.runtime.offload import Offload
 from plait.runtime.ownership import Owner, default_owner_id
 from plait.runtime.sessions import Sessions
@@ -265,6 +266,8 @@ class Runtime(Sessions):
         """
         policy = self.approval_policy if approval_policy is None else approval_policy
         check_policy(policy)
+        check_inputs(base_instructions=base_instructions, user_instructions=user_instructions)
+        check_inputs(mcp_allowlist=mcp_allowlist)
         session_id, root = self.new_id(), self.new_id()
         self._offer(session_id, tools)
         journal = Journal(self.store, session_id, epoch=self._take(session_id))

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from plait.actors.text import mended, mended_value
 from plait.events.values import ContextChange
 
 __all__ = ["CallResult", "Outcome", "decode_arguments", "from_mcp_result", "schema_problem"]
@@ -190,7 +191,8 @@ def from_mcp_result(
     Text parts are joined with newlines; with no text, ``structured`` becomes JSON; images
     are kept; other parts (audio, resources) are named in the text so the model knows. A
     ``plait/context`` entry in ``meta`` is a context change the tool asks for; a malformed
-    one makes the call an error that says what was wrong.
+    one makes the call an error that says what was wrong. A lone surrogate in any text is
+    recorded as U+FFFD (docs/event-log.md#text).
     """
     texts: list[str] = []
     images: list[tuple[str, str]] = []
@@ -199,7 +201,7 @@ def from_mcp_result(
         if kind == "text":
             texts.append(part.text)
         elif kind == "image":
-            images.append((part.mime_type, part.data))
+            images.append((mended(part.mime_type), mended(part.data)))
         elif kind == "resource":
             resource = part.resource
             text = getattr(resource, "text", None)
@@ -208,9 +210,9 @@ def from_mcp_result(
             texts.append(f"[resource link: {part.uri}]")
         else:
             texts.append(f"[{kind} content omitted: {getattr(part, 'mime_type', '')}]")
-    output = "\n".join(texts)
+    output = mended("\n".join(texts))
     if not texts and structured is not None:
-        output = msgspec.json.encode(structured).decode()
+        output = msgspec.json.encode(mended_value(structured)).decode()
     outcome: Outcome = "error" if is_error else "ok"
     control = context_signal(meta) if meta and CONTROL_KEY in meta and not is_error else None
     if isinstance(control, str):
@@ -237,7 +239,7 @@ def context_signal(meta: Mapping[str, Any]) -> ContextChange | str:
     cleared one, as its rebuild message), ``mcp_allowlist`` and ``clear_history``; a key it
     names changes, the others stay.
     """
-    raw = meta[CONTROL_KEY]
+    raw = mended_value(meta[CONTROL_KEY])
     try:
         signal = msgspec.convert(raw, _Signal)
     except msgspec.ValidationError as exc:

@@ -26,6 +26,7 @@ from plait.actors.builtins import BUILTIN_NAMES
 from plait.actors.mcp.calls import CallResult, decode_arguments
 from plait.actors.mcp.config import McpServerConfig, locate
 from plait.actors.mcp.names import canonical_sha256
+from plait.actors.text import mended, mended_value
 from plait.errors import ConfigError
 from plait.events.values import McpToolSnapshot
 
@@ -271,16 +272,19 @@ def _arguments_of(
 
 
 def _text(value: Any) -> str:
-    """What the model is shown of a function's return value."""
+    """What the model is shown of a function's return value; a lone surrogate in it is
+    recorded as U+FFFD (docs/event-log.md#text)."""
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        return mended(value)
     dump = getattr(value, "model_dump", None)  # a pydantic model
     if callable(dump):
         value = dump(mode="json")
     try:
         return msgspec.json.encode(value).decode()
+    except UnicodeEncodeError:  # a string in it UTF-8 cannot encode
+        return _text(mended_value(msgspec.to_builtins(value)))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"its result ({type(value).__name__}) is not JSON: {exc}") from None
 

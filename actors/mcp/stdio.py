@@ -24,6 +24,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
+from plait.actors.text import mended_json
 from plait.errors import McpError
 
 __all__ = ["ChildProcess", "stdio_transport"]
@@ -239,6 +240,11 @@ def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
     try:
         return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as exc:
+        # Undecodable bytes or a lone surrogate's escape in its text: read as U+FFFD, and so
+        # recorded (docs/event-log.md#text), rather than leave its caller waiting for an answer.
+        mended = mended_json(bytes(line))
+        if mended != line:
+            return _parse(mended)
         return exc  # the session surfaces it; one bad line does not end the connection
 
 
