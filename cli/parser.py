@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from plait.cli.common import err
 from plait.cli.completion import SHELLS, completion_script
+from plait.cli.inputs import check_arguments
 from plait.cli.log_commands import (
     cmd_audit,
     cmd_conversations,
@@ -285,6 +286,11 @@ def _port(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``plait`` command; return its exit code."""
+    try:
+        check_arguments(sys.argv[1:] if argv is None else argv)
+    except PlaitError as exc:
+        err(f"plait: {exc}")
+        return 1
     args = build_parser().parse_args(argv)
     if args.verbose:
         _log_to_stderr(args.verbose)

@@ -25,6 +25,7 @@ from plait.cli.common import (
     out,
     store_of,
 )
+from plait.cli.inputs import read_prompt
 from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
 from plait.cli.style import Style
@@ -45,7 +46,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     """Run one task to its end, streaming the answer; exit 1 if it does not complete."""
     config = config_of(args)
     _take_last(args, config)
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prompt = read_prompt(args.prompt)  # UTF-8, or one line saying where it is not
     if args.conversation and not args.session:
         raise PlaitError("--conversation needs --session: a new session has only its root")
     model = model_settings(config)

@@ -16,10 +16,9 @@ import pytest
 from scripted import assert_histories_valid, call, replayed, runtime_for
 
 import plait
-from plait import FunctionCallOutput, InputText
+from plait import FunctionCallOutput, InputText, InvalidInputError
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
-from plait.errors import InvalidInputError
 from plait.events import Event, ModelResponded, TaskEnqueued, ToolCallCompleted
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
