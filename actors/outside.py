@@ -41,6 +41,9 @@ def read_instruction_file(workdir: str, name: str) -> str:
     if not path.is_relative_to(root):
         return f"!base_instruction_file {name!r} is outside the working directory"
     try:
-        return path.read_text()
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         return f"!cannot read base_instruction_file {name!r}: {exc.strerror or exc}"
+    except UnicodeDecodeError as exc:  # refused as input is (docs/event-log.md#text)
+        where = f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
+        return f"!base_instruction_file {name!r} is not UTF-8 text ({where})"

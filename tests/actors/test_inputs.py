@@ -224,3 +224,21 @@ def test_the_models_undecodable_text_is_recorded_mended(tmp_path: Path, garbled_
     assert first.text == "x \ufffd\ufffd\ufffd y \ufffd z"
     assert [c.arguments for c in first.tool_calls] == ['{"a": "\ufffd"}']
     assert_histories_valid(events)
+
+
+def test_an_instruction_file_that_is_not_utf8_is_refused_to_the_model(tmp_path: Path) -> None:
+    (tmp_path / "bad.txt").write_bytes(b"be \xff brief")
+    script = [
+        Step(
+            tool_calls=[call("conv_create", user_instruction="x", base_instruction_file="bad.txt")]
+        ),
+        Step(text="could not"),
+    ]
+    with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        outcome = session.run("go", timeout=30)
+        session.close()
+    assert outcome.last_assistant_message == "could not"
+    events = replayed(tmp_path, session.session_id)
+    [completed] = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
+    assert "'bad.txt' is not UTF-8 text (byte 0xff at offset 3)" in str(completed.output)
