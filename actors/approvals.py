@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from plait.actors.text import lone_surrogate
 from plait.errors import ConfigError
 from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
 from plait.events.types import (
@@ -274,4 +275,8 @@ def _problem(answer: ApprovalDecision) -> str | None:
         return f"ttl_sec must be positive seconds or None, not {answer.ttl_sec!r}"
     if not isinstance(answer.decided_by, str) or not answer.decided_by:
         return "decided_by must be a non-empty string"
+    for name in ("reason", "decided_by", "args_pattern"):  # what the log would hold
+        offset = lone_surrogate(getattr(answer, name))
+        if offset is not None:  # docs/event-log.md#text
+            return f"{name} is not valid text: a lone surrogate at offset {offset}"
     return None

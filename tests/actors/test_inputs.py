@@ -13,13 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import assert_histories_valid, call, replayed, runtime_for
+from scripted import assert_histories_valid, call, local_mcp_servers, replayed, runtime_for
 
 import plait
-from plait import FunctionCallOutput, InputText, InvalidInputError
+from plait import ApprovalDecision, FunctionCallOutput, InputText, InvalidInputError
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
-from plait.events import Event, ModelResponded, TaskEnqueued, ToolCallCompleted
+from plait.events import (
+    Event,
+    ModelResponded,
+    TaskEnqueued,
+    ToolApprovalDecided,
+    ToolCallCompleted,
+)
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -242,3 +248,28 @@ def test_an_instruction_file_that_is_not_utf8_is_refused_to_the_model(tmp_path: 
     events = replayed(tmp_path, session.session_id)
     [completed] = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
     assert "'bad.txt' is not UTF-8 text (byte 0xff at offset 3)" in str(completed.output)
+
+
+def test_an_approvers_decision_that_is_not_text_is_a_denial_saying_so(tmp_path: Path) -> None:
+    def approver(request: Any) -> ApprovalDecision:
+        return ApprovalDecision(approved=True, reason="fine \udcff")
+
+    script = [Step(tool_calls=[call("t__echo", text="hi")]), Step(text="denied then")]
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(
+            server,
+            tmp_path,
+            mcp_servers=local_mcp_servers(),
+            approval_policy="untrusted",
+            approver=approver,
+        ) as runtime,
+    ):
+        session = runtime.start_session()
+        outcome = session.run("echo", timeout=60)
+        session.close()
+    assert outcome.last_assistant_message == "denied then"
+    events = replayed(tmp_path, session.session_id)
+    [decided] = [e.body for e in events if isinstance(e.body, ToolApprovalDecided)]
+    assert (decided.approved, decided.decided_by) == (False, "error")
+    assert decided.reason.endswith("reason is not valid text: a lone surrogate at offset 5")
