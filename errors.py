@@ -25,6 +25,7 @@ __all__ = [
     "PlaitError",
     "ReplayError",
     "SessionClosedError",
+    "SessionFailedError",
     "StoreError",
     "StoreUnavailableError",
     "ToolError",
@@ -175,6 +176,28 @@ class McpError(PlaitError):
 
 class ToolError(PlaitError):
     """A tool call failed in a way the model should be told about."""
+class SessionFailedError(PlaitError):
+    """Something broke inside a running session (an actor's handling raised, or the store failed
+    a write): its actors are stopped in this process and every caller waiting on it gets this
+    error; the log is the truth to resume it from (see ``docs/failures.md``)."""
+
+    def __init__(self, session_id: str, actor: str, handling: str, cause: BaseException) -> None:
+        self.session_id = session_id
+        self.actor = actor
+        """What broke: ``conversation <id>``, ``the scheduler``, ``the session``, ``the MCP
+        pool``, or ``the store`` (a write of the journal failed)."""
+        self.handling = handling
+        """What it was doing: the message it handled, or the events it wrote."""
+        self.cause = cause
+        """The exception that broke it."""
+        what = " ".join(f"{type(cause).__name__}: {cause}".split())
+        super().__init__(
+            f"session {session_id} failed: {actor}, handling {handling}, raised {what}; "
+            "its actors are stopped (resume it to go on from its log)"
+        )
+        self.__cause__ = cause
+
+
 
 
 class ReplayError(PlaitError):

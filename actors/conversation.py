@@ -12,12 +12,9 @@ and ``interrupts`` (ending a task early).
 
 from __future__ import annotations
 
-import contextlib
-import logging
 from typing import Any
 
 import msgspec
-import pykka
 
 from plait.actors import builtins, compaction, interrupts, model_reply, targets, tool_batch
 from plait.actors.actor import Actor
@@ -69,8 +66,6 @@ from plait.events.values import (
 )
 
 __all__ = ["COMPACT_INSTRUCTIONS", "DEFAULT_INSTRUCTIONS", "Conversation", "ConversationDeps"]
-
-log = logging.getLogger("plait")
 
 DEFAULT_INSTRUCTIONS = (
     "You are a capable assistant working in a session of several conversations. "
@@ -249,12 +244,9 @@ class Conversation(Actor):
         try:
             return self._receive(message)
         except Exception as exc:
-            # A bug or a store failure must end the task, not kill the actor and hang the
-            # session: record why (if the store still takes it) and free the timeline.
-            log.exception("conversation %s: %s failed", self.id, type(message).__name__)
-            if self.run is not None and not isinstance(exc, pykka.ActorDeadError):
-                with contextlib.suppress(Exception):
-                    interrupts.abort(self, "failed", "error", f"internal error: {exc!r}")
+            # A bug or a store failure must not kill the actor and leave its callers waiting:
+            # the session stops and says why (docs/failures.md#supervision).
+            self.failed(self.deps.journal, f"conversation {self.id}", message, exc)
             return None
         finally:
             # What the handling made ahead (a task's start, built-in calls and their answers)

@@ -12,7 +12,8 @@ An actor may record *ahead* (docs/event-log.md#writing-ahead): the journal makes
 after it has started what only needs them made (the model request of the task it starts).
 Nothing outside hears of them before they are durable: feeds, acknowledgements and every
 synchronous record come after the write. A write that fails once events were folded ahead
-of it stops the session in this process (``on_lost``): its log is the truth to resume from.
+of it stops the session in this process (``on_lost``), and so does an actor that broke
+(``fail``, docs/failures.md#supervision): its log is the truth to resume from.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import msgspec
 
 from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed, Kinds
 from plait.actors.messages import CatchUp
-from plait.errors import LeaseLostError, StoreError
+from plait.errors import LeaseLostError, PlaitError, SessionFailedError, StoreError
 from plait.events.codec import GENESIS_HASH
 from plait.events.prepared import PreparedAppend
 from plait.events.projections.tasks import TASKS
@@ -61,10 +62,10 @@ class Journal:
         self.may_act: Callable[[], bool] = lambda: True
         """Whether the process still owns the session (its lease is not past due): asked
         before anything outside starts, so a process paused past its lease starts nothing."""
-        self.on_lost: Callable[[StoreError], object] | None = None
+        self.on_lost: Callable[[PlaitError], object] | None = None
         """Called (from the recording thread) when the store refuses an append (another
-        process took the session: ``LeaseLostError``) or fails one written ahead; the journal
-        is sealed by then."""
+        process took the session: ``LeaseLostError``), fails one written ahead, or an actor
+        broke (``SessionFailedError``); the journal is sealed by then."""
         self._sealed = False
         self.refusal: StoreError | None = None
         """Why the store refused an append, if it did (the journal is sealed since)."""
@@ -73,7 +74,7 @@ class Journal:
         self._ahead: list[PreparedAppend] = []
         """Appends made ahead, not yet being written."""
         self._made = self._durable = 0  # appends made ahead, and of them written
-        self._on_durable: list[tuple[int, Callable[[StoreError | None], object]]] = []
+        self._on_durable: list[tuple[int, Callable[[PlaitError | None], object]]] = []
         """Told once the first so many appends made ahead are written (``None``), or why not."""
         self._writes_ahead = store.writes_ahead
         self._listeners: dict[str, _Listener] = {}
@@ -196,6 +197,17 @@ class Journal:
                     for feed in self._feeds:
                         feed.put(event)
 
+    def fail(self, error: SessionFailedError) -> None:
+        """Stop the session in this process: an actor broke. Nothing more is recorded from the
+        actors; ``on_lost`` stops them and fails whoever waits. Once sealed, nothing is done:
+        the session is being stopped already (an actor stopped meanwhile may raise)."""
+        with self._lock:
+            if self._sealed:
+                log.debug("session %s is stopped: %s", self.stream, error)
+                return
+            self._sealed = True
+        self._tell_lost(error)
+
     def fail_feeds(self, error: Exception) -> None:
         """Tell every live feed's reader that the session is gone from this process."""
         with self._lock:
@@ -254,7 +266,7 @@ class Journal:
         self._tell_lost(error)
         return []
 
-    def when_durable(self, then: Callable[[StoreError | None], object]) -> None:
+    def when_durable(self, then: Callable[[PlaitError | None], object]) -> None:
         """Call ``then`` once what was made ahead so far is written (with ``None``), or
         with why it was not; at once if nothing waits to be written."""
         with self._lock:
@@ -267,7 +279,7 @@ class Journal:
     def flush(self) -> bool:
         """Write what was made ahead (even once sealed: the actors acted on it); return once
         it is durable, with whether it is. If not, the session is stopped in this process
-        (``on_lost``) and its feeds are told why."""
+        (``on_lost``), and its feeds are told why."""
         with self._writing:
             return self._flush()
 
@@ -278,11 +290,12 @@ class Journal:
         if not made:
             return self.refusal is None
         error: StoreError | None = None
+        joined = PreparedAppend.joined(made)
         try:
-            joined = PreparedAppend.joined(made)
             self.store.append_prepared(self.stream, joined, epoch=self.epoch)
-        except StoreError as exc:
-            error = exc
+        except Exception as exc:  # whatever the store raised, these events are not written
+            error = exc if isinstance(exc, StoreError) else StoreError(f"{exc!r}")
+        why: PlaitError | None = None
         with self._lock:
             if error is None:
                 self._durable += len(made)
@@ -291,13 +304,12 @@ class Journal:
                 self._on_durable = [(n, t) for n, t in self._on_durable if n > self._durable]
             else:
                 self._refused(error)
-                for feed in self._feeds:
-                    feed.fail(error)
+                why = error if isinstance(error, LeaseLostError) else _write_failed(error, joined)
                 told, self._on_durable = [then for _, then in self._on_durable], []
         for then in told:
-            then(error)
-        if error is not None:
-            self._tell_lost(error)
+            then(why)
+        if why is not None:
+            self._tell_lost(why)
         return error is None
 
     def _refused(self, error: StoreError) -> StoreError:
@@ -306,10 +318,12 @@ class Journal:
         self.refusal = error
         return error
 
-    def _tell_lost(self, error: StoreError) -> None:
-        log.warning("session %s: %s", self.stream, error)
+    def _tell_lost(self, error: PlaitError) -> None:
+        log.info("session %s: %s", self.stream, error)  # the callers hear of it: not twice
         if self.on_lost is not None:
-            self.on_lost(error)
+            self.on_lost(error)  # it fails the feeds
+        else:
+            self.fail_feeds(error)
 
     def _record(self, items: Sequence[Body | NewEvent], origin: Any, ahead: bool) -> list[Event]:
         self.last_recorded_at = time.monotonic()
@@ -419,6 +433,12 @@ class _Listener:
         self.ref = ref
         self.taken = taken
         self.nudged = False  # told CatchUp, and has not taken anything since
+
+
+def _write_failed(error: StoreError, made: PreparedAppend) -> SessionFailedError:
+    """What the session's callers hear when the store failed to write ``made``."""
+    kinds = ", ".join(dict.fromkeys(type(event.body).__name__ for event in made.events))
+    return SessionFailedError(made.events[0].stream, "the store", f"the write of {kinds}", error)
 
 
 def _head_hash(past: Sequence[Event]) -> bytes:

@@ -239,8 +239,8 @@ class McpPool(Actor):
     def on_receive(self, message: Any) -> Any:
         try:
             return self._receive(message)
-        except Exception:
-            log.exception("MCP pool %s: %s failed", self.journal.stream, type(message).__name__)
+        except Exception as exc:  # the session stops (docs/failures.md#supervision)
+            self.failed(self.journal, "the MCP pool", message, exc)
             return None
 
     def _receive(self, message: Any) -> Any:

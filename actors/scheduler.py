@@ -10,7 +10,6 @@ caller to its conversation through one actor, not two.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -43,8 +42,6 @@ from plait.events.values import TaskPlan
 
 __all__ = ["MESSAGES", "Scheduler"]
 
-
-log = logging.getLogger("plait")
 
 INTERRUPTED_BY = {"user": "interrupted by the user", "close": "interrupted by the close"}
 """What an interrupt's records say, for people (its ``cause`` says it for programs)."""
@@ -83,22 +80,11 @@ class Scheduler:
         self._when_durable = when_durable or (lambda then: then(None))
 
     def receive(self, message: Any) -> Any:
-        """Handle one of ``MESSAGES``."""
-        try:
-            return self._receive(message)
-        except Exception:
-            log.exception("scheduler of session %s: %s failed", self.stream, message)
-            return None
-
-    def _receive(self, message: Any) -> Any:
+        """Handle one of ``MESSAGES``; what it raises stops the session (the Session reports
+        it, docs/failures.md#supervision), and fails the ``Enqueue``'s ack with it."""
         match message:
             case Enqueue(plans=plans, ack=ack):
-                try:
-                    recorded = self._enqueue(plans)
-                except Exception as exc:
-                    if ack is not None:
-                        ack(exc)
-                    raise
+                recorded = self._enqueue(plans)
                 if ack is not None and recorded:
                     self._when_durable(ack)  # acknowledged once durable, never before
                 elif ack is not None:

@@ -8,7 +8,6 @@ waits (conversations ask it), so no two actors of a session can wait on each oth
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pykka
@@ -48,8 +47,6 @@ from plait.events.values import InputImage, InputText, Redacted, TaskPlan
 __all__ = ["Session"]
 
 NOT_FOUND = {"ok": False, "reason": "conversation not found"}
-
-log = logging.getLogger("plait")
 
 
 class Session(Actor):
@@ -126,8 +123,9 @@ class Session(Actor):
         try:
             return self._receive(message)
         except Exception as exc:
-            # Keep the session alive: a tool asking gets an error result it can show the model.
-            log.exception("session %s: %s failed", self.journal.stream, type(message).__name__)
+            # The session stops (docs/failures.md#supervision); whoever asked is answered.
+            actor = "the scheduler" if isinstance(message, MESSAGES) else "the session"
+            self.failed(self.journal, actor, message, exc)
             return {"ok": False, "reason": f"internal error: {exc!r}"}
 
     def _receive(self, message: Any) -> Any:

@@ -30,7 +30,7 @@ from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
 from plait.cli.style import Style
 from plait.config import Config
-from plait.errors import McpError, PlaitError
+from plait.errors import McpError, PlaitError, SessionFailedError
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
@@ -87,9 +87,17 @@ def cmd_exec(args: argparse.Namespace) -> int:
                 style=Style.for_args(args, sys.stderr),
                 spinner=Spinner.for_stream(sys.stderr),
             )
+            from plait.runtime.supervision import Unrecorded
+
+            shown = Unrecorded(cid)  # what the log did not take, if the session fails
             try:
                 _await_servers(handle, config, printer, before)
-                outcome = handle.run(prompt, conversation_id=cid, on_item=printer)
+                outcome = handle.run(prompt, conversation_id=cid, on_item=shown.then(printer))
+            except SessionFailedError:
+                printer.end_line()
+                if shown.text and not args.json:
+                    out("[the answer above was not recorded: the session failed]")
+                raise
             finally:
                 printer.spinner.close()
             printer.end_line()

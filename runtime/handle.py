@@ -15,7 +15,7 @@ import pykka
 from plait.actors.journal import Journal
 from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt
 from plait.actors.session import Session
-from plait.errors import LeaseLostError, SessionClosedError, StoreError, UnknownConversationError
+from plait.errors import LeaseLostError, PlaitError, SessionClosedError, UnknownConversationError
 from plait.events.ownership import DestroyConversation, InterruptTask, SubmitTask
 from plait.events.projections.tasks import QueueSnapshot
 from plait.events.types import Event, SessionClosed, Transient
@@ -26,6 +26,7 @@ from plait.events.values import (
     TaskPlan,
     ToolPrefs,
 )
+from plait.runtime import supervision
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.changes import KEEP, KeepType, context_change
 from plait.runtime.inputs import check_input, check_inputs
@@ -72,6 +73,7 @@ class SessionHandle(SessionViews):
         self._followed = followed  # another process owns the session (runtime.followers)
         self._takes_over = followed  # and this process takes it over once its lease is free
         self._gone: Exception | None = None  # why it closed, if another process took it
+        self._dropping: threading.Thread | None = None  # stopping it, as it failed or was lost
         journal.on_idle = runtime._admission.went_idle
         journal.on_lost = self._lose
         journal.may_act = lambda: runtime.owner.still_owns(self.session_id)
@@ -353,19 +355,10 @@ class SessionHandle(SessionViews):
         self.runtime.owner.release(self.session_id, idle=idle)
         return idle
 
-    def _lose(self, error: StoreError) -> None:
-        """Another process took the session, or the store failed a write: stop here, raise
-        ``error`` to every waiter (on a thread of its own: the refused actor may be calling)."""
-        threading.Thread(target=self._drop_out, args=(error,), name="plait-lost").start()
-
-    def _drop_out(self, error: StoreError) -> None:
-        self.runtime.owner.forget(self.session_id)
-        with self._lock:
-            self._closed, self._gone = True, error
-            if self._active:
-                self._stop_actors(10.0, error)
-        self._journal.fail_feeds(error)
-        self.runtime._sessions.pop(self.session_id, None)
+    def _lose(self, error: PlaitError) -> None:
+        """Another process took the session, an actor broke or the store failed a write: stop
+        here, raise ``error`` to every waiter (docs/failures.md#supervision)."""
+        self._dropping = supervision.start_drop_out(self, error)
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close.
@@ -373,6 +366,8 @@ class SessionHandle(SessionViews):
         A task that has not stopped by then is force-aborted (``TurnAborted(interrupted)``,
         its open calls answered) and recorded so. Closing twice is harmless.
         """
+        if self._dropping is not None:  # it failed: what it records is recorded before
+            self._dropping.join(timeout)
         with self._follow() as feed:
             state = self._begin_close(timeout)
             if state is not None and state.running is not None:

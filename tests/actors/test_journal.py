@@ -13,7 +13,7 @@ import pytest
 from plait.actors.feed import Kinds
 from plait.actors.journal import BACKLOG, Journal
 from plait.actors.messages import CatchUp
-from plait.errors import ConcurrencyError
+from plait.errors import ConcurrencyError, SessionFailedError
 from plait.events import (
     MemoryStore,
     NewEvent,
@@ -196,9 +196,11 @@ def test_a_write_ahead_the_store_refuses_stops_the_session_and_says_why(
 
     assert not journal.flush()
 
-    assert [type(e).__name__ for e in lost] == ["ConcurrencyError"]
-    assert journal.refusal is lost[0]
-    with pytest.raises(ConcurrencyError):
+    assert [type(e).__name__ for e in lost] == ["SessionFailedError"]
+    assert isinstance(journal.refusal, ConcurrencyError)
+    assert isinstance(lost[0], SessionFailedError) and lost[0].cause is journal.refusal
+    journal.fail_feeds(lost[0])  # as the session's handle does, once told
+    with pytest.raises(SessionFailedError):
         feed.get(timeout=0)  # the reader hears why, not a silently shorter history
     assert journal.record([SessionClosed("later")]) == []  # sealed: nothing more is written
     assert [e.body for e in journal.store.read("s")] == [SessionClosed("another writer")]

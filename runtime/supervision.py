@@ -1,0 +1,122 @@
+"""Supervision: a session that broke stops in this process, and nobody waits for it.
+
+When an actor's handling raises, or the store fails a write, the journal is sealed and the
+session's handle is told (``Journal.on_lost``). ``drop_out`` then fails every waiter at once
+(feeds, ``run``, acknowledgements), stops the actors and servers, and records what it can: the
+running task's end, ``TurnAborted(failed, error)``, with its open calls answered; nothing if the
+store is what failed. The session is left as a crash leaves it: resumed from its log
+(docs/failures.md#supervision). A lost lease goes the same way, recording nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from plait.errors import PlaitError, SessionFailedError, StoreError
+from plait.events.projections.tasks import task_queue
+from plait.events.types import (
+    AgentMessageDelta,
+    Event,
+    ModelResponded,
+    NewEvent,
+    Transient,
+    TurnAborted,
+)
+from plait.runtime.recovery import open_calls
+
+if TYPE_CHECKING:
+    from plait.runtime.handle import SessionHandle
+
+__all__ = ["STOP_SEC", "Unrecorded", "drop_out", "failure_end", "start_drop_out"]
+
+log = logging.getLogger("plait")
+
+STOP_SEC = 10.0
+"""How long a failed session's actors and servers are given to stop."""
+
+
+def start_drop_out(handle: SessionHandle, error: PlaitError) -> threading.Thread:
+    """Run ``drop_out`` on a thread of its own (the actor that broke may be the caller: it
+    cannot wait for itself to stop); return the thread (``close`` waits for it)."""
+    thread = threading.Thread(target=drop_out, args=(handle, error), name="plait-dropped")
+    thread.start()
+    return thread
+
+
+def drop_out(handle: SessionHandle, error: PlaitError) -> None:
+    """Stop ``handle``'s session in this process: every waiter gets ``error``."""
+    runtime, sid, journal = handle.runtime, handle.session_id, handle._journal
+    failed = isinstance(error, SessionFailedError)
+    if not failed:  # another process took it: it is no longer ours to release
+        runtime.owner.forget(sid)
+    handle._closed, handle._gone = True, error  # what is asked from now on: refused
+    journal.fail_feeds(error)  # at once, not after the actors stopped
+    with handle._lock:
+        if handle._active:
+            handle._stop_actors(STOP_SEC, error)
+    if failed:
+        _record_end(handle, error)  # type: ignore[arg-type]
+    runtime._sessions.pop(sid, None)
+
+
+def _record_end(handle: SessionHandle, error: SessionFailedError) -> None:
+    """Record the running task's end, unless the store is what failed; give the lease back
+    as a crash leaves it (``plait recover`` and ``resume`` take the session up from there)."""
+    runtime, sid, journal = handle.runtime, handle.session_id, handle._journal
+    if journal.refusal is not None or isinstance(error.cause, StoreError):
+        runtime.owner.forget(sid)  # the store may not answer: the lease lapses on its own
+        return
+    try:
+        ended = failure_end(runtime.store.read(sid), error)
+        if ended:
+            journal.record_last(ended)
+    except PlaitError as exc:  # the store failed too: the log ends where it does
+        log.info("session %s: its end was not recorded: %s", sid, exc)
+        runtime.owner.forget(sid)
+        return
+    runtime.owner.release(sid, idle=False)
+
+
+def failure_end(past: Sequence[Event], error: SessionFailedError) -> list[NewEvent]:
+    """What ends the task ``past`` shows running when its session failed (nothing, if none
+    runs): its open calls' answers (``unknown`` for a call that may have run), then
+    ``TurnAborted(failed, error)`` saying what broke."""
+    plan = task_queue(past).running
+    if plan is None:
+        return []
+    cause = " ".join(f"{type(error.cause).__name__}: {error.cause}".split())
+    detail = f"the session failed: {error.actor}, handling {error.handling}, raised {cause}"
+    bodies = open_calls(past, plan.task_id, "error").ending(TurnAborted("failed", "error", detail))
+    return [NewEvent(body, plan.conversation_id, plan.task_id) for body in bodies]
+
+
+class Unrecorded:
+    """Follows a live feed for what it showed that the log does not hold: the text streamed in
+    a conversation since its last recorded reply. Call it with each item (as ``on_item``)."""
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        self.text = ""
+        """What was streamed of a reply that was not recorded (yet)."""
+
+    def then(
+        self, show: Callable[[Event | Transient], object]
+    ) -> Callable[[Event | Transient], None]:
+        """An ``on_item`` that follows the item, then has ``show`` show it."""
+
+        def follow(item: Event | Transient) -> None:
+            self(item)
+            show(item)
+
+        return follow
+
+    def __call__(self, item: Event | Transient) -> None:
+        if getattr(item, "conversation_id", None) != self.conversation_id:
+            return
+        if isinstance(item, AgentMessageDelta):
+            self.text += item.text
+        elif isinstance(item, Event) and isinstance(item.body, ModelResponded | TurnAborted):
+            self.text = ""
