@@ -29,9 +29,11 @@ from plait.cli.chat_input import Command, Problem, read_line
 from plait.cli.live import LivePrinter
 from plait.cli.spinner import Spinner
 from plait.cli.style import Style
+from plait.errors import SessionFailedError
 from plait.events.types import Event, ToolApprovalRequested, ToolCallRequested, Transient
 from plait.events.values import as_text
 from plait.runtime import SessionHandle
+from plait.runtime.supervision import Unrecorded
 
 __all__ = ["ANSWERS", "PROMPT", "TerminalApprover", "chat"]
 
@@ -185,10 +187,15 @@ def chat(
             live = LivePrinter(session.root_conversation_id, out, style, Spinner.for_stream(err))
             printer = _Screen(live, approver, ctrl_c, stdin, out)
             ctrl_c.running, ctrl_c.pressed = True, 0
+            shown = Unrecorded(session.root_conversation_id)  # what the log did not take
             try:
-                outcome = session.run(what.input, on_item=printer)
+                outcome = session.run(what.input, on_item=shown.then(printer))
             except KeyboardInterrupt:
                 return 130
+            except SessionFailedError:  # one line from plait's main, after this one
+                if shown.text:
+                    out.write("\n[the answer above was not recorded: the session failed]\n")
+                raise
             finally:
                 live.close()
                 ctrl_c.running = False
