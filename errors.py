@@ -28,6 +28,7 @@ __all__ = [
     "SessionFailedError",
     "StoreError",
     "StoreUnavailableError",
+    "TamperedError",
     "ToolError",
     "TransientEventError",
     "UnknownConversationError",
@@ -83,6 +84,11 @@ class CorruptEventError(StoreError):
         self.reason = reason
         where = f"stream {stream} seq {seq}" if seq is not None else f"stream {stream}"
         super().__init__(f"{where}: {reason}")
+
+
+class TamperedError(CorruptEventError):
+    """A stored event is not what was written: its bytes do not match their hash, or it does
+    not link to the event before it. Every read checks this (docs/event-log.md#checked-reads)."""
 
 
 class UnknownEventTypeError(CorruptEventError):
@@ -170,12 +176,6 @@ class SessionClosedError(PlaitError):
         self.session_id = session_id
 
 
-class McpError(PlaitError):
-    """An MCP server failed to start, answer or stay up."""
-
-
-class ToolError(PlaitError):
-    """A tool call failed in a way the model should be told about."""
 class SessionFailedError(PlaitError):
     """Something broke inside a running session (an actor's handling raised, or the store failed
     a write): its actors are stopped in this process and every caller waiting on it gets this
@@ -198,6 +198,12 @@ class SessionFailedError(PlaitError):
         self.__cause__ = cause
 
 
+class McpError(PlaitError):
+    """An MCP server failed to start, answer or stay up."""
+
+
+class ToolError(PlaitError):
+    """A tool call failed in a way the model should be told about."""
 
 
 class ReplayError(PlaitError):

@@ -115,7 +115,9 @@ def cmd_log(args: argparse.Namespace) -> int:
     row = render.event_json if args.json else partial(render.event_row, style=style)
     with existing_store(args) as store:
         session = find_session(store, args.session)
-        events = store.read(session)
+        if args.unverified:  # what is there, said to be unchecked
+            err(f"{session}: --unverified: shown as stored, not checked against the hash chain")
+        events = store.read(session, check=not args.unverified)
         for event in events:
             out(row(event))
         if not args.follow:
@@ -160,17 +162,21 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Check a session's hash chain and blobs; exit 1 if anything was edited."""
+    """Check a session's rows (hash chain, columns, blobs) and the store's file; exit 1 if
+    anything was edited or is damaged."""
     with existing_store(args) as store:
         report = store.verify(find_session(store, args.session))
+        damaged = store.check_file(full=args.full)
     if args.json:
         fields = msgspec.to_builtins(report)
-        out(render.json_line({"session_id": fields.pop("stream"), **fields}))
-    elif report.ok:
-        out(f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)")
-    else:
+        out(render.json_line({"session_id": fields.pop("stream"), **fields, "file": damaged}))
+    elif not report.ok:
         out(f"tampered: seq {report.first_bad_seq}: {report.reason}")
-    return 0 if report.ok else 1
+    elif damaged is not None:
+        out(f"damaged: {damaged}")
+    else:
+        out(f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)")
+    return 0 if report.ok and damaged is None else 1
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -135,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     log = reader("log", cmd_log, "plait log 3f2a", "plait log 3f2a --follow --json")
     log.add_argument("--follow", action="store_true", help="go on printing events as they come")
+    log.add_argument(
+        "--unverified",
+        action="store_true",
+        help="show the events as stored even where they fail their hash chain check",
+    )
     reader(
         "show",
         cmd_show,
@@ -150,7 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--outcome", choices=outcomes)
     add("tree", cmd_tree, "plait tree 3f2a").add_argument("session", help=SESSION)
     reader("stats", cmd_stats, "plait stats 3f2a", "plait stats 3f2a --json")
-    reader("verify", cmd_verify, "plait verify 3f2a", json="the report as JSON")
+    verify = reader("verify", cmd_verify, "plait verify 3f2a", json="the report as JSON")
+    verify.add_argument(
+        "--full", action="store_true", help="check the whole SQLite file (integrity_check)"
+    )
     replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")
     replay.add_argument(
         "--max-interrupt-chain-depth",

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from plait.errors import CorruptEventError, UnknownEventTypeError
+from plait.errors import CorruptEventError, TamperedError, UnknownEventTypeError
 from plait.events.types import AnyBody, Body, Event
 from plait.events.upcasters import STEPS
 
@@ -126,8 +126,13 @@ def decode_rows(
     rows: Iterable[tuple[int, bytes, bytes]],
     locate: Callable[[int], tuple[str, int]],
     resolve: Callable[[Event], Event] | None = None,
+    *,
+    check: bool = True,
 ) -> list[Event]:
     """Decode stored rows ``(position, data, hash)``; the hot path of every read.
+
+    Each row's bytes are checked against its hash first (``TamperedError``), unless not
+    ``check`` (``plait log --unverified``).
 
     The stored bytes carry everything (stream, seq, type, version), so a row of the current
     version is one typed decode. Anything else takes the careful path of ``decode_event``,
@@ -139,7 +144,11 @@ def decode_rows(
     decode = _decoder.decode
     set_ = _set
     mark = BLOB_MARK
+    sha256 = hashlib.sha256
     for position, data, digest in rows:
+        if check and sha256(data).digest() != digest:
+            stream, seq = locate(position)
+            raise TamperedError(stream, seq, "stored bytes do not match their hash (edited)")
         try:
             event: Event | None = decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -157,18 +166,24 @@ def decode_rows(
 
 
 def decode_joined(
-    data: bytes | memoryview, positions: list[int], hashes: bytes
+    data: bytes | memoryview, positions: list[int], hashes: bytes, ends: list[int] | None = None
 ) -> list[Event] | None:
     """Decode the stored bytes of ``len(positions)`` events of the current versions laid end
     to end, and give them their positions and their hashes (32 bytes each, end to end): the
     fast path of a rebuild, which checked the versions beforehand.
 
-    Return ``None`` when they do not decode as current ``Event``s (the careful path of
-    ``decode_rows`` then says which and why).
+    With ``ends`` (each event's end offset in ``data``, after a 0), each event's bytes are
+    checked against its hash. Return ``None`` when one does not match, or they do not decode
+    as current ``Event``s (the careful path of ``decode_rows`` then says which and why).
     """
     count = len(positions)
     if len(hashes) != 32 * count:
         return None
+    if ends is not None:
+        sha256 = hashlib.sha256
+        for i in range(count):
+            if sha256(data[ends[i] : ends[i + 1]]).digest() != hashes[32 * i : 32 * i + 32]:
+                return None  # the careful path names the row
     try:
         # One msgpack array (a 32-bit length, then the events) decodes in one call.
         events = _many_decoder.decode(b"".join((b"\xdd", count.to_bytes(4, "big"), data)))

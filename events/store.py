@@ -17,16 +17,16 @@ from typing import Final
 
 import msgspec
 
-from plait.errors import BlobMissingError, ConcurrencyError, CorruptEventError, TransientEventError
-from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, blob_refs, externalize, resolve
-from plait.events.codec import (
-    BODY_TAGS,
-    GENESIS_HASH,
-    decode_event,
-    decode_rows,
-    encode_event,
-    event_hash,
+from plait.errors import (
+    BlobMissingError,
+    ConcurrencyError,
+    CorruptEventError,
+    TamperedError,
+    TransientEventError,
 )
+from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize, resolve
+from plait.events.checks import Links, Verification, link, verify
+from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
@@ -36,6 +36,7 @@ from plait.events.values import BlobRef, Redacted
 __all__ = [
     "REDACTED",
     "Clock",
+    "Envelope",
     "EventStore",
     "PreparedAppend",
     "RedactedMarker",
@@ -72,6 +73,10 @@ Row = tuple[int, bytes, bytes]
 A plain tuple, straight from the database driver: a rebuild reads millions of them.
 """
 
+Envelope = tuple[int, bytes, bytes, tuple[int, str, int]]
+"""A stored event with its columns, as ``verify`` reads it: ``(position, data, hash, (seq,
+type, v))``."""
+
 
 class StreamInfo(msgspec.Struct, frozen=True):
     """One stream (session) in a store."""
@@ -80,25 +85,6 @@ class StreamInfo(msgspec.Struct, frozen=True):
     """The stream id."""
     last_seq: int
     """Its last event's seq."""
-
-
-class Verification(msgspec.Struct, frozen=True):
-    """What ``verify`` found walking a stream's hash chain and blob references."""
-
-    stream: str
-    """The stream walked."""
-    ok: bool
-    """True when nothing was found edited, missing or out of place."""
-    events: int
-    """Events checked."""
-    first_bad_seq: int | None = None
-    """The first seq where a check failed."""
-    reason: str = ""
-    """What failed there, for people."""
-    blobs: int = 0
-    """Blob references checked."""
-    redacted: int = 0
-    """Blob references whose content was deliberately deleted (not an error)."""
 
 
 class EventStore(Ownership, ABC):
@@ -256,13 +242,16 @@ class EventStore(Ownership, ABC):
         upto: int | None = None,
         limit: int | None = None,
         resolve_blobs: bool = True,
+        check: bool = True,
     ) -> list[Event]:
-        """Return the events of ``stream`` with ``after < seq <= upto``, at most ``limit``."""
+        """Return the events of ``stream`` with ``after < seq <= upto``, at most ``limit``,
+        each checked against its hash and its link to the one before (``TamperedError``),
+        unless not ``check``: what is there, unvouched for (``plait log --unverified``)."""
         # The head first: a stream only grows, so every event up to it must be in the rows
         # read next, whatever is appended meanwhile.
         head = self.last_seq(stream)
         rows = self._rows(stream, after, upto, limit)
-        events = self._decode_all(rows, resolve_blobs)
+        events = self._decode_all(rows, resolve_blobs, check)
         expected = after + 1
         for event in events:
             if event.stream != stream or event.seq != expected:
@@ -278,13 +267,19 @@ class EventStore(Ownership, ABC):
                 head = min(upto, head)
             if expected <= head:
                 raise CorruptEventError(stream, expected, "event missing (the stream is longer)")
+        if check and events:
+            before = self._rows(stream, after - 1, after, 1) if after else []
+            link(stream, events, before[0][2] if before else GENESIS_HASH)
         return events
 
     def read_all(
         self, after_position: int = 0, *, limit: int | None = 1000, resolve_blobs: bool = True
     ) -> list[Event]:
-        """Return events of every stream after ``after_position``, in global order."""
-        return self._decode_all(self._all_rows(after_position, limit), resolve_blobs)
+        """Return events of every stream after ``after_position``, in global order (each
+        checked against its hash, and its link to the one before it in the same read)."""
+        events = self._decode_all(self._all_rows(after_position, limit), resolve_blobs)
+        Links().check(events)
+        return events
 
     def iter_all(
         self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
@@ -298,16 +293,20 @@ class EventStore(Ownership, ABC):
     ) -> Iterator[list[Event]]:
         """Iterate over every stored event in global order as lists of up to ``batch``
         (the fastest way to rebuild a projection: ``projection.fold(events, state)`` each)."""
+        links = Links()
         while True:
-            events = self.read_all(after_position, limit=batch, resolve_blobs=resolve_blobs)
+            rows = self._all_rows(after_position, batch)
+            events = self._decode_all(rows, resolve_blobs)
+            links.check(events)
             if events:
                 yield events
             if len(events) < batch:
                 return
             after_position = events[-1].position
 
-    def _decode_all(self, rows: list[Row], resolve_blobs: bool) -> list[Event]:
-        return decode_rows(rows, self._locate, self._resolve if resolve_blobs else None)
+    def _decode_all(self, rows: list[Row], resolve_blobs: bool, check: bool = True) -> list[Event]:
+        resolver = self._resolve if resolve_blobs else None
+        return decode_rows(rows, self._locate, resolver, check=check)
 
     def _resolve(self, event: Event) -> Event:
         body = resolve(event.body, lambda ref: self._blob_text(ref, event))
@@ -319,7 +318,12 @@ class EventStore(Ownership, ABC):
             return Redacted(sha256=ref.sha256, size=ref.size)
         if not isinstance(found, bytes):
             raise BlobMissingError(ref.sha256, f"stream {event.stream} seq {event.seq}")
-        return found[ref.skip :].decode()
+        if hashlib.sha256(found).hexdigest() != ref.sha256:
+            raise TamperedError(event.stream, event.seq, f"blob sha256:{ref.sha256} was edited")
+        try:
+            return found[ref.skip :].decode()
+        except UnicodeDecodeError as exc:  # its hash matched: it was stored so, not edited
+            raise CorruptEventError(event.stream, event.seq, f"blob is not text: {exc}") from None
 
     def last_seq(self, stream: str) -> int:
         """Return the seq of the last event of ``stream`` (0 when it has none)."""
@@ -353,40 +357,14 @@ class EventStore(Ownership, ABC):
     # --- integrity --------------------------------------------------------------------------
 
     def verify(self, stream: str) -> Verification:
-        """Walk ``stream``'s hash chain and blob references; report the first bad seq."""
-        prev = GENESIS_HASH
-        seq = 0
-        blobs = redacted = 0
+        """Walk ``stream``: each row's hash, chain link and columns, its blobs, and the
+        stream's head; report the first bad seq (``checks.verify``)."""
+        return verify(self, stream)
 
-        def bad(at: int, reason: str) -> Verification:
-            return Verification(stream, False, seq, at, reason, blobs, redacted)
-
-        for position, data, digest in self._rows(stream, 0, None, None):
-            seq += 1
-            if event_hash(data) != digest:
-                return bad(seq, "stored bytes do not match their hash (edited)")
-            try:
-                event = decode_event(data, stream=stream, seq=seq, position=position, hash=digest)
-            except CorruptEventError as exc:
-                return bad(seq, exc.reason)
-            if event.prev_hash != prev:
-                return bad(seq, "prev_hash does not match the event before it (chain broken)")
-            for ref in blob_refs(event.body):
-                blobs += 1
-                found = self._blob(ref.sha256)
-                if found is REDACTED:
-                    redacted += 1
-                elif not isinstance(found, bytes):
-                    return bad(seq, f"blob sha256:{ref.sha256} is missing")
-                elif hashlib.sha256(found).hexdigest() != ref.sha256:
-                    return bad(seq, f"blob sha256:{ref.sha256} content was edited")
-            prev = digest
-        head_seq, head_hash = self._head(stream)
-        if head_seq != seq:
-            return bad(seq + 1, f"the stream head says seq {head_seq}, the log ends at {seq}")
-        if seq and head_hash != prev:
-            return bad(seq, "the stream head's hash does not match the last event")
-        return Verification(stream, True, seq, None, "", blobs, redacted)
+    def check_file(self, full: bool = False) -> str | None:
+        """What the backend's own check of its storage finds wrong, if anything (SQLite:
+        ``PRAGMA quick_check``, ``integrity_check`` when ``full``); ``None``: nothing."""
+        return None
 
     # --- backend primitives -----------------------------------------------------------------
 
@@ -408,6 +386,10 @@ class EventStore(Ownership, ABC):
     @abstractmethod
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
         """Return a stream's rows with ``after < seq <= upto`` in seq order."""
+
+    @abstractmethod
+    def _envelopes(self, stream: str) -> list[Envelope]:
+        """Every row of ``stream`` in seq order, with its columns ``(seq, type, v)``."""
 
     @abstractmethod
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:

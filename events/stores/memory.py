@@ -14,6 +14,7 @@ from plait.events.ownership import Held, Lease, taken
 from plait.events.store import (
     REDACTED,
     Clock,
+    Envelope,
     EventStore,
     PreparedAppend,
     RedactedMarker,
@@ -84,6 +85,11 @@ class MemoryStore(EventStore):
             if limit is not None:
                 end = min(end, start + limit)
             return [(row[0], row[5], row[6]) for row in rows[start:end]]
+
+    def _envelopes(self, stream: str) -> list[Envelope]:
+        with self._lock:
+            rows = self._by_stream.get(stream, [])
+            return [(row[0], row[5], row[6], (row[2], row[3], row[4])) for row in rows]
 
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         with self._lock:

@@ -45,6 +45,7 @@ from plait.events.ownership import Lease
 from plait.events.store import (
     REDACTED,
     Clock,
+    Envelope,
     EventStore,
     PreparedAppend,
     RedactedMarker,
@@ -266,6 +267,12 @@ class PostgresStore(EventStore):
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
         rows = self._query("rows", (stream, after, 2**62 if upto is None else upto, limit))
         return [_row(row) for row in rows]
+
+    def _envelopes(self, stream: str) -> list[Envelope]:
+        return [
+            (*_row(row[:3]), (int(row[3]), str(row[4]), int(row[5])))
+            for row in self._query("envelopes", (stream,))
+        ]
 
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         return [_row(row) for row in self._query("all", (after_position, limit))]

@@ -136,6 +136,8 @@ QUERIES = {
     "drop_commands": "DELETE FROM {s}.inbox WHERE id = ANY(%s)",
     "rows": "SELECT position, data, hash FROM {s}.events "
     "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",
+    "envelopes": "SELECT position, data, hash, seq, type, v FROM {s}.events "
+    "WHERE stream = %s ORDER BY seq",
     "all": "SELECT position, data, hash FROM {s}.events "
     "WHERE position > %s ORDER BY position LIMIT %s",
     "locate": "SELECT stream, seq FROM {s}.events WHERE position = %s",

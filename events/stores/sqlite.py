@@ -19,11 +19,13 @@ from typing import Any, Literal, cast
 
 from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
+from plait.events.checks import Links
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import Lease, taken
 from plait.events.store import (
     REDACTED,
     Clock,
+    Envelope,
     EventStore,
     PreparedAppend,
     RedactedMarker,
@@ -241,6 +243,13 @@ class SqliteStore(EventStore):
         )
         return rows
 
+    def _envelopes(self, stream: str) -> list[Envelope]:
+        rows = self._query(
+            "SELECT position, data, hash, seq, type, v FROM events WHERE stream = ? ORDER BY seq",
+            (stream,),
+        )
+        return [(p, d, h, (seq, type_, v)) for p, d, h, seq, type_, v in rows]
+
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         rows = self._query(
             "SELECT position, data, hash FROM events WHERE position > ? ORDER BY position LIMIT ?",
@@ -251,14 +260,18 @@ class SqliteStore(EventStore):
     def batches(
         self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
     ) -> Iterator[list[Event]]:
-        # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``).
-        return batches(
+        # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``),
+        # each event checked against its hash there, and against the one before it here.
+        links = Links()
+        for events in batches(
             self._chunk,
             lambda after, limit: self.read_all(after, limit=limit, resolve_blobs=resolve_blobs),
             self._resolve if resolve_blobs else None,
             after_position,
             batch,
-        )
+        ):
+            links.check(events)
+            yield events
 
     def _chunk(self, after_position: int, limit: int) -> Chunk:
         return cast(Chunk, self._query(CHUNK_SQL, (after_position, limit))[0])
@@ -284,6 +297,14 @@ class SqliteStore(EventStore):
             # Its old pages leave the write-ahead log too, so the file no longer holds it.
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return cur.rowcount > 0
+
+    def check_file(self, full: bool = False) -> str | None:
+        rows = self._query(f"PRAGMA {'integrity_check' if full else 'quick_check'}", ())
+        found = [str(row[0]) for row in rows]
+        if found == ["ok"]:
+            return None
+        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+        return f"{self.path}: SQLite finds the file damaged: {'; '.join(found[:3])}{more}"
 
     def _data_version(self) -> int:
         rows = self._query("PRAGMA data_version", ())

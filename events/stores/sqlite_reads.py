@@ -97,8 +97,12 @@ def batches(
                 view = memoryview(data)
                 for i in range(0, len(positions), batch):
                     j = min(i + batch, len(positions))
+                    start = ends[i]
                     found = decode_joined(
-                        view[ends[i] : ends[j]], positions[i:j], hashes[32 * i : 32 * j]
+                        view[start : ends[j]],
+                        positions[i:j],
+                        hashes[32 * i : 32 * j],
+                        [end - start for end in ends[i : j + 1]],
                     )
                     if found is None:
                         yield read_rows(positions[i - 1] if i else after, j - i)

@@ -14,6 +14,7 @@ from plait.errors import (
     ConcurrencyError,
     CorruptEventError,
     StoreError,
+    TamperedError,
     TransientEventError,
     UnknownEventTypeError,
 )
@@ -32,6 +33,7 @@ from plait.events import (
     TurnStarted,
     encode_event,
 )
+from plait.events.codec import event_hash
 
 BIG = "x" * 20_000
 
@@ -264,8 +266,6 @@ def test_verify_names_the_first_edited_event(stores: StoreFactory) -> None:
 
 
 def test_verify_catches_an_edit_with_a_recomputed_hash(stores: StoreFactory) -> None:
-    from plait.events.codec import event_hash
-
     store = stores.open()
     store.append("s1", [TurnStarted(turn=i) for i in range(1, 6)], 0)
     original = store.read("s1")[1]
@@ -274,6 +274,46 @@ def test_verify_catches_an_edit_with_a_recomputed_hash(stores: StoreFactory) -> 
     report = store.verify("s1")
     assert (report.ok, report.first_bad_seq) == (False, 3)
     assert "chain" in report.reason
+
+
+def test_every_read_refuses_an_edited_event(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=i) for i in range(1, 6)], 0)
+    store.append("s2", [TurnStarted(turn=1)], 0)
+    original = store.read("s1")[2]
+    data = encode_event(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
+    stores.tamper.set_data("s1", 3, data)  # the hash column left as it was
+    edited = r"stream s1 seq 3: stored bytes do not match their hash"
+    for read in (
+        lambda: store.read("s1"),
+        lambda: store.read("s1", after=2),
+        lambda: store.read_all(),
+        lambda: list(store.batches(batch=2)),
+        lambda: list(store.iter_all()),
+    ):
+        with pytest.raises(TamperedError, match=edited):
+            read()
+    assert store.read("s2")[0].body == TurnStarted(turn=1)  # other streams read as ever
+    assert store.read("s1", check=False)[2].body == TurnStarted(turn=99)  # shown unvouched
+    stores.tamper.set_data("s1", 3, data, event_hash(data))  # and a hash to match
+    broken = r"stream s1 seq 4: prev_hash does not match the event before it"
+    for read in (
+        lambda: store.read("s1"),
+        lambda: store.read("s1", after=3),
+        lambda: store.read_all(),
+        lambda: list(store.batches(batch=2)),
+    ):
+        with pytest.raises(TamperedError, match=broken):
+            read()
+
+
+def test_verify_checks_the_columns_against_the_bytes(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
+    stores.tamper.set_type("s1", 2, "TaskCompleted", 1)
+    report = store.verify("s1")
+    assert (report.ok, report.first_bad_seq) == (False, 2)
+    assert "columns say (2, 'TaskCompleted', 1), its bytes (2, 'TaskStarted', 1)" in report.reason
 
 
 def test_verify_and_read_catch_a_deleted_event(stores: StoreFactory) -> None:
@@ -308,7 +348,13 @@ def test_verify_catches_edited_and_missing_blobs(stores: StoreFactory) -> None:
 def test_corrupt_bytes_name_stream_and_seq(stores: StoreFactory) -> None:
     store = stores.open()
     store.append("s1", [TurnStarted(turn=i) for i in range(1, 4)], 0)
-    stores.tamper.set_data("s1", 2, b"\xc1\x00garbage")
+    stores.tamper.set_data("s1", 2, b"\xc1\x00garbage")  # its hash no longer matches
+    with pytest.raises(TamperedError, match=r"stream s1 seq 2: stored bytes do not match"):
+        store.read("s1")
+    with pytest.raises(TamperedError, match=r"stream s1 seq 2"):
+        store.read_all()
+    garbage = b"\xc1\x00garbage"  # written so, its hash with it: a bug, not an edit
+    stores.tamper.set_data("s1", 2, garbage, event_hash(garbage))
     with pytest.raises(CorruptEventError, match=r"stream s1 seq 2: cannot decode"):
         store.read("s1")
     with pytest.raises(StoreError):
@@ -320,12 +366,14 @@ def test_unknown_event_type_names_stream_and_seq(stores: StoreFactory) -> None:
     store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
     raw = msgspec.msgpack.decode(encode_event(store.read("s1")[1]))
     raw["body"] = {"type": "FromTheFuture", "gadget": 1}
-    stores.tamper.set_data("s1", 2, msgspec.msgpack.encode(raw))
+    future = msgspec.msgpack.encode(raw)  # as a newer plait would write it, hash and all
+    stores.tamper.set_data("s1", 2, future, event_hash(future))
     stores.tamper.set_type("s1", 2, "FromTheFuture", 1)
     with pytest.raises(UnknownEventTypeError, match=r"stream s1 seq 2: unknown event type"):
         store.read("s1")
     raw["body"], raw["v"] = {"type": "TaskStarted"}, 7
-    stores.tamper.set_data("s1", 2, msgspec.msgpack.encode(raw))
+    future = msgspec.msgpack.encode(raw)
+    stores.tamper.set_data("s1", 2, future, event_hash(future))
     stores.tamper.set_type("s1", 2, "TaskStarted", 7)
     with pytest.raises(UnknownEventTypeError, match="'TaskStarted' version 7"):
         store.read("s1")
