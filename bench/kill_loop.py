@@ -3,48 +3,113 @@
 Each round starts a process on the store that resumes three sessions (taking each over once
 the killed process's lease lapses: ``lease_sec`` 1 s) and submits tasks to them as fast as
 the sessions take them, printing each id ``submit`` returned; the bench kills it with SIGKILL
-at a random moment (0.2 to 2 s in). After the last round a process runs what is left. Then
-every id a submit returned must be in the log exactly once, and have ended exactly once
-(completed, or aborted ``crashed`` by the recovery), and every log must verify and replay clean.
+at a random moment (1.2 to 3 s in). Every task's first model reply calls ``side_effect``, a
+function tool that is not idempotent: each run of it appends a line to a file, keyed by the
+call's id (the model puts its call id in the arguments). After the last round a process runs
+what is left. Then every id a submit returned must be in the log exactly once and have ended
+exactly once (completed, or aborted ``crashed`` by the recovery), no key may be in the
+effects file twice (a call run again after a crash), and every log must verify and replay
+clean. One table, a row per store.
 
-    python bench/kill_loop.py                  # 60 kills on SQLite
-    python bench/kill_loop.py --kills 20 --store postgresql://postgres@127.0.0.1:5432/test
+    python bench/kill_loop.py                       # 50 kills on SQLite, 50 on PostgreSQL
+    python bench/kill_loop.py --kills 5 --store sqlite
+    python bench/kill_loop.py --store postgresql://postgres@127.0.0.1:5432/test
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
+import os
 import random
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).parent))
-from paced_model import PacedModelServer
+from paced_model import _HEAD, PacedModelServer
 
+import plait
+from plait import scripted_wire as wire
 from plait.actors.model import ModelSettings
-from plait.events import TaskCompleted, TaskDropped, TaskEnqueued, TurnAborted
+from plait.events import (
+    TaskCompleted,
+    TaskDropped,
+    TaskEnqueued,
+    ToolCallCompleted,
+    TurnAborted,
+)
 from plait.events.stores import open_store
 from plait.replay import replay
 from plait.runtime import Runtime
-from plait.scripted_wire import Step
+from plait.scripted_wire import ScriptedToolCall, Step
 
-CHILD = textwrap.dedent(
-    """
-    import random, sys
-    from plait.actors.model import ModelSettings
-    from plait.runtime import Runtime
+POSTGRES = os.environ.get("PLAIT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+"""The PostgreSQL server of the default run."""
 
-    url, base_url, *sessions = sys.argv[1:]
+REPLY = Step(text="word " * 30, chunk_chars=10, chunk_delay=0.03)  # about 0.3 s
+"""The answer to a request whose last message is the tool's output."""
+
+EFFECTS_ENV = "PLAIT_BENCH_EFFECTS"
+"""Names the file ``side_effect`` appends to (in the bench's child processes too)."""
+
+
+def side_effect(key: str) -> str:
+    """Record that this call ran: one line, the key, appended to the effects file; then
+    work a while, so that kills land between the effect and the record of its result."""
+    fd = os.open(os.environ[EFFECTS_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{key}\n".encode())  # one write of a short line: whole or not at all
+    finally:
+        os.close(fd)
+    time.sleep(0.3)  # the rest of the effect's work
+    return "done"
+
+
+TOOLS = [plait.tool(side_effect)]  # not idempotent: never run again after a crash
+
+
+class ToolModel(PacedModelServer):
+    """To a user's message, a call of ``side_effect`` keyed by its own fresh call id; to the
+    tool's output, ``REPLY``."""
+
+    async def _reply(self, body: dict[str, Any], size: int, writer: asyncio.StreamWriter) -> None:
+        self.served += 1
+        step, ids = REPLY, []
+        if (body.get("messages") or [{}])[-1].get("role") != "tool":
+            call_id = f"call_{uuid.uuid4().hex[:12]}"
+            arguments = msgspec.json.encode({"key": call_id}).decode()
+            call = ScriptedToolCall(name="side_effect", arguments=arguments, id=call_id)
+            step, ids = Step(text="Running it.", tool_calls=[call], chunk_delay=0.03), [call_id]
+        head = {"id": f"chatcmpl-{self.served}", "object": "chat.completion.chunk"}
+        head |= {"created": 0, "model": body.get("model", "scripted")}
+        usage = wire.usage(step, size)
+        chunks = wire.chunks(step, head, ids, usage, True, frozenset())
+        lines = [b"data: " + msgspec.json.encode(c) + b"\n\n" for c in chunks]
+        lines.append(b"data: [DONE]\n\n")
+        writer.write(_HEAD)
+        for i, line in enumerate(lines):
+            if i:
+                await asyncio.sleep(step.chunk_delay)
+            if writer.is_closing():  # the client went away (the bench killed it)
+                return
+            writer.write(b"%x\r\n%s\r\n" % (len(line), line))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+def child(url: str, base_url: str, sessions: list[str]) -> None:
+    """The killed process: resume ``sessions``, submit and run tasks until killed."""
     settings = ModelSettings(base_url=base_url, api_key="k", model="m")
-    runtime = Runtime(url, model=settings, lease_sec=1.0, expire_every_sec=None)
+    runtime = Runtime(url, model=settings, tools=TOOLS, lease_sec=1.0, expire_every_sec=None)
     runtime.recover()
     handles = [runtime.resume(s) for s in sessions]
     while True:
@@ -52,85 +117,169 @@ CHILD = textwrap.dedent(
         print(handle.submit("go"), flush=True)  # acknowledged: durable
         if random.random() < 0.3:
             handle.run("and wait", timeout=120)
-    """
-)
-
-REPLY = Step(text="word " * 30, chunk_chars=10, chunk_delay=0.03)  # about 0.3 s
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--kills", type=int, default=60)
-    parser.add_argument("--store", help="a PostgreSQL URL (default: a SQLite file)")
-    args = parser.parse_args()
-    rng = random.Random(7)
-    with tempfile.TemporaryDirectory() as tmp, PacedModelServer(REPLY) as server:
-        schema = f"plait_kill_{uuid.uuid4().hex[:8]}"
-        url = f"{args.store}?schema={schema}" if args.store else str(Path(tmp) / "plait.db")
+class Row(msgspec.Struct):
+    """What one store's loop counted."""
+
+    store: str
+    kills: int = 0
+    acknowledged: int = 0
+    lost: int = 0
+    unended: int = 0
+    calls_run: int = 0
+    unknown: int = 0
+    duplicates: int = 0
+    verify_failures: int = 0
+    replay_failures: int = 0
+    seconds: float = 0.0
+
+
+def run_store(name: str, url: str, kills: int, rng: random.Random, tmp: Path) -> Row:
+    """Kill ``kills`` children on the store at ``url``, finish the sessions, count."""
+    row = Row(store=name)
+    effects = tmp / f"effects-{name}.txt"
+    effects.touch()
+    os.environ[EFFECTS_ENV] = str(effects)
+    start = time.perf_counter()
+    with ToolModel(REPLY) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        try:
-            with Runtime(url, model=settings, expire_every_sec=None) as runtime:
-                sessions = [runtime.start_session() for _ in range(3)]
-                ids = [s.session_id for s in sessions]
-                for session in sessions:
-                    session.release(10)
-            acknowledged: list[str] = []
-            start = time.perf_counter()
-            for kill in range(args.kills):
-                child = subprocess.Popen(
-                    [sys.executable, "-c", CHILD, url, server.base_url, *ids],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-                try:
-                    out, err = child.communicate(timeout=rng.uniform(1.2, 3.0))
-                    raise SystemExit(f"round {kill}: the process ended by itself:\n{err}")
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                    out, _ = child.communicate()
-                acknowledged += out.split()
-                print(f"\rkill {kill + 1}/{args.kills}: {len(acknowledged)} acknowledged", end="")
-            print(f" ({time.perf_counter() - start:.0f} s)")
-            with Runtime(url, model=settings, expire_every_sec=None, lease_sec=1.0) as runtime:
-                handles = [runtime.resume(s) for s in ids]  # taken over once the leases lapse
-                for handle in handles:
-                    handle.run("last", timeout=300)  # runs after everything queued before it
-            check(url, ids, acknowledged)
-        finally:
-            if args.store:
-                with psycopg.connect(args.store, autocommit=True) as conn:
-                    conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        with Runtime(url, model=settings, tools=TOOLS, expire_every_sec=None) as runtime:
+            sessions = [runtime.start_session() for _ in range(3)]
+            ids = [s.session_id for s in sessions]
+            for session in sessions:
+                session.release(10)
+        acknowledged: list[str] = []
+        command = [sys.executable, __file__, "--child", url, server.base_url, *ids]
+        for kill in range(kills):
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            try:
+                _, err = process.communicate(timeout=rng.uniform(1.2, 3.0))
+                raise SystemExit(f"{name} round {kill}: the process ended by itself:\n{err}")
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, _ = process.communicate()
+            acknowledged += out.split()
+            row.kills += 1
+            print(
+                f"\r{name}: kill {kill + 1}/{kills}, {len(acknowledged)} acknowledged",
+                end="",
+                file=sys.stderr,
+            )
+        print(file=sys.stderr)
+        with Runtime(url, model=settings, tools=TOOLS, expire_every_sec=None, lease_sec=1.0) as rt:
+            handles = [rt.resume(s) for s in ids]  # taken over once the leases lapse
+            for handle in handles:
+                handle.run("last", timeout=300)  # runs after everything queued before it
+    check(url, ids, acknowledged, effects, row)
+    row.seconds = time.perf_counter() - start
+    print(table([row]), file=sys.stderr)  # kept if a later store fails
+    return row
 
 
-def check(url: str, ids: list[str], acknowledged: list[str]) -> None:
+def check(url: str, ids: list[str], acknowledged: list[str], effects: Path, row: Row) -> None:
+    """Count lost and unended tasks, calls run twice, verify and replay failures into ``row``."""
     enqueued: collections.Counter[str] = collections.Counter()
     ended: collections.Counter[str] = collections.Counter()
-    how: collections.Counter[str] = collections.Counter()
     with open_store(url) as store:
         for sid in ids:
             for event in store.read(sid):
                 body, task = event.body, event.task_id or ""
-                if isinstance(body, TaskEnqueued):
+                if isinstance(body, ToolCallCompleted) and body.outcome == "unknown":
+                    row.unknown += 1  # cut by a kill: may have run, so never run again
+                elif isinstance(body, TaskEnqueued):
                     enqueued[task] += 1
                 elif isinstance(body, TaskCompleted | TaskDropped) or (
                     isinstance(body, TurnAborted) and body.reason != "replaced"
                 ):
                     ended[task] += 1
-                    how[type(body).__name__ + getattr(body, "reason", "")] += 1
             verified = store.verify(sid)
-            replayed = replay(store, sid, timeout=30)
-            print(f"session {sid[:8]}: {verified.events} events, verify {verified.ok}, "
-                  f"replay {'clean' if replayed.ok else replayed.divergence}")  # fmt: skip
-    lost = [t for t in acknowledged if enqueued[t] != 1]
-    unended = [t for t in acknowledged if ended[t] != 1]
-    twice = [t for t, n in enqueued.items() if n > 1]
-    print(f"{len(acknowledged)} ids acknowledged; {len(lost)} not in the log exactly once; "
-          f"{len(unended)} not ended exactly once; {len(twice)} enqueued twice")  # fmt: skip
-    print("how they ended:", dict(how))
-    if lost or unended or twice:
-        raise SystemExit(f"FAILED: lost {lost[:5]}, unended {unended[:5]}, twice {twice[:5]}")
-    print("every acknowledged task is in the log once and ended once")
+            if not verified.ok:
+                row.verify_failures += 1
+                print(f"session {sid}: verify: {verified}", file=sys.stderr)
+            replayed = replay(store, sid, timeout=30, tools=TOOLS)
+            if not replayed.ok:
+                row.replay_failures += 1
+                assert replayed.divergence is not None
+                print(f"session {sid}: {replayed.divergence.message()}", file=sys.stderr)
+    row.acknowledged = len(acknowledged)
+    row.lost = sum(1 for t in acknowledged if enqueued[t] != 1)
+    row.unended = sum(1 for t in acknowledged if ended[t] != 1)
+    runs = collections.Counter(effects.read_text().split())
+    row.calls_run = len(runs)
+    row.duplicates = sum(n - 1 for n in runs.values() if n > 1)
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as one aligned table, a column per count."""
+    heads = ["store", "kills", "acknowledged", "lost (0)", "not ended once (0)"]
+    heads += ["tool calls run", "cut by a kill", "run twice (0)", "verify failures (0)"]
+    heads += ["replay failures (0)", "seconds"]
+    cells = [heads] + [
+        [
+            r.store,
+            str(r.kills),
+            str(r.acknowledged),
+            str(r.lost),
+            str(r.unended),
+            str(r.calls_run),
+            str(r.unknown),
+            str(r.duplicates),
+            str(r.verify_failures),
+            str(r.replay_failures),
+            f"{r.seconds:.0f}",
+        ]
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(heads))]
+    return "\n".join(
+        " | ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in cells
+    )
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        child(sys.argv[2], sys.argv[3], sys.argv[4:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kills", type=int, default=50, help="kills per store (default 50)")
+    parser.add_argument(
+        "--store",
+        action="append",
+        help="'sqlite' or a PostgreSQL URL; repeatable (default: sqlite and PLAIT_BENCH_POSTGRES)",
+    )
+    args = parser.parse_args()
+    rng = random.Random(7)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for store in args.store or ["sqlite", POSTGRES]:
+            if store == "sqlite":
+                rows.append(
+                    run_store("sqlite", str(Path(tmp) / "plait.db"), args.kills, rng, Path(tmp))
+                )
+                continue
+            schema = f"plait_kill_{uuid.uuid4().hex[:8]}"
+            try:
+                rows.append(
+                    run_store("postgresql", f"{store}?schema={schema}", args.kills, rng, Path(tmp))
+                )
+            finally:
+                with psycopg.connect(store, autocommit=True) as conn:
+                    conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    print(table(rows))  # the table, once every store is done
+    bad = [
+        r.store
+        for r in rows
+        if r.lost or r.unended or r.duplicates or r.verify_failures or r.replay_failures
+    ]
+    if bad:
+        raise SystemExit(f"FAILED on {', '.join(bad)}")
 
 
 if __name__ == "__main__":
