@@ -43,22 +43,27 @@ class Links:
     each next one is checked against it; a stream's first event links to the genesis hash."""
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[int, bytes]] = {}
+        self._last: dict[str, Event] = {}
 
     def check(self, events: Iterable[Event]) -> None:
         """Check ``events`` (in global order) against what came before them in this read."""
         last = self._last
+        get = last.get
         for event in events:
-            stream, seq = event.stream, event.seq
-            before = last.get(stream)
+            before = get(event.stream)
             if before is not None:
-                if seq != before[0] + 1:
-                    raise CorruptEventError(stream, before[0] + 1, f"event missing (next is {seq})")
-                if event.prev_hash != before[1]:
-                    raise TamperedError(stream, seq, BROKEN)
-            elif seq == 1 and event.prev_hash != GENESIS_HASH:
-                raise TamperedError(stream, seq, BROKEN)
-            last[stream] = (seq, event.hash)
+                if event.prev_hash != before.hash or event.seq != before.seq + 1:
+                    self._refuse(event, before)
+            elif event.seq == 1 and event.prev_hash != GENESIS_HASH:
+                raise TamperedError(event.stream, 1, BROKEN)
+            last[event.stream] = event
+
+    @staticmethod
+    def _refuse(event: Event, before: Event) -> None:
+        if event.seq != before.seq + 1:
+            missing = f"event missing (next is {event.seq})"
+            raise CorruptEventError(event.stream, before.seq + 1, missing)
+        raise TamperedError(event.stream, event.seq, BROKEN)
 
 
 class Verification(msgspec.Struct, frozen=True):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
+from itertools import pairwise
 from typing import Any
 
 import msgspec
@@ -181,9 +182,9 @@ def decode_joined(
         return None
     if ends is not None:
         sha256 = hashlib.sha256
-        for i in range(count):
-            if sha256(data[ends[i] : ends[i + 1]]).digest() != hashes[32 * i : 32 * i + 32]:
-                return None  # the careful path names the row
+        digests = [sha256(data[a:b]).digest() for a, b in pairwise(ends)]
+        if b"".join(digests) != hashes:
+            return None  # the careful path names the row
     try:
         # One msgpack array (a 32-bit length, then the events) decodes in one call.
         events = _many_decoder.decode(b"".join((b"\xdd", count.to_bytes(4, "big"), data)))
