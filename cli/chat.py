@@ -29,7 +29,7 @@ from plait.cli.chat_input import Command, Problem, read_line
 from plait.cli.live import LivePrinter
 from plait.cli.spinner import Spinner
 from plait.cli.style import Style
-from plait.errors import SessionFailedError
+from plait.errors import InvalidInputError, SessionFailedError
 from plait.events.types import Event, ToolApprovalRequested, ToolCallRequested, Transient
 from plait.events.values import as_text
 from plait.runtime import SessionHandle
@@ -196,6 +196,9 @@ def chat(
                 if shown.text:
                     out.write("\n[the answer above was not recorded: the session failed]\n")
                 raise
+            except InvalidInputError as exc:  # nothing was sent: the person types it again
+                err.write(style.yellow(f"[{exc}]") + "\n")
+                continue
             finally:
                 live.close()
                 ctrl_c.running = False
@@ -252,14 +255,19 @@ class _Lines:
 
     def _one(self, prompt: str) -> str | None:
         prompt = self.prompts[prompt]
-        if self.edit:
-            try:
-                return input(prompt)
-            except EOFError:
-                return None
-        self.out.write(prompt)
-        self.out.flush()
-        line = self.stdin.readline()
+        try:
+            if self.edit:
+                try:
+                    return input(prompt)
+                except EOFError:
+                    return None
+            self.out.write(prompt)
+            self.out.flush()
+            line = self.stdin.readline()
+        except UnicodeDecodeError as exc:  # nothing is sent: the person types it again
+            byte = exc.object[exc.start : exc.start + 1].hex()
+            self.out.write(f"[the line is not valid UTF-8 (byte 0x{byte}); nothing was sent]\n")
+            return ""
         return line.rstrip("\n") if line else None
 
     def save(self) -> None:

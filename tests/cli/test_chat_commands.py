@@ -166,3 +166,18 @@ def test_chat_is_coloured_on_a_terminal_and_plain_in_a_pipe(tmp_path: Path) -> N
     assert piped.returncode == 0, piped.stderr
     assert "in a pipe" in piped.stdout and "unknown command /nope" in piped.stderr
     assert "\x1b" not in piped.stdout + piped.stderr
+
+
+def test_chat_refuses_a_line_that_is_not_text_and_goes_on(tmp_path: Path) -> None:
+    env = {**clean_env(), "OPENAI_API_KEY": "test", "TERM": "dumb", "XDG_CONFIG_HOME": "/none"}
+    with ScriptedModelServer([Step(text="fine")]) as server:
+        project(tmp_path, server.base_url)
+        term = Terminal([sys.executable, "-m", "plait", "chat"], tmp_path, env)
+        term.expect("you> ")
+        term.send(b"a \xff b\n")
+        refused = term.expect("you> ")
+        assert "is not valid text" in refused and "nothing was recorded" in refused
+        assert "fine" in term.say("and now?")
+        term.send(CTRL_D)
+        assert term.exit_code() == 0
+    assert len(server.requests) == 1
