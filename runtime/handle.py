@@ -358,7 +358,7 @@ class SessionHandle(SessionViews):
     def _lose(self, error: PlaitError) -> None:
         """Another process took the session, an actor broke or the store failed a write: stop
         here, raise ``error`` to every waiter (docs/failures.md#supervision)."""
-        self._dropping = supervision.start_drop_out(self, error)
+        supervision.start_drop_out(self, error)
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close.

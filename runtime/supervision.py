@@ -38,12 +38,13 @@ STOP_SEC = 10.0
 """How long a failed session's actors and servers are given to stop."""
 
 
-def start_drop_out(handle: SessionHandle, error: PlaitError) -> threading.Thread:
+def start_drop_out(handle: SessionHandle, error: PlaitError) -> None:
     """Run ``drop_out`` on a thread of its own (the actor that broke may be the caller: it
-    cannot wait for itself to stop); return the thread (``close`` waits for it)."""
+    cannot wait for itself to stop); the handle knows the thread before it starts, so a
+    ``close`` that follows a waiter woken by it waits for it."""
     thread = threading.Thread(target=drop_out, args=(handle, error), name="plait-dropped")
+    handle._dropping = thread
     thread.start()
-    return thread
 
 
 def drop_out(handle: SessionHandle, error: PlaitError) -> None:
