@@ -136,7 +136,8 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Show a session's conversations, histories, audit and chain check."""
+    """Show a session's conversations, histories, audit and chain check; exit 1 if the
+    check finds anything edited."""
     with existing_store(args) as store:
         session = find_session(store, args.session)
         events, report = store.read(session), store.verify(session)
@@ -146,7 +147,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         out(render.json_line(session_summary(events, report)))
     else:
         render.show_session(events, report, sys.stdout)
-    return 0
+    return 0 if report.ok else 1
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
