@@ -185,15 +185,19 @@ def decode_joined(
         digests = [sha256(data[a:b]).digest() for a, b in pairwise(ends)]
         if b"".join(digests) != hashes:
             return None  # the careful path names the row
+    else:
+        digests = [hashes[start : start + 32] for start in range(0, 32 * count, 32)]
     try:
         # One msgpack array (a 32-bit length, then the events) decodes in one call.
         events = _many_decoder.decode(b"".join((b"\xdd", count.to_bytes(4, "big"), data)))
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+    if len(events) != count:
+        return None
     set_ = _set
-    for event, position, start in zip(events, positions, range(0, 32 * count, 32), strict=True):
+    for event, position, digest in zip(events, positions, digests, strict=True):
         set_(event, "position", position)
-        set_(event, "hash", hashes[start : start + 32])
+        set_(event, "hash", digest)
     return events
 
 
