@@ -342,6 +342,9 @@ class Driver:
     def _crash_and_resume(self) -> None:
         """Stop the replayed session as the process stopped, and resume it as it was resumed."""
         self._stop_here()
+        # What was sent before the crash gets no answer from outside: the resumed program
+        # records its end itself, or starts it again (a ToolCallStarted of its own).
+        self.started.clear()
         self.handle = self.runtime.resume(self.session_id)
 
     def _stop_here(self) -> None:
