@@ -73,7 +73,7 @@ class SessionHandle(SessionViews):
         self._followed = followed  # another process owns the session (runtime.followers)
         self._takes_over = followed  # and this process takes it over once its lease is free
         self._gone: Exception | None = None  # why it closed, if another process took it
-        self._dropping: threading.Thread | None = None  # stopping it, as it failed or was lost
+        self._dropping: threading.Event | None = None  # set: stopped, as it failed or was lost
         journal.on_idle = runtime._admission.went_idle
         journal.on_lost = self._lose
         journal.may_act = lambda: runtime.owner.still_owns(self.session_id)
@@ -367,7 +367,7 @@ class SessionHandle(SessionViews):
         its open calls answered) and recorded so. Closing twice is harmless.
         """
         if self._dropping is not None:  # it failed: what it records is recorded before
-            self._dropping.join(timeout)
+            self._dropping.wait(timeout)
         with self._follow() as feed:
             state = self._begin_close(timeout)
             if state is not None and state.running is not None:

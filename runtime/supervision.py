@@ -40,11 +40,17 @@ STOP_SEC = 10.0
 
 def start_drop_out(handle: SessionHandle, error: PlaitError) -> None:
     """Run ``drop_out`` on a thread of its own (the actor that broke may be the caller: it
-    cannot wait for itself to stop); the handle knows the thread before it starts, so a
+    cannot wait for itself to stop); the handle knows when it is done before it starts, so a
     ``close`` that follows a waiter woken by it waits for it."""
-    thread = threading.Thread(target=drop_out, args=(handle, error), name="plait-dropped")
-    handle._dropping = thread
-    thread.start()
+    done = handle._dropping = threading.Event()
+
+    def run() -> None:
+        try:
+            drop_out(handle, error)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="plait-dropped").start()
 
 
 def drop_out(handle: SessionHandle, error: PlaitError) -> None:
