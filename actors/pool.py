@@ -25,7 +25,7 @@ import pykka
 from plait.actors.actor import Actor
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.dispatch import Dispatcher, McpLimits
-from plait.actors.mcp.functions import FUNCTIONS, FunctionTool, functions_config
+from plait.actors.mcp.functions import FUNCTIONS, FUNCTIONS_CONFIG, FunctionTool
 from plait.actors.mcp.names import Conflict, merge, openai_spec, qualify, tool_list_hash
 from plait.actors.messages import (
     Allowlist,
@@ -109,7 +109,7 @@ class McpPool(Actor):
         self.effects = effects
         self.configs = {name: c for name, c in sorted(configs.items()) if c.enabled}
         if functions:
-            self.configs[FUNCTIONS] = functions_config(functions)
+            self.configs[FUNCTIONS] = FUNCTIONS_CONFIG
         self.limits = limits or McpLimits()
         self.catalog = _Catalog()
         for event in past:

@@ -167,26 +167,23 @@ def decode_rows(
 
 
 def decode_joined(
-    data: bytes | memoryview, positions: list[int], hashes: bytes, ends: list[int] | None = None
+    data: bytes | memoryview, positions: list[int], hashes: bytes, ends: list[int]
 ) -> list[Event] | None:
     """Decode the stored bytes of ``len(positions)`` events of the current versions laid end
     to end, and give them their positions and their hashes (32 bytes each, end to end): the
     fast path of a rebuild, which checked the versions beforehand.
 
-    With ``ends`` (each event's end offset in ``data``, after a 0), each event's bytes are
-    checked against its hash. Return ``None`` when one does not match, or they do not decode
-    as current ``Event``s (the careful path of ``decode_rows`` then says which and why).
+    ``ends`` (each event's end offset in ``data``, after a 0) cut the bytes, each checked
+    against its hash. Return ``None`` when one does not match, or they do not decode as
+    current ``Event``s (the careful path of ``decode_rows`` then says which and why).
     """
     count = len(positions)
     if len(hashes) != 32 * count:
         return None
-    if ends is not None:
-        sha256 = hashlib.sha256
-        digests = [sha256(data[a:b]).digest() for a, b in pairwise(ends)]
-        if b"".join(digests) != hashes:
-            return None  # the careful path names the row
-    else:
-        digests = [hashes[start : start + 32] for start in range(0, 32 * count, 32)]
+    sha256 = hashlib.sha256
+    digests = [sha256(data[a:b]).digest() for a, b in pairwise(ends)]
+    if b"".join(digests) != hashes:
+        return None  # the careful path names the row
     try:
         # One msgpack array (a 32-bit length, then the events) decodes in one call.
         events = _many_decoder.decode(b"".join((b"\xdd", count.to_bytes(4, "big"), data)))

@@ -84,14 +84,13 @@ class Sessions:
     def _offer(self, session_id: str, tools: Iterable[FunctionTool | Callable[..., Any]]) -> None:
         """Offer ``tools`` in session ``session_id`` beside the runtime's (``ConfigError`` for
         a name taken twice)."""
-        own = as_tools(tools)
+        own = list(tools)
         if own:
-            as_tools([*self.tools, *own])
-            self._session_tools[session_id] = own
+            self._session_tools[session_id] = as_tools([*self.tools, *own])
 
     def tools_for(self, session_id: str) -> list[FunctionTool]:
         """The function tools offered in session ``session_id``: the runtime's and its own."""
-        return as_tools([*self.tools, *self._session_tools.get(session_id, ())])
+        return self._session_tools.get(session_id, self.tools)
 
     def _serves(self, session_id: str) -> bool:
         """Whether the session has tools beside the built-ins (an ``McpPool``)."""

@@ -32,11 +32,11 @@ from plait.events.values import McpToolSnapshot
 
 __all__ = [
     "FUNCTIONS",
+    "FUNCTIONS_CONFIG",
     "FunctionConnection",
     "FunctionTool",
     "ToolOptions",
     "as_tools",
-    "functions_config",
     "tool",
 ]
 
@@ -44,6 +44,10 @@ log = logging.getLogger("plait.tools")
 
 FUNCTIONS: Final = "plait.functions"
 """The server name function tools are served under (a configured name cannot hold ``.``)."""
+
+FUNCTIONS_CONFIG: Final = McpServerConfig(command="python")
+"""The config ``FUNCTIONS`` is offered under (ready at once; each call times out by its tool's
+``timeout_sec``)."""
 
 DEFAULT_TIMEOUT_SEC: Final = 60.0
 """How long a call may take unless its tool says otherwise."""
@@ -93,6 +97,7 @@ class FunctionTool:
             top["$defs"] = definitions
         self.input_schema: dict[str, Any] = top
         """The JSON schema of its arguments, as the model is shown it."""
+        self._snapshot = self._snapshot_of()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -101,7 +106,10 @@ class FunctionTool:
         return f"FunctionTool({self.name!r}, {_qualname(self.fn)})"
 
     def snapshot(self) -> McpToolSnapshot:
-        """How it is offered, as the log records an MCP server's tools."""
+        """How it is offered, as the log records an MCP server's tools (made once)."""
+        return self._snapshot
+
+    def _snapshot_of(self) -> McpToolSnapshot:
         return McpToolSnapshot(
             name=self.name,
             tool=self.name,
@@ -201,12 +209,6 @@ def as_tools(tools: Iterable[FunctionTool | Callable[..., Any]]) -> list[Functio
                 f"two function tools are named {made_tool.name!r}: {other!r} and {made_tool!r}"
             )
     return [by_name[name] for name in sorted(by_name)]
-
-
-def functions_config(tools: Iterable[FunctionTool]) -> McpServerConfig:
-    """The server config ``FUNCTIONS`` is offered under (calls time out per tool)."""
-    longest = max((t.timeout_sec for t in tools), default=DEFAULT_TIMEOUT_SEC)
-    return McpServerConfig(command="python", tool_timeout_sec=longest)
 
 
 class FunctionConnection:
