@@ -36,13 +36,15 @@ class ChatCommands:
         self,
         args: argparse.Namespace,
         store: EventStore,
+        store_url: str,
         open_runtime: Callable[[str | None], Runtime],
         session_id: str | None,
         workdir: Path,
     ) -> None:
         """``open_runtime(model)`` makes a runtime on ``store`` (the configured model for
-        ``None``); the chat starts a new session, or goes on with ``session_id``."""
-        self.args, self.store, self.workdir = args, store, workdir
+        ``None``), which ``store_url`` names; the chat starts a new session, or goes on with
+        ``session_id``."""
+        self.args, self.store, self.store_url, self.workdir = args, store, store_url, workdir
         self._open_runtime = open_runtime
         self.runtime = open_runtime(None)
         self.session = self._session(session_id)
@@ -104,16 +106,12 @@ class ChatCommands:
         from plait.cli.parser import build_parser
 
         out.flush()
-        where = ["--store", self.store_url()]
+        where = ["--store", self.store_url]
         if self.args.config:
             where += ["--config", self.args.config]
         session = [] if name == "sessions" else [self.session.session_id]
         parsed = build_parser().parse_args([name, *session, *args, *where])
         parsed.func(parsed)
-
-    def store_url(self) -> str:
-        """The chat's store, as ``--store`` names it."""
-        return str(getattr(self.store, "path", None) or getattr(self.store, "url", ""))
 
     def _compact(self, args: list[str], out: TextIO, err: TextIO) -> None:
         from plait.cli.run_commands import report_compaction

@@ -137,7 +137,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             settings = model if name is None else msgspec.structs.replace(model, model=name)
             return make_runtime(config, settings, store, approver)
 
-        commands = ChatCommands(args, store, runtime_of, session_id, Path.cwd())
+        commands = ChatCommands(args, store, config.store.url, runtime_of, session_id, Path.cwd())
         try:
             return chat(commands, sys.stdin, sys.stdout, sys.stderr, approver)
         finally:
