@@ -276,7 +276,8 @@ def _problem(answer: ApprovalDecision) -> str | None:
     if not isinstance(answer.decided_by, str) or not answer.decided_by:
         return "decided_by must be a non-empty string"
     for name in ("reason", "decided_by", "args_pattern"):  # what the log would hold
-        offset = lone_surrogate(getattr(answer, name))
+        value = getattr(answer, name)
+        offset = lone_surrogate(value) if isinstance(value, str) else None  # reason may be None
         if offset is not None:  # docs/event-log.md#text
             return f"{name} is not valid text: a lone surrogate at offset {offset}"
     return None

@@ -11,6 +11,8 @@ from typing import Literal
 
 import msgspec
 
+from plait.actors.text import undecodable
+
 __all__ = ["IdFor", "NewId", "ReadInstructions", "read_instruction_file"]
 
 
@@ -45,5 +47,4 @@ def read_instruction_file(workdir: str, name: str) -> str:
     except OSError as exc:
         return f"!cannot read base_instruction_file {name!r}: {exc.strerror or exc}"
     except UnicodeDecodeError as exc:  # refused as input is (docs/event-log.md#text)
-        where = f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
-        return f"!base_instruction_file {name!r} is not UTF-8 text ({where})"
+        return f"!base_instruction_file {name!r} is not UTF-8 text ({undecodable(exc)})"

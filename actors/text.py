@@ -13,7 +13,14 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-__all__ = ["REPLACEMENT", "lone_surrogate", "mended", "mended_json", "mended_value"]
+__all__ = [
+    "REPLACEMENT",
+    "lone_surrogate",
+    "mended",
+    "mended_json",
+    "mended_value",
+    "undecodable",
+]
 
 REPLACEMENT: Final = "\ufffd"
 """What stands for text that could not be read: U+FFFD REPLACEMENT CHARACTER."""
@@ -28,6 +35,11 @@ _ESCAPE: Final = re.compile(
     r"|(u[dD][89a-fA-F][0-9a-fA-F]{2})|(.))",
     re.DOTALL,
 )
+
+
+def undecodable(exc: UnicodeDecodeError) -> str:
+    """Where bytes stop being UTF-8, as people are told it: ``byte 0xed at offset 2``."""
+    return f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
 
 
 def lone_surrogate(text: str) -> int | None:

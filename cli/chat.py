@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from plait.actors.approvals import ApprovalDecision, ApprovalRequest
+from plait.actors.text import undecodable
 from plait.cli.chat_commands import ChatCommands
 from plait.cli.chat_input import Command, Problem, read_line
 from plait.cli.live import LivePrinter
@@ -265,8 +266,9 @@ class _Lines:
             self.out.flush()
             line = self.stdin.readline()
         except UnicodeDecodeError as exc:  # nothing is sent: the person types it again
-            byte = exc.object[exc.start : exc.start + 1].hex()
-            self.out.write(f"[the line is not valid UTF-8 (byte 0x{byte}); nothing was sent]\n")
+            self.out.write(
+                f"[the line is not valid UTF-8 ({undecodable(exc)}); nothing was sent]\n"
+            )
             return ""
         return line.rstrip("\n") if line else None
 

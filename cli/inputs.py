@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from plait.actors.text import undecodable
 from plait.errors import InvalidInputError, PlaitError
 
 __all__ = ["check_arguments", "read_prompt"]
@@ -48,5 +49,5 @@ def _not_utf8(raw: bytes) -> str:
     try:
         raw.decode()
     except UnicodeDecodeError as exc:
-        return f"byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+        return undecodable(exc)
     return ""

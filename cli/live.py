@@ -16,6 +16,7 @@ from plait.events.types import (
     Event,
     HistoryCompacted,
     ModelRequested,
+    ModelResponded,
     PlanUpdated,
     ReasoningDelta,
     TaskCompleted,
@@ -26,7 +27,7 @@ from plait.events.types import (
     TurnAborted,
 )
 
-__all__ = ["LivePrinter", "history_line"]
+__all__ = ["LivePrinter", "awaited", "history_line"]
 
 
 def history_line(body: Body) -> str | None:
@@ -61,7 +62,7 @@ class LivePrinter:
     def __call__(self, item: Event | Transient) -> None:
         self.spinner.clear()
         self._print(item)
-        waiting = _awaited(item)
+        waiting = awaited(item, None)
         if waiting is not None and self.spinner.enabled:
             if not self._fresh_line:
                 self.out.write("\n")  # the spinner's own line, which the next line takes
@@ -126,11 +127,18 @@ class LivePrinter:
         return self.names.get(conv or "", (conv or "?")[:8])
 
 
-def _awaited(item: Event | Transient) -> str | None:
-    """What a person waits for right after ``item``, for the spinner to say."""
-    body = item.body if isinstance(item, Event) else None
+def awaited(item: Event | Transient, before: str | None) -> str | None:
+    """What a person waits for after ``item``, for the spinner to say (``None``: nothing,
+    text is coming)."""
+    if isinstance(item, AgentMessageDelta):
+        return None
+    if not isinstance(item, Event):
+        return before
+    body = item.body
     if isinstance(body, ModelRequested):
         return "compacting the history" if body.purpose == "compact" else "waiting for the model"
     if isinstance(body, ToolCallRequested):
         return f"running {body.tool}"
-    return None
+    if isinstance(body, ModelResponded | TaskCompleted | TurnAborted):
+        return None
+    return before

@@ -140,6 +140,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     check finds anything edited."""
     with existing_store(args) as store:
         session = find_session(store, args.session)
+        # read refuses what fails its hash or chain; verify adds the columns, blobs and head
         events, report = store.read(session), store.verify(session)
     if args.json:
         from plait.cli.summary import session_summary
@@ -241,12 +242,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
         session = find_session(store, args.session)
         events = store.read(session, resolve_blobs=False)
         stats = StatsProjection().fold(events)
+    style = Style.for_args(args, sys.stdout)
     for conversation in stats.conversations.values():
         if args.json:
             fields = msgspec.to_builtins(conversation)
             out(render.json_line({**fields, "mcp_ms_mean": conversation.mcp_ms_mean}))
         else:
-            out(render.stats_row(conversation, Style.for_args(args, sys.stdout)))
+            out(render.stats_row(conversation, style))
     ready: set[str] = set()
     for event in events:  # servers that failed for good, as `plait exec` warned of them
         body = event.body

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from plait.cli.live import history_line
+from plait.cli.live import awaited, history_line
 from plait.cli.plan_view import plan_block, show_plans
 from plait.cli.spinner import Spinner
 from plait.cli.style import PLAIN, Style
@@ -33,7 +33,6 @@ from plait.events.types import (
     Event,
     McpServerFailed,
     McpServerReady,
-    ModelRequested,
     ModelRequestFailed,
     ModelResponded,
     PlanUpdated,
@@ -349,7 +348,7 @@ class ExecPrinter:
             self.last_seq = item.seq
         self.spinner.clear()
         self._print(item)
-        self.waiting(_awaited(item, self._waiting))
+        self.waiting(awaited(item, self._waiting))
 
     def _print(self, item: Event | Transient) -> None:
         if self.json:
@@ -403,20 +402,3 @@ class ExecPrinter:
             return plan_block(body, None if mine else (event.conversation_id or "-")[:8])
         line = history_line(body)
         return None if line is None else f"{where}{line}"
-
-
-def _awaited(item: Event | Transient, before: str | None) -> str | None:
-    """What a person waits for after ``item``, for the spinner to say (``None``: nothing,
-    text is coming)."""
-    if isinstance(item, AgentMessageDelta):
-        return None
-    if not isinstance(item, Event):
-        return before
-    body = item.body
-    if isinstance(body, ModelRequested):
-        return "compacting the history" if body.purpose == "compact" else "waiting for the model"
-    if isinstance(body, ToolCallRequested):
-        return f"running {body.tool}"
-    if isinstance(body, ModelResponded | TaskCompleted | TurnAborted):
-        return None
-    return before

@@ -111,14 +111,6 @@ class Style:
         """``text`` in yellow: what was cut short or refused."""
         return self.paint(text, 33)
 
-    def blue(self, text: str) -> str:
-        """``text`` in blue."""
-        return self.paint(text, 34)
-
-    def magenta(self, text: str) -> str:
-        """``text`` in magenta."""
-        return self.paint(text, 35)
-
     def cyan(self, text: str) -> str:
         """``text`` in cyan: who is speaking, what is running."""
         return self.paint(text, 36)

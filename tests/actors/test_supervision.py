@@ -165,7 +165,6 @@ WRAPPER = textwrap.dedent(
                 raise sqlite.StoreError("disk full")
             return super().append_prepared(stream, prepared, epoch=epoch)
 
-    sqlite.StoreError = __import__("plait.errors").errors.StoreError
     sqlite.SqliteStore = FailingStore  # what plait exec opens
     from plait.cli import main
     sys.exit(main(sys.argv[1:]))

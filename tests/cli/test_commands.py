@@ -5,6 +5,7 @@ wrong (a bad configuration, an unknown session, a locked store) is one line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -250,3 +251,15 @@ def test_every_command_has_help_with_an_example(
         main([command, "--help"])
     assert exited.value.code == 0
     assert "example: plait " + command in capsys.readouterr().out
+
+
+def test_show_and_verify_exit_1_when_a_rows_columns_disagree_with_its_bytes(cli: Cli) -> None:
+    session = cli.record("col")
+    assert cli("show", session).returncode == 0
+    with contextlib.closing(sqlite3.connect(cli.store)) as db, db:  # the bytes stay as written
+        db.execute(
+            "UPDATE events SET type = 'TaskDropped' WHERE stream = ? AND seq = 3", (session,)
+        )
+    shown, verified = cli("show", session), cli("verify", session)
+    assert shown.returncode == 1 and "BROKEN at seq 3: the row's columns say" in shown.stdout
+    assert verified.returncode == 1 and verified.stdout.startswith("tampered: seq 3:")
