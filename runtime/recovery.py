@@ -71,6 +71,7 @@ __all__ = [
     "forced_close",
     "in_flight",
     "open_calls",
+    "running_ended",
     "took_over",
 ]
 
@@ -269,11 +270,17 @@ def forced_close(past: Sequence[Event], timeout: float) -> list[NewEvent]:
     """What ends the task that ``past`` shows running when its session's close gave up on it
     after ``timeout`` seconds (nothing, if none runs): its open calls' answers, then
     ``TurnAborted(interrupted)`` with the cause ``forced_close``."""
+    forced = TurnAborted("interrupted", "forced_close", FORCED.format(timeout=timeout))
+    return running_ended(past, forced)
+
+
+def running_ended(past: Sequence[Event], end: TurnAborted) -> list[NewEvent]:
+    """What ends the task ``past`` shows running, outside its actors (nothing, if none runs):
+    its open calls' answers (for the cause of ``end``), then ``end``."""
     plan = task_queue(past).running
     if plan is None:
         return []
-    forced = TurnAborted("interrupted", "forced_close", FORCED.format(timeout=timeout))
-    bodies = open_calls(past, plan.task_id, "forced_close").ending(forced)
+    bodies = open_calls(past, plan.task_id, end.cause).ending(end)
     return [NewEvent(body, plan.conversation_id, plan.task_id) for body in bodies]
 
 

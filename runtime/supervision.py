@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from plait.errors import PlaitError, SessionFailedError, StoreError
-from plait.events.projections.tasks import task_queue
 from plait.events.types import (
     AgentMessageDelta,
     Event,
@@ -25,7 +24,7 @@ from plait.events.types import (
     Transient,
     TurnAborted,
 )
-from plait.runtime.recovery import open_calls
+from plait.runtime.recovery import running_ended
 
 if TYPE_CHECKING:
     from plait.runtime.handle import SessionHandle
@@ -91,13 +90,9 @@ def failure_end(past: Sequence[Event], error: SessionFailedError) -> list[NewEve
     """What ends the task ``past`` shows running when its session failed (nothing, if none
     runs): its open calls' answers (``unknown`` for a call that may have run), then
     ``TurnAborted(failed, error)`` saying what broke."""
-    plan = task_queue(past).running
-    if plan is None:
-        return []
     cause = " ".join(f"{type(error.cause).__name__}: {error.cause}".split())
     detail = f"the session failed: {error.actor}, handling {error.handling}, raised {cause}"
-    bodies = open_calls(past, plan.task_id, "error").ending(TurnAborted("failed", "error", detail))
-    return [NewEvent(body, plan.conversation_id, plan.task_id) for body in bodies]
+    return running_ended(past, TurnAborted("failed", "error", detail))
 
 
 class Unrecorded:
