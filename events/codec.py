@@ -124,21 +124,21 @@ BLOB_MARK = b"\xa4kind\xa4blob"
 
 
 def decode_rows(
-    rows: Iterable[tuple[int, bytes, bytes]],
-    locate: Callable[[int], tuple[str, int]],
+    rows: Iterable[tuple[int, bytes, bytes, str, int, str, int]],
     resolve: Callable[[Event], Event] | None = None,
     *,
     check: bool = True,
 ) -> list[Event]:
-    """Decode stored rows ``(position, data, hash)``; the hot path of every read.
+    """Decode stored rows ``(position, data, hash, stream, seq, type, v)``; the hot path of
+    every read.
 
-    Each row's bytes are checked against its hash first (``TamperedError``), unless not
-    ``check`` (``plait log --unverified``).
+    Each row's bytes are checked against its hash, and its columns against what its bytes
+    say (``TamperedError``), unless not ``check`` (``plait log --unverified``).
 
     The stored bytes carry everything (stream, seq, type, version), so a row of the current
     version is one typed decode. Anything else takes the careful path of ``decode_event``,
-    which asks ``locate(position)`` where the row sits so its errors can name stream and seq.
-    ``resolve`` is applied to events whose bytes may hold a blob reference.
+    whose errors name the stream and seq the row's columns give. ``resolve`` is applied to
+    events whose bytes may hold a blob reference.
     """
     out: list[Event] = []
     append = out.append
@@ -146,24 +146,41 @@ def decode_rows(
     set_ = _set
     mark = BLOB_MARK
     sha256 = hashlib.sha256
-    for position, data, digest in rows:
+    tags = BODY_TAGS
+    said: tuple[object, ...]  # stream, seq, type and v, as the bytes say them
+    for position, data, digest, stream, seq, type_name, v in rows:
         if check and sha256(data).digest() != digest:
-            stream, seq = locate(position)
             raise TamperedError(stream, seq, "stored bytes do not match their hash (edited)")
         try:
             event: Event | None = decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             event = None
-        if event is None or event.v != event.body.VERSION:
-            stream, seq = locate(position)
-            event = decode_event(data, stream=stream, seq=seq, position=position, hash=digest)
-        else:
+        if event is not None and event.v == event.body.VERSION:
             set_(event, "position", position)
             set_(event, "hash", digest)
+            said = (event.stream, event.seq, tags[type(event.body)], event.v)
+        else:
+            raw = _stored(data, stream, seq)  # as written: an upcaster may change its type
+            said = (raw.get("stream"), raw.get("seq"), raw["body"].get("type"), raw["v"])
+            event = decode_event(raw, stream=stream, seq=seq, position=position, hash=digest)
+        if check and said != (stream, seq, type_name, v):
+            reason = _disagree((stream, seq, type_name, v), said)
+            raise TamperedError(event.stream, event.seq, reason)
         if resolve is not None and event.body.BLOB_FIELDS and mark in data:
             event = resolve(event)
         append(event)
     return out
+
+
+def _disagree(columns: tuple[object, ...], said: tuple[object, ...]) -> str:
+    """Which of a row's columns do not say what its bytes say."""
+    names = ("stream", "seq", "type", "v")
+    found = [
+        f"{name} column says {column!r}, its bytes {byte!r}"
+        for name, column, byte in zip(names, columns, said, strict=True)
+        if column != byte
+    ]
+    return f"the row's {'; '.join(found)} (edited)"
 
 
 def decode_joined(
@@ -199,7 +216,7 @@ def decode_joined(
 
 
 def decode_event(
-    data: bytes,
+    data: bytes | dict[str, Any],
     *,
     stream: str,
     seq: int,
@@ -207,14 +224,13 @@ def decode_event(
     hash: bytes = b"",
     upcasters: Upcasters = UPCASTERS,
 ) -> Event:
-    """Decode one event's stored bytes, lifting old versions; errors name ``stream`` and ``seq``
-    (where the event is supposed to be), and so does a row that holds some other event."""
+    """Decode one event's stored bytes (or what ``msgpack`` made of them), lifting old
+    versions; errors name ``stream`` and ``seq`` (where the event is supposed to be), and so
+    does a row that holds some other event."""
+    raw = _stored(data, stream, seq) if isinstance(data, bytes) else data
+    body, version = upcasters.upcast(raw["body"], raw["v"], stream, seq)
     try:
-        raw = msgspec.msgpack.decode(data)
-    except msgspec.DecodeError as exc:
-        raise CorruptEventError(stream, seq, f"cannot decode the stored event: {exc}") from exc
-    try:
-        event = _lift(raw, stream, seq, upcasters)
+        event = msgspec.convert({**raw, "body": body, "v": version}, Event)
     except msgspec.ValidationError as exc:
         raise CorruptEventError(stream, seq, f"stored event does not fit its type: {exc}") from exc
     if event.stream != stream or event.seq != seq:
@@ -226,14 +242,17 @@ def decode_event(
     return event
 
 
-def _lift(raw: Any, stream: str, seq: int | None, upcasters: Upcasters) -> Event:
+def _stored(data: bytes, stream: str, seq: int) -> dict[str, Any]:
+    """The stored bytes as plain msgpack, which must be an event record (with a version)."""
+    try:
+        raw = msgspec.msgpack.decode(data)
+    except msgspec.DecodeError as exc:
+        raise CorruptEventError(stream, seq, f"cannot decode the stored event: {exc}") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("body"), dict):
         raise CorruptEventError(stream, seq, "stored event is not an event record")
-    version = raw.get("v")
-    if not isinstance(version, int):
+    if not isinstance(raw.get("v"), int):
         raise CorruptEventError(stream, seq, "stored event has no body version `v`")
-    body, version = upcasters.upcast(raw["body"], version, stream, seq)
-    return msgspec.convert({**raw, "body": body, "v": version}, Event)
+    return raw
 
 
 def to_jsonl(events: Iterable[Event]) -> Iterator[bytes]:

@@ -36,7 +36,6 @@ from plait.events.values import BlobRef, Redacted
 __all__ = [
     "REDACTED",
     "Clock",
-    "Envelope",
     "EventStore",
     "PreparedAppend",
     "RedactedMarker",
@@ -67,15 +66,12 @@ REDACTED: Final = RedactedMarker()
 """What ``_blob`` returns for a blob that was deliberately deleted (a tombstone remains)."""
 
 
-Row = tuple[int, bytes, bytes]
-"""A stored event as reads fetch it: ``(position, data, hash)``; the bytes say the rest.
+Row = tuple[int, bytes, bytes, str, int, str, int]
+"""A stored event as reads fetch it: ``(position, data, hash, stream, seq, type, v)``. The
+bytes say everything; the columns, which find rows, are checked against them.
 
 A plain tuple, straight from the database driver: a rebuild reads millions of them.
 """
-
-Envelope = tuple[int, bytes, bytes, tuple[int, str, int]]
-"""A stored event with its columns, as ``verify`` reads it: ``(position, data, hash, (seq,
-type, v))``."""
 
 
 class StreamInfo(msgspec.Struct, frozen=True):
@@ -245,11 +241,12 @@ class EventStore(Ownership, ABC):
         check: bool = True,
     ) -> list[Event]:
         """Return the events of ``stream`` with ``after < seq <= upto``, at most ``limit``,
-        each checked against its hash and its link to the one before (``TamperedError``),
-        unless not ``check``: what is there, unvouched for (``plait log --unverified``)."""
+        each checked against its hash, its columns and its link to the one before, and the
+        stream's head against its event (``TamperedError``), unless not ``check``: what is
+        there, unvouched for (``plait log --unverified``)."""
         # The head first: a stream only grows, so every event up to it must be in the rows
         # read next, whatever is appended meanwhile.
-        head = self.last_seq(stream)
+        head, head_hash = self._head(stream)
         rows = self._rows(stream, after, upto, limit)
         events = self._decode_all(rows, resolve_blobs, check)
         expected = after + 1
@@ -261,15 +258,17 @@ class EventStore(Ownership, ABC):
                     reason = f"row holds the event of {found}"
                 raise CorruptEventError(stream, expected, reason)
             expected += 1
-        if limit is None or len(rows) < limit:
+        end = head if upto is None else min(upto, head)
+        if (limit is None or len(rows) < limit) and expected <= end:
             # A short read must be the true end of the window, not a lost tail.
-            if upto is not None:
-                head = min(upto, head)
-            if expected <= head:
-                raise CorruptEventError(stream, expected, "event missing (the stream is longer)")
+            raise CorruptEventError(stream, expected, "event missing (the stream is longer)")
         if check and events:
             before = self._rows(stream, after - 1, after, 1) if after else []
             link(stream, events, before[0][2] if before else GENESIS_HASH)
+            last = head - after - 1  # the stream's head event, if this window holds it
+            if 0 <= last < len(events) and events[last].hash != head_hash:
+                why = "the stream head's hash does not match its last event"
+                raise TamperedError(stream, head, why)
         return events
 
     def read_all(
@@ -278,7 +277,7 @@ class EventStore(Ownership, ABC):
         """Return events of every stream after ``after_position``, in global order (each
         checked against its hash, and its link to the one before it in the same read)."""
         events = self._decode_all(self._all_rows(after_position, limit), resolve_blobs)
-        Links().check(events)
+        Links(after_position).check(events)
         return events
 
     def iter_all(
@@ -293,7 +292,7 @@ class EventStore(Ownership, ABC):
     ) -> Iterator[list[Event]]:
         """Iterate over every stored event in global order as lists of up to ``batch``
         (the fastest way to rebuild a projection: ``projection.fold(events, state)`` each)."""
-        links = Links()
+        links = Links(after_position)
         while True:
             rows = self._all_rows(after_position, batch)
             events = self._decode_all(rows, resolve_blobs)
@@ -306,7 +305,7 @@ class EventStore(Ownership, ABC):
 
     def _decode_all(self, rows: list[Row], resolve_blobs: bool, check: bool = True) -> list[Event]:
         resolver = self._resolve if resolve_blobs else None
-        return decode_rows(rows, self._locate, resolver, check=check)
+        return decode_rows(rows, resolver, check=check)
 
     def _resolve(self, event: Event) -> Event:
         body = resolve(event.body, lambda ref: self._blob_text(ref, event))
@@ -385,19 +384,12 @@ class EventStore(Ownership, ABC):
 
     @abstractmethod
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
-        """Return a stream's rows with ``after < seq <= upto`` in seq order."""
-
-    @abstractmethod
-    def _envelopes(self, stream: str) -> list[Envelope]:
-        """Every row of ``stream`` in seq order, with its columns ``(seq, type, v)``."""
+        """Return a stream's rows with ``after < seq <= upto`` in seq order, their columns as
+        the rows hold them (not as an index repeats them)."""
 
     @abstractmethod
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         """Return rows of all streams after ``after_position`` in position order."""
-
-    @abstractmethod
-    def _locate(self, position: int) -> tuple[str, int]:
-        """Return the ``(stream, seq)`` columns of the row at ``position``."""
 
     @abstractmethod
     def _streams(self) -> list[tuple[str, int]]:

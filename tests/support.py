@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from plait.events.store import EventStore
-from plait.events.stores.memory import MemoryStore, Stored
+from plait.events.store import EventStore, Row
+from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.types import Event
 
@@ -59,6 +59,17 @@ class Tamper:
             (type_name, version, stream, seq),
         )
 
+    def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
+        """Change one column of a row, its bytes and hash left as they are."""
+        sql = f"UPDATE events SET {column} = ? WHERE stream = ? AND seq = ?"
+        self._execute(self._sql(sql), (value, stream, seq))
+
+    def set_head_hash(self, stream: str, digest: bytes) -> None:
+        """Change the hash the stream's head row says its last event has."""
+        self._execute(
+            self._sql("UPDATE streams SET last_hash = ? WHERE stream = ?"), (digest, stream)
+        )
+
     def delete(self, stream: str, seq: int) -> None:
         self._execute(self._sql("DELETE FROM events WHERE stream = ? AND seq = ?"), (stream, seq))
 
@@ -76,16 +87,14 @@ class MemoryTamper(Tamper):
         self._store = store
 
     def _index(self, stream: str, seq: int) -> int:
-        return [row[2] for row in self._store._by_stream[stream]].index(seq)
+        return [row[4] for row in self._store._by_stream[stream]].index(seq)
 
-    def _replace(self, stream: str, seq: int, **changes: Any) -> None:
+    def _replace(self, stream: str, seq: int, /, **changes: Any) -> None:
         rows = self._store._by_stream[stream]
         at = self._index(stream, seq)
         old = rows[at]
-        fields = ["position", "stream", "seq", "type", "v", "data", "hash"]
-        new: Stored = tuple(
-            changes.get(name, value) for name, value in zip(fields, old, strict=True)
-        )  # type: ignore[assignment]
+        fields = ["position", "data", "hash", "stream", "seq", "type", "v"]
+        new: Row = tuple(changes.get(name, value) for name, value in zip(fields, old, strict=True))  # type: ignore[assignment]
         rows[at] = new
         self._store._all[self._store._all.index(old)] = new
 
@@ -95,8 +104,14 @@ class MemoryTamper(Tamper):
     def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
         self._replace(stream, seq, type=type_name, v=version)
 
+    def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
+        self._replace(stream, seq, **{column: value})
+
+    def set_head_hash(self, stream: str, digest: bytes) -> None:
+        self._store._heads[stream] = (self._store._heads[stream][0], digest)
+
     def delete(self, stream: str, seq: int) -> None:
-        row: Stored = self._store._by_stream[stream].pop(self._index(stream, seq))
+        row: Row = self._store._by_stream[stream].pop(self._index(stream, seq))
         self._store._all.remove(row)
 
     def set_blob(self, sha256: str, data: bytes) -> None:

@@ -14,7 +14,6 @@ from plait.events.ownership import Held, Lease, taken
 from plait.events.store import (
     REDACTED,
     Clock,
-    Envelope,
     EventStore,
     PreparedAppend,
     RedactedMarker,
@@ -25,9 +24,6 @@ from plait.events.types import Event
 
 __all__ = ["MemoryStore"]
 
-Stored = tuple[int, str, int, str, int, bytes, bytes]
-"""A row as the SQL backends keep it: ``(position, stream, seq, type, v, data, hash)``."""
-
 
 class MemoryStore(EventStore):
     """Keeps the same encoded rows a durable store would, so it behaves the same; not durable."""
@@ -37,8 +33,8 @@ class MemoryStore(EventStore):
     ) -> None:
         super().__init__(blob_threshold=blob_threshold, clock=clock)
         self._lock = threading.Lock()
-        self._all: list[Stored] = []
-        self._by_stream: dict[str, list[Stored]] = {}
+        self._all: list[Row] = []
+        self._by_stream: dict[str, list[Row]] = {}
         self._blobs: dict[str, bytes | RedactedMarker] = {}
         self._heads: dict[str, tuple[int, bytes]] = {}
         self._held: dict[str, Held] = {}  # expires by time.monotonic
@@ -61,7 +57,7 @@ class MemoryStore(EventStore):
             first = self._all[-1][0] + 1 if self._all else 1
             rows = self._by_stream.setdefault(stream, [])
             for position, (seq, type_name, v, data, digest) in enumerate(prepared.rows, first):
-                row: Stored = (position, stream, seq, type_name, v, data, digest)
+                row: Row = (position, data, digest, stream, seq, type_name, v)
                 self._all.append(row)
                 rows.append(row)
             for sha, data in prepared.blobs.items():
@@ -84,24 +80,13 @@ class MemoryStore(EventStore):
             end = len(rows) if upto is None else bisect.bisect_right(rows, upto, key=_seq)
             if limit is not None:
                 end = min(end, start + limit)
-            return [(row[0], row[5], row[6]) for row in rows[start:end]]
-
-    def _envelopes(self, stream: str) -> list[Envelope]:
-        with self._lock:
-            rows = self._by_stream.get(stream, [])
-            return [(row[0], row[5], row[6], (row[2], row[3], row[4])) for row in rows]
+            return rows[start:end]
 
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         with self._lock:
             start = bisect.bisect_right(self._all, after_position, key=_position)
             end = len(self._all) if limit is None else start + limit
-            return [(row[0], row[5], row[6]) for row in self._all[start:end]]
-
-    def _locate(self, position: int) -> tuple[str, int]:
-        with self._lock:
-            at = bisect.bisect_left(self._all, position, key=_position)
-            found = self._all[at] if at < len(self._all) else None
-            return (found[1], found[2]) if found and found[0] == position else ("?", 0)
+            return self._all[start:end]
 
     def _streams(self) -> list[tuple[str, int]]:
         with self._lock:
@@ -168,9 +153,9 @@ def _only(leases: dict[str, Held], stream: str) -> list[tuple[str, Held]]:
     return [(stream, leases[stream])] if stream in leases else []
 
 
-def _seq(row: Stored) -> int:
-    return row[2]
+def _seq(row: Row) -> int:
+    return row[4]
 
 
-def _position(row: Stored) -> int:
+def _position(row: Row) -> int:
     return row[0]

@@ -45,7 +45,6 @@ from plait.events.ownership import Lease
 from plait.events.store import (
     REDACTED,
     Clock,
-    Envelope,
     EventStore,
     PreparedAppend,
     RedactedMarker,
@@ -268,18 +267,8 @@ class PostgresStore(EventStore):
         rows = self._query("rows", (stream, after, 2**62 if upto is None else upto, limit))
         return [_row(row) for row in rows]
 
-    def _envelopes(self, stream: str) -> list[Envelope]:
-        return [
-            (*_row(row[:3]), (int(row[3]), str(row[4]), int(row[5])))
-            for row in self._query("envelopes", (stream,))
-        ]
-
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         return [_row(row) for row in self._query("all", (after_position, limit))]
-
-    def _locate(self, position: int) -> tuple[str, int]:
-        rows = self._query("locate", (position,))
-        return (str(rows[0][0]), int(rows[0][1])) if rows else ("?", 0)
 
     def _streams(self) -> list[tuple[str, int]]:
         return [(str(stream), int(last)) for stream, last in self._query("streams")]
@@ -361,8 +350,8 @@ def _lease(row: tuple[Any, ...]) -> Lease:
 
 
 def _row(row: tuple[Any, ...]) -> Row:
-    position, data, digest = row
-    return (int(position), bytes(data), bytes(digest))
+    position, data, digest, stream, seq, type_name, v = row
+    return (int(position), bytes(data), bytes(digest), stream, int(seq), type_name, int(v))
 
 
 class _NotifyWaiter(Waiter):

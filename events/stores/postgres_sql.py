@@ -134,13 +134,10 @@ QUERIES = {
     "commands": "SELECT id, stream, data FROM {s}.inbox "
     "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY id",
     "drop_commands": "DELETE FROM {s}.inbox WHERE id = ANY(%s)",
-    "rows": "SELECT position, data, hash FROM {s}.events "
+    "rows": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
     "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",
-    "envelopes": "SELECT position, data, hash, seq, type, v FROM {s}.events "
-    "WHERE stream = %s ORDER BY seq",
-    "all": "SELECT position, data, hash FROM {s}.events "
+    "all": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
     "WHERE position > %s ORDER BY position LIMIT %s",
-    "locate": "SELECT stream, seq FROM {s}.events WHERE position = %s",
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",

@@ -26,7 +26,6 @@ from plait.events.ownership import Lease, taken
 from plait.events.store import (
     REDACTED,
     Clock,
-    Envelope,
     EventStore,
     PreparedAppend,
     RedactedMarker,
@@ -237,26 +236,21 @@ class SqliteStore(EventStore):
         return int(seq), bytes(digest)
 
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
+        # The index finds the rows; their columns are read from the rows themselves (SQLite
+        # would read an indexed column from the index), so a read checks what the rows hold.
         rows = self._query(
-            "SELECT position, data, hash FROM events WHERE stream = ? AND seq > ? AND seq <= ? "
-            "ORDER BY seq LIMIT ?",
+            "SELECT t.position, t.data, t.hash, t.stream, t.seq, t.type, t.v "
+            "FROM events AS i CROSS JOIN events AS t "
+            "ON t.position = i.position WHERE i.stream = ? AND i.seq > ? AND i.seq <= ? "
+            "ORDER BY i.seq LIMIT ?",
             (stream, after, upto if upto is not None else 2**62, -1 if limit is None else limit),
         )
         return rows
 
-    def _envelopes(self, stream: str) -> list[Envelope]:
-        # NOT INDEXED: the columns as the table rows hold them, not as the index repeats them
-        # (verify walks the rows; an index that disagrees is integrity_check's to find).
-        rows = self._query(
-            "SELECT position, data, hash, seq, type, v FROM events NOT INDEXED "
-            "WHERE stream = ? ORDER BY seq",
-            (stream,),
-        )
-        return [(p, d, h, (seq, type_, v)) for p, d, h, seq, type_, v in rows]
-
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         rows = self._query(
-            "SELECT position, data, hash FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            "SELECT position, data, hash, stream, seq, type, v FROM events "
+            "WHERE position > ? ORDER BY position LIMIT ?",
             (after_position, -1 if limit is None else limit),
         )
         return rows
@@ -266,7 +260,7 @@ class SqliteStore(EventStore):
     ) -> Iterator[list[Event]]:
         # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``),
         # each event checked against its hash there, and against the one before it here.
-        links = Links()
+        links = Links(after_position)
         for events in batches(
             self._chunk,
             lambda after, limit: self.read_all(after, limit=limit, resolve_blobs=resolve_blobs),
@@ -279,10 +273,6 @@ class SqliteStore(EventStore):
 
     def _chunk(self, after_position: int, limit: int) -> Chunk:
         return cast(Chunk, self._query(CHUNK_SQL, (after_position, limit))[0])
-
-    def _locate(self, position: int) -> tuple[str, int]:
-        rows = self._query("SELECT stream, seq FROM events WHERE position = ?", (position,))
-        return (str(rows[0][0]), int(rows[0][1])) if rows else ("?", 0)
 
     def _streams(self) -> list[tuple[str, int]]:
         rows = self._query("SELECT stream, last_seq FROM streams ORDER BY created", ())

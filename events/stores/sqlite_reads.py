@@ -3,15 +3,17 @@
 Read one row per event, and each costs a tuple, two bytes objects and an int to make, and a
 decode call of its own. Instead one statement returns a chunk of events as one row: their
 positions and sizes, their stored bytes end to end (``group_concat`` over the rows in position
-order), their hashes end to end, whether any may hold a blob reference and how many are of an
-old version. A batch of them decodes as one msgpack array (``decode_joined``) just before the
-caller folds it.
+order), their hashes end to end, whether any may hold a blob reference, how many are of an
+old version, and their columns. A batch of them decodes as one msgpack array
+(``decode_joined``, which checks each event's bytes against its hash) just before the caller
+folds it, once its columns are seen to say what its events say (``columns_agree``).
 
 SQLite computes that row with the GIL released, so a thread of its own reads the next chunk
 while the caller decodes and folds this one: the reading runs on the other core. A chunk that
-holds an old version, or whose rows did not come in position order (the positions say), is read
+holds an old version, or whose positions do not follow each other from where it starts, is read
 the careful way, row by row through ``decode_rows``, which lifts old versions; so is a batch
-whose bytes do not decode as current ``Event``s, and ``decode_rows`` names what is wrong there.
+whose bytes do not decode as current ``Event``s or disagree with their columns, and the careful
+path names what is wrong there.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from itertools import accumulate
 
 import msgspec
 
+from plait.events.checks import Columns, columns_agree
 from plait.events.codec import BLOB_MARK, CURRENT_VERSIONS, decode_joined
 from plait.events.types import Event
 
@@ -36,21 +39,36 @@ CHUNK_SQL = (
     "SELECT count(*), max(position), '[' || group_concat(position) || ']', "
     "'[' || group_concat(length(data)) || ']', "
     "CAST(group_concat(data, X'') AS BLOB), CAST(group_concat(hash, X'') AS BLOB), "
-    f"max(instr(data, X'{BLOB_MARK.hex()}')), sum(v != CASE type {_OLD} ELSE 1 END) "
-    "FROM (SELECT position, data, hash, type, v FROM events "
+    f"max(instr(data, X'{BLOB_MARK.hex()}')), sum(v != CASE type {_OLD} ELSE 1 END), "
+    "json_group_array(CAST(stream AS TEXT)), '[' || group_concat(CAST(seq AS INTEGER)) || ']', "
+    "json_group_array(CAST(type AS TEXT)), '[' || group_concat(CAST(v AS INTEGER)) || ']' "
+    "FROM (SELECT position, data, hash, stream, seq, type, v FROM events "
     "WHERE position > ? ORDER BY position LIMIT ?)"
 )
 """A chunk of events after a position: how many, the last position, their positions and
 sizes (JSON arrays, in the order of the bytes), their stored bytes, their hashes, (above 0)
-whether any of them may hold a blob reference, and how many are not of their type's current
-version (by the ``type`` and ``v`` columns, written from the same event as its bytes)."""
+whether any of them may hold a blob reference, how many are not of their type's current
+version (by the ``type`` and ``v`` columns), and their ``stream``, ``seq``, ``type`` and
+``v`` columns (JSON arrays), to be checked against what their bytes say."""
 
 Chunk = tuple[
-    int, int | None, str | None, str | None, bytes | None, bytes | None, int | None, int | None
+    int,
+    int | None,
+    str | None,
+    str | None,
+    bytes | None,
+    bytes | None,
+    int | None,
+    int | None,
+    str,
+    str | None,
+    str,
+    str | None,
 ]
 """What ``CHUNK_SQL`` returns: a count of 0 and ``None``s after the last event."""
 
 _ints = msgspec.json.Decoder(list[int]).decode
+_columns = msgspec.json.Decoder(tuple[list[str], list[int], list[str], list[int]]).decode
 
 _CHUNK = 16_384
 """Events per chunk read ahead: enough that the reader seldom waits for the GIL."""
@@ -85,12 +103,14 @@ def batches(
             chunk = next(chunks, None)
             if chunk is None:
                 return
-            count, _, listed, sizes, data, hashes, blobs, old = chunk
+            count, _, listed, sizes, data, hashes, blobs, old, *columns = chunk
             if not count or listed is None or sizes is None or data is None or hashes is None:
                 return
             positions = _ints(listed)
-            if old or positions[0] <= after or positions != sorted(positions):
-                rows = read_rows(after, len(positions))
+            said = _said(columns)
+            dense = positions == list(range(after + 1, after + 1 + len(positions)))
+            if old or said is None or not dense:
+                rows = read_rows(after, len(positions))  # it names what is wrong, if anything
                 yield from (rows[i : i + batch] for i in range(0, len(rows), batch))
             else:
                 ends = [0, *accumulate(_ints(sizes))]
@@ -104,7 +124,7 @@ def batches(
                         hashes[32 * i : 32 * j],
                         [end - start for end in ends[i : j + 1]],
                     )
-                    if found is None:
+                    if found is None or not columns_agree(found, _sliced(said, i, j)):
                         yield read_rows(positions[i - 1] if i else after, j - i)
                     elif resolve is not None and blobs:
                         yield [resolve(e) if e.body.BLOB_FIELDS else e for e in found]
@@ -115,6 +135,20 @@ def batches(
             after = positions[-1]
     finally:
         chunks.close()
+
+
+def _said(columns: list[str | None]) -> Columns | None:
+    """A chunk's JSON arrays of columns, or ``None`` if one does not hold what it should (a
+    column of another type than it is declared: the careful path says where)."""
+    try:
+        return _columns(b"[" + ",".join(c or "null" for c in columns).encode() + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _sliced(columns: Columns, i: int, j: int) -> Columns:
+    streams, seqs, types, versions = columns
+    return streams[i:j], seqs[i:j], types[i:j], versions[i:j]
 
 
 def _chunks(

@@ -1,7 +1,8 @@
 """A hostile user and a failing disk against the command line: flipped bytes, bad input.
 
 One byte of a recorded session's SQLite file is changed in an event's data (a letter of a prompt,
-the head of a record) or its hash, and every reader runs on the changed copy: each must
+the head of a record), its hash or the columns that find it (stream, seq, type), and every
+reader runs on the changed copy: each must
 exit 1 with one line, never print what the log cannot vouch for and never a traceback
 (docs/event-log.md). Undecodable prompts end within the command's timeout with one line or a
 completed task, never a traceback or a hang. ``bench/flips.py`` flips bytes all over the file.
@@ -137,7 +138,7 @@ def test_every_reader_reads_the_unchanged_file(
 
 
 @pytest.mark.parametrize("reader", READERS)
-@pytest.mark.parametrize("where", ["data text", "data head", "hash"])
+@pytest.mark.parametrize("where", ["data text", "data head", "hash", "stream", "seq", "type"])
 def test_a_flipped_byte_is_one_line_from_every_reader(
     recorded: Recorded, where: str, reader: str, tmp_path: Path
 ) -> None:

@@ -253,13 +253,20 @@ def test_every_command_has_help_with_an_example(
     assert "example: plait " + command in capsys.readouterr().out
 
 
-def test_show_and_verify_exit_1_when_a_rows_columns_disagree_with_its_bytes(cli: Cli) -> None:
+def test_every_reader_exits_1_when_a_rows_columns_disagree_with_its_bytes(cli: Cli) -> None:
     session = cli.record("col")
     assert cli("show", session).returncode == 0
     with contextlib.closing(sqlite3.connect(cli.store)) as db, db:  # the bytes stay as written
         db.execute(
             "UPDATE events SET type = 'TaskDropped' WHERE stream = ? AND seq = 3", (session,)
         )
-    shown, verified = cli("show", session), cli("verify", session)
-    assert shown.returncode == 1 and "BROKEN at seq 3: the row's columns say" in shown.stdout
-    assert verified.returncode == 1 and verified.stdout.startswith("tampered: seq 3:")
+    said = "seq 3: the row's type column says 'TaskDropped', its bytes 'TaskEnqueued' (edited)"
+    for reader in ("show", "log", "history", "audit", "replay"):
+        done = cli(reader, session)
+        assert (done.returncode, done.stdout, done.stderr) == (
+            1,
+            "",
+            f"plait: stream {session} {said}\n",
+        ), reader
+    verified = cli("verify", session)
+    assert verified.returncode == 1 and verified.stdout.startswith(f"tampered: {said}")

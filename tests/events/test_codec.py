@@ -27,8 +27,9 @@ from plait.events.codec import CURRENT_VERSIONS
 
 def _decode(data: bytes, like: Event) -> Event:
     """Decode by both paths: the fast one every read takes, and the careful one."""
-    rows = [(like.position, data, like.hash)]  # any hash: decoding, not checking, is tested
-    (fast,) = decode_rows(rows, lambda _: (like.stream, like.seq), check=False)
+    # Any hash and columns: decoding, not checking, is tested.
+    rows = [(like.position, data, like.hash, like.stream, like.seq, "?", like.v)]
+    (fast,) = decode_rows(rows, check=False)
     careful = decode_event(
         data, stream=like.stream, seq=like.seq, position=like.position, hash=like.hash
     )

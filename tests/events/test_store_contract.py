@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import msgspec
@@ -313,7 +314,60 @@ def test_verify_checks_the_columns_against_the_bytes(stores: StoreFactory) -> No
     stores.tamper.set_type("s1", 2, "TaskCompleted", 1)
     report = store.verify("s1")
     assert (report.ok, report.first_bad_seq) == (False, 2)
-    assert "columns say (2, 'TaskCompleted', 1), its bytes (2, 'TaskStarted', 1)" in report.reason
+    expected = "the row's type column says 'TaskCompleted', its bytes 'TaskStarted' (edited)"
+    assert report.reason == expected
+
+
+@pytest.mark.parametrize(
+    ("column", "said"),
+    [
+        ("stream", "stream column says 's9', its bytes 's1'"),
+        ("seq", "seq column says 9, its bytes 2"),
+        ("type", "type column says 'TaskCompleted', its bytes 'TaskStarted'"),
+        ("v", "v column says 2, its bytes 1"),
+    ],
+)
+def test_every_read_checks_the_columns_against_the_bytes(
+    stores: StoreFactory, column: str, said: str
+) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=1), TaskStarted(), TaskStarted()], 0)
+    store.append("s2", [TurnStarted(turn=1)], 0)
+    value = {"stream": "s9", "seq": 9, "type": "TaskCompleted", "v": 2}[column]
+    stores.tamper.set_column("s1", 2, column, value)
+    reads: list[Callable[[], object]] = [
+        store.read_all,
+        lambda: list(store.batches(batch=2)),
+        lambda: list(store.iter_all()),
+    ]
+    if column not in ("stream", "seq"):  # those columns are where ``read`` finds the row
+        reads.append(lambda: store.read("s1"))
+    for read in reads:
+        with pytest.raises(TamperedError, match=f"stream s1 seq 2: the row's {said} [(]edited"):
+            read()
+    assert store.read("s2")[0].body == TurnStarted(turn=1)  # other streams read as ever
+
+
+def test_a_read_across_streams_finds_a_moved_position(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
+    store.append("s2", [TurnStarted(turn=1)], 0)
+    stores.tamper.set_column("s2", 1, "position", 9)  # the last row: the order is kept
+    moved = r"stream s2 seq 1: at position 9, where 3 was next"
+    for read in (store.read_all, lambda: list(store.batches(batch=2))):
+        with pytest.raises(TamperedError, match=moved):
+            read()
+
+
+def test_a_read_to_the_head_checks_the_heads_hash(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=i) for i in range(1, 4)], 0)
+    stores.tamper.set_head_hash("s1", bytes(32))
+    assert len(store.read("s1", upto=2)) == 2  # a window short of the head
+    for read in (lambda: store.read("s1"), lambda: store.read("s1", after=2)):
+        with pytest.raises(TamperedError, match="stream s1 seq 3: the stream head's hash"):
+            read()
+    assert "the stream head's hash does not match" in store.verify("s1").reason
 
 
 def test_verify_and_read_catch_a_deleted_event(stores: StoreFactory) -> None:
