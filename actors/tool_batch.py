@@ -61,10 +61,12 @@ def run(conv: Conversation, calls: list[ToolCall], reply: list[Body]) -> None:
     """Record the reply with its calls (one transaction, one fsync), then run them."""
     assert conv.run is not None
     offered = {tool.name: tool for tool in conv.run.tool_view.tools}
-    plan = conv.context.tool_prefs.include_plan_tool
-    # A name the model made up, or of a tool outside this conversation's view (the plan tool
-    # where its switch is off), is None.
-    names = [_name(c.name, offered, plan) for c in calls]
+    prefs = conv.context.tool_prefs
+    # A name the model made up, or of a tool outside this conversation's view (a built-in
+    # whose switch is off), is None.
+    names = [
+        _name(c.name, offered, prefs.include_plan_tool, prefs.conversation_tools) for c in calls
+    ]
     read_only = [
         name in builtins.READ_ONLY or (name in offered and offered[name].read_only)
         for name in names
@@ -185,12 +187,12 @@ def on_decision(conv: Conversation, finished: ApprovalFinished) -> None:
     _advance(conv)
 
 
-def _name(name: str, offered: dict[str, Any], plan: bool) -> str | None:
+def _name(name: str, offered: dict[str, Any], plan: bool, conversations: bool) -> str | None:
     """The canonical name of a call's tool, ``None`` if there is no such tool here."""
     builtin = builtins.canonical_name(name)
-    if builtin == builtins.PLAN_TOOL:
-        return builtin if plan else None
-    return builtin or (name if name in offered else None)
+    if builtin is None:
+        return name if name in offered else None
+    return builtin if (plan if builtin == builtins.PLAN_TOOL else conversations) else None
 
 
 def _update_plan(conv: Conversation, call_id: str, arguments: str, ahead: bool) -> ToolResult:

@@ -8,14 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import assert_histories_valid, call, kinds, runtime_for
+from scripted import assert_histories_valid, call, kinds, replayed, runtime_for
 
 from plait.events import (
     AgentMessageDelta,
+    ConversationOpened,
     Event,
     SessionClosed,
     TaskDropped,
     ToolCallCompleted,
+    ToolPrefs,
     TurnAborted,
 )
 from plait.replay import replay
@@ -143,6 +145,30 @@ def test_a_user_interrupt_drops_the_chain_and_keeps_histories_valid(
     server.push(Step(text="fresh start"))
     assert session.run("again", timeout=30).last_assistant_message == "fresh start"
     assert [m["role"] for m in server.requests[-1].messages[-3:]] == ["assistant", "tool", "user"]
+
+
+def test_with_the_switch_off_the_conversation_tools_are_neither_offered_nor_run(
+    server: ScriptedModelServer, runtime: Runtime, tmp_path: Path
+) -> None:
+    server.push(
+        Step(tool_calls=[call("conv_create", user_instruction="Help."), call("conv_list")]),
+        Step(text="On my own, then."),
+    )
+    session = runtime.start_session(tool_prefs=ToolPrefs(conversation_tools=False))
+    assert session.run("go", timeout=30).last_assistant_message == "On my own, then."
+    events = runtime.store.read(session.session_id)
+    offered = [
+        tool["function"]["name"] for r in server.requests for tool in r.body.get("tools", ())
+    ]
+    assert not any(name.startswith("conv_") for name in offered)
+    answers = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
+    assert [(a.outcome, a.output) for a in answers] == [
+        ("refused", f"unknown tool {name!r}: it is not offered here")
+        for name in ("conv_create", "conv_list")
+    ]
+    assert sum(isinstance(e.body, ConversationOpened) for e in events) == 1  # the root's
+    runtime.close()
+    replayed(tmp_path, session.session_id)
 
 
 def test_destroy_rules(server: ScriptedModelServer, runtime: Runtime) -> None:
