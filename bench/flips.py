@@ -13,7 +13,7 @@ a region at a time, and each flipped file goes through every reader of the comma
 ``plait log``, ``history``, ``audit``, ``replay``, ``verify``, ``show`` and ``exec --session``
 (a resumed task). Each outcome is one of:
 
-- **detected**: exit 1, one line naming the damage (tampered, corrupt, hash, chain...);
+- **detected**: exit 1, one line naming the damage (tampered, corrupt, edited, missing...);
 - **clean error**: exit 1, one line, another cause;
 - **noisy error**: exit non-zero with more lines on stderr than the reader prints unflipped
   plus one;
@@ -65,7 +65,9 @@ READERS: dict[str, list[str]] = {
 
 OUTCOMES = ["detected", "clean error", "noisy error", "silent", "unaffected", "traceback", "hang"]
 BAD = ("silent", "traceback", "hang")
-NAMES_DAMAGE = re.compile(r"tamper|corrupt|hash|chain|integrity|malformed|damaged|not a database")
+NAMES_DAMAGE = re.compile(
+    r"tamper|corrupt|hash|chain|integrity|malformed|damaged|not a database|edited|missing"
+)
 """Words of a line that names the damage rather than some other cause."""
 
 CREATE = ScriptedToolCall("conv_create", '{"user_instruction": "Count the changes."}')

@@ -125,6 +125,8 @@ class SqliteStore(EventStore):
         text = str(exc)
         if "not a database" in text or "malformed" in text:
             return StoreUnavailableError(f"{self.path}: not a readable plait store ({text})")
+        if "Could not decode to UTF-8" in text:  # a text column's bytes were changed
+            return StoreError(f"{self.path}: damaged: a row's text is not UTF-8 ({text})")
         return StoreError(f"{self.path}: {text}")
 
     def _migrate(self) -> None:
@@ -279,10 +281,19 @@ class SqliteStore(EventStore):
         return [(str(stream), int(last)) for stream, last in rows]
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
-        rows = self._query("SELECT data FROM blobs WHERE sha256 = ?", (sha256,))
+        # The key and size as the row holds them, not as the key's index repeats it.
+        rows = self._query(
+            "SELECT t.sha256, t.size, t.data FROM blobs AS i CROSS JOIN blobs AS t "
+            "ON t.rowid = i.rowid WHERE i.sha256 = ?",
+            (sha256,),
+        )
         if not rows:
             return None
-        data = rows[0][0]
+        key, size, data = rows[0]
+        if key != sha256 or (data is not None and size != len(data)):
+            raise StoreError(
+                f"{self.path}: damaged: {_blob_row(sha256)} does not say what it holds"
+            )
         return REDACTED if data is None else bytes(data)
 
     def _redact(self, sha256: str) -> bool:
@@ -301,7 +312,7 @@ class SqliteStore(EventStore):
                 if data is not None and (
                     hashlib.sha256(data).hexdigest() != sha256 or size != len(data)
                 ):
-                    return f"{self.path}: blob row sha256:{sha256} does not hold what it says"
+                    return f"{self.path}: {_blob_row(sha256)} does not hold what it says"
             return None
         more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
         return f"{self.path}: SQLite finds the file damaged: {'; '.join(found[:3])}{more}"
@@ -354,3 +365,8 @@ class _FileWaiter(Waiter):
         self._closed = True
         with self._signal.changed:
             self._signal.changed.notify_all()
+
+
+def _blob_row(sha256: str) -> str:
+    """A blob row, as a message names it: its key may be damaged, so it is escaped."""
+    return f"blob row sha256:{sha256.encode('unicode_escape').decode()}"

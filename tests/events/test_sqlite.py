@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from plait.errors import ConcurrencyError, CorruptEventError, PlaitError, StoreUnavailableError
+from plait.errors import (
+    ConcurrencyError,
+    CorruptEventError,
+    PlaitError,
+    StoreError,
+    StoreUnavailableError,
+)
 from plait.events import SqliteStore, ToolCallCompleted, TurnStarted
 from plait.events.stores import sqlite_reads
 
@@ -230,3 +236,29 @@ def test_a_rebuild_stopped_early_stops_its_reader(tmp_path: Path, small_chunks: 
         assert len(next(batches)) == 2
         batches.close()  # type: ignore[attr-defined]
         assert not any(t.name == "plait-sqlite-reader" for t in threading.enumerate())
+
+
+def test_a_blob_row_that_no_longer_says_what_it_holds_stops_every_read(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    output = "the tool's long answer " * 10
+    with SqliteStore(path, blob_threshold=64) as store:
+        store.append("s", [TurnStarted(turn=1), ToolCallCompleted(call_id="c", output=output)], 0)
+        (key,) = store._db.execute("SELECT sha256 FROM blobs").fetchone()
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    at = next(  # the key as the blob's row holds it, right before its size and content
+        i
+        for i in range(len(data))
+        if data.startswith(key.encode(), i) and data.find(output[:20].encode(), i, i + 100) > 0
+    )
+    data[at + 3] ^= 0x01
+    path.write_bytes(bytes(data))
+    damaged = rf"p.db: damaged: blob row sha256:{key} does not say what it holds"
+    with SqliteStore(path) as store:
+        for read in (lambda: store.read("s"), lambda: list(store.iter_all())):
+            with pytest.raises(StoreError, match=damaged):
+                read()
+        store._db.execute("UPDATE blobs SET size = size + 1")  # the key right, its size not
+        store._db.commit()
+        with pytest.raises(StoreError, match=damaged):
+            store.read("s")
