@@ -25,7 +25,7 @@ from plait.events.types import Event
 if TYPE_CHECKING:
     from plait.events.store import EventStore
 
-__all__ = ["Columns", "Links", "Verification", "columns_agree", "link", "verify"]
+__all__ = ["Columns", "Links", "Verification", "columns_agree", "link", "misplaced", "verify"]
 
 BROKEN = "prev_hash does not match the event before it (chain broken)"
 """Why an event that does not link to the one before it is refused."""
@@ -38,6 +38,13 @@ def link(stream: str, events: Sequence[Event], previous: bytes) -> None:
         if event.prev_hash != previous:
             raise TamperedError(stream, event.seq, BROKEN)
         previous = event.hash
+
+
+def misplaced(event: Event, stream: str, seq: int) -> str | None:
+    """Why ``event``, read where seq ``seq`` of ``stream`` should be, is not it (if it is not)."""
+    if event.stream != stream:
+        return f"row holds the event of stream {event.stream} seq {event.seq}"
+    return None if event.seq == seq else f"event missing (next stored is {event.seq})"
 
 
 Columns = tuple[list[str], list[int], list[str], list[int]]
@@ -133,8 +140,8 @@ def verify(store: EventStore, stream: str) -> Verification:
             (event,) = decode_rows([row])  # its hash, its decoding, its columns
         except CorruptEventError as exc:
             return bad(seq, exc.reason)
-        if event.stream != stream or event.seq != seq:
-            return bad(seq, f"event missing (next stored is {event.seq})")
+        if (wrong := misplaced(event, stream, seq)) is not None:
+            return bad(seq, wrong)
         if event.prev_hash != previous:
             return bad(seq, BROKEN)
         for ref in blob_refs(event.body):

@@ -25,7 +25,7 @@ from plait.errors import (
     TransientEventError,
 )
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize, resolve
-from plait.events.checks import Links, Verification, link, verify
+from plait.events.checks import Links, Verification, link, misplaced, verify
 from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
@@ -251,12 +251,8 @@ class EventStore(Ownership, ABC):
         events = self._decode_all(rows, resolve_blobs, check)
         expected = after + 1
         for event in events:
-            if event.stream != stream or event.seq != expected:
-                found = f"stream {event.stream} seq {event.seq}"
-                reason = f"event missing (next stored is {event.seq})"
-                if event.stream != stream:
-                    reason = f"row holds the event of {found}"
-                raise CorruptEventError(stream, expected, reason)
+            if (wrong := misplaced(event, stream, expected)) is not None:
+                raise CorruptEventError(stream, expected, wrong)
             expected += 1
         end = head if upto is None else min(upto, head)
         if (limit is None or len(rows) < limit) and expected <= end:
@@ -275,7 +271,8 @@ class EventStore(Ownership, ABC):
         self, after_position: int = 0, *, limit: int | None = 1000, resolve_blobs: bool = True
     ) -> list[Event]:
         """Return events of every stream after ``after_position``, in global order (each
-        checked against its hash, and its link to the one before it in the same read)."""
+        checked against its hash, its columns, its link to the one before it in the same read
+        and its position, right after the one before)."""
         events = self._decode_all(self._all_rows(after_position, limit), resolve_blobs)
         Links(after_position).check(events)
         return events
