@@ -9,7 +9,8 @@ call's id (the model puts its call id in the arguments). After the last round a 
 what is left. Then every id a submit returned must be in the log exactly once and have ended
 exactly once (completed, or aborted ``crashed`` by the recovery), no key may be in the
 effects file twice (a call run again after a crash), and every log must verify and replay
-clean. One table, a row per store.
+clean. One table, a row per store. ``run_store`` is one store's loop; the moment of each kill is
+its parameter (``tests/replay/test_kill_loop.py`` runs a few kills, at events it waits for).
 
     python bench/kill_loop.py                       # 50 kills on SQLite, 50 on PostgreSQL
     python bench/kill_loop.py --kills 5 --store sqlite
@@ -21,13 +22,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +140,75 @@ class Row(msgspec.Struct):
     seconds: float = 0.0
 
 
-def run_store(name: str, url: str, kills: int, rng: random.Random, tmp: Path) -> Row:
-    """Kill ``kills`` children on the store at ``url``, finish the sessions, count."""
+class Child:
+    """One round's process, in a process group of its own; the ids it prints (acknowledged
+    tasks) are read as they come, its stderr goes to ``errors``."""
+
+    def __init__(self, command: list[str], errors: Path) -> None:
+        self._errors = errors
+        with errors.open("w") as err:
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True
+            )
+        self.acknowledged: list[str] = []
+        self._printed = threading.Condition()
+        self._closed = False  # its stdout is at its end
+        self._reader = threading.Thread(target=self._read, name="kill-loop-child", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._printed:
+                self.acknowledged.append(line.strip())
+                self._printed.notify_all()
+        with self._printed:
+            self._closed = True
+            self._printed.notify_all()
+
+    def wait_acknowledged(self, n: int, timeout: float) -> bool:
+        """Wait until the process has printed ``n`` ids; False if it stopped printing first
+        (it ended) or ``timeout`` seconds passed."""
+        with self._printed:
+            self._printed.wait_for(lambda: len(self.acknowledged) >= n or self._closed, timeout)
+            return len(self.acknowledged) >= n
+
+    def errors(self) -> str:
+        """What the process wrote to stderr."""
+        return self._errors.read_text()
+
+    def kill(self) -> None:
+        """SIGKILL its process group; return once it is gone and all it printed is read."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self._reader.join(timeout=30)
+        if self._reader.is_alive():
+            raise RuntimeError(f"process {self.process.pid}: stdout still open after SIGKILL")
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+Moment = Callable[[Child, random.Random], None]
+"""Returns when the round's process is to be killed (or once it has ended by itself)."""
+
+
+def at_random_time(child: Child, rng: random.Random) -> None:
+    """Wait 1.2 to 3 s: the bench's moment."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.process.wait(timeout=rng.uniform(1.2, 3.0))
+
+
+def run_store(
+    name: str,
+    url: str,
+    kills: int,
+    rng: random.Random,
+    tmp: Path,
+    moment: Moment = at_random_time,
+) -> Row:
+    """Kill ``kills`` children on the store at ``url``, each at its ``moment``, finish the
+    sessions, count."""
     row = Row(store=name)
     effects = tmp / f"effects-{name}.txt"
     effects.touch()
@@ -152,16 +224,16 @@ def run_store(name: str, url: str, kills: int, rng: random.Random, tmp: Path) ->
         acknowledged: list[str] = []
         command = [sys.executable, __file__, "--child", url, server.base_url, *ids]
         for kill in range(kills):
-            process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
+            child = Child(command, tmp / f"child-{name}.err")
             try:
-                _, err = process.communicate(timeout=rng.uniform(1.2, 3.0))
-                raise SystemExit(f"{name} round {kill}: the process ended by itself:\n{err}")
-            except subprocess.TimeoutExpired:
-                process.kill()
-                out, _ = process.communicate()
-            acknowledged += out.split()
+                moment(child, rng)
+                if child.process.poll() is not None:
+                    raise SystemExit(
+                        f"{name} round {kill}: the process ended by itself:\n{child.errors()}"
+                    )
+            finally:
+                child.kill()
+            acknowledged += child.acknowledged
             row.kills += 1
             print(
                 f"\r{name}: kill {kill + 1}/{kills}, {len(acknowledged)} acknowledged",
