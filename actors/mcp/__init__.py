@@ -1,6 +1,7 @@
 # The MCP part of the actors wing: server configs, tool names and lists, connections, servers.
-# `config`, `names`, `calls` and `servers` import no `mcp`; `client` and `stdio` do, and are
-# loaded only when a server starts, so a session without MCP servers never imports `mcp`.
+# `config`, `names`, `calls` and `servers` import no `mcp`; `client`, `stdio` and `streamable`
+# do (or its HTTP client), and are loaded only when a server starts, so a session without MCP
+# servers never imports `mcp`.
 """MCP servers for plait sessions: configs, fully-qualified tool names, connections."""
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final
@@ -28,6 +29,7 @@ from plait.actors.mcp import names
 from plait.actors.mcp.calls import CallResult, decode_arguments, from_mcp_result, schema_problem
 from plait.actors.mcp.config import McpServerConfig, http_headers
 from plait.actors.mcp.stdio import ChildProcess, stdio_transport
+from plait.actors.mcp.streamable import mend_replies
 from plait.errors import McpError
 from plait.events.values import McpToolSnapshot
 
@@ -44,6 +46,9 @@ DEATH_GRACE_SEC: Final = 5.0
 
 _CLOSED_DURING_INIT: Final = "connection closed during initialize"
 _HTTP_CLOSED: Final = "closed the connection"
+_UNPARSED: Final = "Failed to parse "
+"""How the SDK's streamable-HTTP transport begins the error for a reply it cannot read."""
+_INVALID_JSON: Final = re.compile(r"Invalid JSON: (.+?)(?: \[type=|$)", re.MULTILINE)
 
 ToolsChanged = Callable[[list[McpToolSnapshot]], None]
 
@@ -211,7 +216,7 @@ class McpConnection:
             client = httpx2.AsyncClient(
                 headers=headers or None,
                 timeout=httpx2.Timeout(30.0, read=300.0),
-                event_hooks={"response": [seen]},
+                event_hooks={"response": [seen, mend_replies]},
             )
             async with (
                 client,
@@ -330,7 +335,10 @@ class McpConnection:
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 self._wake.set()  # the connection is gone: let it end, and be restarted
                 return CallResult(await self._not_running(), "error", duration_ms=round(ms, 3))
-            message = f"{snap.name} failed: {exc.message} (MCP error {exc.code})"
+            if exc.code == mcp_types.PARSE_ERROR and exc.message.startswith(_UNPARSED):
+                message = f"{snap.name} failed: {self._unreadable(exc.message)}"
+            else:
+                message = f"{snap.name} failed: {exc.message} (MCP error {exc.code})"
             return CallResult(message, "error", duration_ms=round(ms, 3))
         except Exception as exc:  # a malformed result, a transport failure
             ms = (time.perf_counter() - started) * 1000
@@ -341,6 +349,16 @@ class McpConnection:
         return from_mcp_result(
             result.content, result.structured_content, result.is_error, ms, result.meta
         )
+
+    def _unreadable(self, report: str) -> str:
+        """Say that the server's reply is not JSON-RPC, even mended (streamable HTTP).
+
+        ``report`` is the SDK's, pydantic's words with the input echoed: only the reason
+        JSON gives is kept.
+        """
+        found = _INVALID_JSON.search(report)
+        what = f"is not JSON ({found.group(1)})" if found else "is not a JSON-RPC message"
+        return f"MCP server {self.server!r} sent a reply that {what}"
 
     async def _not_running(self) -> str:
         """Say why calls cannot be made, waiting briefly to learn how the server died."""
