@@ -300,8 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         err(f"plait: {exc}")
         return 1
     args = build_parser().parse_args(argv)
-    if args.verbose:
-        _log_to_stderr(args.verbose)
+    _log_to_stderr(args.verbose)
     try:
         code: int = args.func(args)
     except BrokenPipeError:
@@ -320,14 +319,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _log_to_stderr(verbosity: int) -> None:
-    """Send the ``plait`` loggers' records to stderr: INFO, or DEBUG from ``-vv``."""
+    """Send the ``plait`` loggers' records to stderr: warnings, one line each without their
+    traceback (other libraries' records are dropped: what fails reaches the user as plait's
+    error); INFO with ``-v``, DEBUG with ``-vv``, tracebacks and other libraries' warnings too.
+    """
     logger = logging.getLogger("plait")
-    if not any(h.get_name() == "plait-verbose" for h in logger.handlers):  # main run twice
-        handler = logging.StreamHandler(sys.stderr)
-        handler.set_name("plait-verbose")
+    for handler in [h for h in logger.handlers if h.get_name() == "plait-stderr"]:
+        logger.removeHandler(handler)  # main ran before, in this process
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name("plait-stderr")
+    logger.addHandler(handler)
+    root = logging.getLogger()
+    quiet = [h for h in root.handlers if h.get_name() == "plait-quiet"]
+    if verbosity:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+        logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+        for other in quiet:
+            root.removeHandler(other)
+        return
+    handler.setFormatter(_OneLine())
+    handler.setLevel(logging.WARNING)
+    logger.setLevel(logging.NOTSET)
+    if not quiet:  # a handler on the root: Python's last resort no longer prints the others
+        null = logging.NullHandler()
+        null.set_name("plait-quiet")
+        root.addHandler(null)
+
+
+class _OneLine(logging.Formatter):
+    """A record as ``plait: message`` on one line, without its traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "plait: " + " ".join(record.getMessage().splitlines())
 
 
 def _one_line(exc: BaseException) -> str:
