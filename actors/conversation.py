@@ -160,6 +160,7 @@ class Conversation(Actor):
         super().__init__()
         self.id = conversation_id
         self.deps = deps
+        self.journal = deps.journal
         self.session = session
         self.projection = HistoryProjection()
         self.histories: Histories = self.projection.initial()
@@ -240,20 +241,18 @@ class Conversation(Actor):
 
     # --- messages ----------------------------------------------------------------------------
 
+    def role(self, message: Any) -> str:
+        return f"conversation {self.id}"
+
     def on_receive(self, message: Any) -> Any:
         try:
-            return self._receive(message)
-        except Exception as exc:
-            # A bug or a store failure must not kill the actor and leave its callers waiting:
-            # the session stops and says why (docs/failures.md#supervision).
-            self.failed(self.deps.journal, f"conversation {self.id}", message, exc)
-            return None
+            return super().on_receive(message)  # what raises stops the session
         finally:
             # What the handling made ahead (a task's start, built-in calls and their answers)
             # is durable before the next message (docs/event-log.md#writing-ahead).
-            self.deps.journal.flush()
+            self.journal.flush()
 
-    def _receive(self, message: Any) -> Any:
+    def receive(self, message: Any) -> Any:
         if recorded := self.deps.journal.recorded(self.actor_ref):
             self._apply(recorded)
         match message:

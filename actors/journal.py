@@ -11,9 +11,9 @@ An actor may record *ahead* (docs/event-log.md#writing-ahead): the journal makes
 (seq, time, hash) and the actors fold them at once, and the actor writes them with ``flush``
 after it has started what only needs them made (the model request of the task it starts).
 Nothing outside hears of them before they are durable: feeds, acknowledgements and every
-synchronous record come after the write. A write that fails once events were folded ahead
-of it stops the session in this process (``on_lost``), and so does an actor that broke
-(``fail``, docs/failures.md#supervision): its log is the truth to resume from.
+synchronous record come after the write. A write the store fails, ahead or not, stops the
+session in this process (``on_lost``), and so does an actor that broke (``fail``,
+docs/failures.md#supervision): its log is the truth to resume from.
 """
 
 from __future__ import annotations
@@ -63,12 +63,13 @@ class Journal:
         """Whether the process still owns the session (its lease is not past due): asked
         before anything outside starts, so a process paused past its lease starts nothing."""
         self.on_lost: Callable[[PlaitError], object] | None = None
-        """Called (from the recording thread) when the store refuses an append (another
-        process took the session: ``LeaseLostError``), fails one written ahead, or an actor
-        broke (``SessionFailedError``); the journal is sealed by then."""
+        """Told ``lost`` (on the recording thread) once sealed for it: the store refused an
+        append (``LeaseLostError``) or failed one, or an actor broke (``SessionFailedError``)."""
         self._sealed = False
         self.refusal: StoreError | None = None
         """Why the store refused an append, if it did (the journal is sealed since)."""
+        self.lost: PlaitError | None = None
+        """Why the session stopped in this process, if it failed or was lost (sealed since)."""
         self._lock = threading.Lock()
         self._writing = threading.Lock()  # held by the thread writing what was made ahead
         self._ahead: list[PreparedAppend] = []
@@ -183,8 +184,7 @@ class Journal:
             self._policies = Policies(past)
             self._tasks = TASKS.fold(past)
             self.epoch = epoch
-            self._sealed = False
-            self.refusal = None
+            self._sealed, self.refusal, self.lost = False, None, None
         for _, then in untold:
             then(why)
 
@@ -205,7 +205,7 @@ class Journal:
             if self._sealed:
                 log.debug("session %s is stopped: %s", self.stream, error)
                 return
-            self._sealed = True
+            self._sealed, self.lost = True, error
         self._tell_lost(error)
 
     def fail_feeds(self, error: Exception) -> None:
@@ -215,8 +215,7 @@ class Journal:
                 feed.fail(error)
 
     def record_last(self, items: Sequence[Body | NewEvent]) -> list[Event]:
-        """Append what the session's owner records once its actors are stopped (the close);
-        raise what the store raised."""
+        """Append what the owner records once the actors are stopped; raise what the store did."""
         return self._record_now(items, None, last=True)
 
     def record(
@@ -227,7 +226,9 @@ class Journal:
         ``ahead``: return the events made, not yet durable; the caller has them written
         (``flush``) before it ends its handling (a store that cannot write ahead, or a session
         whose storage policies shape what is stored, has them written now).
-        Once sealed, nothing is appended and nothing returned.
+        Once sealed, nothing is appended and nothing returned. A write the store fails seals it
+        and stops the session (``on_lost``), then its ``StoreError`` is raised (but for a
+        ``LeaseLostError``: nothing is returned). What else the store raises (a bug) is raised.
         """
         if ahead and self._makes_ahead:
             with self._lock:
@@ -259,12 +260,14 @@ class Journal:
                     return []
                 try:
                     return self._record(items, origin, False)
-                except LeaseLostError as exc:
-                    if last:
+                except StoreError as exc:
+                    if last:  # the owner records it, and stops the session itself
                         raise
-                    error = self._refused(exc)
-        self._tell_lost(error)
-        return []
+                    error, why = exc, self._refused(exc, items)
+        self._tell_lost(why)
+        if isinstance(error, LeaseLostError):
+            return []
+        raise error
 
     def when_durable(self, then: Callable[[PlaitError | None], object]) -> None:
         """Call ``then`` once what was made ahead so far is written (with ``None``), or
@@ -273,8 +276,8 @@ class Journal:
             if self._durable < self._made and self.refusal is None:
                 self._on_durable.append((self._made, then))
                 return
-            refusal = self.refusal
-        then(refusal)
+            why = None if self.refusal is None else self.lost
+        then(why)
 
     def flush(self) -> bool:
         """Write what was made ahead (even once sealed: the actors acted on it); return once
@@ -303,8 +306,7 @@ class Journal:
                 told = [then for upto, then in self._on_durable if upto <= self._durable]
                 self._on_durable = [(n, t) for n, t in self._on_durable if n > self._durable]
             else:
-                self._refused(error)
-                why = error if isinstance(error, LeaseLostError) else _write_failed(error, joined)
+                why = self._refused(error, joined.events)
                 told, self._on_durable = [then for _, then in self._on_durable], []
         for then in told:
             then(why)
@@ -312,11 +314,12 @@ class Journal:
             self._tell_lost(why)
         return error is None
 
-    def _refused(self, error: StoreError) -> StoreError:
-        """Seal, as the store refused or failed an append; hold the lock."""
-        self._sealed = True
-        self.refusal = error
-        return error
+    def _refused(self, error: StoreError, items: Sequence[Any]) -> PlaitError:
+        """Seal: the store refused or failed to append ``items``; return why (hold the lock)."""
+        lease = isinstance(error, LeaseLostError)
+        why = error if lease else _write_failed(self.stream, error, items)
+        self._sealed, self.refusal, self.lost = True, error, why
+        return why
 
     def _tell_lost(self, error: PlaitError) -> None:
         log.info("session %s: %s", self.stream, error)  # the callers hear of it: not twice
@@ -424,21 +427,18 @@ class Journal:
                 self._feeds.remove(feed)
 
 
-class _Listener:
+class _Listener(msgspec.Struct):
     """An actor that folds what the others record, and how far it has taken it."""
 
-    __slots__ = ("nudged", "ref", "taken")
-
-    def __init__(self, ref: Any, taken: int) -> None:
-        self.ref = ref
-        self.taken = taken
-        self.nudged = False  # told CatchUp, and has not taken anything since
+    ref: Any
+    taken: int
+    nudged: bool = False  # told CatchUp, and has not taken anything since
 
 
-def _write_failed(error: StoreError, made: PreparedAppend) -> SessionFailedError:
-    """What the session's callers hear when the store failed to write ``made``."""
-    kinds = ", ".join(dict.fromkeys(type(event.body).__name__ for event in made.events))
-    return SessionFailedError(made.events[0].stream, "the store", f"the write of {kinds}", error)
+def _write_failed(stream: str, error: StoreError, items: Sequence[Any]) -> SessionFailedError:
+    """What the session's callers hear when the store failed to write ``items``."""
+    kinds = ", ".join(dict.fromkeys(type(getattr(i, "body", i)).__name__ for i in items))
+    return SessionFailedError(stream, "the store", f"the write of {kinds}", error)
 
 
 def _head_hash(past: Sequence[Event]) -> bytes:

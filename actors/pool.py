@@ -126,7 +126,7 @@ class McpPool(Actor):
         self.calls = ref.calls = Dispatcher(journal, effects, self.limits, ref, wake)
         self._merge()
 
-    def on_start(self) -> None:
+    def startup(self) -> None:
         if not self.configs:
             return
         from plait.actors.mcp.servers import McpServers
@@ -236,14 +236,10 @@ class McpPool(Actor):
 
     # --- messages ----------------------------------------------------------------------------
 
-    def on_receive(self, message: Any) -> Any:
-        try:
-            return self._receive(message)
-        except Exception as exc:  # the session stops (docs/failures.md#supervision)
-            self.failed(self.journal, "the MCP pool", message, exc)
-            return None
+    def role(self, message: Any) -> str:
+        return "the MCP pool"
 
-    def _receive(self, message: Any) -> Any:
+    def receive(self, message: Any) -> Any:
         match message:
             case ViewFor():
                 return self._view(message)

@@ -68,7 +68,7 @@ class Scheduler:
         ahead=False)`` appends a group (or makes it, ``ahead``) and folds it; ``catch_up``
         folds what others recorded since; ``deliver`` hands a task it started, or an abort of
         the running one, to the task's conversation; ``refusal`` says why the log took
-        nothing, if the store refused it (else the session is being stopped);
+        nothing, if the session failed or was lost (else it is being closed);
         ``when_durable(then)`` calls ``then`` once what was made ahead is written (``None``),
         or with why it was not (the conversation a task is delivered to writes it)."""
         self.stream = stream

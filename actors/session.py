@@ -74,12 +74,12 @@ class Session(Actor):
             self._record,
             self._catch_up,
             self._deliver,
-            lambda: journal.refusal,
+            lambda: journal.lost,
             journal.when_durable,
         )
         self._fold(past)
 
-    def on_start(self) -> None:
+    def startup(self) -> None:
         self.journal.listen(self.actor_ref)
         for cid, conv in self.histories.conversations.items():
             if conv.destroyed_at is None:
@@ -119,16 +119,14 @@ class Session(Actor):
 
     # --- messages ----------------------------------------------------------------------------
 
-    def on_receive(self, message: Any) -> Any:
-        try:
-            return self._receive(message)
-        except Exception as exc:
-            # The session stops (docs/failures.md#supervision); whoever asked is answered.
-            actor = "the scheduler" if isinstance(message, MESSAGES) else "the session"
-            self.failed(self.journal, actor, message, exc)
-            return {"ok": False, "reason": f"internal error: {exc!r}"}
+    def role(self, message: Any) -> str:
+        return "the scheduler" if isinstance(message, MESSAGES) else "the session"
 
-    def _receive(self, message: Any) -> Any:
+    def answer_failed(self, message: Any, error: Exception) -> Any:
+        # The session stops (docs/failures.md#supervision); a conversation that asked is answered.
+        return {"ok": False, "reason": f"internal error: {error!r}"}
+
+    def receive(self, message: Any) -> Any:
         self._catch_up()
         if isinstance(message, MESSAGES):
             return self.scheduler.receive(message)

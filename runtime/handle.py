@@ -78,7 +78,8 @@ class SessionHandle(SessionViews):
         journal.on_lost = self._lose
         journal.may_act = lambda: runtime.owner.still_owns(self.session_id)
         if not followed:
-            self._own(past)
+            with self._lock:  # an actor that fails to start stops them once they all are
+                self._own(past)
 
     def _own(self, past: list[Event]) -> None:
         """Start the actors from ``past`` in a place ``Admission`` gives (given back if they

@@ -204,11 +204,14 @@ class Rerun(Actor):
         """Every answer known so far: the calls not run again, and each re-run's once done."""
         self.recorded = 0
 
-    def on_start(self) -> None:
+    def role(self, message: Any) -> str:
+        return f"the recovery of task {self.plan.task_id}"
+
+    def startup(self) -> None:
         servers = tuple(sorted({started.server for started in self.calls.rerun}))
         self.pool.tell(AwaitServers(servers, 0, self.actor_ref))
 
-    def on_receive(self, message: Any) -> Any:
+    def receive(self, message: Any) -> Any:
         match message:
             case ServersSettled():
                 requests = {request.call_id: request for request in self.calls.requests}

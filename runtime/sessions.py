@@ -179,10 +179,11 @@ class Sessions:
             handle = self._attach(journal, root, past)
         else:
             handle._own(past)
-        if plan is not None and rerun:
-            handle._rerun = Rerun.start(journal, handle._pool, handle._actor, plan, calls)
-        else:
-            handle._actor.tell(StartNext())
+        with handle._lock:  # an actor that failed at once had them stopped: none is started
+            if handle._active and plan is not None and rerun:
+                handle._rerun = Rerun.start(journal, handle._pool, handle._actor, plan, calls)
+            elif handle._active:
+                handle._actor.tell(StartNext())
         self.owner.wake()  # what its inbox holds
         return handle
 

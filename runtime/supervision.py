@@ -58,7 +58,7 @@ def drop_out(handle: SessionHandle, error: PlaitError) -> None:
     failed = isinstance(error, SessionFailedError)
     if not failed:  # another process took it: it is no longer ours to release
         runtime.owner.forget(sid)
-    handle._closed, handle._gone = True, error  # what is asked from now on: refused
+    handle._gone, handle._closed = error, True  # what is asked from now on: refused, why first
     journal.fail_feeds(error)  # at once, not after the actors stopped
     with handle._lock:
         if handle._active:

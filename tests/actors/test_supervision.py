@@ -1,13 +1,16 @@
 """Supervision: a failure inside a running session never leaves its callers waiting.
 
-Failures are real: a SQLite store that raises on a chosen event type (as a full disk or a bug
-in a store would), and a second writer that appends to the session's stream mid-turn (a
-conflict). Each case asserts what a user sees: ``run`` raises ``SessionFailedError`` within its
-timeout, naming what broke; feeds end; the session closes; it resumes from its log.
+Failures are real where they can be: a SQLite store that raises on a chosen event type (as a
+full disk or a bug in a store would), a second writer that appends to the session's stream
+mid-turn (a conflict), a session cut off mid tool call by a crash. A bug in an actor's start
+has no real trigger: a patched step of it raises instead. Each case asserts what a user sees:
+``run`` raises ``SessionFailedError`` within its timeout, naming what broke; feeds end; the
+session closes; it resumes from its log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -17,11 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted import call, crash
 
+import plait
+from plait.actors.conversation import Conversation
+from plait.actors.mcp.functions import FunctionTool
+from plait.actors.mcp.servers import McpServers
 from plait.actors.model import ModelSettings
 from plait.errors import ConcurrencyError, SessionFailedError, StoreError
 from plait.events import Event, SqliteStore, TurnAborted
-from plait.events.types import AgentMessageDelta, SessionClosed
+from plait.events.types import AgentMessageDelta, SessionClosed, ToolCallCompleted, ToolCallStarted
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -52,21 +60,26 @@ class FailingStore(SqliteStore):
         return super().append_prepared(stream, prepared, epoch=epoch)
 
 
-def runtime_for(server: ScriptedModelServer, tmp_path: Path, store: Any = None) -> Runtime:
-    """A runtime on ``store`` (by default the SQLite file ``tmp_path/plait.db``)."""
+def runtime_for(
+    server: ScriptedModelServer, tmp_path: Path, store: Any = None, **kwargs: Any
+) -> Runtime:
+    """A runtime on ``store`` (by default the SQLite file ``tmp_path/plait.db``); ``kwargs``
+    are more of the ``Runtime``'s."""
     model = ModelSettings(base_url=server.base_url, api_key="test", model="scripted-model")
-    return Runtime(store or tmp_path / "plait.db", model=model, workdir=tmp_path)
+    return Runtime(store or tmp_path / "plait.db", model=model, workdir=tmp_path, **kwargs)
 
 
 def kinds_of(events: list[Event]) -> list[str]:
     return [type(e.body).__name__ for e in events]
 
 
+@pytest.mark.parametrize("ahead", [True, False], ids=["written-ahead", "written-at-once"])
 def test_a_store_that_fails_a_write_fails_the_run_at_once_and_records_nothing(
-    server: ScriptedModelServer, tmp_path: Path
+    server: ScriptedModelServer, tmp_path: Path, ahead: bool
 ) -> None:
     server.push(Step(text="Lost."), Step(text="Resumed."))
-    store = FailingStore(tmp_path / "plait.db", "ModelResponded", StoreError("disk full"))
+    error = StoreError("disk full")
+    store = FailingStore(tmp_path / "plait.db", "ModelResponded", error, ahead=ahead)
     with runtime_for(server, tmp_path, store=store) as runtime:
         session = runtime.start_session()
         with session.subscribe() as feed:
@@ -121,11 +134,14 @@ def test_an_actor_that_raises_fails_the_session_which_records_the_task_failed(
         assert runtime.store.verify(session.session_id).ok
 
 
+@pytest.mark.parametrize("ahead", [True, False], ids=["written-ahead", "written-at-once"])
 def test_a_second_writer_mid_turn_fails_the_session_and_its_waiting_run(
-    server: ScriptedModelServer, tmp_path: Path
+    server: ScriptedModelServer, tmp_path: Path, ahead: bool
 ) -> None:
     server.push(Step(text="word " * 40, chunk_chars=5, chunk_delay=0.02), Step(text="Fine."))
-    with runtime_for(server, tmp_path) as runtime:
+    store = SqliteStore(tmp_path / "plait.db")
+    store.writes_ahead = ahead
+    with runtime_for(server, tmp_path, store=store) as runtime:
         session = runtime.start_session()
         with session.subscribe() as feed:
             ran: dict[str, BaseException] = {}
@@ -146,10 +162,92 @@ def test_a_second_writer_mid_turn_fails_the_session_and_its_waiting_run(
             runner.join(WAIT)
             assert not runner.is_alive()
         assert isinstance(ran["error"], SessionFailedError)
+        assert ran["error"].actor == "the store"
         assert isinstance(ran["error"].cause, ConcurrencyError)
+        assert kinds_of(store.read(sid))[-1] == "SessionClosed"  # the other's: nothing after
+    store.close()
     with runtime_for(server, tmp_path) as runtime:
         outcome = runtime.resume(sid).run("go on", timeout=WAIT)
         assert outcome.ok and outcome.last_assistant_message == "Fine."
+
+
+def inventory_tool(hold: bool) -> FunctionTool:
+    """An idempotent function tool (so a crash has it run again); ``hold``: it runs until its
+    process stops."""
+
+    @plait.tool(idempotent=True)
+    async def sync_inventory(sku: str) -> str:
+        """Bring a product's stock count up to date."""
+        if hold:
+            await asyncio.Event().wait()  # cancelled as the process stops
+        return f"synced {sku}"
+
+    return sync_inventory
+
+
+@pytest.mark.parametrize("broken", ["the session", "the MCP pool"])
+def test_an_actor_whose_start_raises_fails_the_session_at_once(
+    server: ScriptedModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    server.push(Step(text="Started this time."))
+    tools = [inventory_tool(hold=False)]  # the session has an MCP pool
+    bug = RuntimeError("a bug")
+
+    def fold(self: Any, events: Any) -> None:
+        raise bug
+
+    async def start(self: Any) -> None:
+        raise bug
+
+    with monkeypatch.context() as patched:
+        if broken == "the session":  # it starts its conversations, which fold their past
+            patched.setattr(Conversation, "_apply", fold)
+        else:  # it starts the session's servers (here, the function tools')
+            patched.setattr(McpServers, "start", start)
+        with runtime_for(server, tmp_path, tools=tools) as runtime:
+            session = runtime.start_session()
+            with pytest.raises(SessionFailedError) as failed:
+                session.run("hi", timeout=WAIT)
+            assert (failed.value.actor, failed.value.handling) == (broken, "its start")
+            assert failed.value.cause is bug
+            assert session.closed
+    with runtime_for(server, tmp_path, tools=tools) as runtime:
+        outcome = runtime.resume(session.session_id).run("again", timeout=WAIT)
+        assert outcome.ok and outcome.last_assistant_message == "Started this time."
+
+
+def test_a_recovery_that_breaks_fails_the_session_which_records_the_task_failed(
+    server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    server.push(Step(tool_calls=[call("sync_inventory", sku="abc")]))
+    runtime = runtime_for(server, tmp_path, tools=[inventory_tool(hold=True)])
+    session = runtime.start_session()
+    sid, task = session.session_id, session.submit("sync the stock")
+    with session.subscribe(transient=False) as feed:
+        while not isinstance(getattr(feed.get(timeout=WAIT), "body", None), ToolCallStarted):
+            pass
+    crash(runtime, session)  # the process dies while the call runs
+    # Resumed, the call runs again; recording its answer raises (a bug, not a StoreError).
+    bug = RuntimeError("a bug")
+    store = FailingStore(tmp_path / "plait.db", "ToolCallCompleted", bug, ahead=False)
+    tools = [inventory_tool(hold=False)]
+    with runtime_for(server, tmp_path, store=store, tools=tools) as runtime:
+        resumed = runtime.resume(sid)
+        with pytest.raises(SessionFailedError) as failed:
+            resumed.run("are you there?", timeout=WAIT)
+        assert failed.value.actor == f"the recovery of task {task}"
+        assert failed.value.handling == "ToolFinished" and failed.value.cause is bug
+        runtime.close()  # waits for the failure's record
+        ended = [e.body for e in store.read(sid) if e.task_id == task]
+        answers = [b.outcome for b in ended if isinstance(b, ToolCallCompleted)]
+        assert answers == ["unknown"]  # it may have run again: not run a third time
+        assert isinstance(ended[-1], TurnAborted)
+        assert (ended[-1].reason, ended[-1].cause) == ("failed", "error")
+    store.close()
+    server.push(Step(text="Back."), Step(text="Back."))  # one for a task queued before
+    with runtime_for(server, tmp_path, tools=tools) as runtime:
+        outcome = runtime.resume(sid).run("go on", timeout=WAIT)
+        assert outcome.ok and outcome.last_assistant_message == "Back."
 
 
 WRAPPER = textwrap.dedent(
