@@ -253,7 +253,7 @@ class Conversation(Actor):
             self.journal.flush()
 
     def receive(self, message: Any) -> Any:
-        if recorded := self.deps.journal.recorded(self.actor_ref):
+        if recorded := self.deps.journal.listeners.recorded(self.actor_ref):
             self._apply(recorded)
         match message:
             case RunTask(plan=plan):

@@ -2,10 +2,9 @@
 
 Every actor of a session records through the journal. Under one lock it appends to the store
 (with the stream's expected seq, so a second process writing the same session fails loudly
-instead of forking the log), keeps what was recorded for the other actors to fold (each takes
-it, in log order, before it handles its next message: so before any command sent after the
-recording, and without a wake-up of its thread per event), and hands the events to live
-subscribers together with the transient notifications (text deltas) that are never stored.
+instead of forking the log), keeps what was recorded for the other actors to fold
+(``listening.py``), and hands the events to live subscribers together with the transient
+notifications (text deltas) that are never stored.
 
 An actor may record *ahead* (docs/event-log.md#writing-ahead): the journal makes the events
 (seq, time, hash) and the actors fold them at once, and the actor writes them with ``flush``
@@ -28,7 +27,7 @@ from typing import Any, cast
 import msgspec
 
 from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed, Kinds
-from plait.actors.messages import CatchUp
+from plait.actors.listening import Listeners
 from plait.errors import LeaseLostError, PlaitError, SessionFailedError, StoreError
 from plait.events.codec import GENESIS_HASH
 from plait.events.prepared import PreparedAppend
@@ -40,10 +39,6 @@ from plait.events.types import Body, Event, NewEvent, Transient
 __all__ = ["Journal"]
 
 log = logging.getLogger("plait")
-
-BACKLOG = 256
-"""How many recorded groups the journal keeps for an actor that has not folded them, before it
-tells that actor to (``CatchUp``); an actor with messages to handle folds them first anyway."""
 
 
 class Journal:
@@ -78,11 +73,8 @@ class Journal:
         self._on_durable: list[tuple[int, Callable[[PlaitError | None], object]]] = []
         """Told once the first so many appends made ahead are written (``None``), or why not."""
         self._writes_ahead = store.writes_ahead
-        self._listeners: dict[str, _Listener] = {}
-        self._kept: list[tuple[str | None, tuple[Event, ...]]] = []
-        """Recorded groups (with the urn of the actor that recorded them) some listener has
-        not taken; the first is number ``_kept_from``."""
-        self._kept_from = 0
+        self.listeners = Listeners()
+        """The actors that fold what the others record, and what they have yet to take."""
         self._feeds: list[Feed] = []
         self.last_recorded_at = time.monotonic()
         """When it last recorded anything (``time.monotonic``); a clock for idleness only,
@@ -116,40 +108,6 @@ class Journal:
     def last_seq(self) -> int:
         """The seq of the last event recorded."""
         return self._seq
-
-    def listen(self, actor_ref: Any) -> None:
-        """Keep for ``actor_ref`` what other actors record from now on (see ``recorded``)."""
-        with self._lock:
-            end = self._kept_from + len(self._kept)
-            self._listeners[actor_ref.actor_urn] = _Listener(actor_ref, end)
-
-    def unlisten(self, actor_ref: Any) -> None:
-        """Keep nothing more for ``actor_ref``."""
-        with self._lock:
-            if self._listeners.pop(actor_ref.actor_urn, None) is not None:
-                self._forget()
-
-    def recorded(self, actor_ref: Any) -> list[Event]:
-        """What others recorded since ``actor_ref`` last asked (or began to listen), in log
-        order. An actor calls it before it handles each message."""
-        urn = actor_ref.actor_urn
-        with self._lock:
-            listener = self._listeners.get(urn)
-            end = self._kept_from + len(self._kept)
-            if listener is None or listener.taken == end:
-                return []
-            groups = self._kept[listener.taken - self._kept_from :]
-            listener.taken, listener.nudged = end, False
-            self._forget()
-        return [event for origin, events in groups if origin != urn for event in events]
-
-    def _forget(self) -> None:
-        """Drop the groups every listener has taken."""
-        end = self._kept_from + len(self._kept)
-        low = min((listener.taken for listener in self._listeners.values()), default=end)
-        if low > self._kept_from:
-            del self._kept[: low - self._kept_from]
-            self._kept_from = low
 
     def seal(self) -> None:
         """Record nothing more from the actors: the session is being stopped. An actor left
@@ -335,8 +293,7 @@ class Journal:
         TASKS.fold(events, self._tasks)
         if busy and self.idle and self.on_idle is not None:
             self.on_idle()
-        if self._listeners and events:
-            self._keep(origin, events)
+        self.listeners.keep(origin, events)
         if not ahead:
             self._publish(events)
         return events
@@ -345,22 +302,6 @@ class Journal:
         for feed in self._feeds:
             for event in events:
                 feed.put(event)
-
-    def _keep(self, origin: Any, events: list[Event]) -> None:
-        """Keep ``events`` for the listeners; tell one that lets too many pile up to fold."""
-        self._kept.append((None if origin is None else origin.actor_urn, tuple(events)))
-        if len(self._kept) <= BACKLOG:
-            return
-        for urn, listener in list(self._listeners.items()):
-            if not listener.ref.is_alive():  # stopped without unlisten (it failed): holds nothing
-                del self._listeners[urn]
-        self._forget()
-        end = self._kept_from + len(self._kept)
-        for listener in self._listeners.values():
-            if end - listener.taken > BACKLOG and not listener.nudged:
-                listener.nudged = True
-                with contextlib.suppress(Exception):  # stopped meanwhile: unlisten follows
-                    listener.ref.tell(CatchUp())
 
     def _append(self, items: Sequence[Body | NewEvent], ahead: bool) -> list[Event]:
         """Append what each conversation's storage policy keeps of ``items`` (``ahead``: make
@@ -425,14 +366,6 @@ class Journal:
         with self._lock:
             if feed in self._feeds:
                 self._feeds.remove(feed)
-
-
-class _Listener(msgspec.Struct):
-    """An actor that folds what the others record, and how far it has taken it."""
-
-    ref: Any
-    taken: int
-    nudged: bool = False  # told CatchUp, and has not taken anything since
 
 
 def _write_failed(stream: str, error: StoreError, items: Sequence[Any]) -> SessionFailedError:

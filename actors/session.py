@@ -53,9 +53,14 @@ class Session(Actor):
     """The actor at the top of a session."""
 
     def __init__(
-        self, journal: Any, deps: ConversationDeps, root_id: str, past: list[Event]
+        self, journal: Any, deps: ConversationDeps, root_id: str, past: list[Event], since: int
     ) -> None:
+        """Start from ``past``; what is recorded after it (from ``since``, the journal's
+        ``mark`` where it ends), even before this actor's thread runs, is folded next: a
+        recovery's re-run is (docs/replay.md#crashes)."""
         super().__init__()
+        journal.listeners.listen(self.actor_ref, since)
+        self.since = since
         self.journal = journal
         self.deps = deps
         self.root_id = root_id
@@ -80,16 +85,15 @@ class Session(Actor):
         self._fold(past)
 
     def startup(self) -> None:
-        self.journal.listen(self.actor_ref)
         for cid, conv in self.histories.conversations.items():
-            if conv.destroyed_at is None:
-                self._spawn(cid, self.past)
+            if conv.destroyed_at is None:  # from the same past, they fold what came after it
+                self._spawn(cid, self.past, since=self.since)
         self.past = []
 
     def on_stop(self) -> None:
-        self.journal.unlisten(self.actor_ref)
+        self.journal.listeners.unlisten(self.actor_ref)
         for ref in self.conversations.values():
-            self.journal.unlisten(ref)
+            self.journal.listeners.unlisten(ref)
             ref.stop(block=False)
 
     def _fold(self, events: list[Event] | tuple[Event, ...]) -> None:
@@ -97,10 +101,16 @@ class Session(Actor):
             self.approvals.apply(self.approval_state, event)
             CONTEXTS.apply(self.contexts, event)
 
-    def _spawn(self, cid: str, past: list[Event], approvals: ApprovalState | None = None) -> None:
+    def _spawn(
+        self,
+        cid: str,
+        past: list[Event],
+        approvals: ApprovalState | None = None,
+        since: int | None = None,
+    ) -> None:
         ref = Conversation.start(cid, self.deps, self.actor_ref, past, approvals)
         self.conversations[cid] = ref
-        self.journal.listen(ref)
+        self.journal.listeners.listen(ref, since)
 
     def _record(self, items: list[NewEvent], ahead: bool = False) -> list[Event]:
         events: list[Event] = self.journal.record(items, origin=self.actor_ref, ahead=ahead)
@@ -109,7 +119,7 @@ class Session(Actor):
 
     def _catch_up(self) -> None:
         """Fold what the conversations recorded since this actor last looked."""
-        if recorded := self.journal.recorded(self.actor_ref):
+        if recorded := self.journal.listeners.recorded(self.actor_ref):
             self._take(recorded)
 
     def _take(self, events: list[Event]) -> None:
@@ -264,7 +274,7 @@ class Session(Actor):
         if dropped:
             self._record(dropped)
         ref = self.conversations.pop(cid)
-        self.journal.unlisten(ref)
+        self.journal.listeners.unlisten(ref)
         if task:  # a running conversation records its own end: TurnAborted, the destruction
             ref.tell(Abort(task, "interrupted", "destroy", "conversation destroyed", destroy=True))
         else:

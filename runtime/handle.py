@@ -94,9 +94,10 @@ class SessionHandle(SessionViews):
     def _start(self, past: list[Event]) -> None:
         """Start the session's actors (and MCP servers) from its log."""
         runtime, journal = self.runtime, self._journal
+        since = journal.listeners.mark()  # what is recorded after ``past`` reaches the actors
         self._pool = runtime._start_pool(journal, past)
         deps = runtime._deps(journal, self._pool, past)
-        self._actor = Session.start(journal, deps, self.root_conversation_id, past)
+        self._actor = Session.start(journal, deps, self.root_conversation_id, past, since)
         self._active = True
 
     @property

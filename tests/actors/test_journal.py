@@ -11,7 +11,8 @@ import pykka
 import pytest
 
 from plait.actors.feed import Kinds
-from plait.actors.journal import BACKLOG, Journal
+from plait.actors.journal import Journal
+from plait.actors.listening import BACKLOG
 from plait.actors.messages import CatchUp
 from plait.errors import ConcurrencyError, SessionFailedError
 from plait.events import (
@@ -36,7 +37,7 @@ class Folder(pykka.ThreadingActor):
         self.caught_up = threading.Event()
 
     def on_receive(self, message: Any) -> Any:
-        self.seqs += [event.seq for event in self.journal.recorded(self.actor_ref)]
+        self.seqs += [event.seq for event in self.journal.listeners.recorded(self.actor_ref)]
         if isinstance(message, CatchUp):
             self.told += 1
             self.caught_up.set()
@@ -47,7 +48,7 @@ def listening(journal: Journal, count: int) -> list[pykka.ActorRef[Folder]]:
     """``count`` folders started and listening to ``journal``."""
     refs = [Folder.start(journal) for _ in range(count)]
     for ref in refs:
-        journal.listen(ref)
+        journal.listeners.listen(ref)
     return refs
 
 
@@ -90,7 +91,7 @@ def test_an_actor_with_no_messages_is_told_to_fold_before_too_much_piles_up(
 
 def test_an_actor_that_stops_listening_holds_nothing_back(journal: Journal) -> None:
     (gone,) = listening(journal, 1)
-    journal.unlisten(gone)
+    journal.listeners.unlisten(gone)
     (fresh,) = listening(journal, 1)
 
     journal.record([SessionClosed("after")])
@@ -109,8 +110,8 @@ def test_a_stopped_actor_that_never_unlistened_is_forgotten(journal: Journal) ->
         alive.ask("next")
 
     # Nothing is kept for the stopped actor: a new listener's groups start at the end.
-    assert journal.recorded(dead) == []
-    assert len(journal._kept) <= BACKLOG + 1
+    assert journal.listeners.recorded(dead) == []
+    assert len(journal.listeners._kept) <= BACKLOG + 1
 
 
 def test_a_feed_of_kinds_holds_only_those_and_wakes_its_reader_only_for_the_waking() -> None:

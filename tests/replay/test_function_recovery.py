@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from scripted import assert_histories_valid
 
 import plait
 from plait.actors.model import ModelSettings
+from plait.actors.session import Session
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.types import TaskCompleted, ToolCallCompleted, ToolCallStarted, TurnAborted
 from plait.replay import replay
@@ -134,4 +136,44 @@ def test_a_function_tool_cut_off_by_kill_9_is_run_again_only_if_idempotent(
     assert ran[tool] == runs  # never twice in all: the child's run was cut off
     assert sum(isinstance(e.body, TaskCompleted) for e in recovered) == 1
     assert_histories_valid(events)
+    assert result.ok, result.divergence and result.divergence.message()
+
+
+def test_what_the_recovery_records_before_the_session_starts_reaches_the_next_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "crash.db"
+    kill_while_running(db, "sync_inventory")
+    ran.clear()
+    with SqliteStore(db) as store:
+        after = store.read_all(limit=None)[-1].position
+        rerun_recorded = threading.Event()
+
+        def watch() -> None:
+            with store.subscribe(after) as events:
+                while (event := events.get(timeout=60)) is not None:
+                    if isinstance(event.body, TurnAborted):  # the crashed task's end
+                        rerun_recorded.set()
+                        return
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        started = Session.startup
+
+        def startup_last(self: Session) -> None:
+            # The worst order there is: the re-run answers, and the task ends, before the
+            # session's thread starts its conversations from the log.
+            assert rerun_recorded.wait(60), "the recovery recorded nothing"
+            started(self)
+
+        monkeypatch.setattr(Session, "startup", startup_last)
+        with ScriptedModelServer([Step(text="back again")]) as server:
+            settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
+            with Runtime(store, model=settings, tools=[charge, sync_inventory]) as runtime:
+                runtime.resume("id-1").run("are you there?", timeout=60)
+            [request] = server.requests
+        watcher.join(10)
+        result = replay(store, "id-1", timeout=30)
+    said = [m.get("content") for m in request.body["messages"]]
+    assert "synced abc" in said, said  # the re-run's answer, as the crashed task left it
     assert result.ok, result.divergence and result.divergence.message()
