@@ -185,7 +185,8 @@ class SessionFailedError(PlaitError):
         self.session_id = session_id
         self.actor = actor
         """What broke: ``conversation <id>``, ``the scheduler``, ``the session``, ``the MCP
-        pool``, or ``the store`` (a write of the journal failed)."""
+        pool``, ``the recovery of task <id>``, or ``the store`` (a write of the journal
+        failed)."""
         self.handling = handling
         """What it was doing: the message it handled, or the events it wrote."""
         self.cause = cause

@@ -120,7 +120,8 @@ class SessionHandle(SessionViews):
         """Stop the session's actors, and release their threads, if nothing runs or waits in it;
         return whether it did. The handle stays usable: the next call starts them again."""
         with self._lock:
-            if not self._active or self._closed or not self._queue_now(timeout).idle:
+            state = None if not self._active or self._closed else self._queue_now(timeout)
+            if state is None or not state.idle:
                 return False
             self._stop_actors(timeout)
             self._changed.notify_all()
@@ -390,12 +391,15 @@ class SessionHandle(SessionViews):
             if not self._active:  # passive: nothing runs
                 return QueueSnapshot()
             state = self._queue_now(timeout)
-            if state.running is not None:
+            if state is not None and state.running is not None:
                 self._actor.tell(Interrupt("close"))
             return state
 
-    def _queue_now(self, timeout: float) -> QueueSnapshot:
-        return cast(QueueSnapshot, self._actor.ask(GetQueue(), timeout=timeout))
+    def _queue_now(self, timeout: float) -> QueueSnapshot | None:
+        """What runs and waits; ``None`` if the session broke answering (its drop-out, begun,
+        ends it: docs/failures.md#supervision)."""
+        state = self._actor.ask(GetQueue(), timeout=timeout)
+        return state if isinstance(state, QueueSnapshot) else None
 
     def _finish_close(self, timeout: float) -> None:
         """Stop the actors, end a task that did not stop in time, record the close."""

@@ -26,7 +26,9 @@ import plait
 from plait.actors.conversation import Conversation
 from plait.actors.mcp.functions import FunctionTool
 from plait.actors.mcp.servers import McpServers
+from plait.actors.messages import GetQueue
 from plait.actors.model import ModelSettings
+from plait.actors.scheduler import Scheduler
 from plait.errors import ConcurrencyError, SessionFailedError, StoreError
 from plait.events import Event, SqliteStore, TurnAborted
 from plait.events.types import AgentMessageDelta, SessionClosed, ToolCallCompleted, ToolCallStarted
@@ -104,6 +106,30 @@ def test_a_store_that_fails_a_write_fails_the_run_at_once_and_records_nothing(
         assert [(b.reason, b.cause) for b in ends if isinstance(b, TurnAborted)] == [
             ("crashed", "crash")
         ]
+
+
+def test_a_session_that_breaks_as_it_is_closed_is_closed_without_an_error(
+    server: ScriptedModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.push(Step(text="Done."), Step(text="Back."))
+    receive = Scheduler.receive
+
+    def broken(self: Scheduler, message: Any) -> Any:
+        if isinstance(message, GetQueue):  # what ``close`` asks first
+            raise RuntimeError("a bug")
+        return receive(self, message)
+
+    with runtime_for(server, tmp_path) as runtime:
+        session = runtime.start_session()
+        assert session.run("hi", timeout=WAIT).ok
+        monkeypatch.setattr(Scheduler, "receive", broken)
+        session.close(timeout=WAIT)
+        assert session.closed
+        with pytest.raises(SessionFailedError, match="the scheduler, handling GetQueue"):
+            session.run("again", timeout=WAIT)
+    monkeypatch.undo()
+    with runtime_for(server, tmp_path) as runtime:
+        assert runtime.resume(session.session_id).run("again", timeout=WAIT).ok
 
 
 def test_an_actor_that_raises_fails_the_session_which_records_the_task_failed(
