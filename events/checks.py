@@ -19,7 +19,7 @@ import msgspec
 
 from plait.errors import CorruptEventError, TamperedError
 from plait.events.blobs import blob_refs
-from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows
+from plait.events.codec import BODY_TYPES, GENESIS_HASH, decode_rows
 from plait.events.types import Event
 
 if TYPE_CHECKING:
@@ -55,16 +55,15 @@ def columns_agree(events: list[Event], columns: Columns) -> bool:
     """Whether the rows' ``columns`` say what ``events``, decoded from their bytes, say (a
     rebuild's fast path; ``decode_rows`` then names the row that does not)."""
     streams, seqs, types, versions = columns
-    tags = BODY_TAGS
     return (
         seqs == list(map(_seq, events))
         and versions == list(map(_v, events))
         and streams == list(map(_stream, events))
-        and types == [tags[type(event.body)] for event in events]
+        and list(map(BODY_TYPES.get, types)) == list(map(type, map(_body, events)))
     )
 
 
-_seq, _v, _stream = attrgetter("seq"), attrgetter("v"), attrgetter("stream")
+_seq, _v, _stream, _body = map(attrgetter, ("seq", "v", "stream", "body"))
 
 
 class Links:

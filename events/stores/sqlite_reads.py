@@ -40,8 +40,8 @@ CHUNK_SQL = (
     "'[' || group_concat(length(data)) || ']', "
     "CAST(group_concat(data, X'') AS BLOB), CAST(group_concat(hash, X'') AS BLOB), "
     f"max(instr(data, X'{BLOB_MARK.hex()}')), sum(v != CASE type {_OLD} ELSE 1 END), "
-    "json_group_array(CAST(stream AS TEXT)), '[' || group_concat(CAST(seq AS INTEGER)) || ']', "
-    "json_group_array(CAST(type AS TEXT)), '[' || group_concat(CAST(v AS INTEGER)) || ']' "
+    "json_group_array(CAST(stream AS TEXT)), '[' || group_concat(seq) || ']', "
+    "json_group_array(CAST(type AS TEXT)), '[' || group_concat(v) || ']' "
     "FROM (SELECT position, data, hash, stream, seq, type, v FROM events "
     "WHERE position > ? ORDER BY position LIMIT ?)"
 )
