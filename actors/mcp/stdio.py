@@ -12,7 +12,9 @@ Imports ``mcp``: loaded only by ``client.py``, itself loaded only when a server 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Final, Self
@@ -245,7 +247,30 @@ def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
         mended = mended_json(bytes(line))
         if mended != line:
             return _parse(mended)
-        return exc  # the session surfaces it; one bad line does not end the connection
+        # One bad line does not end the connection; a call it names ends at once.
+        return _failed_answer(bytes(line), exc) or exc
+
+
+_ID: Final = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+_BODY: Final = re.compile(rb'"(result|error|method)"\s*:')
+
+
+def _failed_answer(line: bytes, error: ValueError) -> SessionMessage | None:
+    """An error answer to the request whose answer ``line`` (not JSON-RPC) means to be, if it
+    names one before its result: the call fails at once, as over streamable HTTP, rather than
+    wait for its timeout. A request of the server's (a ``method``) is none of ours."""
+    body = _BODY.search(line)
+    if body is not None and body.group(1) == b"method":
+        return None
+    found = _ID.search(line, 0, len(line) if body is None else body.start())
+    try:
+        request_id = json.loads(found.group(1)) if found is not None else None
+    except ValueError:
+        return None
+    if request_id is None:
+        return None
+    failed = mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message=f"Failed to parse {error}")
+    return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=failed))
 
 
 async def _stop(process: anyio.abc.Process) -> None:

@@ -152,6 +152,8 @@ for line in sys.stdin.buffer:
     elif method == "tools/call":
         answer = {"content": [{"type": "text", "text": "TEXT"}], "isError": False}
     data = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": answer}).encode()
+    if method == "tools/call" and sys.argv[1:] == ["cut"]:
+        data = data[:-9]  # a line cut short: not JSON at all
     sys.stdout.buffer.write(data.replace(b"TEXT", b"x \xff y \\ud800 z \\ud83d\\ude00") + b"\n")
     sys.stdout.buffer.flush()
 """
@@ -173,6 +175,27 @@ def test_an_mcp_servers_undecodable_text_is_recorded_mended(tmp_path: Path) -> N
     events = replayed(tmp_path, session.session_id)
     [completed] = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
     assert (completed.output, completed.outcome) == ("x \ufffd y \ufffd z \U0001f600", "ok")
+
+
+def test_an_mcp_servers_answer_that_is_not_json_fails_its_call_at_once(tmp_path: Path) -> None:
+    server_py = tmp_path / "raw_server.py"
+    server_py.write_text(RAW_SERVER)
+    config = McpServerConfig(command=sys.executable, args=[str(server_py), "cut"])
+    script = [Step(tool_calls=[call("raw__say")]), Step(text="it failed")]
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(server, tmp_path, mcp_servers={"raw": config}) as runtime,
+    ):
+        session = runtime.start_session()
+        outcome = session.run("go", timeout=30)  # within the call's own timeout (60 s)
+        session.close()
+    assert outcome.last_assistant_message == "it failed"
+    events = replayed(tmp_path, session.session_id)
+    [completed] = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
+    assert completed.outcome == "error"
+    assert completed.output.startswith(
+        "raw__say failed: MCP server 'raw' sent a reply that is not JSON (EOF while parsing"
+    ), completed.output
 
 
 class _GarbledModel(BaseHTTPRequestHandler):
