@@ -25,6 +25,7 @@ from plait.events import (
     McpToolWithheld,
     SessionClosed,
     SessionStarted,
+    ToolCallCompleted,
 )
 from plait.events.projections import HistoryProjection
 from plait.runtime import Runtime
@@ -97,6 +98,23 @@ def replayed(tmp_path: Path, session_id: str) -> list[Event]:
         events = store.read(session_id)
     assert_histories_valid(events)
     return events
+
+
+def one_mcp_call(
+    tmp_path: Path, config: McpServerConfig, script: list[Step], timeout: float = 60.0
+) -> tuple[str | None, ToolCallCompleted]:
+    """Run ``script`` in a session whose one MCP server, ``raw``, is ``config``; return the
+    session's answer and its one tool call's recorded end (the session replayed clean)."""
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(server, tmp_path, mcp_servers={"raw": config}) as runtime,
+    ):
+        session = runtime.start_session()
+        outcome = session.run("go", timeout=timeout)
+        session.close()
+    events = replayed(tmp_path, session.session_id)
+    [completed] = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
+    return outcome.last_assistant_message, completed
 
 
 def record_session(

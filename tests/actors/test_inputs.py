@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import assert_histories_valid, call, local_mcp_servers, replayed, runtime_for
+from scripted import (
+    assert_histories_valid,
+    call,
+    local_mcp_servers,
+    one_mcp_call,
+    replayed,
+    runtime_for,
+)
 
 import plait
 from plait import ApprovalDecision, FunctionCallOutput, InputText, InvalidInputError
@@ -162,18 +169,10 @@ for line in sys.stdin.buffer:
 def test_an_mcp_servers_undecodable_text_is_recorded_mended(tmp_path: Path) -> None:
     server_py = tmp_path / "raw_server.py"
     server_py.write_text(RAW_SERVER)
-    servers = {"raw": McpServerConfig(command=sys.executable, args=[str(server_py)])}
+    config = McpServerConfig(command=sys.executable, args=[str(server_py)])
     script = [Step(tool_calls=[call("raw__say")]), Step(text="heard")]
-    with (
-        ScriptedModelServer(script) as server,
-        runtime_for(server, tmp_path, mcp_servers=servers) as runtime,
-    ):
-        session = runtime.start_session()
-        outcome = session.run("go", timeout=60)
-        session.close()
-    assert outcome.last_assistant_message == "heard"
-    events = replayed(tmp_path, session.session_id)
-    [completed] = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
+    answer, completed = one_mcp_call(tmp_path, config, script)
+    assert answer == "heard"
     assert (completed.output, completed.outcome) == ("x \ufffd y \ufffd z \U0001f600", "ok")
 
 
@@ -182,17 +181,9 @@ def test_an_mcp_servers_answer_that_is_not_json_fails_its_call_at_once(tmp_path:
     server_py.write_text(RAW_SERVER)
     config = McpServerConfig(command=sys.executable, args=[str(server_py), "cut"])
     script = [Step(tool_calls=[call("raw__say")]), Step(text="it failed")]
-    with (
-        ScriptedModelServer(script) as server,
-        runtime_for(server, tmp_path, mcp_servers={"raw": config}) as runtime,
-    ):
-        session = runtime.start_session()
-        outcome = session.run("go", timeout=30)  # within the call's own timeout (60 s)
-        session.close()
-    assert outcome.last_assistant_message == "it failed"
-    events = replayed(tmp_path, session.session_id)
-    [completed] = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
-    assert completed.outcome == "error"
+    # Within the call's own timeout (60 s): it fails at once.
+    answer, completed = one_mcp_call(tmp_path, config, script, timeout=30)
+    assert (answer, completed.outcome) == ("it failed", "error")
     assert completed.output.startswith(
         "raw__say failed: MCP server 'raw' sent a reply that is not JSON (EOF while parsing"
     ), completed.output

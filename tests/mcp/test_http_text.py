@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import call, replayed, runtime_for
+from scripted import call, one_mcp_call
 
 from plait.actors.mcp import McpServerConfig
 from plait.actors.mcp.client import McpConnection
-from plait.events import ToolCallCompleted
-from plait.testing import ScriptedModelServer, Step
+from plait.testing import Step
 
 TEXTS = {
     "undecodable bytes": (b"x \xff y \xed\xa0\x80 z", "x \ufffd y \ufffd\ufffd\ufffd z"),
@@ -151,16 +150,7 @@ def test_a_reply_that_is_not_json_rpc_even_mended_fails_the_call_at_once(
 
 @pytest.mark.parametrize("reply", ["json", "event stream"])
 def test_the_mended_text_is_what_the_log_records(tmp_path: Path, raw_url: str, reply: str) -> None:
-    servers = {"raw": McpServerConfig(url=raw_url)}
     script = [Step(tool_calls=[call("raw__say", case="both", reply=reply)]), Step(text="heard")]
-    with (
-        ScriptedModelServer(script) as server,
-        runtime_for(server, tmp_path, mcp_servers=servers) as runtime,
-    ):
-        session = runtime.start_session()
-        outcome = session.run("go", timeout=60)
-        session.close()
-    assert outcome.last_assistant_message == "heard"
-    events = replayed(tmp_path, session.session_id)
-    [completed] = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
+    answer, completed = one_mcp_call(tmp_path, McpServerConfig(url=raw_url), script)
+    assert answer == "heard"
     assert (completed.output, completed.outcome) == ("x \ufffd y \ufffd z", "ok")
