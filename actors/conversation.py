@@ -206,7 +206,7 @@ class Conversation(Actor):
 
     def record_events(self, items: list[NewEvent], ahead: bool = False) -> list[Event]:
         """Record ``items`` as one group (a crash keeps all or none) and apply them."""
-        journal = self.deps.journal
+        journal = self.journal
         events: list[Event] = journal.record(items, origin=self.actor_ref, ahead=ahead)
         self._apply(events)
         if events:
@@ -253,7 +253,7 @@ class Conversation(Actor):
             self.journal.flush()
 
     def receive(self, message: Any) -> Any:
-        if recorded := self.deps.journal.listeners.recorded(self.actor_ref):
+        if recorded := self.journal.listeners.recorded(self.actor_ref):
             self._apply(recorded)
         match message:
             case RunTask(plan=plan):
@@ -363,7 +363,7 @@ class Conversation(Actor):
             ),
             ahead=True,
         )
-        self.deps.journal.flush()
+        self.journal.flush()
         deltas.open()
 
     def instructions(self) -> str:
@@ -394,5 +394,5 @@ class Conversation(Actor):
         assert self.run is not None
         task_id = self.run.plan.task_id
         self.run = None
-        if self.deps.journal.waiting:
+        if self.journal.waiting:
             self.session.tell(TaskEnded(task_id))

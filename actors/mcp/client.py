@@ -351,7 +351,8 @@ class McpConnection:
         )
 
     def _unreadable(self, report: str) -> str:
-        """Say that the server's reply is not JSON-RPC, even mended (streamable HTTP).
+        """Say that the server's reply is not JSON-RPC, even mended (over streamable HTTP, or
+        a stdio line that names its call).
 
         ``report`` is the SDK's, pydantic's words with the input echoed: only the reason
         JSON gives is kept.

@@ -263,11 +263,11 @@ def _failed_answer(line: bytes, error: ValueError) -> SessionMessage | None:
     if body is not None and body.group(1) == b"method":
         return None
     found = _ID.search(line, 0, len(line) if body is None else body.start())
-    try:
-        request_id = json.loads(found.group(1)) if found is not None else None
-    except ValueError:
+    if found is None:
         return None
-    if request_id is None:
+    try:
+        request_id = json.loads(found.group(1))
+    except ValueError:  # an id string with a bad escape: it names nothing
         return None
     failed = mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message=f"Failed to parse {error}")
     return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=failed))
