@@ -63,10 +63,11 @@ def runtime_for(
     server: ScriptedModelServer,
     tmp_path: Path,
     options: dict[str, Any] | None = None,
+    store: EventStore | None = None,
     **kwargs: Any,
 ) -> Runtime:
-    """A runtime on ``tmp_path/plait.db`` and ``server``; ``options`` are more
-    ``ModelSettings`` fields, ``kwargs`` the ``Runtime``'s."""
+    """A runtime on ``store`` (by default the SQLite file ``tmp_path/plait.db``) and
+    ``server``; ``options`` are more ``ModelSettings`` fields, ``kwargs`` the ``Runtime``'s."""
     settings = ModelSettings(
         base_url=server.base_url,
         api_key="test",
@@ -74,7 +75,8 @@ def runtime_for(
         backoff_sec=0.01,
         **(options or {}),
     )
-    return Runtime(tmp_path / "plait.db", model=settings, workdir=tmp_path, **kwargs)
+    where = tmp_path / "plait.db" if store is None else store
+    return Runtime(where, model=settings, workdir=tmp_path, **kwargs)
 
 
 def crash(runtime: Runtime, session: Any) -> None:

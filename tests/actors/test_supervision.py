@@ -20,19 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import call, crash
+from scripted import call, crash, runtime_for
 
 import plait
 from plait.actors.conversation import Conversation
 from plait.actors.mcp.functions import FunctionTool
 from plait.actors.mcp.servers import McpServers
 from plait.actors.messages import GetQueue
-from plait.actors.model import ModelSettings
 from plait.actors.scheduler import Scheduler
 from plait.errors import ConcurrencyError, SessionFailedError, StoreError
 from plait.events import Event, SqliteStore, TurnAborted
 from plait.events.types import AgentMessageDelta, SessionClosed, ToolCallCompleted, ToolCallStarted
-from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
 WAIT = 30.0
@@ -60,15 +58,6 @@ class FailingStore(SqliteStore):
     def append_prepared(self, stream: str, prepared: Any, *, epoch: Any = None) -> Any:
         self._check([type(e.body).__name__ for e in prepared.events])
         return super().append_prepared(stream, prepared, epoch=epoch)
-
-
-def runtime_for(
-    server: ScriptedModelServer, tmp_path: Path, store: Any = None, **kwargs: Any
-) -> Runtime:
-    """A runtime on ``store`` (by default the SQLite file ``tmp_path/plait.db``); ``kwargs``
-    are more of the ``Runtime``'s."""
-    model = ModelSettings(base_url=server.base_url, api_key="test", model="scripted-model")
-    return Runtime(store or tmp_path / "plait.db", model=model, workdir=tmp_path, **kwargs)
 
 
 def kinds_of(events: list[Event]) -> list[str]:
