@@ -1,16 +1,24 @@
-"""Sessions spread over 1, 2 and 4 ``plait worker`` processes on PostgreSQL.
+"""Sessions spread over 1, 2, 4 and 8 ``plait worker`` processes on PostgreSQL.
 
 A front end (this process: ``Runtime.follow``, which never runs a session) submits tasks to S
 sessions, K one after the other in each, all sessions at once; ``plait worker`` processes take
 the sessions over from the inbox and run them against a paced model server (each reply about
-50 ms). Printed per worker count: tasks/s, p50/p99 task latency (submit to the end seen in the
-log), and where the CPU went (workers, PostgreSQL, this front end) on this machine's cores.
-Then, with two workers running 16 sessions, the one that owns the most is killed with SIGKILL
+50 ms). Printed per worker count: tasks/s beside the model-bound ideal (the places, workers x
+``--concurrency``, or the sessions if fewer, over one reply's time), CPU per task of the
+workers, p50/p99 task latency (submit to the end seen in the log), and where the CPU went
+(workers, PostgreSQL, this front end) on this machine's cores.
+Then the issue's case: ONE ``plait worker --concurrency 8`` with nothing else set (its store and
+model in ``plait.toml``), 24 sessions x 3 tasks whose replies take about 1 s, submitted by the
+front end: wall time beside the model-bound 24 x 3 x 1 / 8 = 9 s (goal: within 2x), once with
+the tasks one after the other in each session, once all submitted at once; and the most tasks
+the log shows running at once.
+Last, with two workers running 16 sessions, the one that owns the most is killed with SIGKILL
 while tasks run: the time from the kill to the first event the other appends in each session
 the dead one owned, beside ``lease_sec``.
 
     python bench/workers.py            # S=128, K=5, lease 5 s; 1, 2, 4 and 8 workers
     python bench/workers.py --quick    # S=16, K=3, lease 2 s
+    python bench/workers.py --part capacity   # only the issue's case (throughput, takeover)
 
 ``PLAIT_BENCH_POSTGRES`` names the server (default postgresql://postgres@127.0.0.1:5432/test);
 the bench uses a schema of its own and drops it at the end.
@@ -35,17 +43,19 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).parent))
-from paced_model import PacedModelServer
+from paced_model import PacedModelServer, floor
 
 from plait.actors.model import ModelSettings
-from plait.events import Event, TaskCompleted
+from plait.events import Event, EventStore, TaskCompleted, TaskStarted, TurnAborted
 from plait.runtime import Runtime, SessionHandle
 from plait.scripted_wire import Step
 
 URL = os.environ.get("PLAIT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REPLY = Step(text="abcdef" * 10, chunk_chars=6, chunk_delay=0.005)
+SLOW_REPLY = Step(text="abcdef" * 10, chunk_chars=6, chunk_delay=0.08)
+"""The issue's case: a reply of about 1 s."""
 CONCURRENCY = 16
-"""Sessions each worker runs at once (``plait worker --concurrency``)."""
+"""Tasks each worker runs at once (``plait worker --concurrency``)."""
 
 
 def cpu_of(pids: list[int]) -> float:
@@ -69,12 +79,11 @@ def postgres_pids() -> list[int]:
 
 
 @contextlib.contextmanager
-def workers(n: int, url: str, cwd: Path, lease_sec: float) -> Iterator[list[subprocess.Popen[str]]]:
-    """``n`` ``plait worker`` processes, each ready; drained with SIGTERM at the end."""
+def workers(n: int, cwd: Path, options: list[str]) -> Iterator[list[subprocess.Popen[str]]]:
+    """``n`` ``plait worker`` processes with ``options``, each ready; drained with SIGTERM at
+    the end."""
     env = {**os.environ, "OPENAI_API_KEY": "k"}
-    argv = [sys.executable, "-m", "plait", "worker", "--store", url]
-    argv += ["--lease-sec", f"{lease_sec:g}", "--concurrency", str(CONCURRENCY)]
-    argv += ["--idle-sec", "0.5"]  # a session with no work goes back for any worker to take
+    argv = [sys.executable, "-m", "plait", "worker", *options]
     started = [
         subprocess.Popen(argv, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
         for _ in range(n)
@@ -109,14 +118,22 @@ async def drive(handles: list[SessionHandle], tasks: int) -> list[float]:
     return latencies
 
 
+def options(args: argparse.Namespace) -> list[str]:
+    """The throughput and takeover workers' options: the bench's store and lease."""
+    return ["--store", args.url, "--lease-sec", f"{args.lease_sec:g}",
+            "--concurrency", str(CONCURRENCY)]  # fmt: skip
+
+
 def throughput(front: Runtime, handles: list[SessionHandle], args: argparse.Namespace) -> None:
     cores = os.cpu_count() or 1
-    print(f"\n{len(handles)} sessions x {args.tasks} tasks, replies of about 50 ms, {cores} cores")
-    print(f"{'workers':>7} {'tasks/s':>8} {'p50 ms':>7} {'p99 ms':>7}   CPU cores used: "
-          "workers / postgres / front end")  # fmt: skip
+    reply = floor(args.model_url, 1)  # one reply's own time, as the server paces it
+    print(f"\n{len(handles)} sessions x {args.tasks} tasks, replies of {reply * 1000:.0f} ms, "
+          f"--concurrency {CONCURRENCY}, {cores} cores; ideal: places / reply time")  # fmt: skip
+    print(f"{'workers':>7} {'tasks/s':>8} {'ideal':>6} {'ratio':>6} {'CPU ms/task':>11} "
+          f"{'p50 ms':>7} {'p99 ms':>7}   CPU cores: workers / postgres / front end")  # fmt: skip
     rows = []
     for n in (1, 2, 4) if args.quick else (1, 2, 4, 8):
-        with workers(n, args.url, args.dir, args.lease_sec) as started:
+        with workers(n, args.dir, options(args)) as started:
             pids, pg = [p.pid for p in started], postgres_pids()
             before = (cpu_of(pids), cpu_of(pg), time.process_time())
             wall = time.perf_counter()
@@ -125,26 +142,102 @@ def throughput(front: Runtime, handles: list[SessionHandle], args: argparse.Name
             used = (cpu_of(pids), cpu_of(pg), time.process_time())
         spent = [(b - a) / wall for a, b in zip(before, used, strict=True)]
         q = statistics.quantiles(latencies, n=100)
-        rows.append((n, len(latencies) / wall, sum(spent), spent[1]))
+        rate = len(latencies) / wall
+        ideal = min(n * CONCURRENCY, len(handles)) / reply
+        per_task = (used[0] - before[0]) / len(latencies) * 1000
+        rows.append((n, rate, ideal, sum(spent), spent[1]))
         print(
-            f"{n:>7} {rows[-1][1]:>8.1f} {q[49] * 1000:>7.0f} {q[98] * 1000:>7.0f}"
+            f"{n:>7} {rate:>8.1f} {ideal:>6.0f} {rate / ideal:>5.2f}x {per_task:>11.1f}"
+            f" {q[49] * 1000:>7.0f} {q[98] * 1000:>7.0f}"
             f"   {spent[0]:.2f} / {spent[1]:.2f} / {spent[2]:.2f} of {cores}"
         )
-    n, _, busy, pg = rows[-1]
-    if busy >= 0.7 * cores:
-        limit = f"this machine's {cores} cores (busy {busy:.2f}; postgres {pg:.2f} of them)"
-    elif pg >= 0.8:
-        limit = f"postgres (a core busy: {pg:.2f})"
-    else:
-        running = min(n * CONCURRENCY, len(handles))
-        limit = f"the tasks' own time: {running} sessions run at once, each one task at a time"
-    print(f"limit at {n} workers: {limit}")
+    for n, rate, ideal, busy, pg in rows:
+        if rate >= 0.8 * ideal:
+            limit = "the model (at least 0.8x the ideal)"
+        elif busy >= 0.7 * cores:
+            limit = f"the CPU: {busy:.2f} of this machine's {cores} cores busy (postgres {pg:.2f})"
+        elif pg >= 0.8:
+            limit = f"postgres (a core busy: {pg:.2f})"
+        else:
+            limit = "neither the model nor the CPU: the workers wait (goal: 0.8x the ideal)"
+        print(f"  {n} worker{'s' if n > 1 else ' '}: {rate / ideal:.2f}x the ideal; limit: {limit}")
+
+
+def running_at_once(store: EventStore, streams: set[str]) -> int:
+    """The most tasks of ``streams`` the log shows running at once (started, not yet ended),
+    in the order the store committed them."""
+    running = most = 0
+    for event in store.read_all(0, limit=None):
+        if event.stream in streams:
+            if isinstance(event.body, TaskStarted):
+                running += 1
+                most = max(most, running)
+            elif isinstance(event.body, TaskCompleted | TurnAborted):
+                running -= isinstance(event.body, TaskCompleted) or event.body.reason != "failed"
+    return most
+
+
+def capacity(args: argparse.Namespace) -> None:
+    """The issue's case: one ``plait worker --concurrency 8``, defaults otherwise."""
+    sessions, tasks, places = 24, 3, 8
+    schema = f"plait_bench_{uuid.uuid4().hex[:10]}"
+    url = f"{URL}?schema={schema}"
+    args.schemas.append(schema)
+    with tempfile.TemporaryDirectory() as tmp, PacedModelServer(SLOW_REPLY) as server:
+        cwd = Path(tmp)
+        (cwd / "plait.toml").write_text(
+            f'[model]\nbase_url = "{server.base_url}"\nmodel = "m"\n[store]\nurl = "{url}"\n'
+        )
+        reply = floor(server.base_url, 1)
+        bound = sessions * tasks * reply / places
+        print(f"\none `plait worker --concurrency {places}`, nothing else set: {sessions} sessions"
+              f" x {tasks} tasks, replies of {reply:.2f} s; model-bound {bound:.1f} s, "
+              f"goal within 2x ({2 * bound:.1f} s)")  # fmt: skip
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
+        with (
+            Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front,
+            workers(1, cwd, ["--concurrency", str(places)]),
+        ):
+            for how in ("one after the other", "all at once"):
+                ids = []
+                for _ in range(sessions):
+                    session = front.start_session()
+                    session.release(10)  # free: the worker takes it when work comes
+                    ids.append(session.session_id)
+                handles = [front.follow(sid) for sid in ids]
+                wall = asyncio.run(submit(handles, tasks, together=how == "all at once"))
+                most = running_at_once(front.store, set(ids))
+                print(f"  {how:<20} {wall:6.1f} s = {wall / bound:.2f}x the bound; "
+                      f"at most {most} tasks ran at once")  # fmt: skip
+
+
+async def submit(handles: list[SessionHandle], tasks: int, together: bool) -> float:
+    """Run ``tasks`` tasks in every session, one after the other (``arun``) or all submitted
+    at once (``asubmit``, then their ends read from the session's feed); the wall time."""
+    start = time.perf_counter()
+
+    async def session(handle: SessionHandle) -> None:
+        if not together:
+            for i in range(tasks):
+                outcome = await handle.arun(f"task {i}", timeout=600)
+                assert outcome.status == "completed", outcome
+            return
+        with handle.subscribe(transient=False) as feed:
+            waiting = {await handle.asubmit(f"task {i}") for i in range(tasks)}
+            async for item in feed:
+                if isinstance(item, Event) and isinstance(item.body, TaskCompleted):
+                    waiting.discard(item.task_id or "")
+                    if not waiting:
+                        return
+
+    await asyncio.gather(*(session(handle) for handle in handles))
+    return time.perf_counter() - start
 
 
 def takeover(front: Runtime, handles: list[SessionHandle], args: argparse.Namespace) -> None:
     print(f"\ntakeover after kill -9 of one of 2 workers running {len(handles)} sessions "
           f"(lease_sec {args.lease_sec:g}; bound lease_sec + 2 s)")  # fmt: skip
-    with workers(2, args.url, args.dir, args.lease_sec) as started:
+    with workers(2, args.dir, options(args)) as started:
         stop = asyncio.Event()
 
         async def load() -> None:
@@ -212,15 +305,18 @@ def main() -> None:
     parser.add_argument("--sessions", type=int)
     parser.add_argument("--tasks", type=int)
     parser.add_argument("--lease-sec", type=float)
+    parser.add_argument("--part", choices=("throughput", "capacity", "takeover"), action="append")
     args = parser.parse_args()
     args.sessions = args.sessions or (16 if args.quick else 128)
     args.tasks = args.tasks or (3 if args.quick else 5)
     args.lease_sec = args.lease_sec or (2.0 if args.quick else 5.0)
+    parts = args.part or ["throughput", "capacity", "takeover"]
     schema = f"plait_bench_{uuid.uuid4().hex[:10]}"
     args.url = f"{URL}?schema={schema}"
+    args.schemas = [schema]
     try:
         with tempfile.TemporaryDirectory() as tmp, PacedModelServer(REPLY) as server:
-            args.dir = Path(tmp)
+            args.dir, args.model_url = Path(tmp), server.base_url
             (args.dir / "plait.toml").write_text(
                 f'[model]\nbase_url = "{server.base_url}"\nmodel = "m"\n'
             )
@@ -232,12 +328,17 @@ def main() -> None:
                     session.release(10)  # free: the workers take it when work comes
                     ids.append(session.session_id)
                 handles = [rt.follow(sid) for sid in ids]
-                throughput(rt, handles, args)
-                # As many sessions as one worker may run: the survivor has room for them all.
-                takeover(rt, handles[:CONCURRENCY], args)
+                if "throughput" in parts:
+                    throughput(rt, handles, args)
+                if "capacity" in parts:
+                    capacity(args)
+                if "takeover" in parts:
+                    # As many sessions as one worker may run: the survivor has room for them all.
+                    takeover(rt, handles[:CONCURRENCY], args)
     finally:
         with psycopg.connect(URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            for name in args.schemas:
+                conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
 if __name__ == "__main__":

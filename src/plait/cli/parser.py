@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--model", help=MODEL)
     worker.add_argument(
-        "--concurrency", type=_positive, metavar="N", help="run at most N sessions at once"
+        "--concurrency", type=_positive, metavar="N", help="run at most N tasks at once"
     )
     worker.add_argument(
         "--lease-sec",

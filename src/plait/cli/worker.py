@@ -1,12 +1,13 @@
 """``plait worker``: a process that runs the sessions nobody else runs, until it is stopped.
 
-It recovers what a stopped process left in flight, then, as commands are stored and every
-fraction of a second, takes over the sessions that need an owner, as many as ``--concurrency``
-leaves room for: one whose owner stopped renewing its lease, or handed it back with work
-waiting, or that has inbox commands and no live owner (docs/processes.md). It runs their tasks
-and the commands sent to them, and hands back a session idle for ``--idle-sec``, so that work
-spreads over the workers. SIGTERM (or Ctrl-C) drains it: what runs is given ``--drain-sec`` to
-end, then every session is handed back.
+It recovers what a stopped process left in flight, then, as commands are stored, as places
+free and every fraction of a second, takes over the sessions that need an owner, as many as
+it has free places: one whose owner stopped renewing its lease, or handed it back with work
+waiting, or that has inbox commands and no live owner (docs/processes.md). ``--concurrency``
+places bound the tasks it runs at once: a session with nothing running or queued holds none
+(docs/processes.md#capacity). It hands back a session idle for ``--idle-sec``, and at once one
+whose command finds no place free, so that work spreads over the workers. SIGTERM (or Ctrl-C)
+drains it: what runs is given ``--drain-sec`` to end, then every session is handed back.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import threading
 from plait.cli.common import config_of, err, make_runtime, model_settings, store_of
 
 __all__ = ["cmd_worker"]
+
+PASSIVE_SEC = 2.0
+"""A session idle this long gives back its actors' threads (it keeps its lease until
+``--idle-sec``); one whose place another session needs gives them back at once."""
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -34,6 +39,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             store,
             lease_sec=args.lease_sec,
             max_active_sessions=args.concurrency,
+            idle_sec=min(PASSIVE_SEC, args.idle_sec),
         )
         try:
             err(f"worker {runtime.owner.id}: lease {args.lease_sec:g} s, {config.store.url}")
@@ -42,8 +48,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             every = min(1.0, args.lease_sec / 4)  # for leases that lapse: nothing tells
             while not stopping.is_set():
                 token = commands.token()
-                room = None if args.concurrency is None else args.concurrency - len(runtime.owned)
-                for session_id in runtime.adopt(room):
+                for session_id in runtime.fill_places():
                     err(f"took over session {session_id}")
                 runtime.hand_back_idle(args.idle_sec)
                 commands.wait(token, every)

@@ -5,6 +5,12 @@ every place is taken, the least recently used idle session is passivated to make
 is idle, callers wait in the order they came (threads on an event, asyncio code on a future of
 its loop, so a waiting ``arun`` holds no thread) until a session goes idle, passivates or closes.
 Nothing is dropped: a waiting task is queued once its session has a place.
+
+So a place is held by work: an idle session keeps its actors only until another needs the place.
+``free`` counts the places work may still take, and a caller that cannot wait (the owner's
+thread, with a command for a passive session) asks ``try_enter``; one that finds none (or,
+``want``, more work than places) is told by ``on_free`` when one may be free again
+(docs/processes.md#capacity).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from plait.errors import ConfigError
@@ -45,13 +52,15 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class Admission:
     """Places for sessions' actors; ``None`` places: as many as there are sessions."""
 
-    def __init__(self, most: int | None) -> None:
+    def __init__(self, most: int | None, on_free: Callable[[], object] = lambda: None) -> None:
         if most is not None and most < 1:
             raise ConfigError(f"max_active_sessions: expected at least 1, got {most}")
         self.most = most
         self._lock = threading.Lock()
         self._active: dict[str, SessionHandle] = {}
         self._queue: deque[_Ticket] = deque()
+        self._on_free = on_free
+        self._wanted = False  # someone found no place without waiting: tell on_free of the next
 
     @property
     def active(self) -> int:
@@ -88,17 +97,49 @@ class Admission:
         finally:
             self._leave_line(ticket)
 
+    def free(self, pending: Collection[str] = ()) -> int | None:
+        """How many more sessions may start work now (``None``: no bound): the places not held
+        by a session with work (or, ``pending``, commands on their way), less those waited for."""
+        if self.most is None:
+            return None
+        with self._lock:
+            held = self._active.values()
+            busy = sum(1 for h in held if not h.idle_now() or h.session_id in pending)
+            return max(self.most - busy - len(self._queue), 0)
+
+    def want(self) -> None:
+        """Have ``on_free`` tell of the next place that may be free (more work waits)."""
+        with self._lock:
+            self._wanted = True
+
+    def try_enter(self, handle: SessionHandle) -> bool:
+        """Take a place for ``handle`` if one is free (or an idle session's) and nobody waits
+        in line; never wait. With none, ``on_free`` tells when one may be."""
+        if self._try(handle, None):
+            return True
+        self.want()
+        return False
+
     def leave(self, handle: SessionHandle) -> None:
         """Give back ``handle``'s place (its actors stopped)."""
         with self._lock:
             if self._active.pop(handle.session_id, None) is not None and self._queue:
                 self._queue[0].wake()
+        self._freed()
 
     def went_idle(self) -> None:
         """A session has nothing running or queued: the first in line may take its place."""
         with self._lock:
             if self._queue:
                 self._queue[0].wake()
+        self._freed()
+
+    def _freed(self) -> None:
+        """Tell ``on_free`` that a place may be free, if someone found none."""
+        with self._lock:
+            wanted, self._wanted = self._wanted, False
+        if wanted:
+            self._on_free()
 
     def _try(self, handle: SessionHandle, ticket: _Ticket | None) -> bool:
         """Take a place if one is free (or can be freed) and nobody waits ahead."""

@@ -19,13 +19,7 @@ from plait.errors import LeaseLostError, PlaitError, SessionClosedError, Unknown
 from plait.events.ownership import DestroyConversation, InterruptTask, SubmitTask
 from plait.events.projections.tasks import QueueSnapshot
 from plait.events.types import Event, SessionClosed, Transient
-from plait.events.values import (
-    ApprovalPolicy,
-    InputItem,
-    InputText,
-    TaskPlan,
-    ToolPrefs,
-)
+from plait.events.values import ApprovalPolicy, InputItem, InputText, TaskPlan, ToolPrefs
 from plait.runtime import supervision
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.changes import KEEP, KeepType, context_change
@@ -67,7 +61,7 @@ class SessionHandle(SessionViews):
         self._closed = False
         self._lock = threading.RLock()  # what reaches the actors, and stopping or starting them
         self._changed = threading.Condition(self._lock)  # told when it is passivated or started
-        self._active = False
+        self._active, self._claimed = False, 0.0  # claimed: until then, held for a command
         self._used = time.monotonic()
         self._acks: set[Ack] = set()  # told to the actors, not yet durable (see Ack)
         self._followed = followed  # another process owns the session (runtime.followers)
@@ -129,7 +123,7 @@ class SessionHandle(SessionViews):
 
     def idle_now(self) -> bool:
         """Whether its actors run with nothing running or queued (by what it recorded)."""
-        return self._active and self._journal.idle
+        return self._active and self._journal.idle and time.monotonic() >= self._claimed
 
     def passivate_if_free(self) -> bool:
         """``passivate``, unless another thread is using the handle; return whether it did."""
@@ -140,13 +134,22 @@ class SessionHandle(SessionViews):
         finally:
             self._lock.release()
 
+    def take_place(self) -> bool:
+        """Hold a place until a command on its way is told; return whether the actors run."""
+        with self._lock:  # passive: started if a place is free now (docs/processes.md#capacity)
+            if self.passive and not self.runtime._admission.try_enter(self):
+                return False
+            self._activate()
+            self._claimed = time.monotonic() + 5.0 if self._active else 0.0  # or lapses
+            return self._active
+
     def idle_for(self) -> float:
         """Seconds since the session was last used or recorded anything."""
         return time.monotonic() - max(self._used, self._journal.last_recorded_at)
 
     def _activate(self) -> None:
         """Make sure the actors run (bring a passive session back from its log); hold the lock."""
-        self._used = time.monotonic()
+        self._used, self._claimed = time.monotonic(), 0.0
         if not self._active and not self._closed and not self._followed:
             self._journal.unseal()
             self._own(self.runtime.store.read(self.session_id))

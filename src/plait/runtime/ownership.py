@@ -121,7 +121,7 @@ class Owner:
             return stream in self._held
 
     def wake(self) -> None:
-        """Look at the inbox now (a session was just taken over)."""
+        """Look at the inbox now (a session was just taken over, or a place may be free)."""
         self._store._commanded.notify()
 
     def close(self) -> None:
@@ -174,10 +174,17 @@ class Owner:
             held = set(self._held)
         if not held:
             return
+        waiting: set[str] = set()  # passive, no place free: in order, after one that waits
         for stored in self._store.commands():
             if stored.stream in held and stored.id not in self._taken:
                 handle = self._runtime._sessions.get(stored.stream)
-                if handle is not None and not handle._followed:
+                if handle is None or handle._followed or stored.stream in waiting:
+                    continue
+                # Never wait for a place here, the heartbeat's thread (an interrupt needs none).
+                needs = not isinstance(stored.command.body, InterruptTask)
+                if needs and not handle.take_place():
+                    waiting.add(stored.stream)
+                else:
                     self._taken.add(stored.id)
                     self._hand(handle, stored)
 

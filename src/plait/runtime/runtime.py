@@ -159,7 +159,7 @@ class Runtime(Sessions):
             window = self.settings.context_window
             self.history = msgspec.structs.replace(self.history, context_window=window)
         self._sessions: dict[str, SessionHandle] = {}
-        self._admission = Admission(max_active_sessions)
+        self._admission = Admission(max_active_sessions, lambda: self.owner.wake())
         self._off_loop = Offload("plait-calls")
         """Where asyncio callers' submissions run, off their loop."""
         self._resuming = threading.Lock()

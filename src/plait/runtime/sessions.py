@@ -16,6 +16,7 @@ from plait.actors.journal import Journal
 from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.actors.messages import StartNext
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
+from plait.events.ownership import StoredCommand
 from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
@@ -27,6 +28,7 @@ from plait.runtime.recovery import OpenCalls, Recovery, Rerun, in_flight, open_c
 
 if TYPE_CHECKING:
     from plait.actors.mcp.config import McpServerConfig
+    from plait.runtime.admission import Admission
     from plait.runtime.runtime import Runtime
 
 __all__ = ["Sessions"]
@@ -45,6 +47,7 @@ class Sessions:
     _session_tools: dict[str, list[FunctionTool]]
     _sessions: dict[str, SessionHandle]
     _resuming: threading.Lock
+    _admission: Admission
 
     if TYPE_CHECKING:  # the Runtime's
 
@@ -71,15 +74,22 @@ class Sessions:
             if self.store.last_seq(session_id) == 0:  # no lease for a session not there
                 raise UnknownSessionError(session_id)
             self._offer(session_id, tools)
-            epoch = self.owner.take(session_id)
-            if epoch is None:
+            handle = self._own_if_free(session_id)
+            if handle is None:
                 return self._follow(session_id, self._read_session(session_id))
-            try:
-                past = self._read_session(session_id)  # all the former owner wrote
-                return self._resume(session_id, past, task_queue(past).snapshot(), epoch)
-            except BaseException:
-                self.owner.release(session_id)
-                raise
+            return handle
+
+    def _own_if_free(self, session_id: str) -> SessionHandle | None:
+        """Take the session's lease and resume it, unless another live process holds it."""
+        epoch = self.owner.take(session_id)
+        if epoch is None:
+            return None
+        try:
+            past = self._read_session(session_id)  # all the former owner wrote
+            return self._resume(session_id, past, task_queue(past).snapshot(), epoch)
+        except BaseException:
+            self.owner.release(session_id)
+            raise
 
     def _offer(self, session_id: str, tools: Iterable[FunctionTool | Callable[..., Any]]) -> None:
         """Offer ``tools`` in session ``session_id`` beside the runtime's (``ConfigError`` for
@@ -233,27 +243,46 @@ class Sessions:
     def adopt(self, most: int | None = None) -> list[str]:
         """Take over the sessions that need an owner, at most ``most``: those whose owner
         stopped renewing its lease or handed it back with work waiting, and those with inbox
-        commands and no live owner. Return their ids (``plait worker`` calls it again and
-        again)."""
+        commands and no live owner (one another process takes first is left to it). Return
+        their ids."""
+        return self._adopt(self.store.commands(), most)
+
+    def fill_places(self) -> list[str]:
+        """``plait worker``'s round: hand back the passive sessions whose inbox commands find
+        no place free, for a process with one; then adopt as many sessions as places are free
+        (``max_active_sessions``, less those with a task running or queued, or commands on
+        their way: docs/processes.md#capacity). Return the ids taken over."""
+        commands = self.store.commands()
+        pending = set(dict.fromkeys(stored.stream for stored in commands))
+        if self._admission.free(pending) == 0:  # else the owner's thread starts them
+            for session_id in pending:
+                handle = self._sessions.get(session_id)
+                if handle is not None:
+                    with handle._lock:  # the owner's thread starts it under it: not meanwhile
+                        if handle.passive and self._admission.free(pending) == 0:
+                            handle.release(1.0)
+        return self._adopt(commands, self._admission.free(pending))
+
+    def _adopt(self, commands: list[StoredCommand], most: int | None) -> list[str]:
         leases = {lease.stream: lease for lease in self.store.leases()}
         wanted = [s for s, lease in leases.items() if lease.owner is not None and not lease.live]
-        for stored in self.store.commands():
+        for stored in commands:
             lease = leases.get(stored.stream)
             if (lease is None or not lease.live) and stored.stream not in wanted:
                 wanted.append(stored.stream)
         taken: list[str] = []
         for session_id in wanted:
             if most is not None and len(taken) >= most:
+                self._admission.want()  # more wait: the owner's wake, once a place may be free
                 break
-            if session_id in self._sessions and not self._sessions[session_id]._followed:
-                continue
-            try:
-                handle = self.resume(session_id)
-            except PlaitError as exc:
-                log.warning("session %s was not taken over: %s", session_id, exc)
-                continue
-            if not handle._followed:
-                taken.append(session_id)
+            with self._resuming:
+                if session_id in self._sessions:  # owned, or followed here
+                    continue
+                try:
+                    if self._own_if_free(session_id) is not None:
+                        taken.append(session_id)
+                except PlaitError as exc:
+                    log.warning("session %s was not taken over: %s", session_id, exc)
         return taken
 
     def hand_back_idle(self, idle_sec: float) -> list[str]:

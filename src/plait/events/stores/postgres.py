@@ -60,6 +60,7 @@ from plait.events.stores.postgres_sql import (
     SCHEMA_VERSION,
     STREAM_MOVED,
 )
+from plait.events.subscription import Signal
 from plait.events.types import Event
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
@@ -325,11 +326,11 @@ class PostgresStore(EventStore):
         return self._listener(self.channel)
 
     def _inbox_waiter(self) -> Waiter:
-        return self._listener(self.inbox_channel)
+        return self._listener(self.inbox_channel, self._commanded)
 
-    def _listener(self, channel: str) -> _NotifyWaiter:
-        """A waiter on ``channel``, closed with the store."""
-        waiter = _NotifyWaiter(self, channel)
+    def _listener(self, channel: str, local: Signal | None = None) -> _NotifyWaiter:
+        """A waiter on ``channel`` (and ``local``), closed with the store."""
+        waiter = _NotifyWaiter(self, channel, local)
         self._waiters.add(waiter)
         return waiter
 
@@ -364,9 +365,10 @@ class _NotifyWaiter(Waiter):
 
     STEP_SEC = 0.1
 
-    def __init__(self, store: PostgresStore, channel: str) -> None:
+    def __init__(self, store: PostgresStore, channel: str, local: Signal | None = None) -> None:
         self._store = store
         self._channel = channel
+        self._local = local  # moved in this process (``Owner.wake``): seen within STEP_SEC
         self._io = threading.Lock()
         self._closed = False
         self._count = 0
@@ -401,14 +403,17 @@ class _NotifyWaiter(Waiter):
                     self._conn.close()
 
     def token(self) -> int:
-        """Return how many notifications (and reconnections) this waiter has seen."""
+        """Return how many notifications (reconnections, local moves) this waiter has seen."""
         self._receive(0)
-        return self._count
+        return self._seen()
+
+    def _seen(self) -> int:
+        return self._count + (self._local.count if self._local is not None else 0)
 
     def wait(self, token: int, timeout: float | None) -> None:
         """Block until a notification arrives after ``token``, ``timeout`` passes, or close."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._closed and self._count == token:
+        while not self._closed and self._seen() == token:
             step = self.STEP_SEC
             if deadline is not None:
                 step = min(step, deadline - time.monotonic())
