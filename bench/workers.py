@@ -68,6 +68,12 @@ def cpu_of(pids: list[int]) -> float:
     return total
 
 
+def machine_busy() -> float:
+    """CPU seconds this machine's cores have been busy so far (every process's)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def postgres_pids() -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -135,27 +141,33 @@ def throughput(front: Runtime, handles: list[SessionHandle], args: argparse.Name
     for n in (1, 2, 4) if args.quick else (1, 2, 4, 8):
         with workers(n, args.dir, options(args)) as started:
             pids, pg = [p.pid for p in started], postgres_pids()
-            before = (cpu_of(pids), cpu_of(pg), time.process_time())
+            before = (cpu_of(pids), cpu_of(pg), time.process_time(), machine_busy())
             wall = time.perf_counter()
             latencies = asyncio.run(drive(handles, args.tasks))
             wall = time.perf_counter() - wall
-            used = (cpu_of(pids), cpu_of(pg), time.process_time())
+            used = (cpu_of(pids), cpu_of(pg), time.process_time(), machine_busy())
         spent = [(b - a) / wall for a, b in zip(before, used, strict=True)]
         q = statistics.quantiles(latencies, n=100)
         rate = len(latencies) / wall
         ideal = min(n * CONCURRENCY, len(handles)) / reply
         per_task = (used[0] - before[0]) / len(latencies) * 1000
-        rows.append((n, rate, ideal, sum(spent), spent[1]))
+        rows.append((n, rate, ideal, sum(spent[:3]), spent[1], spent[3]))
         print(
             f"{n:>7} {rate:>8.1f} {ideal:>6.0f} {rate / ideal:>5.2f}x {per_task:>11.1f}"
             f" {q[49] * 1000:>7.0f} {q[98] * 1000:>7.0f}"
             f"   {spent[0]:.2f} / {spent[1]:.2f} / {spent[2]:.2f} of {cores}"
+            f" (machine: {spent[3]:.2f} busy)"
         )
-    for n, rate, ideal, busy, pg in rows:
+    for n, rate, ideal, busy, pg, machine in rows:
         if rate >= 0.8 * ideal:
             limit = "the model (at least 0.8x the ideal)"
         elif busy >= 0.7 * cores:
             limit = f"the CPU: {busy:.2f} of this machine's {cores} cores busy (postgres {pg:.2f})"
+        elif machine >= 0.9 * cores:
+            limit = (
+                f"the CPU: the machine's {cores} cores are busy ({machine:.2f}), "
+                f"{machine - busy:.2f} of them with other processes"
+            )
         elif pg >= 0.8:
             limit = f"postgres (a core busy: {pg:.2f})"
         else:

@@ -245,31 +245,39 @@ class Sessions:
         stopped renewing its lease or handed it back with work waiting, and those with inbox
         commands and no live owner (one another process takes first is left to it). Return
         their ids."""
-        return self._adopt(self.store.commands(), most)
+        return self._adopt(self._unowned(self.store.commands())[0], most)
 
     def fill_places(self) -> list[str]:
-        """``plait worker``'s round: hand back the passive sessions whose inbox commands find
-        no place free, for a process with one; then adopt as many sessions as places are free
+        """``plait worker``'s round: adopt as many sessions as places are free
         (``max_active_sessions``, less those with a task running or queued, or commands on
-        their way: docs/processes.md#capacity). Return the ids taken over."""
+        their way); with none free, while other processes own sessions and none is left
+        waiting for an owner (they keep up), hand back the passive sessions whose commands
+        wait here, for one with a place (docs/processes.md#capacity). Return the ids taken."""
         commands = self.store.commands()
-        pending = set(dict.fromkeys(stored.stream for stored in commands))
-        if self._admission.free(pending) == 0:  # else the owner's thread starts them
+        pending = {stored.stream for stored in commands}
+        wanted, others = self._unowned(commands)
+        if others and not wanted and self._admission.free(pending) == 0:
             for session_id in pending:
                 handle = self._sessions.get(session_id)
                 if handle is not None:
                     with handle._lock:  # the owner's thread starts it under it: not meanwhile
                         if handle.passive and self._admission.free(pending) == 0:
                             handle.release(1.0)
-        return self._adopt(commands, self._admission.free(pending))
+        return self._adopt(wanted, self._admission.free(pending))
 
-    def _adopt(self, commands: list[StoredCommand], most: int | None) -> list[str]:
+    def _unowned(self, commands: list[StoredCommand]) -> tuple[list[str], bool]:
+        """The sessions that need an owner (a lapsed lease, or commands and no live owner),
+        and whether another process holds a live lease."""
         leases = {lease.stream: lease for lease in self.store.leases()}
+        others = any(x.live and x.owner != self.owner.id for x in leases.values())
         wanted = [s for s, lease in leases.items() if lease.owner is not None and not lease.live]
         for stored in commands:
             lease = leases.get(stored.stream)
             if (lease is None or not lease.live) and stored.stream not in wanted:
                 wanted.append(stored.stream)
+        return [session_id for session_id in wanted if session_id not in self._sessions], others
+
+    def _adopt(self, wanted: list[str], most: int | None) -> list[str]:
         taken: list[str] = []
         for session_id in wanted:
             if most is not None and len(taken) >= most:
