@@ -214,7 +214,7 @@ class Runtime(Sessions):
             return None
         from plait.actors.pool import McpPool
 
-        return McpPool.start(
+        return McpPool.open(
             journal,
             self._loop,
             self.mcp_servers,
