@@ -95,7 +95,7 @@ class Followers:
             wanted = {s: h for s, h in self._handles.items() if h._takes_over}
         if not wanted:
             return
-        live = {lease.stream for lease in self._store.leases() if lease.live}
+        live = {lease.stream for lease in self._runtime.owner.leases() if lease.live}
         for stream, handle in wanted.items():
             if stream not in live:
                 self._runtime._take_over(handle)
