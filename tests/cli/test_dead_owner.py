@@ -128,3 +128,19 @@ def test_recover_leaves_a_live_owners_session_and_says_whose_it_is(
         "owner_process": "live",
     }
     assert 0 < row["lease_remaining_sec"] <= 60
+
+
+def test_exec_on_a_killed_owners_session_resumes_it_at_once(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    cli.configure(server.base_url)
+    with owner(cli, server) as (process, session):
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        server.push(Step(text="Second."), Step(text="Going on."))
+        result = cli("exec", "--session", session, "go on")
+    assert result.returncode == 0, result.stderr
+    assert f"session {session} resumed" in result.stderr  # not followed: its owner is dead
+    assert result.stdout.splitlines()[-1] == "Going on."  # after the one waiting behind the crash
+    with SqliteStore(cli.store) as store:
+        assert store.verify(session).ok
