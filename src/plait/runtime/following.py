@@ -4,7 +4,7 @@
 One thread and one subscription to the log serve them all, however many: it hands each event
 of a followed session to that handle's live feeds, in log order, and every ``POLL_SEC`` it reads
 all leases at once and has the runtime take over a followed session whose lease is free (its
-owner handed it back, or died and the lease lapsed).
+owner handed it back, or died: the lease lapsed, or its owner ran on this machine and is gone).
 """
 
 from __future__ import annotations
