@@ -4,7 +4,7 @@
 One thread and one subscription to the log serve them all, however many: it hands each event
 of a followed session to that handle's live feeds, in log order, and every ``POLL_SEC`` it reads
 all leases at once and has the runtime take over a followed session whose lease is free (its
-owner handed it back, or died and the lease lapsed).
+owner handed it back, or died: the lease lapsed, or its owner ran on this machine and is gone).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class Followers:
             wanted = {s: h for s, h in self._handles.items() if h._takes_over}
         if not wanted:
             return
-        live = {lease.stream for lease in self._store.leases() if lease.live}
+        live = {lease.stream for lease in self._runtime.owner.leases() if lease.live}
         for stream, handle in wanted.items():
             if stream not in live:
                 self._runtime._take_over(handle)

@@ -235,7 +235,7 @@ class Sessions:
         stopped renewing its lease or handed it back with work waiting, and those with inbox
         commands and no live owner. Return their ids (``plait worker`` calls it again and
         again)."""
-        leases = {lease.stream: lease for lease in self.store.leases()}
+        leases = {lease.stream: lease for lease in self.owner.leases()}  # dead owners: lapsed
         wanted = [s for s, lease in leases.items() if lease.owner is not None and not lease.live]
         for stored in self.store.commands():
             lease = leases.get(stored.stream)
