@@ -9,6 +9,7 @@ holds the two equal).
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Mapping
 
 from plait.errors import IllegalTransitionError
@@ -56,7 +57,8 @@ _RUNNING = (*_OWNED, State.DRAINING, State.CLOSING)
 
 TRANSITIONS: Mapping[str, Mapping[State, State]] = {
     "own": {State.PASSIVE: State.STARTING},
-    "take_over": {State.FOLLOWED: State.STARTING},
+    "take_over": {State.FOLLOWED: State.PASSIVE},
+    "follow": {State.PASSIVE: State.FOLLOWED},
     "activate": {State.STARTING: State.ACTIVE},
     "passivate": {State.STARTING: State.PASSIVE, State.ACTIVE: State.PASSIVE},
     "drain": {s: State.DRAINING for s in _OWNED},
@@ -70,11 +72,13 @@ TRANSITIONS: Mapping[str, Mapping[State, State]] = {
 
 
 class Life:
-    """One session's state in this process; ``move`` is the only way to change it."""
+    """One session's state in this process; ``move`` is the only way to change it (from any
+    thread: each move is atomic)."""
 
     def __init__(self, session_id: str, state: State) -> None:
         self.session_id = session_id
         self._state = state
+        self._lock = threading.Lock()
 
     @property
     def state(self) -> State:
@@ -88,11 +92,22 @@ class Life:
     def move(self, transition: str) -> State:
         """Take ``transition``; return the new state. Raise ``IllegalTransitionError`` (naming
         the transition and the state) when it does not leave the current state."""
-        target = TRANSITIONS[transition].get(self._state)
-        if target is None:
-            raise IllegalTransitionError(self.session_id, transition, self._state.value)
-        self._state = target
-        return target
+        with self._lock:
+            target = TRANSITIONS[transition].get(self._state)
+            if target is None:
+                raise IllegalTransitionError(self.session_id, transition, self._state.value)
+            self._state = target
+            return target
+
+    def move_if_can(self, transition: str) -> bool:
+        """Take ``transition`` if it leaves the current state; return whether it did. For the
+        moves that race a session's failure on another thread (supervision's drop-out), which
+        may have ended it first."""
+        with self._lock:
+            target = TRANSITIONS[transition].get(self._state)
+            if target is not None:
+                self._state = target
+            return target is not None
 
 
 def diagram() -> str:

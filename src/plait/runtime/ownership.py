@@ -31,7 +31,7 @@ from plait.runtime.liveness import new_owner_id, owner_state
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
-    from plait.runtime.handle import SessionHandle
+    from plait.runtime.host import SessionHost
     from plait.runtime.runtime import Runtime
 
 __all__ = ["Owner", "default_owner_id"]
@@ -191,9 +191,9 @@ class Owner:
                 if self._held.get(stream) != held:  # released or taken anew meanwhile
                     continue
                 del self._held[stream]
-            handle = self._runtime._sessions.get(stream)
-            if handle is not None:
-                handle._lose(LeaseLostError(stream, epoch, "it was not renewed in time"))
+            host = self._runtime.hosts.get(stream)
+            if host is not None:
+                host.lose(LeaseLostError(stream, epoch, "it was not renewed in time"))
 
     def _take_commands(self) -> None:
         with self._lock:
@@ -202,26 +202,26 @@ class Owner:
             return
         for stored in self._store.commands():
             if stored.stream in held and stored.id not in self._taken:
-                handle = self._runtime._sessions.get(stored.stream)
-                if handle is not None and not handle._followed:
+                host = self._runtime.hosts.get(stored.stream)
+                if host is not None and not host.followed:
                     self._taken.add(stored.id)
-                    self._hand(handle, stored)
+                    self._hand(host, stored)
 
-    def _hand(self, handle: SessionHandle, stored: StoredCommand) -> None:
+    def _hand(self, host: SessionHost, stored: StoredCommand) -> None:
         """Hand a command to its session; drop it once what it leads to is in the log."""
         body = stored.command.body
         try:
             if isinstance(body, SubmitTask):
                 try:
-                    handle._queue(body.plan)
+                    host.queue(body.plan)
                 except UnknownConversationError as exc:  # destroyed since it was sent
                     log.warning("task %s from the inbox not run: %s", body.plan.task_id, exc)
             elif isinstance(body, InterruptTask):
                 self._store.drop_commands([stored.id])  # at most once
-                handle.interrupt()
+                host.handle.interrupt()
             elif isinstance(body, DestroyConversation):
                 self._store.drop_commands([stored.id])
-                handle.destroy(body.conversation_id)
+                host.handle.destroy(body.conversation_id)
         except (SessionClosedError, LeaseLostError):  # closed or lost: the next owner takes it
             self._taken.discard(stored.id)
             return
