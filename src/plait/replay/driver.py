@@ -41,6 +41,7 @@ from plait.events.types import (
     ModelResponded,
     NewEvent,
     SessionClosed,
+    SessionReopened,
     SessionStarted,
     TaskEnqueued,
     ToolApprovalDecided,
@@ -331,7 +332,7 @@ class Driver:
             self._actor().tell(Interrupt(cause))
         elif outside_destroy(event, self.recorded[event.seq - 2], self._destroy_open()):
             self.handle.destroy(event.conversation_id or "")
-        elif isinstance(body, SessionClosed):
+        elif isinstance(body, SessionClosed | SessionReopened):  # the embedder's, as recorded
             self.host.journal.record_last([body])
 
     def _force_close(self, group: list[Event]) -> None:

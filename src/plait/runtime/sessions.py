@@ -18,7 +18,13 @@ from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionErro
 from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
-from plait.events.types import ConversationDestroyed, Event, SessionStarted
+from plait.events.types import (
+    ConversationDestroyed,
+    Event,
+    SessionClosed,
+    SessionReopened,
+    SessionStarted,
+)
 from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
 from plait.runtime.host import SessionHost
@@ -61,6 +67,8 @@ class Sessions:
         A session another live process owns is followed: the handle's commands go to that
         owner's inbox and its events come from the log, until the owner stops renewing its
         lease (or hands it back): then this process takes it over.
+        A closed session is reopened: ``SessionReopened`` in its log says so, and it takes
+        work again.
         Raises ``UnknownSessionError`` when the store has no such session, and
         ``ContentUnavailableError`` (and records nothing) when a live conversation's
         content is not in the log: its storage policy did not keep it, or it expired.
@@ -160,6 +168,8 @@ class Sessions:
         self.owner.drop_taken(session_id, past)
         if host is None:
             journal = Journal(self.store, session_id, past, epoch)
+            if isinstance(past[-1].body, SessionClosed):  # resumed by its user: reopened
+                past += journal.record([SessionReopened(past[-1].seq)])
         else:
             journal = host.journal
             journal.reload(past, epoch)
