@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from plait.errors import ConfigError
 
 if TYPE_CHECKING:
-    from plait.runtime.handle import SessionHandle
+    from plait.runtime.host import SessionHost
 
 __all__ = ["Admission"]
 
@@ -57,7 +57,7 @@ class Admission:
             raise ConfigError(f"max_active_sessions: expected at least 1, got {most}")
         self.most = most
         self._lock = threading.Lock()
-        self._active: dict[str, SessionHandle] = {}
+        self._active: dict[str, SessionHost] = {}
         self._queue: deque[_Ticket] = deque()
         self._on_free = on_free
         self._wanted = False  # someone found no place without waiting: tell on_free of the next
@@ -67,7 +67,7 @@ class Admission:
         """How many sessions hold a place."""
         return len(self._active)
 
-    def enter(self, handle: SessionHandle) -> None:
+    def enter(self, handle: SessionHost) -> None:
         """Take a place for ``handle`` (hold its lock), waiting in order for one."""
         ticket = None
         try:
@@ -80,7 +80,7 @@ class Admission:
         finally:
             self._leave_line(ticket)
 
-    async def aenter(self, handle: SessionHandle) -> None:
+    async def aenter(self, handle: SessionHost) -> None:
         """``enter`` for asyncio code: waits on the loop, holding no thread."""
         loop = asyncio.get_running_loop()
         ticket = None
@@ -112,7 +112,7 @@ class Admission:
         with self._lock:
             self._wanted = True
 
-    def try_enter(self, handle: SessionHandle) -> bool:
+    def try_enter(self, handle: SessionHost) -> bool:
         """Take a place for ``handle`` if one is free (or an idle session's) and nobody waits
         in line; never wait. With none, ``on_free`` tells when one may be."""
         if self._try(handle, None):
@@ -120,7 +120,7 @@ class Admission:
         self.want()
         return False
 
-    def leave(self, handle: SessionHandle) -> None:
+    def leave(self, handle: SessionHost) -> None:
         """Give back ``handle``'s place (its actors stopped)."""
         with self._lock:
             if self._active.pop(handle.session_id, None) is not None and self._queue:
@@ -141,7 +141,7 @@ class Admission:
         if wanted:
             self._on_free()
 
-    def _try(self, handle: SessionHandle, ticket: _Ticket | None) -> bool:
+    def _try(self, handle: SessionHost, ticket: _Ticket | None) -> bool:
         """Take a place if one is free (or can be freed) and nobody waits ahead."""
         while True:
             with self._lock:

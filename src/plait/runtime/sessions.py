@@ -10,26 +10,31 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from plait.actors.journal import Journal
 from plait.actors.mcp.functions import FunctionTool, as_tools
-from plait.actors.messages import StartNext
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
 from plait.events.ownership import StoredCommand
 from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
-from plait.events.types import ConversationDestroyed, Event, SessionStarted
+from plait.events.types import (
+    ConversationDestroyed,
+    Event,
+    SessionClosed,
+    SessionReopened,
+    SessionStarted,
+)
 from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
+from plait.runtime.host import SessionHost
 from plait.runtime.ownership import Owner
-from plait.runtime.recovery import OpenCalls, Recovery, Rerun, in_flight, open_calls, took_over
+from plait.runtime.recovery import OpenCalls, Recovery, in_flight, open_calls, took_over
 
 if TYPE_CHECKING:
     from plait.actors.mcp.config import McpServerConfig
     from plait.runtime.admission import Admission
-    from plait.runtime.runtime import Runtime
 
 __all__ = ["Sessions"]
 
@@ -45,13 +50,14 @@ class Sessions:
     mcp_servers: dict[str, McpServerConfig]
     tools: list[FunctionTool]
     _session_tools: dict[str, list[FunctionTool]]
-    _sessions: dict[str, SessionHandle]
+    hosts: dict[str, SessionHost]
     _resuming: threading.Lock
-    _admission: Admission
+    admission: Admission
 
     if TYPE_CHECKING:  # the Runtime's
 
-        def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle: ...
+        def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHost: ...
+        def _follow_host(self, journal: Journal, root: str, past: list[Event]) -> SessionHost: ...
 
     def resume(
         self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., Any]] = ()
@@ -64,22 +70,24 @@ class Sessions:
         A session another live process owns is followed: the handle's commands go to that
         owner's inbox and its events come from the log, until the owner stops renewing its
         lease (or hands it back): then this process takes it over.
+        A closed session is reopened: ``SessionReopened`` in its log says so, and it takes
+        work again.
         Raises ``UnknownSessionError`` when the store has no such session, and
         ``ContentUnavailableError`` (and records nothing) when a live conversation's
         content is not in the log: its storage policy did not keep it, or it expired.
         """
         with self._resuming:  # one handle (one writer) per session, whoever calls
-            if session_id in self._sessions:
-                return self._sessions[session_id]
+            if session_id in self.hosts:
+                return self.hosts[session_id].handle
             if self.store.last_seq(session_id) == 0:  # no lease for a session not there
                 raise UnknownSessionError(session_id)
             self._offer(session_id, tools)
-            handle = self._own_if_free(session_id)
-            if handle is None:
-                return self._follow(session_id, self._read_session(session_id))
-            return handle
+            host = self._own_if_free(session_id)
+            if host is None:
+                return self._follow(session_id, self._read_session(session_id)).handle
+            return host.handle
 
-    def _own_if_free(self, session_id: str) -> SessionHandle | None:
+    def _own_if_free(self, session_id: str) -> SessionHost | None:
         """Take the session's lease and resume it, unless another live process holds it."""
         epoch = self.owner.take(session_id)
         if epoch is None:
@@ -111,47 +119,44 @@ class Sessions:
         inbox, for the session's owner, or for a worker to take it over (a front end that
         leaves running sessions to ``plait worker``); its events come from the log."""
         with self._resuming:
-            if session_id in self._sessions:
-                return self._sessions[session_id]
-            handle = self._follow(session_id, self._read_session(session_id))
-            handle._takes_over = False
-            return handle
+            if session_id in self.hosts:
+                return self.hosts[session_id].handle
+            host = self._follow(session_id, self._read_session(session_id))
+            host.takes_over = False
+            return host.handle
 
-    def _follow(self, session_id: str, past: list[Event]) -> SessionHandle:
-        """A handle on a session another process owns."""
+    def _follow(self, session_id: str, past: list[Event]) -> SessionHost:
+        """Follow a session another process owns."""
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session checks it
         journal = Journal(self.store, session_id, past)
-        root = started.root_conversation_id
-        handle = SessionHandle(cast("Runtime", self), journal, root, past, followed=True)
-        self._sessions[session_id] = handle
-        self.followers.add(handle, past[-1].position)
-        return handle
+        host = self._follow_host(journal, started.root_conversation_id, past)
+        self.followers.add(host, past[-1].position)
+        return host
 
-    def _take_over(self, handle: SessionHandle) -> None:
-        """Own the session ``handle`` follows, if its lease is free (its owner died or
-        handed it back): recover it as ``resume`` does, then run what waits in it."""
-        with self._resuming, handle._lock:
-            if not handle._followed or handle._closed:
+    def _take_over(self, host: SessionHost) -> None:
+        """Own the session ``host`` follows, if its lease is free (its owner died or handed
+        it back): recover it as ``resume`` does, then run what waits in it."""
+        sid = host.session_id
+        with self._resuming, host.lock:
+            if not host.followed:
                 return
-            epoch = self.owner.take(handle.session_id)
+            epoch = self.owner.take(sid)
             if epoch is None:
                 return
-            self.followers.remove(handle)
-            handle._followed = False
-            past = handle._journal.store.read(handle.session_id)
-            handle._journal.deliver(past)  # the feeds have all the former owner wrote
+            host.take_over()
+            past = self.store.read(sid)
+            host.journal.deliver(past)  # the feeds have all the former owner wrote
             try:
-                self._resume(handle.session_id, past, task_queue(past).snapshot(), epoch, handle)
+                self._resume(sid, past, task_queue(past).snapshot(), epoch, host)
             except ContentUnavailableError as exc:
-                log.error("session %s cannot be taken over: %s", handle.session_id, exc)
-                self.owner.release(handle.session_id)
-                handle._closed, handle._gone = True, exc
-                handle._journal.fail_feeds(exc)
+                log.error("session %s cannot be taken over: %s", sid, exc)
+                self.owner.release(sid)
+                host.end("fail", exc)
+                host.journal.fail_feeds(exc)
             except PlaitError:  # the store failed meanwhile: follow it again, try again later
-                self.owner.release(handle.session_id)
-                handle._followed = True
-                self.followers.add(handle, past[-1].position)
+                self.owner.release(sid)
+                host.follow_again(past[-1].position)
                 raise
 
     def _resume(
@@ -160,21 +165,23 @@ class Sessions:
         past: list[Event],
         state: QueueSnapshot,
         epoch: int,
-        handle: SessionHandle | None = None,
-    ) -> SessionHandle:
+        host: SessionHost | None = None,
+    ) -> SessionHost:
         """Resume from ``past``, whose tasks ``state`` folds, writing with lease ``epoch``
-        (in ``handle``, a handle that followed the session); if a task was running or
-        waiting, ``SessionResumed`` marks where this process took over."""
+        (in ``host``, a session this process followed); if a task was running or waiting,
+        ``SessionResumed`` marks where this process took over."""
         plan = state.running
         destroyed = {e.conversation_id for e in past if isinstance(e.body, ConversationDestroyed)}
         missing = missing_content(past, lambda cid: cid is not None and cid not in destroyed)
         if missing:
             raise ContentUnavailableError(session_id, "resume", missing)
         self.owner.drop_taken(session_id, past)
-        if handle is None:
+        if host is None:
             journal = Journal(self.store, session_id, past, epoch)
+            if isinstance(past[-1].body, SessionClosed):  # resumed by its user: reopened
+                past += journal.record([SessionReopened(past[-1].seq)])
         else:
-            journal = handle._journal
+            journal = host.journal
             journal.reload(past, epoch)
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session and in_flight check it
@@ -185,17 +192,13 @@ class Sessions:
             past += took_over(journal, past, state, [*calls.rerun, *calls.denials])
         elif plan is not None or state.pending:
             past += took_over(journal, past, state, calls.ending() if plan is not None else [])
-        if handle is None:
-            handle = self._attach(journal, root, past)
+        if host is None:
+            host = self._attach(journal, root, past)
         else:
-            handle._own(past)
-        with handle._lock:  # an actor that failed at once had them stopped: none is started
-            if handle._active and plan is not None and rerun:
-                handle._rerun = Rerun.start(journal, handle._pool, handle._actor, plan, calls)
-            elif handle._active:
-                handle._actor.tell(StartNext())
+            host.own(past)
+        host.start_next(plan, calls, rerun)
         self.owner.wake()  # what its inbox holds
-        return handle
+        return host
 
     def recover(self) -> list[Recovery]:
         """Resume every stored session a process left with a task running or waiting.
@@ -206,7 +209,7 @@ class Sessions:
         found: list[Recovery] = []
         for session_id, _, _ in in_flight(self.store):
             with self._resuming:
-                if session_id in self._sessions:
+                if session_id in self.hosts:
                     continue
                 recovery = self._recover(session_id)
             if recovery is not None:
@@ -238,7 +241,7 @@ class Sessions:
     @property
     def owned(self) -> list[str]:
         """The sessions this process runs (it holds their leases)."""
-        return [s for s, handle in list(self._sessions.items()) if not handle._followed]
+        return [s for s, host in list(self.hosts.items()) if not host.followed]
 
     def adopt(self, most: int | None = None) -> list[str]:
         """Take over the sessions that need an owner, at most ``most``: those whose owner
@@ -256,35 +259,35 @@ class Sessions:
         commands = self.store.commands()
         pending = {stored.stream for stored in commands}
         wanted, others = self._unowned(commands)
-        if others and not wanted and self._admission.free(pending) == 0:
+        if others and not wanted and self.admission.free(pending) == 0:
             for session_id in pending:
-                handle = self._sessions.get(session_id)
-                if handle is not None:
-                    with handle._lock:  # the owner's thread starts it under it: not meanwhile
-                        if handle.passive and self._admission.free(pending) == 0:
-                            handle.release(1.0)
-        return self._adopt(wanted, self._admission.free(pending))
+                host = self.hosts.get(session_id)
+                if host is not None:
+                    with host.lock:  # the owner's thread starts it under it: not meanwhile
+                        if host.passive and self.admission.free(pending) == 0:
+                            host.handle.release(1.0)
+        return self._adopt(wanted, self.admission.free(pending))
 
     def _unowned(self, commands: list[StoredCommand]) -> tuple[list[str], bool]:
-        """The sessions that need an owner (a lapsed lease, or commands and no live owner),
-        and whether another process holds a live lease."""
-        leases = {lease.stream: lease for lease in self.store.leases()}
+        """The sessions that need an owner (a lapsed lease, a dead owner's, or commands and no
+        live owner), and whether another process holds a live lease."""
+        leases = {lease.stream: lease for lease in self.owner.leases()}  # dead owners: lapsed
         others = any(x.live and x.owner != self.owner.id for x in leases.values())
         wanted = [s for s, lease in leases.items() if lease.owner is not None and not lease.live]
         for stored in commands:
             lease = leases.get(stored.stream)
             if (lease is None or not lease.live) and stored.stream not in wanted:
                 wanted.append(stored.stream)
-        return [session_id for session_id in wanted if session_id not in self._sessions], others
+        return [session_id for session_id in wanted if session_id not in self.hosts], others
 
     def _adopt(self, wanted: list[str], most: int | None) -> list[str]:
         taken: list[str] = []
         for session_id in wanted:
             if most is not None and len(taken) >= most:
-                self._admission.want()  # more wait: the owner's wake, once a place may be free
+                self.admission.want()  # more wait: the owner's wake, once a place may be free
                 break
             with self._resuming:
-                if session_id in self._sessions:  # owned, or followed here
+                if session_id in self.hosts:  # owned, or followed here
                     continue
                 try:
                     if self._own_if_free(session_id) is not None:
@@ -297,17 +300,17 @@ class Sessions:
         """Hand back (``release``) the sessions this process runs that have been idle for
         ``idle_sec``, so that any worker may take them when work comes; return their ids."""
         idle = [
-            handle
-            for handle in list(self._sessions.values())
-            if not handle._followed and handle.idle_for() >= idle_sec and handle._journal.idle
+            host
+            for host in list(self.hosts.values())
+            if not host.followed and host.idle_for() >= idle_sec and host.journal.idle
         ]
-        return [handle.session_id for handle in idle if handle.release(5.0)]
+        return [host.session_id for host in idle if host.handle.release(5.0)]
 
     def drain(self, timeout: float = 60.0) -> None:
         """Hand every session back (``SessionHandle.release``), what runs given up to
         ``timeout`` seconds to end: a process that stops for good, and lets others go on."""
-        for handle in list(self._sessions.values()):
-            handle.release(timeout)
+        for host in list(self.hosts.values()):
+            host.handle.release(timeout)
 
     def _take(self, session_id: str) -> int:
         """Own a new session (nobody can hold its lease yet)."""
