@@ -20,10 +20,6 @@ from plait.cli.common import config_of, err, make_runtime, model_settings, store
 
 __all__ = ["cmd_worker"]
 
-PASSIVE_SEC = 2.0
-"""A session idle this long gives back its actors' threads (it keeps its lease until
-``--idle-sec``); one whose place another session needs gives them back at once."""
-
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run sessions that need an owner until SIGTERM, then hand them back."""
@@ -39,7 +35,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
             store,
             lease_sec=args.lease_sec,
             max_active_sessions=args.concurrency,
-            idle_sec=min(PASSIVE_SEC, args.idle_sec),
         )
         try:
             err(f"worker {runtime.owner.id}: lease {args.lease_sec:g} s, {config.store.url}")
