@@ -35,6 +35,11 @@ class Actor(pykka.ThreadingActor):
     journal: Any
     """The journal of the session it belongs to, which a failure stops."""
 
+    # Python joins non-daemon threads before it runs ``atexit``: a program that never closed
+    # its runtime would wait on its actors for ever. The runtime hands its sessions back at
+    # exit instead (docs/processes.md#a-program-that-ends-without-close).
+    use_daemon_thread = True
+
     @staticmethod
     def _create_actor_inbox() -> queue.SimpleQueue[Any]:
         return queue.SimpleQueue()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import logging
+import os
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -56,6 +59,28 @@ from plait.runtime.sessions import Sessions
 __all__ = ["Outside", "Runtime"]
 
 log = logging.getLogger("plait")
+
+AT_EXIT_SEC = 1.0
+"""How long a program that ends without ``close()`` gives its running work to end."""
+
+_open: weakref.WeakSet[Runtime] = weakref.WeakSet()
+"""The runtimes not closed yet (a closed or collected one costs the exit nothing)."""
+
+
+@atexit.register
+def _hand_back_at_exit() -> None:
+    """Hand back the sessions of every runtime the program did not close, then close it: the
+    next process continues them at once (docs/processes.md#a-program-that-ends-without-close).
+    Its threads are daemons, so Python reached this without waiting for them."""
+    for runtime in list(_open):
+        try:
+            runtime.drain(AT_EXIT_SEC)
+            runtime.close(AT_EXIT_SEC)
+        except Exception as exc:  # what it did not release lapses: ``recover`` takes it up
+            log.warning("closing a runtime at exit failed: %s", exc)
+
+
+os.register_at_fork(after_in_child=_open.clear)  # a child's copies own nothing of the parent's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +208,7 @@ class Runtime(Sessions):
         self.owner.start()
         self.followers = Followers(self.store, self.owner.leases, self._take_over)
         """The sessions it follows while other processes own them."""
+        _open.add(self)
 
     def _actors_for(self, journal: Journal, past: list[Event]) -> tuple[Any, ConversationDeps]:
         """A session's ``McpPool`` (if it has tools beside the built-ins), started, and what
@@ -354,6 +380,7 @@ class Runtime(Sessions):
 
     def close(self, timeout: float = 10.0) -> None:
         """Close every session, the effect loop and the store (if the runtime opened it)."""
+        _open.discard(self)
         self._expiring.set()
         for thread in (self._sweeper, self._passivator):
             if thread is not None:
