@@ -73,6 +73,8 @@ def _hand_back_at_exit() -> None:
     next process continues them at once (docs/processes.md#a-program-that-ends-without-close).
     Its threads are daemons, so Python reached this without waiting for them."""
     for runtime in list(_open):
+        if runtime.store.closed:  # closed under it: its leases lapse, as after a crash
+            continue
         try:
             runtime.drain(AT_EXIT_SEC)
             runtime.close(AT_EXIT_SEC)
