@@ -94,7 +94,7 @@ def _hold(conv: Conversation, batch: ToolBatch) -> list[ToolCallStarted]:
     with the reply, they cost no commit of their own (docs/tools.md#running-calls)."""
     first = len(batch.calls) if batch.parallel else 1
     now = [i for i in range(first) if batch.names[i] in batch.mcp and batch.asks[i] is None]
-    return conv.deps.pool.hold([_request(conv, batch, i) for i in now]) if now else []
+    return conv.pool.hold([_request(conv, batch, i) for i in now]) if now else []
 
 
 def _advance(conv: Conversation) -> None:
@@ -152,7 +152,7 @@ def _start(conv: Conversation, batch: ToolBatch, index: int) -> bool:
 def _send_to_pool(conv: Conversation, index: int) -> None:
     """Send call ``index`` of the batch to its MCP server (``ToolFinished`` comes back)."""
     assert conv.run is not None and conv.run.batch is not None
-    conv.deps.pool.call(_request(conv, conv.run.batch, index))
+    conv.pool.call(_request(conv, conv.run.batch, index))
 
 
 def _request(conv: Conversation, batch: ToolBatch, index: int) -> CallTool:
