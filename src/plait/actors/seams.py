@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from plait.actors.listening import Listeners
     from plait.actors.mcp.calls import CallResult
     from plait.actors.mcp.config import McpServerConfig
+    from plait.actors.mcp.servers import Report
     from plait.actors.messages import CallTool
     from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
     from plait.errors import PlaitError, SessionFailedError
@@ -194,10 +195,6 @@ class ModelClientLike(Protocol):
         ...
 
 
-Report = Callable[["Body"], None]
-"""How servers report a lifecycle fact (``McpServerReady``...) to the pool, from the loop."""
-
-
 class McpServersLike(Protocol):
     """A session's MCP servers, as the pool drives them on the effect loop (``McpServers``)."""
 
@@ -226,8 +223,9 @@ class McpServersLike(Protocol):
         ...
 
 
-ServersFactory = Callable[["Mapping[str, McpServerConfig]", Report], McpServersLike]
-"""Makes a session's servers from their configs and the pool's report."""
+ServersFactory = Callable[["Mapping[str, McpServerConfig]", "Report"], McpServersLike]
+"""Makes a session's servers from their configs and the pool's ``Report`` (which hands a
+lifecycle fact, ``McpServerReady``..., from the loop to the pool)."""
 
 
 class McpPoolRef(Askable, Protocol):

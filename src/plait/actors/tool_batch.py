@@ -11,6 +11,7 @@ turn loops.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -24,7 +25,7 @@ from plait.actors.messages import (
     ToolFinished,
     ToolResult,
 )
-from plait.events.types import Body, ToolCallRequested, ToolCallStarted
+from plait.events.types import Body, ToolApprovalDecided, ToolCallRequested, ToolCallStarted
 from plait.events.values import ToolCall
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class ToolBatch(msgspec.Struct):
     """Ended calls not yet recorded, by index."""
     asks: list[str | None] = []
     """Why each call waits for an approval decision before it runs (``None``: it does not)."""
-    awaiting: dict[int, Any] = {}
+    awaiting: dict[int, Future[ToolApprovalDecided]] = {}
     """Calls started that wait for their decision, by index: the decision's future (an
     abort cancels it; the decision comes back as ``ApprovalFinished``)."""
 

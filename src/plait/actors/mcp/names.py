@@ -56,7 +56,7 @@ def qualify(server: str, tool: str) -> str:
     return f"{prefix}_{digest}"
 
 
-def canonical_sha256(value: Any) -> str:
+def canonical_sha256(value: object) -> str:
     """Return the hex sha-256 of ``value`` as canonical JSON (sorted keys, no spaces)."""
     return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()
 
