@@ -12,8 +12,9 @@ and ``interrupts`` (ending a task early).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, cast
+from typing import cast
 
 import msgspec
 
@@ -188,7 +189,7 @@ class Conversation(Actor):
         self._offered_key: tuple[bool, bool, str] | None = None
         """What the offered tools were last made for: (conversation tools on, plan tool on,
         the MCP view's hash)."""
-        self._offered: tuple[list[dict[str, Any]] | msgspec.Raw, str] = ([], "")
+        self._offered: tuple[Sequence[Mapping[str, object]] | msgspec.Raw, str] = ([], "")
         """The offered tools then made, encoded, and their hash."""
         self._apply(past)
 
@@ -390,7 +391,9 @@ class Conversation(Actor):
             return as_text(override) or ""
         return as_text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
 
-    def _offered_tools(self, tool_view: ToolView) -> tuple[list[dict[str, Any]] | msgspec.Raw, str]:
+    def _offered_tools(
+        self, tool_view: ToolView
+    ) -> tuple[Sequence[Mapping[str, object]] | msgspec.Raw, str]:
         """The tools a turn offers the model (the conversation tools, the plan tool, then
         ``tool_view``'s MCP tools, docs/tools.md#what-a-conversation-is-offered), encoded, and
         their hash; made once per (switches, MCP view)."""

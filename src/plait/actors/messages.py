@@ -7,7 +7,7 @@ Commands are imperative (``RunTask``, ``Abort``); notices say what happened (``T
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -254,7 +254,7 @@ class ToolView(msgspec.Struct, frozen=True):
 
     tools: tuple[McpToolSnapshot, ...] = ()
     """Sorted by fully-qualified name."""
-    specs: tuple[dict[str, Any], ...] = ()
+    specs: tuple[dict[str, object], ...] = ()
     """The Chat Completions tool specs, in the same order."""
     sha256: str = ""
     """Hash of ``specs``."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import pykka
@@ -31,7 +31,7 @@ __all__ = ["HeldDeltas", "call_model"]
 
 
 def call_model(
-    conv: Conversation, messages: msgspec.Raw, tools: list[dict[str, Any]] | msgspec.Raw
+    conv: Conversation, messages: msgspec.Raw, tools: Sequence[Mapping[str, object]] | msgspec.Raw
 ) -> HeldDeltas | None:
     """Send the running task's request for the current turn; return its deltas, held until
     the conversation has recorded the request (then ``open`` them, or ``discard``). ``None``

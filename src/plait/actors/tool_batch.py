@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -26,7 +26,7 @@ from plait.actors.messages import (
     ToolResult,
 )
 from plait.events.types import Body, ToolApprovalDecided, ToolCallRequested, ToolCallStarted
-from plait.events.values import ToolCall
+from plait.events.values import McpToolSnapshot, ToolCall
 
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
@@ -188,7 +188,9 @@ def on_decision(conv: Conversation, finished: ApprovalFinished) -> None:
     _advance(conv)
 
 
-def _name(name: str, offered: dict[str, Any], plan: bool, conversations: bool) -> str | None:
+def _name(
+    name: str, offered: dict[str, McpToolSnapshot], plan: bool, conversations: bool
+) -> str | None:
     """The canonical name of a call's tool, ``None`` if there is no such tool here."""
     builtin = builtins.canonical_name(name)
     if builtin is None:
