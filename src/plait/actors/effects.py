@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from plait.errors import EffectLoopClosedError
 
@@ -42,7 +42,7 @@ class EffectLoop:
         """Whether :meth:`close` has been called."""
         return self._closed
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    def submit(self, coro: Coroutine[object, None, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the loop; cancelling the returned future cancels the coroutine.
 
         Raises ``EffectLoopClosedError`` (and closes ``coro``) once the loop is closed.

@@ -170,7 +170,7 @@ class Effects(Protocol):
         """Whether it is closed: nothing more can be started on it."""
         ...
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    def submit(self, coro: Coroutine[object, None, T]) -> concurrent.futures.Future[T]:
         """Run ``coro`` on the loop; cancelling the future cancels it."""
         ...
 
@@ -186,7 +186,7 @@ class ModelClientLike(Protocol):
         on_attempt_failed: Callable[[AttemptFailed], None] = ...,
         on_reasoning: Callable[[str], None] = ...,
         on_sent: Callable[[], object] = ...,
-    ) -> Coroutine[Any, Any, ModelReply]:
+    ) -> Coroutine[object, None, ModelReply]:
         """Stream one completion (run on the effect loop)."""
         ...
 

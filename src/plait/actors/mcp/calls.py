@@ -180,8 +180,8 @@ def _validator(input_schema: str) -> Any:
 
 
 def from_mcp_result(
-    content: Sequence[Any],
-    structured: Any,
+    content: Sequence[Any],  # mcp content blocks, read by attribute (no mcp import here)
+    structured: object,
     is_error: bool,
     duration_ms: float,
     meta: Mapping[str, Any] | None = None,

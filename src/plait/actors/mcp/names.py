@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -66,8 +66,8 @@ def snapshot(
     tool: str,
     *,
     description: str | None,
-    input_schema: Mapping[str, Any],
-    annotations: Mapping[str, Any] | None,
+    input_schema: Mapping[str, object],
+    annotations: Mapping[str, object] | None,
     config: McpServerConfig,
 ) -> McpToolSnapshot | None:
     """Return how ``tool`` of ``server`` is offered, or ``None`` if the config leaves it out.
