@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import msgspec
-import pykka
 
 from plait.actors.mcp.calls import CallResult, Outcome
 from plait.actors.mcp.config import McpServerConfig
@@ -26,6 +25,7 @@ from plait.actors.mcp.servers import Report
 from plait.actors.messages import Enqueue, Interrupt
 from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
 from plait.actors.pool import McpLimits
+from plait.actors.seams import Recipient
 from plait.errors import ReplayError
 from plait.events.store import PreparedAppend, utc_now
 from plait.events.stores.memory import MemoryStore
@@ -360,7 +360,7 @@ class Driver:
         self.model.abandon(self.requests)
         self.store.release()
 
-    def _actor(self) -> pykka.ActorRef[Any]:
+    def _actor(self) -> Recipient:
         """The replayed session's actor (it runs while the log is fed in)."""
         assert self.host.actor is not None
         return self.host.actor
