@@ -180,7 +180,7 @@ def _validator(input_schema: str) -> Any:
 
 
 def from_mcp_result(
-    content: Sequence[Any],  # mcp content blocks, read by attribute (no mcp import here)
+    content: Sequence[Any],  # the SDK's content blocks, read by attribute
     structured: object,
     is_error: bool,
     duration_ms: float,
