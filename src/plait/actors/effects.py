@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from plait.errors import EffectLoopClosedError
 
@@ -47,7 +47,7 @@ class EffectLoop:
         """Whether :meth:`close` has been called."""
         return self._closed
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    def submit(self, coro: Coroutine[object, None, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the loop; cancelling the returned future cancels the coroutine.
 
         Raises ``EffectLoopClosedError`` (and closes ``coro``) once the loop is closed.
@@ -106,7 +106,7 @@ class _DaemonThreads(concurrent.futures.ThreadPoolExecutor):
         super().__init__(max_workers=1)
 
     def submit(
-        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+        self, fn: Callable[..., T], /, *args: object, **kwargs: object
     ) -> concurrent.futures.Future[T]:
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 

@@ -11,7 +11,6 @@ caller to its conversation through one actor, not two.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from plait.actors.messages import (
     Abort,
@@ -79,7 +78,7 @@ class Scheduler:
         self._refusal = refusal
         self._when_durable = when_durable or (lambda then: then(None))
 
-    def receive(self, message: Any) -> Any:
+    def receive(self, message: object) -> object:
         """Handle one of ``MESSAGES``; what it raises stops the session (the Session reports
         it, docs/failures.md#supervision), and fails the ``Enqueue``'s ack with it."""
         match message:

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 import msgspec
-import pykka
 
 from plait.actors.mcp.calls import CallResult, Outcome
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.functions import FUNCTIONS
+from plait.actors.mcp.servers import Report
 from plait.actors.messages import Enqueue, Interrupt
 from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
 from plait.actors.pool import McpLimits
+from plait.actors.seams import Recipient
 from plait.errors import ReplayError
 from plait.events.store import PreparedAppend, utc_now
 from plait.events.stores.memory import MemoryStore
@@ -128,7 +129,7 @@ class _RecordedTime(MemoryStore):
         timed = [msgspec.structs.replace(draft, at=self._time(draft.body)) for draft in drafts]
         return super()._prepare(stream, timed, head_seq, head_hash)
 
-    def _time(self, body: Body) -> Any:
+    def _time(self, body: Body) -> datetime | None:
         if is_lifecycle(body):
             for i, (recorded, at) in enumerate(self._servers):
                 if recorded == body:
@@ -172,7 +173,7 @@ class Driver:
         self.approvals = ReplayApprovals()
         self.servers: ReplayServers | None = None
 
-        def make_servers(configs: Any, report: Any) -> ReplayServers:
+        def make_servers(configs: Mapping[str, McpServerConfig], report: Report) -> ReplayServers:
             self.servers = ReplayServers(configs, report)
             return self.servers
 
@@ -359,7 +360,7 @@ class Driver:
         self.model.abandon(self.requests)
         self.store.release()
 
-    def _actor(self) -> pykka.ActorRef[Any]:
+    def _actor(self) -> Recipient:
         """The replayed session's actor (it runs while the log is fed in)."""
         assert self.host.actor is not None
         return self.host.actor
@@ -376,7 +377,7 @@ class Driver:
         return "conv_destroy" in self.open_calls.values()
 
 
-def _text(content: Any) -> str | None:
+def _text(content: object) -> str | None:
     return content if isinstance(content, str) or content is None else None
 
 

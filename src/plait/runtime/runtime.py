@@ -26,6 +26,7 @@ from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
+from plait.actors.seams import ApprovalGateLike, ModelClientLike, ServersFactory
 from plait.errors import PlaitError
 from plait.events.ownership import DEFAULT_LEASE_SEC
 from plait.events.storage import Expiry
@@ -90,11 +91,11 @@ class Outside:
     """What answers a session's effects in place of the world: replay's answers from the log
     (``None``: the real model client, MCP servers and approver)."""
 
-    model_client: Any = None
+    model_client: ModelClientLike | None = None
     """Answers model requests, as ``ModelClient`` does."""
-    mcp_factory: Callable[..., Any] | None = None
+    mcp_factory: ServersFactory | None = None
     """Makes a session's MCP servers from their configs, as ``McpServers`` does."""
-    approval_gate: Any = None
+    approval_gate: ApprovalGateLike | None = None
     """Decides approvals, as ``ApprovalGate`` does."""
     new_id: NewId | None = None
     """Makes the ids of what tool calls make (``None``: the runtime's ``new_id``)."""
