@@ -1,0 +1,89 @@
+"""Stopping on purpose (docs/processes.md#stopping): SIGTERM or SIGINT to ``plait exec`` and
+``plait worker``, real processes and real signals. The running task is cut with the cause
+``shutdown``, the lease released at once, one line said; the next process goes on at once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from plait.events import SqliteStore, TaskStarted, TurnAborted
+from plait.testing import ScriptedModelServer, Step
+
+if TYPE_CHECKING:
+    from conftest import Cli
+
+SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
+"""A reply whose first line streams at once, and whose rest takes 80 s."""
+
+NEXT_WITHIN_SEC = 4.0
+"""The next ``plait exec --session S`` runs its task within this (issue 31: "Done when")."""
+
+
+def session_of(stderr: str) -> str:
+    """The session id from exec's first status line, ``session ID started (...)``."""
+    first = stderr.splitlines()[0].split()
+    assert first[0] == "session", stderr
+    return first[1]
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
+    cli: Cli, server: ScriptedModelServer, sig: int, code: int
+) -> None:
+    cli.configure(server.base_url)
+    server.push(SLOW, Step(text="Going on."))
+    running = cli.spawn("exec", "--grace-sec", "1", "How many?")
+    assert running.out.next() == "Counting:\n"  # the reply streams: the task is mid-reply
+    sent = time.monotonic()
+    code_seen, err = running.stop(sig)
+    stopped_in = time.monotonic() - sent
+    assert code_seen == code, err
+    assert stopped_in < 1 + 5  # the grace period, and the stop's own few seconds at most
+    started, *said = err.splitlines()
+    session = session_of(started)
+    name = signal.Signals(sig).name
+    (line,) = said  # one line, and only one
+    assert line.startswith(f"plait: stopped by {name}: task "), line
+    assert line.endswith(f"cut at checkpoint 0, session {session} handed back"), line
+    with SqliteStore(cli.store) as store:
+        (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
+        assert (cut.body.reason, cut.body.cause) == ("interrupted", "shutdown")
+        assert f"task {cut.task_id} cut" in line
+        lease = store.lease(session)
+        assert lease is not None and not lease.live  # released, not left to lapse
+
+    again = cli.spawn("exec", "--session", session, "And now?")
+    assert again.err.next() == f"session {session} resumed (model scripted-model)\n"  # not followed
+    began = time.monotonic()  # the process has started: its imports take 1 to 5 s here
+    assert again.out.next() == "Going on.\n"
+    assert again.wait() == 0
+    took = time.monotonic() - began
+    assert took < NEXT_WITHIN_SEC, f"the next exec took {took:.1f} s to go on"
+    assert cli("verify", session).returncode == 0
+    replayed = cli("replay", session, "--json")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    result = json.loads(replayed.stdout)
+    assert result["divergence"] is None and result["events"] == result["total"]
+
+
+def test_a_second_signal_exits_at_once_with_one_line(cli: Cli, server: ScriptedModelServer) -> None:
+    cli.configure(server.base_url)
+    server.push(SLOW)
+    running = cli.spawn("exec", "--grace-sec", "60", "How many?")
+    assert running.out.next() == "Counting:\n"
+    # Two signals of different kinds: two of one kind sent together may reach Python as one.
+    running.process.send_signal(signal.SIGTERM)  # alone, it would wait 60 s for the reply
+    sent = time.monotonic()
+    code, err = running.stop(signal.SIGINT)
+    assert time.monotonic() - sent < 30  # not the grace period
+    _, *said = err.splitlines()
+    (line,) = said
+    first = "SIGTERM" if code == 143 else "SIGINT"
+    second = "SIGINT" if first == "SIGTERM" else "SIGTERM"
+    assert code in (130, 143)
+    assert line.startswith(f"plait: stopped at once by a second signal ({first}, then {second})")
