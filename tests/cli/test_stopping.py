@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from plait.events import SqliteStore, TaskStarted, TurnAborted
+from plait.events import SqliteStore, TurnAborted
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
