@@ -60,6 +60,14 @@ class Lines:
             seen.append(self.next(timeout))
         return seen
 
+    def rest(self) -> list[str]:
+        """Wait for the writer's end of the pipe to close; return the lines not yet read."""
+        self.close()
+        lines = []
+        while (line := self._lines.get()) is not None:
+            lines.append(line)
+        return lines
+
     def close(self) -> None:
         """Wait for the writer's end of the pipe to close (its process ended), then close it."""
         self._pump.join(30)

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from plait.events import SqliteStore, TurnAborted
+from plait.actors.model import ModelSettings
+from plait.events import Event, SqliteStore, TaskCompleted, TaskStarted, TurnAborted
+from plait.events.subscription import Subscription
+from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -22,6 +25,26 @@ SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
 
 NEXT_WITHIN_SEC = 4.0
 """The next ``plait exec --session S`` runs its task within this (issue 31: "Done when")."""
+
+
+ANOTHER_WORKER_WITHIN_SEC = 2.0
+"""A worker takes over a session another worker handed back within this: it looks every second."""
+
+
+def started_task(tail: Subscription, task_id: str) -> Event | None:
+    """The ``TaskStarted`` of ``task_id``, as the store's subscribers see it."""
+    while (event := tail.get(timeout=30)) is not None:
+        if event.task_id == task_id and isinstance(event.body, TaskStarted):
+            return event
+    return None
+
+
+def ended_task(tail: Subscription, task_id: str) -> Event | None:
+    """The end of ``task_id`` (``TaskCompleted`` or ``TurnAborted``)."""
+    while (event := tail.get(timeout=30)) is not None:
+        if event.task_id == task_id and isinstance(event.body, TaskCompleted | TurnAborted):
+            return event
+    return None
 
 
 def session_of(stderr: str) -> str:
@@ -87,3 +110,48 @@ def test_a_second_signal_exits_at_once_with_one_line(cli: Cli, server: ScriptedM
     second = "SIGINT" if first == "SIGTERM" else "SIGTERM"
     assert code in (130, 143)
     assert line.startswith(f"plait: stopped at once by a second signal ({first}, then {second})")
+
+
+def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_second(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    cli.configure(server.base_url)
+    server.push(SLOW, Step(text="B done."))
+    url = str(cli.store)
+    settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+    with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+        started = front.start_session()
+        session = started.session_id
+        started.release()
+        followed = front.follow(session)  # a front end: its commands go to the inbox
+        first = cli.spawn("worker", "--store", url, "--grace-sec", "1")
+        assert first.err.next().startswith("worker ")
+        a = followed.submit("A")
+        b = followed.submit("B")  # queued behind A: the next worker runs it
+        assert first.err.next() == f"took over session {session}\n"
+        second = cli.spawn("worker", "--store", url)  # idle: nothing needs an owner yet
+        assert second.err.next().startswith("worker ")
+        server.wait_for_requests(1)  # A's reply streams
+        with front.store.subscribe() as tail:
+            first.process.send_signal(signal.SIGTERM)
+            assert first.wait() == 143
+            exited = time.monotonic()
+            assert started_task(tail, b) is not None, "B never started"
+            took = time.monotonic() - exited
+            assert took < ANOTHER_WORKER_WITHIN_SEC, f"the next worker went on after {took:.1f} s"
+            ended = ended_task(tail, b)
+        (line,) = first.err.rest()  # one line, and only one
+        assert line == (
+            f"plait: worker stopped by SIGTERM: task {a} cut at checkpoint 0, "
+            f"session {session} handed back\n"
+        )
+        assert ended is not None and isinstance(ended.body, TaskCompleted)
+        second.process.send_signal(signal.SIGTERM)
+        assert second.wait() == 143
+    with SqliteStore(cli.store) as store:
+        (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
+        assert (cut.task_id, cut.body.cause) == (a, "shutdown")
+    assert cli("verify", session).returncode == 0
+    replayed = cli("replay", session, "--json")
+    result = json.loads(replayed.stdout)
+    assert result["divergence"] is None and result["events"] == result["total"], result

@@ -285,11 +285,12 @@ class Driver:
     def _feed_in(self, event: Event) -> None:
         """If ``event`` came from outside the program, make it happen as it did."""
         body, wait = event.body, self.timeout
-        if self.handed_back is not None and event.task_id != self.handed_back:
+        crash = event.seq in self.crash_points
+        if self.handed_back is not None and (crash or event.task_id != self.handed_back):
             self.handed_back = None  # what follows a stop's records is the next process's
-            if event.seq not in self.crash_points:  # (docs/processes.md#stopping)
+            if not crash:  # (docs/processes.md#stopping)
                 self._crash_and_resume()
-        if event.seq in self.crash_points:  # first: its answers look like results otherwise
+        if crash:  # first: its answers look like results otherwise
             self._crash_and_resume()
         elif event.seq in self.forced:
             self._force_close(self.forced[event.seq])
