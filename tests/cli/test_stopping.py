@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sys
 import time
 from typing import TYPE_CHECKING
 
 import pytest
+from terminal import Terminal, clean_env
 
 from plait.actors.model import ModelSettings
 from plait.events import Event, SqliteStore, TaskCompleted, TaskStarted, TurnAborted
@@ -155,3 +158,28 @@ def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_s
     replayed = cli("replay", session, "--json")
     result = json.loads(replayed.stdout)
     assert result["divergence"] is None and result["events"] == result["total"], result
+
+
+def test_sigterm_to_a_chat_hands_its_session_back(cli: Cli, server: ScriptedModelServer) -> None:
+    cli.configure(server.base_url)
+    server.push(SLOW)
+    env = {**clean_env(), "TERM": "dumb"}
+    argv = [sys.executable, "-m", "plait", "chat", "--grace-sec", "0"]
+    term = Terminal(argv, cli.cwd, env)
+    term.expect("you> ")
+    term.send(b"How many?\n")
+    term.expect("Counting:")  # mid-reply
+    os.kill(term.pid, signal.SIGTERM)
+    assert term.exit_code() == 143
+    *_, line = term.seen.strip().splitlines()
+    assert line.startswith("plait: stopped by SIGTERM: task "), line
+    with SqliteStore(cli.store) as store:
+        (info,) = store.streams()
+        session = info.stream
+        (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
+        assert cut.body.cause == "shutdown"
+        assert line.endswith(
+            f"task {cut.task_id} cut at checkpoint 0, session {session} handed back"
+        )
+        lease = store.lease(session)
+        assert lease is not None and not lease.live

@@ -7,6 +7,7 @@ mcp are imported inside the commands, so that the other commands start quickly.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, TextIO
@@ -133,7 +134,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """Talk with a session on the terminal, one task per line (/help lists the commands);
-    Ctrl-C interrupts the running task, a second Ctrl-C or Ctrl-D leaves."""
+    Ctrl-C interrupts the running task, a second Ctrl-C or Ctrl-D leaves; SIGTERM hands the
+    session back."""
     from pathlib import Path
 
     from plait.cli.chat import TerminalApprover, chat
@@ -152,7 +154,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         commands = ChatCommands(args, store, config.store.url, runtime_of, session_id, Path.cwd())
         try:
-            return chat(commands, sys.stdin, sys.stdout, sys.stderr, approver)
+            with Signals([signal.SIGTERM]):  # Ctrl-C is the chat's own: it interrupts a task
+                return chat(commands, sys.stdin, sys.stdout, sys.stderr, approver)
+        except Stopped as stopped:
+            sys.stdout.write("\n")  # the line the reply was on ends
+            stopped.line = stop_runtimes([commands.runtime], args.grace_sec, stopped)
+            raise
         finally:
             commands.close()
 
