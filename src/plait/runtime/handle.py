@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pykka
 
-from plait.actors.feed import Feed
 from plait.actors.journal import Journal
-from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt, Stop
+from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt
 from plait.actors.session import Session
 from plait.errors import LeaseLostError, PlaitError, SessionClosedError, UnknownConversationError
 from plait.events.ownership import DestroyConversation, InterruptTask, SubmitTask
@@ -33,6 +32,7 @@ from plait.runtime.changes import KEEP, KeepType, context_change
 from plait.runtime.inputs import check_input, check_inputs
 from plait.runtime.outcome import TaskOutcome, await_outcome, await_outcome_async
 from plait.runtime.recovery import forced_close
+from plait.runtime.release import SessionRelease
 from plait.runtime.views import SessionViews
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["SessionHandle"]
 
 
-class SessionHandle(SessionViews):
+class SessionHandle(SessionViews, SessionRelease):
     """Drives one session of a ``Runtime``; all methods are safe from any thread.
 
     A session another process owns is *followed*: its commands go to the owner's inbox, its
@@ -333,65 +333,6 @@ class SessionHandle(SessionViews):
     def _check_open(self) -> None:
         if self._closed:
             raise self._gone or SessionClosedError(self.session_id)
-
-    def release(
-        self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
-    ) -> bool:
-        """Hand the session back for another process to own (a process that drains): take no
-        more work for it, let what is queued run for up to ``timeout`` seconds, stop the actors,
-        release the lease. Return whether nothing was left waiting (what was is in the log, for
-        the next owner; a task cut off ends ``crashed`` there).
-
-        With ``grace_sec`` (a process that stops on purpose, docs/processes.md#stopping), no
-        waiting task starts: the running one is given ``grace_sec`` seconds to end, then is
-        cut at the checkpoint it is at, ``TurnAborted(cause="shutdown")`` with ``reason`` as
-        its detail, and the lease is released at once, so that the next process goes on with
-        the session without waiting for it to lapse."""
-        with self._lock:
-            if self._closed:
-                return True
-            self._closed = True
-            if self._followed:  # someone else's: only the following ends
-                self.runtime.followers.remove(self)
-                self.runtime._sessions.pop(self.session_id, None)
-                return True
-        deadline = time.monotonic() + timeout
-        with self._follow() as feed:
-            if grace_sec is not None:
-                self._stop_running(feed, grace_sec, timeout, reason or "the process stopped")
-            while grace_sec is None and not self._journal.idle:
-                if (left := deadline - time.monotonic()) <= 0:
-                    break
-                feed.get(timeout=min(left, 1.0))
-        with self._lock:
-            if self._active:
-                self._stop_actors(timeout)
-        if grace_sec is not None:  # an actor stuck past the timeout: its task ended for it
-            ended = forced_close(self.runtime.store.read(self.session_id), timeout, "stop")
-            if ended:
-                with contextlib.suppress(LeaseLostError):
-                    self._journal.record_last(ended)
-        idle = self._journal.idle
-        self.runtime._sessions.pop(self.session_id, None)
-        self.runtime.owner.release(self.session_id, idle=idle)
-        return idle
-
-    def _stop_running(self, feed: Feed, grace_sec: float, timeout: float, reason: str) -> None:
-        """Give the running task ``grace_sec`` to end, then start nothing more and cut what
-        runs (``Stop``); return once its end is recorded, or ``timeout`` has passed."""
-        with self._lock:
-            state = self._queue_now(timeout) if self._active else None
-        if state is None:
-            return  # passive, or broken: nothing runs that an actor could end
-        if state.running is not None and grace_sec > 0:
-            await_outcome(feed, state.running.task_id, grace_sec, raise_timeout=False)
-        with self._lock:
-            if not self._active:
-                return
-            self._actor.tell(Stop(reason))
-            state = self._queue_now(timeout)  # after the Stop: what it cut, if anything
-        if state is not None and state.running is not None:
-            await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
 
     def _lose(self, error: PlaitError) -> None:
         """Another process took the session, an actor broke or the store failed a write: stop
