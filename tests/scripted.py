@@ -82,7 +82,7 @@ def runtime_for(
 def crash(runtime: Runtime, session: Any) -> None:
     """Stop ``runtime`` as a killed process stops: ``session`` records nothing more and its
     lease is left lapsed; its connections to the model server close, as a dead process's do."""
-    session._crash(timeout=5)
+    session.runtime.hosts[session.session_id].crash(timeout=5)
     runtime._loop.submit(runtime._client.aclose()).result(5)
     runtime._loop.close()
     runtime.store.close()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "plait"
@@ -26,6 +29,7 @@ def test_ruff_lint_and_format() -> None:
     assert fmt.returncode == 0, fmt.stdout
 
 
+@pytest.mark.timeout(300)  # a cold mypy on a loaded machine takes minutes
 def test_mypy_strict(tmp_path: Path) -> None:
     # pyproject.toml names the package and where it lives (`src/`): plain `mypy` checks it.
     result = run(str(BIN / "mypy"), "--cache-dir", str(tmp_path / ".mypy_cache"))
@@ -222,3 +226,25 @@ def test_every_module_is_small_enough_to_hold() -> None:
         if lines > 450:
             too_long[str(path.relative_to(ROOT))] = lines
     assert too_long == {}, "split these along a line a reader would draw"
+
+
+PRIVATE_REACH = re.compile(r"\b([a-z_][a-z_0-9]*)\._([a-z][a-z_0-9]*)")
+LIBRARY_PRIVATES = {
+    "_replace",  # namedtuple's public API, named so that it cannot clash with a field
+    "_asdict",
+    "_actions",  # argparse: the only way to read a parser's options (completion)
+    "_choices_actions",
+}
+
+
+def test_no_module_reaches_into_another_objects_private_members() -> None:
+    # What one part needs of another is a transition or a query on its public face
+    # (docs/processes.md#a-sessions-life): a private member is its own object's alone.
+    found = []
+    for path in PACKAGE.glob("**/*.py"):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for owner, member in PRIVATE_REACH.findall(code):
+                if owner not in {"self", "cls"} and f"_{member}" not in LIBRARY_PRIVATES:
+                    found.append(f"{path.relative_to(ROOT)}:{lineno}: {owner}._{member}")
+    assert found == []

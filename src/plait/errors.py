@@ -16,6 +16,7 @@ __all__ = [
     "CorruptEventError",
     "DivergenceError",
     "EffectLoopClosedError",
+    "IllegalTransitionError",
     "InvalidInputError",
     "LeaseLostError",
     "McpError",
@@ -174,6 +175,17 @@ class SessionClosedError(PlaitError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id} is closed")
         self.session_id = session_id
+
+
+class IllegalTransitionError(PlaitError, RuntimeError):
+    """A session was asked to move from a state that transition does not leave (a bug in
+    plait, never a user's mistake: docs/processes.md#a-sessions-life)."""
+
+    def __init__(self, session_id: str, transition: str, state: str) -> None:
+        super().__init__(f"session {session_id}: cannot {transition} a session that is {state}")
+        self.session_id = session_id
+        self.transition = transition
+        self.state = state
 
 
 class SessionFailedError(PlaitError):

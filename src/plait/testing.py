@@ -198,10 +198,11 @@ class ScriptedModelServer:
                     f"{self._disconnects} happened"
                 )
 
-    def _admit(
+    def admit(
         self, request: RecordedRequest, wants_step: bool
     ) -> tuple[int, Step | None, list[str]]:
-        """Record a request and take its step: (request number, step or None, tool call ids)."""
+        """Record a request and take its step: (request number, step or None, tool call ids).
+        (Its request handler's, as ``track``, ``paused`` and ``client_dropped`` are.)"""
         with self._cond:
             self._requests.append(request)
             self._cond.notify_all()
@@ -216,7 +217,8 @@ class ScriptedModelServer:
                 ids.append(call.id or f"call_{self._calls}")
             return self._served, step, ids
 
-    def _track(self, conn: socket.socket, live: bool) -> None:
+    def track(self, conn: socket.socket, live: bool) -> None:
+        """Keep ``conn`` while ``live``, to shut it at ``close``."""
         with self._cond:
             if not live:
                 self._connections.discard(conn)
@@ -225,7 +227,12 @@ class ScriptedModelServer:
             else:
                 self._connections.add(conn)
 
-    def _client_dropped(self) -> None:
+    def paused(self, delay: float) -> bool:
+        """Wait ``delay`` seconds between chunks; return whether the server closed meanwhile."""
+        return self._closing.wait(delay)
+
+    def client_dropped(self) -> None:
+        """Count a client that hung up mid-reply."""
         with self._cond:
             if not self._closing.is_set():
                 self._disconnects += 1
@@ -257,17 +264,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.script._track(self.connection, live=True)
+        self.script.track(self.connection, live=True)
 
     def finish(self) -> None:
-        self.script._track(self.connection, live=False)
+        self.script.track(self.connection, live=False)
         super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:
         """Keep quiet: a test's output is its own."""
 
     def do_GET(self) -> None:
-        self.script._admit(self._recorded({}), wants_step=False)
+        self.script.admit(self._recorded({}), wants_step=False)
         if self.path.rstrip("/") == "/v1/models":
             model = {"id": self.script.model, "object": "model", "created": CREATED}
             self._send_json(200, {"object": "list", "data": [{**model, "owned_by": "plait"}]})
@@ -285,7 +292,7 @@ class _Handler(BaseHTTPRequestHandler):
         quirks = self.script.quirks
         refused = wire.refusal(quirks, body) if is_chat and isinstance(body, dict) else None
         wants_step = is_chat and isinstance(body, dict) and refused is None
-        n, step, ids = self.script._admit(request, wants_step=wants_step)
+        n, step, ids = self.script.admit(request, wants_step=wants_step)
         head = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": CREATED}
         head["model"] = self.script.model
         if not is_chat:
@@ -353,13 +360,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Connection", "close")
             self.end_headers()
             for i, line in enumerate(lines):
-                if i and step.chunk_delay and self.script._closing.wait(step.chunk_delay):
+                if i and step.chunk_delay and self.script.paused(step.chunk_delay):
                     return
                 self._write(line)
             if step.disconnect_after is None:
                 self._write(b"")  # the last HTTP chunk; a dropped stream never gets it
         except _DROPPED:
-            self.script._client_dropped()
+            self.script.client_dropped()
 
     def _write(self, data: bytes) -> None:
         """Send one HTTP chunk and flush it."""

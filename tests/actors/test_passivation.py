@@ -14,8 +14,9 @@ from plait.testing import ScriptedModelServer, Step
 
 
 def wait_passive(handle: SessionHandle, timeout: float = 10) -> bool:
-    with handle._changed:
-        return handle._changed.wait_for(lambda: handle.passive, timeout)
+    changed = handle.runtime.hosts[handle.session_id].changed
+    with changed:
+        return changed.wait_for(lambda: handle.passive, timeout)
 
 
 def test_passive_sessions_hold_no_threads_and_answer_their_next_task(tmp_path: Path) -> None:

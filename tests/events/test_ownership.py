@@ -148,3 +148,26 @@ def test_the_inbox_keeps_commands_in_order_until_dropped(stores: StoreFactory) -
     assert [c.id for c in owner.commands()] == ids[1:]
     later = sender.put_command("s1", Command(InterruptTask()))
     assert later > ids[2]  # ids are never reused: the order holds across drops
+
+
+def test_expiring_a_dead_owners_lease_lets_the_next_take_it_at_a_higher_epoch(
+    store: EventStore,
+) -> None:
+    a = store.acquire_lease("s1", "a", 60)
+    start(store, epoch=a.epoch)
+    assert not store.expire_lease("s1", "a", a.epoch + 1)  # not its epoch: nothing
+    assert not store.expire_lease("s1", "b", a.epoch)  # not its owner: nothing
+    held = store.lease("s1")
+    assert held is not None and held.live and held.epoch == a.epoch
+    assert store.expire_lease("s1", "a", a.epoch)
+    lease = store.lease("s1")
+    assert lease is not None and lease.held_by("a") and not lease.live
+    b = store.acquire_lease("s1", "b", 60)
+    assert (b.owner, b.epoch) == ("b", 2)  # as after a lapse
+    assert not store.expire_lease("s1", "a", a.epoch)  # taken meanwhile: b's lease stands
+    held = store.lease("s1")
+    assert held is not None and held.live and held.owner == "b"
+    with pytest.raises(LeaseLostError, match="now epoch 2, held by b"):
+        turn(store, "s1", a.epoch)  # were it alive after all, it could add nothing
+    turn(store, "s1", b.epoch)
+    assert store.verify("s1").ok

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pykka
@@ -117,14 +117,30 @@ class McpPool(Actor):
         self.tools: dict[str, McpToolSnapshot] = {}
         self.owner: dict[str, str] = {}
         self.servers: Any = None
-        ref = self._actor_ref = PoolRef(self)
+        ref = self.actor_ref
 
         def wake() -> None:  # any thread: start the calls that waited, on the pool's thread
             with contextlib.suppress(pykka.ActorDeadError):
                 ref.tell(_Wake())
 
-        self.calls = ref.calls = Dispatcher(journal, effects, self.limits, ref, wake)
+        self.calls = Dispatcher(journal, effects, self.limits, ref, wake)
         self._merge()
+
+    @classmethod
+    def open(
+        cls,
+        journal: Any,
+        effects: Any,
+        configs: Mapping[str, McpServerConfig],
+        past: list[Event],
+        limits: McpLimits | None = None,
+        servers_factory: Callable[..., Any] | None = None,
+        functions: Sequence[FunctionTool] = (),
+    ) -> PoolRef:
+        """Start a pool; return the ref its conversations call through (pykka's own ref, and
+        the pool's ``Dispatcher`` beside it)."""
+        ref = cls.start(journal, effects, configs, past, limits, servers_factory, functions)
+        return PoolRef(ref, cast(Dispatcher, ref.ask(_Calls(), timeout=30)))
 
     def startup(self) -> None:
         if not self.configs:
@@ -255,6 +271,8 @@ class McpPool(Actor):
                 self._reported(body)
             case _Wake():
                 self.calls.dispatch()
+            case _Calls():
+                return self.calls
         return None
 
 
@@ -266,10 +284,24 @@ class _Wake(msgspec.Struct, frozen=True):
     """A call that waited may start: a slot freed, or a conversation's rate window has room."""
 
 
-class PoolRef(pykka.ActorRef["McpPool"]):
+class _Calls(msgspec.Struct, frozen=True):
+    """Answered with the pool's ``Dispatcher`` (once, by ``McpPool.open``)."""
+
+
+class PoolRef:
     """The pool's ref, through which a conversation starts its calls on its own thread."""
 
-    calls: Dispatcher
+    def __init__(self, ref: pykka.ActorRef[McpPool], calls: Dispatcher) -> None:
+        self.ref = ref
+        self.calls = calls
+        self.actor_urn = ref.actor_urn
+        self.tell = ref.tell
+        self.ask = ref.ask
+        self.stop = ref.stop
+        self.is_alive = ref.is_alive
+
+    def __repr__(self) -> str:
+        return repr(self.ref)
 
     def hold(self, requests: Sequence[CallTool]) -> list[ToolCallStarted]:
         """Take a slot for each of a reply's first calls that may start now (see
@@ -281,7 +313,7 @@ class PoolRef(pykka.ActorRef["McpPool"]):
     def call(self, request: CallTool) -> None:
         """Start an MCP call, or queue it; its ``ToolFinished`` goes to ``request.reply_to``."""
         if not self.is_alive():
-            raise pykka.ActorDeadError(f"{self} not found")  # as a tell would
+            raise pykka.ActorDeadError(f"{self.ref} not found")  # as a tell would
         if self.calls.servers is None:  # handled once the pool has started
             self.tell(request)
         else:

@@ -55,6 +55,8 @@ __all__ = [
     "event_row",
     "failure_line",
     "json_line",
+    "left_fields",
+    "left_row",
     "message_row",
     "recovery_row",
     "session_fields",
@@ -250,6 +252,37 @@ def recovery_row(recovery: Any) -> str:
     crashed = f"task {recovery.crashed_task} crashed" if recovery.crashed_task else "none running"
     state = f"not resumed: {recovery.not_resumed}" if recovery.not_resumed else "resumed"
     return f"{recovery.session_id}  {crashed}, {recovery.waiting} waiting: {state}"
+
+
+OWNER_PROCESS = {
+    "live": "live",
+    "dead": "dead",
+    "elsewhere": "on another machine",
+    "unknown": "not known to be dead",
+}
+"""What ``plait recover`` says of the owner of a session it left (``liveness.OwnerState``)."""
+
+
+def left_fields(session_id: str, lease: Lease, process: str) -> dict[str, Any]:
+    """Return the ``plait recover --json`` row of a session left to the owner of ``lease``,
+    whose process is ``process`` (``live``, ``dead``, ``elsewhere`` or ``unknown``)."""
+    return {
+        "session_id": session_id,
+        "left": True,
+        "owner": lease.owner,
+        "owner_process": process,
+        "lease_remaining_sec": round(max(lease.remaining_sec, 0.0), 1),
+    }
+
+
+def left_row(fields: dict[str, Any]) -> str:
+    """Return the ``plait recover`` row of a session left to its owner: who, and how long its
+    lease has left."""
+    process = OWNER_PROCESS.get(fields["owner_process"], fields["owner_process"])
+    return (
+        f"{fields['session_id']}  left: owned by {fields['owner']} ({process}), "
+        f"lease {fields['lease_remaining_sec']:.1f} s left"
+    )
 
 
 def failure_line(outcome: Any, api_key_env: str) -> str:

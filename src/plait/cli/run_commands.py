@@ -10,7 +10,7 @@ import argparse
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
@@ -291,19 +291,25 @@ def _server_failed(server: str, reason: str, config: Config) -> None:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     """Resume every session a stopped process left with a task running or waiting, and run
-    its waiting tasks; a session another live process owns is left to it."""
+    its waiting tasks; a session another live process owns is left to it, said on one line
+    (docs/processes.md#failover)."""
     from plait.runtime import in_flight
 
     config = config_of(args)
     with store_of(config, create=False) as store:
-        if next(in_flight(store), None) is None:
+        flight = [session_id for session_id, _, _ in in_flight(store)]
+        if not flight:
             err("nothing to recover: no session was left with a task running or waiting")
             return 0
         runtime = make_runtime(config, model_settings(config), store)
         try:
             found = runtime.recover()
             for recovery in found:
-                out(render.json_line(recovery) if args.json else render.recovery_row(recovery))
+                row = {**msgspec.to_builtins(recovery), "left": False}
+                out(render.json_line(row) if args.json else render.recovery_row(recovery))
+            left = _left(runtime, [s for s in flight if s not in {r.session_id for r in found}])
+            for fields in left:
+                out(render.json_line(fields) if args.json else render.left_row(fields))
             sys.stdout.flush()
             resumed = [r for r in found if not r.not_resumed]
             if any(r.waiting for r in resumed):
@@ -312,8 +318,23 @@ def cmd_recover(args: argparse.Namespace) -> int:
                 _await_idle(runtime.resume(recovery.session_id))
         finally:
             runtime.close()
-    err(f"recovered {len(found)} sessions")
+    err(
+        f"recovered {len(found)} sessions" + (f", left {len(left)} to their owners" if left else "")
+    )
     return 0
+
+
+def _left(runtime: Runtime, sessions: list[str]) -> list[dict[str, Any]]:
+    """The ``plait recover --json`` rows of ``sessions``, in flight and not recovered: those
+    another process owns (one finished meanwhile, its lease free, is not one)."""
+    from plait.runtime.liveness import owner_state
+
+    rows = []
+    for session_id in sessions:
+        lease = runtime.store.lease(session_id)
+        if lease is not None and lease.owner is not None and lease.owner != runtime.owner.id:
+            rows.append(render.left_fields(session_id, lease, owner_state(lease.owner)))
+    return rows
 
 
 def _await_idle(handle: SessionHandle) -> None:

@@ -11,7 +11,7 @@ besides: its blobs are there and unedited, the stream's head is its last event.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ from plait.events.codec import BODY_TYPES, GENESIS_HASH, decode_rows
 from plait.events.types import Event
 
 if TYPE_CHECKING:
-    from plait.events.store import EventStore
+    from plait.events.store import RedactedMarker, Row
 
 __all__ = ["Columns", "Links", "Verification", "columns_agree", "link", "misplaced", "verify"]
 
@@ -122,8 +122,14 @@ class Verification(msgspec.Struct, frozen=True):
     """Blob references whose content was deliberately deleted (not an error)."""
 
 
-def verify(store: EventStore, stream: str) -> Verification:
-    """Walk ``stream``'s rows: hash, columns, chain, blobs and head."""
+def verify(
+    stream: str,
+    rows: Iterable[Row],
+    blob: Callable[[str], bytes | RedactedMarker | None],
+    head: Callable[[], tuple[int, bytes]],
+) -> Verification:
+    """Walk ``stream``'s ``rows`` (as the store holds them): hash, columns, chain, the blobs
+    they name (``blob``: a blob's bytes by sha-256) and the stream's ``head`` (read last)."""
     from plait.events.store import REDACTED
 
     previous = GENESIS_HASH
@@ -133,7 +139,7 @@ def verify(store: EventStore, stream: str) -> Verification:
     def bad(at: int, reason: str) -> Verification:
         return Verification(stream, False, seq, at, reason, blobs, redacted)
 
-    for row in store._rows(stream, 0, None, None):
+    for row in rows:
         seq += 1
         try:
             (event,) = decode_rows([row])  # its hash, its decoding, its columns
@@ -145,7 +151,7 @@ def verify(store: EventStore, stream: str) -> Verification:
             return bad(seq, BROKEN)
         for ref in blob_refs(event.body):
             blobs += 1
-            found = store._blob(ref.sha256)
+            found = blob(ref.sha256)
             if found is REDACTED:
                 redacted += 1
             elif not isinstance(found, bytes):
@@ -153,7 +159,7 @@ def verify(store: EventStore, stream: str) -> Verification:
             elif hashlib.sha256(found).hexdigest() != ref.sha256:
                 return bad(seq, f"blob sha256:{ref.sha256} content was edited")
         previous = event.hash
-    head_seq, head_hash = store._head(stream)
+    head_seq, head_hash = head()
     if head_seq != seq:
         return bad(seq + 1, f"the stream head says seq {head_seq}, the log ends at {seq}")
     if seq and head_hash != previous:

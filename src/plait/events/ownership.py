@@ -139,6 +139,14 @@ class Ownership(ABC):
         left lapsed, for a worker to take over and run what waits."""
         return self._release(stream, owner, epoch, idle)
 
+    def expire_lease(self, stream: str, owner: str, epoch: int) -> bool:
+        """End ``owner``'s lease of ``stream`` now, if ``owner`` still holds it at ``epoch``;
+        return whether it did. For a process that proved ``owner`` dead, which the store
+        cannot (docs/processes.md#a-dead-owner-on-this-machine): the lease is left lapsed,
+        ``owner`` named in it, so that taking it raises the epoch as after any lapse, and
+        ``owner`` could append nothing more if it ran after all."""
+        return self._release(stream, owner, epoch, False)  # the row a hand-back leaves
+
     def leases(self) -> list[Lease]:
         """Every session's lease (a session never owned has none)."""
         return self._leases(None)

@@ -355,7 +355,8 @@ class EventStore(Ownership, ABC):
     def verify(self, stream: str) -> Verification:
         """Walk ``stream``: each row's hash, chain link and columns, its blobs, and the
         stream's head; report the first bad seq (``checks.verify``)."""
-        return verify(self, stream)
+        rows = self._rows(stream, 0, None, None)
+        return verify(stream, rows, self._blob, lambda: self._head(stream))
 
     def check_file(self, full: bool = False) -> str | None:
         """What the backend's own check of its storage finds wrong, if anything (SQLite:

@@ -37,6 +37,7 @@ from plait.events.bodies import (
     PlanStep,
     PlanUpdated,
     SessionClosed,
+    SessionReopened,
     SessionResumed,
     SessionStarted,
     TaskCompleted,
@@ -87,6 +88,7 @@ __all__ = [
     "PlanUpdated",
     "ReasoningDelta",
     "SessionClosed",
+    "SessionReopened",
     "SessionResumed",
     "SessionStarted",
     "TaskCompleted",
@@ -109,6 +111,7 @@ __all__ = [
 AnyBody = (
     SessionStarted
     | SessionClosed
+    | SessionReopened
     | SessionResumed
     | ConversationOpened
     | ConversationContextChanged

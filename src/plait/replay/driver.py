@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+import pykka
 
 from plait.actors.mcp.calls import CallResult, Outcome
 from plait.actors.mcp.config import McpServerConfig
@@ -40,6 +41,7 @@ from plait.events.types import (
     ModelResponded,
     NewEvent,
     SessionClosed,
+    SessionReopened,
     SessionStarted,
     TaskEnqueued,
     ToolApprovalDecided,
@@ -218,6 +220,7 @@ class Driver:
         ]
         self.runtime.store.append(self.session_id, copied, 0)
         self.handle = self.runtime.resume(self.session_id)
+        self.host = self.runtime.hosts[self.session_id]
         produced = self.runtime.store.read(self.session_id)
         self.tail = self.runtime.store.subscribe(produced[-1].position)
         done = self.given
@@ -295,7 +298,7 @@ class Driver:
         elif event.seq in self.forced:
             self._force_close(self.forced[event.seq])
         elif isinstance(body, TaskEnqueued) and submitted(body):
-            self.handle._actor.tell(Enqueue((body.plan,)))
+            self._actor().tell(Enqueue((body.plan,)))
         elif isinstance(body, ModelResponded):
             reply = ModelReply(
                 _text(body.text) or "",
@@ -309,7 +312,7 @@ class Driver:
             failed = AttemptFailed(body.attempt, body.error, body.status, body.retry_in_sec)
             self.model.attempt_failed(self.requests - 1, failed, wait)
         elif isinstance(body, TurnAborted) and body.cause == "shutdown":
-            self.handle._actor.tell(Stop(body.detail))  # nothing starts after it, here
+            self._actor().tell(Stop(body.detail))  # nothing starts after it, here
             self.handed_back = event.task_id
         elif isinstance(body, TurnAborted) and body.cause == "model":
             self.model.fail(self.requests - 1, body.detail, wait, body.model_error)
@@ -335,16 +338,16 @@ class Driver:
             if self.servers is not None:
                 self.servers.inject(body)
         elif (cause := interrupt_cause(event, self._previous(event))) is not None:
-            self.handle._actor.tell(Interrupt(cause))
+            self._actor().tell(Interrupt(cause))
         elif outside_destroy(event, self.recorded[event.seq - 2], self._destroy_open()):
             self.handle.destroy(event.conversation_id or "")
-        elif isinstance(body, SessionClosed):
-            self.handle._journal.record_last([body])
+        elif isinstance(body, SessionClosed | SessionReopened):  # the embedder's, as recorded
+            self.host.journal.record_last([body])
 
     def _force_close(self, group: list[Event]) -> None:
         """Stop the program where the close found it stuck, and record what the close did."""
         self._stop_here()
-        self.handle._journal.record_last(
+        self.host.journal.record_last(
             [NewEvent(e.body, e.conversation_id, e.task_id) for e in group]
         )
 
@@ -355,14 +358,20 @@ class Driver:
         # records its end itself, or starts it again (a ToolCallStarted of its own).
         self.started.clear()
         self.handle = self.runtime.resume(self.session_id)
+        self.host = self.runtime.hosts[self.session_id]
 
     def _stop_here(self) -> None:
         """Stop the replayed session where the recorded one stopped; what it records next is
         what the log recorded there."""
         self.read.abandon()  # a read stuck as the recorded one was gives up, as the actors stop
-        self.handle._crash(timeout=2.0)
+        self.host.crash(timeout=2.0)
         self.model.abandon(self.requests)
         self.store.release()
+
+    def _actor(self) -> pykka.ActorRef[Any]:
+        """The replayed session's actor (it runs while the log is fed in)."""
+        assert self.host.actor is not None
+        return self.host.actor
 
     def _is_mcp(self, call_id: str) -> bool:
         """Whether the call went to an MCP server (only those wait for a recorded result)."""

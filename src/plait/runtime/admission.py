@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from plait.errors import ConfigError
 
 if TYPE_CHECKING:
-    from plait.runtime.handle import SessionHandle
+    from plait.runtime.host import SessionHost
 
 __all__ = ["Admission"]
 
@@ -50,7 +50,7 @@ class Admission:
             raise ConfigError(f"max_active_sessions: expected at least 1, got {most}")
         self.most = most
         self._lock = threading.Lock()
-        self._active: dict[str, SessionHandle] = {}
+        self._active: dict[str, SessionHost] = {}
         self._queue: deque[_Ticket] = deque()
 
     @property
@@ -58,7 +58,7 @@ class Admission:
         """How many sessions hold a place."""
         return len(self._active)
 
-    def enter(self, handle: SessionHandle) -> None:
+    def enter(self, handle: SessionHost) -> None:
         """Take a place for ``handle`` (hold its lock), waiting in order for one."""
         ticket = None
         try:
@@ -71,7 +71,7 @@ class Admission:
         finally:
             self._leave_line(ticket)
 
-    async def aenter(self, handle: SessionHandle) -> None:
+    async def aenter(self, handle: SessionHost) -> None:
         """``enter`` for asyncio code: waits on the loop, holding no thread."""
         loop = asyncio.get_running_loop()
         ticket = None
@@ -88,7 +88,7 @@ class Admission:
         finally:
             self._leave_line(ticket)
 
-    def leave(self, handle: SessionHandle) -> None:
+    def leave(self, handle: SessionHost) -> None:
         """Give back ``handle``'s place (its actors stopped)."""
         with self._lock:
             if self._active.pop(handle.session_id, None) is not None and self._queue:
@@ -100,7 +100,7 @@ class Admission:
             if self._queue:
                 self._queue[0].wake()
 
-    def _try(self, handle: SessionHandle, ticket: _Ticket | None) -> bool:
+    def _try(self, handle: SessionHost, ticket: _Ticket | None) -> bool:
         """Take a place if one is free (or can be freed) and nobody waits ahead."""
         while True:
             with self._lock:

@@ -4,7 +4,7 @@
 One thread and one subscription to the log serve them all, however many: it hands each event
 of a followed session to that handle's live feeds, in log order, and every ``POLL_SEC`` it reads
 all leases at once and has the runtime take over a followed session whose lease is free (its
-owner handed it back, or died and the lease lapsed).
+owner handed it back, or died: the lease lapsed, or its owner ran on this machine and is gone).
 """
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from plait.errors import PlaitError
 from plait.events.subscription import Subscription
 
 if TYPE_CHECKING:
-    from plait.runtime.handle import SessionHandle
-    from plait.runtime.runtime import Runtime
+    from plait.events.ownership import Lease
+    from plait.events.store import EventStore
+    from plait.runtime.host import SessionHost
 
 __all__ = ["Followers"]
 
@@ -32,32 +34,40 @@ class Followers:
     POLL_SEC = 0.5
     """How often the leases of followed sessions are looked at."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-        self._store = runtime.store
+    def __init__(
+        self,
+        store: EventStore,
+        leases: Callable[[], list[Lease]],
+        take_over: Callable[[SessionHost], object],
+    ) -> None:
+        """``leases()`` reads every lease as this process knows them (``Owner.leases``: a dead
+        owner's shown lapsed); ``take_over(host)`` owns a followed session whose lease is free."""
+        self._leases = leases
+        self._take_over = take_over
+        self._store = store
         self._lock = threading.Lock()  # delivering to the handles, and adding or removing one
-        self._handles: dict[str, SessionHandle] = {}
+        self._hosts: dict[str, SessionHost] = {}
         self._subscription: Subscription | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
-    def add(self, handle: SessionHandle, after_position: int) -> None:
-        """Follow ``handle``'s session, whose feeds have had its log up to ``after_position``."""
+    def add(self, host: SessionHost, after_position: int) -> None:
+        """Follow ``host``'s session, whose feeds have had its log up to ``after_position``."""
         with self._lock:
-            self._handles[handle.session_id] = handle
+            self._hosts[host.session_id] = host
             if self._subscription is None:
                 self._subscription = self._store.subscribe(after_position)
                 self._thread = threading.Thread(target=self._run, name="plait-follow", daemon=True)
                 self._thread.start()
             elif after_position < self._subscription.position:  # what came in between
-                journal = handle._journal
+                journal = host.journal
                 journal.deliver(self._store.read(journal.stream, after=journal.last_seq))
 
-    def remove(self, handle: SessionHandle) -> None:
-        """Stop following ``handle``'s session (taken over here, or the handle closed)."""
+    def remove(self, host: SessionHost) -> None:
+        """Stop following ``host``'s session (taken over here, or its handle closed)."""
         with self._lock:
-            if self._handles.get(handle.session_id) is handle:
-                del self._handles[handle.session_id]
+            if self._hosts.get(host.session_id) is host:
+                del self._hosts[host.session_id]
 
     def close(self) -> None:
         """Stop the thread and the subscription."""
@@ -76,9 +86,9 @@ class Followers:
                 event = subscription.get(timeout=self.POLL_SEC)
                 if event is not None:
                     with self._lock:
-                        handle = self._handles.get(event.stream)
-                        if handle is not None:
-                            handle._journal.deliver([event])
+                        host = self._hosts.get(event.stream)
+                        if host is not None:
+                            host.journal.deliver([event])
                 if time.monotonic() - looked >= self.POLL_SEC:
                     looked = time.monotonic()
                     self._take_free()
@@ -92,10 +102,10 @@ class Followers:
     def _take_free(self) -> None:
         """Take over the followed sessions whose lease is free."""
         with self._lock:
-            wanted = {s: h for s, h in self._handles.items() if h._takes_over}
+            wanted = {s: h for s, h in self._hosts.items() if h.takes_over}
         if not wanted:
             return
-        live = {lease.stream for lease in self._store.leases() if lease.live}
-        for stream, handle in wanted.items():
+        live = {lease.stream for lease in self._leases() if lease.live}
+        for stream, host in wanted.items():
             if stream not in live:
-                self._runtime._take_over(handle)
+                self._take_over(host)

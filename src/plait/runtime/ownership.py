@@ -2,19 +2,19 @@
 
 ``Owner`` holds this process's leases: it takes one when the runtime opens or resumes a session,
 renews them all with one statement every third of ``lease_sec``, and tells a session whose
-lease another process took that it is lost. It takes the inbox commands of the sessions it
-owns, in order, and hands each to its session.
+lease another process took that it is lost. A lease whose holder it proves dead (a process of
+this machine that no longer runs, ``liveness``) counts as lapsed at once. It takes the inbox
+commands of the sessions it owns, in order, and hands each to its session.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from plait.errors import LeaseLostError, PlaitError, SessionClosedError, UnknownConversationError
 from plait.events.ownership import (
@@ -22,14 +22,16 @@ from plait.events.ownership import (
     CommandBody,
     DestroyConversation,
     InterruptTask,
+    Lease,
     StoredCommand,
     SubmitTask,
 )
 from plait.events.types import Event, TaskEnqueued
+from plait.runtime.liveness import new_owner_id, owner_state
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
-    from plait.runtime.handle import SessionHandle
+    from plait.runtime.host import SessionHost
     from plait.runtime.runtime import Runtime
 
 __all__ = ["Owner", "default_owner_id"]
@@ -38,8 +40,10 @@ log = logging.getLogger("plait")
 
 
 def default_owner_id() -> str:
-    """``host:pid:random``: unique among the processes sharing a store, readable by people."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    """``host:pid:random:where.start``: unique among the processes sharing a store, readable by
+    people, and telling a process of the same machine whether its owner still runs
+    (``liveness``)."""
+    return new_owner_id()
 
 
 class Owner:
@@ -68,11 +72,33 @@ class Owner:
         """Take ``stream``'s lease; return its epoch, or ``None`` when another process holds it."""
         asked = time.monotonic()
         lease = self._store.acquire_lease(stream, self.id, self.lease_sec)
+        holder = lease.owner if lease.live else None  # a lapsed one was taken, if it could be
+        if holder is not None and holder != self.id and owner_state(holder) == "dead":
+            # Its holder ran on this machine and runs no more: end its lease (if nobody took
+            # it meanwhile) and take it as a lapsed one, the epoch raised
+            # (docs/processes.md#a-dead-owner-on-this-machine).
+            log.info("session %s: its owner %s is dead; taking it over", stream, holder)
+            self._store.expire_lease(stream, holder, lease.epoch)
+            lease = self._store.acquire_lease(stream, self.id, self.lease_sec)
         if not lease.held_by(self.id):
             return None
         with self._lock:
             self._held[stream] = (lease.epoch, asked)
         return lease.epoch
+
+    def leases(self) -> list[Lease]:
+        """Every session's lease, as this process knows it: one held by a process it proved
+        dead is shown lapsed (``take`` takes it at once)."""
+        found = self._store.leases()
+        others = {lease.owner for lease in found if lease.live and lease.owner != self.id}
+        # One look per owner, however many leases it holds.
+        dead = {owner for owner in others if owner is not None and owner_state(owner) == "dead"}
+        return [
+            msgspec.structs.replace(lease, remaining_sec=0.0)
+            if lease.live and lease.owner in dead
+            else lease
+            for lease in found
+        ]
 
     @property
     def _safe_sec(self) -> float:
@@ -165,9 +191,9 @@ class Owner:
                 if self._held.get(stream) != held:  # released or taken anew meanwhile
                     continue
                 del self._held[stream]
-            handle = self._runtime._sessions.get(stream)
-            if handle is not None:
-                handle._lose(LeaseLostError(stream, epoch, "it was not renewed in time"))
+            host = self._runtime.hosts.get(stream)
+            if host is not None:
+                host.lose(LeaseLostError(stream, epoch, "it was not renewed in time"))
 
     def _take_commands(self) -> None:
         with self._lock:
@@ -176,26 +202,26 @@ class Owner:
             return
         for stored in self._store.commands():
             if stored.stream in held and stored.id not in self._taken:
-                handle = self._runtime._sessions.get(stored.stream)
-                if handle is not None and not handle._followed:
+                host = self._runtime.hosts.get(stored.stream)
+                if host is not None and not host.followed:
                     self._taken.add(stored.id)
-                    self._hand(handle, stored)
+                    self._hand(host, stored)
 
-    def _hand(self, handle: SessionHandle, stored: StoredCommand) -> None:
+    def _hand(self, host: SessionHost, stored: StoredCommand) -> None:
         """Hand a command to its session; drop it once what it leads to is in the log."""
         body = stored.command.body
         try:
             if isinstance(body, SubmitTask):
                 try:
-                    handle._queue(body.plan)
+                    host.queue(body.plan)
                 except UnknownConversationError as exc:  # destroyed since it was sent
                     log.warning("task %s from the inbox not run: %s", body.plan.task_id, exc)
             elif isinstance(body, InterruptTask):
                 self._store.drop_commands([stored.id])  # at most once
-                handle.interrupt()
+                host.handle.interrupt()
             elif isinstance(body, DestroyConversation):
                 self._store.drop_commands([stored.id])
-                handle.destroy(body.conversation_id)
+                host.handle.destroy(body.conversation_id)
         except (SessionClosedError, LeaseLostError):  # closed or lost: the next owner takes it
             self._taken.discard(stored.id)
             return

@@ -47,6 +47,7 @@ from plait.events.values import (
 from plait.runtime.admission import Admission
 from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
+from plait.runtime.host import SessionHost
 from plait.runtime.inputs import check_inputs
 from plait.runtime.offload import Offload
 from plait.runtime.ownership import Owner, default_owner_id
@@ -124,7 +125,7 @@ class Runtime(Sessions):
         recently used idle session, or waits, in order, until one is idle (``start_session``,
         ``resume`` and the calls that queue work wait; ``arun`` and ``asubmit`` on the loop).
         Every session the runtime opens, resumes or takes over is its own by a lease in the
-        store (``owner_id``, by default ``host:pid:random``), renewed every third of
+        store (``owner_id``, by default ``host:pid:random:where.start``), renewed every third of
         ``lease_sec``; a session another live process owns is followed instead: its commands go
         to that owner's inbox (docs/processes.md).
         (``_outside`` is replay's: it answers the model, the MCP servers and the approver
@@ -158,10 +159,12 @@ class Runtime(Sessions):
         if self.history.context_window is None:
             window = self.settings.context_window
             self.history = msgspec.structs.replace(self.history, context_window=window)
-        self._sessions: dict[str, SessionHandle] = {}
-        self._admission = Admission(max_active_sessions)
-        self._off_loop = Offload("plait-calls")
-        """Where asyncio callers' submissions run, off their loop."""
+        self.hosts: dict[str, SessionHost] = {}
+        """The sessions this runtime runs or follows, each's life (plait's own, not the API)."""
+        self.admission = Admission(max_active_sessions)
+        """Places for sessions' actors (plait's own, not the API)."""
+        self.off_loop = Offload("plait-calls")
+        """Where asyncio callers' submissions run, off their loop (plait's own, not the API)."""
         self._resuming = threading.Lock()
         self._expiry = Expiry(self.store)
         self._expiring = threading.Event()  # set: stop sweeping
@@ -178,8 +181,14 @@ class Runtime(Sessions):
         self.owner = Owner(self, owner_id or default_owner_id(), lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
-        self.followers = Followers(self)
+        self.followers = Followers(self.store, self.owner.leases, self._take_over)
         """The sessions it follows while other processes own them."""
+
+    def _actors_for(self, journal: Journal, past: list[Event]) -> tuple[Any, ConversationDeps]:
+        """A session's ``McpPool`` (if it has tools beside the built-ins), started, and what
+        its conversations share."""
+        pool = self._start_pool(journal, past)
+        return pool, self._deps(journal, pool, past)
 
     def _deps(self, journal: Journal, pool: Any, past: list[Event]) -> ConversationDeps:
         """What the session's conversations share; behaviour that changed over time follows
@@ -214,7 +223,7 @@ class Runtime(Sessions):
             return None
         from plait.actors.pool import McpPool
 
-        return McpPool.start(
+        return McpPool.open(
             journal,
             self._loop,
             self.mcp_servers,
@@ -282,7 +291,7 @@ class Runtime(Sessions):
             root, model=self.settings.model, settings=self._recorded(), approval_policy=policy
         )
         past = journal.record([started, NewEvent(opened, root)])
-        return self._attach(journal, root, past)
+        return self._attach(journal, root, past).handle
 
     def expire_content(self, now: datetime | None = None) -> int:
         """Delete ``ttl`` conversations' content that is due by ``now`` (the store's clock by
@@ -307,27 +316,41 @@ class Runtime(Sessions):
             if self._expiring.wait(interval):
                 return
 
-    def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle:
+    def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHost:
+        """Own a session: start its actors from ``past``."""
         if journal.expires:
             self._sweep_from_now()
-        handle = SessionHandle(self, journal, root, past)
-        self._sessions[journal.stream] = handle
-        return handle
+        host = SessionHost(self, journal, root, past, self._actors_for, self._forget_host)
+        self.hosts[journal.stream] = host
+        return host
+
+    def _follow_host(self, journal: Journal, root: str, past: list[Event]) -> SessionHost:
+        """Follow a session another process owns."""
+        host = SessionHost(
+            self, journal, root, past, self._actors_for, self._forget_host, followed=True
+        )
+        self.hosts[journal.stream] = host
+        return host
+
+    def _forget_host(self, host: SessionHost) -> None:
+        """``host``'s session has ended here."""
+        if self.hosts.get(host.session_id) is host:
+            del self.hosts[host.session_id]
 
     @property
     def active_sessions(self) -> int:
         """How many sessions have running actors (the rest are passive or closed)."""
-        return self._admission.active
+        return self.admission.active
 
     def _passivate_every(self, idle_sec: float) -> None:
         """Passivate the sessions idle for ``idle_sec``, looking a few times within it."""
         while not self._expiring.wait(min(idle_sec / 4, 1.0)):
-            for handle in list(self._sessions.values()):
-                if handle.idle_for() >= idle_sec:
+            for host in list(self.hosts.values()):
+                if host.idle_for() >= idle_sec:
                     try:
-                        handle.passivate_if_free()  # one in use is looked at next time
+                        host.passivate_if_free()  # one in use is looked at next time
                     except Exception:  # a session closing meanwhile: the next look tries again
-                        log.debug("passivating session %s failed", handle.session_id, exc_info=True)
+                        log.debug("passivating session %s failed", host.session_id, exc_info=True)
 
     def close(self, timeout: float = 10.0, *, grace_sec: float | None = None) -> None:
         """Close every session, the effect loop and the store (if the runtime opened it).
@@ -342,11 +365,11 @@ class Runtime(Sessions):
         for thread in (self._sweeper, self._passivator):
             if thread is not None:
                 thread.join(timeout)  # before the store closes under it
-        for handle in list(self._sessions.values()):
-            handle.close(timeout)
+        for host in list(self.hosts.values()):
+            host.handle.close(timeout)
         self.followers.close()
         self.owner.close()
-        self._off_loop.close()  # what is left in it finds its session closed
+        self.off_loop.close()  # what is left in it finds its session closed
         with contextlib.suppress(Exception):
             self._loop.submit(self._client.aclose()).result(timeout)
         self._loop.close()

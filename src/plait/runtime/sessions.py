@@ -10,24 +10,29 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from plait.actors.journal import Journal
 from plait.actors.mcp.functions import FunctionTool, as_tools
-from plait.actors.messages import StartNext
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
 from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
-from plait.events.types import ConversationDestroyed, Event, SessionStarted
+from plait.events.types import (
+    ConversationDestroyed,
+    Event,
+    SessionClosed,
+    SessionReopened,
+    SessionStarted,
+)
 from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
+from plait.runtime.host import SessionHost
 from plait.runtime.ownership import Owner
-from plait.runtime.recovery import OpenCalls, Recovery, Rerun, in_flight, open_calls, took_over
+from plait.runtime.recovery import OpenCalls, Recovery, in_flight, open_calls, took_over
 
 if TYPE_CHECKING:
     from plait.actors.mcp.config import McpServerConfig
-    from plait.runtime.runtime import Runtime
 
 __all__ = ["Sessions"]
 
@@ -43,12 +48,13 @@ class Sessions:
     mcp_servers: dict[str, McpServerConfig]
     tools: list[FunctionTool]
     _session_tools: dict[str, list[FunctionTool]]
-    _sessions: dict[str, SessionHandle]
+    hosts: dict[str, SessionHost]
     _resuming: threading.Lock
 
     if TYPE_CHECKING:  # the Runtime's
 
-        def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHandle: ...
+        def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHost: ...
+        def _follow_host(self, journal: Journal, root: str, past: list[Event]) -> SessionHost: ...
 
     def resume(
         self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., Any]] = ()
@@ -61,22 +67,24 @@ class Sessions:
         A session another live process owns is followed: the handle's commands go to that
         owner's inbox and its events come from the log, until the owner stops renewing its
         lease (or hands it back): then this process takes it over.
+        A closed session is reopened: ``SessionReopened`` in its log says so, and it takes
+        work again.
         Raises ``UnknownSessionError`` when the store has no such session, and
         ``ContentUnavailableError`` (and records nothing) when a live conversation's
         content is not in the log: its storage policy did not keep it, or it expired.
         """
         with self._resuming:  # one handle (one writer) per session, whoever calls
-            if session_id in self._sessions:
-                return self._sessions[session_id]
+            if session_id in self.hosts:
+                return self.hosts[session_id].handle
             if self.store.last_seq(session_id) == 0:  # no lease for a session not there
                 raise UnknownSessionError(session_id)
             self._offer(session_id, tools)
             epoch = self.owner.take(session_id)
             if epoch is None:
-                return self._follow(session_id, self._read_session(session_id))
+                return self._follow(session_id, self._read_session(session_id)).handle
             try:
                 past = self._read_session(session_id)  # all the former owner wrote
-                return self._resume(session_id, past, task_queue(past).snapshot(), epoch)
+                return self._resume(session_id, past, task_queue(past).snapshot(), epoch).handle
             except BaseException:
                 self.owner.release(session_id)
                 raise
@@ -101,47 +109,44 @@ class Sessions:
         inbox, for the session's owner, or for a worker to take it over (a front end that
         leaves running sessions to ``plait worker``); its events come from the log."""
         with self._resuming:
-            if session_id in self._sessions:
-                return self._sessions[session_id]
-            handle = self._follow(session_id, self._read_session(session_id))
-            handle._takes_over = False
-            return handle
+            if session_id in self.hosts:
+                return self.hosts[session_id].handle
+            host = self._follow(session_id, self._read_session(session_id))
+            host.takes_over = False
+            return host.handle
 
-    def _follow(self, session_id: str, past: list[Event]) -> SessionHandle:
-        """A handle on a session another process owns."""
+    def _follow(self, session_id: str, past: list[Event]) -> SessionHost:
+        """Follow a session another process owns."""
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session checks it
         journal = Journal(self.store, session_id, past)
-        root = started.root_conversation_id
-        handle = SessionHandle(cast("Runtime", self), journal, root, past, followed=True)
-        self._sessions[session_id] = handle
-        self.followers.add(handle, past[-1].position)
-        return handle
+        host = self._follow_host(journal, started.root_conversation_id, past)
+        self.followers.add(host, past[-1].position)
+        return host
 
-    def _take_over(self, handle: SessionHandle) -> None:
-        """Own the session ``handle`` follows, if its lease is free (its owner died or
-        handed it back): recover it as ``resume`` does, then run what waits in it."""
-        with self._resuming, handle._lock:
-            if not handle._followed or handle._closed:
+    def _take_over(self, host: SessionHost) -> None:
+        """Own the session ``host`` follows, if its lease is free (its owner died or handed
+        it back): recover it as ``resume`` does, then run what waits in it."""
+        sid = host.session_id
+        with self._resuming, host.lock:
+            if not host.followed:
                 return
-            epoch = self.owner.take(handle.session_id)
+            epoch = self.owner.take(sid)
             if epoch is None:
                 return
-            self.followers.remove(handle)
-            handle._followed = False
-            past = handle._journal.store.read(handle.session_id)
-            handle._journal.deliver(past)  # the feeds have all the former owner wrote
+            host.take_over()
+            past = self.store.read(sid)
+            host.journal.deliver(past)  # the feeds have all the former owner wrote
             try:
-                self._resume(handle.session_id, past, task_queue(past).snapshot(), epoch, handle)
+                self._resume(sid, past, task_queue(past).snapshot(), epoch, host)
             except ContentUnavailableError as exc:
-                log.error("session %s cannot be taken over: %s", handle.session_id, exc)
-                self.owner.release(handle.session_id)
-                handle._closed, handle._gone = True, exc
-                handle._journal.fail_feeds(exc)
+                log.error("session %s cannot be taken over: %s", sid, exc)
+                self.owner.release(sid)
+                host.end("fail", exc)
+                host.journal.fail_feeds(exc)
             except PlaitError:  # the store failed meanwhile: follow it again, try again later
-                self.owner.release(handle.session_id)
-                handle._followed = True
-                self.followers.add(handle, past[-1].position)
+                self.owner.release(sid)
+                host.follow_again(past[-1].position)
                 raise
 
     def _resume(
@@ -150,21 +155,23 @@ class Sessions:
         past: list[Event],
         state: QueueSnapshot,
         epoch: int,
-        handle: SessionHandle | None = None,
-    ) -> SessionHandle:
+        host: SessionHost | None = None,
+    ) -> SessionHost:
         """Resume from ``past``, whose tasks ``state`` folds, writing with lease ``epoch``
-        (in ``handle``, a handle that followed the session); if a task was running or
-        waiting, ``SessionResumed`` marks where this process took over."""
+        (in ``host``, a session this process followed); if a task was running or waiting,
+        ``SessionResumed`` marks where this process took over."""
         plan = state.running
         destroyed = {e.conversation_id for e in past if isinstance(e.body, ConversationDestroyed)}
         missing = missing_content(past, lambda cid: cid is not None and cid not in destroyed)
         if missing:
             raise ContentUnavailableError(session_id, "resume", missing)
         self.owner.drop_taken(session_id, past)
-        if handle is None:
+        if host is None:
             journal = Journal(self.store, session_id, past, epoch)
+            if isinstance(past[-1].body, SessionClosed):  # resumed by its user: reopened
+                past += journal.record([SessionReopened(past[-1].seq)])
         else:
-            journal = handle._journal
+            journal = host.journal
             journal.reload(past, epoch)
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session and in_flight check it
@@ -175,17 +182,13 @@ class Sessions:
             past += took_over(journal, past, state, [*calls.rerun, *calls.denials])
         elif plan is not None or state.pending:
             past += took_over(journal, past, state, calls.ending() if plan is not None else [])
-        if handle is None:
-            handle = self._attach(journal, root, past)
+        if host is None:
+            host = self._attach(journal, root, past)
         else:
-            handle._own(past)
-        with handle._lock:  # an actor that failed at once had them stopped: none is started
-            if handle._active and plan is not None and rerun:
-                handle._rerun = Rerun.start(journal, handle._pool, handle._actor, plan, calls)
-            elif handle._active:
-                handle._actor.tell(StartNext())
+            host.own(past)
+        host.start_next(plan, calls, rerun)
         self.owner.wake()  # what its inbox holds
-        return handle
+        return host
 
     def recover(self) -> list[Recovery]:
         """Resume every stored session a process left with a task running or waiting.
@@ -196,7 +199,7 @@ class Sessions:
         found: list[Recovery] = []
         for session_id, _, _ in in_flight(self.store):
             with self._resuming:
-                if session_id in self._sessions:
+                if session_id in self.hosts:
                     continue
                 recovery = self._recover(session_id)
             if recovery is not None:
@@ -228,14 +231,14 @@ class Sessions:
     @property
     def owned(self) -> list[str]:
         """The sessions this process runs (it holds their leases)."""
-        return [s for s, handle in list(self._sessions.items()) if not handle._followed]
+        return [s for s, host in list(self.hosts.items()) if not host.followed]
 
     def adopt(self, most: int | None = None) -> list[str]:
         """Take over the sessions that need an owner, at most ``most``: those whose owner
         stopped renewing its lease or handed it back with work waiting, and those with inbox
         commands and no live owner. Return their ids (``plait worker`` calls it again and
         again)."""
-        leases = {lease.stream: lease for lease in self.store.leases()}
+        leases = {lease.stream: lease for lease in self.owner.leases()}  # dead owners: lapsed
         wanted = [s for s, lease in leases.items() if lease.owner is not None and not lease.live]
         for stored in self.store.commands():
             lease = leases.get(stored.stream)
@@ -245,14 +248,14 @@ class Sessions:
         for session_id in wanted:
             if most is not None and len(taken) >= most:
                 break
-            if session_id in self._sessions and not self._sessions[session_id]._followed:
+            if session_id in self.hosts and not self.hosts[session_id].followed:
                 continue
             try:
                 handle = self.resume(session_id)
             except PlaitError as exc:
                 log.warning("session %s was not taken over: %s", session_id, exc)
                 continue
-            if not handle._followed:
+            if not handle.followed:
                 taken.append(session_id)
         return taken
 
@@ -260,11 +263,11 @@ class Sessions:
         """Hand back (``release``) the sessions this process runs that have been idle for
         ``idle_sec``, so that any worker may take them when work comes; return their ids."""
         idle = [
-            handle
-            for handle in list(self._sessions.values())
-            if not handle._followed and handle.idle_for() >= idle_sec and handle._journal.idle
+            host
+            for host in list(self.hosts.values())
+            if not host.followed and host.idle_for() >= idle_sec and host.journal.idle
         ]
-        return [handle.session_id for handle in idle if handle.release(5.0)]
+        return [host.session_id for host in idle if host.handle.release(5.0)]
 
     def drain(
         self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
@@ -274,7 +277,7 @@ class Sessions:
         With ``grace_sec``, no waiting task starts: each running task is given ``grace_sec``
         seconds, then cut (``TurnAborted(cause="shutdown")``, ``reason`` its detail), all
         sessions at once, and every lease is released at once (docs/processes.md#stopping)."""
-        handles = list(self._sessions.values())
+        handles = [host.handle for host in list(self.hosts.values())]
         if grace_sec is None:
             for handle in handles:
                 handle.release(timeout)

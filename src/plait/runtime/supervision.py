@@ -27,7 +27,7 @@ from plait.events.types import (
 from plait.runtime.recovery import running_ended
 
 if TYPE_CHECKING:
-    from plait.runtime.handle import SessionHandle
+    from plait.runtime.host import SessionHost
 
 __all__ = ["STOP_SEC", "Unrecorded", "drop_out", "failure_end", "start_drop_out"]
 
@@ -37,41 +37,42 @@ STOP_SEC = 10.0
 """How long a failed session's actors and servers are given to stop."""
 
 
-def start_drop_out(handle: SessionHandle, error: PlaitError) -> None:
+def start_drop_out(host: SessionHost, error: PlaitError) -> None:
     """Run ``drop_out`` on a thread of its own (the actor that broke may be the caller: it
-    cannot wait for itself to stop); the handle knows when it is done before it starts, so a
+    cannot wait for itself to stop); the host knows when it is done before it starts, so a
     ``close`` that follows a waiter woken by it waits for it."""
-    done = handle._dropping = threading.Event()
+    done = host.dropping = threading.Event()
 
     def run() -> None:
         try:
-            drop_out(handle, error)
+            drop_out(host, error)
         finally:
             done.set()
 
     threading.Thread(target=run, name="plait-dropped").start()
 
 
-def drop_out(handle: SessionHandle, error: PlaitError) -> None:
-    """Stop ``handle``'s session in this process: every waiter gets ``error``."""
-    runtime, sid, journal = handle.runtime, handle.session_id, handle._journal
+def drop_out(host: SessionHost, error: PlaitError) -> None:
+    """Stop ``host``'s session in this process (``fail``, or ``lose`` to another process):
+    every waiter gets ``error``."""
+    runtime, sid, journal = host.runtime, host.session_id, host.journal
     failed = isinstance(error, SessionFailedError)
     if not failed:  # another process took it: it is no longer ours to release
         runtime.owner.forget(sid)
-    handle._gone, handle._closed = error, True  # what is asked from now on: refused, why first
+    host.end("fail" if failed else "lose", error)  # what is asked from now on: refused
     journal.fail_feeds(error)  # at once, not after the actors stopped
-    with handle._lock:
-        if handle._active:
-            handle._stop_actors(STOP_SEC, error)
-    if failed:
-        _record_end(handle, error)  # type: ignore[arg-type]
-    runtime._sessions.pop(sid, None)
+    with host.lock:
+        if host.actor is not None:
+            host.stop_actors(STOP_SEC, error)
+    if isinstance(error, SessionFailedError):
+        _record_end(host, error)
+    host.forget()
 
 
-def _record_end(handle: SessionHandle, error: SessionFailedError) -> None:
+def _record_end(host: SessionHost, error: SessionFailedError) -> None:
     """Record the running task's end, unless the store is what failed; give the lease back
     as a crash leaves it (``plait recover`` and ``resume`` take the session up from there)."""
-    runtime, sid, journal = handle.runtime, handle.session_id, handle._journal
+    runtime, sid, journal = host.runtime, host.session_id, host.journal
     if journal.refusal is not None or isinstance(error.cause, StoreError):
         runtime.owner.forget(sid)  # the store may not answer: the lease lapses on its own
         return

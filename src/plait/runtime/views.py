@@ -4,12 +4,10 @@ conversations, histories and stats, from its actors while they run, else from th
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed
-from plait.actors.journal import Journal
 from plait.actors.messages import GetHistory, ListConversations
 from plait.errors import UnknownConversationError
 from plait.events.projections.history import (
@@ -23,6 +21,9 @@ from plait.events.store import EventStore
 from plait.events.types import Event, FeedLagged, Transient
 from plait.runtime.outcome import FOLLOWED
 
+if TYPE_CHECKING:
+    from plait.runtime.host import SessionHost
+
 __all__ = ["SessionViews"]
 
 
@@ -31,15 +32,11 @@ class SessionViews:
 
     session_id: str
     root_conversation_id: str
-    _journal: Journal
-    _lock: threading.RLock
-    _active: bool
-    _closed: bool
-    _actor: Any
+    _host: SessionHost
 
     @property
     def _store(self) -> EventStore:
-        return self._journal.store
+        return self._host.journal.store
 
     def subscribe(self, *, transient: bool = True, limit: int = DEFAULT_FEED_LIMIT) -> Feed:
         """Return a live feed of the session's events from now on.
@@ -49,18 +46,18 @@ class SessionViews:
         items not yet read: a reader that far behind gets a ``FeedLagged`` with the seq to
         read the log from (``Feed.catch_up``), not a feed that grows without bound.
         """
-        return self._journal.feed(transient, limit)
+        return self._host.journal.feed(transient, limit)
 
     def _follow(self, everything: bool = False) -> Feed:
         """A feed for a ``Follower``: what it reads, or every event and text delta."""
-        return self._journal.feed(everything, kinds=None if everything else FOLLOWED)
+        return self._host.journal.feed(everything, kinds=None if everything else FOLLOWED)
 
     async def events(self) -> AsyncIterator[Event | Transient]:
         """Iterate over the live feed from asyncio code, until the session closes (``async with
         session.subscribe() as feed: async for item in feed`` does the same, and can stop
         taking text deltas)."""
         with self.subscribe() as feed:
-            while (item := await feed.aget(timeout=0.5)) is not None or not self._closed:
+            while (item := await feed.aget(timeout=0.5)) is not None or not self._host.closed:
                 if isinstance(item, FeedLagged):  # what it missed, from the log
                     for event in await asyncio.to_thread(feed.catch_up, item):
                         yield event
@@ -98,10 +95,11 @@ class SessionViews:
     def _ask_live(self, message: Any) -> tuple[bool, Any]:
         """Ask the session actor, if it runs: ``(True, its reply)``; ``(False, None)`` when the
         session is closed or passive (the log has it all, and reading it wakes nothing)."""
-        with self._lock:
-            if not self._active:
+        host = self._host
+        with host.lock:
+            if host.actor is None:
                 return False, None
-            return True, self._actor.ask(message, timeout=30)
+            return True, host.actor.ask(message, timeout=30)
 
     def _folded(self) -> Histories:
         """The histories folded from the log (once the session's actors are gone)."""

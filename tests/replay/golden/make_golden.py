@@ -139,7 +139,8 @@ def taken_over(store: SqliteStore) -> str:
             session.submit("then this")  # waits, and runs once the session is taken over
             while isinstance(feed.get(timeout=30), Event):
                 pass  # until the first streamed text
-        session._crash(timeout=5)  # the process stops: nothing more is recorded
+        # the process stops: nothing more is recorded
+        session.runtime.hosts[session.session_id].crash(timeout=5)
         first._loop.close()
         tail = store.subscribe(store.read(session.session_id)[-1].position)
         with Runtime(store, model=settings, new_id=lambda: f"g6-{next(ids)}") as second:

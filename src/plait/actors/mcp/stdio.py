@@ -80,7 +80,7 @@ class ChildProcess:
         tail = self.stderr_tail()
         return f"{what}: {tail}" if tail else what
 
-    def _keep(self, chunk: bytes) -> None:
+    def keep(self, chunk: bytes) -> None:
         self._tail += chunk
         if len(self._tail) > STDERR_TAIL:
             del self._tail[: len(self._tail) - STDERR_TAIL]
@@ -110,7 +110,7 @@ async def stdio_transport(
         assert process.stderr is not None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             async for chunk in process.stderr:
-                child._keep(chunk)
+                child.keep(chunk)
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(read_stderr)

@@ -15,6 +15,7 @@ from plait.events.bodies.session import (
     ForkOrigin,
     HistoryCompacted,
     SessionClosed,
+    SessionReopened,
     SessionResumed,
     SessionStarted,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "PlanStep",
     "PlanUpdated",
     "SessionClosed",
+    "SessionReopened",
     "SessionResumed",
     "SessionStarted",
     "TaskCompleted",

@@ -24,6 +24,7 @@ __all__ = [
     "ForkOrigin",
     "HistoryCompacted",
     "SessionClosed",
+    "SessionReopened",
     "SessionResumed",
     "SessionStarted",
 ]
@@ -61,6 +62,13 @@ class SessionClosed(Body, frozen=True):
 
     reason: str = ""
     """Why, for people."""
+
+
+class SessionReopened(Body, frozen=True):
+    """A closed session was resumed (``Runtime.resume``): it takes work again from here."""
+
+    closed_seq: int
+    """The seq of the ``SessionClosed`` it reopens."""
 
 
 class SessionResumed(Body, frozen=True):

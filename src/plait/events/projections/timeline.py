@@ -22,6 +22,7 @@ from plait.events.types import (
     ModelRequestFailed,
     ModelResponded,
     SessionClosed,
+    SessionReopened,
     SessionResumed,
     SessionStarted,
     TaskCompleted,
@@ -79,6 +80,8 @@ def _render(body: Any) -> tuple[str, str] | None:
             return "session_started", f"session started (root conversation {root})"
         case SessionClosed(reason=reason):
             return "session_closed", f"session closed {reason}".rstrip()
+        case SessionReopened(closed_seq=closed):
+            return "session_reopened", f"session reopened (closed at seq {closed})"
         case SessionResumed(crashed_task_id=crashed, pending=pending):
             cut = f", task {crashed} was cut off" if crashed else ""
             return "session_resumed", f"session taken over{cut}, {pending} waiting"
@@ -133,7 +136,8 @@ class TimelineProjection(Projection[Timeline]):
 
     def handlers(self) -> dict[type[Any], Callable[[Timeline, Event], None]]:
         shown = (
-            SessionStarted, SessionClosed, ConversationOpened, ConversationContextChanged,
+            SessionStarted, SessionClosed, SessionReopened, ConversationOpened,
+            ConversationContextChanged,
             ConversationDestroyed, TaskStarted, TaskCompleted, TaskDropped, TurnAborted,
             ModelRequestFailed, ModelResponded, ToolCallRequested, ToolApprovalRequested,
             ToolApprovalDecided, ApprovalKeyExpired, ApprovalPolicyNarrowed, ToolCallCompleted,

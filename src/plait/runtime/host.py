@@ -1,0 +1,378 @@
+"""``SessionHost``: the one owner of a session's life in this process.
+
+It holds the session's state (a ``Life``: docs/processes.md#a-sessions-life), its actors,
+servers and journal, and changes them only through the named transitions: own (start the
+actors in a place), passivate, take over, follow again, drain and hand back, close, fail, lose.
+``SessionHandle`` is its public front; the runtime's parts (sessions, the owner's heartbeat,
+followers, supervision, replay's driver) call these transitions and read its state, and never
+reach into each other's private members.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pykka
+
+from plait.actors.conversation import ConversationDeps
+from plait.actors.journal import Journal
+from plait.actors.messages import Enqueue, GetQueue, Interrupt, StartNext, Stop
+from plait.actors.session import Session
+from plait.errors import (
+    LeaseLostError,
+    PlaitError,
+    SessionClosedError,
+    UnknownConversationError,
+)
+from plait.events.ownership import SubmitTask
+from plait.events.projections.tasks import QueueSnapshot
+from plait.events.types import Event, SessionClosed
+from plait.runtime import supervision
+from plait.runtime.acks import ACK_WAIT_SEC, Ack
+from plait.runtime.life import Life, State
+from plait.runtime.recovery import OpenCalls, Rerun, forced_close
+
+if TYPE_CHECKING:
+    from plait.events.values import TaskPlan
+    from plait.runtime.runtime import Runtime
+
+__all__ = ["ActorsFor", "SessionHost"]
+
+ActorsFor = Callable[[Journal, list[Event]], tuple[Any, ConversationDeps]]
+"""Starts a session's ``McpPool`` (``None`` when it has no tools beside the built-ins) and
+makes what its conversations share, for its journal and past."""
+
+
+class SessionHost:
+    """One session's life in this process: its state, its actors, and their transitions."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        journal: Journal,
+        root_id: str,
+        past: list[Event],
+        actors_for: ActorsFor,
+        ended: Callable[[SessionHost], object],
+        *,
+        followed: bool = False,
+    ) -> None:
+        """``actors_for`` starts its actors' shared parts; ``ended(host)`` is told once the
+        session has ended here (closed, handed back, failed, lost)."""
+        from plait.runtime.handle import SessionHandle
+
+        self.runtime = runtime
+        self.session_id = journal.stream
+        self.root_conversation_id = root_id
+        self.journal = journal
+        self.life = Life(self.session_id, State.FOLLOWED if followed else State.PASSIVE)
+        self.lock = threading.RLock()
+        """Held by whatever reaches the actors, or stops or starts them."""
+        self.changed = threading.Condition(self.lock)
+        """Told when the session is passivated or started."""
+        self.actor: pykka.ActorRef[Session] | None = None
+        """The session actor, while its actors run."""
+        self.pool: Any = None
+        self.rerun: pykka.ActorRef[Any] | None = None
+        """Runs again the calls a crash cut off, then ends that task."""
+        self.acks: set[Ack] = set()
+        """Told to the actors, not yet durable (see ``Ack``)."""
+        self.takes_over = followed
+        """Followed, and taken over here once its lease is free (``Runtime.follow``: never)."""
+        self.gone: PlaitError | None = None
+        """Why it ended here, when it failed, was lost, or cannot be taken over."""
+        self.dropping: threading.Event | None = None
+        """Set once a drop-out (``supervision``) has stopped it."""
+        self._actors_for = actors_for
+        self._ended = ended
+        self._used = time.monotonic()
+        journal.on_idle = runtime.admission.went_idle
+        journal.on_lost = self.lose
+        journal.may_act = lambda: runtime.owner.still_owns(self.session_id)
+        self.handle = SessionHandle(self)
+        """Its public front."""
+        if not followed:
+            with self.lock:  # an actor that fails to start stops them once they all are
+                self.own(past)
+
+    # --- what it is --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self.life.state
+
+    @property
+    def followed(self) -> bool:
+        """Whether another process owns it."""
+        return self.life.state is State.FOLLOWED
+
+    @property
+    def closed(self) -> bool:
+        """Whether it takes no more work here (draining, closing, or ended)."""
+        return self.life.state in _CLOSED
+
+    @property
+    def running(self) -> bool:
+        """Whether its actors run."""
+        return self.actor is not None
+
+    @property
+    def passive(self) -> bool:
+        return self.life.state is State.PASSIVE
+
+    def check_open(self) -> None:
+        """Raise why it takes no more work, if it does not."""
+        if self.closed:
+            raise self.gone or SessionClosedError(self.session_id)
+
+    def idle_now(self) -> bool:
+        """Whether its actors run with nothing running or queued (by what it recorded)."""
+        return self.actor is not None and self.journal.idle
+
+    def idle_for(self) -> float:
+        """Seconds since the session was last used or recorded anything."""
+        return time.monotonic() - max(self._used, self.journal.last_recorded_at)
+
+    def queue_now(self, timeout: float) -> QueueSnapshot | None:
+        """What runs and waits; ``None`` if the session broke answering (its drop-out, begun,
+        ends it: docs/failures.md#supervision)."""
+        assert self.actor is not None
+        state = self.actor.ask(GetQueue(), timeout=timeout)
+        return state if isinstance(state, QueueSnapshot) else None
+
+    # --- work --------------------------------------------------------------------------------
+
+    def tell(self, plan: TaskPlan, ack: Ack) -> None:
+        """Queue ``plan`` (for a conversation the actors know); ``ack`` hears once it is durable.
+        Followed: the owner's inbox has it, durable."""
+        with self.lock:
+            self.check_open()
+            self.wake()
+            cid = plan.conversation_id
+            known = {c.id for c in self.handle.conversations()}
+            if cid != self.root_conversation_id and cid not in known:
+                raise UnknownConversationError(self.session_id, cid)  # else it waits for ever
+            if self.followed:
+                self.runtime.owner.send(self.session_id, SubmitTask(plan))
+                return ack()
+            assert self.actor is not None  # woken, under the lock
+            self.acks.add(ack)
+            self.actor.tell(Enqueue((plan,), ack))
+
+    def queue(self, plan: TaskPlan) -> str:
+        """``tell`` ``plan``, and return its id once it is durable."""
+        ack = Ack(self.acks)
+        self.tell(plan, ack)
+        ack.wait(ACK_WAIT_SEC, f"task {plan.task_id} of session {self.session_id}")
+        return plan.task_id
+
+    # --- own, passivate, wake ----------------------------------------------------------------
+
+    def own(self, past: list[Event]) -> None:
+        """Start the actors from ``past`` in a place ``Admission`` gives (``own``, then
+        ``activate``; ``passivate`` again if they do not start). Hold the lock."""
+        self.life.move("own")
+        self.runtime.admission.enter(self)
+        try:
+            since = self.journal.listeners.mark()  # what is recorded after ``past`` reaches them
+            self.pool, deps = self._actors_for(self.journal, past)
+            self.actor = Session.start(self.journal, deps, self.root_conversation_id, past, since)
+            self.life.move_if_can("activate")  # not if it failed at once: its drop-out stops it
+        finally:
+            if self.actor is None:
+                self.life.move_if_can("passivate")
+                self.runtime.admission.leave(self)
+
+    def wake(self) -> None:
+        """Make sure the actors run (bring a passive session back from its log); hold the lock."""
+        self._used = time.monotonic()
+        if self.passive:
+            self.journal.unseal()
+            self.own(self.runtime.store.read(self.session_id))
+            self.changed.notify_all()
+
+    def start_next(self, plan: TaskPlan | None, calls: OpenCalls, rerun: bool) -> None:
+        """Once resumed: run again the calls a crash cut off (``rerun``), or start what waits."""
+        with self.lock:  # an actor that failed at once had them stopped: none is started
+            if self.actor is None:
+                return
+            if plan is not None and rerun:
+                self.rerun = Rerun.start(self.journal, self.pool, self.actor, plan, calls)
+            else:
+                self.actor.tell(StartNext())
+
+    def passivate(self, timeout: float = 10.0) -> bool:
+        """Stop the actors, and release their threads, if nothing runs or waits in the
+        session; return whether it did."""
+        with self.lock:
+            if self.actor is None or self.closed:
+                return False
+            state = self.queue_now(timeout)
+            if state is None or not state.idle:
+                return False
+            self.stop_actors(timeout)
+            self.life.move("passivate")
+            self.changed.notify_all()
+            return True
+
+    def passivate_if_free(self) -> bool:
+        """``passivate``, unless another thread is using the session; return whether it did."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            return self.idle_now() and self.passivate()
+        finally:
+            self.lock.release()
+
+    # --- another process: take over, follow again ---------------------------------------------
+
+    def take_over(self) -> bool:
+        """Own the session this process followed (its lease just taken); hold the lock. Return
+        whether it did (not when it was closed meanwhile)."""
+        if not self.followed:
+            return False
+        self.runtime.followers.remove(self)
+        self.life.move("take_over")
+        return True
+
+    def follow_again(self, after_position: int) -> None:
+        """Follow the session again: taking it over failed (the store failed meanwhile)."""
+        self.life.move("follow")
+        self.runtime.followers.add(self, after_position)
+
+    # --- hand back, close --------------------------------------------------------------------
+
+    def drain(self) -> bool:
+        """Take no more work (``drain``); return whether it was owned (a followed session is
+        only no longer followed: ``hand_back``)."""
+        with self.lock:
+            if self.closed:
+                return False
+            if self.followed:
+                self.runtime.followers.remove(self)
+                self.life.move("hand_back")
+                self._ended(self)
+                return False
+            self.life.move("drain")
+            return True
+
+    def stop_taking(self, reason: str, timeout: float) -> QueueSnapshot | None:
+        """Start no waiting task, and cut the running one (``Stop``, docs/processes.md#stopping);
+        return what ran as the cut found it (``None``: no actor runs)."""
+        with self.lock:
+            if self.actor is None:
+                return None
+            self.actor.tell(Stop(reason))
+            return self.queue_now(timeout)
+
+    def hand_back(self, timeout: float, *, end_stuck: bool = False) -> bool:
+        """Stop the actors and release the lease (``hand_back``); return whether nothing was
+        left waiting (what was is in the log, for the next owner). ``end_stuck``: a task an
+        actor did not end is ended here, as a stuck close's is."""
+        with self.lock:
+            if self.actor is not None:
+                self.stop_actors(timeout)
+            if end_stuck and (
+                ended := forced_close(self.runtime.store.read(self.session_id), timeout, "stop")
+            ):
+                with contextlib.suppress(LeaseLostError):
+                    self.journal.record_last(ended)
+            self.life.move_if_can("hand_back")  # unless it failed meanwhile
+        idle = self.journal.idle
+        self._ended(self)
+        self.runtime.owner.release(self.session_id, idle=idle)
+        return idle
+
+    def begin_close(self, timeout: float) -> QueueSnapshot | None:
+        """``close``, interrupting the running task; ``None`` if it was closed already (or
+        followed: then only the following ends)."""
+        with self.lock:
+            if self.closed:
+                return None
+            self.life.move("close")
+            if self.life.state is State.CLOSED:  # it was followed
+                self.runtime.followers.remove(self)
+                self._ended(self)
+                return None
+            if self.actor is None:  # passive: nothing runs
+                return QueueSnapshot()
+            state = self.queue_now(timeout)
+            if state is not None and state.running is not None:
+                self.actor.tell(Interrupt("close"))
+            return state
+
+    def finish_close(self, timeout: float) -> None:
+        """Stop the actors, end a task that did not stop in time, record the close (``closed``)."""
+        self.stop(timeout)
+        # A task that did not stop in time is ended here: no actor can record any more.
+        ended = forced_close(self.runtime.store.read(self.session_id), timeout)
+        try:
+            self.journal.record_last([*ended, SessionClosed("closed by the embedder")])
+        except LeaseLostError:  # another process took it meanwhile: its close is not ours
+            self.runtime.owner.forget(self.session_id)
+            raise
+        self.runtime.owner.release(self.session_id)
+
+    def stop(self, timeout: float) -> None:
+        """Stop the actors and servers, recording nothing; a close that began ends here."""
+        with self.lock:
+            if self.actor is not None:
+                self.stop_actors(timeout)
+            self.life.move_if_can("closed")  # a close that began; not a crash or a failure
+        self._ended(self)
+
+    def crash(self, timeout: float) -> None:
+        """Stop as a crash does (``lose``): the lease left lapsed (replay's crash points)."""
+        with self.lock:
+            self.life.move("lose")
+            if self.actor is not None:
+                self.stop_actors(timeout)
+        self._ended(self)
+        self.runtime.owner.release(self.session_id, idle=False)
+
+    # --- fail, lose --------------------------------------------------------------------------
+
+    def lose(self, error: PlaitError) -> None:
+        """Another process took the session, an actor broke or the store failed a write: stop
+        here, raise ``error`` to every waiter (docs/failures.md#supervision)."""
+        supervision.start_drop_out(self, error)
+
+    def forget(self) -> None:
+        """Tell the runtime the session has ended here (a drop-out's last step)."""
+        self._ended(self)
+
+    def end(self, transition: str, error: PlaitError) -> bool:
+        """``fail`` or ``lose`` with ``error``, at once (not waiting for whoever holds the
+        lock); return whether it moved (not once it had ended)."""
+        if not self.life.can(transition):
+            return False
+        self.gone = self.gone or error  # what is asked from now on: refused, why first
+        return self.life.move_if_can(transition)
+
+    def stop_actors(self, timeout: float, error: Exception | None = None) -> None:
+        """Stop the actors and servers; the journal records nothing from them after this.
+        A submission they did not take fails with ``error`` (else: the session is closed)."""
+        actor, self.actor = self.actor, None
+        self.runtime.admission.leave(self)
+        self.journal.seal()  # an actor stuck past the timeout cannot write after this
+        stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
+        if actor is not None:
+            with contextlib.suppress(*stuck):
+                actor.stop(timeout=timeout)
+        self.journal.flush()  # what an actor made ahead is written before the log is read
+        for ack in list(self.acks):  # what the stopped actor did not take: not in the log
+            ack(error or SessionClosedError(self.session_id))
+        if self.pool is not None:
+            with contextlib.suppress(*stuck):
+                self.pool.stop(timeout=timeout)  # closes every server: nothing is left running
+        if self.rerun is not None:
+            with contextlib.suppress(*stuck):
+                self.rerun.stop(timeout=timeout)
+            self.rerun = None
+
+
+_CLOSED = (State.DRAINING, State.CLOSING, State.CLOSED, State.FAILED, State.LOST)
