@@ -47,6 +47,7 @@ __all__ = [
     "RunTask",
     "ServersSettled",
     "StartNext",
+    "Stop",
     "TaskEnded",
     "ToolFinished",
     "ToolResult",
@@ -174,6 +175,14 @@ class Interrupt(msgspec.Struct, frozen=True):
 
     cause: InterruptCause = "user"
     """Who interrupts: the embedder, or the session's close."""
+
+
+class Stop(msgspec.Struct, frozen=True):
+    """Start no more tasks, and end the running one now with the cause ``shutdown``: the
+    process stops on purpose and hands the session back (docs/processes.md#stopping)."""
+
+    detail: str = "the process stopped"
+    """Recorded in ``TurnAborted``, for people."""
 
 
 class GetQueue(msgspec.Struct, frozen=True):

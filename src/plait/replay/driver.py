@@ -22,7 +22,7 @@ from plait.actors.mcp.calls import CallResult, Outcome
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.functions import FUNCTIONS
 from plait.actors.mcp.servers import Report
-from plait.actors.messages import Enqueue, Interrupt
+from plait.actors.messages import Enqueue, Interrupt, Stop
 from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
 from plait.actors.pool import McpLimits
 from plait.actors.seams import Recipient
@@ -199,6 +199,7 @@ class Driver:
         self.requests = 0  # model requests the program made, as the log numbers them
         self.tail: Subscription | None = None
         self.held: deque[Event] = deque()  # produced before a submission that came in first
+        self.handed_back: str | None = None  # the task a stop cut: the next process goes on
 
     def run(self) -> ReplayResult:
         try:
@@ -288,7 +289,12 @@ class Driver:
     def _feed_in(self, event: Event) -> None:
         """If ``event`` came from outside the program, make it happen as it did."""
         body, wait = event.body, self.timeout
-        if event.seq in self.crash_points:  # first: its answers look like results otherwise
+        crash = event.seq in self.crash_points
+        if self.handed_back is not None and (crash or event.task_id != self.handed_back):
+            self.handed_back = None  # what follows a stop's records is the next process's
+            if not crash:  # (docs/processes.md#stopping)
+                self._crash_and_resume()
+        if crash:  # first: its answers look like results otherwise
             self._crash_and_resume()
         elif event.seq in self.forced:
             self._force_close(self.forced[event.seq])
@@ -306,6 +312,9 @@ class Driver:
         elif isinstance(body, ModelRequestFailed):
             failed = AttemptFailed(body.attempt, body.error, body.status, body.retry_in_sec)
             self.model.attempt_failed(self.requests - 1, failed, wait)
+        elif isinstance(body, TurnAborted) and body.cause == "shutdown":
+            self._actor().tell(Stop(body.detail))  # nothing starts after it, here
+            self.handed_back = event.task_id
         elif isinstance(body, TurnAborted) and body.cause == "model":
             self.model.fail(self.requests - 1, body.detail, wait, body.model_error)
         elif isinstance(body, ToolCallCompleted) and self._is_mcp(body.call_id):

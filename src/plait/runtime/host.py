@@ -20,7 +20,7 @@ import pykka
 
 from plait.actors.conversation import ConversationDeps
 from plait.actors.journal import Journal
-from plait.actors.messages import Enqueue, GetQueue, Interrupt, StartNext
+from plait.actors.messages import Enqueue, GetQueue, Interrupt, StartNext, Stop
 from plait.actors.session import Session
 from plait.errors import (
     LeaseLostError,
@@ -260,12 +260,27 @@ class SessionHost:
             self.life.move("drain")
             return True
 
-    def hand_back(self, timeout: float) -> bool:
+    def stop_taking(self, reason: str, timeout: float) -> QueueSnapshot | None:
+        """Start no waiting task, and cut the running one (``Stop``, docs/processes.md#stopping);
+        return what ran as the cut found it (``None``: no actor runs)."""
+        with self.lock:
+            if self.actor is None:
+                return None
+            self.actor.tell(Stop(reason))
+            return self.queue_now(timeout)
+
+    def hand_back(self, timeout: float, *, end_stuck: bool = False) -> bool:
         """Stop the actors and release the lease (``hand_back``); return whether nothing was
-        left waiting (what was is in the log, for the next owner)."""
+        left waiting (what was is in the log, for the next owner). ``end_stuck``: a task an
+        actor did not end is ended here, as a stuck close's is."""
         with self.lock:
             if self.actor is not None:
                 self.stop_actors(timeout)
+            if end_stuck and (
+                ended := forced_close(self.runtime.store.read(self.session_id), timeout, "stop")
+            ):
+                with contextlib.suppress(LeaseLostError):
+                    self.journal.record_last(ended)
             self.life.move_if_can("hand_back")  # unless it failed meanwhile
         idle = self.journal.idle
         self._ended(self)

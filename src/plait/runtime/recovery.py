@@ -86,7 +86,7 @@ UNDECIDED = "the process stopped before a decision; denied (fail closed)"
 """The reason of the denial recorded for a call whose approval was pending at a crash."""
 CRASHED = TurnAborted("crashed", "crash", "the process stopped while the task ran")
 """How a task a crash cut off ends."""
-FORCED = "force-aborted: the task did not stop within {timeout:g} s of the close"
+FORCED = "force-aborted: the task did not stop within {timeout:g} s of the {what}"
 """Why a task that did not stop when its session closed ended (``TurnAborted(interrupted)``
 with the cause ``forced_close``), for people."""
 
@@ -269,11 +269,12 @@ class Recovery(msgspec.Struct, frozen=True):
     """Why the session was not resumed (empty when it was)."""
 
 
-def forced_close(past: Sequence[Event], timeout: float) -> list[NewEvent]:
-    """What ends the task that ``past`` shows running when its session's close gave up on it
-    after ``timeout`` seconds (nothing, if none runs): its open calls' answers, then
-    ``TurnAborted(interrupted)`` with the cause ``forced_close``."""
-    forced = TurnAborted("interrupted", "forced_close", FORCED.format(timeout=timeout))
+def forced_close(past: Sequence[Event], timeout: float, what: str = "close") -> list[NewEvent]:
+    """What ends the task that ``past`` shows running when its session's close (or stop)
+    gave up on it after ``timeout`` seconds (nothing, if none runs): its open calls' answers,
+    then ``TurnAborted(interrupted)`` with the cause ``forced_close``."""
+    detail = FORCED.format(timeout=timeout, what=what)
+    forced = TurnAborted("interrupted", "forced_close", detail)
     return running_ended(past, forced)
 
 

@@ -77,8 +77,9 @@ def _hand_back_at_exit() -> None:
         if runtime.store.closed:  # closed under it: its leases lapse, as after a crash
             continue
         try:
-            runtime.drain(AT_EXIT_SEC)
-            runtime.close(AT_EXIT_SEC)
+            # As a stop on purpose: what runs is cut with the cause ``shutdown``, every
+            # session handed back at once (docs/processes.md#stopping).
+            runtime.close(AT_EXIT_SEC, grace_sec=AT_EXIT_SEC)
         except Exception as exc:  # what it did not release lapses: ``recover`` takes it up
             log.warning("closing a runtime at exit failed: %s", exc)
 
@@ -381,9 +382,16 @@ class Runtime(Sessions):
                     except Exception:  # a session closing meanwhile: the next look tries again
                         log.debug("passivating session %s failed", host.session_id, exc_info=True)
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Close every session, the effect loop and the store (if the runtime opened it)."""
+    def close(self, timeout: float = 10.0, *, grace_sec: float | None = None) -> None:
+        """Close every session, the effect loop and the store (if the runtime opened it).
+
+        With ``grace_sec``, the process stops on purpose: every session is handed back rather
+        than closed, as ``drain(grace_sec=)`` does (its running task given ``grace_sec``
+        seconds, then cut with the cause ``shutdown``; its lease released at once), so that
+        the next process goes on with it (docs/processes.md#stopping)."""
         _open.discard(self)
+        if grace_sec is not None:
+            self.drain(timeout, grace_sec=grace_sec)
         self._expiring.set()
         for thread in (self._sweeper, self._passivator):
             if thread is not None:
