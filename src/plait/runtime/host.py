@@ -14,13 +14,14 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pykka
 
 from plait.actors.conversation import ConversationDeps
 from plait.actors.journal import Journal
 from plait.actors.messages import Enqueue, GetQueue, Interrupt, StartNext, Stop
+from plait.actors.seams import McpPoolRef
 from plait.actors.session import Session
 from plait.errors import (
     LeaseLostError,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ActorsFor", "SessionHost"]
 
-ActorsFor = Callable[[Journal, list[Event]], tuple[Any, ConversationDeps]]
+ActorsFor = Callable[[Journal, list[Event]], tuple[McpPoolRef | None, ConversationDeps]]
 """Starts a session's ``McpPool`` (``None`` when it has no tools beside the built-ins) and
 makes what its conversations share, for its journal and past."""
 
@@ -76,8 +77,8 @@ class SessionHost:
         """Told when the session is passivated or started."""
         self.actor: pykka.ActorRef[Session] | None = None
         """The session actor, while its actors run."""
-        self.pool: Any = None
-        self.rerun: pykka.ActorRef[Any] | None = None
+        self.pool: McpPoolRef | None = None
+        self.rerun: pykka.ActorRef[Rerun] | None = None
         """Runs again the calls a crash cut off, then ends that task."""
         self.acks: set[Ack] = set()
         """Told to the actors, not yet durable (see ``Ack``)."""

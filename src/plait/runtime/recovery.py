@@ -15,7 +15,6 @@ what would have been decided, so it fails closed) and answered ``refused``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 import msgspec
 
@@ -30,6 +29,7 @@ from plait.actors.messages import (
     ToolFinished,
     ToolResult,
 )
+from plait.actors.seams import JournalLike, McpPoolRef, Recipient
 from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.store import EventStore
 from plait.events.types import (
@@ -195,7 +195,12 @@ class Rerun(Actor):
     and lets the scheduler go on."""
 
     def __init__(
-        self, journal: Any, pool: Any, scheduler: Any, plan: TaskPlan, calls: OpenCalls
+        self,
+        journal: JournalLike,
+        pool: McpPoolRef,
+        scheduler: Recipient,
+        plan: TaskPlan,
+        calls: OpenCalls,
     ) -> None:
         super().__init__()
         self.journal, self.pool, self.scheduler = journal, pool, scheduler
@@ -204,14 +209,14 @@ class Rerun(Actor):
         """Every answer known so far: the calls not run again, and each re-run's once done."""
         self.recorded = 0
 
-    def role(self, message: Any) -> str:
+    def role(self, message: object) -> str:
         return f"the recovery of task {self.plan.task_id}"
 
     def startup(self) -> None:
         servers = tuple(sorted({started.server for started in self.calls.rerun}))
         self.pool.tell(AwaitServers(servers, 0, self.actor_ref))
 
-    def receive(self, message: Any) -> Any:
+    def receive(self, message: object) -> object:
         match message:
             case ServersSettled():
                 requests = {request.call_id: request for request in self.calls.requests}

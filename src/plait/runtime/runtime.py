@@ -26,7 +26,7 @@ from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
-from plait.actors.seams import ApprovalGateLike, ModelClientLike, ServersFactory
+from plait.actors.seams import ApprovalGateLike, McpPoolRef, ModelClientLike, ServersFactory
 from plait.errors import PlaitError
 from plait.events.ownership import DEFAULT_LEASE_SEC
 from plait.events.storage import Expiry
@@ -214,13 +214,17 @@ class Runtime(Sessions):
         """The sessions it follows while other processes own them."""
         _open.add(self)
 
-    def _actors_for(self, journal: Journal, past: list[Event]) -> tuple[Any, ConversationDeps]:
+    def _actors_for(
+        self, journal: Journal, past: list[Event]
+    ) -> tuple[McpPoolRef | None, ConversationDeps]:
         """A session's ``McpPool`` (if it has tools beside the built-ins), started, and what
         its conversations share."""
         pool = self._start_pool(journal, past)
         return pool, self._deps(journal, pool, past)
 
-    def _deps(self, journal: Journal, pool: Any, past: list[Event]) -> ConversationDeps:
+    def _deps(
+        self, journal: Journal, pool: McpPoolRef | None, past: list[Event]
+    ) -> ConversationDeps:
         """What the session's conversations share; behaviour that changed over time follows
         what the session recorded at its start, so it resumes (and replays) as it ran."""
         recorded = recorded_settings(past)
@@ -245,7 +249,7 @@ class Runtime(Sessions):
             ),
         )
 
-    def _start_pool(self, journal: Journal, past: list[Event]) -> Any:
+    def _start_pool(self, journal: Journal, past: list[Event]) -> McpPoolRef | None:
         """Start the session's ``McpPool`` (its MCP servers and function tools), if it has
         tools beside the built-ins."""
         functions = self.tools_for(journal.stream)
