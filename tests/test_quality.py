@@ -234,6 +234,7 @@ LIBRARY_PRIVATES = {
     "_asdict",
     "_actions",  # argparse: the only way to read a parser's options (completion)
     "_choices_actions",
+    "_exit",  # os._exit: the documented way to exit at once, skipping cleanup (a second signal)
 }
 
 

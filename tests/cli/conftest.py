@@ -60,6 +60,14 @@ class Lines:
             seen.append(self.next(timeout))
         return seen
 
+    def rest(self) -> list[str]:
+        """Wait for the writer's end of the pipe to close; return the lines not yet read."""
+        self.close()
+        lines = []
+        while (line := self._lines.get()) is not None:
+            lines.append(line)
+        return lines
+
     def close(self) -> None:
         """Wait for the writer's end of the pipe to close (its process ended), then close it."""
         self._pump.join(30)
@@ -73,6 +81,25 @@ class Running:
         self.process = process
         assert process.stdout is not None
         self.out = Lines(process.stdout)
+        self._err: Lines | None = None
+
+    @property
+    def err(self) -> Lines:
+        """Its stderr line by line (then ``stop`` cannot read it whole)."""
+        if self._err is None:
+            assert self.process.stderr is not None
+            self._err = Lines(self.process.stderr)
+        return self._err
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait for it to exit by itself; return its exit code (its pipes are closed)."""
+        code = self.process.wait(timeout)
+        self.out.close()
+        if self._err is not None:
+            self._err.close()
+        elif self.process.stderr is not None:
+            self.process.stderr.close()
+        return code
 
     def stop(self, sig: int = signal.SIGINT) -> tuple[int, str]:
         """Send ``sig``; return the exit code and everything it wrote to stderr."""

@@ -82,7 +82,7 @@ def test_exec_streams_the_answer_then_goes_on_in_the_session_and_a_conversation(
     assert history.stdout == "     user: Sure?\nassistant: Two, I said.\n"
 
 
-def test_exec_prints_text_as_it_arrives_and_ctrl_c_interrupts_the_task(
+def test_exec_prints_text_as_it_arrives_and_ctrl_c_stops_the_task(
     cli: Cli, server: ScriptedModelServer
 ) -> None:
     cli.configure(server.base_url)
@@ -90,15 +90,16 @@ def test_exec_prints_text_as_it_arrives_and_ctrl_c_interrupts_the_task(
         Step(text="Asking a helper.", tool_calls=[call("conv_create", user_instruction="Count.")]),
         Step(text="Counting very slowly", chunk_chars=1, chunk_delay=30),  # never ends here
     )
-    running = cli.spawn("exec", "How many?")
+    running = cli.spawn("exec", "--grace-sec", "0", "How many?")
     assert running.out.next() == "Asking a helper.\n"  # while the helper's reply still streams
     server.wait_for_requests(2)
     code, err = running.stop()
     assert code == 130
-    assert err.splitlines()[-1] == "plait: interrupted"
-    log = cli("log", session_of(err)).stdout.splitlines()
-    aborted = [line for line in log if "TurnAborted" in line and '"reason":"interrupted"' in line]
-    assert len(aborted) == 1 and "SessionClosed" in log[-1]
+    session = session_of(err)
+    assert err.splitlines()[-1].endswith(f"cut at checkpoint 0, session {session} handed back")
+    log = cli("log", session).stdout.splitlines()
+    aborted = [line for line in log if "TurnAborted" in line and '"cause":"shutdown"' in line]
+    assert len(aborted) == 1 and "SessionClosed" not in "".join(log)  # handed back, not closed
 
 
 @pytest.fixture

@@ -18,11 +18,14 @@ from __future__ import annotations
 import logging
 import queue
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
 from plait.errors import SessionFailedError
+
+if TYPE_CHECKING:
+    from plait.actors.seams import JournalLike
 
 __all__ = ["Actor", "handled"]
 
@@ -32,8 +35,13 @@ log = logging.getLogger("plait")
 class Actor(pykka.ThreadingActor):
     """A pykka ``ThreadingActor`` with a light inbox, supervised by its session."""
 
-    journal: Any
+    journal: JournalLike
     """The journal of the session it belongs to, which a failure stops."""
+
+    # Python joins non-daemon threads before it runs ``atexit``: a program that never closed
+    # its runtime would wait on its actors for ever. The runtime hands its sessions back at
+    # exit instead (docs/processes.md#a-program-that-ends-without-close).
+    use_daemon_thread = True
 
     @staticmethod
     def _create_actor_inbox() -> queue.SimpleQueue[Any]:
@@ -42,15 +50,15 @@ class Actor(pykka.ThreadingActor):
     def startup(self) -> None:
         """Start, on its own thread, before it takes any message."""
 
-    def receive(self, message: Any) -> Any:
+    def receive(self, message: object) -> object:
         """Handle ``message``; what it returns answers an ask."""
         return None
 
-    def role(self, message: Any) -> str:
+    def role(self, message: object) -> str:
         """What a failure handling ``message`` (``None``: not a message) names as broken."""
         raise NotImplementedError
 
-    def answer_failed(self, message: Any, error: Exception) -> Any:
+    def answer_failed(self, message: object, error: Exception) -> object:
         """What an ask of ``message`` is answered when ``error`` escaped its handling."""
         return None
 
@@ -60,7 +68,7 @@ class Actor(pykka.ThreadingActor):
         except Exception as exc:  # it goes on answering: the session stops it
             self.failed(None, exc, "its start")
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: object) -> object:
         try:
             return self.receive(message)
         except Exception as exc:
@@ -78,7 +86,7 @@ class Actor(pykka.ThreadingActor):
         if isinstance(exception_value, Exception):
             self.failed(None, exception_value, "a message")
 
-    def failed(self, message: Any, error: Exception, handling: str | None = None) -> None:
+    def failed(self, message: object, error: Exception, handling: str | None = None) -> None:
         """Stop this actor's session: ``error`` escaped its handling of ``message`` (or of
         what ``handling`` says). Its callers get a ``SessionFailedError`` naming what broke
         (``role``), what it handled and ``error``; once the session is being stopped, nothing
@@ -89,7 +97,7 @@ class Actor(pykka.ThreadingActor):
         journal.fail(SessionFailedError(journal.stream, actor, what, error))
 
 
-def handled(message: Any) -> str:
+def handled(message: object) -> str:
     """A message as a failure names it: its type, and the task or call it is about."""
     plan = getattr(message, "plan", None)
     task = getattr(message, "task_id", None) or getattr(plan, "task_id", None)

@@ -15,7 +15,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -223,10 +223,10 @@ class ApprovalGate:
         return decided(request, answer)
 
     @staticmethod
-    async def _ask(approver: Approver, request: ApprovalRequest) -> Any:
+    async def _ask(approver: Approver, request: ApprovalRequest) -> object:
         call = getattr(approver, "__call__", None)  # noqa: B004 - an instance's async __call__
         if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(call):
-            answer: Any = approver(request)
+            answer: object = approver(request)
         else:  # a blocking function must not stall the loop
             answer = await asyncio.to_thread(approver, request)
         if inspect.isawaitable(answer):
@@ -234,7 +234,7 @@ class ApprovalGate:
         return answer
 
 
-def decided(request: ApprovalRequest, answer: Any) -> ToolApprovalDecided:
+def decided(request: ApprovalRequest, answer: object) -> ToolApprovalDecided:
     """The event that records ``answer`` to ``request``; anything but a well-formed
     ``ApprovalDecision`` is a denial that says what was wrong."""
     if not isinstance(answer, ApprovalDecision):

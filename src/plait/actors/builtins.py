@@ -10,7 +10,7 @@ structs below, so a bad call becomes a tool error that names the argument, never
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -208,12 +208,12 @@ def input_items(text: str | None, items: list[WireItem] | None) -> list[InputIte
     return out
 
 
-def continuation_input(call_id: str, payload: dict[str, Any]) -> list[InputItem]:
+def continuation_input(call_id: str, payload: dict[str, object]) -> list[InputItem]:
     """Return a continuation task's input: the interrupting call's JSON output."""
     return [FunctionCallOutput(call_id, msgspec.json.encode(payload).decode())]
 
 
-_ITEMS_SCHEMA: Final[dict[str, Any]] = {
+_ITEMS_SCHEMA: Final[dict[str, object]] = {
     "type": "array",
     "description": "Multimodal input items.",
     "items": {
@@ -227,7 +227,7 @@ _ITEMS_SCHEMA: Final[dict[str, Any]] = {
     },
 }
 
-_SPECS: Final[list[tuple[str, str, dict[str, Any], list[str]]]] = [
+_SPECS: Final[list[tuple[str, str, dict[str, object], list[str]]]] = [
     (
         "conv_create",
         "Create a new conversation and run its first task to completion. INTERRUPTS the current "
@@ -319,7 +319,9 @@ _PLAN_SPEC: Final = (
 )
 
 
-def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> Any:
+def _spec(
+    name: str, description: str, properties: dict[str, object], required: list[str]
+) -> dict[str, object]:
     return {
         "type": "function",
         "function": {
@@ -330,12 +332,12 @@ def _spec(name: str, description: str, properties: dict[str, Any], required: lis
     }
 
 
-def builtin_specs() -> list[dict[str, Any]]:
+def builtin_specs() -> list[dict[str, object]]:
     """Return the conversation tools as OpenAI function specs, in their fixed order."""
     return [_spec(*spec) for spec in _SPECS]
 
 
-def plan_spec() -> dict[str, Any]:
+def plan_spec() -> dict[str, object]:
     """Return the plan tool as an OpenAI function spec."""
-    spec: dict[str, Any] = _spec(*_PLAN_SPEC)
+    spec: dict[str, object] = _spec(*_PLAN_SPEC)
     return spec

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pykka
 
 from plait.actors.approvals import ApprovalGate, ApprovalRequest, denial
 from plait.actors.messages import ApprovalFinished
-from plait.events.types import ToolApprovalRequested
+from plait.events.types import ToolApprovalDecided, ToolApprovalRequested
 
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
@@ -52,10 +52,10 @@ def ask(conv: Conversation, batch: ToolBatch, index: int, name: str, arguments: 
     )
     me, token = conv.actor_ref, run.token
     gate = conv.deps.approval_gate or ApprovalGate(None)
-    future: Future[Any] = conv.deps.effects.submit(gate.decide(request))
+    future = conv.deps.effects.submit(gate.decide(request))
     batch.awaiting[index] = future
 
-    def done(f: Future[Any]) -> None:
+    def done(f: Future[ToolApprovalDecided]) -> None:
         if f.cancelled():
             return  # the turn was aborted
         error = f.exception()

@@ -8,7 +8,7 @@ messages, which replaces them (docs/compaction.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -21,6 +21,7 @@ from plait.events.types import Body, HistoryCompacted, ModelRequested, TaskCompl
 
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
+    from plait.actors.stream import ModelReply
 
 __all__ = ["COMPACT_INSTRUCTIONS", "finish", "start", "trim"]
 
@@ -111,7 +112,7 @@ def start(conv: Conversation) -> bool:
     return True
 
 
-def finish(conv: Conversation, reply: Any, bodies: list[Body]) -> None:
+def finish(conv: Conversation, reply: ModelReply, bodies: list[Body]) -> None:
     """Record the summary (after the reply's ``bodies``) in place of the older history, then
     go on with the task."""
     assert conv.run is not None and conv.run.compacting is not None

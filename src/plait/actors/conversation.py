@@ -12,7 +12,9 @@ and ``interrupts`` (ending a task early).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from typing import cast
 
 import msgspec
 
@@ -38,6 +40,15 @@ from plait.actors.messages import (
 from plait.actors.model_call import call_model
 from plait.actors.outside import NewId, ReadInstructions
 from plait.actors.prompt import PromptView, approx_tokens, encoded
+from plait.actors.seams import (
+    ApprovalGateLike,
+    Askable,
+    Effects,
+    JournalLike,
+    McpPoolRef,
+    ModelClientLike,
+)
+from plait.actors.stream import ModelReply
 from plait.actors.token_count import TokenCount
 from plait.actors.tool_batch import ToolBatch
 from plait.events.projections.approvals import ApprovalState
@@ -84,12 +95,12 @@ _PLAN_TOOL = builtins.plan_spec()
 class ConversationDeps(msgspec.Struct, frozen=True):
     """What every conversation of a session shares: the journal, effects, model, settings."""
 
-    journal: Any
+    journal: JournalLike
     """The session's ``Journal``."""
-    effects: Any
+    effects: Effects
     """The runtime's ``EffectLoop``."""
-    model_client: Any
-    """The ``ModelClient``."""
+    model_client: ModelClientLike
+    """The ``ModelClient`` (replay's answers from the log)."""
     model: str
     """Model name, recorded in ``ModelRequested``."""
     new_id: NewId
@@ -99,14 +110,14 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     directory, live; from the log, in a replay)."""
     max_interrupt_chain_depth: int = 8
     """Nested interrupting tools allowed before the tool returns an error instead."""
-    pool: Any = None
+    pool: McpPoolRef | None = None
     """The session's ``McpPool``; ``None`` when it has no MCP servers."""
     history: HistorySettings = HistorySettings()
     """Compaction and history bounds."""
     interrupt_checkpoints: bool = True
     """Interrupts stop at their checkpoints (docs/interrupts.md#checkpoints; ``False``: as
     sessions recorded before them)."""
-    approval_gate: Any = None
+    approval_gate: ApprovalGateLike | None = None
     """The runtime's ``ApprovalGate`` (replay's answers from the log); ``None``: no approver,
     so every call that must ask is denied."""
     model_protocol: int = MODEL_PROTOCOL
@@ -124,7 +135,7 @@ class TaskRun(msgspec.Struct):
     """The current turn, counted from 1."""
     token: int = 0
     """The current turn's token: a message that carries another one is stale and dropped."""
-    model_future: Any = None
+    model_future: Future[ModelReply] | None = None
     """The model request out, if one is: its future (an abort cancels it)."""
     batch: ToolBatch | None = None
     """The tool calls of the turn's reply, while they run."""
@@ -151,7 +162,7 @@ class Conversation(Actor):
         self,
         conversation_id: str,
         deps: ConversationDeps,
-        session: Any,
+        session: Askable,
         past: list[Event],
         approvals: ApprovalState | None = None,
     ) -> None:
@@ -178,7 +189,7 @@ class Conversation(Actor):
         self._offered_key: tuple[bool, bool, str] | None = None
         """What the offered tools were last made for: (conversation tools on, plan tool on,
         the MCP view's hash)."""
-        self._offered: tuple[list[Any] | msgspec.Raw, str] = ([], "")
+        self._offered: tuple[Sequence[Mapping[str, object]] | msgspec.Raw, str] = ([], "")
         """The offered tools then made, encoded, and their hash."""
         self._apply(past)
 
@@ -188,6 +199,12 @@ class Conversation(Actor):
     def context(self) -> ConversationOpened:
         """This conversation's context now: as it opened, each change applied."""
         return self.contexts.by_conversation.get(self.id) or ConversationOpened()
+
+    @property
+    def pool(self) -> McpPoolRef:
+        """The session's MCP pool, for a reply's MCP calls: there are none without one."""
+        assert self.deps.pool is not None, "an MCP call in a session with no MCP servers"
+        return self.deps.pool
 
     def _apply(self, events: list[Event] | tuple[Event, ...]) -> None:
         for event in events:
@@ -241,10 +258,10 @@ class Conversation(Actor):
 
     # --- messages ----------------------------------------------------------------------------
 
-    def role(self, message: Any) -> str:
+    def role(self, message: object) -> str:
         return f"conversation {self.id}"
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: object) -> object:
         try:
             return super().on_receive(message)  # what raises stops the session
         finally:
@@ -252,7 +269,7 @@ class Conversation(Actor):
             # is durable before the next message (docs/event-log.md#writing-ahead).
             self.journal.flush()
 
-    def receive(self, message: Any) -> Any:
+    def receive(self, message: object) -> object:
         if recorded := self.journal.listeners.recorded(self.actor_ref):
             self._apply(recorded)
         match message:
@@ -325,9 +342,8 @@ class Conversation(Actor):
         run = self.run
         run.tool_view = ToolView()
         if self.deps.pool is not None:
-            run.tool_view = self.deps.pool.ask(
-                ViewFor(frozen_names(self.context.mcp_allowlist)), timeout=30
-            )
+            view = self.deps.pool.ask(ViewFor(frozen_names(self.context.mcp_allowlist)), timeout=30)
+            run.tool_view = cast(ToolView, view)
             if run.tool_view.waiting and not run.waited:
                 run.waited = True  # once per task: a late server is not waited for twice
                 waiting = AwaitServers(run.tool_view.waiting, run.token, self.actor_ref)
@@ -375,7 +391,9 @@ class Conversation(Actor):
             return as_text(override) or ""
         return as_text(self.context.base_instructions) or DEFAULT_INSTRUCTIONS
 
-    def _offered_tools(self, tool_view: ToolView) -> tuple[list[Any] | msgspec.Raw, str]:
+    def _offered_tools(
+        self, tool_view: ToolView
+    ) -> tuple[Sequence[Mapping[str, object]] | msgspec.Raw, str]:
         """The tools a turn offers the model (the conversation tools, the plan tool, then
         ``tool_view``'s MCP tools, docs/tools.md#what-a-conversation-is-offered), encoded, and
         their hash; made once per (switches, MCP view)."""

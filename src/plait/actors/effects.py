@@ -4,6 +4,10 @@ Actors are pykka threads and must never block on I/O, or an abort would wait beh
 stream. They submit coroutines (model calls, MCP calls) here and get the outcome back as a
 message, usually from a ``concurrent.futures.Future`` done-callback. Cancelling that future
 cancels the coroutine on the loop, so an abort reaches in-flight I/O at once.
+
+What the loop runs on threads (``asyncio.to_thread``: function tools, sync approvers, name
+lookups) runs on daemon threads: one left blocked when the program ends must not keep it alive
+(docs/processes.md#a-program-that-ends-without-close).
 """
 
 from __future__ import annotations
@@ -11,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import TypeVar
 
 from plait.errors import EffectLoopClosedError
 
@@ -27,6 +31,7 @@ class EffectLoop:
     def __init__(self) -> None:
         """Create the loop and start its thread; it runs until :meth:`close`."""
         self._loop = asyncio.new_event_loop()
+        self._loop.set_default_executor(_DaemonThreads())
         self._lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="plait-effects", daemon=True)
@@ -42,7 +47,7 @@ class EffectLoop:
         """Whether :meth:`close` has been called."""
         return self._closed
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    def submit(self, coro: Coroutine[object, None, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the loop; cancelling the returned future cancels the coroutine.
 
         Raises ``EffectLoopClosedError`` (and closes ``coro``) once the loop is closed.
@@ -86,3 +91,34 @@ class EffectLoop:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._loop.shutdown_asyncgens()
+
+
+class _DaemonThreads(concurrent.futures.ThreadPoolExecutor):
+    """The loop's executor: each call on a daemon thread of its own.
+
+    A ``ThreadPoolExecutor``'s workers are not daemons, and Python joins them at exit (before
+    ``atexit``), so a function tool or an approver still blocked would hold the process for
+    as long as it blocks. asyncio takes only a ``ThreadPoolExecutor``: this is one by type,
+    whose pool is never used.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: object, **kwargs: object
+    ) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # the caller's to handle, as a pool's future holds it
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        threading.Thread(target=run, name="plait-effects-call", daemon=True).start()
+        return future

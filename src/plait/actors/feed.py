@@ -11,7 +11,7 @@ import contextlib
 import queue
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from plait.events.types import Body, Event, FeedLagged, Transient
 
@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_FEED_LIMIT", "Feed", "Kinds", "Lost"]
 
-CLOSED = object()
-"""Put in a feed to close it."""
+
+class _Closed:
+    """Put in a feed to close it (``CLOSED``)."""
+
+
+CLOSED = _Closed()
 
 
 class Lost(NamedTuple):
@@ -59,7 +63,7 @@ class Feed(Iterator["Event | Transient"]):
         """The events it holds and which of them wake an asyncio reader (all, if ``None``)."""
         self.limit = limit
         """The most items it holds before it lags."""
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Event | Transient | Lost | _Closed] = queue.SimpleQueue()
         self._closed = False
         self._waiter: asyncio.Future[None] | None = None
         """The asyncio reader waiting for the next item, if one is."""
@@ -74,7 +78,7 @@ class Feed(Iterator["Event | Transient"]):
         """Whether the feed is closed (a reader then gets ``None``, at once)."""
         return self._closed
 
-    def put(self, item: Any) -> None:
+    def put(self, item: Event | Transient | Lost | _Closed) -> None:
         if self._lagging:
             return
         wakes = True
@@ -84,7 +88,7 @@ class Feed(Iterator["Event | Transient"]):
                 if not isinstance(item.body, self.kinds.held):
                     return
                 wakes = isinstance(item.body, self.kinds.waking)
-        if item is not CLOSED and not isinstance(item, Lost) and self._queue.qsize() >= self.limit:
+        if not isinstance(item, Lost | _Closed) and self._queue.qsize() >= self.limit:
             self._lagging = wakes = True
             item = FeedLagged(self._journal.stream, self._last_seq_before(item))
         self._queue.put(item)
@@ -94,7 +98,7 @@ class Feed(Iterator["Event | Transient"]):
             with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
                 waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
-    def _last_seq_before(self, item: Any) -> int:
+    def _last_seq_before(self, item: Event | Transient) -> int:
         return item.seq - 1 if isinstance(item, Event) else self._last_seq
 
     def catch_up(self, lagged: FeedLagged) -> list[Event]:
@@ -156,7 +160,7 @@ class Feed(Iterator["Event | Transient"]):
                     item = self._queue.get(timeout=left)
             except queue.Empty:
                 return None
-            if item is CLOSED:
+            if isinstance(item, _Closed):
                 self._closed = True
                 return None
             if isinstance(item, Lost):
@@ -166,7 +170,7 @@ class Feed(Iterator["Event | Transient"]):
                 self._lagging = False  # taken: what is recorded from now on fits again
             elif isinstance(item, Event) and item.seq <= self._seen_upto:
                 continue  # catch_up handed it out from the log
-            return item  # type: ignore[no-any-return]
+            return item
         return None
 
     def __next__(self) -> Event | Transient:

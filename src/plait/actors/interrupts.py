@@ -82,7 +82,7 @@ def abort(
         for deciding in run.batch.awaiting.values():
             deciding.cancel()  # a call waiting for its approval waits no more
         if run.batch.mcp:
-            conv.deps.pool.tell(CancelCalls(conv.id, run.token))
+            conv.pool.tell(CancelCalls(conv.id, run.token))
     try:
         aborted = TurnAborted(
             reason,

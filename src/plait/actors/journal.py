@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
@@ -35,6 +35,9 @@ from plait.events.projections.tasks import TASKS
 from plait.events.storage import Policies
 from plait.events.store import EventStore
 from plait.events.types import Body, Event, NewEvent, Transient
+
+if TYPE_CHECKING:
+    from plait.actors.seams import Recipient
 
 __all__ = ["Journal"]
 
@@ -177,7 +180,11 @@ class Journal:
         return self._record_now(items, None, last=True)
 
     def record(
-        self, items: Sequence[Body | NewEvent], origin: Any = None, *, ahead: bool = False
+        self,
+        items: Sequence[Body | NewEvent],
+        origin: Recipient | None = None,
+        *,
+        ahead: bool = False,
     ) -> list[Event]:
         """Append ``items`` as one atomic group; ``origin`` (the recording actor) is not told.
 
@@ -197,7 +204,9 @@ class Journal:
     def _makes_ahead(self) -> bool:
         return self._writes_ahead and not self._policies.of
 
-    def _record_now(self, items: Sequence[Body | NewEvent], origin: Any, last: bool) -> list[Event]:
+    def _record_now(
+        self, items: Sequence[Body | NewEvent], origin: Recipient | None, last: bool
+    ) -> list[Event]:
         """Append ``items`` after what was made ahead, and return once all is durable."""
         if self._makes_ahead:  # made, and written with what was made before, at once
             with self._lock:
@@ -272,7 +281,7 @@ class Journal:
             self._tell_lost(why)
         return error is None
 
-    def _refused(self, error: StoreError, items: Sequence[Any]) -> PlaitError:
+    def _refused(self, error: StoreError, items: Sequence[Body | NewEvent | Event]) -> PlaitError:
         """Seal: the store refused or failed to append ``items``; return why (hold the lock)."""
         lease = isinstance(error, LeaseLostError)
         why = error if lease else _write_failed(self.stream, error, items)
@@ -286,7 +295,9 @@ class Journal:
         else:
             self.fail_feeds(error)
 
-    def _record(self, items: Sequence[Body | NewEvent], origin: Any, ahead: bool) -> list[Event]:
+    def _record(
+        self, items: Sequence[Body | NewEvent], origin: Recipient | None, ahead: bool
+    ) -> list[Event]:
         self.last_recorded_at = time.monotonic()
         events = self._append(items, ahead)
         busy = not self.idle
@@ -368,7 +379,9 @@ class Journal:
                 self._feeds.remove(feed)
 
 
-def _write_failed(stream: str, error: StoreError, items: Sequence[Any]) -> SessionFailedError:
+def _write_failed(
+    stream: str, error: StoreError, items: Sequence[Body | NewEvent | Event]
+) -> SessionFailedError:
     """What the session's callers hear when the store failed to write ``items``."""
     kinds = ", ".join(dict.fromkeys(type(getattr(i, "body", i)).__name__ for i in items))
     return SessionFailedError(stream, "the store", f"the write of {kinds}", error)

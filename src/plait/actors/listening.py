@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from plait.actors.messages import CatchUp
 from plait.events.types import Event
+
+if TYPE_CHECKING:
+    from plait.actors.seams import Recipient
 
 __all__ = ["BACKLOG", "Listeners"]
 
@@ -48,7 +51,7 @@ class Listeners:
             self._mark = self._kept_from + len(self._kept)
             return self._mark
 
-    def listen(self, actor_ref: Any, since: int | None = None) -> None:
+    def listen(self, actor_ref: Recipient, since: int | None = None) -> None:
         """Keep for ``actor_ref`` what other actors record from now on, or from ``since`` (a
         ``mark``, still kept for a listener or by the mark itself)."""
         with self._lock:
@@ -59,13 +62,13 @@ class Listeners:
             taken = end if since is None else since
             self._listeners[actor_ref.actor_urn] = _Listener(actor_ref, taken)
 
-    def unlisten(self, actor_ref: Any) -> None:
+    def unlisten(self, actor_ref: Recipient) -> None:
         """Keep nothing more for ``actor_ref``."""
         with self._lock:
             if self._listeners.pop(actor_ref.actor_urn, None) is not None:
                 self._forget()
 
-    def recorded(self, actor_ref: Any) -> list[Event]:
+    def recorded(self, actor_ref: Recipient) -> list[Event]:
         """What others recorded since ``actor_ref`` last asked (or began to listen), in log
         order. An actor calls it before it handles each message."""
         urn = actor_ref.actor_urn
@@ -79,7 +82,7 @@ class Listeners:
             self._forget()
         return [event for origin, events in groups if origin != urn for event in events]
 
-    def keep(self, origin: Any, events: list[Event]) -> None:
+    def keep(self, origin: Recipient | None, events: list[Event]) -> None:
         """Keep ``events``, recorded by ``origin``, for the listeners (the journal calls it in
         log order); tell one that lets too many pile up to fold them."""
         with self._lock:
@@ -113,6 +116,6 @@ class Listeners:
 class _Listener(msgspec.Struct):
     """An actor that folds what the others record, and how far it has taken it."""
 
-    ref: Any
+    ref: Recipient
     taken: int
     nudged: bool = False  # told CatchUp, and has not taken anything since

@@ -7,7 +7,7 @@ Commands are imperative (``RunTask``, ``Abort``); notices say what happened (``T
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -21,6 +21,9 @@ from plait.events.types import (
     ToolCallCompleted,
 )
 from plait.events.values import ContextChange, InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
+
+if TYPE_CHECKING:  # it imports nothing at run time: msgspec never encodes a message's ref
+    from plait.actors.seams import Recipient
 
 __all__ = [
     "Abort",
@@ -44,6 +47,7 @@ __all__ = [
     "RunTask",
     "ServersSettled",
     "StartNext",
+    "Stop",
     "TaskEnded",
     "ToolFinished",
     "ToolResult",
@@ -173,6 +177,14 @@ class Interrupt(msgspec.Struct, frozen=True):
     """Who interrupts: the embedder, or the session's close."""
 
 
+class Stop(msgspec.Struct, frozen=True):
+    """Start no more tasks, and end the running one now with the cause ``shutdown``: the
+    process stops on purpose and hands the session back (docs/processes.md#stopping)."""
+
+    detail: str = "the process stopped"
+    """Recorded in ``TurnAborted``, for people."""
+
+
 class GetQueue(msgspec.Struct, frozen=True):
     """Ask the scheduler what runs and waits; the reply is a ``QueueSnapshot``."""
 
@@ -251,7 +263,7 @@ class ToolView(msgspec.Struct, frozen=True):
 
     tools: tuple[McpToolSnapshot, ...] = ()
     """Sorted by fully-qualified name."""
-    specs: tuple[dict[str, Any], ...] = ()
+    specs: tuple[dict[str, object], ...] = ()
     """The Chat Completions tool specs, in the same order."""
     sha256: str = ""
     """Hash of ``specs``."""
@@ -266,7 +278,7 @@ class AwaitServers(msgspec.Struct, frozen=True):
     """Configured server names."""
     token: int
     """The turn that waits."""
-    reply_to: Any
+    reply_to: Recipient
     """The conversation's actor ref."""
 
 
@@ -294,7 +306,7 @@ class CallTool(msgspec.Struct, frozen=True):
     """Fully-qualified tool name."""
     arguments: str
     """The arguments as the model sent them (JSON text, checked against the schema)."""
-    reply_to: Any
+    reply_to: Recipient
     """The conversation's actor ref."""
     start_recorded: bool = False
     """Its ``ToolCallStarted`` is already in the log (a call run again after a crash)."""

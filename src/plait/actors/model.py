@@ -18,13 +18,20 @@ import contextlib
 import os
 import re
 import urllib.request
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 import msgspec
 
-from plait.actors.stream import Assembly, Failure, ModelReply, decode_chunk, encode, ignore
+from plait.actors.stream import (
+    Assembly,
+    Failure,
+    ModelReply,
+    _Chunk,
+    decode_chunk,
+    encode,
+    ignore,
+)
 from plait.actors.text import mended_json
 from plait.actors.transport import ConnectFailed, ReadTimedOut, StreamBroken, Transport
 from plait.errors import ModelError, ModelErrorKind
@@ -72,9 +79,9 @@ _SECRET = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
 class ModelRequest(msgspec.Struct, frozen=True):
     """One completion to ask for."""
 
-    messages: list[dict[str, Any]] | msgspec.Raw
+    messages: Sequence[Mapping[str, object]] | msgspec.Raw
     """The conversation as OpenAI chat messages (or that list already encoded)."""
-    tools: list[dict[str, Any]] | msgspec.Raw = []
+    tools: Sequence[Mapping[str, object]] | msgspec.Raw = []
     """OpenAI function tool specs (``{"type": "function", "function": {...}}``), in order
     (or that list already encoded; an empty list offers none)."""
     options: ModelOptions = ModelOptions()
@@ -177,10 +184,10 @@ class ModelClient:
                     ) from failure.__cause__
                 await asyncio.sleep(delay)
 
-    def _body(self, request: ModelRequest) -> dict[str, Any]:
+    def _body(self, request: ModelRequest) -> dict[str, object]:
         """The request body: the messages and tools, then the session's options."""
         options = request.options
-        body: dict[str, Any] = {"model": self.settings.model, "messages": request.messages}
+        body: dict[str, object] = {"model": self.settings.model, "messages": request.messages}
         if request.tools:
             body["tools"] = request.tools
             if options.parallel_tool_calls is not None:  # refused without tools
@@ -197,7 +204,7 @@ class ModelClient:
         body.update(options.extra_body)
         return body
 
-    def _adapt(self, failure: Failure, body: dict[str, Any]) -> str:
+    def _adapt(self, failure: Failure, body: dict[str, object]) -> str:
         """Change ``body`` (and what this client sends from now on) when the server refused a
         field plait can do without or send otherwise; say how, or ``""``."""
         if failure.kind != "bad_request":
@@ -326,7 +333,7 @@ class ModelClient:
         return Failure("unavailable", f"cannot reach the model server at {self.base_url}: {detail}")
 
 
-def _decode(data: bytes) -> Any:
+def _decode(data: bytes) -> _Chunk:
     """A chunk; undecodable bytes and lone surrogates in its text are read as U+FFFD, and so
     recorded (docs/event-log.md#text)."""
     try:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import pykka
@@ -23,12 +23,15 @@ from plait.events.types import AgentMessageDelta, ReasoningDelta, Transient
 
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
+    from plait.actors.model import AttemptFailed
+    from plait.actors.seams import Recipient
+    from plait.actors.stream import ModelReply
 
 __all__ = ["HeldDeltas", "call_model"]
 
 
 def call_model(
-    conv: Conversation, messages: msgspec.Raw, tools: list[Any] | msgspec.Raw
+    conv: Conversation, messages: msgspec.Raw, tools: Sequence[Mapping[str, object]] | msgspec.Raw
 ) -> HeldDeltas | None:
     """Send the running task's request for the current turn; return its deltas, held until
     the conversation has recorded the request (then ``open`` them, or ``discard``). ``None``
@@ -52,7 +55,7 @@ def call_model(
         if journal.wants_deltas:
             deltas.publish(ReasoningDelta(conv.id, task, text))
 
-    def on_attempt_failed(failed: Any) -> None:
+    def on_attempt_failed(failed: AttemptFailed) -> None:
         _tell(
             me,
             AttemptFailedNotice(
@@ -63,7 +66,7 @@ def call_model(
     with journal.unsealed() as live:
         if not live:
             return None  # the session is being stopped: nothing more starts
-        future: Future[Any] = conv.deps.effects.submit(
+        future = conv.deps.effects.submit(
             conv.deps.model_client.complete(
                 ModelRequest(messages, tools, conv.deps.model_options),
                 on_text=on_text,
@@ -73,7 +76,7 @@ def call_model(
             )
         )
 
-    def done(f: Future[Any]) -> None:
+    def done(f: Future[ModelReply]) -> None:
         if f.cancelled():
             return
         error = f.exception()
@@ -89,7 +92,7 @@ def call_model(
     return deltas
 
 
-def _tell(ref: Any, message: Any) -> None:
+def _tell(ref: Recipient, message: object) -> None:
     with contextlib.suppress(pykka.ActorDeadError):  # the session closed meanwhile
         ref.tell(message)
 

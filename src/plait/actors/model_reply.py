@@ -8,7 +8,7 @@ calls refused. A failed request aborts the task.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from plait.actors import compaction, interrupts, tool_batch
 from plait.actors.messages import ModelFinished
@@ -25,6 +25,7 @@ from plait.events.values import ToolCall, Usage
 
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
+    from plait.actors.stream import ModelReply
 
 __all__ = ["CUT_OFF", "on_finished"]
 
@@ -67,7 +68,7 @@ def on_finished(conv: Conversation, finished: ModelFinished) -> None:
     tool_batch.run(conv, calls, bodies)
 
 
-def _estimated(conv: Conversation, reply: Any) -> Usage:
+def _estimated(conv: Conversation, reply: ModelReply) -> Usage:
     """The reply's usage as plait counts it: the request as sent, the reply as received."""
     prompt = conv.sent_tokens()
     sizes = [len(reply.text), len(reply.reasoning)]

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Collection, Mapping, Sequence
+from typing import cast
 
 import msgspec
 import pykka
@@ -37,8 +37,16 @@ from plait.actors.messages import (
     ToolView,
     ViewFor,
 )
+from plait.actors.seams import (
+    Effects,
+    JournalLike,
+    McpServersLike,
+    Recipient,
+    ServersFactory,
+)
 from plait.errors import ToolError
 from plait.events.types import (
+    Body,
     Event,
     McpServerFailed,
     McpServerReady,
@@ -91,12 +99,12 @@ class McpPool(Actor):
 
     def __init__(
         self,
-        journal: Any,
-        effects: Any,
+        journal: JournalLike,
+        effects: Effects,
         configs: Mapping[str, McpServerConfig],
         past: list[Event],
         limits: McpLimits | None = None,
-        servers_factory: Callable[..., Any] | None = None,
+        servers_factory: ServersFactory | None = None,
         functions: Sequence[FunctionTool] = (),
     ) -> None:
         """``servers_factory(configs, report)`` makes the servers (``McpServers`` by default;
@@ -116,7 +124,7 @@ class McpPool(Actor):
             _fold(self.catalog, event)
         self.tools: dict[str, McpToolSnapshot] = {}
         self.owner: dict[str, str] = {}
-        self.servers: Any = None
+        self.servers: McpServersLike | None = None
         ref = self.actor_ref
 
         def wake() -> None:  # any thread: start the calls that waited, on the pool's thread
@@ -129,12 +137,12 @@ class McpPool(Actor):
     @classmethod
     def open(
         cls,
-        journal: Any,
-        effects: Any,
+        journal: JournalLike,
+        effects: Effects,
         configs: Mapping[str, McpServerConfig],
         past: list[Event],
         limits: McpLimits | None = None,
-        servers_factory: Callable[..., Any] | None = None,
+        servers_factory: ServersFactory | None = None,
         functions: Sequence[FunctionTool] = (),
     ) -> PoolRef:
         """Start a pool; return the ref its conversations call through (pykka's own ref, and
@@ -149,7 +157,7 @@ class McpPool(Actor):
 
         me = self.actor_ref
 
-        def report(body: Any) -> None:  # on the loop thread: hand it to the actor
+        def report(body: Body) -> None:  # on the loop thread: hand it to the actor
             with contextlib.suppress(pykka.ActorDeadError):
                 me.tell(_Reported(body))
 
@@ -178,7 +186,7 @@ class McpPool(Actor):
         self.calls.offer({name: (tool, self.owner[name]) for name, tool in self.tools.items()})
         return conflicts
 
-    def _reported(self, body: Any) -> None:
+    def _reported(self, body: Body) -> None:
         events = self.journal.record([body], origin=self.actor_ref)
         for event in events:
             _fold(self.catalog, event)
@@ -216,10 +224,10 @@ class McpPool(Actor):
         if self.servers is None or not servers:
             _reply(request.reply_to, ServersSettled(request.token))
             return
-        future = self.effects.submit(self._wait_ready(servers))
+        future = self.effects.submit(self._wait_ready(self.servers, servers))
         future.add_done_callback(lambda _: _reply(request.reply_to, ServersSettled(request.token)))
 
-    async def _wait_ready(self, servers: list[str]) -> None:
+    async def _wait_ready(self, started: McpServersLike, servers: list[str]) -> None:
         import asyncio
 
         async def one(server: str) -> None:
@@ -228,7 +236,7 @@ class McpPool(Actor):
             # against a server that neither starts nor fails.
             limit = self.configs[server].startup_timeout_sec + STARTUP_MARGIN_SEC
             with contextlib.suppress(Exception):
-                await self.servers.wait_ready(server, limit)
+                await started.wait_ready(server, limit)
 
         await asyncio.gather(*(one(server) for server in servers))
 
@@ -252,10 +260,10 @@ class McpPool(Actor):
 
     # --- messages ----------------------------------------------------------------------------
 
-    def role(self, message: Any) -> str:
+    def role(self, message: object) -> str:
         return "the MCP pool"
 
-    def receive(self, message: Any) -> Any:
+    def receive(self, message: object) -> object:
         match message:
             case ViewFor():
                 return self._view(message)
@@ -277,7 +285,7 @@ class McpPool(Actor):
 
 
 class _Reported(msgspec.Struct, frozen=True):
-    body: Any
+    body: Body
 
 
 class _Wake(msgspec.Struct, frozen=True):
@@ -331,6 +339,6 @@ def _server_of(name: str, servers: Collection[str]) -> str | None:
     return found
 
 
-def _reply(ref: Any, message: Any) -> None:
+def _reply(ref: Recipient, message: object) -> None:
     with contextlib.suppress(pykka.ActorDeadError):  # the conversation was destroyed meanwhile
         ref.tell(message)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from typing import Any
 
 import msgspec
 
@@ -100,7 +99,7 @@ class PromptView:
             return msgspec.Raw(b"".join(parts))
 
 
-def encoded(value: Any) -> msgspec.Raw:
+def encoded(value: object) -> msgspec.Raw:
     """``value`` as JSON, encoded once (tool lists are reused turn after turn)."""
     return msgspec.Raw(_encode(value))
 

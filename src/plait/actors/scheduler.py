@@ -11,7 +11,6 @@ caller to its conversation through one actor, not two.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from plait.actors.messages import (
     Abort,
@@ -20,6 +19,7 @@ from plait.actors.messages import (
     Interrupt,
     RunTask,
     StartNext,
+    Stop,
     TaskEnded,
 )
 from plait.errors import SessionClosedError
@@ -47,7 +47,7 @@ INTERRUPTED_BY = {"user": "interrupted by the user", "close": "interrupted by th
 """What an interrupt's records say, for people (its ``cause`` says it for programs)."""
 
 
-MESSAGES = (Enqueue, TaskEnded, Interrupt, GetQueue, StartNext)
+MESSAGES = (Enqueue, TaskEnded, Interrupt, GetQueue, StartNext, Stop)
 """The messages the scheduler handles."""
 
 
@@ -78,8 +78,9 @@ class Scheduler:
         self._deliver = deliver
         self._refusal = refusal
         self._when_durable = when_durable or (lambda then: then(None))
+        self._stopped = False  # the process stops: what waits is left for the next owner
 
-    def receive(self, message: Any) -> Any:
+    def receive(self, message: object) -> object:
         """Handle one of ``MESSAGES``; what it raises stops the session (the Session reports
         it, docs/failures.md#supervision), and fails the ``Enqueue``'s ack with it."""
         match message:
@@ -97,6 +98,11 @@ class Scheduler:
                 return self.state.snapshot()
             case StartNext():
                 self._maybe_start()
+            case Stop(detail=detail):
+                self._stopped = True
+                if self.state.running is not None:
+                    task_id = self.state.running.task_id
+                    self._deliver(Abort(task_id, "interrupted", "shutdown", detail))
         return None
 
     def _enqueue(self, plans: tuple[TaskPlan, ...]) -> bool:
@@ -119,7 +125,7 @@ class Scheduler:
     def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> list[Event]:
         """Start ``plan`` (if any), recording ``before`` with it; return what was recorded
         (made ahead, when a task starts: its conversation writes it)."""
-        if plan is None:
+        if plan is None or self._stopped:
             return self._record(before) if before else []
         started = [NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)]
         output = continuation_output(self.state, plan)  # before TaskStarted forgets the result

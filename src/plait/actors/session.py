@@ -8,8 +8,6 @@ waits (conversations ask it), so no two actors of a session can wait on each oth
 
 from __future__ import annotations
 
-from typing import Any
-
 import pykka
 
 from plait.actors.actor import Actor
@@ -26,6 +24,7 @@ from plait.actors.messages import (
     TaskEnded,
 )
 from plait.actors.scheduler import MESSAGES, Scheduler
+from plait.actors.seams import JournalLike
 from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
 from plait.events.projections.contexts import CONTEXTS
 from plait.events.projections.history import (
@@ -53,7 +52,12 @@ class Session(Actor):
     """The actor at the top of a session."""
 
     def __init__(
-        self, journal: Any, deps: ConversationDeps, root_id: str, past: list[Event], since: int
+        self,
+        journal: JournalLike,
+        deps: ConversationDeps,
+        root_id: str,
+        past: list[Event],
+        since: int,
     ) -> None:
         """Start from ``past``; what is recorded after it (from ``since``, the journal's
         ``mark`` where it ends), even before this actor's thread runs, is folded next: a
@@ -72,7 +76,7 @@ class Session(Actor):
         """Policies and remembered approvals, handed to the conversations it opens."""
         self.contexts = CONTEXTS.initial()
         """Each conversation's context now: what the conversations it opens inherit."""
-        self.conversations: dict[str, Any] = {}
+        self.conversations: dict[str, pykka.ActorRef[Conversation]] = {}
         self.scheduler = Scheduler(
             journal.stream,
             self.histories.tasks,
@@ -129,14 +133,14 @@ class Session(Actor):
 
     # --- messages ----------------------------------------------------------------------------
 
-    def role(self, message: Any) -> str:
+    def role(self, message: object) -> str:
         return "the scheduler" if isinstance(message, MESSAGES) else "the session"
 
-    def answer_failed(self, message: Any, error: Exception) -> Any:
+    def answer_failed(self, message: object, error: Exception) -> object:
         # The session stops (docs/failures.md#supervision); a conversation that asked is answered.
         return {"ok": False, "reason": f"internal error: {error!r}"}
 
-    def receive(self, message: Any) -> Any:
+    def receive(self, message: object) -> object:
         self._catch_up()
         if isinstance(message, MESSAGES):
             return self.scheduler.receive(message)
@@ -194,7 +198,7 @@ class Session(Actor):
         conv = self.histories.conversations.get(cid)
         return conv is not None and conv.destroyed_at is None and cid in self.conversations
 
-    def _open(self, request: OpenConversation) -> dict[str, Any]:
+    def _open(self, request: OpenConversation) -> dict[str, object]:
         parent = self.contexts.by_conversation.get(request.parent_id)
         if parent is None:
             return {"ok": False, "reason": f"unknown parent conversation {request.parent_id}"}
@@ -217,7 +221,7 @@ class Session(Actor):
         self._spawn(cid, events, state)
         return {"ok": True, "conversation_id": cid}
 
-    def _list(self) -> dict[str, Any]:
+    def _list(self) -> dict[str, object]:
         return {
             "conversations": [
                 {"id": i.id, "message_count": i.message_count, "last_active_at": i.last_active_at}
@@ -225,7 +229,7 @@ class Session(Actor):
             ]
         }
 
-    def _history(self, args: ConvHistory) -> dict[str, Any]:
+    def _history(self, args: ConvHistory) -> dict[str, object]:
         if not self._live(args.conversation_id):
             return NOT_FOUND
         messages = self.histories.conversations[args.conversation_id].messages
@@ -244,7 +248,7 @@ class Session(Actor):
             for plan in self.histories.tasks.pending
         )
 
-    def _check_target(self, cid: str, caller: str) -> dict[str, Any]:
+    def _check_target(self, cid: str, caller: str) -> dict[str, object]:
         if not self._live(cid):
             return NOT_FOUND
         if cid == caller:
@@ -253,7 +257,7 @@ class Session(Actor):
             return {"ok": False, "reason": f"conversation {cid} is waiting in the current chain"}
         return {"ok": True}
 
-    def _destroy(self, cid: str, caller: str | None) -> dict[str, Any]:
+    def _destroy(self, cid: str, caller: str | None) -> dict[str, object]:
         if not self._live(cid):
             return NOT_FOUND
         if cid == self.root_id:
@@ -282,12 +286,12 @@ class Session(Actor):
         return {"ok": True}
 
 
-def _entry(message: ChatMessage) -> dict[str, Any] | None:
+def _entry(message: ChatMessage) -> dict[str, object] | None:
     """Return a ``conv.history`` entry: role, text and image attachments (docs/conv-tools.md)."""
     content = message.content
     if content is None:
         return None  # an assistant turn made only of tool calls
-    entry: dict[str, Any] = {"role": message.role}
+    entry: dict[str, object] = {"role": message.role}
     if isinstance(content, list):
         texts = [p.text for p in content if isinstance(p, InputText) and isinstance(p.text, str)]
         images = [p.image_url for p in content if isinstance(p, InputImage)]
@@ -303,5 +307,5 @@ def _entry(message: ChatMessage) -> dict[str, Any] | None:
     return entry
 
 
-def _redacted(content: Any) -> str:
+def _redacted(content: object) -> str:
     return f"[redacted: {content.size} bytes]" if isinstance(content, Redacted) else "[blob]"

@@ -9,16 +9,26 @@ context inherited where nothing is given (docs/conversations.md#conversation-con
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
 from plait.actors import builtins
 from plait.actors.builtins import ConvCreate, ConvSend
-from plait.actors.messages import BuiltinCall, CheckAllowlist, OpenConversation, frozen_names
+from plait.actors.messages import (
+    Allowlist,
+    BuiltinCall,
+    CheckAllowlist,
+    OpenConversation,
+    frozen_names,
+)
 from plait.actors.outside import IdFor
 from plait.events.types import Body, ConversationOpened, McpAllowlistNormalized
 from plait.events.values import InputItem, ToolPrefs
+
+if TYPE_CHECKING:
+    from plait.actors.conversation import ConversationDeps
+    from plait.actors.seams import Askable, McpPoolRef
 
 __all__ = ["Target", "check_allowlist", "resolve"]
 
@@ -31,8 +41,8 @@ def resolve(
     caller_id: str,
     made_for: IdFor,
     context: ConversationOpened,
-    deps: Any,
-    session: Any,
+    deps: ConversationDeps,
+    session: Askable,
     record: Callable[[Body], object],
 ) -> Target | str:
     """Open or check the target conversation; return it with the task's input, or why not.
@@ -41,13 +51,13 @@ def resolve(
     ``deps`` is the caller's ``ConversationDeps``; ``record`` records an event for the caller.
     """
     if isinstance(parsed, ConvSend):
-        check = session.ask(BuiltinCall(caller_id, "conv_send", parsed), timeout=30)
+        check = _answer(session.ask(BuiltinCall(caller_id, "conv_send", parsed), timeout=30))
         if not check.get("ok"):
             return str(check.get("reason"))
         return parsed.conversation_id, builtins.input_items(parsed.text, parsed.items), None
     base = parsed.base_instruction_text
     if parsed.base_instruction_file is not None:
-        read: str = deps.read_instructions(made_for, parsed.base_instruction_file)
+        read = deps.read_instructions(made_for, parsed.base_instruction_file)
         if read.startswith("!"):
             return read[1:]
         base = read
@@ -62,16 +72,18 @@ def resolve(
         if isinstance(checked, str):
             return checked
         allowlist = checked
-    opened = session.ask(
-        OpenConversation(
-            deps.new_id(made_for),
-            caller_id,
-            base,
-            inherit_base=base is None,
-            mcp_allowlist=frozen_names(allowlist),
-            tool_prefs=prefs,
-        ),
-        timeout=30,
+    opened = _answer(
+        session.ask(
+            OpenConversation(
+                deps.new_id(made_for),
+                caller_id,
+                base,
+                inherit_base=base is None,
+                mcp_allowlist=frozen_names(allowlist),
+                tool_prefs=prefs,
+            ),
+            timeout=30,
+        )
     )
     if not opened.get("ok"):
         return str(opened.get("reason"))
@@ -80,15 +92,21 @@ def resolve(
 
 
 def check_allowlist(
-    pool: Any, entries: list[str], record: Callable[[Body], object]
+    pool: McpPoolRef | None, entries: list[str], record: Callable[[Body], object]
 ) -> list[str] | str:
     """Return an allowlist (``conv_create``'s, or a context change's) normalized, or why it
     is refused."""
     if pool is None:
         return f"mcp_allowlist names {entries[0]!r}, but this session has no MCP servers"
-    checked = pool.ask(CheckAllowlist(tuple(entries)), timeout=30)
+    checked = cast(Allowlist | str, pool.ask(CheckAllowlist(tuple(entries)), timeout=30))
     if isinstance(checked, str):
         return checked
     if checked.deprecated:
         record(McpAllowlistNormalized(list(checked.deprecated), list(checked.became)))
     return list(checked.names)
+
+
+def _answer(answer: object) -> dict[str, object]:
+    """The session's answer to a built-in call: a JSON object (``ok``, and ``reason`` or what
+    was made)."""
+    return cast(dict[str, object], answer)

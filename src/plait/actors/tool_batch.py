@@ -11,7 +11,8 @@ turn loops.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -24,8 +25,8 @@ from plait.actors.messages import (
     ToolFinished,
     ToolResult,
 )
-from plait.events.types import Body, ToolCallRequested, ToolCallStarted
-from plait.events.values import ToolCall
+from plait.events.types import Body, ToolApprovalDecided, ToolCallRequested, ToolCallStarted
+from plait.events.values import McpToolSnapshot, ToolCall
 
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
@@ -52,7 +53,7 @@ class ToolBatch(msgspec.Struct):
     """Ended calls not yet recorded, by index."""
     asks: list[str | None] = []
     """Why each call waits for an approval decision before it runs (``None``: it does not)."""
-    awaiting: dict[int, Any] = {}
+    awaiting: dict[int, Future[ToolApprovalDecided]] = {}
     """Calls started that wait for their decision, by index: the decision's future (an
     abort cancels it; the decision comes back as ``ApprovalFinished``)."""
 
@@ -94,7 +95,7 @@ def _hold(conv: Conversation, batch: ToolBatch) -> list[ToolCallStarted]:
     with the reply, they cost no commit of their own (docs/tools.md#running-calls)."""
     first = len(batch.calls) if batch.parallel else 1
     now = [i for i in range(first) if batch.names[i] in batch.mcp and batch.asks[i] is None]
-    return conv.deps.pool.hold([_request(conv, batch, i) for i in now]) if now else []
+    return conv.pool.hold([_request(conv, batch, i) for i in now]) if now else []
 
 
 def _advance(conv: Conversation) -> None:
@@ -152,7 +153,7 @@ def _start(conv: Conversation, batch: ToolBatch, index: int) -> bool:
 def _send_to_pool(conv: Conversation, index: int) -> None:
     """Send call ``index`` of the batch to its MCP server (``ToolFinished`` comes back)."""
     assert conv.run is not None and conv.run.batch is not None
-    conv.deps.pool.call(_request(conv, conv.run.batch, index))
+    conv.pool.call(_request(conv, conv.run.batch, index))
 
 
 def _request(conv: Conversation, batch: ToolBatch, index: int) -> CallTool:
@@ -187,7 +188,9 @@ def on_decision(conv: Conversation, finished: ApprovalFinished) -> None:
     _advance(conv)
 
 
-def _name(name: str, offered: dict[str, Any], plan: bool, conversations: bool) -> str | None:
+def _name(
+    name: str, offered: dict[str, McpToolSnapshot], plan: bool, conversations: bool
+) -> str | None:
     """The canonical name of a call's tool, ``None`` if there is no such tool here."""
     builtin = builtins.canonical_name(name)
     if builtin is None:

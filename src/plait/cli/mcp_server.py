@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from plait.cli.common import config_of, err, find_session, make_runtime, model_s
 from plait.cli.log_commands import history_rows, session_rows
 from plait.cli.mcp_live import Caller, ClientApprover, Ctx, follow_task
 from plait.cli.output import audit_fields
+from plait.cli.stopping import Signals, Stopped, stop_runtimes
 from plait.config import Config
 from plait.errors import PlaitError
 from plait.events.store import EventStore
@@ -120,14 +120,18 @@ def serve(args: argparse.Namespace) -> int:
         try:
             server = face.server()
             what = f"store {config.store.url}, model {model.model}"
-            if args.http is None:
-                err(f"plait mcp-server on stdio: {what}")
-                # A client that stops its server with SIGTERM gets what Ctrl-C does: the
-                # sessions closed in the log, not cut off (uvicorn does so over HTTP).
-                signal.signal(signal.SIGTERM, signal.default_int_handler)
-                server.run("stdio")
-            else:
-                anyio.run(_serve_http, server, args.host, args.http, what)
+            # SIGTERM or SIGINT hands the sessions back, their running tasks cut after the
+            # grace period (docs/processes.md#stopping); over HTTP uvicorn first ends its
+            # requests, then raises the signal again for this handler.
+            with Signals():
+                if args.http is None:
+                    err(f"plait mcp-server on stdio: {what}")
+                    server.run("stdio")
+                else:
+                    anyio.run(_serve_http, server, args.host, args.http, what)
+        except Stopped as stopped:
+            stopped.line = stop_runtimes(face.runtimes(), args.grace_sec, stopped)
+            raise
         finally:
             face.close()
     return 0
@@ -173,6 +177,11 @@ class Face:
                 runtime = make_runtime(self.config, settings, self.store, self.approver)
                 self._runtimes[name] = runtime
             return runtime
+
+    def runtimes(self) -> list[Runtime]:
+        """The runtimes made so far, one per model name."""
+        with self._lock:
+            return list(self._runtimes.values())
 
     def close(self) -> None:
         """Close every session and runtime (a running task ends ``interrupted``)."""

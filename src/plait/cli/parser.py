@@ -35,6 +35,7 @@ from plait.cli.run_commands import (
     cmd_mcp_server,
     cmd_recover,
 )
+from plait.cli.stopping import DEFAULT_GRACE_SEC, Stopped
 from plait.cli.style import CHOICES
 from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--conversation", help="run in this conversation of the --session")
     _add_model_flags(run)
     run.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
+    _add_grace(run)
     talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
     talk.add_argument(
@@ -102,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_model_flags(talk)
     talk.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
+    _add_grace(talk, "SIGTERM")
     serve = add(
         "mcp-server",
         cmd_mcp_server,
@@ -116,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="with --http: the address to bind")
     _add_model_flags(serve)
+    _add_grace(serve)
     compact = reader(
         "compact",
         cmd_compact,
@@ -186,13 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="how long its sessions wait for another worker if it dies (default 10)",
     )
-    worker.add_argument(
-        "--drain-sec",
-        type=float,
-        default=60.0,
-        metavar="S",
-        help="on SIGTERM, how long running tasks may take to end (default 60)",
-    )
+    _add_grace(worker)
+    worker.add_argument("--drain-sec", dest="grace_sec", type=float, help=argparse.SUPPRESS)
     worker.add_argument(
         "--idle-sec",
         type=float,
@@ -285,11 +284,29 @@ def _positive(text: str) -> int:
     return value
 
 
+def _not_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected seconds, 0 or more, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value < 65536:
         raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text}")
     return value
+
+
+def _add_grace(cmd: Parser, signals: str = "SIGTERM or SIGINT") -> None:
+    cmd.add_argument(
+        "--grace-sec",
+        type=_not_negative,
+        default=DEFAULT_GRACE_SEC,
+        metavar="S",
+        help=f"on {signals}, how long a running task may take to end before it is cut and "
+        f"its session handed back (default {DEFAULT_GRACE_SEC:g})",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -310,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err("plait: interrupted")
         return 130
+    except Stopped as stopped:  # SIGTERM or SIGINT: the command says what it stopped
+        err(f"plait: {stopped.line}")
+        return stopped.code
     except (PlaitError, OSError) as exc:
         if args.debug:
             raise

@@ -7,6 +7,7 @@ mcp are imported inside the commands, so that the other commands start quickly.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any, TextIO
@@ -28,6 +29,7 @@ from plait.cli.common import (
 from plait.cli.inputs import read_prompt
 from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
+from plait.cli.stopping import Signals, Stopped, stop_runtimes
 from plait.cli.style import Style
 from plait.config import Config
 from plait.errors import McpError, PlaitError, SessionFailedError
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
     from plait.runtime import Runtime, SessionHandle, TaskOutcome
 
 __all__ = ["cmd_chat", "cmd_compact", "cmd_demo", "cmd_exec", "cmd_mcp_server", "cmd_recover"]
+
+SIGINT_CODE = 130
+"""The exit code of a command stopped by SIGINT (Ctrl-C)."""
 
 SERVER_MARGIN_SEC = 30.0
 """Seconds waited for MCP servers past their ``startup_timeout_sec`` (by which they report)."""
@@ -50,7 +55,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.conversation and not args.session:
         raise PlaitError("--conversation needs --session: a new session has only its root")
     model = model_settings(config)
-    with store_of(config, create=args.session is None) as store:
+    with Signals(), store_of(config, create=args.session is None) as store:
         session_id = find_session(store, args.session) if args.session else None
         conversation = None
         if session_id is not None and args.conversation:
@@ -59,7 +64,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
             histories = HistoryProjection().fold(store.read(session_id))
             conversation = find_conversation(histories.conversations, session_id, args.conversation)
         runtime = make_runtime(config, model, store)
-        handle = None
+        handle, printer = None, None
         try:
             before = store.last_seq(session_id) if session_id else 0
             prefs = tool_prefs(args)
@@ -102,11 +107,20 @@ def cmd_exec(args: argparse.Namespace) -> int:
                 printer.spinner.close()
             printer.end_line()
             # What others sent to the session meanwhile runs to its end here, or is handed
-            # back for them (docs/processes.md); only Ctrl-C closes it, interrupting its task.
+            # back for them (docs/processes.md); a signal hands it back, cutting its task.
             handle.release()
-        except KeyboardInterrupt:
+        except Stopped as stopped:
+            if printer is not None:
+                printer.end_line()
             if handle is not None and handle.followed:
-                handle.interrupt()  # the owner's task
+                if stopped.code == SIGINT_CODE:
+                    handle.interrupt()  # the owner's task: Ctrl-C means it
+                went = "interrupted there" if stopped.code == SIGINT_CODE else "goes on there"
+                stopped.line += (
+                    f": session {handle.session_id} is run by another process, its task {went}"
+                )
+            else:
+                stopped.line = stop_runtimes([runtime], args.grace_sec, stopped)
             raise
         finally:
             runtime.close()
@@ -120,7 +134,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """Talk with a session on the terminal, one task per line (/help lists the commands);
-    Ctrl-C interrupts the running task, a second Ctrl-C or Ctrl-D leaves."""
+    Ctrl-C interrupts the running task, a second Ctrl-C or Ctrl-D leaves; SIGTERM hands the
+    session back."""
     from pathlib import Path
 
     from plait.cli.chat import TerminalApprover, chat
@@ -139,7 +154,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         commands = ChatCommands(args, store, config.store.url, runtime_of, session_id, Path.cwd())
         try:
-            return chat(commands, sys.stdin, sys.stdout, sys.stderr, approver)
+            with Signals([signal.SIGTERM]):  # Ctrl-C is the chat's own: it interrupts a task
+                return chat(commands, sys.stdin, sys.stdout, sys.stderr, approver)
+        except Stopped as stopped:
+            sys.stdout.write("\n")  # the line the reply was on ends
+            stopped.line = stop_runtimes([commands.runtime], args.grace_sec, stopped)
+            raise
         finally:
             commands.close()
 

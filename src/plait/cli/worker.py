@@ -5,18 +5,18 @@ free and every fraction of a second, takes over the sessions that need an owner,
 it has free places: one whose owner stopped renewing its lease, or handed it back with work
 waiting, or that has inbox commands and no live owner (docs/processes.md). ``--concurrency``
 places bound the tasks it runs at once: a session with nothing running or queued holds none
-(docs/processes.md#capacity). It hands back a session idle for ``--idle-sec``, and at once one
-whose command finds no place free, so that work spreads over the workers. SIGTERM (or Ctrl-C)
-drains it: what runs is given ``--drain-sec`` to end, then every session is handed back.
+(docs/processes.md#capacity). It hands back a session idle for ``--idle-sec``, and one whose
+command finds no place free while other workers keep up, so that work spreads over the
+workers. SIGTERM (or Ctrl-C) stops it: what runs is given ``--grace-sec`` to end, then cut,
+and every session is handed back at once (docs/processes.md#stopping).
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
 
 from plait.cli.common import config_of, err, make_runtime, model_settings, store_of
+from plait.cli.stopping import Signals, stop_runtimes
 
 __all__ = ["cmd_worker"]
 
@@ -24,11 +24,9 @@ __all__ = ["cmd_worker"]
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run sessions that need an owner until SIGTERM, then hand them back."""
     config = config_of(args)
-    stopping = threading.Event()
-    with store_of(config, create=True) as store:
+    signals = Signals(raising=False)  # the first is seen within a second; a second exits
+    with signals, store_of(config, create=True) as store:
         commands = store.commands_waiter()  # a command for a session nobody owns wakes it
-        for sig in (signal.SIGTERM, signal.SIGINT):  # seen within a second
-            signal.signal(sig, lambda *_: stopping.set())
         runtime = make_runtime(
             config,
             model_settings(config),
@@ -41,16 +39,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
             for recovery in runtime.recover():
                 err(f"recovered session {recovery.session_id}")
             every = min(1.0, args.lease_sec / 4)  # for leases that lapse: nothing tells
-            while not stopping.is_set():
+            while signals.first is None:
                 token = commands.token()
                 for session_id in runtime.fill_places():
                     err(f"took over session {session_id}")
                 runtime.hand_back_idle(args.idle_sec)
                 commands.wait(token, every)
-            err(f"draining (at most {args.drain_sec:g} s)")
-            runtime.drain(args.drain_sec)
+            stopped = signals.first
+            stopped.line = "worker " + stop_runtimes([runtime], args.grace_sec, stopped)
         finally:
             commands.close()
             runtime.close()
-    err("worker stopped")
-    return 0
+    raise stopped

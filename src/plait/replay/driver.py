@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 import msgspec
-import pykka
 
 from plait.actors.mcp.calls import CallResult, Outcome
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.functions import FUNCTIONS
-from plait.actors.messages import Enqueue, Interrupt
+from plait.actors.mcp.servers import Report
+from plait.actors.messages import Enqueue, Interrupt, Stop
 from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
 from plait.actors.pool import McpLimits
+from plait.actors.seams import Recipient
 from plait.errors import ReplayError
 from plait.events.store import PreparedAppend, utc_now
 from plait.events.stores.memory import MemoryStore
@@ -128,7 +129,7 @@ class _RecordedTime(MemoryStore):
         timed = [msgspec.structs.replace(draft, at=self._time(draft.body)) for draft in drafts]
         return super()._prepare(stream, timed, head_seq, head_hash)
 
-    def _time(self, body: Body) -> Any:
+    def _time(self, body: Body) -> datetime | None:
         if is_lifecycle(body):
             for i, (recorded, at) in enumerate(self._servers):
                 if recorded == body:
@@ -172,7 +173,7 @@ class Driver:
         self.approvals = ReplayApprovals()
         self.servers: ReplayServers | None = None
 
-        def make_servers(configs: Any, report: Any) -> ReplayServers:
+        def make_servers(configs: Mapping[str, McpServerConfig], report: Report) -> ReplayServers:
             self.servers = ReplayServers(configs, report)
             return self.servers
 
@@ -198,6 +199,7 @@ class Driver:
         self.requests = 0  # model requests the program made, as the log numbers them
         self.tail: Subscription | None = None
         self.held: deque[Event] = deque()  # produced before a submission that came in first
+        self.handed_back: str | None = None  # the task a stop cut: the next process goes on
 
     def run(self) -> ReplayResult:
         try:
@@ -287,7 +289,12 @@ class Driver:
     def _feed_in(self, event: Event) -> None:
         """If ``event`` came from outside the program, make it happen as it did."""
         body, wait = event.body, self.timeout
-        if event.seq in self.crash_points:  # first: its answers look like results otherwise
+        crash = event.seq in self.crash_points
+        if self.handed_back is not None and (crash or event.task_id != self.handed_back):
+            self.handed_back = None  # what follows a stop's records is the next process's
+            if not crash:  # (docs/processes.md#stopping)
+                self._crash_and_resume()
+        if crash:  # first: its answers look like results otherwise
             self._crash_and_resume()
         elif event.seq in self.forced:
             self._force_close(self.forced[event.seq])
@@ -305,6 +312,9 @@ class Driver:
         elif isinstance(body, ModelRequestFailed):
             failed = AttemptFailed(body.attempt, body.error, body.status, body.retry_in_sec)
             self.model.attempt_failed(self.requests - 1, failed, wait)
+        elif isinstance(body, TurnAborted) and body.cause == "shutdown":
+            self._actor().tell(Stop(body.detail))  # nothing starts after it, here
+            self.handed_back = event.task_id
         elif isinstance(body, TurnAborted) and body.cause == "model":
             self.model.fail(self.requests - 1, body.detail, wait, body.model_error)
         elif isinstance(body, ToolCallCompleted) and self._is_mcp(body.call_id):
@@ -359,7 +369,7 @@ class Driver:
         self.model.abandon(self.requests)
         self.store.release()
 
-    def _actor(self) -> pykka.ActorRef[Any]:
+    def _actor(self) -> Recipient:
         """The replayed session's actor (it runs while the log is fed in)."""
         assert self.host.actor is not None
         return self.host.actor
@@ -376,7 +386,7 @@ class Driver:
         return "conv_destroy" in self.open_calls.values()
 
 
-def _text(content: Any) -> str | None:
+def _text(content: object) -> str | None:
     return content if isinstance(content, str) or content is None else None
 
 

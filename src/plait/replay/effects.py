@@ -13,12 +13,14 @@ import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from plait.actors.approvals import ApprovalRequest
 from plait.actors.mcp.calls import CallResult
+from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp.servers import Report
 from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
 from plait.actors.outside import IdFor
 from plait.errors import McpError, ModelError, ModelErrorKind, ReplayError
 from plait.events.types import (
-    Body,
     McpServerFailed,
     McpServerReady,
     McpToolsRefreshed,
@@ -170,7 +172,7 @@ class ReplayModel:
 class ReplayServers:
     """Stands in for ``McpServers``: lifecycle and call results come from the driver."""
 
-    def __init__(self, configs: Mapping[str, Any], report: Callable[[Body], None]) -> None:
+    def __init__(self, configs: Mapping[str, McpServerConfig], report: Report) -> None:
         self._report = report
         self._lock = threading.Condition()
         self._status: dict[str, str] = {name: "starting" for name in configs}
@@ -216,7 +218,7 @@ class ReplayServers:
         self,
         server: str,
         tool: str,
-        arguments: Any,
+        arguments: str | Mapping[str, Any],
         timeout: float | None = None,
         *,
         call_id: str = "",
@@ -257,7 +259,7 @@ class ReplayApprovals:
         self._lock = threading.Condition()
         self._asked: dict[str, _Pending] = {}
 
-    async def decide(self, request: Any) -> ToolApprovalDecided:
+    async def decide(self, request: ApprovalRequest) -> ToolApprovalDecided:
         """Wait for the driver to give the decision recorded for ``request.call_id``."""
         pending = _Pending(asyncio.get_running_loop())
         with self._lock:

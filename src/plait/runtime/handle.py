@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from plait.actors.feed import Feed
 from plait.actors.messages import Destroy, Interrupt
 from plait.events.ownership import DestroyConversation, InterruptTask
 from plait.events.types import Event, Transient
@@ -247,19 +248,42 @@ class SessionHandle(SessionViews):
             assert host.actor is not None  # woken, under the lock
             return cast(dict[str, Any], host.actor.ask(Destroy(conversation_id), timeout=30))
 
-    def release(self, timeout: float = 60.0) -> bool:
+    def release(
+        self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
+    ) -> bool:
         """Hand the session back for another process to own (a process that drains): take no
         more work for it, let what is queued run for up to ``timeout`` seconds, stop the actors,
         release the lease. Return whether nothing was left waiting (what was is in the log, for
-        the next owner; a task cut off ends ``crashed`` there)."""
+        the next owner; a task cut off ends ``crashed`` there).
+
+        With ``grace_sec`` (a process that stops on purpose, docs/processes.md#stopping), no
+        waiting task starts: the running one is given ``grace_sec`` seconds to end, then is
+        cut where it is, ``TurnAborted(cause="shutdown")`` with ``reason`` as its detail, and
+        the lease is released at once: the next process goes on without waiting for it."""
         host = self._host
         if not host.drain():
             return True
         deadline = time.monotonic() + timeout
         with self._follow() as feed:
+            if grace_sec is not None:
+                self._cut_running(feed, grace_sec, timeout, reason or "the process stopped")
+                return host.hand_back(timeout, end_stuck=True)
             while not host.journal.idle and (left := deadline - time.monotonic()) > 0:
                 feed.get(timeout=min(left, 1.0))
         return host.hand_back(timeout)
+
+    def _cut_running(self, feed: Feed, grace_sec: float, timeout: float, reason: str) -> None:
+        """Give the running task ``grace_sec`` to end, then start nothing more and cut what
+        runs (``Stop``); return once its end is recorded, or ``timeout`` has passed."""
+        with self._host.lock:
+            state = self._host.queue_now(timeout) if self._host.running else None
+        if state is None:
+            return  # passive, or broken: nothing runs that an actor could end
+        if state.running is not None and grace_sec > 0:
+            await_outcome(feed, state.running.task_id, grace_sec, raise_timeout=False)
+        state = self._host.stop_taking(reason, timeout)  # after the Stop: what it cut
+        if state is not None and state.running is not None:
+            await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close.

@@ -14,13 +14,14 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pykka
 
 from plait.actors.conversation import ConversationDeps
 from plait.actors.journal import Journal
-from plait.actors.messages import Enqueue, GetQueue, Interrupt, StartNext
+from plait.actors.messages import Enqueue, GetQueue, Interrupt, StartNext, Stop
+from plait.actors.seams import McpPoolRef
 from plait.actors.session import Session
 from plait.errors import (
     LeaseLostError,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ActorsFor", "SessionHost"]
 
-ActorsFor = Callable[[Journal, list[Event]], tuple[Any, ConversationDeps]]
+ActorsFor = Callable[[Journal, list[Event]], tuple[McpPoolRef | None, ConversationDeps]]
 """Starts a session's ``McpPool`` (``None`` when it has no tools beside the built-ins) and
 makes what its conversations share, for its journal and past."""
 
@@ -76,8 +77,8 @@ class SessionHost:
         """Told when the session is passivated or started."""
         self.actor: pykka.ActorRef[Session] | None = None
         """The session actor, while its actors run."""
-        self.pool: Any = None
-        self.rerun: pykka.ActorRef[Any] | None = None
+        self.pool: McpPoolRef | None = None
+        self.rerun: pykka.ActorRef[Rerun] | None = None
         """Runs again the calls a crash cut off, then ends that task."""
         self.acks: set[Ack] = set()
         """Told to the actors, not yet durable (see ``Ack``)."""
@@ -272,12 +273,27 @@ class SessionHost:
             self.life.move("drain")
             return True
 
-    def hand_back(self, timeout: float) -> bool:
+    def stop_taking(self, reason: str, timeout: float) -> QueueSnapshot | None:
+        """Start no waiting task, and cut the running one (``Stop``, docs/processes.md#stopping);
+        return what ran as the cut found it (``None``: no actor runs)."""
+        with self.lock:
+            if self.actor is None:
+                return None
+            self.actor.tell(Stop(reason))
+            return self.queue_now(timeout)
+
+    def hand_back(self, timeout: float, *, end_stuck: bool = False) -> bool:
         """Stop the actors and release the lease (``hand_back``); return whether nothing was
-        left waiting (what was is in the log, for the next owner)."""
+        left waiting (what was is in the log, for the next owner). ``end_stuck``: a task an
+        actor did not end is ended here, as a stuck close's is."""
         with self.lock:
             if self.actor is not None:
                 self.stop_actors(timeout)
+            if end_stuck and (
+                ended := forced_close(self.runtime.store.read(self.session_id), timeout, "stop")
+            ):
+                with contextlib.suppress(LeaseLostError):
+                    self.journal.record_last(ended)
             self.life.move_if_can("hand_back")  # unless it failed meanwhile
         idle = self.journal.idle
         self._ended(self)

@@ -9,7 +9,6 @@ where, before anything is queued or recorded (docs/event-log.md#text).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 
@@ -19,7 +18,7 @@ from plait.errors import InvalidInputError
 __all__ = ["check_input", "check_inputs"]
 
 
-def check_input(what: str, value: Any) -> None:
+def check_input(what: str, value: object) -> None:
     """Raise ``InvalidInputError`` if ``value`` (a string, a struct, or lists and dicts of
     them) holds a string UTF-8 cannot encode; ``what`` names it in the message (``""``: a
     struct's fields are named alone)."""
@@ -39,7 +38,7 @@ def check_input(what: str, value: Any) -> None:
             check_input(f"{what}[{key!r}]", item)
 
 
-def check_inputs(**given: Any) -> None:
+def check_inputs(**given: object) -> None:
     """``check_input`` each keyword argument, named by its keyword."""
     for what, value in given.items():
         check_input(what, value)

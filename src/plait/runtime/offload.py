@@ -14,14 +14,17 @@ import contextlib
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 __all__ = ["Offload"]
 
 T = TypeVar("T")
 
-_Done = Callable[[Any, BaseException | None], object]
+_Done = Callable[[object, BaseException | None], object]
 """Told the call's result, or what it raised."""
+
+_Item = tuple[Callable[[], object], _Done]
+"""A call, and whom to tell how it went."""
 
 
 class Offload:
@@ -29,7 +32,9 @@ class Offload:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], _Done] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Callable[[], object], _Done] | None] = (
+            queue.SimpleQueue()
+        )
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -38,9 +43,9 @@ class Offload:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
 
-        def done(result: Any, error: BaseException | None) -> None:
+        def done(result: object, error: BaseException | None) -> None:
             with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
-                loop.call_soon_threadsafe(_settle, future, result, error)
+                loop.call_soon_threadsafe(_settle, future, cast(T, result), error)
 
         self._put(call, done)
         return await future
@@ -50,7 +55,7 @@ class Offload:
         ``failed``."""
         self._put(call, lambda _, error: None if error is None else failed(error))
 
-    def _put(self, call: Callable[[], Any], done: _Done) -> None:
+    def _put(self, call: Callable[[], object], done: _Done) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -76,7 +81,7 @@ class Offload:
             thread.join()
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+def _settle(future: asyncio.Future[T], result: T, error: BaseException | None) -> None:
     if future.done():  # its caller was cancelled
         return
     if error is not None:

@@ -15,7 +15,6 @@ what would have been decided, so it fails closed) and answered ``refused``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 import msgspec
 
@@ -30,6 +29,7 @@ from plait.actors.messages import (
     ToolFinished,
     ToolResult,
 )
+from plait.actors.seams import JournalLike, McpPoolRef, Recipient
 from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.store import EventStore
 from plait.events.types import (
@@ -86,7 +86,7 @@ UNDECIDED = "the process stopped before a decision; denied (fail closed)"
 """The reason of the denial recorded for a call whose approval was pending at a crash."""
 CRASHED = TurnAborted("crashed", "crash", "the process stopped while the task ran")
 """How a task a crash cut off ends."""
-FORCED = "force-aborted: the task did not stop within {timeout:g} s of the close"
+FORCED = "force-aborted: the task did not stop within {timeout:g} s of the {what}"
 """Why a task that did not stop when its session closed ended (``TurnAborted(interrupted)``
 with the cause ``forced_close``), for people."""
 
@@ -195,7 +195,12 @@ class Rerun(Actor):
     and lets the scheduler go on."""
 
     def __init__(
-        self, journal: Any, pool: Any, scheduler: Any, plan: TaskPlan, calls: OpenCalls
+        self,
+        journal: JournalLike,
+        pool: McpPoolRef,
+        scheduler: Recipient,
+        plan: TaskPlan,
+        calls: OpenCalls,
     ) -> None:
         super().__init__()
         self.journal, self.pool, self.scheduler = journal, pool, scheduler
@@ -204,14 +209,14 @@ class Rerun(Actor):
         """Every answer known so far: the calls not run again, and each re-run's once done."""
         self.recorded = 0
 
-    def role(self, message: Any) -> str:
+    def role(self, message: object) -> str:
         return f"the recovery of task {self.plan.task_id}"
 
     def startup(self) -> None:
         servers = tuple(sorted({started.server for started in self.calls.rerun}))
         self.pool.tell(AwaitServers(servers, 0, self.actor_ref))
 
-    def receive(self, message: Any) -> Any:
+    def receive(self, message: object) -> object:
         match message:
             case ServersSettled():
                 requests = {request.call_id: request for request in self.calls.requests}
@@ -269,11 +274,12 @@ class Recovery(msgspec.Struct, frozen=True):
     """Why the session was not resumed (empty when it was)."""
 
 
-def forced_close(past: Sequence[Event], timeout: float) -> list[NewEvent]:
-    """What ends the task that ``past`` shows running when its session's close gave up on it
-    after ``timeout`` seconds (nothing, if none runs): its open calls' answers, then
-    ``TurnAborted(interrupted)`` with the cause ``forced_close``."""
-    forced = TurnAborted("interrupted", "forced_close", FORCED.format(timeout=timeout))
+def forced_close(past: Sequence[Event], timeout: float, what: str = "close") -> list[NewEvent]:
+    """What ends the task that ``past`` shows running when its session's close (or stop)
+    gave up on it after ``timeout`` seconds (nothing, if none runs): its open calls' answers,
+    then ``TurnAborted(interrupted)`` with the cause ``forced_close``."""
+    detail = FORCED.format(timeout=timeout, what=what)
+    forced = TurnAborted("interrupted", "forced_close", detail)
     return running_ended(past, forced)
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import logging
+import os
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +26,7 @@ from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
+from plait.actors.seams import ApprovalGateLike, McpPoolRef, ModelClientLike, ServersFactory
 from plait.errors import PlaitError
 from plait.events.ownership import DEFAULT_LEASE_SEC
 from plait.events.storage import Expiry
@@ -57,17 +61,42 @@ __all__ = ["Outside", "Runtime"]
 
 log = logging.getLogger("plait")
 
+AT_EXIT_SEC = 1.0
+"""How long a program that ends without ``close()`` gives its running work to end."""
+
+_open: weakref.WeakSet[Runtime] = weakref.WeakSet()
+"""The runtimes not closed yet (a closed or collected one costs the exit nothing)."""
+
+
+@atexit.register
+def _hand_back_at_exit() -> None:
+    """Hand back the sessions of every runtime the program did not close, then close it: the
+    next process continues them at once (docs/processes.md#a-program-that-ends-without-close).
+    Its threads are daemons, so Python reached this without waiting for them."""
+    for runtime in list(_open):
+        if runtime.store.closed:  # closed under it: its leases lapse, as after a crash
+            continue
+        try:
+            # As a stop on purpose: what runs is cut with the cause ``shutdown``, every
+            # session handed back at once (docs/processes.md#stopping).
+            runtime.close(AT_EXIT_SEC, grace_sec=AT_EXIT_SEC)
+        except Exception as exc:  # what it did not release lapses: ``recover`` takes it up
+            log.warning("closing a runtime at exit failed: %s", exc)
+
+
+os.register_at_fork(after_in_child=_open.clear)  # a child's copies own nothing of the parent's
+
 
 @dataclasses.dataclass(frozen=True)
 class Outside:
     """What answers a session's effects in place of the world: replay's answers from the log
     (``None``: the real model client, MCP servers and approver)."""
 
-    model_client: Any = None
+    model_client: ModelClientLike | None = None
     """Answers model requests, as ``ModelClient`` does."""
-    mcp_factory: Callable[..., Any] | None = None
+    mcp_factory: ServersFactory | None = None
     """Makes a session's MCP servers from their configs, as ``McpServers`` does."""
-    approval_gate: Any = None
+    approval_gate: ApprovalGateLike | None = None
     """Decides approvals, as ``ApprovalGate`` does."""
     new_id: NewId | None = None
     """Makes the ids of what tool calls make (``None``: the runtime's ``new_id``)."""
@@ -183,14 +212,19 @@ class Runtime(Sessions):
         self.owner.start()
         self.followers = Followers(self.store, self.owner.leases, self._take_over)
         """The sessions it follows while other processes own them."""
+        _open.add(self)
 
-    def _actors_for(self, journal: Journal, past: list[Event]) -> tuple[Any, ConversationDeps]:
+    def _actors_for(
+        self, journal: Journal, past: list[Event]
+    ) -> tuple[McpPoolRef | None, ConversationDeps]:
         """A session's ``McpPool`` (if it has tools beside the built-ins), started, and what
         its conversations share."""
         pool = self._start_pool(journal, past)
         return pool, self._deps(journal, pool, past)
 
-    def _deps(self, journal: Journal, pool: Any, past: list[Event]) -> ConversationDeps:
+    def _deps(
+        self, journal: Journal, pool: McpPoolRef | None, past: list[Event]
+    ) -> ConversationDeps:
         """What the session's conversations share; behaviour that changed over time follows
         what the session recorded at its start, so it resumes (and replays) as it ran."""
         recorded = recorded_settings(past)
@@ -215,7 +249,7 @@ class Runtime(Sessions):
             ),
         )
 
-    def _start_pool(self, journal: Journal, past: list[Event]) -> Any:
+    def _start_pool(self, journal: Journal, past: list[Event]) -> McpPoolRef | None:
         """Start the session's ``McpPool`` (its MCP servers and function tools), if it has
         tools beside the built-ins."""
         functions = self.tools_for(journal.stream)
@@ -352,8 +386,16 @@ class Runtime(Sessions):
                     except Exception:  # a session closing meanwhile: the next look tries again
                         log.debug("passivating session %s failed", host.session_id, exc_info=True)
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Close every session, the effect loop and the store (if the runtime opened it)."""
+    def close(self, timeout: float = 10.0, *, grace_sec: float | None = None) -> None:
+        """Close every session, the effect loop and the store (if the runtime opened it).
+
+        With ``grace_sec``, the process stops on purpose: every session is handed back rather
+        than closed, as ``drain(grace_sec=)`` does (its running task given ``grace_sec``
+        seconds, then cut with the cause ``shutdown``; its lease released at once), so that
+        the next process goes on with it (docs/processes.md#stopping)."""
+        _open.discard(self)
+        if grace_sec is not None:
+            self.drain(timeout, grace_sec=grace_sec)
         self._expiring.set()
         for thread in (self._sweeper, self._passivator):
             if thread is not None:

@@ -306,11 +306,34 @@ class Sessions:
         ]
         return [host.session_id for host in idle if host.handle.release(5.0)]
 
-    def drain(self, timeout: float = 60.0) -> None:
+    def drain(
+        self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
+    ) -> None:
         """Hand every session back (``SessionHandle.release``), what runs given up to
-        ``timeout`` seconds to end: a process that stops for good, and lets others go on."""
-        for host in list(self.hosts.values()):
-            host.handle.release(timeout)
+        ``timeout`` seconds to end: a process that stops for good, and lets others go on.
+        With ``grace_sec``, no waiting task starts: each running task is given ``grace_sec``
+        seconds, then cut (``TurnAborted(cause="shutdown")``, ``reason`` its detail), all
+        sessions at once, and every lease is released at once (docs/processes.md#stopping)."""
+        handles = [host.handle for host in list(self.hosts.values())]
+        if grace_sec is None:
+            for handle in handles:
+                handle.release(timeout)
+            return
+
+        def stop(handle: SessionHandle) -> None:
+            try:
+                handle.release(timeout, grace_sec=grace_sec, reason=reason)
+            except PlaitError as exc:  # its lease lapses on its own; the others go on
+                log.warning("session %s was not handed back: %s", handle.session_id, exc)
+
+        stopping = [
+            threading.Thread(target=stop, args=(h,), name="plait-stop", daemon=True)
+            for h in handles
+        ]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
 
     def _take(self, session_id: str) -> int:
         """Own a new session (nobody can hold its lease yet)."""

@@ -92,7 +92,7 @@ class SessionViews:
         events = self._store.read(self.session_id, resolve_blobs=False)
         return StatsProjection().fold(events).conversations
 
-    def _ask_live(self, message: Any) -> tuple[bool, Any]:
+    def _ask_live(self, message: object) -> tuple[bool, object]:
         """Ask the session actor, if it runs: ``(True, its reply)``; ``(False, None)`` when the
         session is closed or passive (the log has it all, and reading it wakes nothing)."""
         host = self._host

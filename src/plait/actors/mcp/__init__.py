@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from plait.actors.mcp.calls import CallResult, Outcome
 from plait.actors.mcp.config import McpServerConfig, parse_servers
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type[McpConnection]:
     # `McpConnection` lives beside the `mcp` import: load it on first use only.
     if name == "McpConnection":
         from plait.actors.mcp.client import McpConnection

@@ -144,7 +144,7 @@ def _flat(input_schema: str) -> _Flat | None:
     return _Flat(types, tuple(required), not closed)
 
 
-def _json_type_of(value: Any) -> str:
+def _json_type_of(value: object) -> str:
     """The JSON type of a decoded value (a float is a ``number``, even ``1.0``: so the fast
     check leaves it to jsonschema, for which it may be an ``integer``)."""
     if isinstance(value, bool):
@@ -180,8 +180,8 @@ def _validator(input_schema: str) -> Any:
 
 
 def from_mcp_result(
-    content: Sequence[Any],
-    structured: Any,
+    content: Sequence[Any],  # the SDK's content blocks, read by attribute
+    structured: object,
     is_error: bool,
     duration_ms: float,
     meta: Mapping[str, Any] | None = None,

@@ -273,7 +273,7 @@ class McpConnection:
 
     # --- tools/list_changed ------------------------------------------------------------------
 
-    async def _on_message(self, message: Any) -> None:
+    async def _on_message(self, message: object) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             # Not inline: the session's reader delivers this and must be free to read the
             # answer to our tools/list.

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import pykka
@@ -29,6 +29,9 @@ import pykka
 from plait.actors.messages import CallTool, ToolFinished, ToolResult
 from plait.events.types import NewEvent, ToolCallStarted
 from plait.events.values import InputImage, McpToolSnapshot
+
+if TYPE_CHECKING:
+    from plait.actors.seams import Effects, JournalLike, McpServersLike, Recipient
 
 __all__ = ["Dispatcher", "McpLimits"]
 
@@ -53,7 +56,7 @@ class _Call(msgspec.Struct):
     request: CallTool
     snapshot: McpToolSnapshot
     server: str
-    task: Any = None
+    task: asyncio.Task[None] | None = None
     """The call's task on the loop, once it runs."""
     cancelled: bool = False
     """Its turn was aborted before its task ran."""
@@ -67,7 +70,12 @@ class Dispatcher:
     """Starts a session's MCP calls in order under its limits, from any thread."""
 
     def __init__(
-        self, journal: Any, effects: Any, limits: McpLimits, origin: Any, wake: Callable[[], None]
+        self,
+        journal: JournalLike,
+        effects: Effects,
+        limits: McpLimits,
+        origin: Recipient,
+        wake: Callable[[], None],
     ) -> None:
         """``origin``: the pool's ref (starts are recorded as the pool's); ``wake()`` asks the
         pool's thread to call :meth:`dispatch`."""
@@ -76,7 +84,7 @@ class Dispatcher:
         self.limits = limits
         self.origin = origin
         self.wake = wake
-        self.servers: Any = None
+        self.servers: McpServersLike | None = None
         """The session's ``McpServers`` (or replay's stand-in), once started."""
         self._lock = threading.Lock()
         self._tools: Mapping[str, tuple[McpToolSnapshot, str]] = {}
@@ -223,6 +231,7 @@ class Dispatcher:
         """Make the call, free its slot, and answer the caller."""
         request = call.request
         try:
+            assert self.servers is not None  # a call is known only once they are (``_known``)
             done = await self.servers.call(
                 call.server, call.snapshot.tool, request.arguments, call_id=request.call_id
             )
@@ -281,6 +290,6 @@ class Dispatcher:
                 self.effects.loop.call_soon_threadsafe(lambda: [t.cancel() for t in tasks])
 
 
-def _reply(ref: Any, message: Any) -> None:
+def _reply(ref: Recipient, message: object) -> None:
     with contextlib.suppress(pykka.ActorDeadError):  # the conversation was destroyed meanwhile
         ref.tell(message)

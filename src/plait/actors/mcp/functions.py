@@ -60,7 +60,7 @@ class FunctionTool:
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[..., object],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -142,7 +142,7 @@ class FunctionTool:
         try:
             async with asyncio.timeout(limit):
                 if self.is_async:
-                    value = await typing.cast(Awaitable[Any], self.fn(*args, **values))
+                    value = await typing.cast(Awaitable[object], self.fn(*args, **values))
                 else:  # in a thread: the effect loop keeps streaming the other calls
                     value = await asyncio.to_thread(self.fn, *args, **values)
             output = _text(value)
@@ -169,16 +169,16 @@ class ToolOptions(TypedDict, total=False):
 
 
 @overload
-def tool(fn: Callable[..., Any], /, **options: Unpack[ToolOptions]) -> FunctionTool: ...
+def tool(fn: Callable[..., object], /, **options: Unpack[ToolOptions]) -> FunctionTool: ...
 
 
 @overload
-def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[..., object]], FunctionTool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None, /, **options: Unpack[ToolOptions]
-) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    fn: Callable[..., object] | None = None, /, **options: Unpack[ToolOptions]
+) -> FunctionTool | Callable[[Callable[..., object]], FunctionTool]:
     """Offer a sync or async Python function to the model as a tool.
 
     Use it as ``@tool``, ``@tool(read_only=True)`` or ``tool(fn, name=...)``. ``name``
@@ -191,13 +191,13 @@ def tool(
     than ``timeout_sec`` (60) ends ``timeout`` (a sync function's thread runs on, unseen).
     """
 
-    def make(function: Callable[..., Any]) -> FunctionTool:
+    def make(function: Callable[..., object]) -> FunctionTool:
         return FunctionTool(function, **options)
 
     return make if fn is None else make(fn)
 
 
-def as_tools(tools: Iterable[FunctionTool | Callable[..., Any]]) -> list[FunctionTool]:
+def as_tools(tools: Iterable[FunctionTool | Callable[..., object]]) -> list[FunctionTool]:
     """``tools`` as ``FunctionTool``s (a bare function becomes one with the defaults), in
     name order; ``ConfigError`` if two share a name."""
     made = [t if isinstance(t, FunctionTool) else FunctionTool(t) for t in tools]
@@ -242,7 +242,7 @@ class FunctionConnection:
 
 
 def _arguments_of(
-    fn: Callable[..., Any], name: str, where: str
+    fn: Callable[..., object], name: str, where: str
 ) -> tuple[type[msgspec.Struct], list[str]]:
     """A struct of ``fn``'s parameters (checks and converts arguments, gives the schema),
     and the names of those that must be passed by position."""
@@ -273,7 +273,7 @@ def _arguments_of(
     return arguments, positional
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """What the model is shown of a function's return value; a lone surrogate in it is
     recorded as U+FFFD (docs/event-log.md#text)."""
     if value is None:
@@ -295,6 +295,6 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
-def _qualname(fn: Callable[..., Any]) -> str:
+def _qualname(fn: Callable[..., object]) -> str:
     module = getattr(fn, "__module__", None) or "?"
     return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"

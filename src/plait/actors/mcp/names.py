@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -56,7 +56,7 @@ def qualify(server: str, tool: str) -> str:
     return f"{prefix}_{digest}"
 
 
-def canonical_sha256(value: Any) -> str:
+def canonical_sha256(value: object) -> str:
     """Return the hex sha-256 of ``value`` as canonical JSON (sorted keys, no spaces)."""
     return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()
 
@@ -66,8 +66,8 @@ def snapshot(
     tool: str,
     *,
     description: str | None,
-    input_schema: Mapping[str, Any],
-    annotations: Mapping[str, Any] | None,
+    input_schema: Mapping[str, object],
+    annotations: Mapping[str, object] | None,
     config: McpServerConfig,
 ) -> McpToolSnapshot | None:
     """Return how ``tool`` of ``server`` is offered, or ``None`` if the config leaves it out.
@@ -190,14 +190,14 @@ def normalize_allowlist(
 
 
 def openai_spec(
-    tool: McpToolSnapshot, input_schema: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+    tool: McpToolSnapshot, input_schema: Mapping[str, object] | None = None
+) -> dict[str, object]:
     """Return ``tool`` as a Chat Completions tool: ``{"type": "function", "function": ...}``.
 
     ``input_schema`` defaults to the one recorded in the snapshot. An object schema without
     ``properties`` gets an empty one, which some providers insist on.
     """
-    schema: dict[str, Any] = dict(
+    schema: dict[str, object] = dict(
         input_schema
         if input_schema is not None
         else (msgspec.json.decode(tool.input_schema) if tool.input_schema else {})
@@ -205,13 +205,13 @@ def openai_spec(
     schema.setdefault("type", "object")
     if schema["type"] == "object":
         schema.setdefault("properties", {})
-    function: dict[str, Any] = {"name": tool.name}
+    function: dict[str, object] = {"name": tool.name}
     if tool.description:
         function["description"] = tool.description
     function["parameters"] = schema
     return {"type": "function", "function": function}
 
 
-def tool_list_hash(specs: Sequence[Mapping[str, Any]]) -> str:
+def tool_list_hash(specs: Sequence[Mapping[str, object]]) -> str:
     """Return the hex sha-256 of a tool list exactly as offered (canonical JSON, in order)."""
     return canonical_sha256(list(specs))

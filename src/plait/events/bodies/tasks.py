@@ -37,13 +37,15 @@ __all__ = [
 # --- tasks and turns -------------------------------------------------------------------------
 
 AbortCause = Literal[
-    "user", "close", "forced_close", "destroy", "replaced", "crash", "model", "error"
+    "user", "close", "forced_close", "destroy", "replaced", "crash", "model", "error", "shutdown"
 ]
 """What ended a task early, or cut off a call (docs/interrupts.md#causes): ``user`` (an
 interrupt by the embedder), ``close`` (the session's close interrupted it), ``forced_close``
 (it did not stop within the close's timeout), ``destroy`` (its conversation was destroyed),
 ``replaced`` (an interrupting tool handed the timeline to another task), ``crash`` (the process
-stopped), ``model`` (the model server failed), ``error`` (plait refused or failed to go on)."""
+stopped), ``model`` (the model server failed), ``error`` (plait refused or failed to go on),
+``shutdown`` (the process stopped on purpose, a SIGTERM or a drain with a grace period, and
+handed the session back)."""
 InterruptCause = Literal["user", "close"]
 """The causes that interrupt the running task and drop the chain it started."""
 

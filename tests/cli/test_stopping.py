@@ -1,0 +1,185 @@
+"""Stopping on purpose (docs/processes.md#stopping): SIGTERM or SIGINT to ``plait exec`` and
+``plait worker``, real processes and real signals. The running task is cut with the cause
+``shutdown``, the lease released at once, one line said; the next process goes on at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from terminal import Terminal, clean_env
+
+from plait.actors.model import ModelSettings
+from plait.events import Event, SqliteStore, TaskCompleted, TaskStarted, TurnAborted
+from plait.events.subscription import Subscription
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
+
+if TYPE_CHECKING:
+    from conftest import Cli
+
+SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
+"""A reply whose first line streams at once, and whose rest takes 80 s."""
+
+NEXT_WITHIN_SEC = 4.0
+"""The next ``plait exec --session S`` runs its task within this (issue 31: "Done when")."""
+
+
+ANOTHER_WORKER_WITHIN_SEC = 2.0
+"""A worker takes over a session another worker handed back within this: it looks every second."""
+
+
+def started_task(tail: Subscription, task_id: str) -> Event | None:
+    """The ``TaskStarted`` of ``task_id``, as the store's subscribers see it."""
+    while (event := tail.get(timeout=30)) is not None:
+        if event.task_id == task_id and isinstance(event.body, TaskStarted):
+            return event
+    return None
+
+
+def ended_task(tail: Subscription, task_id: str) -> Event | None:
+    """The end of ``task_id`` (``TaskCompleted`` or ``TurnAborted``)."""
+    while (event := tail.get(timeout=30)) is not None:
+        if event.task_id == task_id and isinstance(event.body, TaskCompleted | TurnAborted):
+            return event
+    return None
+
+
+def session_of(stderr: str) -> str:
+    """The session id from exec's first status line, ``session ID started (...)``."""
+    first = stderr.splitlines()[0].split()
+    assert first[0] == "session", stderr
+    return first[1]
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
+    cli: Cli, server: ScriptedModelServer, sig: int, code: int
+) -> None:
+    cli.configure(server.base_url)
+    server.push(SLOW, Step(text="Going on."))
+    running = cli.spawn("exec", "--grace-sec", "1", "How many?")
+    assert running.out.next() == "Counting:\n"  # the reply streams: the task is mid-reply
+    sent = time.monotonic()
+    code_seen, err = running.stop(sig)
+    stopped_in = time.monotonic() - sent
+    assert code_seen == code, err
+    assert stopped_in < 1 + 5  # the grace period, and the stop's own few seconds at most
+    started, *said = err.splitlines()
+    session = session_of(started)
+    name = signal.Signals(sig).name
+    (line,) = said  # one line, and only one
+    assert line.startswith(f"plait: stopped by {name}: task "), line
+    assert line.endswith(f"cut at checkpoint 0, session {session} handed back"), line
+    with SqliteStore(cli.store) as store:
+        (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
+        assert (cut.body.reason, cut.body.cause) == ("interrupted", "shutdown")
+        assert f"task {cut.task_id} cut" in line
+        lease = store.lease(session)
+        assert lease is not None and not lease.live  # released, not left to lapse
+
+    again = cli.spawn("exec", "--session", session, "And now?")
+    assert again.err.next() == f"session {session} resumed (model scripted-model)\n"  # not followed
+    began = time.monotonic()  # the process has started: its imports take 1 to 5 s here
+    assert again.out.next() == "Going on.\n"
+    assert again.wait() == 0
+    took = time.monotonic() - began
+    assert took < NEXT_WITHIN_SEC, f"the next exec took {took:.1f} s to go on"
+    assert cli("verify", session).returncode == 0
+    replayed = cli("replay", session, "--json")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    result = json.loads(replayed.stdout)
+    assert result["divergence"] is None and result["events"] == result["total"]
+
+
+def test_a_second_signal_exits_at_once_with_one_line(cli: Cli, server: ScriptedModelServer) -> None:
+    cli.configure(server.base_url)
+    server.push(SLOW)
+    running = cli.spawn("exec", "--grace-sec", "60", "How many?")
+    assert running.out.next() == "Counting:\n"
+    # Two signals of different kinds: two of one kind sent together may reach Python as one.
+    running.process.send_signal(signal.SIGTERM)  # alone, it would wait 60 s for the reply
+    sent = time.monotonic()
+    code, err = running.stop(signal.SIGINT)
+    assert time.monotonic() - sent < 30  # not the grace period
+    _, *said = err.splitlines()
+    (line,) = said
+    first = "SIGTERM" if code == 143 else "SIGINT"
+    second = "SIGINT" if first == "SIGTERM" else "SIGTERM"
+    assert code in (130, 143)
+    assert line.startswith(f"plait: stopped at once by a second signal ({first}, then {second})")
+
+
+def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_second(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    cli.configure(server.base_url)
+    server.push(SLOW, Step(text="B done."))
+    url = str(cli.store)
+    settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+    with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+        started = front.start_session()
+        session = started.session_id
+        started.release()
+        followed = front.follow(session)  # a front end: its commands go to the inbox
+        first = cli.spawn("worker", "--store", url, "--grace-sec", "1")
+        assert first.err.next().startswith("worker ")
+        a = followed.submit("A")
+        b = followed.submit("B")  # queued behind A: the next worker runs it
+        assert first.err.next() == f"took over session {session}\n"
+        second = cli.spawn("worker", "--store", url)  # idle: nothing needs an owner yet
+        assert second.err.next().startswith("worker ")
+        server.wait_for_requests(1)  # A's reply streams
+        with front.store.subscribe() as tail:
+            first.process.send_signal(signal.SIGTERM)
+            assert first.wait() == 143
+            exited = time.monotonic()
+            assert started_task(tail, b) is not None, "B never started"
+            took = time.monotonic() - exited
+            assert took < ANOTHER_WORKER_WITHIN_SEC, f"the next worker went on after {took:.1f} s"
+            ended = ended_task(tail, b)
+        (line,) = first.err.rest()  # one line, and only one
+        assert line == (
+            f"plait: worker stopped by SIGTERM: task {a} cut at checkpoint 0, "
+            f"session {session} handed back\n"
+        )
+        assert ended is not None and isinstance(ended.body, TaskCompleted)
+        second.process.send_signal(signal.SIGTERM)
+        assert second.wait() == 143
+    with SqliteStore(cli.store) as store:
+        (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
+        assert (cut.task_id, cut.body.cause) == (a, "shutdown")
+    assert cli("verify", session).returncode == 0
+    replayed = cli("replay", session, "--json")
+    result = json.loads(replayed.stdout)
+    assert result["divergence"] is None and result["events"] == result["total"], result
+
+
+def test_sigterm_to_a_chat_hands_its_session_back(cli: Cli, server: ScriptedModelServer) -> None:
+    cli.configure(server.base_url)
+    server.push(SLOW)
+    env = {**clean_env(), "TERM": "dumb"}
+    argv = [sys.executable, "-m", "plait", "chat", "--grace-sec", "0"]
+    term = Terminal(argv, cli.cwd, env)
+    term.expect("you> ")
+    term.send(b"How many?\n")
+    term.expect("Counting:")  # mid-reply
+    os.kill(term.pid, signal.SIGTERM)
+    assert term.exit_code() == 143
+    *_, line = term.seen.strip().splitlines()
+    assert line.startswith("plait: stopped by SIGTERM: task "), line
+    with SqliteStore(cli.store) as store:
+        (info,) = store.streams()
+        session = info.stream
+        (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
+        assert cut.body.cause == "shutdown"
+        assert line.endswith(
+            f"task {cut.task_id} cut at checkpoint 0, session {session} handed back"
+        )
+        lease = store.lease(session)
+        assert lease is not None and not lease.live
