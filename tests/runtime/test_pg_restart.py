@@ -2,7 +2,7 @@
 which keeps its sessions (same owner, same epoch) and goes on; another process still follows.
 
 It restarts the machine's PostgreSQL server, so it runs alone, by hand:
-``pytest -m pg_restart -n0 tests/actors/test_pg_restart.py``.
+``pytest -m pg_restart -n0 tests/runtime/test_pg_restart.py``.
 """
 
 from __future__ import annotations
