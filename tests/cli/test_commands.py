@@ -80,7 +80,10 @@ def test_log_follow_prints_new_events_as_they_are_recorded(cli: Cli) -> None:
     ):
         runtime.resume(session).run("Anyone there?", timeout=30)
         shown = [json.loads(line) for line in following.out.until('"TaskCompleted"')]
-    assert shown[0]["seq"] == 35 and shown[0]["body"]["type"] == "TaskEnqueued"
+    # Resumed after its close, the session is reopened first (docs/processes.md#a-sessions-life).
+    assert shown[0]["seq"] == 35
+    assert shown[0]["body"] == {"type": "SessionReopened", "closed_seq": 34}
+    assert shown[1]["body"]["type"] == "TaskEnqueued"
     assert shown[-1]["body"] == {"type": "TaskCompleted", "last_assistant_message": "Followed."}
     code, err = following.stop()
     assert code == 0 and err == f"following {session}; Ctrl-C to stop\n"
