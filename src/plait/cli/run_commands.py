@@ -305,8 +305,10 @@ def cmd_recover(args: argparse.Namespace) -> int:
         try:
             found = runtime.recover()
             for recovery in found:
-                row = {**msgspec.to_builtins(recovery), "left": False}
-                out(render.json_line(row) if args.json else render.recovery_row(recovery))
+                if args.json:
+                    out(render.json_line({**msgspec.to_builtins(recovery), "left": False}))
+                else:
+                    out(render.recovery_row(recovery))
             left = _left(runtime, [s for s in flight if s not in {r.session_id for r in found}])
             for fields in left:
                 out(render.json_line(fields) if args.json else render.left_row(fields))

@@ -350,18 +350,15 @@ class Runtime(Sessions):
             if self._expiring.wait(interval):
                 return
 
-    def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHost:
-        """Own a session: start its actors from ``past``."""
-        if journal.expires:
+    def _attach(
+        self, journal: Journal, root: str, past: list[Event], *, followed: bool = False
+    ) -> SessionHost:
+        """Own a session, its actors started from ``past`` (``followed``: follow it, another
+        process owns it)."""
+        if journal.expires and not followed:
             self._sweep_from_now()
-        host = SessionHost(self, journal, root, past, self._actors_for, self._forget_host)
-        self.hosts[journal.stream] = host
-        return host
-
-    def _follow_host(self, journal: Journal, root: str, past: list[Event]) -> SessionHost:
-        """Follow a session another process owns."""
         host = SessionHost(
-            self, journal, root, past, self._actors_for, self._forget_host, followed=True
+            self, journal, root, past, self._actors_for, self._forget_host, followed=followed
         )
         self.hosts[journal.stream] = host
         return host

@@ -56,8 +56,9 @@ class Sessions:
 
     if TYPE_CHECKING:  # the Runtime's
 
-        def _attach(self, journal: Journal, root: str, past: list[Event]) -> SessionHost: ...
-        def _follow_host(self, journal: Journal, root: str, past: list[Event]) -> SessionHost: ...
+        def _attach(
+            self, journal: Journal, root: str, past: list[Event], *, followed: bool = False
+        ) -> SessionHost: ...
 
     def resume(
         self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., Any]] = ()
@@ -130,7 +131,7 @@ class Sessions:
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session checks it
         journal = Journal(self.store, session_id, past)
-        host = self._follow_host(journal, started.root_conversation_id, past)
+        host = self._attach(journal, started.root_conversation_id, past, followed=True)
         self.followers.add(host, past[-1].position)
         return host
 
