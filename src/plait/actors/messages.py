@@ -48,6 +48,7 @@ __all__ = [
     "ServersSettled",
     "StartNext",
     "Stop",
+    "StopAtCheckpoint",
     "TaskEnded",
     "ToolFinished",
     "ToolResult",
@@ -81,6 +82,9 @@ class Abort(msgspec.Struct, frozen=True):
     """For people."""
     destroy: bool = False
     """Record the conversation's destruction with the abort (``conv.destroy`` of a running one)."""
+    at_checkpoint: bool = False
+    """Not now: let what runs end, start nothing more, and end the task at its next
+    checkpoint (docs/interrupts.md#stopping-at-a-checkpoint)."""
 
 
 class ModelFinished(msgspec.Struct, frozen=True):
@@ -183,6 +187,15 @@ class Stop(msgspec.Struct, frozen=True):
 
     detail: str = "the process stopped"
     """Recorded in ``TurnAborted``, for people."""
+
+
+class StopAtCheckpoint(msgspec.Struct, frozen=True):
+    """Start no more tasks, and end the running one at its next checkpoint with the cause
+    ``shutdown``: a ``Stop`` that lets a streaming reply or a running tool call end first
+    (docs/interrupts.md#stopping-at-a-checkpoint). A ``Stop`` after it cuts what still runs."""
+
+    detail: str = "the process stopped"
+    """Recorded in ``StopRequested`` and ``TurnAborted``, for people."""
 
 
 class GetQueue(msgspec.Struct, frozen=True):

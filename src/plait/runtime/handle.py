@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from plait.actors.feed import Feed
-from plait.actors.messages import Destroy, Interrupt
+from plait.actors.messages import Destroy, Interrupt, StopAtCheckpoint
 from plait.events.ownership import DestroyConversation, InterruptTask
 from plait.events.types import Event, Transient
 from plait.events.values import (
@@ -257,9 +257,10 @@ class SessionHandle(SessionViews):
         the next owner; a task cut off ends ``crashed`` there).
 
         With ``grace_sec`` (a process that stops on purpose, docs/processes.md#stopping), no
-        waiting task starts: the running one is given ``grace_sec`` seconds to end, then is
-        cut where it is, ``TurnAborted(cause="shutdown")`` with ``reason`` as its detail, and
-        the lease is released at once: the next process goes on without waiting for it."""
+        waiting task starts: the running one starts no new model request or tool call and
+        ends at its next checkpoint, ``TurnAborted(cause="shutdown")`` with ``reason`` as its
+        detail; if it has not within ``grace_sec`` seconds, it is cut where it is. The lease
+        is released at once: the next process goes on without waiting for it."""
         host = self._host
         if not host.drain():
             return True
@@ -273,10 +274,14 @@ class SessionHandle(SessionViews):
         return host.hand_back(timeout)
 
     def _cut_running(self, feed: Feed, grace_sec: float, timeout: float, reason: str) -> None:
-        """Give the running task ``grace_sec`` to end, then start nothing more and cut what
-        runs (``Stop``); return once its end is recorded, or ``timeout`` has passed."""
-        with self._host.lock:
-            state = self._host.queue_now(timeout) if self._host.running else None
+        """Start nothing more, and ask the running task to end at its next checkpoint
+        (``StopAtCheckpoint``); give it ``grace_sec`` to, then cut what runs (``Stop``); return
+        once its end is recorded, or ``timeout`` has passed."""
+        host = self._host
+        with host.lock:
+            if host.actor is not None and grace_sec > 0:
+                host.actor.tell(StopAtCheckpoint(reason))  # what runs as it is handled ends
+            state = host.queue_now(timeout) if host.running else None
         if state is None:
             return  # passive, or broken: nothing runs that an actor could end
         if state.running is not None and grace_sec > 0:

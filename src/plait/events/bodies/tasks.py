@@ -24,6 +24,7 @@ __all__ = [
     "ModelRequestFailed",
     "ModelRequested",
     "ModelResponded",
+    "StopRequested",
     "TaskCompleted",
     "TaskDropped",
     "TaskEnqueued",
@@ -118,6 +119,16 @@ class TurnAborted(Body, frozen=True):
     """For a turn the model failed (``reason="failed"``): what kind of failure (``auth``,
     ``rate_limited``, ``unavailable``, ``bad_request``, ``timeout``, ``malformed``,
     ``disconnected``); ``detail`` has the server's message."""
+
+
+class StopRequested(Body, frozen=True):
+    """The process is stopping on purpose (docs/processes.md#stopping) while the task named in
+    the envelope runs: it starts no new model request and no tool call, lets what runs end and
+    records it, and ends ``TurnAborted(cause="shutdown")`` at its next checkpoint
+    (docs/interrupts.md#stopping-at-a-checkpoint)."""
+
+    detail: str = ""
+    """Why, for people (the ``TurnAborted`` that follows says the same)."""
 
 
 CANCEL_MESSAGE = "The user cancelled this tool call before it returned a result."
