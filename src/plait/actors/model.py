@@ -25,6 +25,7 @@ import msgspec
 
 from plait.actors.stream import (
     Assembly,
+    Cut,
     Failure,
     ModelReply,
     _Chunk,
@@ -61,6 +62,11 @@ class ModelSettings(ModelOptions, frozen=True):
     """Wait before attempt n+1 is ``backoff_sec * 2**(n-1)`` (or ``retry-after``), at most 8 s."""
     context_window: int | None = None
     """The model's context window in tokens, when known (for compaction thresholds)."""
+    max_reply_bytes: int = 8 << 20
+    """Most bytes of a reply kept (text, reasoning and call arguments, UTF-8): plait stops
+    reading it there, and its task ends ``truncated`` (docs/models.md#reply-limits)."""
+    max_reply_sec: float = 600.0
+    """Most seconds one attempt's reply may stream, from its request; then it is cut too."""
 
     def options(self) -> ModelOptions:
         """What a session records of these settings (credentials left out)."""
@@ -156,14 +162,21 @@ class ModelClient:
         asked again at once without it, and this client does not send it again. Raises
         ``ModelError`` when retries are spent or retrying cannot help. Cancelling the calling
         task closes the HTTP stream and raises ``CancelledError``.
+
+        A reply that passes ``max_output_tokens`` (as counted here: ``token_limit``),
+        ``max_reply_bytes`` or ``max_reply_sec`` is cut: the stream is closed and the reply
+        returned as it stood, ``finish_reason`` ``length`` and ``cut_by`` the limit.
         """
         body = self._body(request)
         attempt, limit = 0, self._max_attempts
+        cap = request.options.max_output_tokens
         while True:
             attempt += 1
-            assembly = Assembly(on_text, on_reasoning)
+            assembly = Assembly(
+                on_text, on_reasoning, max_tokens=cap, max_bytes=self.settings.max_reply_bytes
+            )
             try:
-                await self._attempt(encode(body), assembly, on_sent)
+                await self._attempt_within(encode(body), assembly, on_sent)
                 return assembly.reply()
             except Failure as failure:
                 adapted = self._adapt(failure, body)
@@ -234,6 +247,21 @@ class ModelClient:
         if retry_after is not None and retry_after >= 0:
             return min(retry_after, MAX_BACKOFF_SEC)
         return min(self.settings.backoff_sec * 2.0 ** (attempt - 1), MAX_BACKOFF_SEC)
+
+    async def _attempt_within(
+        self, content: bytes, assembly: Assembly, on_sent: Callable[[], object]
+    ) -> None:
+        """``_attempt``, its reply cut where it passes a limit (the stream is then closed:
+        a server that does not stop would otherwise hold the connection)."""
+        try:
+            async with asyncio.timeout(self.settings.max_reply_sec) as deadline:
+                await self._attempt(content, assembly, on_sent)
+        except Cut:
+            pass
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            assembly.cut("max_reply_sec")
 
     async def _attempt(
         self, content: bytes, assembly: Assembly, on_sent: Callable[[], object]
