@@ -37,7 +37,8 @@ WORDS = "the quick brown fox jumps over the lazy dog and then it rests a while. 
 
 def big_text(size: int) -> str:
     """``size`` bytes of ASCII text (words, not one repeated byte)."""
-    return (WORDS * (size // len(WORDS) + 1))[:size]
+    whole, rest = divmod(size, len(WORDS))
+    return "".join([WORDS] * whole + [WORDS[:rest]])  # one allocation of the result
 
 
 def status(field: str) -> int:
@@ -70,6 +71,50 @@ def serve(case: str) -> None:
         sys.stdin.read()
 
 
+class PeakWatcher:
+    """Snapshot what is allocated (tracemalloc) each time the traced total reaches a new high."""
+
+    def __init__(self) -> None:
+        import threading
+        import tracemalloc
+
+        tracemalloc.start(12)
+        self._stop = threading.Event()
+        self._best = 0
+        self._snapshot: Any = None
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        import tracemalloc
+
+        while not self._stop.wait(0.002):
+            current, _ = tracemalloc.get_traced_memory()
+            if current > self._best * 1.05 + MB:
+                self._best = current
+                self._snapshot = tracemalloc.take_snapshot()
+
+    def stop(self) -> list[str]:
+        """The largest allocations at the highest total seen, with where they were made."""
+        import tracemalloc
+
+        self._stop.set()
+        self._thread.join()
+        tracemalloc.stop()
+        if self._snapshot is None:
+            return []
+        top = [f"traced at the peak: {self._best / MB:.0f} MB"]
+        for stat in self._snapshot.statistics("traceback")[:8]:
+            frames = [
+                line.strip()
+                for line in stat.traceback.format()
+                if line.strip().startswith("File") and "site-packages/pykka" not in line
+            ]
+            where = " <- ".join(f.split("/")[-1] for f in frames[-1:-5:-1])
+            top.append(f"{stat.size / MB:7.1f} MB  {where}")
+        return top
+
+
 # --- one case, in its own process --------------------------------------------------------
 
 
@@ -97,10 +142,7 @@ def run_case(case: str, size: int, db: str, trace: bool) -> dict[str, Any]:
             session = runtime.start_session()
             assert session.run("warm up", timeout=120).ok
             item = big_text(size) if case == "prompt" else ""
-            if trace:
-                import tracemalloc
-
-                tracemalloc.start(8)
+            watcher = PeakWatcher() if trace else None
             baseline = status("VmRSS")
             reset_peak()
             started = time.perf_counter()
@@ -110,13 +152,7 @@ def run_case(case: str, size: int, db: str, trace: bool) -> dict[str, Any]:
             outcome = session.run(item or "go on", timeout=600)
             seconds = time.perf_counter() - started
             peak = status("VmHWM")
-            top: list[str] = []
-            if trace:
-                snapshot = tracemalloc.take_snapshot()
-                for stat in snapshot.statistics("traceback")[:6]:
-                    frames = [f for f in stat.traceback.format() if "plait" in f or "msgspec" in f]
-                    top.append(f"{stat.size / MB:7.1f} MB  " + " <- ".join(frames[-4:]))
-                tracemalloc.stop()
+            top = watcher.stop() if watcher is not None else []
             assert outcome.ok, outcome
             session.close()
     finally:

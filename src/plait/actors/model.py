@@ -176,7 +176,7 @@ class ModelClient:
                 on_text, on_reasoning, max_tokens=cap, max_bytes=self.settings.max_reply_bytes
             )
             try:
-                await self._attempt_within(encode(body), assembly, on_sent)
+                await self._attempt_within(_pieces(body), assembly, on_sent)
                 return assembly.reply()
             except Failure as failure:
                 adapted = self._adapt(failure, body)
@@ -249,7 +249,7 @@ class ModelClient:
         return min(self.settings.backoff_sec * 2.0 ** (attempt - 1), MAX_BACKOFF_SEC)
 
     async def _attempt_within(
-        self, content: bytes, assembly: Assembly, on_sent: Callable[[], object]
+        self, content: list[bytes | memoryview], assembly: Assembly, on_sent: Callable[[], object]
     ) -> None:
         """``_attempt``, its reply cut where it passes a limit (the stream is then closed:
         a server that does not stop would otherwise hold the connection)."""
@@ -264,7 +264,7 @@ class ModelClient:
             assembly.cut("max_reply_sec")
 
     async def _attempt(
-        self, content: bytes, assembly: Assembly, on_sent: Callable[[], object]
+        self, content: list[bytes | memoryview], assembly: Assembly, on_sent: Callable[[], object]
     ) -> None:
         """Send one request and feed its stream to ``assembly``; raise ``Failure`` on failure."""
         if self._transport is None:
@@ -290,7 +290,9 @@ class ModelClient:
             raise self._unreachable(exc) from exc
         self._check_whole(assembly)
 
-    async def _attempt_through_sdk(self, content: bytes, assembly: Assembly) -> None:
+    async def _attempt_through_sdk(
+        self, content: list[bytes | memoryview], assembly: Assembly
+    ) -> None:
         """``_attempt`` through the SDK's HTTP client, which speaks to proxies."""
         import httpx2
         import openai
@@ -301,7 +303,7 @@ class ModelClient:
             response = await self._client.post(
                 "/chat/completions",
                 cast_to=httpx2.Response,
-                content=content,
+                content=b"".join(content),
                 options={"headers": self._headers},
                 stream=True,
             )
@@ -359,6 +361,17 @@ class ModelClient:
     def _unreachable(self, cause: BaseException) -> Failure:
         detail = str(cause) or type(cause).__name__
         return Failure("unavailable", f"cannot reach the model server at {self.base_url}: {detail}")
+
+
+def _pieces(body: dict[str, object]) -> list[bytes | memoryview]:
+    """``body`` as JSON, in pieces: its already encoded ``messages`` (the prompt, which may be
+    most of the request) are sent as they are, not copied into one more buffer."""
+    messages = body.get("messages")
+    if not isinstance(messages, msgspec.Raw):
+        return [encode(body)]
+    rest = encode({name: value for name, value in body.items() if name != "messages"})
+    # ``rest`` is ``{"model":...}``: the messages go first, the other fields after them.
+    return [b'{"messages":', memoryview(messages), b",", rest[1:]]
 
 
 def _decode(data: bytes) -> _Chunk:
