@@ -30,11 +30,17 @@ from plait.actors.stream import (
     ModelReply,
     _Chunk,
     decode_chunk,
-    encode,
     ignore,
+    request_pieces,
 )
 from plait.actors.text import mended_json
-from plait.actors.transport import ConnectFailed, ReadTimedOut, StreamBroken, Transport
+from plait.actors.transport import (
+    ConnectFailed,
+    LineTooLong,
+    ReadTimedOut,
+    StreamBroken,
+    Transport,
+)
 from plait.errors import ModelError, ModelErrorKind
 from plait.events.values import ModelOptions
 
@@ -176,7 +182,7 @@ class ModelClient:
                 on_text, on_reasoning, max_tokens=cap, max_bytes=self.settings.max_reply_bytes
             )
             try:
-                await self._attempt_within(_pieces(body), assembly, on_sent)
+                await self._attempt_within(request_pieces(body), assembly, on_sent)
                 return assembly.reply()
             except Failure as failure:
                 adapted = self._adapt(failure, body)
@@ -277,7 +283,13 @@ class ModelClient:
                     body = await response.read()
                     raise _status_failure(response.status, response.reason, response.headers, body)
                 try:
-                    await response.each_line(lambda line: self._feed(line, assembly))
+                    # A line holds one chunk: one longer than any chunk the reply's limit
+                    # lets through (its text JSON-escaped, 6 bytes a byte at most) is cut.
+                    longest = 6 * self.settings.max_reply_bytes + (1 << 16)
+                    await response.each_line(lambda line: self._feed(line, assembly), longest)
+                except LineTooLong as exc:
+                    assembly.cut("max_reply_bytes")
+                    raise Cut(str(exc)) from exc
                 except ReadTimedOut as exc:
                     if not assembly.done:
                         raise self._timeout() from exc
@@ -361,17 +373,6 @@ class ModelClient:
     def _unreachable(self, cause: BaseException) -> Failure:
         detail = str(cause) or type(cause).__name__
         return Failure("unavailable", f"cannot reach the model server at {self.base_url}: {detail}")
-
-
-def _pieces(body: dict[str, object]) -> list[bytes | memoryview]:
-    """``body`` as JSON, in pieces: its already encoded ``messages`` (the prompt, which may be
-    most of the request) are sent as they are, not copied into one more buffer."""
-    messages = body.get("messages")
-    if not isinstance(messages, msgspec.Raw):
-        return [encode(body)]
-    rest = encode({name: value for name, value in body.items() if name != "messages"})
-    # ``rest`` is ``{"model":...}``: the messages go first, the other fields after them.
-    return [b'{"messages":', memoryview(messages), b",", rest[1:]]
 
 
 def _decode(data: bytes) -> _Chunk:

@@ -26,6 +26,7 @@ __all__ = [
     "decode_chunk",
     "encode",
     "ignore",
+    "request_pieces",
     "token_limit",
 ]
 
@@ -106,6 +107,17 @@ class _Chunk(msgspec.Struct):
 
 decode_chunk = msgspec.json.Decoder(_Chunk).decode
 encode = msgspec.json.Encoder().encode
+
+
+def request_pieces(body: dict[str, object]) -> list[bytes | memoryview]:
+    """``body`` as JSON, in pieces: its already encoded ``messages`` (the prompt, which may be
+    most of the request) are sent as they are, not copied into one more buffer."""
+    messages = body.get("messages")
+    if not isinstance(messages, msgspec.Raw):
+        return [encode(body)]
+    rest = encode({name: value for name, value in body.items() if name != "messages"})
+    # ``rest`` is ``{"model":...}``: the messages go first, the other fields after them.
+    return [b'{"messages":', memoryview(messages), b",", rest[1:]]
 
 
 class Failure(Exception):
