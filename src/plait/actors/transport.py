@@ -313,7 +313,7 @@ class _Conn(asyncio.Protocol):
             return  # the taker failed: the rest is not read
         *whole, self._rest = (self._rest + piece).split(b"\n")
         limit = self._max_line
-        if limit is not None and max(len(self._rest), *map(len, whole)) > limit:
+        if limit is not None and max([len(self._rest), *map(len, whole)]) > limit:
             self._take_error = LineTooLong(f"a line of the answer passed {limit} bytes")
             self.keep_alive, self._rest = False, b""
             return
