@@ -308,6 +308,7 @@ class Driver:
                 body.finish_reason,
                 body.usage,
                 _text(body.reasoning) or "",
+                body.cut_by,  # type: ignore[arg-type]  # as recorded
             )
             self.model.answer(self.requests - 1, reply, wait)
         elif isinstance(body, ModelRequestFailed):

@@ -185,12 +185,16 @@ class ModelResponded(Body, frozen=True):
     tool_calls: list[ToolCall] = []
     """Tool calls in the model's order."""
     finish_reason: str | None = None
-    """As the server reported it."""
+    """As the server reported it; ``length`` when plait cut the reply (``cut_by``)."""
     usage: Usage | None = None
     """Token usage, when the server sent it."""
     reasoning: Content = ""
     """Reasoning text the server streamed beside the reply (``reasoning_content`` or
     ``reasoning`` deltas), kept apart from it."""
+    cut_by: str | None = None
+    """The ``[model]`` limit at which plait stopped reading the reply and closed the stream:
+    ``max_output_tokens`` (counted as it streamed), ``max_reply_bytes`` or ``max_reply_sec``;
+    the reply holds what came before. ``None``: the server ended it."""
 
 
 class TokensCounted(Body, frozen=True):
