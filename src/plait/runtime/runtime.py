@@ -313,7 +313,8 @@ class Runtime(Sessions):
         check_inputs(mcp_allowlist=mcp_allowlist)
         session_id, root = self.new_id(), self.new_id()
         self._offer(session_id, tools)
-        journal = Journal(self.store, session_id, epoch=self._take(session_id))
+        epoch = self._take(session_id)
+        journal = Journal(self.store, session_id, epoch=epoch)  # its host writes after these
         opened = ConversationOpened(
             base_instructions=base_instructions,
             user_instructions=user_instructions,
@@ -325,7 +326,7 @@ class Runtime(Sessions):
             root, model=self.settings.model, settings=self._recorded(), approval_policy=policy
         )
         past = journal.record([started, NewEvent(opened, root)])
-        return self._attach(journal, root, past).handle
+        return self._attach(session_id, root, past, epoch).handle
 
     def expire_content(self, now: datetime | None = None) -> int:
         """Delete ``ttl`` conversations' content that is due by ``now`` (the store's clock by
@@ -351,16 +352,29 @@ class Runtime(Sessions):
                 return
 
     def _attach(
-        self, journal: Journal, root: str, past: list[Event], *, followed: bool = False
+        self,
+        session_id: str,
+        root: str,
+        past: list[Event],
+        epoch: int | None = None,
+        *,
+        followed: bool = False,
     ) -> SessionHost:
-        """Own a session, its actors started from ``past`` (``followed``: follow it, another
-        process owns it)."""
-        if journal.expires and not followed:
-            self._sweep_from_now()
+        """Own a session with lease ``epoch``, its actors started from ``past`` (``followed``:
+        follow it, another process owns it)."""
         host = SessionHost(
-            self, journal, root, past, self._actors_for, self._forget_host, followed=followed
+            self,
+            session_id,
+            root,
+            past,
+            self._actors_for,
+            self._forget_host,
+            epoch=epoch,
+            followed=followed,
         )
-        self.hosts[journal.stream] = host
+        if host.journal.expires and not followed:
+            self._sweep_from_now()
+        self.hosts[session_id] = host
         return host
 
     def _forget_host(self, host: SessionHost) -> None:

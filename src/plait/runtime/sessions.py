@@ -57,7 +57,13 @@ class Sessions:
     if TYPE_CHECKING:  # the Runtime's
 
         def _attach(
-            self, journal: Journal, root: str, past: list[Event], *, followed: bool = False
+            self,
+            session_id: str,
+            root: str,
+            past: list[Event],
+            epoch: int | None = None,
+            *,
+            followed: bool = False,
         ) -> SessionHost: ...
 
     def resume(
@@ -130,8 +136,7 @@ class Sessions:
         """Follow a session another process owns."""
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session checks it
-        journal = Journal(self.store, session_id, past)
-        host = self._attach(journal, started.root_conversation_id, past, followed=True)
+        host = self._attach(session_id, started.root_conversation_id, past, followed=True)
         self.followers.add(host, past[-1].position)
         return host
 
@@ -177,7 +182,7 @@ class Sessions:
         if missing:
             raise ContentUnavailableError(session_id, "resume", missing)
         self.owner.drop_taken(session_id, past)
-        if host is None:
+        if host is None:  # its host writes after what this records
             journal = Journal(self.store, session_id, past, epoch)
             if isinstance(past[-1].body, SessionClosed):  # resumed by its user: reopened
                 past += journal.record([SessionReopened(past[-1].seq)])
@@ -194,7 +199,7 @@ class Sessions:
         elif plan is not None or state.pending:
             past += took_over(journal, past, state, calls.ending() if plan is not None else [])
         if host is None:
-            host = self._attach(journal, root, past)
+            host = self._attach(session_id, root, past, epoch)
         else:
             host.own(past)
         host.start_next(plan, calls, rerun)
