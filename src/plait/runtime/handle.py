@@ -6,7 +6,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from plait.actors.feed import Feed
 from plait.actors.messages import Destroy, Interrupt, StopAtCheckpoint
@@ -19,6 +19,7 @@ from plait.events.values import (
     TaskPlan,
     ToolPrefs,
 )
+from plait.jsonvalue import JsonObject
 from plait.runtime.acks import Ack
 from plait.runtime.changes import KEEP, KeepType, context_change
 from plait.runtime.inputs import check_input, check_inputs
@@ -235,7 +236,7 @@ class SessionHandle(SessionViews):
             elif host.actor is not None:  # a passive session has nothing to interrupt
                 host.actor.tell(Interrupt())
 
-    def destroy(self, conversation_id: str) -> dict[str, Any]:
+    def destroy(self, conversation_id: str) -> JsonObject:
         """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``
         (followed: ``{"ok": true, "queued": id}`` once the owner's inbox has it)."""
         host = self._host
@@ -246,7 +247,7 @@ class SessionHandle(SessionViews):
                 return {"ok": True, "queued": cid}
             host.wake()
             assert host.actor is not None  # woken, under the lock
-            return cast(dict[str, Any], host.actor.ask(Destroy(conversation_id), timeout=30))
+            return cast(JsonObject, host.actor.ask(Destroy(conversation_id), timeout=30))
 
     def release(
         self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""

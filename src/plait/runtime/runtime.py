@@ -13,7 +13,6 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -117,7 +116,7 @@ class Runtime(Sessions):
         new_id: Callable[[], str] | None = None,
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
         mcp_limits: McpLimits | None = None,
-        tools: Iterable[FunctionTool | Callable[..., Any]] = (),
+        tools: Iterable[FunctionTool | Callable[..., object]] = (),
         storage_policy: StoragePolicy | None = None,
         history: HistorySettings | None = None,
         expire_every_sec: float | None = 60.0,
@@ -293,7 +292,7 @@ class Runtime(Sessions):
         mcp_allowlist: list[str] | None = None,
         storage_policy: StoragePolicy | None = None,
         approval_policy: ApprovalPolicy | None = None,
-        tools: Iterable[FunctionTool | Callable[..., Any]] = (),
+        tools: Iterable[FunctionTool | Callable[..., object]] = (),
         tool_prefs: ToolPrefs | None = None,
     ) -> SessionHandle:
         """Start a new session with its root conversation; it is stored from its first event.
