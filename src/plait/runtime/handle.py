@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from plait.actors.feed import Feed
-from plait.actors.messages import Destroy, Interrupt, StopAtCheckpoint
+from plait.actors.messages import Destroy, Interrupt, Stop
 from plait.events.ownership import DestroyConversation, InterruptTask
 from plait.events.types import Event, Transient
 from plait.events.values import (
@@ -276,12 +276,12 @@ class SessionHandle(SessionViews):
 
     def _cut_running(self, feed: Feed, grace_sec: float, timeout: float, reason: str) -> None:
         """Start nothing more, and ask the running task to end at its next checkpoint
-        (``StopAtCheckpoint``); give it ``grace_sec`` to, then cut what runs (``Stop``); return
-        once its end is recorded, or ``timeout`` has passed."""
+        (``Stop(at_checkpoint=True)``); give it ``grace_sec`` to, then cut what runs (``Stop``);
+        return once its end is recorded, or ``timeout`` has passed."""
         host = self._host
         with host.lock:
             if host.actor is not None and grace_sec > 0:
-                host.actor.tell(StopAtCheckpoint(reason))  # what runs as it is handled ends
+                host.actor.tell(Stop(reason, at_checkpoint=True))  # what runs as it is handled ends
             state = host.queue_now(timeout) if host.running else None
         if state is None:
             return  # passive, or broken: nothing runs that an actor could end
