@@ -35,6 +35,7 @@ from plait.events import (
     encode_event,
 )
 from plait.events.codec import event_hash
+from plait.events.values import StoragePolicy
 
 BIG = "x" * 20_000
 
@@ -157,17 +158,42 @@ def test_large_content_is_stored_once_and_read_back(store: EventStore) -> None:
     assert store.blob(refs[0].sha256) == BIG.encode()
 
 
+TTL = NewEvent(ConversationOpened(storage_policy=StoragePolicy("ttl", 60)), "root")
+"""A conversation whose content may expire (docs/storage.md#expiry)."""
+
+
 def test_redacting_a_blob_keeps_the_chain_and_shows_a_marker(store: EventStore) -> None:
-    store.append("s1", [NewEvent(ToolCallCompleted(call_id="c", output=BIG), "root")], 0)
-    raw = store.read("s1", resolve_blobs=False)[0].body
+    store.append("s1", [TTL, NewEvent(ToolCallCompleted(call_id="c", output=BIG), "root")], 0)
+    raw = store.read("s1", resolve_blobs=False)[1].body
     assert isinstance(raw, ToolCallCompleted) and isinstance(raw.output, BlobRef)
     assert store.redact(raw.output.sha256) is True
-    body = store.read("s1")[0].body
+    body = store.read("s1")[1].body
     assert isinstance(body, ToolCallCompleted)
     assert body.output == Redacted(sha256=raw.output.sha256, size=len(BIG))
     report = store.verify("s1")
     assert report.ok and report.redacted == 1 and report.blobs == 1
     assert store.redact("0" * 64) is False
+
+
+@pytest.mark.parametrize("policy", [StoragePolicy(), None])
+def test_a_deleted_blob_is_damage_unless_its_policy_lets_it_expire(
+    store: EventStore, policy: StoragePolicy | None
+) -> None:
+    # A full conversation's content (or content outside any conversation) is never deleted
+    # on purpose: its blob gone is damage, whether or not a tombstone is left.
+    cid = "root" if policy is not None else None
+    opened = [NewEvent(ConversationOpened(storage_policy=policy), "root")] if policy else []
+    store.append("s1", [*opened, NewEvent(ToolCallCompleted(call_id="c", output=BIG), cid)], 0)
+    raw = store.read("s1", resolve_blobs=False)[-1].body
+    assert isinstance(raw, ToolCallCompleted) and isinstance(raw.output, BlobRef)
+    store.redact(raw.output.sha256)
+    report = store.verify("s1")
+    whose = "conversation root's" if cid else "the session's"
+    assert (report.ok, report.first_bad_seq, report.redacted) == (False, len(opened) + 1, 0)
+    assert report.reason == (
+        f"blob sha256:{raw.output.sha256} was deleted, but {whose} storage policy is full: "
+        "only ttl content expires"
+    )
 
 
 def test_rewriting_redacted_content_restores_it(store: EventStore) -> None:

@@ -5,7 +5,8 @@ Every read checks each row's bytes against its hash and its columns against its 
 event's link to the one before it in its stream (``link``, ``Links``) and, across streams, that
 positions run without a gap; it stops with a ``TamperedError`` naming stream and seq: nothing
 shown, folded or replayed is what the log cannot vouch for. ``verify`` walks a whole stream
-besides: its blobs are there and unedited, the stream's head is its last event.
+besides: its blobs are there and unedited (a deleted one only where its conversation's storage
+policy lets its content expire), the stream's head is its last event.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import msgspec
 from plait.errors import CorruptEventError, TamperedError
 from plait.events.blobs import blob_refs
 from plait.events.codec import BODY_TYPES, GENESIS_HASH, decode_rows
-from plait.events.types import Event
+from plait.events.types import ConversationOpened, Event
 
 if TYPE_CHECKING:
     from plait.events.store import RedactedMarker, Row
@@ -119,7 +120,8 @@ class Verification(msgspec.Struct, frozen=True):
     blobs: int = 0
     """Blob references checked."""
     redacted: int = 0
-    """Blob references whose content was deliberately deleted (not an error)."""
+    """Blob references whose content was deleted as its conversation's ``ttl`` storage policy
+    allows (not an error; deleted content of any other conversation is)."""
 
 
 def verify(
@@ -135,6 +137,7 @@ def verify(
     previous = GENESIS_HASH
     seq = 0
     blobs = redacted = 0
+    policies: dict[str | None, str] = {}  # each conversation's storage policy, but full
 
     def bad(at: int, reason: str) -> Verification:
         return Verification(stream, False, seq, at, reason, blobs, redacted)
@@ -149,10 +152,16 @@ def verify(
             return bad(seq, wrong)
         if event.prev_hash != previous:
             return bad(seq, BROKEN)
-        for ref in blob_refs(event.body):
+        body = event.body
+        if isinstance(body, ConversationOpened) and body.storage_policy.kind != "full":
+            policies[event.conversation_id] = body.storage_policy.kind
+        for ref in blob_refs(body):
             blobs += 1
             found = blob(ref.sha256)
             if found is REDACTED:
+                policy = policies.get(event.conversation_id, "full")
+                if policy != "ttl":
+                    return bad(seq, _deleted(ref.sha256, event.conversation_id, policy))
                 redacted += 1
             elif not isinstance(found, bytes):
                 return bad(seq, f"blob sha256:{ref.sha256} is missing")
@@ -165,3 +174,12 @@ def verify(
     if seq and head_hash != previous:
         return bad(seq, "the stream head's hash does not match the last event")
     return Verification(stream, True, seq, None, "", blobs, redacted)
+
+
+def _deleted(sha256: str, conversation_id: str | None, policy: str) -> str:
+    """Why a deleted blob of ``conversation_id`` is damage (docs/storage.md#blobs)."""
+    whose = "the session's" if conversation_id is None else f"conversation {conversation_id}'s"
+    return (
+        f"blob sha256:{sha256} was deleted, but {whose} storage policy is {policy}: "
+        "only ttl content expires"
+    )
