@@ -73,6 +73,10 @@ class Tamper:
     def delete(self, stream: str, seq: int) -> None:
         self._execute(self._sql("DELETE FROM events WHERE stream = ? AND seq = ?"), (stream, seq))
 
+    def delete_head(self, stream: str) -> None:
+        """Delete the stream's head row, as if the stream had never been."""
+        self._execute(self._sql("DELETE FROM streams WHERE stream = ?"), (stream,))
+
     def set_blob(self, sha256: str, data: bytes) -> None:
         self._execute(self._sql("UPDATE blobs SET data = ? WHERE sha256 = ?"), (data, sha256))
 
@@ -113,6 +117,9 @@ class MemoryTamper(Tamper):
     def delete(self, stream: str, seq: int) -> None:
         row: Row = self._store._by_stream[stream].pop(self._index(stream, seq))
         self._store._all.remove(row)
+
+    def delete_head(self, stream: str) -> None:
+        del self._store._heads[stream]
 
     def set_blob(self, sha256: str, data: bytes) -> None:
         self._store._blobs[sha256] = data

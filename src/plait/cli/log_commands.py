@@ -172,8 +172,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         fields = msgspec.to_builtins(report)
         out(render.json_line({"session_id": fields.pop("stream"), **fields, "file": damaged}))
-    elif not report.ok:
-        out(f"tampered: seq {report.first_bad_seq}: {report.reason}")
+    elif not report.ok:  # no seq: the damage is in the store's positions, not in this session
+        at = "" if report.first_bad_seq is None else f"seq {report.first_bad_seq}: "
+        out(f"tampered: {at}{report.reason}")
     elif damaged is not None:
         out(f"damaged: {damaged}")
     else:

@@ -26,7 +26,17 @@ from plait.events.types import ConversationOpened, Event
 if TYPE_CHECKING:
     from plait.events.store import RedactedMarker, Row
 
-__all__ = ["Columns", "Links", "Verification", "columns_agree", "link", "misplaced", "verify"]
+__all__ = [
+    "Columns",
+    "Links",
+    "Verification",
+    "columns_agree",
+    "first_gap",
+    "link",
+    "misplaced",
+    "position_gap",
+    "verify",
+]
 
 BROKEN = "prev_hash does not match the event before it (chain broken)"
 """Why an event that does not link to the one before it is refused."""
@@ -46,6 +56,33 @@ def misplaced(event: Event, stream: str, seq: int) -> str | None:
     if event.stream != stream:
         return f"row holds the event of stream {event.stream} seq {event.seq}"
     return None if event.seq == seq else f"event missing (next stored is {event.seq})"
+
+
+def first_gap(read: Callable[[int, int], list[Row]]) -> tuple[int, int] | None:
+    """The first place where positions are not dense from 1, reading rows with ``read(after,
+    limit)``: the position before it (0: none) and the next one stored."""
+    after = 0
+    while rows := read(after, 10_000):
+        for row in rows:
+            if row[0] != after + 1:
+                return after, row[0]
+            after = row[0]
+    return None
+
+
+def position_gap(report: Verification, before: int, rows: list[Row]) -> Verification:
+    """``report`` of a stream found good, made to say that positions jump from ``before``
+    (0: none) to the one of ``rows[0]``, the first row after it: one line naming the gap and
+    the event after it (at its seq, if it is of the stream verified)."""
+    ((after, _, _, stream, seq, _, _),) = rows
+    jump = f"jump from {before} to {after}" if before else f"start at {after}"
+    gone = f"{before + 1}" if after == before + 2 else f"{before + 1} to {after - 1}"
+    reason = (
+        f"positions {jump} (stream {stream} seq {seq}): {gone} missing; positions are "
+        "dense from 1, so a row moved or was lost"
+    )
+    at = seq if stream == report.stream else None
+    return msgspec.structs.replace(report, ok=False, first_bad_seq=at, reason=reason)
 
 
 Columns = tuple[list[str], list[int], list[str], list[int]]
@@ -135,7 +172,7 @@ def verify(
     from plait.events.store import REDACTED
 
     previous = GENESIS_HASH
-    seq = 0
+    position = seq = 0
     blobs = redacted = 0
     policies: dict[str | None, str] = {}  # each conversation's storage policy, but full
 
@@ -152,6 +189,10 @@ def verify(
             return bad(seq, wrong)
         if event.prev_hash != previous:
             return bad(seq, BROKEN)
+        if event.position <= position:
+            where = f"at position {event.position}, not after seq {seq - 1}'s ({position})"
+            return bad(seq, f"{where}: a row moved")
+        position = event.position
         body = event.body
         if isinstance(body, ConversationOpened) and body.storage_policy.kind != "full":
             policies[event.conversation_id] = body.storage_policy.kind

@@ -79,6 +79,13 @@ CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
 """
 
 
+_GAP_SQL = (
+    "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM events) "
+    "WHERE position != before + 1 ORDER BY position LIMIT 1"
+)
+"""The first position that does not follow the one before it (from 0), and that one."""
+
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
@@ -279,6 +286,14 @@ class SqliteStore(EventStore):
     def _streams(self) -> list[tuple[str, int]]:
         rows = self._query("SELECT stream, last_seq FROM streams ORDER BY created", ())
         return [(str(stream), int(last)) for stream, last in rows]
+
+    def _position_gap(self) -> tuple[int, int] | None:
+        # As many rows as the last position: dense (a count reads the smallest index only).
+        ((count, last),) = self._query("SELECT count(*), max(position) FROM events", ())
+        if count == (last or 0):
+            return None
+        found = self._query(_GAP_SQL, ())
+        return (int(found[0][0]), int(found[0][1])) if found else None
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         # The key and size as the row holds them, not as the key's index repeats it.
