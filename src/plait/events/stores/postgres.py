@@ -274,6 +274,13 @@ class PostgresStore(EventStore):
     def _streams(self) -> list[tuple[str, int]]:
         return [(str(stream), int(last)) for stream, last in self._query("streams")]
 
+    def _position_gap(self) -> tuple[int, int] | None:
+        ((count, last),) = self._query("dense")
+        if count == last:
+            return None
+        found = self._query("gap")
+        return (int(found[0][0]), int(found[0][1])) if found else None
+
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         rows = self._query("blob", (sha256,))
         if not rows:

@@ -139,6 +139,11 @@ QUERIES = {
     "all": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
     "WHERE position > %s ORDER BY position LIMIT %s",
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
+    "dense": "SELECT count(*), coalesce(max(position), 0) FROM {s}.events",
+    # The first position that does not follow the one before it (from 0), and that one.
+    "gap": "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
+    "WHERE position != before + 1 ORDER BY position LIMIT 1",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
     # The tables there (6 when complete), and whether the append function is.
