@@ -182,8 +182,8 @@ class Owner:
             before = dict(self._held)
         asked = time.monotonic()
         # Only what it holds, at its epochs: a lease released meanwhile stays released.
-        held = {stream: epoch for stream, (epoch, _) in before.items()}
-        renewed = self._store.renew_leases(self.id, self.lease_sec, held)
+        epochs = {stream: epoch for stream, (epoch, _) in before.items()}
+        renewed = self._store.renew_leases(self.id, self.lease_sec, epochs)
         self._renewed_at = asked
         for stream, held in before.items():
             epoch = held[0]
