@@ -197,7 +197,9 @@ class Owner:
         with self._lock:
             before = dict(self._held)
         asked = time.monotonic()
-        renewed = self._store.renew_leases(self.id, self.lease_sec)
+        # Only what it holds, at its epochs: a lease released meanwhile stays released.
+        epochs = {stream: epoch for stream, (epoch, _) in before.items()}
+        renewed = self._store.renew_leases(self.id, self.lease_sec, epochs)
         self._renewed_at = asked
         for stream, held in before.items():
             epoch = held[0]

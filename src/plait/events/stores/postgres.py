@@ -299,8 +299,8 @@ class PostgresStore(EventStore):
         assert found is not None  # inserted, or there already
         return _lease(found)
 
-    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]:
-        rows = self._query("renew", (lease_sec, owner))
+    def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]:
+        rows = self._query("renew", (lease_sec, list(held), list(held.values()), owner))
         return {str(stream): int(epoch) for stream, epoch in rows}
 
     def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:

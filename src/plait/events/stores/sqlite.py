@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import sqlite3
 import threading
 import time
@@ -22,7 +23,7 @@ from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.checks import Links
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import Lease, taken
+from plait.events.ownership import ENDED, Lease, taken
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -201,20 +202,23 @@ class SqliteStore(EventStore):
                 )
         return Lease(stream, holder, int(epoch), expires - now)
 
-    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]:
+    def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]:
+        # Only the leases asked for, at their epochs, and never one ended on purpose (ENDED).
         with self._transaction() as db:
             rows = db.execute(
-                "UPDATE leases SET expires = ? WHERE owner = ? RETURNING stream, epoch",
-                (time.time() + lease_sec, owner),
+                "UPDATE leases SET expires = ? FROM json_each(?) AS held "
+                "WHERE leases.stream = held.key AND leases.epoch = held.value "
+                "AND leases.owner = ? AND leases.expires <> ? RETURNING stream, epoch",
+                (time.time() + lease_sec, json.dumps(held), owner, ENDED),
             ).fetchall()
         return {str(stream): int(epoch) for stream, epoch in rows}
 
     def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:
         with self._transaction() as db:
             cur = db.execute(
-                "UPDATE leases SET owner = ?, expires = 0 WHERE stream = ? AND owner = ? "
+                "UPDATE leases SET owner = ?, expires = ? WHERE stream = ? AND owner = ? "
                 "AND epoch = ?",
-                (None if idle else owner, stream, owner, epoch),
+                (None if idle else owner, ENDED, stream, owner, epoch),
             )
         return cur.rowcount > 0
 
