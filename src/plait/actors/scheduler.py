@@ -22,6 +22,7 @@ from plait.actors.messages import (
     Stop,
     TaskEnded,
 )
+from plait.actors.seams import TaskGateLike
 from plait.errors import SessionClosedError
 from plait.events.projections.tasks import (
     TaskQueue,
@@ -63,6 +64,8 @@ class Scheduler:
         deliver: Callable[[RunTask | Abort], object],
         refusal: Callable[[], Exception | None] = lambda: None,
         when_durable: Callable[[Callable[[Exception | None], object]], object] | None = None,
+        gate: TaskGateLike | None = None,
+        wake: Callable[[], object] = lambda: None,
     ) -> None:
         """``state``: the session's task queue, kept folded by the Session; ``record(group,
         ahead=False)`` appends a group (or makes it, ``ahead``) and folds it; ``catch_up``
@@ -70,7 +73,9 @@ class Scheduler:
         the running one, to the task's conversation; ``refusal`` says why the log took
         nothing, if the session failed or was lost (else it is being closed);
         ``when_durable(then)`` calls ``then`` once what was made ahead is written (``None``),
-        or with why it was not (the conversation a task is delivered to writes it)."""
+        or with why it was not (the conversation a task is delivered to writes it); ``gate``
+        gives the run slot a task starts in, and ``wake`` is called once one waited for is
+        held (the Session tells itself ``StartNext``)."""
         self.stream = stream
         self.state = state
         self._record = record
@@ -79,6 +84,9 @@ class Scheduler:
         self._refusal = refusal
         self._when_durable = when_durable or (lambda then: then(None))
         self._stopped = False  # the process stops: what waits is left for the next owner
+        self._gate = gate
+        self._wake = wake
+        self._slot_for: str | None = None  # the task the run slot held was taken for
 
     def receive(self, message: object) -> object:
         """Handle one of ``MESSAGES``; what it raises stops the session (the Session reports
@@ -125,6 +133,8 @@ class Scheduler:
     def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> list[Event]:
         """Start ``plan`` (if any), recording ``before`` with it; return what was recorded
         (made ahead, when a task starts: its conversation writes it)."""
+        if self.state.running is None and self._gate is not None:
+            plan = self._gated(plan)
         if plan is None or self._stopped:
             return self._record(before) if before else []
         started = [NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)]
@@ -140,6 +150,25 @@ class Scheduler:
         if recorded:
             self._deliver(RunTask(plan))
         return recorded
+
+    def _gated(self, plan: TaskPlan | None) -> TaskPlan | None:
+        """``plan``, if it may start now in a run slot of the gate; else ``None``: it stays
+        queued in the log, in line for a slot, and ``wake`` tells when one is held for it.
+        Nothing runs: the slot of a task that ended goes back, unless the next task is of
+        its interrupt chain (the caller waits on it), so others in line go first
+        (docs/processes.md#capacity)."""
+        assert self._gate is not None
+        if plan is None or self._stopped:
+            self._slot_for = None
+            self._gate.leave(self.stream)
+            return None
+        if self._slot_for is not None and plan.chain_depth == 0:
+            self._slot_for = None
+            self._gate.leave(self.stream)
+        if not self._gate.enter(self.stream, self._wake):
+            return None
+        self._slot_for = plan.task_id
+        return plan
 
     def _interrupt(self, cause: InterruptCause) -> None:
         why = INTERRUPTED_BY[cause]

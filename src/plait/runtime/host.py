@@ -92,7 +92,7 @@ class SessionHost:
         self._ended = ended
         self._used = time.monotonic()
         self._claimed = 0.0  # until then (monotonic), its place is held for a command on its way
-        journal.on_idle = runtime.admission.went_idle
+        journal.on_idle = self._went_idle
         journal.on_lost = self.lose
         journal.may_act = lambda: runtime.owner.still_owns(self.session_id)
         self.handle = SessionHandle(self)
@@ -138,6 +138,12 @@ class SessionHost:
     def idle_for(self) -> float:
         """Seconds since the session was last used or recorded anything."""
         return time.monotonic() - max(self._used, self.journal.last_recorded_at)
+
+    def _went_idle(self) -> None:
+        """Nothing runs or waits in it (by what it recorded): its run slot goes back, and
+        its place may go to a session in line (docs/processes.md#capacity)."""
+        self.runtime.gate.leave(self.session_id)
+        self.runtime.admission.went_idle()
 
     def queue_now(self, timeout: float) -> QueueSnapshot | None:
         """What runs and waits; ``None`` if the session broke answering (its drop-out, begun,
@@ -376,6 +382,7 @@ class SessionHost:
         if actor is not None:
             with contextlib.suppress(*stuck):
                 actor.stop(timeout=timeout)
+        self.runtime.gate.leave(self.session_id)  # its run slot, once it can take none again
         self.journal.flush()  # what an actor made ahead is written before the log is read
         for ack in list(self.acks):  # what the stopped actor did not take: not in the log
             ack(error or SessionClosedError(self.session_id))
