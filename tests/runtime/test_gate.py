@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from scripted import runtime_for
+from support import StoreFactory
 
 from plait import ConfigError
 from plait.events import Event, TaskCompleted, TaskEnqueued, TaskStarted, TurnAborted
@@ -52,12 +53,14 @@ async def run_all_at_once(handles: list[SessionHandle], tasks: int) -> None:
 
 
 async def test_n_slots_never_run_more_than_n_tasks_and_every_task_finishes(
-    tmp_path: Path,
+    tmp_path: Path, durable_stores: StoreFactory
 ) -> None:
+    # The log's order is the stores' commit order: a slot goes back once the end is durable.
     steps = [REPLY] * (SESSIONS * TASKS)
+    store = durable_stores.open()
     with (
         ScriptedModelServer(steps) as server,
-        runtime_for(server, tmp_path, max_running_tasks=SLOTS) as runtime,
+        runtime_for(server, tmp_path, store=store, max_running_tasks=SLOTS) as runtime,
     ):
         handles = [runtime.start_session() for _ in range(SESSIONS)]
         await run_all_at_once(handles, TASKS)

@@ -22,6 +22,7 @@ from plait.actors.messages import (
     Stop,
     TaskEnded,
 )
+from plait.actors.run_slot import RunSlot
 from plait.actors.seams import TaskGateLike
 from plait.errors import SessionClosedError
 from plait.events.projections.tasks import (
@@ -84,9 +85,7 @@ class Scheduler:
         self._refusal = refusal
         self._when_durable = when_durable or (lambda then: then(None))
         self._stopped = False  # the process stops: what waits is left for the next owner
-        self._gate = gate
-        self._wake = wake
-        self._slot_for: str | None = None  # the task the run slot held was taken for
+        self._slot = None if gate is None else RunSlot(gate, stream, wake, self._when_durable)
 
     def receive(self, message: object) -> object:
         """Handle one of ``MESSAGES``; what it raises stops the session (the Session reports
@@ -133,8 +132,8 @@ class Scheduler:
     def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> list[Event]:
         """Start ``plan`` (if any), recording ``before`` with it; return what was recorded
         (made ahead, when a task starts: its conversation writes it)."""
-        if self.state.running is None and self._gate is not None:
-            plan = self._gated(plan)
+        if self.state.running is None and self._slot is not None:
+            plan = self._slot.take(plan, self._stopped)  # docs/processes.md#capacity
         if plan is None or self._stopped:
             return self._record(before) if before else []
         started = [NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)]
@@ -150,25 +149,6 @@ class Scheduler:
         if recorded:
             self._deliver(RunTask(plan))
         return recorded
-
-    def _gated(self, plan: TaskPlan | None) -> TaskPlan | None:
-        """``plan``, if it may start now in a run slot of the gate; else ``None``: it stays
-        queued in the log, in line for a slot, and ``wake`` tells when one is held for it.
-        Nothing runs: the slot of a task that ended goes back, unless the next task is of
-        its interrupt chain (the caller waits on it), so others in line go first
-        (docs/processes.md#capacity)."""
-        assert self._gate is not None
-        if plan is None or self._stopped:
-            self._slot_for = None
-            self._gate.leave(self.stream)
-            return None
-        if self._slot_for is not None and plan.chain_depth == 0:
-            self._slot_for = None
-            self._gate.leave(self.stream)
-        if not self._gate.enter(self.stream, self._wake):
-            return None
-        self._slot_for = plan.task_id
-        return plan
 
     def _interrupt(self, cause: InterruptCause) -> None:
         why = INTERRUPTED_BY[cause]
