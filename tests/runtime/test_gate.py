@@ -14,6 +14,7 @@ from support import StoreFactory
 
 from plait import ConfigError
 from plait.events import Event, TaskCompleted, TaskEnqueued, TaskStarted, TurnAborted
+from plait.replay import replay
 from plait.runtime import Runtime, SessionHandle
 from plait.runtime.gate import TaskGate
 from plait.scripted_wire import ScriptedToolCall
@@ -75,6 +76,9 @@ async def test_n_slots_never_run_more_than_n_tasks_and_every_task_finishes(
     assert len(enqueued) == SESSIONS * TASKS
     assert sorted(started) == sorted(completed) == sorted(enqueued)
     assert most_running_at_once(events) == SLOTS  # never more, and the slots were used
+    for session_id in ids:  # started late, each replays as it ran
+        result = replay(store, session_id, timeout=10)
+        assert result.ok, result.divergence and result.divergence.message()
 
 
 async def test_a_waiting_task_holds_no_thread_and_starts_in_the_order_sessions_came(
