@@ -25,6 +25,17 @@ def test_no_file_gives_the_defaults_under_the_working_directory(tmp_path: Path) 
     assert config.api_key is None
 
 
+def test_the_reply_limits_have_defaults_and_reach_the_model_settings(tmp_path: Path) -> None:
+    from plait.cli.common import model_settings
+
+    defaults = load_config(cwd=tmp_path, env={}).model
+    assert (defaults.max_reply_bytes, defaults.max_reply_sec) == (8 << 20, 600.0)
+    write(tmp_path / "plait.toml", "[model]\nmax_reply_bytes = 4096\nmax_reply_sec = 30\n")
+    config = load_config(cwd=tmp_path, env={"OPENAI_API_KEY": "sk-1"})
+    settings = model_settings(config)
+    assert (settings.max_reply_bytes, settings.max_reply_sec) == (4096, 30.0)
+
+
 def test_the_file_then_the_environment_then_the_flags(tmp_path: Path) -> None:
     write(
         tmp_path / "plait.toml",
@@ -88,6 +99,9 @@ def test_plait_config_names_the_file(tmp_path: Path) -> None:
             "policy.approval_timeout_sec: expected `float` > 0.0",
         ),
         ("[model]\ntimeout_sec = 0\n", "model.timeout_sec: expected `float` > 0.0"),
+        ("[model]\nmax_reply_bytes = 0\n", "model.max_reply_bytes: expected `int` >= 1"),
+        ("[model]\nmax_reply_sec = -1\n", "model.max_reply_sec: expected `float` > 0.0"),
+        ('[model]\nmax_reply_sec = "1m"\n', "model.max_reply_sec: expected `float`, got `str`"),
         (
             "[policy]\nmax_concurrent_tool_calls = 0\n",
             "policy.max_concurrent_tool_calls: expected `int` >= 1",

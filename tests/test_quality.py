@@ -249,3 +249,35 @@ def test_no_module_reaches_into_another_objects_private_members() -> None:
                 if owner not in {"self", "cls"} and f"_{member}" not in LIBRARY_PRIVATES:
                     found.append(f"{path.relative_to(ROOT)}:{lineno}: {owner}._{member}")
     assert found == []
+
+
+JOURNAL_CALLBACK_SET = re.compile(r"\.(on_idle|on_lost|may_act)\s*=[^=]")
+
+
+def test_a_journal_is_given_its_callbacks_when_it_is_made() -> None:
+    # Told by the journal (on_idle, on_lost) or asked by it (may_act): set once, where it is
+    # made (SessionHost), so no journal runs for a while with the wrong ones.
+    found = []
+    for path in [*PACKAGE.glob("**/*.py"), *(ROOT / "tests").glob("**/*.py")]:
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if JOURNAL_CALLBACK_SET.search(line.split("#", 1)[0]):
+                found.append(f"{path.relative_to(ROOT)}:{lineno}")
+    assert found == []
+
+
+ANY = re.compile(r"\bAny\b")
+ANY_LIMIT = 25
+"""The most ``Any`` the actors and the runtime may hold (data from outside is ``JsonValue``)."""
+
+
+def test_the_actors_and_the_runtime_hold_little_any() -> None:
+    # Counted as `grep -rnw Any src/plait/actors src/plait/runtime | grep -v import` counts:
+    # what remains should be a library type with no public name, said so where it stands.
+    found = []
+    for wing in ("actors", "runtime"):
+        for path in sorted((PACKAGE / wing).glob("**/*.py")):
+            for lineno, line in enumerate(path.read_text().splitlines(), 1):
+                if "import" not in line:
+                    where = f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}"
+                    found += [where] * len(ANY.findall(line))
+    assert len(found) <= ANY_LIMIT, "\n".join([f"{len(found)} > {ANY_LIMIT}:", *found])

@@ -634,3 +634,21 @@ def response_of(conn: http.client.HTTPConnection) -> http.client.HTTPResponse:
     with contextlib.suppress(http.client.IncompleteRead):
         response.read()
     return response
+
+
+def test_an_endless_step_streams_past_any_cap_until_the_client_hangs_up(
+    server: ScriptedModelServer, client: OpenAI
+) -> None:
+    server.push(Step(text="on ", chunk_chars=3, endless=True), Step(text="next"))
+    seen: list[ChatCompletionChunk] = []
+    with client.chat.completions.create(
+        model="m", messages=HELLO, stream=True, max_tokens=1
+    ) as stream:
+        for chunk in stream:
+            seen.append(chunk)
+            if len(seen) == 1000:
+                break
+    assert text_of(seen) == "on " * 999  # the first chunk holds the role
+    assert all(c.choices[0].finish_reason is None for c in seen)
+    server.wait_for_disconnects(1)
+    assert text_of(stream_chat(client)) == "next"  # the server goes on with its script

@@ -67,6 +67,11 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Seconds to connect, and the longest silence inside a stream."""
     max_attempts: _AtLeastOne = 3
     """Requests sent at most for one completion."""
+    max_reply_bytes: _AtLeastOne = 8 << 20
+    """Most bytes of a reply kept (text, reasoning, call arguments); past them plait stops
+    reading it and its task ends ``truncated``."""
+    max_reply_sec: _Positive = 600.0
+    """Most seconds a reply may stream; then it is cut the same way."""
     max_output_tokens: _AtLeastOne | None = None
     """Most tokens a reply may have; a reply cut there ends its task ``truncated``."""
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"

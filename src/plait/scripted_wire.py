@@ -7,7 +7,9 @@ Pure functions of a step and a request body; the HTTP server is ``testing.py``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -19,6 +21,7 @@ __all__ = [
     "capped",
     "chunks",
     "completion",
+    "endless",
     "error_body",
     "refusal",
     "usage",
@@ -84,6 +87,10 @@ class Step(msgspec.Struct, frozen=True):
     reasoning: str = ""
     """Reasoning text, streamed before the text as ``reasoning_content`` deltas (or
     ``reasoning``, under the ``reasoning_field`` quirk); counted in the completion tokens."""
+    endless: bool = False
+    """Stream ``text`` (default ``"and so on "``) again and again and never finish, whatever
+    the output cap, until the client hangs up: a server that does not stop. A non-streamed
+    request gets the text once."""
 
 
 _ERROR_KINDS = {
@@ -248,3 +255,16 @@ def chunks(
     if with_usage and step.send_usage:
         chunks.append({**head, "choices": [], "usage": usage})
     return chunks
+
+
+def endless(step: Step, head: dict[str, Any], with_usage: bool) -> Iterator[dict[str, Any]]:
+    """The chunks of an ``endless`` step: its text, over and over, never a finish."""
+    usage = {"usage": None} if with_usage else {}
+
+    def chunk(delta: dict[str, Any]) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return {**head, "choices": [choice], **usage}
+
+    yield chunk({"role": "assistant", "content": "", "refusal": None})
+    for piece in itertools.cycle(_pieces(step.text or "and so on ", step.chunk_chars)):
+        yield chunk({"content": piece})

@@ -26,7 +26,8 @@ server behave as they do (``QUIRKS`` lists them; docs/models.md says which serve
 
 A request a quirk refuses is recorded but takes no step of the script, so a client that asks
 again differently gets the step. A request with ``max_tokens`` (or ``max_completion_tokens``)
-N gets at most ``4 * N`` characters of a step's text, and ``finish_reason: "length"`` if cut.
+N gets at most ``4 * N`` characters of a step's text, and ``finish_reason: "length"`` if cut;
+a step with ``endless=True`` ignores the cap and streams until the client hangs up.
 
 The server is stdlib ``http.server`` in a daemon thread and never writes to stderr.
 """
@@ -38,7 +39,7 @@ import socket
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
@@ -231,6 +232,11 @@ class ScriptedModelServer:
         """Wait ``delay`` seconds between chunks; return whether the server closed meanwhile."""
         return self._closing.wait(delay)
 
+    @property
+    def closing(self) -> bool:
+        """Whether ``close`` has begun (an endless answer stops then)."""
+        return self._closing.is_set()
+
     def client_dropped(self) -> None:
         """Count a client that hung up mid-reply."""
         with self._cond:
@@ -309,7 +315,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif step.status is not None:
             self._send_error(step.status, step.error_message)
         else:
-            step = wire.capped(step, body)
+            step = step if step.endless and request.stream else wire.capped(step, body)
             ids, usage = ids[: len(step.tool_calls)], wire.usage(step, len(raw))
             if not request.stream:
                 if step.disconnect_after is None:
@@ -320,7 +326,10 @@ class _Handler(BaseHTTPRequestHandler):
             options = body.get("stream_options")
             with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
             head["object"] = "chat.completion.chunk"
-            self._stream(step, wire.chunks(step, head, ids, usage, with_usage, quirks))
+            if step.endless:
+                self._stream_endless(step, wire.endless(step, head, with_usage))
+            else:
+                self._stream(step, wire.chunks(step, head, ids, usage, with_usage, quirks))
 
     def _recorded(self, body: dict[str, Any]) -> RecordedRequest:
         headers = {name.lower(): value for name, value in self.headers.items()}
@@ -365,6 +374,24 @@ class _Handler(BaseHTTPRequestHandler):
                 self._write(line)
             if step.disconnect_after is None:
                 self._write(b"")  # the last HTTP chunk; a dropped stream never gets it
+        except _DROPPED:
+            self.script.client_dropped()
+
+    def _stream_endless(self, step: Step, chunks: Iterator[dict[str, Any]]) -> None:
+        """Stream ``chunks`` until the client hangs up or the server closes."""
+        self.close_connection = True  # the answer never ends: the connection cannot be reused
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for i, chunk in enumerate(chunks):
+                if i and step.chunk_delay and self.script.paused(step.chunk_delay):
+                    return
+                if self.script.closing:
+                    return
+                self._write(b"data: " + msgspec.json.encode(chunk) + b"\n\n")
         except _DROPPED:
             self.script.client_dropped()
 

@@ -186,12 +186,10 @@ def test_a_record_after_one_made_ahead_writes_that_one_first(journal: Journal) -
     assert [e.seq for e in heard if e is not None] == [1, 2]
 
 
-def test_a_write_ahead_the_store_refuses_stops_the_session_and_says_why(
-    journal: Journal,
-) -> None:
-    feed = journal.feed(transient=False)
+def test_a_write_ahead_the_store_refuses_stops_the_session_and_says_why() -> None:
     lost: list[Exception] = []
-    journal.on_lost = lost.append
+    journal = Journal(MemoryStore(), "s", on_lost=lost.append)
+    feed = journal.feed(transient=False)
     journal.record([SessionClosed("ahead")], ahead=True)
     journal.store.append("s", [SessionClosed("another writer")], 0)  # the log moved meanwhile
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
+from scripted import call, runtime_for
 from strategies import START, new_events, session_items
 
 from plait.events import (
@@ -18,7 +20,8 @@ from plait.events import (
     TaskStarted,
     TurnAborted,
 )
-from plait.events.projections.tasks import TASKS, TaskQueue, chain_to_drop, next_task
+from plait.events.projections.tasks import TASKS, TaskQueue, chain_to_drop, next_task, task_queue
+from plait.testing import ScriptedModelServer, Step
 
 
 def fold(items: list[tuple[Any, str | None, str | None]]) -> TaskQueue:
@@ -91,3 +94,48 @@ def test_generated_sessions_never_run_two_tasks_at_once(
         if isinstance(event.body, TaskStarted):
             assert state.running is None, f"seq {event.seq} starts a task while one runs"
         TASKS.apply(state, event)
+
+
+def test_the_scheduler_decides_from_the_journal_s_one_task_queue(
+    server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """The queue that starts tasks is the one that ends a conversation's task and makes a
+    session idle: the journal's fold, not a second one the Session keeps."""
+    with runtime_for(server, tmp_path) as runtime:
+        server.push(
+            Step(tool_calls=[call("conv_create", user_instruction="remember 42")]),
+            Step(text="noted"),
+            Step(text="helper made"),
+        )
+        session = runtime.start_session()
+        assert session.run("make a helper", timeout=30).ok
+        root = session.root_conversation_id
+        helper = next(c.id for c in session.conversations() if c.id != root)
+        host = runtime.hosts[session.session_id]
+        assert host.actor is not None
+        scheduler = host.actor.proxy().scheduler.get(timeout=10)
+        seen: list[bool] = []
+
+        def compare(item: object) -> None:  # on the feed's thread, as the chain runs
+            if isinstance(item, Event) and isinstance(item.body, TaskEnqueued):
+                with scheduler.tasks() as read:
+                    pass
+                with host.journal.tasks() as kept:
+                    seen.append(read is kept)
+
+        server.push(
+            Step(tool_calls=[call("conv_send", conversation_id=helper, text="what number?")]),
+            Step(tool_calls=[call("conv_create", user_instruction="look it up")]),  # nested
+            Step(text="it is 42"),
+            Step(text="42"),
+            Step(text="the helper says 42"),
+        )
+        outcome = session.run("ask the helper", timeout=30, on_item=compare)
+        assert outcome.ok and outcome.last_assistant_message == "the helper says 42"
+        assert seen and all(seen)  # one object: the journal folds it, the scheduler reads it
+        log = runtime.store.read(session.session_id)
+        with host.journal.tasks() as kept:
+            assert kept == task_queue(log)  # and it is the log's fold, results and all
+        assert host.journal.idle and not host.journal.waiting
+        replaced = [e for e in log if isinstance(e.body, TurnAborted)]
+        assert [e.body.reason for e in replaced] == ["replaced", "replaced", "replaced"]

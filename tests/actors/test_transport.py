@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 from plait.actors.transport import (
     ConnectFailed,
+    LineTooLong,
     ReadTimedOut,
     StreamBroken,
     Transport,
@@ -309,3 +311,40 @@ async def test_on_sent_hears_the_request_is_written_before_any_answer(
     await transport.aclose()
 
     assert heard == [0, 200]
+
+
+async def test_a_line_past_max_line_ends_the_answer_without_being_kept() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await raw.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"c\r\ndata: short\n\r\n")  # a whole line, then one without an end
+        with contextlib.suppress(ConnectionError):
+            while True:  # one line that never ends
+                writer.write(b"4000\r\n" + b"x" * 0x4000 + b"\r\n")
+                await writer.drain()
+
+    async with RawServer(handler) as raw:
+        transport = Transport(raw.url, {}, timeout_sec=5)
+        taken: list[bytes] = []
+        with pytest.raises(LineTooLong, match="passed 100000 bytes"):
+            async with transport.post("/chat/completions", b"{}") as response:
+                await response.each_line(taken.append, max_line=100_000)
+        await transport.aclose()
+    assert taken == [b"data: short"]
+
+
+async def test_a_large_request_goes_out_whole_in_pieces() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await raw.read_request(reader)
+        writer.write(chunked(SSE))
+        await writer.drain()
+
+    big = bytes(range(256)) * 40_000  # 10 MB: more than a socket takes at once
+    async with RawServer(handler) as raw:
+        transport = Transport(raw.url, {}, timeout_sec=5)
+        async with transport.post("/chat/completions", [b"[", memoryview(big), b"]"]) as response:
+            await response.each_line(lambda _: None)
+        await transport.aclose()
+    (request,) = raw.requests
+    assert f"\r\nContent-Length: {len(big) + 2}\r\n".encode() in request
+    assert request.endswith(b"\r\n\r\n[" + big + b"]")

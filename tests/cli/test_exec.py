@@ -96,7 +96,7 @@ def test_exec_prints_text_as_it_arrives_and_ctrl_c_stops_the_task(
     code, err = running.stop()
     assert code == 130
     session = session_of(err)
-    assert err.splitlines()[-1].endswith(f"cut at checkpoint 0, session {session} handed back")
+    assert err.splitlines()[-1].endswith(f"stopped at checkpoint 0, session {session} handed back")
     log = cli("log", session).stdout.splitlines()
     aborted = [line for line in log if "TurnAborted" in line and '"cause":"shutdown"' in line]
     assert len(aborted) == 1 and "SessionClosed" not in "".join(log)  # handed back, not closed

@@ -18,7 +18,7 @@ from plait.actors.model import ModelSettings
 from plait.events import Event, SqliteStore, TaskCompleted, TaskStarted, TurnAborted
 from plait.events.subscription import Subscription
 from plait.runtime import Runtime
-from plait.testing import ScriptedModelServer, Step
+from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 if TYPE_CHECKING:
     from conftest import Cli
@@ -75,11 +75,11 @@ def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
     name = signal.Signals(sig).name
     (line,) = said  # one line, and only one
     assert line.startswith(f"plait: stopped by {name}: task "), line
-    assert line.endswith(f"cut at checkpoint 0, session {session} handed back"), line
+    assert line.endswith(f"stopped at checkpoint 0, session {session} handed back"), line
     with SqliteStore(cli.store) as store:
         (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
         assert (cut.body.reason, cut.body.cause) == ("interrupted", "shutdown")
-        assert f"task {cut.task_id} cut" in line
+        assert f"task {cut.task_id} stopped" in line
         lease = store.lease(session)
         assert lease is not None and not lease.live  # released, not left to lapse
 
@@ -95,6 +95,36 @@ def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     result = json.loads(replayed.stdout)
     assert result["divergence"] is None and result["events"] == result["total"]
+
+
+def test_sigterm_mid_reply_ends_the_task_at_its_next_checkpoint(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    # A reply that streams for about a second more, then asks for a tool: the task ends with
+    # the reply recorded and its call not run (docs/interrupts.md#stopping-at-a-checkpoint).
+    listed = ScriptedToolCall("conv_list", "{}")
+    reply = Step(
+        text="Counting:\n" + "one " * 40, chunk_chars=16, chunk_delay=0.1, tool_calls=[listed]
+    )
+    cli.configure(server.base_url)
+    server.push(reply, Step(text="Going on."))
+    running = cli.spawn("exec", "--grace-sec", "30", "How many?")
+    assert running.out.next() == "Counting:\n"
+    sent = time.monotonic()
+    code, err = running.stop(signal.SIGTERM)
+    assert code == 143, err
+    assert time.monotonic() - sent < 30  # the checkpoint, not the grace period
+    started, line = err.splitlines()
+    session = session_of(started)
+    assert line.endswith(f"stopped at checkpoint 1, session {session} handed back"), line
+    assert len(server.requests) == 1  # no request after the reply
+    again = cli.spawn("exec", "--session", session, "And now?")
+    assert again.out.next() == "Going on.\n"
+    assert again.wait() == 0
+    assert cli("verify", session).returncode == 0
+    replayed = cli("replay", session, "--json")
+    result = json.loads(replayed.stdout)
+    assert result["divergence"] is None and result["events"] == result["total"], result
 
 
 def test_a_second_signal_exits_at_once_with_one_line(cli: Cli, server: ScriptedModelServer) -> None:
@@ -145,7 +175,7 @@ def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_s
             ended = ended_task(tail, b)
         (line,) = first.err.rest()  # one line, and only one
         assert line == (
-            f"plait: worker stopped by SIGTERM: task {a} cut at checkpoint 0, "
+            f"plait: worker stopped by SIGTERM: task {a} stopped at checkpoint 0, "
             f"session {session} handed back\n"
         )
         assert ended is not None and isinstance(ended.body, TaskCompleted)
@@ -179,7 +209,7 @@ def test_sigterm_to_a_chat_hands_its_session_back(cli: Cli, server: ScriptedMode
         (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
         assert cut.body.cause == "shutdown"
         assert line.endswith(
-            f"task {cut.task_id} cut at checkpoint 0, session {session} handed back"
+            f"task {cut.task_id} stopped at checkpoint 0, session {session} handed back"
         )
         lease = store.lease(session)
         assert lease is not None and not lease.live

@@ -4,12 +4,29 @@ cause ``shutdown``, and hand the session back with its lease released at once.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
-from scripted import replayed, runtime_for
+from scripted import call, local_mcp_servers, replayed, runtime_for
 from support import wait_for_event
 
-from plait.events import ModelRequested, SessionClosed, TaskCompleted, TurnAborted
+from plait.events import (
+    CANCEL_MESSAGE,
+    INTERRUPT_MESSAGE,
+    AgentMessageDelta,
+    Event,
+    ModelRequested,
+    ModelResponded,
+    SessionClosed,
+    StopRequested,
+    TaskCompleted,
+    TokensCounted,
+    ToolCallCompleted,
+    ToolCallStarted,
+    TurnAborted,
+)
+from plait.events.projections import HistoryProjection
 from plait.testing import ScriptedModelServer, Step
 
 SLOW = Step(text="slow " * 400, chunk_chars=5, chunk_delay=0.1)
@@ -52,3 +69,94 @@ def test_a_task_that_ends_within_the_grace_period_ends_as_it_would_have(tmp_path
     events = replayed(tmp_path, session.session_id)
     ended = [e for e in events if e.task_id == task and isinstance(e.body, TaskCompleted)]
     assert len(ended) == 1 and not any(isinstance(e.body, TurnAborted) for e in events)
+
+
+# --- the next checkpoint (docs/interrupts.md#stopping-at-a-checkpoint) ---------------------------
+
+GRACE_SEC = 5.0
+"""The default ``--grace-sec``: what each stop below is given."""
+
+
+def _stopped_at_checkpoint(
+    tmp_path: Path, server: ScriptedModelServer, wait_for: type[Any], grace_sec: float
+) -> tuple[str, float]:
+    """Submit a task in a session with the test MCP server, stop the runtime with
+    ``grace_sec`` once ``wait_for`` happens (an event, or the first text delta), and return
+    the session and how long the stop took."""
+    runtime = runtime_for(server, tmp_path, mcp_servers=local_mcp_servers())
+    session = runtime.start_session()
+    with session.subscribe() as feed:
+        session.submit("Look it up.")
+        while (item := feed.get(timeout=30)) is not None:
+            if isinstance(item.body if isinstance(item, Event) else item, wait_for):
+                break
+        assert item is not None, f"no {wait_for.__name__} within 30 s"
+    began = time.monotonic()
+    runtime.close(grace_sec=grace_sec)
+    return session.session_id, time.monotonic() - began
+
+
+def _ended(events: list[Event]) -> TurnAborted:
+    (cut,) = [e.body for e in events if isinstance(e.body, TurnAborted)]
+    assert (cut.reason, cut.cause, cut.detail) == ("interrupted", "shutdown", "the process stopped")
+    return cut
+
+
+def _goes_on(server: ScriptedModelServer, tmp_path: Path, session_id: str) -> None:
+    """The next process resumes the session at once and runs its next task."""
+    with runtime_for(server, tmp_path, mcp_servers=local_mcp_servers()) as again:
+        resumed = again.resume(session_id)
+        assert not resumed.followed
+        assert resumed.run("And now?", timeout=30).last_assistant_message == "Going on."
+
+
+def test_a_stop_mid_reply_records_the_reply_and_ends_before_its_calls(tmp_path: Path) -> None:
+    # A reply that streams for about a second and asks for a tool; the script would go on.
+    reply = Step(
+        text="Let me look. " * 20,
+        chunk_chars=13,
+        chunk_delay=0.05,
+        tool_calls=[call("t__echo", text="hi")],
+    )
+    # The step the task would have asked for next answers the next process's task instead.
+    with ScriptedModelServer([reply, Step(text="Going on.")]) as server:
+        session, took = _stopped_at_checkpoint(tmp_path, server, AgentMessageDelta, GRACE_SEC)
+        assert took < GRACE_SEC  # the reply ended, and the task with it: not the grace
+        assert len(server.requests) == 1  # no second model request
+        events = replayed(tmp_path, session)
+        kinds = [type(e.body) for e in events]
+        assert kinds.index(StopRequested) < kinds.index(ModelResponded)  # asked mid-reply
+        assert ToolCallStarted not in kinds and ToolCallCompleted not in kinds  # not run
+        responded = next(e.body for e in events if isinstance(e.body, ModelResponded))
+        assert responded.text == "Let me look. " * 20  # the whole reply is kept
+        assert _ended(events).checkpoint == 1  # the call answered as cancelled
+        history = HistoryProjection().fold(events).conversations[events[1].conversation_id or ""]
+        assert [m.content for m in history.messages[-2:]] == [CANCEL_MESSAGE, INTERRUPT_MESSAGE]
+        _goes_on(server, tmp_path, session)
+
+
+def test_a_stop_lets_a_running_call_end_and_starts_no_request(tmp_path: Path) -> None:
+    script = [Step(tool_calls=[call("t__slow", seconds=1)]), Step(text="Going on.")]
+    with ScriptedModelServer(script) as server:
+        session, took = _stopped_at_checkpoint(tmp_path, server, ToolCallStarted, GRACE_SEC)
+        assert took < GRACE_SEC
+        assert len(server.requests) == 1
+        events = replayed(tmp_path, session)
+        (done,) = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
+        assert (done.outcome, done.output) == ("ok", "slept 1.0s")  # it ran to its end
+        assert _ended(events).checkpoint == 2  # every call answered, no request out
+        assert not any(isinstance(e.body, TokensCounted) and e.body.estimated for e in events)
+        _goes_on(server, tmp_path, session)
+
+
+def test_a_call_that_does_not_end_within_the_grace_is_cut(tmp_path: Path) -> None:
+    script = [Step(tool_calls=[call("t__slow", seconds=60)]), Step(text="Going on.")]
+    with ScriptedModelServer(script) as server:
+        session, _ = _stopped_at_checkpoint(tmp_path, server, ToolCallStarted, 0.5)
+        assert len(server.requests) == 1
+        events = replayed(tmp_path, session)
+        kinds = [type(e.body) for e in events]
+        assert kinds.index(StopRequested) < kinds.index(TurnAborted)
+        assert _ended(events).checkpoint == 4  # the call cancelled where it ran
+        assert ToolCallCompleted not in kinds  # the cut itself answers it
+        _goes_on(server, tmp_path, session)

@@ -153,6 +153,9 @@ class TaskRun(msgspec.Struct):
     """The history was compacted for the coming turn (so it is not compacted twice)."""
     control: ContextChange | None = None
     """A context change a tool result of this turn asked for, applied before the next."""
+    stop: str | None = None
+    """A stop was asked (``StopRequested``, its detail): the task ends at its next checkpoint
+    (docs/interrupts.md#stopping-at-a-checkpoint)."""
 
 
 class Conversation(Actor):
@@ -299,6 +302,9 @@ class Conversation(Actor):
                             message.attempt, message.error, message.status, message.retry_in_sec
                         )
                     )
+            case Abort(task_id=task_id, detail=detail, at_checkpoint=True):
+                if self.run and self.run.plan.task_id == task_id:
+                    interrupts.stop_at_checkpoint(self, detail)
             case Abort(task_id=task_id, reason=reason, cause=cause, detail=detail, destroy=destroy):
                 if self.run and self.run.plan.task_id == task_id:
                     extra = [ConversationDestroyed(detail)] if destroy else []
@@ -343,6 +349,8 @@ class Conversation(Actor):
     def _prompt(self) -> None:
         """Build the turn's prompt and send it, once the MCP servers it needs have started."""
         assert self.run is not None
+        if interrupts.settle(self):
+            return  # a stop was asked: no request starts
         run = self.run
         run.tool_view = ToolView()
         if self.deps.pool is not None:

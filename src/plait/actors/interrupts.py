@@ -4,7 +4,8 @@ An abort (an interrupt, a failure) records ``TurnAborted`` with the ``Checkpoint
 at, which says what the history gets (docs/interrupts.md#checkpoints). A replacement is what
 an interrupting tool (``conv_create``, ``conv_send``) does: the task ends, and the target's
 task and a continuation that answers the call are queued first
-(docs/conv-tools.md#interrupt-and-switch).
+(docs/conv-tools.md#interrupt-and-switch). A stop on purpose waits for the next checkpoint
+(``stop_at_checkpoint``, ``settle``): what runs ends first, nothing more starts.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from plait.events.types import (
     AbortCause,
     Body,
     NewEvent,
+    StopRequested,
     TaskEnqueued,
     TokensCounted,
     ToolCallCompleted,
@@ -34,7 +36,7 @@ from plait.events.values import Closure, TaskPlan, ToolCall, Usage
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
 
-__all__ = ["Checkpoint", "abort", "checkpoint", "replace"]
+__all__ = ["Checkpoint", "abort", "checkpoint", "replace", "settle", "stop_at_checkpoint"]
 
 
 class Checkpoint(IntEnum):
@@ -114,6 +116,47 @@ def checkpoint(conv: Conversation) -> Checkpoint:
     if batch.recorded or batch.results:
         return Checkpoint.CALL_NOT_BEGUN
     return Checkpoint.REPLY_RECORDED
+
+
+def stop_at_checkpoint(conv: Conversation, detail: str) -> None:
+    """End the running task at its next checkpoint, with the cause ``shutdown``
+    (docs/interrupts.md#stopping-at-a-checkpoint): now, if nothing of its turn runs; else
+    record ``StopRequested`` (replay feeds it in where it was recorded, so the program stops
+    where it stopped), let the model's reply or the running calls end and be recorded, and
+    start nothing more (``settle`` ends it)."""
+    assert conv.run is not None
+    run = conv.run
+    if run.stop is not None:
+        return  # asked already
+    if not _running(conv):
+        abort(conv, "interrupted", "shutdown", detail)
+        return
+    conv.record(StopRequested(detail))
+    run.stop = detail
+    if run.batch is not None:
+        for deciding in run.batch.awaiting.values():
+            deciding.cancel()  # a call waiting for its approval will not run: it waits no more
+
+
+def settle(conv: Conversation) -> bool:
+    """At a checkpoint of the running turn: if a stop was asked and nothing of the turn runs
+    any more, end the task here; return whether it ended."""
+    run = conv.run
+    if run is None or run.stop is None or _running(conv):
+        return False
+    abort(conv, "interrupted", "shutdown", run.stop)
+    return True
+
+
+def _running(conv: Conversation) -> bool:
+    """Whether the turn waits for something that runs: the model's reply (or a compaction's),
+    or a call sent to its server. A call waiting for its approval, or for its turn, does not
+    run."""
+    assert conv.run is not None
+    run = conv.run
+    if run.model_future is not None:
+        return True
+    return run.batch is not None and checkpoint(conv) is Checkpoint.CALL_RUNNING
 
 
 def replace(

@@ -81,6 +81,9 @@ class Abort(msgspec.Struct, frozen=True):
     """For people."""
     destroy: bool = False
     """Record the conversation's destruction with the abort (``conv.destroy`` of a running one)."""
+    at_checkpoint: bool = False
+    """Not now: let what runs end, start nothing more, and end the task at its next
+    checkpoint (docs/interrupts.md#stopping-at-a-checkpoint)."""
 
 
 class ModelFinished(msgspec.Struct, frozen=True):
@@ -178,11 +181,15 @@ class Interrupt(msgspec.Struct, frozen=True):
 
 
 class Stop(msgspec.Struct, frozen=True):
-    """Start no more tasks, and end the running one now with the cause ``shutdown``: the
-    process stops on purpose and hands the session back (docs/processes.md#stopping)."""
+    """Start no more tasks, and end the running one with the cause ``shutdown``: the process
+    stops on purpose and hands the session back (docs/processes.md#stopping)."""
 
     detail: str = "the process stopped"
-    """Recorded in ``TurnAborted``, for people."""
+    """Recorded in ``StopRequested`` and ``TurnAborted``, for people."""
+    at_checkpoint: bool = False
+    """End it at its next checkpoint, letting a streaming reply or a running tool call end
+    first (docs/interrupts.md#stopping-at-a-checkpoint), not now. A ``Stop`` after it cuts what
+    still runs."""
 
 
 class GetQueue(msgspec.Struct, frozen=True):

@@ -25,15 +25,22 @@ import msgspec
 
 from plait.actors.stream import (
     Assembly,
+    Cut,
     Failure,
     ModelReply,
     _Chunk,
     decode_chunk,
-    encode,
     ignore,
+    request_pieces,
 )
 from plait.actors.text import mended_json
-from plait.actors.transport import ConnectFailed, ReadTimedOut, StreamBroken, Transport
+from plait.actors.transport import (
+    ConnectFailed,
+    LineTooLong,
+    ReadTimedOut,
+    StreamBroken,
+    Transport,
+)
 from plait.errors import ModelError, ModelErrorKind
 from plait.events.values import ModelOptions
 
@@ -61,6 +68,11 @@ class ModelSettings(ModelOptions, frozen=True):
     """Wait before attempt n+1 is ``backoff_sec * 2**(n-1)`` (or ``retry-after``), at most 8 s."""
     context_window: int | None = None
     """The model's context window in tokens, when known (for compaction thresholds)."""
+    max_reply_bytes: int = 8 << 20
+    """Most bytes of a reply kept (text, reasoning and call arguments, UTF-8): plait stops
+    reading it there, and its task ends ``truncated`` (docs/models.md#reply-limits)."""
+    max_reply_sec: float = 600.0
+    """Most seconds one attempt's reply may stream, from its request; then it is cut too."""
 
     def options(self) -> ModelOptions:
         """What a session records of these settings (credentials left out)."""
@@ -156,14 +168,21 @@ class ModelClient:
         asked again at once without it, and this client does not send it again. Raises
         ``ModelError`` when retries are spent or retrying cannot help. Cancelling the calling
         task closes the HTTP stream and raises ``CancelledError``.
+
+        A reply that passes ``max_output_tokens`` (as counted here: ``token_limit``),
+        ``max_reply_bytes`` or ``max_reply_sec`` is cut: the stream is closed and the reply
+        returned as it stood, ``finish_reason`` ``length`` and ``cut_by`` the limit.
         """
         body = self._body(request)
         attempt, limit = 0, self._max_attempts
+        cap = request.options.max_output_tokens
         while True:
             attempt += 1
-            assembly = Assembly(on_text, on_reasoning)
+            assembly = Assembly(
+                on_text, on_reasoning, max_tokens=cap, max_bytes=self.settings.max_reply_bytes
+            )
             try:
-                await self._attempt(encode(body), assembly, on_sent)
+                await self._attempt_within(request_pieces(body), assembly, on_sent)
                 return assembly.reply()
             except Failure as failure:
                 adapted = self._adapt(failure, body)
@@ -235,8 +254,23 @@ class ModelClient:
             return min(retry_after, MAX_BACKOFF_SEC)
         return min(self.settings.backoff_sec * 2.0 ** (attempt - 1), MAX_BACKOFF_SEC)
 
+    async def _attempt_within(
+        self, content: list[bytes | memoryview], assembly: Assembly, on_sent: Callable[[], object]
+    ) -> None:
+        """``_attempt``, its reply cut where it passes a limit (the stream is then closed:
+        a server that does not stop would otherwise hold the connection)."""
+        try:
+            async with asyncio.timeout(self.settings.max_reply_sec) as deadline:
+                await self._attempt(content, assembly, on_sent)
+        except Cut:
+            pass
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            assembly.cut("max_reply_sec")
+
     async def _attempt(
-        self, content: bytes, assembly: Assembly, on_sent: Callable[[], object]
+        self, content: list[bytes | memoryview], assembly: Assembly, on_sent: Callable[[], object]
     ) -> None:
         """Send one request and feed its stream to ``assembly``; raise ``Failure`` on failure."""
         if self._transport is None:
@@ -249,7 +283,13 @@ class ModelClient:
                     body = await response.read()
                     raise _status_failure(response.status, response.reason, response.headers, body)
                 try:
-                    await response.each_line(lambda line: self._feed(line, assembly))
+                    # A line holds one chunk: one longer than any chunk the reply's limit
+                    # lets through (its text JSON-escaped, 6 bytes a byte at most) is cut.
+                    longest = 6 * self.settings.max_reply_bytes + (1 << 16)
+                    await response.each_line(lambda line: self._feed(line, assembly), longest)
+                except LineTooLong as exc:
+                    assembly.cut("max_reply_bytes")
+                    raise Cut(str(exc)) from exc
                 except ReadTimedOut as exc:
                     if not assembly.done:
                         raise self._timeout() from exc
@@ -262,7 +302,9 @@ class ModelClient:
             raise self._unreachable(exc) from exc
         self._check_whole(assembly)
 
-    async def _attempt_through_sdk(self, content: bytes, assembly: Assembly) -> None:
+    async def _attempt_through_sdk(
+        self, content: list[bytes | memoryview], assembly: Assembly
+    ) -> None:
         """``_attempt`` through the SDK's HTTP client, which speaks to proxies."""
         import httpx2
         import openai
@@ -273,7 +315,7 @@ class ModelClient:
             response = await self._client.post(
                 "/chat/completions",
                 cast_to=httpx2.Response,
-                content=content,
+                content=b"".join(content),
                 options={"headers": self._headers},
                 stream=True,
             )

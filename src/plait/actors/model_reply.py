@@ -21,7 +21,7 @@ from plait.events.types import (
     ToolCallCompleted,
     ToolCallRequested,
 )
-from plait.events.values import ToolCall, Usage
+from plait.events.values import Usage
 
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
@@ -46,7 +46,9 @@ def on_finished(conv: Conversation, finished: ModelFinished) -> None:
         return
     calls = list(reply.tool_calls)
     bodies: list[Body] = [
-        ModelResponded(reply.text, calls, reply.finish_reason, reply.usage, reply.reasoning)
+        ModelResponded(
+            reply.text, calls, reply.finish_reason, reply.usage, reply.reasoning, reply.cut_by
+        )
     ]
     window, usage = conv.deps.history.context_window, reply.usage
     if usage is not None:
@@ -58,7 +60,7 @@ def on_finished(conv: Conversation, finished: ModelFinished) -> None:
         return
     cut_off = reply.finish_reason if reply.finish_reason in CUT_OFF else None
     if cut_off is not None and conv.deps.model_protocol >= 1:
-        _cut_off(conv, cut_off, reply.text, calls, bodies)
+        _cut_off(conv, reply.cut_by or f"finish_reason {cut_off}", reply, bodies)
         return
     if not calls:
         # The reply and the task's end belong together: one transaction, one fsync.
@@ -77,16 +79,16 @@ def _estimated(conv: Conversation, reply: ModelReply) -> Usage:
     return Usage(prompt, completion, prompt + completion)
 
 
-def _cut_off(
-    conv: Conversation, why: str, text: str, calls: list[ToolCall], reply: list[Body]
-) -> None:
-    """End the task with the reply the server stopped (``TaskCompleted.cut_off``): its
-    text is kept; its calls, which may be cut short, are not run."""
-    refused = f"not run: the reply was cut off (finish_reason {why}) before it was whole"
+def _cut_off(conv: Conversation, why: str, reply: ModelReply, bodies: list[Body]) -> None:
+    """End the task with the reply the server stopped, or plait at a limit
+    (``TaskCompleted.cut_off``): its text is kept; its calls, which may be cut short, are
+    not run."""
+    refused = f"not run: the reply was cut off ({why}) before it was whole"
+    calls = reply.tool_calls
     conv.record(
-        *reply,
+        *bodies,
         *[ToolCallRequested(c.id, c.name, c.arguments) for c in calls],
         *[ToolCallCompleted(c.id, refused, "refused") for c in calls],
-        TaskCompleted(text, cut_off=why),  # type: ignore[arg-type]
+        TaskCompleted(reply.text, cut_off=reply.finish_reason),  # type: ignore[arg-type]
     )
     conv.end()

@@ -1,9 +1,11 @@
 """The ``Scheduler``: starts the session's tasks one at a time, in queue order.
 
-It decides from the session's ``TaskQueue`` (``events/projections/tasks.py``), which the
-``Session`` folds from the log with its histories; it records what it decides (a task queued,
-started, or dropped by an interrupt), and the Session folds that back
-(docs/conversations.md#the-single-timeline). It lives in the ``Session`` actor,
+It decides from the session's ``TaskQueue`` (``events/projections/tasks.py``), the one the
+journal folds as it records (``Writer.tasks``), whoever records: the same queue by which a
+conversation ends its task and the runtime sees the session idle. It reads it held still, so it
+never decides from half a group, and records what it decides (a task queued, started, or
+dropped by an interrupt) (docs/conversations.md#the-single-timeline). It lives in the
+``Session`` actor,
 which hands it the scheduling messages and delivers the tasks it starts: a task goes from the
 caller to its conversation through one actor, not two.
 """
@@ -11,6 +13,7 @@ caller to its conversation through one actor, not two.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from plait.actors.messages import (
     Abort,
@@ -59,7 +62,7 @@ class Scheduler:
     def __init__(
         self,
         stream: str,
-        state: TaskQueue,
+        tasks: Callable[[], AbstractContextManager[TaskQueue]],
         record: Callable[..., list[Event]],
         catch_up: Callable[[], object],
         deliver: Callable[[RunTask | Abort], object],
@@ -68,8 +71,9 @@ class Scheduler:
         gate: TaskGateLike | None = None,
         wake: Callable[[], object] = lambda: None,
     ) -> None:
-        """``state``: the session's task queue, kept folded by the Session; ``record(group,
-        ahead=False)`` appends a group (or makes it, ``ahead``) and folds it; ``catch_up``
+        """``tasks()``: the session's task queue, as the journal folds it, held still while
+        it is read; ``record(group, ahead=False)`` appends a group (or makes it, ``ahead``)
+        and has the session fold it; ``catch_up``
         folds what others recorded since; ``deliver`` hands a task it started, or an abort of
         the running one, to the task's conversation; ``refusal`` says why the log took
         nothing, if the session failed or was lost (else it is being closed);
@@ -78,7 +82,7 @@ class Scheduler:
         gives the run slot a task starts in, and ``wake`` is called once one waited for is
         held (the Session tells itself ``StartNext``)."""
         self.stream = stream
-        self.state = state
+        self.tasks = tasks
         self._record = record
         self._catch_up = catch_up
         self._deliver = deliver
@@ -102,14 +106,19 @@ class Scheduler:
             case Interrupt(cause=cause):
                 self._interrupt(cause)
             case GetQueue():
-                return self.state.snapshot()
+                with self.tasks() as queue:
+                    return queue.snapshot()
             case StartNext():
                 self._maybe_start()
-            case Stop(detail=detail):
+            case Stop(detail=detail, at_checkpoint=at_checkpoint):
                 self._stopped = True
-                if self.state.running is not None:
-                    task_id = self.state.running.task_id
-                    self._deliver(Abort(task_id, "interrupted", "shutdown", detail))
+                with self.tasks() as queue:
+                    running = queue.running
+                if running is not None:
+                    task = running.task_id
+                    self._deliver(
+                        Abort(task, "interrupted", "shutdown", detail, at_checkpoint=at_checkpoint)
+                    )
         return None
 
     def _enqueue(self, plans: tuple[TaskPlan, ...]) -> bool:
@@ -118,8 +127,9 @@ class Scheduler:
         is being stopped)."""
         queued = [NewEvent(TaskEnqueued(p), p.conversation_id, p.task_id) for p in plans]
         nxt = None
-        if self.state.running is None:
-            nxt = self.state.pending[0] if self.state.pending else plans[0]
+        with self.tasks() as queue:
+            if queue.running is None:
+                nxt = queue.pending[0] if queue.pending else plans[0]
         recorded = self._start(nxt, queued)
         # The running task may have ended meanwhile, and told no one: nothing waited then.
         self._catch_up()
@@ -127,17 +137,23 @@ class Scheduler:
         return bool(recorded)
 
     def _maybe_start(self) -> None:
-        self._start(next_task(self.state), [])
+        with self.tasks() as queue:
+            plan = next_task(queue)
+        self._start(plan, [])
 
     def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> list[Event]:
         """Start ``plan`` (if any), recording ``before`` with it; return what was recorded
         (made ahead, when a task starts: its conversation writes it)."""
-        if self.state.running is None and self._slot is not None:
-            plan = self._slot.take(plan, self._stopped)  # docs/processes.md#capacity
+        if self._slot is not None:
+            with self.tasks() as queue:
+                idle = queue.running is None
+            if idle:  # docs/processes.md#capacity
+                plan = self._slot.take(plan, self._stopped)
         if plan is None or self._stopped:
             return self._record(before) if before else []
         started = [NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)]
-        output = continuation_output(self.state, plan)  # before TaskStarted forgets the result
+        with self.tasks() as queue:  # before TaskStarted forgets the result
+            output = continuation_output(queue, plan)
         if plan.closure is not None and output is not None:
             # A continuation starts by answering the call it closes, in the same group: a
             # crash keeps both or neither.
@@ -153,7 +169,9 @@ class Scheduler:
     def _interrupt(self, cause: InterruptCause) -> None:
         why = INTERRUPTED_BY[cause]
         dropped: list[NewEvent] = []
-        for plan in chain_to_drop(self.state):
+        with self.tasks() as queue:
+            chain = chain_to_drop(queue)
+        for plan in chain:
             if plan.closure is not None:
                 # The call this continuation would have answered is answered now, so the
                 # caller's history stays valid for its next model request.
@@ -165,7 +183,8 @@ class Scheduler:
             dropped.append(NewEvent(reason, plan.conversation_id, plan.task_id))
         if dropped:
             self._record(dropped)
-        running = self.state.running
+        with self.tasks() as queue:
+            running = queue.running
         if running is not None:
             self._deliver(Abort(running.task_id, "interrupted", cause, why))
         else:

@@ -10,8 +10,9 @@ for the real part (replay's model, servers and approver that answer from the log
   waits for the answer (the session, as a conversation asks it).
 - ``JournalLike``: the session's ``Journal`` as its actors use it: record (``ahead`` or not),
   ``flush`` what was made ahead, hold the seal off while starting something outside
-  (``unsealed``), publish transient deltas, fail the session; and ``listeners``, through which
-  an actor folds what the others recorded (docs/event-log.md#writing-ahead).
+  (``unsealed``), publish transient deltas, fail the session; ``listeners``, through which
+  an actor folds what the others recorded (docs/event-log.md#writing-ahead); and ``tasks``,
+  the session's one fold of its task queue, held still while the scheduler reads it.
 - ``Effects``: the ``EffectLoop``, the asyncio loop on which every model and MCP call runs.
 - ``ModelClientLike``: the ``ModelClient`` as a conversation calls it (replay's
   ``ReplayModel``).
@@ -30,7 +31,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from plait.actors.approvals import ApprovalRequest
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from plait.actors.messages import CallTool
     from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
     from plait.errors import PlaitError, SessionFailedError
+    from plait.events.projections.tasks import TaskQueue
     from plait.events.types import (
         Body,
         Event,
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
         ToolCallStarted,
         Transient,
     )
+    from plait.jsonvalue import JsonValue
 
 __all__ = [
     "ApprovalGateLike",
@@ -119,6 +122,10 @@ class JournalLike(Protocol):
     @property
     def waiting(self) -> bool:
         """Whether a task waits to start, by what was recorded."""
+        ...
+
+    def tasks(self) -> AbstractContextManager[TaskQueue]:
+        """The task queue folded from what was recorded, held still while it is read."""
         ...
 
     def record(
@@ -217,7 +224,7 @@ class McpServersLike(Protocol):
         self,
         server: str,
         tool: str,
-        arguments: str | Mapping[str, Any],
+        arguments: str | Mapping[str, JsonValue],
         timeout: float | None = None,
         *,
         call_id: str = "",

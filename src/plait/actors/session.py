@@ -2,8 +2,10 @@
 
 It holds the ``Scheduler`` and starts one ``Conversation`` actor per live conversation, opens new
 conversations (``conv_create``), and answers ``conv_list``, ``conv_history`` and
-``conv_destroy`` from its fold of the whole session's log. It never asks another actor and
-waits (conversations ask it), so no two actors of a session can wait on each other.
+``conv_destroy`` from its fold of the whole session's log; what runs and waits it reads from
+the journal's task queue, as the scheduler does (one fold of it, ``writer.py``). It never asks
+another actor and waits (conversations ask it), so no two actors of a session can wait on each
+other.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class Session(Actor):
         self.conversations: dict[str, pykka.ActorRef[Conversation]] = {}
         self.scheduler = Scheduler(
             journal.stream,
-            self.histories.tasks,
+            journal.tasks,
             self._record,
             self._catch_up,
             self._deliver,
@@ -183,7 +185,8 @@ class Session(Actor):
             self.journal.flush()
             self._fail_orphan(message.plan)
             return
-        running = self.histories.tasks.running
+        with self.journal.tasks() as queue:
+            running = queue.running
         if running is not None and running.task_id == message.task_id:
             ref = self.conversations.get(running.conversation_id)
             if ref is not None:
@@ -246,10 +249,10 @@ class Session(Actor):
 
     def _waiting(self, cid: str) -> bool:
         """Whether ``cid`` waits for a tool result in the current interrupt chain."""
-        return any(
-            plan.closure is not None and plan.conversation_id == cid
-            for plan in self.histories.tasks.pending
-        )
+        with self.journal.tasks() as queue:
+            return any(
+                plan.closure is not None and plan.conversation_id == cid for plan in queue.pending
+            )
 
     def _check_target(self, cid: str, caller: str) -> dict[str, object]:
         if not self._live(cid):
@@ -269,12 +272,13 @@ class Session(Actor):
             return {"ok": False, "reason": "a conversation cannot destroy itself"}
         if self._waiting(cid):
             return {"ok": False, "reason": f"conversation {cid} is waiting in the current chain"}
+        with self.journal.tasks() as queue:
+            pending, running = list(queue.pending), queue.running
         dropped = [
             NewEvent(TaskDropped("conversation destroyed", "destroy"), cid, plan.task_id)
-            for plan in self.histories.tasks.pending
+            for plan in pending
             if plan.conversation_id == cid
         ]
-        running = self.histories.tasks.running
         task = running.task_id if running and running.conversation_id == cid else ""
         if not task:  # idle: its end is recorded now, before the caller goes on
             dropped.append(NewEvent(ConversationDestroyed("conversation destroyed"), cid))

@@ -10,14 +10,28 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Literal
 
 import msgspec
 
 from plait.errors import ModelErrorKind
 from plait.events.values import ToolCall, Usage
 
-__all__ = ["Assembly", "Failure", "ModelReply", "decode_chunk", "encode", "ignore"]
+__all__ = [
+    "Assembly",
+    "Cut",
+    "CutBy",
+    "Failure",
+    "ModelReply",
+    "decode_chunk",
+    "encode",
+    "ignore",
+    "request_pieces",
+    "token_limit",
+]
+
+CutBy = Literal["max_output_tokens", "max_reply_bytes", "max_reply_sec"]
+"""The ``[model]`` limit at which plait stopped reading a reply (docs/models.md#reply-limits)."""
 
 
 class ModelReply(msgspec.Struct, frozen=True):
@@ -33,6 +47,9 @@ class ModelReply(msgspec.Struct, frozen=True):
     """Token usage, when the server sent it."""
     reasoning: str = ""
     """Reasoning text streamed beside the reply (``reasoning_content``/``reasoning``)."""
+    cut_by: CutBy | None = None
+    """The limit at which plait stopped reading the reply (its ``finish_reason`` is then
+    ``length``); ``None``: the server ended it."""
 
 
 def ignore(_: object) -> None:
@@ -44,7 +61,7 @@ def ignore(_: object) -> None:
 
 class _Function(msgspec.Struct):
     name: str | None = None
-    arguments: str | dict[str, Any] | None = None  # some servers send an object
+    arguments: str | dict[str, object] | None = None  # some servers send an object
 
 
 class _ToolCallDelta(msgspec.Struct):
@@ -92,6 +109,17 @@ decode_chunk = msgspec.json.Decoder(_Chunk).decode
 encode = msgspec.json.Encoder().encode
 
 
+def request_pieces(body: dict[str, object]) -> list[bytes | memoryview]:
+    """``body`` as JSON, in pieces: its already encoded ``messages`` (the prompt, which may be
+    most of the request) are sent as they are, not copied into one more buffer."""
+    messages = body.get("messages")
+    if not isinstance(messages, msgspec.Raw):
+        return [encode(body)]
+    rest = encode({name: value for name, value in body.items() if name != "messages"})
+    # ``rest`` is ``{"model":...}``: the messages go first, the other fields after them.
+    return [b'{"messages":', memoryview(messages), b",", rest[1:]]
+
+
 class Failure(Exception):
     """One failed attempt, classified: what to tell people, and whether to try again."""
 
@@ -104,12 +132,35 @@ class Failure(Exception):
         self.retry_after: float | None = None  # seconds, from a retry-after header
 
 
+class Cut(Exception):
+    """The reply passed a limit: plait stops reading it and keeps what came before."""
+
+
+def token_limit(max_output_tokens: int) -> int:
+    """The count past which plait cuts a reply capped at ``max_output_tokens``.
+
+    Servers stream about one token a chunk; the count is the chunks that carried text,
+    reasoning or call arguments, or the server's own ``completion_tokens`` when it reports
+    them as it streams. A server that honours the cap stops first (a server that splits a
+    token over two chunks may pass it a little: hence an eighth more, and 8); one that packs
+    several tokens into a chunk is cut late, never early (docs/models.md#reply-limits).
+    """
+    return max_output_tokens + max_output_tokens // 8 + 8
+
+
 class Assembly:
-    """The reply being put together from stream chunks."""
+    """The reply being put together from stream chunks, cut at the limits it is given."""
 
     def __init__(
-        self, on_text: Callable[[str], None], on_reasoning: Callable[[str], None] = ignore
+        self,
+        on_text: Callable[[str], None],
+        on_reasoning: Callable[[str], None] = ignore,
+        *,
+        max_tokens: int | None = None,
+        max_bytes: int | None = None,
     ) -> None:
+        """``max_tokens``: cut past this count (``token_limit``); ``max_bytes``: keep at most
+        this many bytes of text, reasoning and call arguments (UTF-8)."""
         self.on_text = on_text
         self.on_reasoning = on_reasoning
         self.text: list[str] = []
@@ -118,28 +169,65 @@ class Assembly:
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.done = False  # saw ``data: [DONE]``
+        self.cut_by: CutBy | None = None
+        self._max_tokens = max_tokens
+        self._max_bytes = max_bytes
+        self._pieces = 0  # chunks that carried a piece of the reply
+        self._reported: int | None = None  # completion tokens, as the server streams them
+        self._bytes = 0  # UTF-8 bytes of the pieces kept
+
+    def cut(self, limit: CutBy) -> None:
+        """Stop the reply here, at ``limit``."""
+        self.cut_by = limit
+        self.done = True
 
     def feed(self, chunk: _Chunk) -> None:
+        """Take one chunk; raise ``Cut`` when the reply passes a limit (what passed it is not
+        kept), ``Failure`` when the chunk reports one."""
         if chunk.error is not None:
             detail = chunk.error.message or "no message"
             raise Failure("unavailable", f"the model server failed mid-stream: {detail}")
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
+            if self.finish_reason is None:
+                self._reported = chunk.usage.completion_tokens
         for choice in chunk.choices or ():
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
             delta = choice.delta
             if delta is None:
                 continue
+            thought = delta.reasoning_content or delta.reasoning
+            if self.finish_reason is None:
+                self._count(delta, thought)
             if delta.content:
                 self.text.append(delta.content)
                 self.on_text(delta.content)
-            thought = delta.reasoning_content or delta.reasoning
             if thought:
                 self.reasoning.append(thought)
                 self.on_reasoning(thought)
             for call in delta.tool_calls or ():
                 self._feed_call(call)
+
+    def _count(self, delta: _Delta, thought: str | None) -> None:
+        """Count ``delta`` toward the limits before it is kept; ``Cut`` if it would pass one."""
+        size = _size(delta.content) + _size(thought)
+        for call in delta.tool_calls or ():
+            if call.function is not None:
+                size += _size(call.function.name)
+                arguments = call.function.arguments
+                size += _size(arguments) if isinstance(arguments, str) else len(encode(arguments))
+        if not size:
+            return
+        if self._max_bytes is not None and self._bytes + size > self._max_bytes:
+            self.cut("max_reply_bytes")
+            raise Cut(f"the reply passed {self._max_bytes} bytes")
+        self._bytes += size
+        self._pieces += 1
+        tokens = self._pieces if self._reported is None else self._reported
+        if self._max_tokens is not None and tokens > token_limit(self._max_tokens):
+            self.cut("max_output_tokens")
+            raise Cut(f"the reply passed {self._max_tokens} tokens")
 
     def _feed_call(self, delta: _ToolCallDelta) -> None:
         index, function = delta.index, delta.function
@@ -171,7 +259,16 @@ class Assembly:
             for _, p in sorted(self.calls.items())
         ]
         text, reasoning = "".join(self.text), "".join(self.reasoning)
+        if self.cut_by is not None:
+            return ModelReply(text, calls, "length", self.usage, reasoning, self.cut_by)
         return ModelReply(text, calls, self.finish_reason, self.usage, reasoning)
+
+
+def _size(piece: str | None) -> int:
+    """UTF-8 bytes of ``piece`` (cheap for ASCII, the usual case)."""
+    if not piece:
+        return 0
+    return len(piece) if piece.isascii() else len(piece.encode("utf-8", "surrogatepass"))
 
 
 def _usage(wire: _Usage) -> Usage:

@@ -81,7 +81,7 @@ def run(conv: Conversation, calls: list[ToolCall], reply: list[Body]) -> None:
             ToolCallRequested(call.id, name or call.name, call.arguments, read_only=ro)
             for call, name, ro in zip(calls, names, read_only, strict=True)
         ],
-        *_hold(conv, batch),
+        *(_hold(conv, batch) if conv.run.stop is None else ()),  # a stop starts no call
         # Built-ins act only on the session, by events written after these: the reply and its
         # calls may be written with what follows (docs/event-log.md#writing-ahead).
         ahead=not mcp,
@@ -112,6 +112,8 @@ def _advance(conv: Conversation) -> None:
             if result.control is not None:
                 conv.run.control = result.control  # the last one asked for holds
         elif batch.started <= index:
+            if interrupts.settle(conv):
+                return  # a stop was asked: no call starts
             last = len(batch.calls) if batch.parallel else index + 1
             while batch.started < last:
                 batch.started += 1
@@ -119,7 +121,8 @@ def _advance(conv: Conversation) -> None:
                     return  # the task was replaced by an interrupting tool
         else:
             # A call runs elsewhere, or waits for its approval: its ToolFinished (or
-            # ApprovalFinished) continues the batch.
+            # ApprovalFinished) continues the batch; after a stop, only a call that runs does.
+            interrupts.settle(conv)
             return
     conv.run.batch = None
     control, conv.run.control = conv.run.control, None
@@ -175,8 +178,8 @@ def on_finished(conv: Conversation, finished: ToolFinished) -> None:
 def on_decision(conv: Conversation, finished: ApprovalFinished) -> None:
     """Record the decision, then send the call to its server or answer it refused."""
     run = conv.run
-    if run is None or run.batch is None or finished.token != run.token:
-        return  # a decision that came after its turn was aborted: dropped
+    if run is None or run.batch is None or finished.token != run.token or run.stop is not None:
+        return  # a decision that came after its turn was aborted, or a stop: dropped
     batch, index, decision = run.batch, finished.index, finished.decision
     if batch.awaiting.pop(index, None) is None:
         return

@@ -13,10 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-__all__ = ["ConnectFailed", "HttpResponse", "ReadTimedOut", "StreamBroken", "Transport"]
+__all__ = [
+    "ConnectFailed",
+    "HttpResponse",
+    "LineTooLong",
+    "ReadTimedOut",
+    "StreamBroken",
+    "Transport",
+]
 
 
 class ConnectFailed(Exception):
@@ -31,12 +38,19 @@ class StreamBroken(Exception):
     """The connection closed, or the server broke HTTP, before the answer was whole."""
 
 
+class LineTooLong(Exception):
+    """A line of the answer passed the most bytes its reader takes (``each_line``)."""
+
+
 class _Closed(StreamBroken):
     """The connection closed before any byte of an answer (a reused one may be stale)."""
 
 
 _MAX_HEAD = 1 << 16
 """The most bytes a status line and headers may take, or a chunk-size line."""
+_Pieces = Sequence[bytes | memoryview]  # a request, in pieces not joined (a prompt may be large)
+_SLICE = 1 << 18
+"""The most bytes of a request handed to the socket's transport at once."""
 
 
 class HttpResponse:
@@ -55,12 +69,13 @@ class HttpResponse:
         """The whole body."""
         return b"".join([piece async for piece in self._conn.pieces()])
 
-    async def each_line(self, take: Callable[[bytes], object]) -> None:
+    async def each_line(self, take: Callable[[bytes], object], max_line: int | None = None) -> None:
         """Hand ``take`` each of the body's lines (without its line end: ``\\n`` or ``\\r\\n``)
         as its bytes arrive, from the connection's read callback (no task is woken per read);
         return once the body is whole. What ``take`` raises ends the reading and is raised
-        here, as is the connection's failure."""
-        await self._conn.each_line(take)
+        here, as is the connection's failure, and ``LineTooLong`` for a line of more than
+        ``max_line`` bytes (it is not kept whole meanwhile)."""
+        await self._conn.each_line(take, max_line)
 
 
 class _Conn(asyncio.Protocol):
@@ -74,6 +89,7 @@ class _Conn(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._heard = 0.0  # loop time of the last bytes received
+        self._writable: asyncio.Future[None] | None = None  # set while writing is paused
         self.lost = False
         self.reset()
 
@@ -87,17 +103,36 @@ class _Conn(asyncio.Protocol):
         self._take: Callable[[bytes], object] | None = None  # each_line's: takes pieces as lines
         self._rest = b""  # the start of a line whose end is still to come
         self._take_error: Exception | None = None
+        self._max_line: int | None = None  # each_line's: the longest line it takes
         self._left = 0  # body bytes left: of the chunk (chunked) or of the body (by length)
         self._framing = ""  # "chunked", "length" or "eof", once the head is read
         self._got_any = False
 
     # --- the consumer's side ----------------------------------------------------------------
 
-    def send(self, request: bytes) -> None:
+    async def send(self, pieces: _Pieces) -> None:
+        """Write ``pieces`` in slices, waiting while the socket's buffer is full: asyncio would
+        otherwise copy what the socket did not take at once, twice (a 50 MB prompt: 100 MB)."""
         assert self._transport is not None
         self._heard = self._loop.time()
         self._arm()
-        self._transport.write(request)
+        for piece in pieces:
+            with memoryview(piece) as view:
+                for start in range(0, len(view), _SLICE):
+                    if self._error is not None:
+                        raise self._error
+                    self._transport.write(view[start : start + _SLICE])
+                    self._heard = self._loop.time()  # writing is not a silence
+                    while self._writable is not None:
+                        await self._writable
+
+    def pause_writing(self) -> None:
+        self._writable = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
 
     async def wait_head(self) -> tuple[int, str, dict[str, str]]:
         while self.head is None:
@@ -116,8 +151,8 @@ class _Conn(asyncio.Protocol):
             else:
                 await self._wait()
 
-    async def each_line(self, take: Callable[[bytes], object]) -> None:
-        self._take, self._rest = take, b""
+    async def each_line(self, take: Callable[[bytes], object], max_line: int | None) -> None:
+        self._take, self._rest, self._max_line = take, b"", max_line
         try:
             pieces, self._pieces = self._pieces, []  # what came with the head
             for piece in pieces:
@@ -186,6 +221,7 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self.resume_writing()  # a write waiting for room gives up: the error says why
         if self.done:
             return
         if self._framing == "eof" and exc is None:
@@ -276,6 +312,11 @@ class _Conn(asyncio.Protocol):
         if self._take_error is not None:
             return  # the taker failed: the rest is not read
         *whole, self._rest = (self._rest + piece).split(b"\n")
+        limit = self._max_line
+        if limit is not None and max([len(self._rest), *map(len, whole)]) > limit:
+            self._take_error = LineTooLong(f"a line of the answer passed {limit} bytes")
+            self.keep_alive, self._rest = False, b""
+            return
         try:
             for line in whole:
                 take(line[:-1] if line.endswith(b"\r") else line)
@@ -331,15 +372,17 @@ class Transport:
 
     @contextlib.asynccontextmanager
     async def post(
-        self, path: str, content: bytes, on_sent: Callable[[], object] | None = None
+        self, path: str, content: bytes | _Pieces, on_sent: Callable[[], object] | None = None
     ) -> AsyncIterator[HttpResponse]:
-        """Send ``content`` to the base URL's path + ``path``; yield the response, its body
-        unread. The connection is kept for the next request only if the body was read whole."""
+        """Send ``content`` (or its pieces, in order: they are not joined) to the base URL's
+        path + ``path``; yield the response, its body unread. The connection is kept for the
+        next request only if the body was read whole."""
+        pieces: _Pieces = [content] if isinstance(content, bytes) else content
         head = (
             f"POST {self._prefix}{path} HTTP/1.1\r\n{self._head}"
-            f"Content-Length: {len(content)}\r\n\r\n"
+            f"Content-Length: {sum(map(len, pieces))}\r\n\r\n"
         ).encode("latin-1")
-        conn, response = await self._exchange(head + content, on_sent)
+        conn, response = await self._exchange([head, *pieces], on_sent)
         try:
             yield response
         finally:
@@ -358,7 +401,7 @@ class Transport:
             await asyncio.sleep(0)  # a transport closes its socket in a callback of the loop
 
     async def _exchange(
-        self, request: bytes, on_sent: Callable[[], object] | None
+        self, request: _Pieces, on_sent: Callable[[], object] | None
     ) -> tuple[_Conn, HttpResponse]:
         """Send ``request``; wait for the answer's head. A kept connection that the server
         closed meanwhile (no byte came back) is dropped for the next, or a new one."""
@@ -370,10 +413,10 @@ class Transport:
         return (conn := await self._connect()), await self._send(conn, request, on_sent)
 
     async def _send(
-        self, conn: _Conn, request: bytes, on_sent: Callable[[], object] | None
+        self, conn: _Conn, request: _Pieces, on_sent: Callable[[], object] | None
     ) -> HttpResponse:
         try:
-            conn.send(request)
+            await conn.send(request)
             if on_sent is not None:
                 on_sent()
             status, reason, headers = await conn.wait_head()

@@ -87,7 +87,7 @@ class Signals:
 
 def stop_runtimes(runtimes: Iterable[Runtime], grace_sec: float, stopped: Stopped) -> str:
     """Hand back every session of ``runtimes`` (``Runtime.drain`` with ``grace_sec``), and
-    return what the one line says of it: ``stopped by SIGTERM: task T cut at checkpoint 2,
+    return what the one line says of it: ``stopped by SIGTERM: task T stopped at checkpoint 2,
     session S handed back``."""
     from plait.events.types import TaskCompleted, TurnAborted
 
@@ -101,7 +101,7 @@ def stop_runtimes(runtimes: Iterable[Runtime], grace_sec: float, stopped: Stoppe
             for event in runtime.store.read(session_id, after=seq):
                 body = event.body
                 if isinstance(body, TurnAborted) and body.cause in ("shutdown", "forced_close"):
-                    parts.append(f"task {event.task_id} cut at checkpoint {body.checkpoint}")
+                    parts.append(f"task {event.task_id} stopped at checkpoint {body.checkpoint}")
                 elif isinstance(body, TaskCompleted):
                     parts.append(f"task {event.task_id} ended")
             said.append(", ".join([*parts, f"session {session_id} handed back"]))

@@ -36,6 +36,7 @@ from plait.events.types import (
     Event,
     ModelRequestFailed,
     NewEvent,
+    StopRequested,
     TaskCompleted,
     TaskDropped,
     TaskEnqueued,
@@ -55,6 +56,7 @@ KEPT_BY_NONE = frozenset(
         TaskCompleted,
         TaskDropped,
         TurnAborted,
+        StopRequested,
         ModelRequestFailed,
     }
 )

@@ -207,16 +207,15 @@ class EventStore(Ownership, ABC):
                 draft.conversation_id,
                 draft.task_id,
             )
-            data = encode(event)
+            stored = body
             if cls.BLOB_FIELDS:
-                stored = body
+                # Large strings leave the event before it is encoded: encoding them inline
+                # first would copy a 50 MB prompt once more (bench/memory.py).
                 if draft.scoped_blobs:
                     stored = externalize(body, 0, blobs, f"{stream}:{seq}\n".encode())
-                # Only an event longer than the threshold can hold a string longer than it.
-                elif len(data) > threshold:
+                else:
                     stored = externalize(body, threshold, blobs)
-                if stored is not body:
-                    data = encode(msgspec.structs.replace(event, body=stored))
+            data = encode(event if stored is body else msgspec.structs.replace(event, body=stored))
             prev = sha256(data).digest()
             rows.append((seq, tags[cls], version, data, prev))
             set_(event, "hash", prev)

@@ -40,6 +40,7 @@ from plait.events.bodies import (
     SessionReopened,
     SessionResumed,
     SessionStarted,
+    StopRequested,
     TaskCompleted,
     TaskDropped,
     TaskEnqueued,
@@ -91,6 +92,7 @@ __all__ = [
     "SessionReopened",
     "SessionResumed",
     "SessionStarted",
+    "StopRequested",
     "TaskCompleted",
     "TaskDropped",
     "TaskEnqueued",
@@ -122,6 +124,7 @@ AnyBody = (
     | TaskDropped
     | TurnStarted
     | TurnAborted
+    | StopRequested
     | ModelRequested
     | ModelRequestFailed
     | ModelResponded

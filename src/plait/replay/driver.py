@@ -2,9 +2,9 @@
 
 The driver walks the recorded events in order. What came from outside the program (see
 ``inference``) it feeds in when its turn comes: a task the user submitted, a user interrupt or
-destroy, the close, an MCP server's lifecycle, a model reply or failure, an MCP tool result,
-an approval decided outside it (by the approver, for want of one, by its timeout). Model and
-tool calls and approvals wait for it (``ReplayModel``, ``ReplayServers``,
+destroy, a stop on purpose, the close, an MCP server's lifecycle, a model reply or failure, an
+MCP tool result, an approval decided outside it (by the approver, for want of one, by its
+timeout). Model and tool calls and approvals wait for it (``ReplayModel``, ``ReplayServers``,
 ``ReplayApprovals``; the approver is never called). Everything else the program must produce
 by itself, and each produced event is compared with the recorded one at the same seq.
 """
@@ -44,6 +44,7 @@ from plait.events.types import (
     SessionClosed,
     SessionReopened,
     SessionStarted,
+    StopRequested,
     TaskEnqueued,
     ToolApprovalDecided,
     ToolApprovalRequested,
@@ -307,11 +308,14 @@ class Driver:
                 body.finish_reason,
                 body.usage,
                 _text(body.reasoning) or "",
+                body.cut_by,  # type: ignore[arg-type]  # as recorded
             )
             self.model.answer(self.requests - 1, reply, wait)
         elif isinstance(body, ModelRequestFailed):
             failed = AttemptFailed(body.attempt, body.error, body.status, body.retry_in_sec)
             self.model.attempt_failed(self.requests - 1, failed, wait)
+        elif isinstance(body, StopRequested):  # the task ends at its next checkpoint, as it did
+            self._actor().tell(Stop(body.detail, at_checkpoint=True))
         elif isinstance(body, TurnAborted) and body.cause == "shutdown":
             self._actor().tell(Stop(body.detail))  # nothing starts after it, here
             self.handed_back = event.task_id

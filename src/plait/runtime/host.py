@@ -54,22 +54,34 @@ class SessionHost:
     def __init__(
         self,
         runtime: Runtime,
-        journal: Journal,
+        session_id: str,
         root_id: str,
         past: list[Event],
         actors_for: ActorsFor,
         ended: Callable[[SessionHost], object],
         *,
+        epoch: int | None = None,
         followed: bool = False,
     ) -> None:
-        """``actors_for`` starts its actors' shared parts; ``ended(host)`` is told once the
+        """Own the session from ``past`` (its lease taken with ``epoch``), or follow it;
+        ``actors_for`` starts its actors' shared parts; ``ended(host)`` is told once the
         session has ended here (closed, handed back, failed, lost)."""
         from plait.runtime.handle import SessionHandle
 
         self.runtime = runtime
-        self.session_id = journal.stream
+        self.session_id = session_id
         self.root_conversation_id = root_id
-        self.journal = journal
+        self.journal = Journal(
+            runtime.store,
+            session_id,
+            past,
+            epoch,
+            on_idle=self._went_idle,
+            on_lost=self.lose,
+            may_act=lambda: runtime.owner.still_owns(session_id),
+        )
+        """Its journal, which tells it what it must hear (idle, lost) and asks it whether it
+        may still act: made here, once, with those (docs/processes.md#a-sessions-life)."""
         self.life = Life(self.session_id, State.FOLLOWED if followed else State.PASSIVE)
         self.lock = threading.RLock()
         """Held by whatever reaches the actors, or stops or starts them."""
@@ -92,9 +104,6 @@ class SessionHost:
         self._ended = ended
         self._used = time.monotonic()
         self._claimed = 0.0  # until then (monotonic), its place is held for a command on its way
-        journal.on_idle = self._went_idle
-        journal.on_lost = self.lose
-        journal.may_act = lambda: runtime.owner.still_owns(self.session_id)
         self.handle = SessionHandle(self)
         """Its public front."""
         if not followed:

@@ -158,7 +158,11 @@ async def await_outcome_async(
 
 
 CUT_OFF: dict[str, tuple[Status, str]] = {
-    "length": ("truncated", "the reply was cut off at the output cap or the context's end"),
+    "length": (
+        "truncated",
+        "the reply was cut off at a length limit (the output cap, a [model] reply limit, "
+        "or the context's end)",
+    ),
     "content_filter": ("filtered", "the model server's content filter stopped the reply"),
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from plait.actors.journal import Journal
 from plait.actors.mcp.functions import FunctionTool, as_tools
@@ -59,11 +59,17 @@ class Sessions:
     if TYPE_CHECKING:  # the Runtime's
 
         def _attach(
-            self, journal: Journal, root: str, past: list[Event], *, followed: bool = False
+            self,
+            session_id: str,
+            root: str,
+            past: list[Event],
+            epoch: int | None = None,
+            *,
+            followed: bool = False,
         ) -> SessionHost: ...
 
     def resume(
-        self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., Any]] = ()
+        self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., object]] = ()
     ) -> SessionHandle:
         """Continue a stored session where it was; a task cut off by a crash is aborted.
 
@@ -102,7 +108,9 @@ class Sessions:
             self.owner.release(session_id)
             raise
 
-    def _offer(self, session_id: str, tools: Iterable[FunctionTool | Callable[..., Any]]) -> None:
+    def _offer(
+        self, session_id: str, tools: Iterable[FunctionTool | Callable[..., object]]
+    ) -> None:
         """Offer ``tools`` in session ``session_id`` beside the runtime's (``ConfigError`` for
         a name taken twice)."""
         own = list(tools)
@@ -132,8 +140,7 @@ class Sessions:
         """Follow a session another process owns."""
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session checks it
-        journal = Journal(self.store, session_id, past)
-        host = self._attach(journal, started.root_conversation_id, past, followed=True)
+        host = self._attach(session_id, started.root_conversation_id, past, followed=True)
         self.followers.add(host, past[-1].position)
         return host
 
@@ -179,7 +186,7 @@ class Sessions:
         if missing:
             raise ContentUnavailableError(session_id, "resume", missing)
         self.owner.drop_taken(session_id, past)
-        if host is None:
+        if host is None:  # its host writes after what this records
             journal = Journal(self.store, session_id, past, epoch)
             if isinstance(past[-1].body, SessionClosed):  # resumed by its user: reopened
                 past += journal.record([SessionReopened(past[-1].seq)])
@@ -196,7 +203,7 @@ class Sessions:
         elif plan is not None or state.pending:
             past += took_over(journal, past, state, calls.ending() if plan is not None else [])
         if host is None:
-            host = self._attach(journal, root, past)
+            host = self._attach(session_id, root, past, epoch)
         else:
             host.own(past)
         host.start_next(plan, calls, rerun)

@@ -24,6 +24,7 @@ __all__ = [
     "ModelRequestFailed",
     "ModelRequested",
     "ModelResponded",
+    "StopRequested",
     "TaskCompleted",
     "TaskDropped",
     "TaskEnqueued",
@@ -120,6 +121,16 @@ class TurnAborted(Body, frozen=True):
     ``disconnected``); ``detail`` has the server's message."""
 
 
+class StopRequested(Body, frozen=True):
+    """The process is stopping on purpose (docs/processes.md#stopping) while the task named in
+    the envelope runs: it starts no new model request and no tool call, lets what runs end and
+    records it, and ends ``TurnAborted(cause="shutdown")`` at its next checkpoint
+    (docs/interrupts.md#stopping-at-a-checkpoint)."""
+
+    detail: str = ""
+    """Why, for people (the ``TurnAborted`` that follows says the same)."""
+
+
 CANCEL_MESSAGE = "The user cancelled this tool call before it returned a result."
 """The output of a call an interrupt cancelled (checkpoints 1, 3 and 4)."""
 INTERRUPT_MESSAGE = "[Request interrupted by the user for tool use]"
@@ -174,12 +185,16 @@ class ModelResponded(Body, frozen=True):
     tool_calls: list[ToolCall] = []
     """Tool calls in the model's order."""
     finish_reason: str | None = None
-    """As the server reported it."""
+    """As the server reported it; ``length`` when plait cut the reply (``cut_by``)."""
     usage: Usage | None = None
     """Token usage, when the server sent it."""
     reasoning: Content = ""
     """Reasoning text the server streamed beside the reply (``reasoning_content`` or
     ``reasoning`` deltas), kept apart from it."""
+    cut_by: str | None = None
+    """The ``[model]`` limit at which plait stopped reading the reply and closed the stream:
+    ``max_output_tokens`` (counted as it streamed), ``max_reply_bytes`` or ``max_reply_sec``;
+    the reply holds what came before. ``None``: the server ended it."""
 
 
 class TokensCounted(Body, frozen=True):

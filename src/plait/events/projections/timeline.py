@@ -25,6 +25,7 @@ from plait.events.types import (
     SessionReopened,
     SessionResumed,
     SessionStarted,
+    StopRequested,
     TaskCompleted,
     TaskDropped,
     TaskStarted,
@@ -100,6 +101,8 @@ def _render(body: Any) -> tuple[str, str] | None:
             return "task_dropped", f"task dropped: {reason}"
         case TurnAborted(reason=reason, cause=cause, detail=detail):
             return "aborted", f"turn aborted ({reason}: {cause}) {detail}".rstrip()
+        case StopRequested(detail=detail):
+            return "stop_requested", f"stop requested, at the next checkpoint: {detail}"
         case ModelRequestFailed(attempt=attempt, error=error):
             return "model_failed", f"model request attempt {attempt} failed: {error}"
         case ModelResponded(text=text, tool_calls=calls):
@@ -139,9 +142,9 @@ class TimelineProjection(Projection[Timeline]):
             SessionStarted, SessionClosed, SessionReopened, ConversationOpened,
             ConversationContextChanged,
             ConversationDestroyed, TaskStarted, TaskCompleted, TaskDropped, TurnAborted,
-            ModelRequestFailed, ModelResponded, ToolCallRequested, ToolApprovalRequested,
-            ToolApprovalDecided, ApprovalKeyExpired, ApprovalPolicyNarrowed, ToolCallCompleted,
-            HistoryCompacted, McpServerReady, McpServerFailed,
+            StopRequested, ModelRequestFailed, ModelResponded, ToolCallRequested,
+            ToolApprovalRequested, ToolApprovalDecided, ApprovalKeyExpired, ApprovalPolicyNarrowed,
+            ToolCallCompleted, HistoryCompacted, McpServerReady, McpServerFailed,
         )  # fmt: skip
         return dict.fromkeys(shown, self._entry)
 

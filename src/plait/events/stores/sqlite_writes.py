@@ -188,12 +188,7 @@ class Writes:
                     blobs.update(prepared.blobs)
                 written.append((append, prepared, first))
             if blobs:
-                db.executemany(
-                    "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
-                    "ON CONFLICT (sha256) DO UPDATE SET data = excluded.data "
-                    "WHERE blobs.data IS NULL",
-                    [(sha, len(data), data) for sha, data in blobs.items()],
-                )
+                _write_blobs(db, blobs)
             if moved:
                 db.execute(
                     _heads_sql(len(moved)),
@@ -275,3 +270,29 @@ class _Append:
 
     def fail(self, error: Exception) -> None:
         self.error, self.done = error, True
+
+
+_BLOB_SQL = (
+    "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, {}) "
+    "ON CONFLICT (sha256) DO UPDATE SET data = excluded.data WHERE blobs.data IS NULL"
+)
+_LARGE_BLOB = 1 << 20
+"""Blobs of more bytes than this are written in pieces into a zeroblob: SQLite copies a bound
+blob twice (its own copy, then the row's record), 100 MB for a 50 MB prompt (bench/memory.py)."""
+
+
+def _write_blobs(db: sqlite3.Connection, blobs: dict[str, bytes]) -> None:
+    """Store ``blobs`` (a redacted one gets its content back; a stored one stays as it is)."""
+    small = [(sha, len(data), data) for sha, data in blobs.items() if len(data) <= _LARGE_BLOB]
+    if small:
+        db.executemany(_BLOB_SQL.format("?"), small)
+    for sha, data in blobs.items():
+        if len(data) <= _LARGE_BLOB:
+            continue
+        sql = _BLOB_SQL.format("zeroblob(?)") + " RETURNING rowid"
+        rows = db.execute(sql, (sha, len(data), len(data))).fetchall()
+        if not rows:
+            continue  # stored already
+        with db.blobopen("blobs", "data", rows[0][0]) as blob, memoryview(data) as view:
+            for start in range(0, len(view), _LARGE_BLOB):
+                blob.write(view[start : start + _LARGE_BLOB])
