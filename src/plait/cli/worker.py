@@ -1,13 +1,15 @@
 """``plait worker``: a process that runs the sessions nobody else runs, until it is stopped.
 
-It recovers what a stopped process left in flight, then, as commands are stored, as places
-free and every fraction of a second, takes over the sessions that need an owner, as many as
-it has free places: one whose owner stopped renewing its lease, or handed it back with work
+It recovers what a stopped process left in flight, then, as commands are stored, as room
+frees and every fraction of a second, takes over the sessions that need an owner, as many as
+it has room for: one whose owner stopped renewing its lease, or handed it back with work
 waiting, or that has inbox commands and no live owner (docs/processes.md). ``--concurrency``
-places bound the tasks it runs at once: a session with nothing running or queued holds none
+run slots bound the tasks it runs at once, over all its sessions; a session with nothing
+running holds none, and keeps its actors (up to ``--max-active-sessions``, by default
+``ACTIVE_PER_SLOT`` times as many) so that its next task starts at once
 (docs/processes.md#capacity). It hands back a session idle for ``--idle-sec``, and one whose
-command finds no place free while other workers keep up, so that work spreads over the
-workers. SIGTERM (or Ctrl-C) stops it: what runs is given ``--grace-sec`` to end, then cut,
+command finds no room while other workers keep up, so that work spreads over the workers.
+SIGTERM (or Ctrl-C) stops it: what runs is given ``--grace-sec`` to end, then cut,
 and every session is handed back at once (docs/processes.md#stopping).
 """
 
@@ -18,7 +20,12 @@ import argparse
 from plait.cli.common import config_of, err, make_runtime, model_settings, store_of
 from plait.cli.stopping import Signals, stop_runtimes
 
-__all__ = ["cmd_worker"]
+__all__ = ["ACTIVE_PER_SLOT", "cmd_worker"]
+
+ACTIVE_PER_SLOT = 8
+"""Sessions kept with actors per run slot, by default: an idle session's actors cost a few
+threads' memory, where bringing it back from its log costs each of its tasks a swap on the
+owner's thread (docs/processes.md#capacity)."""
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -32,7 +39,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             model_settings(config),
             store,
             lease_sec=args.lease_sec,
-            max_active_sessions=args.concurrency,
+            max_running_tasks=args.concurrency,
+            max_active_sessions=active_sessions(args),
         )
         try:
             err(f"worker {runtime.owner.id}: lease {args.lease_sec:g} s, {config.store.url}")
@@ -51,3 +59,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
             commands.close()
             runtime.close()
     raise stopped
+
+
+def active_sessions(args: argparse.Namespace) -> int | None:
+    """The most sessions the worker keeps with actors: ``--max-active-sessions``, or
+    ``ACTIVE_PER_SLOT`` per run slot (no bound without ``--concurrency``)."""
+    if args.max_active_sessions is not None:
+        return int(args.max_active_sessions)
+    return None if args.concurrency is None else ACTIVE_PER_SLOT * args.concurrency

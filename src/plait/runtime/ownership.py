@@ -28,6 +28,7 @@ from plait.events.ownership import (
     SubmitTask,
 )
 from plait.events.types import Event, TaskEnqueued
+from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.liveness import new_owner_id, owner_state
 from plait.runtime.timers import Timer, Timers
 
@@ -219,8 +220,11 @@ class Owner:
         if not held:
             return
         waiting: set[str] = set()  # passive, no place free: in order, after one that waits
-        for stored in self._store.commands():
-            if stored.stream in held and stored.id not in self._taken:
+        submitted: list[tuple[StoredCommand, Ack]] = []
+        try:
+            for stored in self._store.commands():
+                if stored.stream not in held or stored.id in self._taken:
+                    continue
                 host = self._runtime.hosts.get(stored.stream)
                 if host is None or host.followed or stored.stream in waiting:
                     continue
@@ -230,15 +234,41 @@ class Owner:
                     waiting.add(stored.stream)
                 else:
                     self._taken.add(stored.id)
-                    self._hand(host, stored)
+                    if (ack := self._hand(host, stored)) is not None:
+                        submitted.append((stored, ack))
+        finally:
+            self._drop_durable(submitted)
 
-    def _hand(self, host: SessionHost, stored: StoredCommand) -> None:
-        """Hand a command to its session; drop it once what it leads to is in the log."""
+    def _drop_durable(self, submitted: list[tuple[StoredCommand, Ack]]) -> None:
+        """Drop the submissions handed to their sessions once their tasks are in the log:
+        all told first, then waited for together, so that the sessions record them at once
+        rather than one after the other (one worker's throughput, bench/workers.py)."""
+        done: list[int] = []
+        try:
+            for stored, ack in submitted:
+                try:
+                    ack.wait(ACK_WAIT_SEC, f"task from command {stored.id} of {stored.stream}")
+                except UnknownConversationError as exc:  # destroyed since it was sent
+                    log.warning("a task from the inbox was not run: %s", exc)
+                except (SessionClosedError, LeaseLostError):  # the next owner takes it
+                    self._taken.discard(stored.id)
+                    continue
+                done.append(stored.id)
+        finally:
+            if done:
+                self._store.drop_commands(done)
+            self._taken.difference_update(done)
+
+    def _hand(self, host: SessionHost, stored: StoredCommand) -> Ack | None:
+        """Hand a command to its session; drop it once what it leads to is in the log (a
+        submission: return its ``Ack``, for ``_drop_durable``)."""
         body = stored.command.body
         try:
             if isinstance(body, SubmitTask):
                 try:
-                    host.queue(body.plan)
+                    ack = Ack(host.acks)
+                    host.tell(body.plan, ack)
+                    return ack
                 except UnknownConversationError as exc:  # destroyed since it was sent
                     log.warning("task %s from the inbox not run: %s", body.plan.task_id, exc)
             elif isinstance(body, InterruptTask):
@@ -249,9 +279,10 @@ class Owner:
                 host.handle.destroy(body.conversation_id)
         except (SessionClosedError, LeaseLostError):  # closed or lost: the next owner takes it
             self._taken.discard(stored.id)
-            return
+            return None
         self._store.drop_commands([stored.id])
         self._taken.discard(stored.id)
+        return None
 
     def drop_taken(self, stream: str, past: list[Event]) -> None:
         """Drop ``stream``'s queued commands whose task ``past`` already holds: a former owner

@@ -50,6 +50,7 @@ from plait.events.values import (
 )
 from plait.runtime.admission import Admission
 from plait.runtime.following import Followers
+from plait.runtime.gate import TaskGate
 from plait.runtime.handle import SessionHandle
 from plait.runtime.host import SessionHost
 from plait.runtime.inputs import check_inputs
@@ -127,6 +128,7 @@ class Runtime(Sessions):
         approval_timeout_sec: float = DEFAULT_APPROVAL_TIMEOUT_SEC,
         idle_sec: float | None = None,
         max_active_sessions: int | None = None,
+        max_running_tasks: int | None = None,
         owner_id: str | None = None,
         lease_sec: float = DEFAULT_LEASE_SEC,
         _outside: Outside | None = None,
@@ -154,6 +156,10 @@ class Runtime(Sessions):
         session that needs them when all places are taken makes one by passivating the least
         recently used idle session, or waits, in order, until one is idle (``start_session``,
         ``resume`` and the calls that queue work wait; ``arun`` and ``asubmit`` on the loop).
+        With ``max_running_tasks``, at most that many tasks run at once, over all sessions: a
+        task that finds every run slot taken stays queued in its session's log and starts
+        when one is free, in the order the sessions came, holding no thread meanwhile
+        (docs/processes.md#capacity).
         Every session the runtime opens, resumes or takes over is its own by a lease in the
         store (``owner_id``, by default ``host:pid:random:where.start``), renewed every third of
         ``lease_sec``; a session another live process owns is followed instead: its commands go
@@ -193,6 +199,8 @@ class Runtime(Sessions):
         """The sessions this runtime runs or follows, each's life (plait's own, not the API)."""
         self.admission = Admission(max_active_sessions, lambda: self.owner.wake())
         """Places for sessions' actors (plait's own, not the API)."""
+        self.gate = TaskGate(max_running_tasks, lambda: self.owner.wake())
+        """Run slots for tasks (plait's own, not the API)."""
         self.off_loop = Offload("plait-calls")
         """Where asyncio callers' submissions run, off their loop (plait's own, not the API)."""
         self._resuming = threading.Lock()
@@ -248,6 +256,7 @@ class Runtime(Sessions):
                 self.settings.options(),
                 send_reasoning=recorded is not None and recorded.model.send_reasoning,
             ),
+            task_gate=self.gate,
         )
 
     def _start_pool(self, journal: Journal, past: list[Event]) -> McpPoolRef | None:
