@@ -58,7 +58,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def _exec(args: argparse.Namespace, signals: Signals) -> int:
     config = config_of(args)
     _take_last(args, config)
-    prompt = read_prompt(args.prompt)  # UTF-8, or one line saying where it is not
+    with signals.interruptible():  # stdin may never end
+        prompt = read_prompt(args.prompt)  # UTF-8, or one line saying where it is not
     if args.conversation and not args.session:
         raise PlaitError("--conversation needs --session: a new session has only its root")
     model = model_settings(config)
