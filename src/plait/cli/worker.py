@@ -30,35 +30,41 @@ owner's thread (docs/processes.md#capacity)."""
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run sessions that need an owner until SIGTERM, then hand them back."""
-    config = config_of(args)
-    signals = Signals(raising=False)  # the first is seen within a second; a second exits
-    with signals, store_of(config, create=True) as store:
-        commands = store.commands_waiter()  # a command for a session nobody owns wakes it
-        runtime = make_runtime(
-            config,
-            model_settings(config),
-            store,
-            lease_sec=args.lease_sec,
-            max_running_tasks=args.concurrency,
-            max_active_sessions=active_sessions(args),
-        )
-        try:
-            err(f"worker {runtime.owner.id}: lease {args.lease_sec:g} s, {config.store.url}")
-            for recovery in runtime.recover():
-                err(f"recovered session {recovery.session_id}")
-            every = min(1.0, args.lease_sec / 4)  # for leases that lapse: nothing tells
-            while signals.first is None:
-                token = commands.token()
-                for session_id in runtime.fill_places():
-                    err(f"took over session {session_id}")
-                runtime.hand_back_idle(args.idle_sec)
-                commands.wait(token, every)
-            stopped = signals.first
-            stopped.line = "worker " + stop_runtimes([runtime], args.grace_sec, stopped)
-        finally:
-            commands.close()
-            runtime.close()
-    raise stopped
+    # Before anything else: a signal while it starts stops it before its first lease.
+    signals = Signals(raising=False)  # the loop looks at ``first``; a second exits
+    with signals:
+        config = config_of(args)
+        with store_of(config, create=True) as store:
+            signals.check()  # before the runtime's imports (openai: a second or more)
+            commands = store.commands_waiter()  # a command for a session nobody owns wakes it
+            runtime = make_runtime(
+                config,
+                model_settings(config),
+                store,
+                lease_sec=args.lease_sec,
+                max_running_tasks=args.concurrency,
+                max_active_sessions=active_sessions(args),
+            )
+            signals.on_first = runtime.owner.wake  # the loop's wait ends at the signal
+            try:
+                err(f"worker {runtime.owner.id}: lease {args.lease_sec:g} s, {config.store.url}")
+                if signals.first is None:
+                    for recovery in runtime.recover():
+                        err(f"recovered session {recovery.session_id}")
+                every = min(1.0, args.lease_sec / 4)  # for leases that lapse: nothing tells
+                while signals.first is None:
+                    token = commands.token()
+                    for session_id in runtime.fill_places():
+                        err(f"took over session {session_id}")
+                    runtime.hand_back_idle(args.idle_sec)
+                    if signals.first is None:
+                        commands.wait(token, every)
+                stopped = signals.first
+                stopped.line = "worker " + stop_runtimes([runtime], args.grace_sec, stopped)
+            finally:
+                commands.close()
+                runtime.close()
+        raise stopped
 
 
 def active_sessions(args: argparse.Namespace) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -336,7 +337,9 @@ class Sessions:
         ``timeout`` seconds to end: a process that stops for good, and lets others go on.
         With ``grace_sec``, no waiting task starts: each running task is given ``grace_sec``
         seconds, then cut (``TurnAborted(cause="shutdown")``, ``reason`` its detail), all
-        sessions at once, and every lease is released at once (docs/processes.md#stopping)."""
+        sessions at once, and every lease is released at once (docs/processes.md#stopping):
+        the whole drain takes ``grace_sec`` + ``timeout`` at most, however many sessions (one
+        not handed back by then is left to lapse, as after a crash)."""
         handles = [host.handle for host in list(self.hosts.values())]
         if grace_sec is None:
             for handle in handles:
@@ -353,10 +356,14 @@ class Sessions:
             threading.Thread(target=stop, args=(h,), name="plait-stop", daemon=True)
             for h in handles
         ]
+        deadline = time.monotonic() + grace_sec + timeout
         for thread in stopping:
             thread.start()
         for thread in stopping:
-            thread.join()
+            thread.join(max(0.0, deadline - time.monotonic()))
+        late = sum(thread.is_alive() for thread in stopping)
+        if late:
+            log.warning("%d sessions were not handed back within %g s", late, grace_sec + timeout)
 
     def _take(self, session_id: str) -> int:
         """Own a new session (nobody can hold its lease yet)."""
