@@ -36,6 +36,7 @@ from plait.events.types import (
     Event,
     McpServerFailed,
     McpServerReady,
+    McpServersOffered,
     McpToolsRefreshed,
     ModelRequested,
     ModelRequestFailed,
@@ -161,8 +162,9 @@ class Driver:
         started = recorded[0].body
         assert isinstance(started, SessionStarted)
         self.given = started.forked_from.at_seq if started.forked_from is not None else 2
-        servers = {  # configured (as recorded), or heard of
+        servers = {  # configured (as recorded), offered by a run, or heard of
             *(started.settings.mcp_servers if started.settings else ()),
+            *(s for e in recorded if isinstance(e.body, McpServersOffered) for s in e.body.servers),
             *(
                 e.body.server
                 for e in recorded
@@ -190,7 +192,12 @@ class Driver:
             history=program.history,
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
             _outside=Outside(
-                self.model, make_servers, self.approvals, ReplayIds(made_ids(recorded)), self.read
+                self.model,
+                make_servers,
+                self.approvals,
+                ReplayIds(made_ids(recorded)),
+                self.read,
+                records_servers=False,  # each run's are fed in, as recorded
             ),
             expire_every_sec=None,
         )
@@ -332,6 +339,8 @@ class Driver:
             self.servers.answer(body.call_id, result, wait)
         elif isinstance(body, ToolApprovalDecided) and body.call_id in self.asked:
             self.approvals.answer(body, wait)  # decided outside the program, as it was
+        elif isinstance(body, McpServersOffered) and self.servers is not None:
+            self.servers.inject(body)  # the servers the run that follows had
         elif isinstance(body, McpServerReady | McpServerFailed | McpToolsRefreshed):
             functions = self.program.functions
             if (

@@ -102,6 +102,9 @@ class Outside:
     """Makes the ids of what tool calls make (``None``: the runtime's ``new_id``)."""
     read_instructions: ReadInstructions | None = None
     """Reads ``conv_create``'s instruction files (``None``: from the working directory)."""
+    records_servers: bool = True
+    """Each run records the MCP servers it offers (``McpServersOffered``); replay's feeds in
+    those the log recorded instead."""
 
 
 class Runtime(Sessions):
@@ -219,6 +222,10 @@ class Runtime(Sessions):
     ) -> tuple[McpPoolRef | None, ConversationDeps]:
         """A session's ``McpPool`` (if it has tools beside the built-ins), started, and what
         its conversations share."""
+        from plait.actors.pool import offer_servers
+
+        if self._outside.records_servers:  # a replay feeds in what the log recorded
+            past = past + offer_servers(journal, self.mcp_servers, past)
         pool = self._start_pool(journal, past)
         return pool, self._deps(journal, pool, past)
 
