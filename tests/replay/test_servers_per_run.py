@@ -55,11 +55,16 @@ def test_a_session_resumed_with_servers_added_and_removed_replays_clean(tmp_path
         Step(tool_calls=[call("b__echo", text="three")]),
         Step(text="b answered"),
     ]
-    runs = [{"a": stdio_server()}, {"a": stdio_server(), "b": stdio_server()}, {"b": stdio_server()}]
+    runs = [
+        {"a": stdio_server()},
+        {"a": stdio_server(), "b": stdio_server()},
+        {"b": stdio_server()},
+    ]
+    session_id = ""
     with ScriptedModelServer(script) as server:
         for number, servers in enumerate(runs):
             with runtime_for(server, tmp_path, mcp_servers=servers) as runtime:
-                session = runtime.start_session() if number == 0 else runtime.resume(session_id)
+                session = runtime.resume(session_id) if session_id else runtime.start_session()
                 session_id = session.session_id
                 assert session.run(f"run {number}", timeout=90).ok
                 session.close()
@@ -90,8 +95,9 @@ def test_sessions_passivated_and_woken_with_a_server_replay_clean(tmp_path: Path
         script += [Step(tool_calls=[call("t__echo", text=f"call {number}")]), Step(text="ok")]
     with (
         ScriptedModelServer(script) as server,
-        runtime_for(server, tmp_path, mcp_servers={"t": stdio_server()}, max_active_sessions=1)
-        as runtime,
+        runtime_for(
+            server, tmp_path, mcp_servers={"t": stdio_server()}, max_active_sessions=1
+        ) as runtime,
     ):
         # One place for two sessions: each task wakes its session and passivates the other.
         first, second = runtime.start_session(), runtime.start_session()

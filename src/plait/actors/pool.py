@@ -77,7 +77,8 @@ class _Catalog(msgspec.Struct):
     """Names already recorded as withheld."""
     offered: set[str] | None = None
     """The servers the session's latest run offers (``SessionStarted.settings``, then each
-    ``McpServersOffered``); ``None`` where the log does not say: every configured one."""
+    ``McpServersOffered``); ``None`` where the log does not say (older sessions): every
+    configured one."""
 
 
 def catalog_of(events: list[Event] | tuple[Event, ...]) -> dict[str, list[McpToolSnapshot]]:
@@ -120,7 +121,7 @@ def _fold(catalog: _Catalog, event: Event) -> None:
         catalog.withheld.add(body.name)
     elif isinstance(body, McpServersOffered):
         catalog.offered = set(body.servers)
-    elif isinstance(body, SessionStarted) and body.settings is not None:
+    elif isinstance(body, SessionStarted) and body.settings and body.settings.servers_per_run:
         catalog.offered = set(body.settings.mcp_servers)
 
 

@@ -290,6 +290,7 @@ class Runtime(Sessions):
             model_protocol=MODEL_PROTOCOL,
             model=self.settings.options(),
             resume_markers=True,
+            servers_per_run=True,
         )
 
     def start_session(
