@@ -13,11 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripted import TEST_SERVER_PY, call, runtime_for
+from scripted import TEST_SERVER_PY, call, crash, runtime_for
 
 from plait.actors.mcp import McpServerConfig
 from plait.events import SqliteStore
-from plait.events.types import McpServersOffered, ModelRequested, ToolCallCompleted
+from plait.events.types import (
+    McpServersOffered,
+    ModelRequested,
+    ToolCallCompleted,
+    ToolCallStarted,
+)
 from plait.replay import replay
 from plait.testing import ScriptedModelServer, Step
 
@@ -116,3 +121,42 @@ def test_sessions_passivated_and_woken_with_a_server_replay_clean(tmp_path: Path
             result = replay(store, session_id, timeout=10)
             assert result.ok, result.divergence and result.divergence.message()
             assert result.events == result.total == len(events)
+
+
+def test_a_session_taken_over_with_a_server_added_replays_clean(tmp_path: Path) -> None:
+    # A task is cut off by a crash with another waiting; the process that takes the session
+    # over has one more server, which the waiting task uses.
+    with ScriptedModelServer([Step(tool_calls=[call("a__slow", seconds=0.5)])]) as server:
+        runtime = runtime_for(server, tmp_path, mcp_servers={"a": stdio_server()})
+        session = runtime.start_session()
+        with session.subscribe(transient=False) as feed:
+            session.submit("cut off")
+            session.submit("waiting")
+            event = feed.get(timeout=60)
+            while event is not None and not isinstance(event.body, ToolCallStarted):
+                event = feed.get(timeout=60)
+            assert event is not None, "the call never started"
+        crash(runtime, session)  # the process dies: nothing more is recorded
+    script = [
+        Step(tool_calls=[call("b__echo", text="from b")]),
+        Step(text="waited, then used b"),
+        Step(text="and once more"),
+    ]
+    servers = {"a": stdio_server(), "b": stdio_server()}
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(server, tmp_path, mcp_servers=servers) as runtime,
+    ):
+        assert runtime.resume(session.session_id).run("once more", timeout=90).ok
+        requests = server.requests
+    assert [offered(r.tools) for r in requests] == [{"a", "b"}] * 3
+    with SqliteStore(tmp_path / "plait.db") as store:
+        events = store.read(session.session_id)
+        kinds = [type(e.body).__name__ for e in events]
+        at = kinds.index("McpServersOffered")
+        assert kinds[at + 1] == "SessionResumed"  # the new process's first deed
+        outputs = [e.body.output for e in events if isinstance(e.body, ToolCallCompleted)]
+        assert outputs == ["slept 0.5s", "from b"]  # the cut-off call ran again
+        result = replay(store, session.session_id, timeout=10)
+        assert result.ok, result.divergence and result.divergence.message()
+        assert result.events == result.total == len(events)

@@ -182,7 +182,8 @@ class Driver:
 
         self.forced = forced_closes(recorded)
         closing = {e.seq for group in self.forced.values() for e in group}
-        self.crash_points = set(crash_points(recorded, closing))
+        # A run whose servers changed records them first: the process stopped before that.
+        self.crash_points = {_before_offer(recorded, c) for c in crash_points(recorded, closing)}
         self.store = _RecordedTime(recorded, sorted(self.crash_points | set(self.forced)))
         self.runtime = Runtime(
             self.store,
@@ -298,12 +299,15 @@ class Driver:
         """If ``event`` came from outside the program, make it happen as it did."""
         body, wait = event.body, self.timeout
         crash = event.seq in self.crash_points
+        offered = body if isinstance(body, McpServersOffered) else None
         if self.handed_back is not None and (crash or event.task_id != self.handed_back):
             self.handed_back = None  # what follows a stop's records is the next process's
             if not crash:  # (docs/processes.md#stopping)
-                self._crash_and_resume()
+                self._crash_and_resume(offered)
+                if offered is not None:
+                    return  # the next process's servers: given to it as it resumed
         if crash:  # first: its answers look like results otherwise
-            self._crash_and_resume()
+            self._crash_and_resume(offered)
         elif event.seq in self.forced:
             self._force_close(self.forced[event.seq])
         elif isinstance(body, TaskEnqueued) and submitted(body):
@@ -365,9 +369,12 @@ class Driver:
             [NewEvent(e.body, e.conversation_id, e.task_id) for e in group]
         )
 
-    def _crash_and_resume(self) -> None:
-        """Stop the replayed session as the process stopped, and resume it as it was resumed."""
+    def _crash_and_resume(self, offered: McpServersOffered | None = None) -> None:
+        """Stop the replayed session as the process stopped, and resume it as it was resumed
+        (with the servers it ``offered``, if the new process recorded them first)."""
         self._stop_here()
+        if offered is not None:  # in the log before the resumed program starts, as recorded
+            self.store.append(self.session_id, [offered], self.store.last_seq(self.session_id))
         # What was sent before the crash gets no answer from outside: the resumed program
         # records its end itself, or starts it again (a ToolCallStarted of its own).
         self.started.clear()
@@ -397,6 +404,13 @@ class Driver:
     def _destroy_open(self) -> bool:
         """Whether a ``conv_destroy`` call is open (its destroy is the program's own)."""
         return "conv_destroy" in self.open_calls.values()
+
+
+def _before_offer(recorded: list[Event], seq: int) -> int:
+    """Where the process that resumed at ``seq`` began to record: at the servers it offered,
+    if it recorded them first (docs/replay.md#mcp-servers-per-run)."""
+    before = recorded[seq - 2] if seq > 1 else None
+    return seq - 1 if before is not None and isinstance(before.body, McpServersOffered) else seq
 
 
 def _text(content: object) -> str | None:

@@ -178,6 +178,7 @@ class Runtime(Sessions):
         self._session_tools: dict[str, list[FunctionTool]] = {}
         self._loop = EffectLoop()
         self._outside = outside = _outside or Outside()
+        self._records_servers = outside.records_servers
         self._client = outside.model_client or ModelClient(self.settings)
         self._mcp_factory = outside.mcp_factory
         self._new_id_for: NewId = outside.new_id or (lambda _made_for: self.new_id())
@@ -222,10 +223,7 @@ class Runtime(Sessions):
     ) -> tuple[McpPoolRef | None, ConversationDeps]:
         """A session's ``McpPool`` (if it has tools beside the built-ins), started, and what
         its conversations share."""
-        from plait.actors.pool import offer_servers
-
-        if self._outside.records_servers:  # a replay feeds in what the log recorded
-            past = past + offer_servers(journal, self.mcp_servers, past)
+        past = past + self._offer_servers(journal, past)  # a start's, or a wake's
         pool = self._start_pool(journal, past)
         return pool, self._deps(journal, pool, past)
 
