@@ -2,11 +2,12 @@
 
 The driver walks the recorded events in order. What came from outside the program (see
 ``inference``) it feeds in when its turn comes: a task the user submitted, a user interrupt or
-destroy, a stop on purpose, the close, an MCP server's lifecycle, a model reply or failure, an
-MCP tool result, an approval decided outside it (by the approver, for want of one, by its
-timeout). Model and tool calls and approvals wait for it (``ReplayModel``, ``ReplayServers``,
-``ReplayApprovals``; the approver is never called). Everything else the program must produce
-by itself, and each produced event is compared with the recorded one at the same seq.
+destroy, a stop on purpose, the close, the MCP servers a run had and their lifecycle, a model
+reply or failure, an MCP tool result, an approval decided outside it (by the approver, for want
+of one, by its timeout). Model and tool calls and approvals wait for it (``ReplayModel``,
+``ReplayServers``, ``ReplayApprovals``; the approver is never called). Everything else the
+program must produce by itself, and each produced event is compared with the recorded one at
+the same seq.
 """
 
 from __future__ import annotations
