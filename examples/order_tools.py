@@ -53,7 +53,7 @@ async def refund(order_id: int, reason: Literal["damaged", "late", "other"]) -> 
     return f"refunded {order.total:.2f} for order {order_id} ({reason})"
 
 
-TOOLS = [lookup_order, refund]
+TOOLS: list[plait.FunctionTool] = [lookup_order, refund]  # tools of different signatures
 """What the desk offers: ``Runtime(tools=TOOLS)``."""
 
 

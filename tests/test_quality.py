@@ -263,3 +263,21 @@ def test_a_journal_is_given_its_callbacks_when_it_is_made() -> None:
             if JOURNAL_CALLBACK_SET.search(line.split("#", 1)[0]):
                 found.append(f"{path.relative_to(ROOT)}:{lineno}")
     assert found == []
+
+
+ANY = re.compile(r"\bAny\b")
+ANY_LIMIT = 25
+"""The most ``Any`` the actors and the runtime may hold (data from outside is ``JsonValue``)."""
+
+
+def test_the_actors_and_the_runtime_hold_little_any() -> None:
+    # Counted as `grep -rnw Any src/plait/actors src/plait/runtime | grep -v import` counts:
+    # what remains should be a library type with no public name, said so where it stands.
+    found = []
+    for wing in ("actors", "runtime"):
+        for path in sorted((PACKAGE / wing).glob("**/*.py")):
+            for lineno, line in enumerate(path.read_text().splitlines(), 1):
+                if "import" not in line:
+                    where = f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}"
+                    found += [where] * len(ANY.findall(line))
+    assert len(found) <= ANY_LIMIT, "\n".join([f"{len(found)} > {ANY_LIMIT}:", *found])

@@ -48,6 +48,7 @@ from plait.events.values import (
     StoragePolicy,
     ToolPrefs,
 )
+from plait.jsonvalue import JsonObject, JsonValue
 from plait.runtime import (
     KEEP,
     KeepType,
@@ -83,6 +84,8 @@ __all__ = [
     "InputItem",
     "InputText",
     "InvalidInputError",
+    "JsonObject",
+    "JsonValue",
     "KeepType",
     "McpError",
     "McpLimits",

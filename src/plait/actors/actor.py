@@ -44,7 +44,7 @@ class Actor(pykka.ThreadingActor):
     use_daemon_thread = True
 
     @staticmethod
-    def _create_actor_inbox() -> queue.SimpleQueue[Any]:
+    def _create_actor_inbox() -> queue.SimpleQueue[Any]:  # pykka's envelope type is private
         return queue.SimpleQueue()
 
     def startup(self) -> None:

@@ -48,7 +48,6 @@ __all__ = [
     "ServersSettled",
     "StartNext",
     "Stop",
-    "StopAtCheckpoint",
     "TaskEnded",
     "ToolFinished",
     "ToolResult",
@@ -182,20 +181,15 @@ class Interrupt(msgspec.Struct, frozen=True):
 
 
 class Stop(msgspec.Struct, frozen=True):
-    """Start no more tasks, and end the running one now with the cause ``shutdown``: the
-    process stops on purpose and hands the session back (docs/processes.md#stopping)."""
-
-    detail: str = "the process stopped"
-    """Recorded in ``TurnAborted``, for people."""
-
-
-class StopAtCheckpoint(msgspec.Struct, frozen=True):
-    """Start no more tasks, and end the running one at its next checkpoint with the cause
-    ``shutdown``: a ``Stop`` that lets a streaming reply or a running tool call end first
-    (docs/interrupts.md#stopping-at-a-checkpoint). A ``Stop`` after it cuts what still runs."""
+    """Start no more tasks, and end the running one with the cause ``shutdown``: the process
+    stops on purpose and hands the session back (docs/processes.md#stopping)."""
 
     detail: str = "the process stopped"
     """Recorded in ``StopRequested`` and ``TurnAborted``, for people."""
+    at_checkpoint: bool = False
+    """End it at its next checkpoint, letting a streaming reply or a running tool call end
+    first (docs/interrupts.md#stopping-at-a-checkpoint), not now. A ``Stop`` after it cuts what
+    still runs."""
 
 
 class GetQueue(msgspec.Struct, frozen=True):

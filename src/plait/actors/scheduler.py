@@ -103,12 +103,15 @@ class Scheduler:
                     return queue.snapshot()
             case StartNext():
                 self._maybe_start()
-            case Stop(detail=detail):
+            case Stop(detail=detail, at_checkpoint=at_checkpoint):
                 self._stopped = True
                 with self.tasks() as queue:
                     running = queue.running
                 if running is not None:
-                    self._deliver(Abort(running.task_id, "interrupted", "shutdown", detail))
+                    task = running.task_id
+                    self._deliver(
+                        Abort(task, "interrupted", "shutdown", detail, at_checkpoint=at_checkpoint)
+                    )
         return None
 
     def _enqueue(self, plans: tuple[TaskPlan, ...]) -> bool:

@@ -29,7 +29,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from plait.actors.approvals import ApprovalRequest
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         ToolCallStarted,
         Transient,
     )
+    from plait.jsonvalue import JsonValue
 
 __all__ = [
     "ApprovalGateLike",
@@ -220,7 +221,7 @@ class McpServersLike(Protocol):
         self,
         server: str,
         tool: str,
-        arguments: str | Mapping[str, Any],
+        arguments: str | Mapping[str, JsonValue],
         timeout: float | None = None,
         *,
         call_id: str = "",

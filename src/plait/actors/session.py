@@ -10,7 +10,6 @@ other.
 
 from __future__ import annotations
 
-import msgspec
 import pykka
 
 from plait.actors.actor import Actor
@@ -24,8 +23,6 @@ from plait.actors.messages import (
     ListConversations,
     OpenConversation,
     RunTask,
-    Stop,
-    StopAtCheckpoint,
     TaskEnded,
 )
 from plait.actors.scheduler import MESSAGES, Scheduler
@@ -92,7 +89,6 @@ class Session(Actor):
             journal.when_durable,
         )
         self._fold(past)
-        self._at_checkpoint = False  # the scheduler's Stop is a StopAtCheckpoint's
 
     def startup(self) -> None:
         for cid, conv in self.histories.conversations.items():
@@ -153,14 +149,6 @@ class Session(Actor):
         match message:
             case Abort():
                 self._deliver(message)
-            case StopAtCheckpoint(detail=detail):
-                # The scheduler stops as for a Stop; the running task is asked to end at its
-                # next checkpoint rather than now (docs/interrupts.md#stopping-at-a-checkpoint).
-                self._at_checkpoint = True
-                try:
-                    self.scheduler.receive(Stop(detail))
-                finally:
-                    self._at_checkpoint = False
             case OpenConversation():
                 return self._open(message)
             case BuiltinCall(name="conv_list"):
@@ -194,8 +182,6 @@ class Session(Actor):
             self.journal.flush()
             self._fail_orphan(message.plan)
             return
-        if self._at_checkpoint:
-            message = msgspec.structs.replace(message, at_checkpoint=True)
         with self.journal.tasks() as queue:
             running = queue.running
         if running is not None and running.task_id == message.task_id:

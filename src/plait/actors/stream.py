@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -61,7 +61,7 @@ def ignore(_: object) -> None:
 
 class _Function(msgspec.Struct):
     name: str | None = None
-    arguments: str | dict[str, Any] | None = None  # some servers send an object
+    arguments: str | dict[str, object] | None = None  # some servers send an object
 
 
 class _ToolCallDelta(msgspec.Struct):

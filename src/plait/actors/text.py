@@ -11,7 +11,7 @@ each lone surrogate and each undecodable byte sequence becoming U+FFFD, and reco
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Final
 
 __all__ = [
     "REPLACEMENT",
@@ -58,7 +58,7 @@ def mended(text: str) -> str:
     return _LONE.sub(REPLACEMENT, text)
 
 
-def mended_value(value: Any) -> Any:
+def mended_value(value: object) -> object:
     """``value`` (JSON-like: strings, lists, tuples, dicts) with every string ``mended``."""
     if isinstance(value, str):
         return mended(value)

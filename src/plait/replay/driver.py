@@ -23,7 +23,7 @@ from plait.actors.mcp.calls import CallResult, Outcome
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.functions import FUNCTIONS
 from plait.actors.mcp.servers import Report
-from plait.actors.messages import Enqueue, Interrupt, Stop, StopAtCheckpoint
+from plait.actors.messages import Enqueue, Interrupt, Stop
 from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
 from plait.actors.pool import McpLimits
 from plait.actors.seams import Recipient
@@ -327,7 +327,7 @@ class Driver:
             failed = AttemptFailed(body.attempt, body.error, body.status, body.retry_in_sec)
             self.model.attempt_failed(self.requests - 1, failed, wait)
         elif isinstance(body, StopRequested):  # the task ends at its next checkpoint, as it did
-            self._actor().tell(StopAtCheckpoint(body.detail))
+            self._actor().tell(Stop(body.detail, at_checkpoint=True))
         elif isinstance(body, TurnAborted) and body.cause == "shutdown":
             self._actor().tell(Stop(body.detail))  # nothing starts after it, here
             self.handed_back = event.task_id

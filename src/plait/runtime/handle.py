@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from plait.actors.feed import Feed
-from plait.actors.messages import Destroy, Interrupt, StopAtCheckpoint
+from plait.actors.messages import Destroy, Interrupt, Stop
 from plait.events.ownership import DestroyConversation, InterruptTask
 from plait.events.types import Event, Transient
 from plait.events.values import (
@@ -19,6 +18,7 @@ from plait.events.values import (
     TaskPlan,
     ToolPrefs,
 )
+from plait.jsonvalue import JsonObject
 from plait.runtime.acks import Ack
 from plait.runtime.changes import KEEP, KeepType, context_change
 from plait.runtime.inputs import check_input, check_inputs
@@ -153,7 +153,7 @@ class SessionHandle(SessionViews):
         check_inputs(prompt=prompt, conversation_id=conversation_id)
         if self._host.passive:
             await self.runtime.admission.aenter(self._host)
-        ack = Ack(self._host.acks, asyncio.get_running_loop())
+        ack = Ack(self._host.acks)
         placed = functools.partial(self._placed_tell, prompt, conversation_id, ack)
         self.runtime.off_loop.send(placed, ack)
         await ack.arrived()
@@ -235,7 +235,7 @@ class SessionHandle(SessionViews):
             elif host.actor is not None:  # a passive session has nothing to interrupt
                 host.actor.tell(Interrupt())
 
-    def destroy(self, conversation_id: str) -> dict[str, Any]:
+    def destroy(self, conversation_id: str) -> JsonObject:
         """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``
         (followed: ``{"ok": true, "queued": id}`` once the owner's inbox has it)."""
         host = self._host
@@ -246,7 +246,7 @@ class SessionHandle(SessionViews):
                 return {"ok": True, "queued": cid}
             host.wake()
             assert host.actor is not None  # woken, under the lock
-            return cast(dict[str, Any], host.actor.ask(Destroy(conversation_id), timeout=30))
+            return cast(JsonObject, host.actor.ask(Destroy(conversation_id), timeout=30))
 
     def release(
         self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
@@ -275,12 +275,12 @@ class SessionHandle(SessionViews):
 
     def _cut_running(self, feed: Feed, grace_sec: float, timeout: float, reason: str) -> None:
         """Start nothing more, and ask the running task to end at its next checkpoint
-        (``StopAtCheckpoint``); give it ``grace_sec`` to, then cut what runs (``Stop``); return
-        once its end is recorded, or ``timeout`` has passed."""
+        (``Stop(at_checkpoint=True)``); give it ``grace_sec`` to, then cut what runs (``Stop``);
+        return once its end is recorded, or ``timeout`` has passed."""
         host = self._host
         with host.lock:
             if host.actor is not None and grace_sec > 0:
-                host.actor.tell(StopAtCheckpoint(reason))  # what runs as it is handled ends
+                host.actor.tell(Stop(reason, at_checkpoint=True))  # what runs as it is handled ends
             state = host.queue_now(timeout) if host.running else None
         if state is None:
             return  # passive, or broken: nothing runs that an actor could end

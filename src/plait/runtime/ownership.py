@@ -1,11 +1,12 @@
 """A runtime's part in a store shared by several processes (docs/processes.md).
 
 ``Owner`` holds this process's leases: it takes one when the runtime opens or resumes a session,
-renews them all with one statement every third of ``lease_sec``, and tells a session whose
-lease another process took that it is lost. A lease whose holder it proves dead (a process of
-this machine that no longer runs, ``liveness``) counts as lapsed at once. It takes the inbox
-commands of the sessions it owns, in order, and hands each to its session.
-"""
+renews them all with one statement every third of ``lease_sec`` (a heartbeat on a ``Timers``
+thread of its own, so that nothing slow delays it), and tells a session whose lease another
+process took that it is lost. A lease whose holder it proves dead (a process of this machine
+that no longer runs, ``liveness``) counts as lapsed at once. Its inbox thread takes the
+commands of the sessions it owns, in order, as the store signals them, and hands each to its
+session."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from plait.events.ownership import (
 )
 from plait.events.types import Event, TaskEnqueued
 from plait.runtime.liveness import new_owner_id, owner_state
+from plait.runtime.timers import Timer, Timers
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
@@ -60,11 +62,14 @@ class Owner:
         self._stopping = threading.Event()
         self._waiter = self._store._inbox_waiter()
         self._thread: threading.Thread | None = None
+        self._heartbeat = Timers("plait-heartbeat")
+        self._beating: Timer | None = None
         self._renewed_at = 0.0  # (monotonic) when the last renewal that went through was sent
         self._renewing = threading.Lock()  # one renewal at a time, whoever asks
 
     def start(self) -> None:
         """Start renewing and taking commands (once the runtime is ready to resume)."""
+        self._beating = self._heartbeat.every(self.lease_sec / 3, self._beat, "renew leases")
         self._thread = threading.Thread(target=self._run, name="plait-owner", daemon=True)
         self._thread.start()
 
@@ -153,23 +158,34 @@ class Owner:
     def close(self) -> None:
         """Stop the heartbeat (the leases still held lapse, unless released first)."""
         self._stopping.set()
+        self._heartbeat.close(5.0)
         self._waiter.close()
         if self._thread is not None:
             self._thread.join(5.0)
 
-    # --- the owner's thread -----------------------------------------------------------------
+    # --- the heartbeat and the inbox thread ----------------------------------------------------
+
+    def _beat(self) -> float | None:
+        """Renew the leases; after a failure, try again within a second."""
+        try:
+            self._renew()
+        except PlaitError as exc:  # the store is down: the next beat tries again
+            if self._store.closed and self._beating is not None:  # closed under it: done
+                self._beating.cancel()
+            elif not self._stopping.is_set():
+                log.warning("session ownership: renewing leases: %s", exc)
+            return min(self.lease_sec / 3, 1.0)
+        return None
 
     def _run(self) -> None:
+        """Take the inbox's commands as the store signals them (and, in case a signal was
+        missed or a place came free, every third of ``lease_sec``)."""
         every = self.lease_sec / 3
-        due = time.monotonic() + every
         while not self._stopping.is_set():
             try:
                 token = self._waiter.token()
-                if time.monotonic() >= due:
-                    due = time.monotonic() + every
-                    self._renew()
                 self._take_commands()
-                self._waiter.wait(token, max(due - time.monotonic(), 0.0))
+                self._waiter.wait(token, every)
             except PlaitError as exc:  # the store is down: the next round tries again
                 if self._store.closed:  # closed under it (the runtime was not): nothing to do
                     return
@@ -181,7 +197,9 @@ class Owner:
         with self._lock:
             before = dict(self._held)
         asked = time.monotonic()
-        renewed = self._store.renew_leases(self.id, self.lease_sec)
+        # Only what it holds, at its epochs: a lease released meanwhile stays released.
+        epochs = {stream: epoch for stream, (epoch, _) in before.items()}
+        renewed = self._store.renew_leases(self.id, self.lease_sec, epochs)
         self._renewed_at = asked
         for stream, held in before.items():
             epoch = held[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -13,7 +14,6 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -56,6 +56,7 @@ from plait.runtime.inputs import check_inputs
 from plait.runtime.offload import Offload
 from plait.runtime.ownership import Owner, default_owner_id
 from plait.runtime.sessions import Sessions
+from plait.runtime.timers import Timer, Timers
 
 __all__ = ["Outside", "Runtime"]
 
@@ -120,7 +121,7 @@ class Runtime(Sessions):
         new_id: Callable[[], str] | None = None,
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
         mcp_limits: McpLimits | None = None,
-        tools: Iterable[FunctionTool | Callable[..., Any]] = (),
+        tools: Iterable[FunctionTool | Callable[..., object]] = (),
         storage_policy: StoragePolicy | None = None,
         history: HistorySettings | None = None,
         expire_every_sec: float | None = 60.0,
@@ -199,22 +200,22 @@ class Runtime(Sessions):
         self.off_loop = Offload("plait-calls")
         """Where asyncio callers' submissions run, off their loop (plait's own, not the API)."""
         self._resuming = threading.Lock()
+        self.timers = Timers("plait-timers")
+        """Its housekeeping jobs: passivating, expiring, taking over (plait's own, not the API)."""
         self._expiry = Expiry(self.store)
-        self._expiring = threading.Event()  # set: stop sweeping
         self._expire_every_sec = expire_every_sec
-        self._sweeper: threading.Thread | None = None
-        self._passivator: threading.Thread | None = None
+        self._sweeper: Timer | None = None
+        self._passivator: Timer | None = None
         if idle_sec is not None:
-            self._passivator = threading.Thread(
-                target=self._passivate_every, args=(idle_sec,), daemon=True
-            )
-            self._passivator.start()
+            # A few looks within ``idle_sec``, so a session idles little longer than that.
+            every, passivate = min(idle_sec / 4, 1.0), functools.partial(self._passivate, idle_sec)
+            self._passivator = self.timers.every(every, passivate, "passivate idle sessions")
         if self.storage_policy.kind == "ttl":
             self._sweep_from_now()
         self.owner = Owner(self, owner_id or default_owner_id(), lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
-        self.followers = Followers(self.store, self.owner.leases, self._take_over)
+        self.followers = Followers(self.store, self.owner.leases, self._take_over, self.timers)
         """The sessions it follows while other processes own them."""
         _open.add(self)
 
@@ -299,7 +300,7 @@ class Runtime(Sessions):
         mcp_allowlist: list[str] | None = None,
         storage_policy: StoragePolicy | None = None,
         approval_policy: ApprovalPolicy | None = None,
-        tools: Iterable[FunctionTool | Callable[..., Any]] = (),
+        tools: Iterable[FunctionTool | Callable[..., object]] = (),
         tool_prefs: ToolPrefs | None = None,
     ) -> SessionHandle:
         """Start a new session with its root conversation; it is stored from its first event.
@@ -343,19 +344,14 @@ class Runtime(Sessions):
         """Start sweeping (once): ``ttl`` content is in use."""
         if self._sweeper is not None or self._expire_every_sec is None:
             return
-        self._sweeper = threading.Thread(
-            target=self._expire_every, args=(self._expire_every_sec,), daemon=True
-        )
-        self._sweeper.start()
+        every = self._expire_every_sec
+        self._sweeper = self.timers.every(every, self._sweep, "expire ttl content", first=0.0)
 
-    def _expire_every(self, interval: float) -> None:
-        while True:
-            try:
-                self._expiry.sweep()
-            except PlaitError as exc:  # a store error now; the next sweep tries again
-                log.warning("expiring ttl content failed: %s", exc)
-            if self._expiring.wait(interval):
-                return
+    def _sweep(self) -> None:
+        try:
+            self._expiry.sweep()
+        except PlaitError as exc:  # a store error now; the next sweep tries again
+            log.warning("expiring ttl content failed: %s", exc)
 
     def _attach(
         self,
@@ -393,15 +389,14 @@ class Runtime(Sessions):
         """How many sessions have running actors (the rest are passive or closed)."""
         return self.admission.active
 
-    def _passivate_every(self, idle_sec: float) -> None:
-        """Passivate the sessions idle for ``idle_sec``, looking a few times within it."""
-        while not self._expiring.wait(min(idle_sec / 4, 1.0)):
-            for host in list(self.hosts.values()):
-                if host.idle_for() >= idle_sec:
-                    try:
-                        host.passivate_if_free()  # one in use is looked at next time
-                    except Exception:  # a session closing meanwhile: the next look tries again
-                        log.debug("passivating session %s failed", host.session_id, exc_info=True)
+    def _passivate(self, idle_sec: float) -> None:
+        """Passivate the sessions idle for ``idle_sec``."""
+        for host in list(self.hosts.values()):
+            if host.idle_for() >= idle_sec:
+                try:
+                    host.passivate_if_free()  # one in use is looked at next time
+                except Exception:  # a session closing meanwhile: the next look tries again
+                    log.debug("passivating session %s failed", host.session_id, exc_info=True)
 
     def close(self, timeout: float = 10.0, *, grace_sec: float | None = None) -> None:
         """Close every session, the effect loop and the store (if the runtime opened it).
@@ -413,10 +408,7 @@ class Runtime(Sessions):
         _open.discard(self)
         if grace_sec is not None:
             self.drain(timeout, grace_sec=grace_sec)
-        self._expiring.set()
-        for thread in (self._sweeper, self._passivator):
-            if thread is not None:
-                thread.join(timeout)  # before the store closes under it
+        self.timers.close(timeout)  # before the store closes under its jobs
         for host in list(self.hosts.values()):
             host.handle.close(timeout)
         self.followers.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from plait.actors.journal import Journal
 from plait.actors.mcp.functions import FunctionTool, as_tools
@@ -68,7 +68,7 @@ class Sessions:
         ) -> SessionHost: ...
 
     def resume(
-        self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., Any]] = ()
+        self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., object]] = ()
     ) -> SessionHandle:
         """Continue a stored session where it was; a task cut off by a crash is aborted.
 
@@ -107,7 +107,9 @@ class Sessions:
             self.owner.release(session_id)
             raise
 
-    def _offer(self, session_id: str, tools: Iterable[FunctionTool | Callable[..., Any]]) -> None:
+    def _offer(
+        self, session_id: str, tools: Iterable[FunctionTool | Callable[..., object]]
+    ) -> None:
         """Offer ``tools`` in session ``session_id`` beside the runtime's (``ConfigError`` for
         a name taken twice)."""
         own = list(tools)

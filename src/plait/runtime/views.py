@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed
 from plait.actors.messages import GetHistory, ListConversations
@@ -19,6 +19,7 @@ from plait.events.projections.history import (
 from plait.events.projections.stats import ConversationStats, StatsProjection
 from plait.events.store import EventStore
 from plait.events.types import Event, FeedLagged, Transient
+from plait.jsonvalue import JsonObject
 from plait.runtime.outcome import FOLLOWED
 
 if TYPE_CHECKING:
@@ -72,13 +73,13 @@ class SessionViews:
             return conversation_index(self._folded())
         return list(cast(tuple[ConversationInfo, ...], found))
 
-    def history(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
+    def history(self, conversation_id: str | None = None) -> list[JsonObject]:
         """A conversation's history as OpenAI chat messages (the root by default), as it is
         now: the caller owns what it gets."""
         cid = conversation_id or self.root_conversation_id
         live, found = self._ask_live(GetHistory(cid))
         if live:
-            messages = None if found is None else list(cast(tuple[dict[str, Any], ...], found))
+            messages = None if found is None else list(cast(tuple[JsonObject, ...], found))
         else:
             conv = self._folded().conversations.get(cid)
             messages = None if conv is None else [m.to_openai() for m in conv.messages]

@@ -8,13 +8,17 @@ fix. The check uses ``jsonschema`` (a dependency of ``mcp``), imported on first 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import msgspec
 
 from plait.actors.text import mended, mended_value
 from plait.events.values import ContextChange
+from plait.jsonvalue import JsonObject, JsonValue
+
+if TYPE_CHECKING:  # the SDK's types, for the checker only: importing them costs ~1 s
+    from mcp_types import ContentBlock
 
 __all__ = ["CallResult", "Outcome", "decode_arguments", "from_mcp_result", "schema_problem"]
 
@@ -42,7 +46,7 @@ class CallResult(msgspec.Struct, frozen=True):
         return self.outcome != "ok"
 
 
-def decode_arguments(tool: str, arguments: str | Mapping[str, Any]) -> dict[str, Any] | str:
+def decode_arguments(tool: str, arguments: str | Mapping[str, JsonValue]) -> JsonObject | str:
     """Return the arguments as an object, or a message for the model if they are not one."""
     if not isinstance(arguments, str):
         return dict(arguments)
@@ -55,7 +59,7 @@ def decode_arguments(tool: str, arguments: str | Mapping[str, Any]) -> dict[str,
     return decoded
 
 
-def schema_problem(tool: str, input_schema: str, arguments: Mapping[str, Any]) -> str | None:
+def schema_problem(tool: str, input_schema: str, arguments: Mapping[str, object]) -> str | None:
     """Return what is wrong with ``arguments`` for the schema (compact JSON), or ``None``.
 
     A schema that is not valid JSON Schema is not enforced: the server is the judge then.
@@ -90,7 +94,7 @@ class _Flat(msgspec.Struct, frozen=True):
     closed: bool
     """No other properties are allowed (``additionalProperties: false``)."""
 
-    def admits(self, arguments: Mapping[str, Any]) -> bool:
+    def admits(self, arguments: Mapping[str, object]) -> bool:
         """Whether ``arguments`` surely fit (``False``: they do not, or it cannot tell)."""
         if any(name not in arguments for name in self.required):
             return False
@@ -162,8 +166,16 @@ _TYPE_NAMES: dict[type, str] = {
 }
 
 
+class _Validator(Protocol):
+    """What plait uses of a ``jsonschema`` validator (the library ships no types)."""
+
+    def iter_errors(self, instance: object) -> Iterable[object]:
+        """Yield each way ``instance`` breaks the schema."""
+        ...
+
+
 @functools.lru_cache(maxsize=512)
-def _validator(input_schema: str) -> Any:
+def _validator(input_schema: str) -> _Validator | None:
     """Compile a schema once (compiling costs far more than validating)."""
     from jsonschema import SchemaError  # type: ignore[import-untyped]
     from jsonschema.validators import validator_for  # type: ignore[import-untyped]
@@ -176,15 +188,16 @@ def _validator(input_schema: str) -> Any:
         cls.check_schema(schema)
     except SchemaError:
         return None
-    return cls(schema)
+    validator: _Validator = cls(schema)
+    return validator
 
 
 def from_mcp_result(
-    content: Sequence[Any],  # the SDK's content blocks, read by attribute
+    content: Sequence[ContentBlock],
     structured: object,
     is_error: bool,
     duration_ms: float,
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object] | None = None,
 ) -> CallResult:
     """Convert a ``CallToolResult``'s parts (read by attribute, so no ``mcp`` import here).
 
@@ -197,19 +210,18 @@ def from_mcp_result(
     texts: list[str] = []
     images: list[tuple[str, str]] = []
     for part in content:
-        kind = getattr(part, "type", None)
-        if kind == "text":
+        if part.type == "text":
             texts.append(part.text)
-        elif kind == "image":
+        elif part.type == "image":
             images.append((mended(part.mime_type), mended(part.data)))
-        elif kind == "resource":
+        elif part.type == "resource":
             resource = part.resource
             text = getattr(resource, "text", None)
             texts.append(text if text is not None else f"[resource {resource.uri} omitted]")
-        elif kind == "resource_link":
+        elif part.type == "resource_link":
             texts.append(f"[resource link: {part.uri}]")
         else:
-            texts.append(f"[{kind} content omitted: {getattr(part, 'mime_type', '')}]")
+            texts.append(f"[{part.type} content omitted: {getattr(part, 'mime_type', '')}]")
     output = mended("\n".join(texts))
     if not texts and structured is not None:
         output = msgspec.json.encode(mended_value(structured)).decode()
@@ -232,7 +244,7 @@ class _Signal(msgspec.Struct, forbid_unknown_fields=True):
     clear_history: bool = False
 
 
-def context_signal(meta: Mapping[str, Any]) -> ContextChange | str:
+def context_signal(meta: Mapping[str, object]) -> ContextChange | str:
     """The context change ``meta[CONTROL_KEY]`` asks for, or what is wrong with it.
 
     It takes ``base_instructions``, ``user_instructions`` (added to the history after a
@@ -244,7 +256,8 @@ def context_signal(meta: Mapping[str, Any]) -> ContextChange | str:
         signal = msgspec.convert(raw, _Signal)
     except msgspec.ValidationError as exc:
         return f"malformed {CONTROL_KEY} control signal: {exc}"
-    named = sorted(k for k in raw if k != "clear_history")
+    given = raw if isinstance(raw, dict) else {}  # it is: only an object converts to a struct
+    named = sorted(k for k in given if k != "clear_history")
     fields = {name: getattr(signal, name) for name in named}
     return ContextChange(named, clear_history=signal.clear_history, **fields)
 

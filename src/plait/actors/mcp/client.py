@@ -32,6 +32,7 @@ from plait.actors.mcp.stdio import ChildProcess, stdio_transport
 from plait.actors.mcp.streamable import mend_replies
 from plait.errors import McpError
 from plait.events.values import McpToolSnapshot
+from plait.jsonvalue import JsonValue
 
 __all__ = ["McpConnection"]
 
@@ -192,7 +193,7 @@ class McpConnection:
         return f"{failure}; stderr: {tail}" if tail else failure
 
     @contextlib.asynccontextmanager
-    async def _transport(self) -> AsyncIterator[Any]:
+    async def _transport(self) -> AsyncIterator[Any]:  # the SDK names its streams privately
         """Yield the session's read and write streams for the configured transport."""
         config = self.config
         if config.command is not None:
@@ -300,7 +301,7 @@ class McpConnection:
     # --- calls -------------------------------------------------------------------------------
 
     async def call(
-        self, tool: str, arguments: str | Mapping[str, Any], timeout: float | None = None
+        self, tool: str, arguments: str | Mapping[str, JsonValue], timeout: float | None = None
     ) -> CallResult:
         """Call ``tool`` (the server's own name); never raises for a failure of the call.
 

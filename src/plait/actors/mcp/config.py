@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -108,7 +108,7 @@ _TYPES: Final = {
 
 
 def parse_servers(
-    servers: Mapping[str, Any], source: str, key: str = "mcp_servers"
+    servers: Mapping[str, object], source: str, key: str = "mcp_servers"
 ) -> dict[str, McpServerConfig]:
     """Validate a name → table mapping of servers; raise ``ConfigError`` naming source and key
     (``key``: where the mapping sits in its file, ``mcpServers`` in an ``mcp.json``)."""
@@ -143,7 +143,7 @@ def _parse_one(name: object, table: object, source: str, key: str) -> McpServerC
     return config
 
 
-def check_keys(table: Mapping[Any, Any], where: str) -> None:
+def check_keys(table: Mapping[str, object], where: str) -> None:
     """Refuse a key no server table has, naming it (``where``: ``source: key.name``)."""
     for key in table:
         if key in _REFUSED:
@@ -154,7 +154,7 @@ def check_keys(table: Mapping[Any, Any], where: str) -> None:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {known})")
 
 
-def _normalize(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _normalize(table: Mapping[str, object], where: str) -> dict[str, object]:
     """Return ``table`` with the keys of other spellings turned into ours."""
     data = dict(table)
     for alias, ours in _ALIASES.items():
@@ -183,7 +183,7 @@ def _normalize(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     return data
 
 
-def _check(config: McpServerConfig, table: Mapping[str, Any], where: str) -> None:
+def _check(config: McpServerConfig, table: Mapping[str, object], where: str) -> None:
     if (config.command is None) == (config.url is None):
         raise ConfigError(f"{where}: give exactly one of 'command' (stdio) or 'url' (HTTP)")
     if config.command is not None and not config.command.strip():
@@ -235,8 +235,8 @@ _EXPANDED: Final = ("command", "args", "env", "cwd", "url", "headers", "http_hea
 
 
 def expand(
-    table: Mapping[str, Any], env: Mapping[str, str], workspace: str, where: str
-) -> dict[str, Any]:
+    table: Mapping[str, object], env: Mapping[str, str], workspace: str, where: str
+) -> dict[str, object]:
     """Return a server table of an ``mcp.json`` with its references replaced, in the keys
     that hold strings to run or send; an unset variable without a default is an error."""
 

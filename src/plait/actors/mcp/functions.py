@@ -18,9 +18,10 @@ import re
 import time
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, TypedDict, Unpack, overload
+from typing import Any, Final, Generic, TypedDict, Unpack, overload
 
 import msgspec
+from typing_extensions import ParamSpec, TypeVar
 
 from plait.actors.builtins import BUILTIN_NAMES
 from plait.actors.mcp.calls import CallResult, decode_arguments
@@ -29,6 +30,7 @@ from plait.actors.mcp.names import canonical_sha256
 from plait.actors.text import mended, mended_value
 from plait.errors import ConfigError
 from plait.events.values import McpToolSnapshot
+from plait.jsonvalue import JsonObject, JsonValue
 
 __all__ = [
     "FUNCTIONS",
@@ -54,13 +56,18 @@ DEFAULT_TIMEOUT_SEC: Final = 60.0
 
 _NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
+P = ParamSpec("P", default=...)
+"""The parameters of a tool's function (any, where a tool is not told apart)."""
+R = TypeVar("R", covariant=True, default=object)
+"""What a tool's function returns."""
 
-class FunctionTool:
+
+class FunctionTool(Generic[P, R]):
     """A Python function offered as a tool; calling it calls the function."""
 
     def __init__(
         self,
-        fn: Callable[..., object],
+        fn: Callable[P, R],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -95,11 +102,11 @@ class FunctionTool:
         top.pop("title", None)
         if definitions:  # the types its parameters use, referred to as #/$defs/...
             top["$defs"] = definitions
-        self.input_schema: dict[str, Any] = top
+        self.input_schema: JsonObject = top
         """The JSON schema of its arguments, as the model is shown it."""
         self._snapshot = self._snapshot_of()
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -124,7 +131,9 @@ class FunctionTool:
             idempotent=self.idempotent,
         )
 
-    async def run(self, arguments: str | Mapping[str, Any], timeout: float | None) -> CallResult:
+    async def run(
+        self, arguments: str | Mapping[str, JsonValue], timeout: float | None
+    ) -> CallResult:
         """Check and convert ``arguments``, call the function, and say how it went; never
         raises for the function's failure (its message is the result, its traceback is
         logged)."""
@@ -169,11 +178,13 @@ class ToolOptions(TypedDict, total=False):
 
 
 @overload
-def tool(fn: Callable[..., object], /, **options: Unpack[ToolOptions]) -> FunctionTool: ...
+def tool(fn: Callable[P, R], /, **options: Unpack[ToolOptions]) -> FunctionTool[P, R]: ...
 
 
 @overload
-def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[..., object]], FunctionTool]: ...
+def tool(
+    **options: Unpack[ToolOptions],
+) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
 
 
 def tool(
@@ -223,7 +234,7 @@ class FunctionConnection:
         return [self._tools[name].snapshot() for name in sorted(self._tools)]
 
     async def call(
-        self, tool: str, arguments: str | Mapping[str, Any], timeout: float | None = None
+        self, tool: str, arguments: str | Mapping[str, JsonValue], timeout: float | None = None
     ) -> CallResult:
         """Call function tool ``tool``; never raises for a failure of the call."""
         found = self._tools.get(tool)
@@ -251,12 +262,12 @@ def _arguments_of(
         hints = typing.get_type_hints(fn, include_extras=True)
     except (TypeError, ValueError, NameError) as exc:
         raise ConfigError(f"{where}: cannot read its signature: {exc}") from None
-    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    fields: list[tuple[str, object] | tuple[str, object, object]] = []
     positional: list[str] = []
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigError(f"{where}: *{param.name} cannot be described to a model; name each")
-        hint = hints.get(param.name, Any)
+        hint = hints.get(param.name, Any)  # msgspec's word for any JSON value (not `object`)
         if param.default is param.empty:
             fields.append((param.name, hint))
         else:

@@ -15,7 +15,7 @@ import asyncio
 import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -25,6 +25,7 @@ from plait.actors.mcp.functions import FUNCTIONS, FunctionConnection, FunctionTo
 from plait.errors import McpError
 from plait.events.types import Body, McpServerFailed, McpServerReady, McpToolsRefreshed
 from plait.events.values import McpToolSnapshot
+from plait.jsonvalue import JsonValue
 
 if TYPE_CHECKING:  # client.py imports mcp: loaded when the first server starts, not before
     from plait.actors.mcp.client import McpConnection
@@ -251,7 +252,7 @@ class McpServers:
         self,
         server: str,
         tool: str,
-        arguments: str | Mapping[str, Any],
+        arguments: str | Mapping[str, JsonValue],
         timeout: float | None = None,
         *,
         call_id: str = "",

@@ -16,7 +16,6 @@ import msgspec
 
 from plait.events.projections.base import Projection
 from plait.events.projections.messages import ChatMessage, Part, shown_text
-from plait.events.projections.tasks import TASK_STEPS, TaskQueue
 from plait.events.types import (
     CANCEL_MESSAGE,
     INTERRUPT_MESSAGE,
@@ -39,6 +38,7 @@ from plait.events.values import (
     Content,
     FunctionCallOutput,
     InputText,
+    TaskPlan,
 )
 
 __all__ = [
@@ -85,16 +85,12 @@ class Histories(msgspec.Struct):
 
     conversations: dict[str, ConversationHistory] = {}
     """By conversation id, in opening order."""
-    tasks: TaskQueue = msgspec.field(default_factory=TaskQueue)
-    """The session's task queue (a task's input joins the history when it starts)."""
+    waiting: dict[str, TaskPlan] = {}
+    """The plans of tasks enqueued and not yet started or dropped, by task id: a task's input
+    joins the history when it starts. Not the session's queue: the scheduler reads the one its
+    journal folds (``actors/writer.py``)."""
     anomalies: list[str] = []
     """Events that broke a history invariant (the runtime must never produce them)."""
-
-
-_ENQUEUE = TASK_STEPS[TaskEnqueued]
-_DROP = TASK_STEPS[TaskDropped]
-_START = TASK_STEPS[TaskStarted]
-_END = TASK_STEPS[TaskCompleted]  # and TurnAborted's
 
 
 class HistoryProjection(Projection[Histories]):
@@ -184,18 +180,16 @@ class HistoryProjection(Projection[Histories]):
 
     @staticmethod
     def _enqueued(state: Histories, event: Event) -> None:
-        _ENQUEUE(state.tasks, event)
+        body = event.body
+        assert isinstance(body, TaskEnqueued)
+        state.waiting[body.plan.task_id] = body.plan
 
     @staticmethod
     def _dropped(state: Histories, event: Event) -> None:
-        _DROP(state.tasks, event)
+        state.waiting.pop(event.task_id or "", None)
 
     def _started(self, state: Histories, event: Event) -> None:
-        tasks = state.tasks
-        _START(tasks, event)
-        plan = tasks.running
-        if plan is not None and plan.task_id != event.task_id:
-            plan = None
+        plan = state.waiting.pop(event.task_id or "", None)
         cid = event.conversation_id
         conv = state.conversations.get(cid) if cid is not None else None
         if conv is None:
@@ -246,7 +240,6 @@ class HistoryProjection(Projection[Histories]):
         conv.last_active_at = event.at
 
     def _completed(self, state: Histories, event: Event) -> None:
-        _END(state.tasks, event)
         cid = event.conversation_id
         conv = state.conversations.get(cid) if cid is not None else None
         if conv is not None:
@@ -308,7 +301,6 @@ class HistoryProjection(Projection[Histories]):
             self._answer(state, conv, event, call_id, output)  # says it is not open
 
     def _aborted(self, state: Histories, event: Event) -> None:
-        _END(state.tasks, event)
         body = event.body
         assert isinstance(body, TurnAborted)
         conv = self._conversation(state, event)

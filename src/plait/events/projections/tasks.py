@@ -6,8 +6,8 @@ puts its plans (the target's task, then the caller's continuation) at the front,
 of tasks that were waiting. A running session folds it once, in its journal, as each group is
 recorded (``actors/writer.py``): its scheduler decides from that fold, its conversations end
 their tasks and the runtime sees it idle by it. Recovery and the command line fold it from the
-log. There is no other queue (a history keeps one inside its own state only to know what input
-a started task brings: ``TASK_STEPS``).
+log. There is no other queue (a history keeps only the plans not yet started, to know what input
+a started task brings).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from plait.events.values import Content, TaskPlan, as_text
 
 __all__ = [
     "TASKS",
-    "TASK_STEPS",
     "QueueSnapshot",
     "TaskQueue",
     "TaskQueueProjection",
@@ -151,10 +150,6 @@ def _take(state: TaskQueue, task_id: str | None) -> TaskPlan | None:
 
 
 TASKS = TaskQueueProjection()
-
-TASK_STEPS: dict[type[Any], Callable[[TaskQueue, Event], None]] = TASKS.handlers()
-"""The fold of ``TaskQueue`` step by body type, for a projection that keeps a queue inside its
-own state (``Histories.tasks``) and folds it without a second dispatch."""
 
 
 def task_queue(events: Iterable[Event]) -> TaskQueue:
