@@ -15,7 +15,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from plait.errors import PlaitError, SessionFailedError, StoreError
+from plait.errors import (
+    LeaseLostError,
+    PlaitError,
+    SessionFailedError,
+    StoreError,
+    StoreUnavailableError,
+)
 from plait.events.types import (
     AgentMessageDelta,
     Event,
@@ -74,8 +80,15 @@ def _record_end(host: SessionHost, error: SessionFailedError) -> None:
     """Record the running task's end, unless the store is what failed; give the lease back
     as a crash leaves it (``plait recover`` and ``resume`` take the session up from there)."""
     runtime, sid, journal = host.runtime, host.session_id, host.journal
-    if journal.refusal is not None or isinstance(error.cause, StoreError):
-        runtime.owner.forget(sid)  # the store may not answer: the lease lapses on its own
+    refused = journal.refusal or error.cause
+    if isinstance(refused, StoreError):
+        if isinstance(refused, StoreUnavailableError | LeaseLostError):
+            runtime.owner.forget(sid)  # unreachable, or not ours: the lease lapses on its own
+        else:
+            # The store answered (another writer went first, a full disk): nothing more is
+            # recorded, but the lease is given back as a crash leaves it, so the next owner
+            # need not wait for it to lapse (a release that fails leaves it to lapse).
+            runtime.owner.release(sid, idle=False)
         return
     try:
         ended = failure_end(runtime.store.read(sid), error)
