@@ -1,0 +1,116 @@
+"""The store blinks (docs/failures.md#the-store-blinks): three rounds of
+``pg_terminate_backend``, a second apart, end every connection of the processes under test
+while a task runs. Their connections come back; the task completes, a front end's submit made
+meanwhile is accepted and runs, nothing is closed, the tool call ran once, the log verifies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from blinks import SCRIPT, Blinks, assert_ran_once, mcp_servers, plait_toml, run_through
+from support import StoreFactory
+
+from plait.actors.model import ModelSettings
+from plait.events import EventStore
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PLAIT_"))}
+ENV["OPENAI_API_KEY"] = "k"
+"""The worker's environment: the test's, without what would change what plait reads."""
+
+
+@pytest.fixture
+def blinks(tmp_path: Path) -> Iterator[tuple[Blinks, EventStore]]:
+    """The rounds, and a store on the schema read by the test's own connection."""
+    stores = StoreFactory("postgres", tmp_path)
+    store = stores.open()
+    rounds = Blinks(stores.schema)
+    try:
+        yield rounds, store
+    finally:
+        rounds.close()
+        stores.close()
+
+
+def three_rounds(rounds: Blinks) -> Callable[[Callable[[], None]], None]:
+    """End every connection three times, a second apart; run task two after the second."""
+
+    def disturb(task_two: Callable[[], None]) -> None:
+        for i in range(3):
+            assert rounds.round() > 0
+            if i == 1:
+                task_two()
+            rounds.gap(1.0)
+
+    return disturb
+
+
+def test_a_runtime_runs_on_while_the_store_blinks(
+    blinks: tuple[Blinks, EventStore], tmp_path: Path
+) -> None:
+    rounds, store = blinks
+    counter = tmp_path / "bumps"
+    counter.touch()
+    with ScriptedModelServer(SCRIPT) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
+        owner = Runtime(
+            rounds.url,
+            model=settings,
+            mcp_servers=mcp_servers(counter),
+            owner_id="owner",
+            expire_every_sec=None,
+        )
+        with owner, Runtime(rounds.url, model=settings, owner_id="front") as front:
+            session = owner.start_session()
+            followed = front.follow(session.session_id)
+            outcomes = run_through(followed, store, three_rounds(rounds))
+            assert not session.closed and not followed.closed
+            lease = store.lease(session.session_id)
+            assert lease is not None and (lease.owner, lease.epoch) == ("owner", 1)
+            assert_ran_once(store, session.session_id, counter, *outcomes)
+    assert all(rounds.ended)  # each round ended connections of the two runtimes
+
+
+def test_a_worker_runs_on_while_the_store_blinks(
+    blinks: tuple[Blinks, EventStore], tmp_path: Path
+) -> None:
+    rounds, store = blinks
+    counter = tmp_path / "bumps"
+    counter.touch()
+    with ScriptedModelServer(SCRIPT) as server:
+        plait_toml(tmp_path, server.base_url, rounds.url, counter)
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
+        with Runtime(rounds.url, model=settings, owner_id="front") as front:
+            started = front.start_session()
+            assert started.release(10)  # the worker takes it when work comes
+            followed = front.follow(started.session_id)
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "plait", "worker", "--lease-sec", "3"],
+                cwd=tmp_path,
+                env=ENV,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                outcomes = run_through(followed, store, three_rounds(rounds))
+                assert worker.poll() is None  # it runs on
+            finally:
+                worker.send_signal(signal.SIGTERM)
+                _, err = worker.communicate(timeout=60)
+            assert worker.returncode == 143, err  # stopped by the signal, not by the store
+    assert_ran_once(store, started.session_id, counter, *outcomes)
+    verified = subprocess.run(
+        [sys.executable, "-m", "plait", "verify", started.session_id, "--store", rounds.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
