@@ -1,9 +1,10 @@
 """The store blinks: every connection of the processes under test is cut, from outside, as a
 failover, an idle reaper or an admin's ``pg_terminate_backend`` cuts them (docs/failures.md).
 
-The processes under test connect with an ``application_name`` of their own (``Blinks.url``), so
-a round ends their connections only: not the test's control connection, nor those of tests
-running beside it on the same database.
+The processes under test connect as a role and with an ``application_name`` of their own
+(``Blinks.url``), so a round ends their connections only (not the test's control connection,
+nor those of tests running beside it on the same database), and ``shut`` keeps the server away
+from them alone, as long as the test wants.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from scripted import call
@@ -36,15 +38,29 @@ __all__ = ["SCRIPT", "Blinks", "assert_ran_once", "mcp_servers", "plait_toml", "
 class Blinks:
     """Rounds of ``pg_terminate_backend`` on every connection named ``name``."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, query: str = "") -> None:
         self.name = f"plait_blink_{uuid.uuid4().hex[:12]}"
-        """The ``application_name`` of the connections the rounds end."""
-        self.url = f"{POSTGRES_URL}?schema={schema}&application_name={self.name}"
-        """The store URL the processes under test open."""
+        """The role and ``application_name`` of the connections the rounds end."""
+        parts = urlsplit(POSTGRES_URL)
+        netloc = f"{self.name}@{parts.netloc.rpartition('@')[2]}"
+        params = f"schema={schema}&application_name={self.name}{query}"
+        self.url = urlunsplit(parts._replace(netloc=netloc, query=params))
+        """The store URL the processes under test open (``query``: more parameters)."""
         self.ended: list[int] = []
         """How many connections each round ended."""
         self._control = psycopg.connect(POSTGRES_URL, autocommit=True)
+        self._control.execute(f'CREATE ROLE "{self.name}" LOGIN SUPERUSER')
         self._pause = threading.Event()  # never set: rounds are paced on it, not slept
+
+    def shut(self) -> None:
+        """Refuse the role's connections from now on, and end those it has: to the processes
+        under test, the server is gone until ``open``."""
+        self._control.execute(f'ALTER ROLE "{self.name}" NOLOGIN')
+        self.round()
+
+    def open(self) -> None:
+        """Let the role connect again: the server is back."""
+        self._control.execute(f'ALTER ROLE "{self.name}" LOGIN')
 
     def round(self) -> int:
         """End every connection named ``name`` now; return how many there were."""
@@ -62,6 +78,8 @@ class Blinks:
         self._pause.wait(seconds)
 
     def close(self) -> None:
+        self.round()
+        self._control.execute(f'DROP ROLE "{self.name}"')
         self._control.close()
 
 

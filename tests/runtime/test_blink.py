@@ -10,16 +10,18 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from blinks import SCRIPT, Blinks, assert_ran_once, mcp_servers, plait_toml, run_through
-from support import StoreFactory
+from support import StoreFactory, wait_for_event
 
 from plait.actors.model import ModelSettings
-from plait.events import EventStore
+from plait.errors import SessionFailedError
+from plait.events import EventStore, ModelRequested, SessionClosed, TurnAborted
 from plait.runtime import Runtime
-from plait.testing import ScriptedModelServer
+from plait.testing import ScriptedModelServer, Step
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PLAIT_"))}
 ENV["OPENAI_API_KEY"] = "k"
@@ -27,11 +29,12 @@ ENV["OPENAI_API_KEY"] = "k"
 
 
 @pytest.fixture
-def blinks(tmp_path: Path) -> Iterator[tuple[Blinks, EventStore]]:
-    """The rounds, and a store on the schema read by the test's own connection."""
+def blinks(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Blinks, EventStore]]:
+    """The rounds (their URL's extra parameters: the test's parameter, if any), and a store
+    on the schema, read by the test's own connection."""
     stores = StoreFactory("postgres", tmp_path)
     store = stores.open()
-    rounds = Blinks(stores.schema)
+    rounds = Blinks(stores.schema, getattr(request, "param", ""))
     try:
         yield rounds, store
     finally:
@@ -114,3 +117,31 @@ def test_a_worker_runs_on_while_the_store_blinks(
         timeout=60,
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize("blinks", ["&outage_sec=1"], indirect=True)
+def test_a_session_whose_store_stays_away_is_lost_not_closed(
+    blinks: tuple[Blinks, EventStore],
+) -> None:
+    rounds, store = blinks
+    slow = Step(text="slow " * 30, chunk_chars=5, chunk_delay=0.1)  # about 3 s
+    with ScriptedModelServer([slow, Step(text="two done")]) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
+        with Runtime(rounds.url, model=settings, owner_id="owner", expire_every_sec=None) as rt:
+            session = rt.start_session()
+            with ThreadPoolExecutor(1) as pool:
+                one = pool.submit(session.run, "one", timeout=60)
+                wait_for_event(store, session.session_id, ModelRequested)
+                rounds.shut()  # away past outage_sec when the reply is to be written
+                with pytest.raises(SessionFailedError, match="not back within 1 s"):
+                    one.result(timeout=60)
+            assert session.state == "lost"
+            rounds.open()
+            resumed = rt.resume(session.session_id)  # as another worker would, once it is back
+            outcome = resumed.run("two", timeout=60)
+            assert outcome.ok and outcome.last_assistant_message == "two done"
+            events = store.read(session.session_id)
+    assert not [e for e in events if isinstance(e.body, SessionClosed)]
+    (aborted,) = [e.body for e in events if isinstance(e.body, TurnAborted)]
+    assert aborted.reason == "crashed"  # what the lost session left running, ended on resume
+    assert store.verify(session.session_id).ok
