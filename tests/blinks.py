@@ -9,6 +9,9 @@ from them alone, as long as the test wants.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import threading
 import uuid
@@ -22,6 +25,7 @@ from scripted import call
 from support import POSTGRES_URL, wait_for_event
 
 from plait.actors.mcp.config import McpServerConfig
+from plait.actors.model import ModelSettings
 from plait.events import (
     EventStore,
     ModelRequested,
@@ -29,10 +33,18 @@ from plait.events import (
     ToolCallCompleted,
     ToolCallRequested,
 )
-from plait.runtime import SessionHandle, TaskOutcome
-from plait.testing import Step
+from plait.runtime import Runtime, SessionHandle, TaskOutcome
+from plait.testing import ScriptedModelServer, Step
 
-__all__ = ["SCRIPT", "Blinks", "assert_ran_once", "mcp_servers", "plait_toml", "run_through"]
+__all__ = [
+    "SCRIPT",
+    "Blinks",
+    "assert_ran_once",
+    "mcp_servers",
+    "plait_toml",
+    "run_through",
+    "worker_through",
+]
 
 
 class Blinks:
@@ -48,30 +60,38 @@ class Blinks:
         """The store URL the processes under test open (``query``: more parameters)."""
         self.ended: list[int] = []
         """How many connections each round ended."""
-        self._control = psycopg.connect(POSTGRES_URL, autocommit=True)
-        self._control.execute(f'CREATE ROLE "{self.name}" LOGIN SUPERUSER')
+        self._control(f'CREATE ROLE "{self.name}" LOGIN SUPERUSER')
         self._pause = threading.Event()  # never set: rounds are paced on it, not slept
 
     def shut(self) -> None:
         """Refuse the role's connections from now on, and end those it has: to the processes
         under test, the server is gone until ``open``."""
-        self._control.execute(f'ALTER ROLE "{self.name}" NOLOGIN')
+        self._control(f'ALTER ROLE "{self.name}" NOLOGIN')
         self.round()
 
     def open(self) -> None:
         """Let the role connect again: the server is back."""
-        self._control.execute(f'ALTER ROLE "{self.name}" LOGIN')
+        self._control(f'ALTER ROLE "{self.name}" LOGIN')
 
     def round(self) -> int:
         """End every connection named ``name`` now; return how many there were."""
-        (ended,) = self._control.execute(
+        ended = self._control(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE datname = current_database() AND application_name = %s "
             "AND pid <> pg_backend_pid()",
             (self.name,),
-        ).fetchone() or (0,)
-        self.ended.append(int(ended))
-        return int(ended)
+        )
+        self.ended.append(ended)
+        return ended
+
+    @staticmethod
+    def _control(statement: str, params: tuple[str, ...] = ()) -> int:
+        """Run ``statement`` on a control connection of the test's (one each time: a server
+        restart ends them too); return the first column of its row, if any."""
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            cursor = conn.execute(statement.encode(), params or None)
+            found = cursor.fetchone() if cursor.description else None
+        return int(found[0]) if found else 0
 
     def gap(self, seconds: float) -> None:
         """Let ``seconds`` pass between two rounds (the processes work meanwhile)."""
@@ -79,8 +99,7 @@ class Blinks:
 
     def close(self) -> None:
         self.round()
-        self._control.execute(f'DROP ROLE "{self.name}"')
-        self._control.close()
+        self._control(f'DROP ROLE "{self.name}"')
 
 
 SERVER = Path(__file__).parent / "mcp" / "server.py"
@@ -137,3 +156,52 @@ def assert_ran_once(store: EventStore, sid: str, counter: Path, *outcomes: TaskO
     (completed,) = [e.body for e in events if isinstance(e.body, ToolCallCompleted)]
     assert completed.call_id == requested.call_id and completed.outcome == "ok"
     assert counter.read_text().splitlines() == ["bump"]
+
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PLAIT_"))}
+ENV["OPENAI_API_KEY"] = "k"
+"""A ``plait`` process's environment: the test's, without what would change what plait reads."""
+
+
+def worker_through(
+    rounds: Blinks,
+    store: EventStore,
+    cwd: Path,
+    disturb: Callable[[Callable[[], None]], None],
+) -> None:
+    """A real ``plait worker`` runs ``SCRIPT``'s two tasks, submitted by a front end that
+    follows the session, while ``disturb`` disturbs the store (see ``run_through``); it runs
+    on and stops only for SIGTERM, the tasks complete once each, ``plait verify`` is clean."""
+    counter = cwd / "bumps"
+    counter.touch()
+    with ScriptedModelServer(SCRIPT) as server:
+        plait_toml(cwd, server.base_url, rounds.url, counter)
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
+        with Runtime(rounds.url, model=settings, owner_id="front") as front:
+            started = front.start_session()
+            assert started.release(10)  # the worker takes it when work comes
+            followed = front.follow(started.session_id)
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "plait", "worker", "--lease-sec", "3"],
+                cwd=cwd,
+                env=ENV,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                outcomes = run_through(followed, store, disturb)
+                assert worker.poll() is None  # it runs on
+            finally:
+                worker.send_signal(signal.SIGTERM)
+                _, err = worker.communicate(timeout=60)
+            assert worker.returncode == 143, err  # stopped by the signal, not by the store
+    assert_ran_once(store, started.session_id, counter, *outcomes)
+    verified = subprocess.run(
+        [sys.executable, "-m", "plait", "verify", started.session_id, "--store", rounds.url],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -5,16 +5,12 @@ meanwhile is accepted and runs, nothing is closed, the tool call ran once, the l
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from blinks import SCRIPT, Blinks, assert_ran_once, mcp_servers, plait_toml, run_through
+from blinks import SCRIPT, Blinks, assert_ran_once, mcp_servers, run_through, worker_through
 from support import StoreFactory, wait_for_event
 
 from plait.actors.model import ModelSettings
@@ -22,10 +18,6 @@ from plait.errors import SessionFailedError
 from plait.events import EventStore, ModelRequested, SessionClosed, TurnAborted
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PLAIT_"))}
-ENV["OPENAI_API_KEY"] = "k"
-"""The worker's environment: the test's, without what would change what plait reads."""
 
 
 @pytest.fixture
@@ -85,38 +77,7 @@ def test_a_worker_runs_on_while_the_store_blinks(
     blinks: tuple[Blinks, EventStore], tmp_path: Path
 ) -> None:
     rounds, store = blinks
-    counter = tmp_path / "bumps"
-    counter.touch()
-    with ScriptedModelServer(SCRIPT) as server:
-        plait_toml(tmp_path, server.base_url, rounds.url, counter)
-        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        with Runtime(rounds.url, model=settings, owner_id="front") as front:
-            started = front.start_session()
-            assert started.release(10)  # the worker takes it when work comes
-            followed = front.follow(started.session_id)
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "plait", "worker", "--lease-sec", "3"],
-                cwd=tmp_path,
-                env=ENV,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            try:
-                outcomes = run_through(followed, store, three_rounds(rounds))
-                assert worker.poll() is None  # it runs on
-            finally:
-                worker.send_signal(signal.SIGTERM)
-                _, err = worker.communicate(timeout=60)
-            assert worker.returncode == 143, err  # stopped by the signal, not by the store
-    assert_ran_once(store, started.session_id, counter, *outcomes)
-    verified = subprocess.run(
-        [sys.executable, "-m", "plait", "verify", started.session_id, "--store", rounds.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert verified.returncode == 0, verified.stdout + verified.stderr
+    worker_through(rounds, store, tmp_path, three_rounds(rounds))
 
 
 @pytest.mark.parametrize("blinks", ["&outage_sec=1"], indirect=True)
