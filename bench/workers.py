@@ -3,8 +3,8 @@
 A front end (this process: ``Runtime.follow``, which never runs a session) submits tasks to S
 sessions, K one after the other in each, all sessions at once; ``plait worker`` processes take
 the sessions over from the inbox and run them against a paced model server (each reply about
-50 ms). Printed per worker count: tasks/s beside the model-bound ideal (the places, workers x
-``--concurrency``, or the sessions if fewer, over one reply's time), CPU per task of the
+50 ms). Printed per worker count: tasks/s beside the model-bound ideal (the run slots, workers
+x ``--concurrency``, or the sessions if fewer, over one reply's time), CPU per task of the
 workers, p50/p99 task latency (submit to the end seen in the log), and where the CPU went
 (workers, PostgreSQL, this front end) on this machine's cores.
 Then the issue's case: ONE ``plait worker --concurrency 8`` with nothing else set (its store and
@@ -55,7 +55,8 @@ REPLY = Step(text="abcdef" * 10, chunk_chars=6, chunk_delay=0.005)
 SLOW_REPLY = Step(text="abcdef" * 10, chunk_chars=6, chunk_delay=0.08)
 """The issue's case: a reply of about 1 s."""
 CONCURRENCY = 16
-"""Tasks each worker runs at once (``plait worker --concurrency``)."""
+"""Tasks each worker runs at once (``plait worker --concurrency``: its run slots; it keeps 8 x
+as many sessions' actors by default, docs/processes.md#capacity)."""
 
 
 def cpu_of(pids: list[int]) -> float:
@@ -134,7 +135,7 @@ def throughput(front: Runtime, handles: list[SessionHandle], args: argparse.Name
     cores = os.cpu_count() or 1
     reply = floor(args.model_url, 1)  # one reply's own time, as the server paces it
     print(f"\n{len(handles)} sessions x {args.tasks} tasks, replies of {reply * 1000:.0f} ms, "
-          f"--concurrency {CONCURRENCY}, {cores} cores; ideal: places / reply time")  # fmt: skip
+          f"--concurrency {CONCURRENCY}, {cores} cores; ideal: run slots / reply time")  # fmt: skip
     print(f"{'workers':>7} {'tasks/s':>8} {'ideal':>6} {'ratio':>6} {'CPU ms/task':>11} "
           f"{'p50 ms':>7} {'p99 ms':>7}   CPU cores: workers / postgres / front end")  # fmt: skip
     rows = []

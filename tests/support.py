@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sqlite3
+import subprocess
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,10 @@ class Tamper:
     def delete(self, stream: str, seq: int) -> None:
         self._execute(self._sql("DELETE FROM events WHERE stream = ? AND seq = ?"), (stream, seq))
 
+    def delete_head(self, stream: str) -> None:
+        """Delete the stream's head row, as if the stream had never been."""
+        self._execute(self._sql("DELETE FROM streams WHERE stream = ?"), (stream,))
+
     def set_blob(self, sha256: str, data: bytes) -> None:
         self._execute(self._sql("UPDATE blobs SET data = ? WHERE sha256 = ?"), (data, sha256))
 
@@ -113,6 +120,9 @@ class MemoryTamper(Tamper):
     def delete(self, stream: str, seq: int) -> None:
         row: Row = self._store._by_stream[stream].pop(self._index(stream, seq))
         self._store._all.remove(row)
+
+    def delete_head(self, stream: str) -> None:
+        del self._store._heads[stream]
 
     def set_blob(self, sha256: str, data: bytes) -> None:
         self._store._blobs[sha256] = data
@@ -210,3 +220,31 @@ def wait_for_event(
             if event.stream == stream and isinstance(event.body, kind) and event.seq > after:
                 return event
     raise AssertionError(f"no {kind.__name__} in session {stream} within {timeout} s")
+
+
+@contextlib.contextmanager
+def read_only_dir(source: Path, mount: Path) -> Iterator[Path]:
+    """``source`` seen at ``mount``, a directory nobody may write, root included.
+
+    root ignores file permissions, so as root it is a read-only bind mount of ``source``
+    (the test skips where it may not mount); otherwise ``source`` itself, its permissions
+    taken away for the while.
+    """
+    if os.geteuid() != 0:
+        modes = {path: path.stat().st_mode for path in [source, *source.iterdir()]}
+        for path in modes:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        try:
+            yield source
+        finally:
+            for path, mode in modes.items():
+                path.chmod(mode)
+        return
+    mount.mkdir()
+    bind = ["mount", "--bind", "-o", "ro", str(source), str(mount)]
+    if shutil.which("mount") is None or subprocess.run(bind, capture_output=True).returncode:
+        pytest.skip("root may not mount here, and without a mount root may write anywhere")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

@@ -203,7 +203,7 @@ def test_checkpoint_4_a_running_call_is_cancelled(tmp_path: Path) -> None:
     (slow,) = _calls(history)
     assert history[2:] == [{"role": "tool", "content": CANCEL_MESSAGE, "tool_call_id": slow}]
     assert len(history) == 3
-    assert row.outcome == "cancelled"
+    assert row.outcome == "unknown"  # it was sent to its server: it may have acted
     _check_log(tmp_path, session, events)
 
 

@@ -6,16 +6,24 @@ reader runs on the changed copy: each must
 exit 1 with one line, never print what the log cannot vouch for and never a traceback
 (docs/event-log.md). Undecodable prompts end within the command's timeout with one line or a
 completed task, never a traceback or a hang. ``bench/flips.py`` flips bytes all over the file.
+
+Signals as operators send them (docs/processes.md#stopping): two at once, as ``timeout -s INT``
+sends them, to ``plait exec`` mid-reply; one while a command starts, before its first lease. Each
+ends with the clean stop or the immediate exit, one line, never a hang, no lease left live by a
+clean stop. (A drain of many sessions: tests/cli/test_stopping.py.)
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from scripted import call
@@ -24,6 +32,9 @@ from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
+
+if TYPE_CHECKING:
+    from conftest import Cli, Running
 
 SCRIPT = [
     Step(text="Asking a helper.", tool_calls=[call("conv_create", user_instruction="Count.")]),
@@ -169,3 +180,148 @@ def test_an_undecodable_prompt_ends_with_one_line(
         assert len(err.strip().splitlines()) == 1, err
     else:  # read with a defined replacement, and run
         assert "Fine." in out
+
+
+SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
+"""A reply whose first line streams at once, and whose rest takes 80 s."""
+
+STOP_WITHIN_SEC = 1 + 10.0
+"""A stop ends within the grace period (1 s here) and a generous margin on a busy machine."""
+
+
+def stopped(running: Running, sigs: tuple[int, ...]) -> tuple[int, list[str], float]:
+    """Send ``sigs`` back to back (``os.kill``, no wait between); return the exit code, what
+    it said on stderr after its first line (if any), and how long it took to exit."""
+    assert running.process.stderr is not None
+    sent = time.monotonic()
+    for sig in sigs:
+        os.kill(running.process.pid, sig)
+    code = running.process.wait(STOP_WITHIN_SEC)  # raises on a hang
+    took = time.monotonic() - sent
+    said = running.process.stderr.read().splitlines()
+    running.process.stderr.close()
+    running.out.close()
+    return code, said, took
+
+
+def no_live_lease(cli: Cli, session: str | None = None) -> None:
+    """``session`` (default: every session in the store) has its lease released (or never had
+    one), and verifies."""
+    if not cli.store.exists():
+        return
+    with SqliteStore(cli.store) as store:
+        sessions = [session] if session else [info.stream for info in store.streams()]
+        for session in sessions:
+            lease = store.lease(session)
+            assert lease is None or not lease.live, f"session {session}: lease left live"
+    for session in sessions:
+        assert cli("verify", session).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "sigs",
+    [
+        (signal.SIGINT, signal.SIGINT),
+        (signal.SIGTERM, signal.SIGTERM),
+        (signal.SIGTERM, signal.SIGINT),
+    ],
+    ids=["INT+INT", "TERM+TERM", "TERM+INT"],
+)
+def test_two_signals_at_once_mid_reply_stop_exec_never_hanging(
+    cli: Cli, server: ScriptedModelServer, sigs: tuple[int, int]
+) -> None:
+    cli.configure(server.base_url)
+    for _ in range(5):
+        server.push(SLOW)
+        running = cli.spawn("exec", "--grace-sec", "1", "How many?")
+        assert running.out.next() == "Counting:\n"  # mid-reply
+        code, said, took = stopped(running, sigs)
+        started, *lines = said
+        assert started.startswith("session "), said
+        (line,) = lines  # one line, and only one
+        # Two signals pending at once are delivered lowest number first (SIGINT before
+        # SIGTERM): the first seen gives the code.
+        seen = sorted(sigs) if sigs[0] != sigs[1] else list(sigs)
+        first, second = (signal.Signals(sig).name for sig in seen)
+        assert code == 128 + seen[0] or code == 128 + sigs[0], said
+        at_once = "plait: stopped at once by a second signal ("
+        if line.startswith(at_once):
+            names = line[len(at_once) :].split(")")[0].split(", then ")
+            assert names[0] == signal.Signals(code - 128).name, line
+            assert sorted(names) == sorted([first, second]), line
+            assert took < STOP_WITHIN_SEC - 1  # not the grace period
+            continue
+        # Two of one kind sent together may reach the process as one (the kernel keeps one
+        # of a kind pending): that one gives the clean stop. Two kinds always arrive as two.
+        assert sigs[0] == sigs[1], line
+        assert line.startswith(f"plait: stopped by {first}: task "), line
+        assert line.endswith("handed back"), line
+        no_live_lease(cli, started.split()[1])  # one stopped at once earlier is left live
+
+
+def in_read_of_stdin(pid: int, within: float = 30.0) -> None:
+    """Wait until the process's main thread blocks reading fd 0 (``/proc/PID/syscall``: the
+    read system call, 0 on x86-64 and 63 on arm64, on fd 0x0)."""
+    deadline = time.monotonic() + within
+    syscall = Path(f"/proc/{pid}/syscall")
+    while time.monotonic() < deadline:
+        fields = syscall.read_text().split()
+        if fields[:2] in (["0", "0x0"], ["63", "0x0"]):
+            return
+        os.sched_yield()
+    raise AssertionError(f"process {pid} did not read stdin within {within} s")
+
+
+@pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="needs /proc/PID/syscall")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_signal_while_exec_starts_stops_it_with_one_line(
+    cli: Cli, server: ScriptedModelServer, sig: int
+) -> None:
+    # ``plait exec -`` waits for its prompt on stdin, before it opens the runtime: a signal
+    # there stops it at once, before any lease, with the line of a stop.
+    cli.configure(server.base_url)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "plait", "exec", "-"],
+        cwd=cli.cwd,
+        env=cli.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with process:
+        in_read_of_stdin(process.pid)
+        os.kill(process.pid, sig)
+        code = process.wait(STOP_WITHIN_SEC)  # stdin is still open: it must not wait for it
+        said = process.communicate()[1].splitlines()
+    assert (code, said) == (128 + sig, [f"plait: stopped by {signal.Signals(sig).name}"])
+    assert server.requests == []
+    no_live_lease(cli)
+
+
+def test_a_signal_as_a_worker_starts_takes_no_lease_and_exits_with_one_line(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    cli.configure(server.base_url)
+    url = str(cli.store)
+    settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+    with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+        waiting = front.start_session()
+        session = waiting.session_id
+        waiting.release()
+        front.follow(session).submit("Count.")  # in its inbox: a worker would take it
+    for after_line in (False, True):
+        worker = cli.spawn("worker", "--store", url, "--grace-sec", "1")
+        if after_line:  # its runtime is up; it has not looked at the inbox yet, or just has
+            assert worker.err.next().startswith("worker ")
+        worker.process.send_signal(signal.SIGTERM)  # as soon as it is spawned: nothing read
+        code = worker.process.wait(STOP_WITHIN_SEC)
+        said = worker.err.rest()
+        worker.out.close()
+        if code == -signal.SIGTERM:  # before Python ran plait: the default action, nothing held
+            assert not after_line and said == []
+        else:
+            assert code == 143, said
+            lines = [line for line in said if line.startswith("plait: ")]
+            assert len(lines) == 1 and "stopped by SIGTERM" in lines[0], said
+        no_live_lease(cli)

@@ -231,9 +231,11 @@ def test_a_locked_store_is_one_line(cli: Cli, tmp_path: Path) -> None:
     holder = sqlite3.connect(cli.store, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")
-        result = cli("sessions")
+        read = cli("sessions")  # a reader, opened read-only, waits for no writer (WAL)
+        result = cli("fork", "lock-1", "--at", "3")
     finally:
         holder.close()
+    assert read.returncode == 0 and read.stdout.startswith("lock-1")
     assert result.returncode == 1
     assert result.stderr == (
         f"plait: {cli.store.relative_to(cli.cwd)}: database is locked (another process holds "

@@ -213,3 +213,47 @@ def test_sigterm_to_a_chat_hands_its_session_back(cli: Cli, server: ScriptedMode
         )
         lease = store.lease(session)
         assert lease is not None and not lease.live
+
+
+DRAIN_SEC = 5.0
+"""The worker's ``--drain-sec`` in the drain test: one deadline for all its sessions."""
+
+
+def test_sigterm_to_a_worker_running_eight_tasks_stops_them_all_within_the_drain(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    cli.configure(server.base_url)
+    url = str(cli.store)
+    settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+    with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+        sessions = []
+        for _ in range(8):
+            handle = front.start_session()
+            sessions.append(handle.session_id)
+            handle.release()
+        server.push(*[SLOW] * 8)
+        worker = cli.spawn("worker", "--store", url, "--concurrency", "8", "--drain-sec", "5")
+        with front.store.subscribe() as tail:
+            tasks = {front.follow(s).submit("How many?") for s in sessions}
+            running: set[str] = set()
+            while running != tasks:
+                event = tail.get(timeout=30)
+                assert event is not None, f"{len(tasks - running)} tasks never started"
+                if isinstance(event.body, TaskStarted) and event.task_id in tasks:
+                    running.add(event.task_id)
+        server.wait_for_requests(8, timeout=60)  # every reply streams
+        sent = time.monotonic()
+        worker.process.send_signal(signal.SIGTERM)
+        code = worker.wait(60)
+        took = time.monotonic() - sent
+        leases = {s: front.store.lease(s) for s in sessions}  # right after its exit
+    assert code == 143
+    assert took < DRAIN_SEC + 4, f"the drain took {took:.1f} s"  # not 5 s a session
+    assert [s for s, lease in leases.items() if lease is not None and lease.live] == []
+    with SqliteStore(cli.store) as store:
+        for session in sessions:
+            cut = [(e.task_id in tasks, e.body.cause) for e in store.read(session)
+                   if isinstance(e.body, TurnAborted)]  # fmt: skip
+            assert cut == [(True, "shutdown")]
+    for session in sessions:
+        assert cli("verify", session).returncode == 0

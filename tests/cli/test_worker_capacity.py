@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from support import POSTGRES_URL, StoreFactory
 
 from plait.actors.model import ModelSettings
+from plait.cli.parser import build_parser
+from plait.cli.worker import ACTIVE_PER_SLOT, active_sessions
 from plait.events import Event, TaskCompleted, TaskEnqueued, TaskStarted
 from plait.runtime import Runtime, SessionHandle
 from plait.testing import ScriptedModelServer, Step
@@ -74,3 +76,12 @@ def test_one_worker_runs_at_most_concurrency_tasks_at_once_over_many_sessions(
     assert len(enqueued) == SESSIONS * TASKS and sorted(completed) == sorted(enqueued)
     # Never more than its places at once, and the places were used: work, not ownership.
     assert most_running_at_once(events) == PLACES, err
+
+
+def test_a_worker_keeps_more_sessions_with_actors_than_it_runs_tasks() -> None:
+    def active(*argv: str) -> int | None:
+        return active_sessions(build_parser().parse_args(["worker", *argv]))
+
+    assert active("--concurrency", "8") == ACTIVE_PER_SLOT * 8
+    assert active("--concurrency", "8", "--max-active-sessions", "10") == 10
+    assert active() is None  # no bound on tasks: none on sessions either

@@ -104,10 +104,36 @@ def test_renew_answers_the_leases_still_held(store: EventStore) -> None:
     store.acquire_lease("s1", "a", LAPSED)
     store.acquire_lease("s2", "a", LAPSED)
     store.acquire_lease("s3", "b", 10)
-    assert store.renew_leases("a", 10) == {"s1": 1, "s2": 1}
+    held = {"s1": 1, "s2": 1}
+    assert store.renew_leases("a", 10, held) == held  # lapsed, not taken: still a's
     assert all(lease.live for lease in store.leases())
     store.release_lease("s2", "a", 1)
-    assert store.renew_leases("a", 10) == {"s1": 1}
+    assert store.renew_leases("a", 10, held) == {"s1": 1}
+    assert store.renew_leases("a", 10, {"s1": 2, "s3": 1}) == {}  # not at that epoch, not a's
+    assert store.renew_leases("a", 10, {}) == {}
+
+
+@pytest.mark.parametrize("end", ["release", "release with work waiting", "expire"])
+def test_a_lease_ended_on_purpose_is_not_revived_by_its_owners_renewal(
+    store: EventStore, end: str
+) -> None:
+    a = store.acquire_lease("s1", "a", 60)
+    store.acquire_lease("s2", "a", 60)
+    if end == "expire":
+        assert store.expire_lease("s1", "a", a.epoch)
+    else:
+        assert store.release_lease("s1", "a", a.epoch, idle=end == "release")
+    # A renewal that was under way as it ended (it still names s1), and any later one.
+    for _ in range(2):
+        assert store.renew_leases("a", 60, {"s1": a.epoch, "s2": 1}) == {"s2": 1}
+        lease = store.lease("s1")
+        assert lease is not None and not lease.live and lease.epoch == a.epoch
+        assert lease.owner == (None if end == "release" else "a")
+    b = store.acquire_lease("s1", "b", 60)
+    assert (b.owner, b.epoch) == ("b", 2)  # taken at once, as after a lapse
+    assert store.renew_leases("a", 60, {"s1": a.epoch}) == {}
+    lease = store.lease("s1")
+    assert lease is not None and lease.live and lease.owner == "b"
 
 
 def test_one_owner_wins_a_race_for_a_free_session(stores: StoreFactory) -> None:

@@ -37,6 +37,7 @@ from plait.events import (
     ToolCall,
     ToolCallCompleted,
     ToolCallRequested,
+    ToolCallStarted,
     TurnAborted,
     Usage,
 )
@@ -279,6 +280,32 @@ def test_audit_follows_each_call_from_request_to_outcome() -> None:
     ]
     assert rows[0].duration_ms == 4.5 and rows[0].read_only and rows[0].task_id == "t1"
     assert rows[0].requested_at + timedelta(milliseconds=1) == rows[0].completed_at
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause", "not_sent"),
+    [
+        ("interrupted", "shutdown", "cancelled"),
+        ("interrupted", "user", "cancelled"),
+        ("replaced", "replaced", "aborted"),
+        ("failed", "model", "aborted"),
+    ],
+)
+def test_an_aborted_call_that_was_sent_is_unknown_not_cancelled(
+    reason: Any, cause: Any, not_sent: str
+) -> None:
+    # A SIGINT while an MCP call runs: the call was sent (ToolCallStarted), so the server may
+    # have acted on it; only the call still waiting for a slot never ran (docs/replay.md#audit).
+    items = opening(
+        *task("root", "t1"),
+        (ToolCallRequested("a", "t__slow", '{"seconds": 60}', read_only=True), "root", "t1"),
+        (ToolCallRequested("b", "t__echo", "{}", read_only=True), "root", "t1"),
+        (ToolCallStarted("a", "t"), "root", "t1"),
+        (TurnAborted(reason, cause, checkpoint=4 if reason == "interrupted" else 0), "root", "t1"),
+    )
+    rows = AuditProjection().fold(record(items)).rows
+    assert [(r.call_id, r.outcome) for r in rows] == [("a", "unknown"), ("b", not_sent)]
+    assert rows[0].completed_at is not None and rows[0].server == "t"
 
 
 def test_timeline_shows_the_demo_in_order() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import read_only_dir
 
 from plait.errors import (
     ConcurrencyError,
@@ -262,3 +263,44 @@ def test_a_blob_row_that_no_longer_says_what_it_holds_stops_every_read(tmp_path:
         store._db.commit()
         with pytest.raises(StoreError, match=damaged):
             store.read("s")
+
+
+def _files(directory: Path) -> dict[str, tuple[bytes, int]]:
+    """Each file of ``directory``: its bytes and its mtime (ns)."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in directory.iterdir()}
+
+
+def test_a_store_in_a_read_only_directory_opens_read_only(tmp_path: Path) -> None:
+    source = tmp_path / "store"
+    with SqliteStore(source / "plait.db") as store:
+        store.append("s1", [TurnStarted(turn=1), ToolCallCompleted("c", "x" * 20_000)], 0)
+    before = _files(source)  # a closed store is one file: its write-ahead log checkpointed
+    assert list(before) == ["plait.db"]
+    with read_only_dir(source, tmp_path / "ro") as ro:
+        with pytest.raises(StoreUnavailableError) as refused:
+            SqliteStore(ro / "plait.db")  # a writer: refused in one line naming the file
+        why = "it is on a read-only file system" if ro != source else "the file is read-only"
+        assert str(refused.value) == (
+            f"{ro / 'plait.db'}: cannot write the store: {why} (commands that only read it, "
+            "such as plait log, verify and audit, open it read-only)"
+        )
+        with SqliteStore(ro / "plait.db", read_only=True) as reader:
+            assert [e.seq for e in reader.read("s1")] == [1, 2]
+            assert reader.verify("s1").ok and reader.check_file(full=True) is None
+            assert [info.stream for info in reader.streams()] == ["s1"]
+            with pytest.raises(StoreError, match=r"plait\.db: opened read-only, so it cannot"):
+                reader.append("s1", [TurnStarted(turn=2)], 2)
+    assert _files(source) == before  # not a byte, not a time, not a file more
+
+
+def test_a_read_only_store_reads_what_a_writer_commits(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "plait.db") as writer:
+        writer.append("s1", [TurnStarted(turn=1)], 0)
+        with SqliteStore(tmp_path / "plait.db", read_only=True) as reader:
+            writer.append("s1", [TurnStarted(turn=2)], 1)  # in the write-ahead log only
+            assert [e.seq for e in reader.read("s1")] == [1, 2]
+            with pytest.raises(StoreError, match="opened read-only"):
+                reader.redact("0" * 64)
+    with pytest.raises(StoreUnavailableError, match=r"nowhere\.db: no store here"):
+        SqliteStore(tmp_path / "nowhere.db", read_only=True)
+    assert not (tmp_path / "nowhere.db").exists()

@@ -35,6 +35,7 @@ from plait.events import (
     encode_event,
 )
 from plait.events.codec import event_hash
+from plait.events.values import StoragePolicy
 
 BIG = "x" * 20_000
 
@@ -157,17 +158,42 @@ def test_large_content_is_stored_once_and_read_back(store: EventStore) -> None:
     assert store.blob(refs[0].sha256) == BIG.encode()
 
 
+TTL = NewEvent(ConversationOpened(storage_policy=StoragePolicy("ttl", 60)), "root")
+"""A conversation whose content may expire (docs/storage.md#expiry)."""
+
+
 def test_redacting_a_blob_keeps_the_chain_and_shows_a_marker(store: EventStore) -> None:
-    store.append("s1", [NewEvent(ToolCallCompleted(call_id="c", output=BIG), "root")], 0)
-    raw = store.read("s1", resolve_blobs=False)[0].body
+    store.append("s1", [TTL, NewEvent(ToolCallCompleted(call_id="c", output=BIG), "root")], 0)
+    raw = store.read("s1", resolve_blobs=False)[1].body
     assert isinstance(raw, ToolCallCompleted) and isinstance(raw.output, BlobRef)
     assert store.redact(raw.output.sha256) is True
-    body = store.read("s1")[0].body
+    body = store.read("s1")[1].body
     assert isinstance(body, ToolCallCompleted)
     assert body.output == Redacted(sha256=raw.output.sha256, size=len(BIG))
     report = store.verify("s1")
     assert report.ok and report.redacted == 1 and report.blobs == 1
     assert store.redact("0" * 64) is False
+
+
+@pytest.mark.parametrize("policy", [StoragePolicy(), None])
+def test_a_deleted_blob_is_damage_unless_its_policy_lets_it_expire(
+    store: EventStore, policy: StoragePolicy | None
+) -> None:
+    # A full conversation's content (or content outside any conversation) is never deleted
+    # on purpose: its blob gone is damage, whether or not a tombstone is left.
+    cid = "root" if policy is not None else None
+    opened = [NewEvent(ConversationOpened(storage_policy=policy), "root")] if policy else []
+    store.append("s1", [*opened, NewEvent(ToolCallCompleted(call_id="c", output=BIG), cid)], 0)
+    raw = store.read("s1", resolve_blobs=False)[-1].body
+    assert isinstance(raw, ToolCallCompleted) and isinstance(raw.output, BlobRef)
+    store.redact(raw.output.sha256)
+    report = store.verify("s1")
+    whose = "conversation root's" if cid else "the session's"
+    assert (report.ok, report.first_bad_seq, report.redacted) == (False, len(opened) + 1, 0)
+    assert report.reason == (
+        f"blob sha256:{raw.output.sha256} was deleted, but {whose} storage policy is full: "
+        "only ttl content expires"
+    )
 
 
 def test_rewriting_redacted_content_restores_it(store: EventStore) -> None:
@@ -357,6 +383,46 @@ def test_a_read_across_streams_finds_a_moved_position(stores: StoreFactory) -> N
     for read in (store.read_all, lambda: list(store.batches(batch=2))):
         with pytest.raises(TamperedError, match=moved):
             read()
+
+
+def test_verify_finds_a_moved_position(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
+    store.append("s2", [TurnStarted(turn=1)], 0)
+    stores.tamper.set_column("s2", 1, "position", 9)  # its order, chain and head are kept
+    gap = "positions jump from 2 to 9 (stream s2 seq 1): 3 to 8 missing; positions are dense"
+    for stream, at in (("s2", 1), ("s1", None)):  # every stream's reads across streams stop
+        report = store.verify(stream)
+        assert (report.ok, report.first_bad_seq) == (False, at)
+        assert report.reason.startswith(gap), report.reason
+
+
+def test_verify_finds_a_stream_lost_whole(stores: StoreFactory) -> None:
+    # Its rows and its head gone: nothing of the stream is left to miss, but its positions.
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=1)], 0)
+    store.append("s2", [TurnStarted(turn=1), TaskStarted()], 0)
+    store.append("s3", [TurnStarted(turn=1)], 0)
+    stores.tamper.delete("s2", 1)
+    stores.tamper.delete("s2", 2)
+    stores.tamper.delete_head("s2")
+    assert [info.stream for info in store.streams()] == ["s1", "s3"]
+    report = store.verify("s3")
+    assert (report.ok, report.first_bad_seq) == (False, 1)
+    assert report.reason.startswith("positions jump from 1 to 4 (stream s3 seq 1): 2 to 3 missing")
+    stores.tamper.delete("s1", 1)
+    stores.tamper.delete_head("s1")
+    assert store.verify("s3").reason.startswith("positions start at 4 (stream s3 seq 1): 1 to 3")
+
+
+def test_verify_finds_a_position_out_of_its_streams_order(stores: StoreFactory) -> None:
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
+    store.append("s2", [TurnStarted(turn=1)], 0)
+    stores.tamper.set_column("s1", 2, "position", 0)  # dense no more, and before seq 1
+    report = store.verify("s1")
+    assert (report.ok, report.first_bad_seq) == (False, 2)
+    assert report.reason == "at position 0, not after seq 1's (1): a row moved"
 
 
 def test_a_read_to_the_head_checks_the_heads_hash(stores: StoreFactory) -> None:

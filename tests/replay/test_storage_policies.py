@@ -201,6 +201,7 @@ def test_a_runtime_with_ttl_content_sweeps_it_and_stops_when_closed(tmp_path: Pa
         idle.close()
         ttl = StoragePolicy("ttl", 60)
         sweeping = runtime_for(server, tmp_path, expire_every_sec=0.01, storage_policy=ttl)
-        assert sweeping._sweeper is not None and sweeping._sweeper.is_alive()
+        assert sweeping._sweeper is not None and not sweeping._sweeper.cancelled
+        assert sweeping.timers.running
         sweeping.close()
-        assert not sweeping._sweeper.is_alive()
+        assert sweeping._sweeper.cancelled and not sweeping.timers.running

@@ -47,6 +47,7 @@ from plait.actors.seams import (
     JournalLike,
     McpPoolRef,
     ModelClientLike,
+    TaskGateLike,
 )
 from plait.actors.stream import ModelReply
 from plait.actors.token_count import TokenCount
@@ -124,6 +125,9 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     """How requests are shaped and replies read (``RuntimeSettings.model_protocol``)."""
     model_options: ModelOptions = ModelOptions()
     """What each model request asks for beyond messages and tools."""
+    task_gate: TaskGateLike | None = None
+    """The runtime's run slots, which the session's scheduler takes before it starts a task
+    (``None``: no bound)."""
 
 
 class TaskRun(msgspec.Struct):

@@ -7,12 +7,12 @@ from asyncio code, and a reader that falls too far behind is told where to read 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import queue
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
+from plait.actors.bridge import Promise
 from plait.events.types import Body, Event, FeedLagged, Transient
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class Feed(Iterator["Event | Transient"]):
     """A live view of a session: its events as they are recorded, and transient deltas.
 
     Read it from a thread (``get``, iteration) or from asyncio code (``aget``, ``async for``):
-    an asyncio reader waits on a future of its own loop, woken by whoever records, so any
+    an asyncio reader awaits a ``Promise`` on its own loop, settled by whoever records, so any
     number of them cost no thread. It holds at most ``limit`` items: a reader that falls that
     far behind gets one ``FeedLagged`` in place of what did not fit, then what is recorded
     after it has caught up (``catch_up`` reads the gap from the log).
@@ -65,7 +65,7 @@ class Feed(Iterator["Event | Transient"]):
         """The most items it holds before it lags."""
         self._queue: queue.SimpleQueue[Event | Transient | Lost | _Closed] = queue.SimpleQueue()
         self._closed = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: Promise[None] | None = None
         """The asyncio reader waiting for the next item, if one is."""
         self.after_seq = journal.last_seq
         """The seq of the last event recorded before the feed began: it holds what follows."""
@@ -95,8 +95,7 @@ class Feed(Iterator["Event | Transient"]):
         waiter = self._waiter
         if waiter is not None and wakes:
             self._waiter = None
-            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
-                waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+            waiter.settle(None)
 
     def _last_seq_before(self, item: Event | Transient) -> int:
         return item.seq - 1 if isinstance(item, Event) else self._last_seq
@@ -118,7 +117,7 @@ class Feed(Iterator["Event | Transient"]):
             item = self.get(timeout=0)
             if item is not None or self._closed:
                 return item
-            waiter: asyncio.Future[None] = loop.create_future()
+            waiter: Promise[None] = Promise()
             self._waiter = waiter
             if not self._queue.empty():  # put before the waiter was seen: do not wait
                 self._waiter = None
@@ -135,7 +134,7 @@ class Feed(Iterator["Event | Transient"]):
                         await waiter
             except TimeoutError:
                 return None
-            finally:  # woken, timed out or cancelled: this future is done with
+            finally:  # woken, timed out or cancelled: this promise is done with
                 if self._waiter is waiter:
                     self._waiter = None
 
@@ -211,8 +210,3 @@ class Kinds(NamedTuple):
 
     held: tuple[type[Body], ...]
     waking: tuple[type[Body], ...]
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

@@ -25,6 +25,8 @@ from plait.actors.messages import (
     Stop,
     TaskEnded,
 )
+from plait.actors.run_slot import RunSlot
+from plait.actors.seams import TaskGateLike
 from plait.errors import SessionClosedError
 from plait.events.projections.tasks import (
     TaskQueue,
@@ -66,6 +68,8 @@ class Scheduler:
         deliver: Callable[[RunTask | Abort], object],
         refusal: Callable[[], Exception | None] = lambda: None,
         when_durable: Callable[[Callable[[Exception | None], object]], object] | None = None,
+        gate: TaskGateLike | None = None,
+        wake: Callable[[], object] = lambda: None,
     ) -> None:
         """``tasks()``: the session's task queue, as the journal folds it, held still while
         it is read; ``record(group, ahead=False)`` appends a group (or makes it, ``ahead``)
@@ -74,7 +78,9 @@ class Scheduler:
         the running one, to the task's conversation; ``refusal`` says why the log took
         nothing, if the session failed or was lost (else it is being closed);
         ``when_durable(then)`` calls ``then`` once what was made ahead is written (``None``),
-        or with why it was not (the conversation a task is delivered to writes it)."""
+        or with why it was not (the conversation a task is delivered to writes it); ``gate``
+        gives the run slot a task starts in, and ``wake`` is called once one waited for is
+        held (the Session tells itself ``StartNext``)."""
         self.stream = stream
         self.tasks = tasks
         self._record = record
@@ -83,6 +89,7 @@ class Scheduler:
         self._refusal = refusal
         self._when_durable = when_durable or (lambda then: then(None))
         self._stopped = False  # the process stops: what waits is left for the next owner
+        self._slot = None if gate is None else RunSlot(gate, stream, wake, self._when_durable)
 
     def receive(self, message: object) -> object:
         """Handle one of ``MESSAGES``; what it raises stops the session (the Session reports
@@ -137,6 +144,11 @@ class Scheduler:
     def _start(self, plan: TaskPlan | None, before: list[NewEvent]) -> list[Event]:
         """Start ``plan`` (if any), recording ``before`` with it; return what was recorded
         (made ahead, when a task starts: its conversation writes it)."""
+        if self._slot is not None:
+            with self.tasks() as queue:
+                idle = queue.running is None
+            if idle:  # docs/processes.md#capacity
+                plan = self._slot.take(plan, self._stopped)
         if plan is None or self._stopped:
             return self._record(before) if before else []
         started = [NewEvent(TaskStarted(), plan.conversation_id, plan.task_id)]

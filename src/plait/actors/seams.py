@@ -21,6 +21,8 @@ for the real part (replay's model, servers and approver that answer from the log
 - ``McpPoolRef``: the ``PoolRef`` through which a conversation calls the session's MCP pool.
 - ``ApprovalGateLike``: the ``ApprovalGate`` that decides a call's approval (replay's
   ``ReplayApprovals``).
+- ``TaskGateLike``: the runtime's ``TaskGate``, whose run slots bound the tasks running at once
+  in the process; a session's scheduler takes one before it starts a task.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ __all__ = [
     "ModelClientLike",
     "Recipient",
     "ServersFactory",
+    "TaskGateLike",
 ]
 
 T = TypeVar("T")
@@ -256,4 +259,17 @@ class ApprovalGateLike(Protocol):
 
     async def decide(self, request: ApprovalRequest) -> ToolApprovalDecided:
         """The decision to record for ``request``."""
+        ...
+
+
+class TaskGateLike(Protocol):
+    """The runtime's run slots, as a session's scheduler takes them (``TaskGate``)."""
+
+    def enter(self, holder: str, wake: Callable[[], object]) -> bool:
+        """Take a slot for session ``holder``'s next task (``True``: it holds one), or wait in
+        line: ``wake`` is called once one is held for it."""
+        ...
+
+    def leave(self, holder: str) -> None:
+        """Give back ``holder``'s slot, or its place in line."""
         ...

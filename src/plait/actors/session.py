@@ -23,6 +23,7 @@ from plait.actors.messages import (
     ListConversations,
     OpenConversation,
     RunTask,
+    StartNext,
     TaskEnded,
 )
 from plait.actors.scheduler import MESSAGES, Scheduler
@@ -87,6 +88,8 @@ class Session(Actor):
             self._deliver,
             lambda: journal.lost,
             journal.when_durable,
+            deps.task_gate,
+            lambda: self.actor_ref.tell(StartNext()),  # a run slot is held for it now
         )
         self._fold(past)
 

@@ -13,7 +13,6 @@ task, which ends the question.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -24,6 +23,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from plait.actors.approvals import ApprovalDecision, ApprovalRequest
+from plait.actors.bridge import Promise
 from plait.actors.text import undecodable
 from plait.cli.chat_commands import ChatCommands
 from plait.cli.chat_input import Command, Problem, read_line
@@ -53,20 +53,19 @@ class TerminalApprover:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiting: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = {}
+        self._waiting: dict[str, Promise[ApprovalDecision]] = {}
         self._answers: dict[str, ApprovalDecision] = {}
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
         """Wait for the person's answer to ``request`` (cancelled by an abort or a timeout)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[ApprovalDecision] = loop.create_future()
+        promise: Promise[ApprovalDecision] = Promise()
         with self._lock:
             answer = self._answers.pop(request.call_id, None)
             if answer is not None:  # answered before it was asked for
                 return answer
-            self._waiting[request.call_id] = (loop, future)
+            self._waiting[request.call_id] = promise
         try:
-            return await future
+            return await promise
         finally:
             with self._lock:
                 self._waiting.pop(request.call_id, None)
@@ -78,13 +77,7 @@ class TerminalApprover:
             if waiting is None:
                 self._answers[call_id] = decision
                 return
-        loop, future = waiting
-
-        def give() -> None:
-            if not future.done():  # not cancelled meanwhile
-                future.set_result(decision)
-
-        loop.call_soon_threadsafe(give)
+        waiting.settle(decision)
 
     def forget(self) -> None:
         """Drop the answers nobody waited for (their wait ended before they were given)."""

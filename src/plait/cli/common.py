@@ -63,14 +63,15 @@ def config_of(args: argparse.Namespace) -> Config:
     )
 
 
-def existing_store(args: argparse.Namespace) -> EventStore:
-    """Open the configured store, which must exist: reading never creates one."""
-    return store_of(config_of(args), create=False)
+def existing_store(args: argparse.Namespace, *, read_only: bool = False) -> EventStore:
+    """Open the configured store, which must exist: reading never creates one. A command
+    that only reads opens it ``read_only``, so a store on a read-only mount can be read."""
+    return store_of(config_of(args), create=False, read_only=read_only)
 
 
-def store_of(config: Config, *, create: bool) -> EventStore:
+def store_of(config: Config, *, create: bool, read_only: bool = False) -> EventStore:
     """Open the store ``config`` names; a SQLite file that is not there yet only if
-    ``create``."""
+    ``create``; a SQLite file for reading only if ``read_only``."""
     url = config.store.url
     if url.startswith(("postgresql://", "postgres://")) or url == "memory:":
         from plait.events.stores import open_store
@@ -83,7 +84,7 @@ def store_of(config: Config, *, create: bool) -> EventStore:
         raise PlaitError(f"{url}: no store here (run `plait exec` first, or pass --store)")
     from plait.events.stores.sqlite import SqliteStore
 
-    return SqliteStore(path, busy_timeout_sec=config.store.busy_timeout_sec)
+    return SqliteStore(path, busy_timeout_sec=config.store.busy_timeout_sec, read_only=read_only)
 
 
 def find_session(store: EventStore, session: str) -> str:

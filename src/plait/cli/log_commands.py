@@ -43,7 +43,7 @@ __all__ = [
 def cmd_sessions(args: argparse.Namespace) -> int:
     """List the sessions in the store, oldest first, with the process that owns each."""
     style = Style.for_args(args, sys.stdout)
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         for fields in session_rows(store):
             out(render.json_line(fields) if args.json else render.session_row(fields, style))
     return 0
@@ -62,7 +62,7 @@ def cmd_conversations(args: argparse.Namespace) -> int:
     """List a session's live conversations: who created each, messages, last activity."""
     from plait.events.projections import HistoryProjection, conversation_index
 
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         histories = HistoryProjection().fold(store.read(session))
     for info in conversation_index(histories, session):
@@ -72,7 +72,7 @@ def cmd_conversations(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Print a conversation's history as chat messages (the root's by default)."""
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         _, rows = history_rows(store, session, args.conversation, args.limit, args.reasoning)
     for row in rows:
@@ -113,7 +113,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     """Print every event of a session: seq, time, type, conversation, task, body."""
     style = Style.for_args(args, sys.stdout)
     row = render.event_json if args.json else partial(render.event_row, style=style)
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         if args.unverified:  # what is there, said to be unchecked
             err(f"{session}: --unverified: shown as stored, not checked against the hash chain")
@@ -138,7 +138,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     """Show a session's conversations, histories, audit and chain check; exit 1 if the
     check finds anything edited."""
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         # read refuses what fails its hash or chain; verify adds the columns, blobs and head
         events, report = store.read(session), store.verify(session)
@@ -156,7 +156,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
     start, duration, tool calls and outcome."""
     from plait.cli.tree import tree_lines
 
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         events = store.read(find_session(store, args.session), resolve_blobs=False)
     for line in tree_lines(events, Style.for_args(args, sys.stdout)):
         out(line)
@@ -166,14 +166,15 @@ def cmd_tree(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check a session's rows (hash chain, columns, blobs) and the store's file; exit 1 if
     anything was edited or is damaged."""
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         report = store.verify(find_session(store, args.session))
         damaged = store.check_file(full=args.full)
     if args.json:
         fields = msgspec.to_builtins(report)
         out(render.json_line({"session_id": fields.pop("stream"), **fields, "file": damaged}))
-    elif not report.ok:
-        out(f"tampered: seq {report.first_bad_seq}: {report.reason}")
+    elif not report.ok:  # no seq: the damage is in the store's positions, not in this session
+        at = "" if report.first_bad_seq is None else f"seq {report.first_bad_seq}: "
+        out(f"tampered: {at}{report.reason}")
     elif damaged is not None:
         out(f"damaged: {damaged}")
     else:
@@ -185,7 +186,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a session from its log, no network or key; exit 1 at the first difference."""
     from plait.replay import replay
 
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         result = replay(store, session, max_interrupt_chain_depth=args.max_interrupt_chain_depth)
     if args.json:
@@ -202,7 +203,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """List every tool call of a session: tool, server, outcome, size, duration."""
     from plait.replay import audit
 
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         rows = audit(
             store, session, tool=args.tool, conversation_id=args.conversation, outcome=args.outcome
@@ -222,7 +223,7 @@ def _model_errors(args: argparse.Namespace, session: str) -> str:
     """How many of the session's turns the model server failed, by kind."""
     from plait.events.types import TurnAborted
 
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         kinds = [
             e.body.model_error
             for e in store.read(session, resolve_blobs=False)
@@ -238,7 +239,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from plait.events.projections import StatsProjection
     from plait.events.types import McpServerFailed, McpServerReady
 
-    with existing_store(args) as store:
+    with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         events = store.read(session, resolve_blobs=False)
         stats = StatsProjection().fold(events)

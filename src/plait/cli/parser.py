@@ -184,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=_positive, metavar="N", help="run at most N tasks at once"
     )
     worker.add_argument(
+        "--max-active-sessions",
+        type=_positive,
+        metavar="N",
+        help="keep at most N sessions' actors running (default 8 x --concurrency)",
+    )
+    worker.add_argument(
         "--lease-sec",
         type=float,
         default=10.0,

@@ -49,13 +49,21 @@ SERVER_MARGIN_SEC = 30.0
 
 def cmd_exec(args: argparse.Namespace) -> int:
     """Run one task to its end, streaming the answer; exit 1 if it does not complete."""
+    # Before anything else: a signal while it starts stops it before its first lease. Only
+    # its waits are cut where they are: taking, releasing a lease, closing are never cut.
+    with Signals(raising=False) as signals:
+        return _exec(args, signals)
+
+
+def _exec(args: argparse.Namespace, signals: Signals) -> int:
     config = config_of(args)
     _take_last(args, config)
-    prompt = read_prompt(args.prompt)  # UTF-8, or one line saying where it is not
+    with signals.interruptible():  # stdin may never end
+        prompt = read_prompt(args.prompt)  # UTF-8, or one line saying where it is not
     if args.conversation and not args.session:
         raise PlaitError("--conversation needs --session: a new session has only its root")
     model = model_settings(config)
-    with Signals(), store_of(config, create=args.session is None) as store:
+    with store_of(config, create=args.session is None) as store:
         session_id = find_session(store, args.session) if args.session else None
         conversation = None
         if session_id is not None and args.conversation:
@@ -63,11 +71,13 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
             histories = HistoryProjection().fold(store.read(session_id))
             conversation = find_conversation(histories.conversations, session_id, args.conversation)
+        signals.check()  # before the runtime's imports (openai: a second or more)
         runtime = make_runtime(config, model, store)
         handle, printer = None, None
         try:
             before = store.last_seq(session_id) if session_id else 0
             prefs = tool_prefs(args)
+            signals.check()
             handle = (
                 runtime.resume(session_id)
                 if session_id
@@ -78,6 +88,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
                 lease = store.lease(handle.session_id)
                 verb = f"followed (run by {lease.owner if lease else 'another process'})"
             err(f"session {handle.session_id} {verb} (model {config.model.model})")
+            signals.check()
             if config.policy.approval != "never":
                 err(
                     f"policy.approval is {config.policy.approval!r}: plait exec has nobody to "
@@ -96,8 +107,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
             shown = Unrecorded(cid)  # what the log did not take, if the session fails
             try:
-                _await_servers(handle, config, printer, before)
-                outcome = handle.run(prompt, conversation_id=cid, on_item=shown.then(printer))
+                with signals.interruptible():
+                    _await_servers(handle, config, printer, before)
+                    outcome = handle.run(prompt, conversation_id=cid, on_item=shown.then(printer))
             except SessionFailedError:
                 printer.end_line()
                 if shown.text and not args.json:
@@ -108,7 +120,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
             printer.end_line()
             # What others sent to the session meanwhile runs to its end here, or is handed
             # back for them (docs/processes.md); a signal hands it back, cutting its task.
-            handle.release()
+            with signals.interruptible():
+                handle.release()
         except Stopped as stopped:
             if printer is not None:
                 printer.end_line()

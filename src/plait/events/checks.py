@@ -5,7 +5,8 @@ Every read checks each row's bytes against its hash and its columns against its 
 event's link to the one before it in its stream (``link``, ``Links``) and, across streams, that
 positions run without a gap; it stops with a ``TamperedError`` naming stream and seq: nothing
 shown, folded or replayed is what the log cannot vouch for. ``verify`` walks a whole stream
-besides: its blobs are there and unedited, the stream's head is its last event.
+besides: its blobs are there and unedited (a deleted one only where its conversation's storage
+policy lets its content expire), the stream's head is its last event.
 """
 
 from __future__ import annotations
@@ -20,12 +21,22 @@ import msgspec
 from plait.errors import CorruptEventError, TamperedError
 from plait.events.blobs import blob_refs
 from plait.events.codec import BODY_TYPES, GENESIS_HASH, decode_rows
-from plait.events.types import Event
+from plait.events.types import ConversationOpened, Event
 
 if TYPE_CHECKING:
     from plait.events.store import RedactedMarker, Row
 
-__all__ = ["Columns", "Links", "Verification", "columns_agree", "link", "misplaced", "verify"]
+__all__ = [
+    "Columns",
+    "Links",
+    "Verification",
+    "columns_agree",
+    "first_gap",
+    "link",
+    "misplaced",
+    "position_gap",
+    "verify",
+]
 
 BROKEN = "prev_hash does not match the event before it (chain broken)"
 """Why an event that does not link to the one before it is refused."""
@@ -45,6 +56,33 @@ def misplaced(event: Event, stream: str, seq: int) -> str | None:
     if event.stream != stream:
         return f"row holds the event of stream {event.stream} seq {event.seq}"
     return None if event.seq == seq else f"event missing (next stored is {event.seq})"
+
+
+def first_gap(read: Callable[[int, int], list[Row]]) -> tuple[int, int] | None:
+    """The first place where positions are not dense from 1, reading rows with ``read(after,
+    limit)``: the position before it (0: none) and the next one stored."""
+    after = 0
+    while rows := read(after, 10_000):
+        for row in rows:
+            if row[0] != after + 1:
+                return after, row[0]
+            after = row[0]
+    return None
+
+
+def position_gap(report: Verification, before: int, rows: list[Row]) -> Verification:
+    """``report`` of a stream found good, made to say that positions jump from ``before``
+    (0: none) to the one of ``rows[0]``, the first row after it: one line naming the gap and
+    the event after it (at its seq, if it is of the stream verified)."""
+    ((after, _, _, stream, seq, _, _),) = rows
+    jump = f"jump from {before} to {after}" if before else f"start at {after}"
+    gone = f"{before + 1}" if after == before + 2 else f"{before + 1} to {after - 1}"
+    reason = (
+        f"positions {jump} (stream {stream} seq {seq}): {gone} missing; positions are "
+        "dense from 1, so a row moved or was lost"
+    )
+    at = seq if stream == report.stream else None
+    return msgspec.structs.replace(report, ok=False, first_bad_seq=at, reason=reason)
 
 
 Columns = tuple[list[str], list[int], list[str], list[int]]
@@ -119,7 +157,8 @@ class Verification(msgspec.Struct, frozen=True):
     blobs: int = 0
     """Blob references checked."""
     redacted: int = 0
-    """Blob references whose content was deliberately deleted (not an error)."""
+    """Blob references whose content was deleted as its conversation's ``ttl`` storage policy
+    allows (not an error; deleted content of any other conversation is)."""
 
 
 def verify(
@@ -133,8 +172,9 @@ def verify(
     from plait.events.store import REDACTED
 
     previous = GENESIS_HASH
-    seq = 0
+    position = seq = 0
     blobs = redacted = 0
+    policies: dict[str | None, str] = {}  # each conversation's storage policy, but full
 
     def bad(at: int, reason: str) -> Verification:
         return Verification(stream, False, seq, at, reason, blobs, redacted)
@@ -149,10 +189,20 @@ def verify(
             return bad(seq, wrong)
         if event.prev_hash != previous:
             return bad(seq, BROKEN)
-        for ref in blob_refs(event.body):
+        if event.position <= position:
+            where = f"at position {event.position}, not after seq {seq - 1}'s ({position})"
+            return bad(seq, f"{where}: a row moved")
+        position = event.position
+        body = event.body
+        if isinstance(body, ConversationOpened) and body.storage_policy.kind != "full":
+            policies[event.conversation_id] = body.storage_policy.kind
+        for ref in blob_refs(body):
             blobs += 1
             found = blob(ref.sha256)
             if found is REDACTED:
+                policy = policies.get(event.conversation_id, "full")
+                if policy != "ttl":
+                    return bad(seq, _deleted(ref.sha256, event.conversation_id, policy))
                 redacted += 1
             elif not isinstance(found, bytes):
                 return bad(seq, f"blob sha256:{ref.sha256} is missing")
@@ -165,3 +215,12 @@ def verify(
     if seq and head_hash != previous:
         return bad(seq, "the stream head's hash does not match the last event")
     return Verification(stream, True, seq, None, "", blobs, redacted)
+
+
+def _deleted(sha256: str, conversation_id: str | None, policy: str) -> str:
+    """Why a deleted blob of ``conversation_id`` is damage (docs/storage.md#blobs)."""
+    whose = "the session's" if conversation_id is None else f"conversation {conversation_id}'s"
+    return (
+        f"blob sha256:{sha256} was deleted, but {whose} storage policy is {policy}: "
+        "only ttl content expires"
+    )

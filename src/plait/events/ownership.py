@@ -16,7 +16,7 @@ each once what it leads to is in the log. See ``docs/processes.md``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import msgspec
@@ -27,6 +27,7 @@ from plait.events.values import TaskPlan
 
 __all__ = [
     "DEFAULT_LEASE_SEC",
+    "ENDED",
     "Command",
     "CommandBody",
     "DestroyConversation",
@@ -104,6 +105,11 @@ class StoredCommand(msgspec.Struct, frozen=True):
 Held = tuple[str | None, int, float]
 """A lease row as a backend keeps it: ``(owner, epoch, expires)``."""
 
+ENDED: Final = 0.0
+"""The expiry a release (or ``expire_lease``) writes: a lease ended on purpose, lapsed at once
+and never renewed again (a lease that lapsed by time keeps its expiry, and its owner may renew
+it until another process takes it)."""
+
 
 def taken(found: Held, owner: str, now: float, lease_sec: float) -> Held:
     """The lease after ``owner`` asks for it at ``now``: taken if nobody holds it, it lapsed,
@@ -128,10 +134,13 @@ class Ownership(ABC):
         held by ``owner`` when taken, else by whoever holds it."""
         return self._acquire(stream, owner, lease_sec)
 
-    def renew_leases(self, owner: str, lease_sec: float) -> dict[str, int]:
-        """Renew every lease ``owner`` holds; return their epochs by stream. A lease missing
-        from the answer was taken by another process."""
-        return self._renew(owner, lease_sec)
+    def renew_leases(self, owner: str, lease_sec: float, held: Mapping[str, int]) -> dict[str, int]:
+        """Renew the leases of ``held`` (stream -> epoch) that ``owner`` still holds at those
+        epochs, lapsed or not, in one statement; return their epochs by stream. A lease missing
+        from the answer was taken by another process, or ended on purpose: one released or
+        expired is never renewed, so a release stays a release however late a renewal that
+        was under way arrives (docs/processes.md#handing-back)."""
+        return self._renew(owner, lease_sec, dict(held))
 
     def release_lease(self, stream: str, owner: str, epoch: int, *, idle: bool = True) -> bool:
         """Give up ``stream``'s lease, if ``owner`` still holds it at ``epoch``; return whether
@@ -197,7 +206,7 @@ class Ownership(ABC):
     def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease: ...
 
     @abstractmethod
-    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]: ...
+    def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]: ...
 
     @abstractmethod
     def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool: ...

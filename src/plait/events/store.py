@@ -25,7 +25,15 @@ from plait.errors import (
     TransientEventError,
 )
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize, resolve
-from plait.events.checks import Links, Verification, link, misplaced, verify
+from plait.events.checks import (
+    Links,
+    Verification,
+    first_gap,
+    link,
+    misplaced,
+    position_gap,
+    verify,
+)
 from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
@@ -352,10 +360,14 @@ class EventStore(Ownership, ABC):
     # --- integrity --------------------------------------------------------------------------
 
     def verify(self, stream: str) -> Verification:
-        """Walk ``stream``: each row's hash, chain link and columns, its blobs, and the
-        stream's head; report the first bad seq (``checks.verify``)."""
+        """Walk ``stream``: each row's hash, chain link, columns and position, its blobs, and
+        the stream's head; then the positions of the whole store, dense from 1
+        (docs/event-log.md#streams-seq-and-position); report the first bad seq."""
         rows = self._rows(stream, 0, None, None)
-        return verify(stream, rows, self._blob, lambda: self._head(stream))
+        report = verify(stream, rows, self._blob, lambda: self._head(stream))
+        gap = self._position_gap() if report.ok else None
+        # Whichever stream lost the row, every read across the store stops there.
+        return report if gap is None else position_gap(report, gap[0], self._all_rows(gap[0], 1))
 
     def check_file(self, full: bool = False) -> str | None:
         """What the backend's own check of its storage finds wrong, if anything (SQLite:
@@ -399,6 +411,12 @@ class EventStore(Ownership, ABC):
     @abstractmethod
     def _redact(self, sha256: str) -> bool:
         """Delete a blob's content, keep a tombstone; return whether it existed."""
+
+    def _position_gap(self) -> tuple[int, int] | None:
+        """The first place where positions are not dense from 1: the position before it (0
+        if it is the first) and the next one stored; ``None`` if there is none. (Here by
+        reading every row; a database backend asks its database.)"""
+        return first_gap(self._all_rows)
 
     @property
     def closed(self) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from plait.actors.approvals import ApprovalRequest
+from plait.actors.bridge import Promise
 from plait.actors.mcp.calls import CallResult
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.servers import Report
@@ -30,24 +31,20 @@ from plait.events.types import (
 __all__ = ["ReplayApprovals", "ReplayIds", "ReplayInstructions", "ReplayModel", "ReplayServers"]
 
 
-class _Pending:
-    """An awaited answer: a future on the effect loop, settled from the driver's thread."""
+class _ModelCall:
+    """A model request waiting on the effect loop for the answer the driver gives from its
+    thread."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, *extra: Any) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_attempt_failed: Callable[[AttemptFailed], None],
+    ) -> None:
         self.loop = loop
-        self.future: asyncio.Future[Any] = loop.create_future()
-        self.extra = extra
-
-    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
-        def done() -> None:
-            if self.future.done():
-                return  # cancelled meanwhile (an abort): nothing of it is applied
-            if error is not None:
-                self.future.set_exception(error)
-            else:
-                self.future.set_result(result)
-
-        self.loop.call_soon_threadsafe(done)
+        """The effect loop, where the program hears of a failed attempt."""
+        self.on_attempt_failed = on_attempt_failed
+        self.answer: Promise[ModelReply] = Promise()
+        """Settled with the recorded reply, or failed with the recorded error."""
 
 
 class ReplayModel:
@@ -62,7 +59,7 @@ class ReplayModel:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls: dict[int, _Pending] = {}
+        self._calls: dict[int, _ModelCall] = {}
         """The requests waiting for their answer, by number."""
         self._next = 0
         """The number the program's next request gets."""
@@ -97,22 +94,24 @@ class ReplayModel:
         on_text: Callable[[str], None],
         on_attempt_failed: Callable[[AttemptFailed], None],
     ) -> ModelReply:
-        call = _Pending(asyncio.get_running_loop(), on_text, on_attempt_failed)
+        call = _ModelCall(asyncio.get_running_loop(), on_attempt_failed)
         with self._lock:
             if generation != self._generation:  # made by a program stopped since
                 raise asyncio.CancelledError
             self._calls[number] = call
             self._requested.notify_all()
         try:
-            reply: ModelReply = await call.future
+            reply = await call.answer
         finally:
             self._clear(number, call)
+        if reply.text:  # as one delta, on the loop, before the reply is handed on
+            on_text(reply.text)
         return reply
 
     async def aclose(self) -> None:
         """Nothing to close."""
 
-    def pending(self, number: int, timeout: float) -> _Pending | None:
+    def pending(self, number: int, timeout: float) -> _ModelCall | None:
         """Return request ``number`` once it waits for its answer, waiting up to ``timeout``;
         ``None`` if it does not."""
         with self._lock:
@@ -124,11 +123,8 @@ class ReplayModel:
         call = self.pending(number, timeout)
         if call is None:
             return False
-        on_text = call.extra[0]
-        if reply.text:
-            call.loop.call_soon_threadsafe(on_text, reply.text)
         self._clear(number, call)
-        call.settle(reply)
+        call.answer.settle(reply)
         return True
 
     def attempt_failed(self, number: int, failed: AttemptFailed, timeout: float) -> bool:
@@ -136,7 +132,7 @@ class ReplayModel:
         call = self.pending(number, timeout)
         if call is None:
             return False
-        call.loop.call_soon_threadsafe(call.extra[1], failed)
+        call.loop.call_soon_threadsafe(call.on_attempt_failed, failed)
         return True
 
     def fail(
@@ -150,7 +146,7 @@ class ReplayModel:
         self._clear(number, call)
         # Its text is the recorded reason.
         failure = ReplayError(error) if kind is None else ModelError(error, kind=kind)
-        call.settle(error=failure)
+        call.answer.fail(failure)
         return True
 
     def abandon(self, next_number: int) -> None:
@@ -161,9 +157,9 @@ class ReplayModel:
             self._next = next_number
             self._generation += 1
         for call in calls:
-            call.loop.call_soon_threadsafe(call.future.cancel)
+            call.answer.cancel()
 
-    def _clear(self, number: int, call: _Pending) -> None:
+    def _clear(self, number: int, call: _ModelCall) -> None:
         with self._lock:
             if self._calls.get(number) is call:
                 del self._calls[number]
@@ -176,13 +172,12 @@ class ReplayServers:
         self._report = report
         self._lock = threading.Condition()
         self._status: dict[str, str] = {name: "starting" for name in configs}
-        self._changed: dict[str, asyncio.Event] = {}
-        self._calls: dict[str, _Pending] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: dict[str, Promise[None]] = {}
+        """Settled when the server's status changes, for whoever waits for it."""
+        self._calls: dict[str, Promise[CallResult]] = {}
 
     async def start(self) -> None:
-        """Remember the loop; the servers 'start' when the driver says so."""
-        self._loop = asyncio.get_running_loop()
+        """Nothing starts: the servers 'start' when the driver says so."""
 
     async def close(self) -> None:
         """Nothing runs."""
@@ -193,26 +188,30 @@ class ReplayServers:
 
     def inject(self, body: McpServerReady | McpServerFailed | McpToolsRefreshed) -> None:
         """Report a recorded lifecycle fact, as the live servers did."""
-        if isinstance(body, McpServerReady):
-            self._status[body.server] = "ready"
-        elif isinstance(body, McpServerFailed):
-            self._status[body.server] = "failed" if body.retry_in_sec is None else "restarting"
+        with self._lock:
+            if isinstance(body, McpServerReady):
+                self._status[body.server] = "ready"
+            elif isinstance(body, McpServerFailed):
+                failed = body.retry_in_sec is None
+                self._status[body.server] = "failed" if failed else "restarting"
+            changed = self._changed.pop(body.server, None)
         self._report(body)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._wake, body.server)
-
-    def _wake(self, server: str) -> None:
-        event = self._changed.pop(server, None)
-        if event is not None:
-            event.set()
+        if changed is not None:
+            changed.settle(None)
 
     async def wait_ready(self, server: str, timeout: float | None = None) -> None:
         """Wait until the log says ``server`` is ready (or failed: ``McpError``)."""
         async with asyncio.timeout(timeout):
-            while self.status(server) not in ("ready", "restarting"):
-                if self.status(server) == "failed":
+            while True:
+                with self._lock:  # the status and the wake-up, as ``inject`` changes them
+                    status = self.status(server)
+                    starting = status == "starting"
+                    changed = self._changed.setdefault(server, Promise()) if starting else None
+                if status == "failed":
                     raise McpError(f"MCP server {server!r} failed (as recorded)")
-                await self._changed.setdefault(server, asyncio.Event()).wait()
+                if changed is None:  # ready, or restarting
+                    return
+                await changed
 
     async def call(
         self,
@@ -224,12 +223,12 @@ class ReplayServers:
         call_id: str = "",
     ) -> CallResult:
         """Wait for the driver to answer call ``call_id`` with its recorded result."""
-        pending = _Pending(asyncio.get_running_loop())
+        pending: Promise[CallResult] = Promise()
         with self._lock:
             self._calls[call_id] = pending
             self._lock.notify_all()
         try:
-            result: CallResult = await pending.future
+            result = await pending
         finally:
             with self._lock:
                 self._calls.pop(call_id, None)
@@ -257,16 +256,16 @@ class ReplayApprovals:
 
     def __init__(self) -> None:
         self._lock = threading.Condition()
-        self._asked: dict[str, _Pending] = {}
+        self._asked: dict[str, Promise[ToolApprovalDecided]] = {}
 
     async def decide(self, request: ApprovalRequest) -> ToolApprovalDecided:
         """Wait for the driver to give the decision recorded for ``request.call_id``."""
-        pending = _Pending(asyncio.get_running_loop())
+        pending: Promise[ToolApprovalDecided] = Promise()
         with self._lock:
             self._asked[request.call_id] = pending
             self._lock.notify_all()
         try:
-            decision: ToolApprovalDecided = await pending.future
+            decision = await pending
         finally:
             with self._lock:
                 if self._asked.get(request.call_id) is pending:

@@ -15,12 +15,12 @@ thread, with a command for a passive session) asks ``try_enter``; one that finds
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
+from plait.actors.bridge import Promise
 from plait.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -32,21 +32,16 @@ __all__ = ["Admission"]
 class _Ticket:
     """One caller waiting for a place: woken when it may try again."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        self.loop = loop
-        self.event = threading.Event()
-        self.future: asyncio.Future[None] | None = None
+    def __init__(self) -> None:
+        self.woken: Promise[None] = Promise()
+        """Settled by ``wake``; the caller takes a new one before it tries again."""
 
     def wake(self) -> None:
-        self.event.set()  # first: a reader that sees it unset is sure to see the future next
-        future = self.future
-        if self.loop is not None and future is not None:
-            self.loop.call_soon_threadsafe(_resolve, future)
+        self.woken.settle(None)
 
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+    def rearm(self) -> None:
+        """Take a new wake-up, before trying again: a wake from now on is not missed."""
+        self.woken = Promise()
 
 
 class Admission:
@@ -73,27 +68,23 @@ class Admission:
         try:
             while not self._try(handle, ticket):
                 if ticket is None:
-                    ticket = self._wait_in_line(None)
+                    ticket = self._wait_in_line()
                     continue
-                ticket.event.wait()
-                ticket.event.clear()
+                ticket.woken.wait()
+                ticket.rearm()
         finally:
             self._leave_line(ticket)
 
     async def aenter(self, handle: SessionHost) -> None:
         """``enter`` for asyncio code: waits on the loop, holding no thread."""
-        loop = asyncio.get_running_loop()
         ticket = None
         try:
             while not self._try(handle, ticket):
                 if ticket is None:
-                    ticket = self._wait_in_line(loop)
+                    ticket = self._wait_in_line()
                     continue
-                if not ticket.event.is_set():
-                    ticket.future = loop.create_future()
-                    if not ticket.event.is_set():
-                        await ticket.future
-                ticket.event.clear()
+                await ticket.woken
+                ticket.rearm()
         finally:
             self._leave_line(ticket)
 
@@ -158,8 +149,8 @@ class Admission:
             if not any(victim.passivate_if_free() for victim in idle):
                 return False
 
-    def _wait_in_line(self, loop: asyncio.AbstractEventLoop | None) -> _Ticket:
-        ticket = _Ticket(loop)
+    def _wait_in_line(self) -> _Ticket:
+        ticket = _Ticket()
         with self._lock:
             self._queue.append(ticket)
             if len(self._queue) == 1:

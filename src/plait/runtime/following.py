@@ -2,16 +2,16 @@
 (docs/processes.md).
 
 One thread and one subscription to the log serve them all, however many: it hands each event
-of a followed session to that handle's live feeds, in log order, and every ``POLL_SEC`` it reads
-all leases at once and has the runtime take over a followed session whose lease is free (its
-owner handed it back, or died: the lease lapsed, or its owner ran on this machine and is gone).
+of a followed session to that handle's live feeds, in log order. A job of the runtime's
+``Timers`` reads all leases at once every ``POLL_SEC`` and has the runtime take over a followed
+session whose lease is free (its owner handed it back, or died: the lease lapsed, or its owner
+ran on this machine and is gone).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from plait.events.ownership import Lease
     from plait.events.store import EventStore
     from plait.runtime.host import SessionHost
+    from plait.runtime.timers import Timer, Timers
 
 __all__ = ["Followers"]
 
@@ -39,11 +40,15 @@ class Followers:
         store: EventStore,
         leases: Callable[[], list[Lease]],
         take_over: Callable[[SessionHost], object],
+        timers: Timers,
     ) -> None:
         """``leases()`` reads every lease as this process knows them (``Owner.leases``: a dead
-        owner's shown lapsed); ``take_over(host)`` owns a followed session whose lease is free."""
+        owner's shown lapsed); ``take_over(host)`` owns a followed session whose lease is free;
+        ``timers`` runs the look at the leases."""
         self._leases = leases
         self._take_over = take_over
+        self._timers = timers
+        self._looking: Timer | None = None
         self._store = store
         self._lock = threading.Lock()  # delivering to the handles, and adding or removing one
         self._hosts: dict[str, SessionHost] = {}
@@ -59,6 +64,7 @@ class Followers:
                 self._subscription = self._store.subscribe(after_position)
                 self._thread = threading.Thread(target=self._run, name="plait-follow", daemon=True)
                 self._thread.start()
+                self._looking = self._timers.every(self.POLL_SEC, self._look, "take over")
             elif after_position < self._subscription.position:  # what came in between
                 journal = host.journal
                 journal.deliver(self._store.read(journal.stream, after=journal.last_seq))
@@ -70,8 +76,10 @@ class Followers:
                 del self._hosts[host.session_id]
 
     def close(self) -> None:
-        """Stop the thread and the subscription."""
+        """Stop the thread, the look at the leases and the subscription."""
         self._stopping.set()
+        if self._looking is not None:
+            self._looking.cancel()
         if self._subscription is not None:
             self._subscription.close()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -80,24 +88,31 @@ class Followers:
     def _run(self) -> None:
         assert self._subscription is not None
         subscription = self._subscription
-        looked = time.monotonic()
         while not self._stopping.is_set():
             try:
-                event = subscription.get(timeout=self.POLL_SEC)
+                event = subscription.get()  # ``close`` wakes it (closing the subscription)
                 if event is not None:
                     with self._lock:
                         host = self._hosts.get(event.stream)
                         if host is not None:
                             host.journal.deliver([event])
-                if time.monotonic() - looked >= self.POLL_SEC:
-                    looked = time.monotonic()
-                    self._take_free()
             except PlaitError as exc:  # the store is down: look again soon
                 if self._store.closed:
                     return
                 if not self._stopping.is_set():
                     log.warning("following sessions: %s", exc)
                 self._stopping.wait(self.POLL_SEC)
+
+    def _look(self) -> None:
+        """``_take_free``, on the timers' thread: a store error is logged, and the next look
+        tries again."""
+        try:
+            self._take_free()
+        except PlaitError as exc:
+            if self._store.closed and self._looking is not None:
+                self._looking.cancel()
+            elif not self._stopping.is_set():
+                log.warning("following sessions: %s", exc)
 
     def _take_free(self) -> None:
         """Take over the followed sessions whose lease is free."""

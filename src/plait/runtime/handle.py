@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -154,7 +153,7 @@ class SessionHandle(SessionViews):
         check_inputs(prompt=prompt, conversation_id=conversation_id)
         if self._host.passive:
             await self.runtime.admission.aenter(self._host)
-        ack = Ack(self._host.acks, asyncio.get_running_loop())
+        ack = Ack(self._host.acks)
         placed = functools.partial(self._placed_tell, prompt, conversation_id, ack)
         self.runtime.off_loop.send(placed, ack)
         await ack.arrived()

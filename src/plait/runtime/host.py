@@ -76,7 +76,7 @@ class SessionHost:
             session_id,
             past,
             epoch,
-            on_idle=runtime.admission.went_idle,
+            on_idle=self._went_idle,
             on_lost=self.lose,
             may_act=lambda: runtime.owner.still_owns(session_id),
         )
@@ -147,6 +147,16 @@ class SessionHost:
     def idle_for(self) -> float:
         """Seconds since the session was last used or recorded anything."""
         return time.monotonic() - max(self._used, self.journal.last_recorded_at)
+
+    def _went_idle(self) -> None:
+        """Nothing runs or waits in it (by what it recorded): its scheduler gives back its run
+        slot (once that is durable), and its place may go to a session in line
+        (docs/processes.md#capacity). Told by the thread recording it: nothing waits here."""
+        actor = self.actor
+        if actor is not None:
+            with contextlib.suppress(pykka.ActorDeadError):  # stopping: the slot goes back then
+                actor.tell(StartNext())
+        self.runtime.admission.went_idle()
 
     def queue_now(self, timeout: float) -> QueueSnapshot | None:
         """What runs and waits; ``None`` if the session broke answering (its drop-out, begun,
@@ -386,6 +396,7 @@ class SessionHost:
             with contextlib.suppress(*stuck):
                 actor.stop(timeout=timeout)
         self.journal.flush()  # what an actor made ahead is written before the log is read
+        self.runtime.gate.leave(self.session_id)  # its run slot, once its end is written
         for ack in list(self.acks):  # what the stopped actor did not take: not in the log
             ack(error or SessionClosedError(self.session_id))
         if self.pool is not None:

@@ -4,17 +4,17 @@ An asyncio caller of a session (``arun``, ``asubmit``) must not hold up its loop
 takes the session's lock or a passive session's actors start from its log; a thousand callers
 that come at once would otherwise stall the loop for all of that time. Handing the call to a
 thread costs the loop a future and a queue put; the thread runs the calls in the order they
-came and resolves each future on its caller's loop.
+came and settles each caller's ``Promise``, which it awaits on its loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import queue
 import threading
 from collections.abc import Callable
 from typing import TypeVar, cast
+
+from plait.actors.bridge import Promise
 
 __all__ = ["Offload"]
 
@@ -40,15 +40,16 @@ class Offload:
 
     async def __call__(self, call: Callable[[], T]) -> T:
         """Return ``call()``, run on the thread; its exception, raised here."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+        promise: Promise[T] = Promise()
 
         def done(result: object, error: BaseException | None) -> None:
-            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
-                loop.call_soon_threadsafe(_settle, future, cast(T, result), error)
+            if error is not None:
+                promise.fail(error)
+            else:
+                promise.settle(cast(T, result))
 
         self._put(call, done)
-        return await future
+        return await promise
 
     def send(self, call: Callable[[], object], failed: Callable[[BaseException], object]) -> None:
         """Run ``call`` on the thread, in turn, without waiting for it; what it raises goes to
@@ -79,12 +80,3 @@ class Offload:
         if thread is not None:
             self._queue.put(None)
             thread.join()
-
-
-def _settle(future: asyncio.Future[T], result: T, error: BaseException | None) -> None:
-    if future.done():  # its caller was cancelled
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)

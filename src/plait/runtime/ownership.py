@@ -1,11 +1,12 @@
 """A runtime's part in a store shared by several processes (docs/processes.md).
 
 ``Owner`` holds this process's leases: it takes one when the runtime opens or resumes a session,
-renews them all with one statement every third of ``lease_sec``, and tells a session whose
-lease another process took that it is lost. A lease whose holder it proves dead (a process of
-this machine that no longer runs, ``liveness``) counts as lapsed at once. It takes the inbox
-commands of the sessions it owns, in order, and hands each to its session.
-"""
+renews them all with one statement every third of ``lease_sec`` (a heartbeat on a ``Timers``
+thread of its own, so that nothing slow delays it), and tells a session whose lease another
+process took that it is lost. A lease whose holder it proves dead (a process of this machine
+that no longer runs, ``liveness``) counts as lapsed at once. Its inbox thread takes the
+commands of the sessions it owns, in order, as the store signals them, and hands each to its
+session."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ from plait.events.ownership import (
     SubmitTask,
 )
 from plait.events.types import Event, TaskEnqueued
+from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.liveness import new_owner_id, owner_state
+from plait.runtime.timers import Timer, Timers
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
@@ -60,11 +63,14 @@ class Owner:
         self._stopping = threading.Event()
         self._waiter = self._store._inbox_waiter()
         self._thread: threading.Thread | None = None
+        self._heartbeat = Timers("plait-heartbeat")
+        self._beating: Timer | None = None
         self._renewed_at = 0.0  # (monotonic) when the last renewal that went through was sent
         self._renewing = threading.Lock()  # one renewal at a time, whoever asks
 
     def start(self) -> None:
         """Start renewing and taking commands (once the runtime is ready to resume)."""
+        self._beating = self._heartbeat.every(self.lease_sec / 3, self._beat, "renew leases")
         self._thread = threading.Thread(target=self._run, name="plait-owner", daemon=True)
         self._thread.start()
 
@@ -153,23 +159,34 @@ class Owner:
     def close(self) -> None:
         """Stop the heartbeat (the leases still held lapse, unless released first)."""
         self._stopping.set()
+        self._heartbeat.close(5.0)
         self._waiter.close()
         if self._thread is not None:
             self._thread.join(5.0)
 
-    # --- the owner's thread -----------------------------------------------------------------
+    # --- the heartbeat and the inbox thread ----------------------------------------------------
+
+    def _beat(self) -> float | None:
+        """Renew the leases; after a failure, try again within a second."""
+        try:
+            self._renew()
+        except PlaitError as exc:  # the store is down: the next beat tries again
+            if self._store.closed and self._beating is not None:  # closed under it: done
+                self._beating.cancel()
+            elif not self._stopping.is_set():
+                log.warning("session ownership: renewing leases: %s", exc)
+            return min(self.lease_sec / 3, 1.0)
+        return None
 
     def _run(self) -> None:
+        """Take the inbox's commands as the store signals them (and, in case a signal was
+        missed or a place came free, every third of ``lease_sec``)."""
         every = self.lease_sec / 3
-        due = time.monotonic() + every
         while not self._stopping.is_set():
             try:
                 token = self._waiter.token()
-                if time.monotonic() >= due:
-                    due = time.monotonic() + every
-                    self._renew()
                 self._take_commands()
-                self._waiter.wait(token, max(due - time.monotonic(), 0.0))
+                self._waiter.wait(token, every)
             except PlaitError as exc:  # the store is down: the next round tries again
                 if self._store.closed:  # closed under it (the runtime was not): nothing to do
                     return
@@ -181,7 +198,9 @@ class Owner:
         with self._lock:
             before = dict(self._held)
         asked = time.monotonic()
-        renewed = self._store.renew_leases(self.id, self.lease_sec)
+        # Only what it holds, at its epochs: a lease released meanwhile stays released.
+        epochs = {stream: epoch for stream, (epoch, _) in before.items()}
+        renewed = self._store.renew_leases(self.id, self.lease_sec, epochs)
         self._renewed_at = asked
         for stream, held in before.items():
             epoch = held[0]
@@ -201,8 +220,11 @@ class Owner:
         if not held:
             return
         waiting: set[str] = set()  # passive, no place free: in order, after one that waits
-        for stored in self._store.commands():
-            if stored.stream in held and stored.id not in self._taken:
+        submitted: list[tuple[StoredCommand, Ack]] = []
+        try:
+            for stored in self._store.commands():
+                if stored.stream not in held or stored.id in self._taken:
+                    continue
                 host = self._runtime.hosts.get(stored.stream)
                 if host is None or host.followed or stored.stream in waiting:
                     continue
@@ -212,15 +234,41 @@ class Owner:
                     waiting.add(stored.stream)
                 else:
                     self._taken.add(stored.id)
-                    self._hand(host, stored)
+                    if (ack := self._hand(host, stored)) is not None:
+                        submitted.append((stored, ack))
+        finally:
+            self._drop_durable(submitted)
 
-    def _hand(self, host: SessionHost, stored: StoredCommand) -> None:
-        """Hand a command to its session; drop it once what it leads to is in the log."""
+    def _drop_durable(self, submitted: list[tuple[StoredCommand, Ack]]) -> None:
+        """Drop the submissions handed to their sessions once their tasks are in the log:
+        all told first, then waited for together, so that the sessions record them at once
+        rather than one after the other (one worker's throughput, bench/workers.py)."""
+        done: list[int] = []
+        try:
+            for stored, ack in submitted:
+                try:
+                    ack.wait(ACK_WAIT_SEC, f"task from command {stored.id} of {stored.stream}")
+                except UnknownConversationError as exc:  # destroyed since it was sent
+                    log.warning("a task from the inbox was not run: %s", exc)
+                except (SessionClosedError, LeaseLostError):  # the next owner takes it
+                    self._taken.discard(stored.id)
+                    continue
+                done.append(stored.id)
+        finally:
+            if done:
+                self._store.drop_commands(done)
+            self._taken.difference_update(done)
+
+    def _hand(self, host: SessionHost, stored: StoredCommand) -> Ack | None:
+        """Hand a command to its session; drop it once what it leads to is in the log (a
+        submission: return its ``Ack``, for ``_drop_durable``)."""
         body = stored.command.body
         try:
             if isinstance(body, SubmitTask):
                 try:
-                    host.queue(body.plan)
+                    ack = Ack(host.acks)
+                    host.tell(body.plan, ack)
+                    return ack
                 except UnknownConversationError as exc:  # destroyed since it was sent
                     log.warning("task %s from the inbox not run: %s", body.plan.task_id, exc)
             elif isinstance(body, InterruptTask):
@@ -231,9 +279,10 @@ class Owner:
                 host.handle.destroy(body.conversation_id)
         except (SessionClosedError, LeaseLostError):  # closed or lost: the next owner takes it
             self._taken.discard(stored.id)
-            return
+            return None
         self._store.drop_commands([stored.id])
         self._taken.discard(stored.id)
+        return None
 
     def drop_taken(self, stream: str, past: list[Event]) -> None:
         """Drop ``stream``'s queued commands whose task ``past`` already holds: a former owner

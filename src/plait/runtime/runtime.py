@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -49,12 +50,14 @@ from plait.events.values import (
 )
 from plait.runtime.admission import Admission
 from plait.runtime.following import Followers
+from plait.runtime.gate import TaskGate
 from plait.runtime.handle import SessionHandle
 from plait.runtime.host import SessionHost
 from plait.runtime.inputs import check_inputs
 from plait.runtime.offload import Offload
 from plait.runtime.ownership import Owner, default_owner_id
 from plait.runtime.sessions import Sessions
+from plait.runtime.timers import Timer, Timers
 
 __all__ = ["Outside", "Runtime"]
 
@@ -125,6 +128,7 @@ class Runtime(Sessions):
         approval_timeout_sec: float = DEFAULT_APPROVAL_TIMEOUT_SEC,
         idle_sec: float | None = None,
         max_active_sessions: int | None = None,
+        max_running_tasks: int | None = None,
         owner_id: str | None = None,
         lease_sec: float = DEFAULT_LEASE_SEC,
         _outside: Outside | None = None,
@@ -152,6 +156,10 @@ class Runtime(Sessions):
         session that needs them when all places are taken makes one by passivating the least
         recently used idle session, or waits, in order, until one is idle (``start_session``,
         ``resume`` and the calls that queue work wait; ``arun`` and ``asubmit`` on the loop).
+        With ``max_running_tasks``, at most that many tasks run at once, over all sessions: a
+        task that finds every run slot taken stays queued in its session's log and starts
+        when one is free, in the order the sessions came, holding no thread meanwhile
+        (docs/processes.md#capacity).
         Every session the runtime opens, resumes or takes over is its own by a lease in the
         store (``owner_id``, by default ``host:pid:random:where.start``), renewed every third of
         ``lease_sec``; a session another live process owns is followed instead: its commands go
@@ -191,25 +199,27 @@ class Runtime(Sessions):
         """The sessions this runtime runs or follows, each's life (plait's own, not the API)."""
         self.admission = Admission(max_active_sessions, lambda: self.owner.wake())
         """Places for sessions' actors (plait's own, not the API)."""
+        self.gate = TaskGate(max_running_tasks, lambda: self.owner.wake())
+        """Run slots for tasks (plait's own, not the API)."""
         self.off_loop = Offload("plait-calls")
         """Where asyncio callers' submissions run, off their loop (plait's own, not the API)."""
         self._resuming = threading.Lock()
+        self.timers = Timers("plait-timers")
+        """Its housekeeping jobs: passivating, expiring, taking over (plait's own, not the API)."""
         self._expiry = Expiry(self.store)
-        self._expiring = threading.Event()  # set: stop sweeping
         self._expire_every_sec = expire_every_sec
-        self._sweeper: threading.Thread | None = None
-        self._passivator: threading.Thread | None = None
+        self._sweeper: Timer | None = None
+        self._passivator: Timer | None = None
         if idle_sec is not None:
-            self._passivator = threading.Thread(
-                target=self._passivate_every, args=(idle_sec,), daemon=True
-            )
-            self._passivator.start()
+            # A few looks within ``idle_sec``, so a session idles little longer than that.
+            every, passivate = min(idle_sec / 4, 1.0), functools.partial(self._passivate, idle_sec)
+            self._passivator = self.timers.every(every, passivate, "passivate idle sessions")
         if self.storage_policy.kind == "ttl":
             self._sweep_from_now()
         self.owner = Owner(self, owner_id or default_owner_id(), lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
-        self.followers = Followers(self.store, self.owner.leases, self._take_over)
+        self.followers = Followers(self.store, self.owner.leases, self._take_over, self.timers)
         """The sessions it follows while other processes own them."""
         _open.add(self)
 
@@ -246,6 +256,7 @@ class Runtime(Sessions):
                 self.settings.options(),
                 send_reasoning=recorded is not None and recorded.model.send_reasoning,
             ),
+            task_gate=self.gate,
         )
 
     def _start_pool(self, journal: Journal, past: list[Event]) -> McpPoolRef | None:
@@ -336,19 +347,14 @@ class Runtime(Sessions):
         """Start sweeping (once): ``ttl`` content is in use."""
         if self._sweeper is not None or self._expire_every_sec is None:
             return
-        self._sweeper = threading.Thread(
-            target=self._expire_every, args=(self._expire_every_sec,), daemon=True
-        )
-        self._sweeper.start()
+        every = self._expire_every_sec
+        self._sweeper = self.timers.every(every, self._sweep, "expire ttl content", first=0.0)
 
-    def _expire_every(self, interval: float) -> None:
-        while True:
-            try:
-                self._expiry.sweep()
-            except PlaitError as exc:  # a store error now; the next sweep tries again
-                log.warning("expiring ttl content failed: %s", exc)
-            if self._expiring.wait(interval):
-                return
+    def _sweep(self) -> None:
+        try:
+            self._expiry.sweep()
+        except PlaitError as exc:  # a store error now; the next sweep tries again
+            log.warning("expiring ttl content failed: %s", exc)
 
     def _attach(
         self,
@@ -386,15 +392,14 @@ class Runtime(Sessions):
         """How many sessions have running actors (the rest are passive or closed)."""
         return self.admission.active
 
-    def _passivate_every(self, idle_sec: float) -> None:
-        """Passivate the sessions idle for ``idle_sec``, looking a few times within it."""
-        while not self._expiring.wait(min(idle_sec / 4, 1.0)):
-            for host in list(self.hosts.values()):
-                if host.idle_for() >= idle_sec:
-                    try:
-                        host.passivate_if_free()  # one in use is looked at next time
-                    except Exception:  # a session closing meanwhile: the next look tries again
-                        log.debug("passivating session %s failed", host.session_id, exc_info=True)
+    def _passivate(self, idle_sec: float) -> None:
+        """Passivate the sessions idle for ``idle_sec``."""
+        for host in list(self.hosts.values()):
+            if host.idle_for() >= idle_sec:
+                try:
+                    host.passivate_if_free()  # one in use is looked at next time
+                except Exception:  # a session closing meanwhile: the next look tries again
+                    log.debug("passivating session %s failed", host.session_id, exc_info=True)
 
     def close(self, timeout: float = 10.0, *, grace_sec: float | None = None) -> None:
         """Close every session, the effect loop and the store (if the runtime opened it).
@@ -406,10 +411,7 @@ class Runtime(Sessions):
         _open.discard(self)
         if grace_sec is not None:
             self.drain(timeout, grace_sec=grace_sec)
-        self._expiring.set()
-        for thread in (self._sweeper, self._passivator):
-            if thread is not None:
-                thread.join(timeout)  # before the store closes under it
+        self.timers.close(timeout)  # before the store closes under its jobs
         for host in list(self.hosts.values()):
             host.handle.close(timeout)
         self.followers.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,7 @@ from plait.runtime.recovery import OpenCalls, Recovery, in_flight, open_calls, t
 if TYPE_CHECKING:
     from plait.actors.mcp.config import McpServerConfig
     from plait.runtime.admission import Admission
+    from plait.runtime.gate import TaskGate
 
 __all__ = ["Sessions"]
 
@@ -53,6 +55,7 @@ class Sessions:
     hosts: dict[str, SessionHost]
     _resuming: threading.Lock
     admission: Admission
+    gate: TaskGate
 
     if TYPE_CHECKING:  # the Runtime's
 
@@ -259,22 +262,35 @@ class Sessions:
         return self._adopt(self._unowned(self.store.commands())[0], most)
 
     def fill_places(self) -> list[str]:
-        """``plait worker``'s round: adopt as many sessions as places are free
-        (``max_active_sessions``, less those with a task running or queued, or commands on
-        their way); with none free, while other processes own sessions and none is left
-        waiting for an owner (they keep up), hand back the passive sessions whose commands
-        wait here, for one with a place (docs/processes.md#capacity). Return the ids taken."""
+        """``plait worker``'s round: adopt as many sessions as there is room for work: run
+        slots (``max_running_tasks``) and places (``max_active_sessions``) not held by a
+        session with a task running or queued, or commands on their way; with no room, while
+        other processes own sessions and none is left waiting for an owner (they keep up),
+        hand back the passive sessions whose commands wait here, for one with room
+        (docs/processes.md#capacity). Return the ids taken."""
         commands = self.store.commands()
         pending = {stored.stream for stored in commands}
         wanted, others = self._unowned(commands)
-        if others and not wanted and self.admission.free(pending) == 0:
+        if others and not wanted and self._room(pending) == 0:
             for session_id in pending:
                 host = self.hosts.get(session_id)
                 if host is not None:
                     with host.lock:  # the owner's thread starts it under it: not meanwhile
-                        if host.passive and self.admission.free(pending) == 0:
+                        if host.passive and self._room(pending) == 0:
                             host.handle.release(1.0)
-        return self._adopt(wanted, self.admission.free(pending))
+        return self._adopt(wanted, self._room(pending))
+
+    def _room(self, pending: set[str]) -> int | None:
+        """How many more sessions may start work here now (``None``: no bound): the fewer of
+        the free places and the run slots not claimed by a session with work, or with
+        commands on their way (``pending``)."""
+        places = self.admission.free(pending)
+        hosts = [host for host in list(self.hosts.values()) if not host.followed]
+        busy = sum(1 for h in hosts if not h.journal.idle or h.session_id in pending)
+        slots = self.gate.room(busy)
+        if places is None or slots is None:
+            return slots if places is None else places
+        return min(places, slots)
 
     def _unowned(self, commands: list[StoredCommand]) -> tuple[list[str], bool]:
         """The sessions that need an owner (a lapsed lease, a dead owner's, or commands and no
@@ -321,7 +337,9 @@ class Sessions:
         ``timeout`` seconds to end: a process that stops for good, and lets others go on.
         With ``grace_sec``, no waiting task starts: each running task is given ``grace_sec``
         seconds, then cut (``TurnAborted(cause="shutdown")``, ``reason`` its detail), all
-        sessions at once, and every lease is released at once (docs/processes.md#stopping)."""
+        sessions at once, and every lease is released at once (docs/processes.md#stopping):
+        the whole drain takes ``grace_sec`` + ``timeout`` at most, however many sessions (one
+        not handed back by then is left to lapse, as after a crash)."""
         handles = [host.handle for host in list(self.hosts.values())]
         if grace_sec is None:
             for handle in handles:
@@ -338,10 +356,14 @@ class Sessions:
             threading.Thread(target=stop, args=(h,), name="plait-stop", daemon=True)
             for h in handles
         ]
+        deadline = time.monotonic() + grace_sec + timeout
         for thread in stopping:
             thread.start()
         for thread in stopping:
-            thread.join()
+            thread.join(max(0.0, deadline - time.monotonic()))
+        late = sum(thread.is_alive() for thread in stopping)
+        if late:
+            log.warning("%d sessions were not handed back within %g s", late, grace_sec + timeout)
 
     def _take(self, session_id: str) -> int:
         """Own a new session (nobody can hold its lease yet)."""

@@ -59,7 +59,8 @@ def start_drop_out(host: SessionHost, error: PlaitError) -> None:
         finally:
             done.set()
 
-    threading.Thread(target=run, name="plait-dropped").start()
+    # A daemon: a library never keeps the process alive (docs/processes.md#stopping).
+    threading.Thread(target=run, name="plait-dropped", daemon=True).start()
 
 
 def drop_out(host: SessionHost, error: PlaitError) -> None:

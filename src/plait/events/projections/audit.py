@@ -50,7 +50,9 @@ class AuditRow(msgspec.Struct):
     """Who or what decided the approval."""
     outcome: str = "pending"
     """``pending`` until it ends; then ``ok``, ``error``, ``timeout``, ``refused``, ``unknown``
-    (a crash cut it off), ``cancelled`` (an interrupt) or ``aborted`` (its turn ended)."""
+    (it was sent to its server and then cut off, by a crash or an abort: it may have acted),
+    ``cancelled`` (an interrupt before it was sent) or ``aborted`` (its turn ended before it
+    was sent)."""
     output_size: int | None = None
     """Size of the output in bytes."""
     duration_ms: float | None = None
@@ -143,8 +145,10 @@ class AuditProjection(Projection[AuditLog]):
 
     @staticmethod
     def _aborted(state: AuditLog, event: Event) -> None:
-        """The calls of the aborted turn that no continuation answers end ``cancelled``
-        (an interrupt) or ``aborted`` (the task replaced, failed or crashed)."""
+        """The calls of the aborted turn that no continuation answers end ``unknown`` if
+        they were sent to their server (``ToolCallStarted``: the tool may have acted, its
+        result was not seen), else ``cancelled`` (an interrupt) or ``aborted`` (the task
+        replaced, failed or crashed): docs/replay.md#audit."""
         body = event.body
         assert isinstance(body, TurnAborted)
         awaiting = set(body.awaiting_call_ids)
@@ -155,7 +159,8 @@ class AuditProjection(Projection[AuditLog]):
             if row.task_id != event.task_id:
                 break
             if row.outcome == "pending" and row.call_id not in awaiting:
-                row.outcome, row.completed_at = outcome, event.at
+                row.outcome = "unknown" if row.started_at is not None else outcome
+                row.completed_at = event.at
 
     def _completed(self, state: AuditLog, event: Event) -> None:
         body = event.body

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import Held, Lease, taken
+from plait.events.ownership import ENDED, Held, Lease, taken
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -111,19 +111,25 @@ class MemoryStore(EventStore):
             )
             return Lease(stream, holder, epoch, expires - now)
 
-    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]:
+    def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]:
         expires = time.monotonic() + lease_sec
         with self._lock:
-            held = {s: e for s, (o, e, _) in self._held.items() if o == owner}
-            for stream, epoch in held.items():
+            renewed = {
+                stream: epoch
+                for stream, epoch in held.items()
+                if (found := self._held.get(stream)) is not None
+                and found[:2] == (owner, epoch)
+                and found[2] != ENDED
+            }
+            for stream, epoch in renewed.items():
                 self._held[stream] = (owner, epoch, expires)
-            return held
+            return renewed
 
     def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:
         with self._lock:
             if self._held.get(stream, (None, 0))[:2] != (owner, epoch):
                 return False
-            self._held[stream] = (None if idle else owner, epoch, 0.0)
+            self._held[stream] = (None if idle else owner, epoch, ENDED)
             return True
 
     def _leases(self, stream: str | None) -> list[Lease]:

@@ -289,6 +289,13 @@ class PostgresStore(EventStore):
     def _streams(self) -> list[tuple[str, int]]:
         return [(str(stream), int(last)) for stream, last in self._query("streams")]
 
+    def _position_gap(self) -> tuple[int, int] | None:
+        ((count, last),) = self._query("dense")
+        if count == last:
+            return None
+        found = self._query("gap")
+        return (int(found[0][0]), int(found[0][1])) if found else None
+
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         rows = self._query("blob", (sha256,))
         if not rows:
@@ -312,8 +319,8 @@ class PostgresStore(EventStore):
         assert found is not None  # inserted, or there already
         return _lease(found)
 
-    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]:
-        rows = self._query("renew", (lease_sec, owner))
+    def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]:
+        rows = self._query("renew", (lease_sec, list(held), list(held.values()), owner))
         return {str(stream): int(epoch) for stream, epoch in rows}
 
     def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:

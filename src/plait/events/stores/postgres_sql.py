@@ -128,8 +128,12 @@ QUERIES = {
     f"WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires <= {_NOW}",
     "leases": f"SELECT stream, owner, epoch, expires - {_NOW} FROM {{s}}.leases "
     "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY stream",
-    "renew": f"UPDATE {{s}}.leases SET expires = {_NOW} + %s WHERE owner = %s "
-    "RETURNING stream, epoch",
+    # Only the leases asked for, at their epochs, and never one a release or an expiry ended
+    # (its expires 0, ENDED): a release stays a release (docs/processes.md#handing-back).
+    "renew": f"UPDATE {{s}}.leases AS l SET expires = {_NOW} + %s "
+    "FROM unnest(%s::text[], %s::int8[]) AS held (stream, epoch) "
+    "WHERE l.stream = held.stream AND l.epoch = held.epoch AND l.owner = %s "
+    "AND l.expires <> 0 RETURNING l.stream, l.epoch",
     "release": "UPDATE {s}.leases SET owner = %s, expires = 0 "
     "WHERE stream = %s AND owner = %s AND epoch = %s",
     "put_command": "INSERT INTO {s}.inbox (stream, data) VALUES (%s, %s) RETURNING id",
@@ -142,6 +146,11 @@ QUERIES = {
     "all": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
     "WHERE position > %s ORDER BY position LIMIT %s",
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
+    "dense": "SELECT count(*), coalesce(max(position), 0) FROM {s}.events",
+    # The first position that does not follow the one before it (from 0), and that one.
+    "gap": "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
+    "WHERE position != before + 1 ORDER BY position LIMIT 1",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
     # The tables there (6 when complete), and whether the append function is.

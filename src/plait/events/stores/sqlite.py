@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import sqlite3
 import threading
 import time
@@ -22,7 +23,7 @@ from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.checks import Links
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import Lease, taken
+from plait.events.ownership import ENDED, Lease, taken
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -33,6 +34,7 @@ from plait.events.store import (
     Waiter,
     utc_now,
 )
+from plait.events.stores.sqlite_files import open_read_only, open_writable
 from plait.events.stores.sqlite_reads import CHUNK_SQL, Chunk, batches
 from plait.events.stores.sqlite_writes import Writes
 from plait.events.subscription import Signal
@@ -79,11 +81,23 @@ CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
 """
 
 
+_GAP_SQL = (
+    "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM events) "
+    "WHERE position != before + 1 ORDER BY position LIMIT 1"
+)
+"""The first position that does not follow the one before it (from 0), and that one."""
+
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
 class SqliteStore(EventStore):
-    """An event store in one SQLite file (created if missing)."""
+    """An event store in one SQLite file (created if missing, unless ``read_only``).
+
+    ``read_only`` opens an existing file for reading only (``plait log``, ``verify``,
+    ``audit``...): nothing is written, not even the write-ahead log's index, so a store on a
+    read-only mount or directory can be read (``sqlite_files.py``); a write is refused.
+    """
 
     def __init__(
         self,
@@ -93,24 +107,25 @@ class SqliteStore(EventStore):
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
         clock: Clock = utc_now,
         busy_timeout_sec: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         super().__init__(blob_threshold=blob_threshold, clock=clock)
         self.path = Path(path)
+        self.read_only = read_only
+        """Whether the store was opened for reading only."""
         self._lock = threading.RLock()
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        opening = open_read_only if read_only else open_writable
+        self._db = opening(self.path, busy_timeout_sec)  # WAL mode, when written
         try:
-            self._db = sqlite3.connect(
-                str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_sec
-            )
-        except sqlite3.Error as exc:
-            raise StoreUnavailableError(f"{path}: cannot open the SQLite store: {exc}") from exc
-        with self._errors():
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA secure_delete=ON")  # deleted content is overwritten
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_sec * 1000)}")
-            self._migrate()
+            with self._errors():
+                if not read_only:
+                    self._db.execute("PRAGMA secure_delete=ON")  # deleted content is overwritten
+                    self._db.execute(f"PRAGMA synchronous={synchronous}")
+                self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_sec * 1000)}")
+                self._migrate()
+        except BaseException:
+            self._db.close()
+            raise
         self._writes = Writes(self._db, self._lock, self._error, self.path)
 
     @contextlib.contextmanager
@@ -127,16 +142,22 @@ class SqliteStore(EventStore):
             return StoreUnavailableError(f"{self.path}: not a readable plait store ({text})")
         if "Could not decode to UTF-8" in text:  # a text column's bytes were changed
             return StoreError(f"{self.path}: damaged: a row's text is not UTF-8 ({text})")
+        if self.read_only and "readonly" in text:
+            return StoreError(f"{self.path}: opened read-only, so it cannot be written ({text})")
         return StoreError(f"{self.path}: {text}")
 
     def _migrate(self) -> None:
+        ((version,),) = self._query("PRAGMA user_version", ())
+        if version > SCHEMA_VERSION:
+            raise StoreUnavailableError(
+                f"{self.path}: store schema version {version} is newer than this plait "
+                f"understands ({SCHEMA_VERSION}); upgrade plait"
+            )
+        if version == SCHEMA_VERSION or self.read_only:
+            return  # an older schema is read as it is: its versions only added tables
         with self._transaction() as db:
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailableError(
-                    f"{self.path}: store schema version {version} is newer than this plait "
-                    f"understands ({SCHEMA_VERSION}); upgrade plait"
-                )
+            # Again under the write lock: another process may have moved it meanwhile.
+            ((version,),) = db.execute("PRAGMA user_version").fetchall()
             if version < SCHEMA_VERSION:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
@@ -181,20 +202,23 @@ class SqliteStore(EventStore):
                 )
         return Lease(stream, holder, int(epoch), expires - now)
 
-    def _renew(self, owner: str, lease_sec: float) -> dict[str, int]:
+    def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]:
+        # Only the leases asked for, at their epochs, and never one ended on purpose (ENDED).
         with self._transaction() as db:
             rows = db.execute(
-                "UPDATE leases SET expires = ? WHERE owner = ? RETURNING stream, epoch",
-                (time.time() + lease_sec, owner),
+                "UPDATE leases SET expires = ? FROM json_each(?) AS held "
+                "WHERE leases.stream = held.key AND leases.epoch = held.value "
+                "AND leases.owner = ? AND leases.expires <> ? RETURNING stream, epoch",
+                (time.time() + lease_sec, json.dumps(held), owner, ENDED),
             ).fetchall()
         return {str(stream): int(epoch) for stream, epoch in rows}
 
     def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:
         with self._transaction() as db:
             cur = db.execute(
-                "UPDATE leases SET owner = ?, expires = 0 WHERE stream = ? AND owner = ? "
+                "UPDATE leases SET owner = ?, expires = ? WHERE stream = ? AND owner = ? "
                 "AND epoch = ?",
-                (None if idle else owner, stream, owner, epoch),
+                (None if idle else owner, ENDED, stream, owner, epoch),
             )
         return cur.rowcount > 0
 
@@ -279,6 +303,14 @@ class SqliteStore(EventStore):
     def _streams(self) -> list[tuple[str, int]]:
         rows = self._query("SELECT stream, last_seq FROM streams ORDER BY created", ())
         return [(str(stream), int(last)) for stream, last in rows]
+
+    def _position_gap(self) -> tuple[int, int] | None:
+        # As many rows as the last position: dense (a count reads the smallest index only).
+        ((count, last),) = self._query("SELECT count(*), max(position) FROM events", ())
+        if count == (last or 0):
+            return None
+        found = self._query(_GAP_SQL, ())
+        return (int(found[0][0]), int(found[0][1])) if found else None
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         # The key and size as the row holds them, not as the key's index repeats it.
