@@ -83,9 +83,7 @@ def drop_out(host: SessionHost, error: PlaitError) -> None:
 def went_away(error: PlaitError) -> bool:
     """Whether ``error`` is the store staying away past its tolerated outage (a write that
     could not be made): the session is lost, as to another process, not failed."""
-    return isinstance(error, SessionFailedError) and isinstance(
-        error.cause, StoreUnavailableError
-    )
+    return isinstance(error, SessionFailedError) and isinstance(error.cause, StoreUnavailableError)
 
 
 def _record_end(host: SessionHost, error: SessionFailedError) -> None:
