@@ -21,6 +21,7 @@ from plait.events import (
     EventStore,
     McpServerFailed,
     McpServerReady,
+    McpServersOffered,
     McpToolsRefreshed,
     McpToolWithheld,
     SessionClosed,
@@ -202,6 +203,7 @@ SESSION_WIDE = (
     McpServerFailed,
     McpToolsRefreshed,
     McpToolWithheld,
+    McpServersOffered,
 )
 """Events of the session as a whole: no conversation, no task."""
 LIFECYCLE = (ConversationOpened, ConversationDestroyed)

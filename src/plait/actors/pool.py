@@ -50,13 +50,15 @@ from plait.events.types import (
     Event,
     McpServerFailed,
     McpServerReady,
+    McpServersOffered,
     McpToolsRefreshed,
     McpToolWithheld,
+    SessionStarted,
     ToolCallStarted,
 )
 from plait.events.values import McpToolSnapshot
 
-__all__ = ["McpLimits", "McpPool", "PoolRef", "catalog_of"]
+__all__ = ["McpLimits", "McpPool", "PoolRef", "catalog_of", "offer_servers", "offered_of"]
 
 log = logging.getLogger("plait")
 
@@ -73,6 +75,10 @@ class _Catalog(msgspec.Struct):
     """Servers that were ready once, or failed with no retry: nobody waits for them."""
     withheld: set[str] = set()
     """Names already recorded as withheld."""
+    offered: set[str] | None = None
+    """The servers the session's latest run offers (``SessionStarted.settings``, then each
+    ``McpServersOffered``); ``None`` where the log does not say (older sessions): every
+    configured one."""
 
 
 def catalog_of(events: list[Event] | tuple[Event, ...]) -> dict[str, list[McpToolSnapshot]]:
@@ -81,6 +87,27 @@ def catalog_of(events: list[Event] | tuple[Event, ...]) -> dict[str, list[McpToo
     for event in events:
         _fold(catalog, event)
     return catalog.tools
+
+
+def offered_of(events: list[Event] | tuple[Event, ...]) -> list[str] | None:
+    """Return the MCP servers the session's latest run offers, as the events last said
+    (``None``: they do not say)."""
+    catalog = _Catalog()
+    for event in events:
+        _fold(catalog, event)
+    return None if catalog.offered is None else sorted(catalog.offered)
+
+
+def offer_servers(
+    journal: JournalLike, configs: Mapping[str, McpServerConfig], past: list[Event]
+) -> list[Event]:
+    """Record the servers a run offers (the enabled ones of ``configs``) where they differ
+    from what ``past`` last said, so that a replay offers each run what it had
+    (docs/replay.md#mcp-servers-per-run); return what was recorded."""
+    offered = sorted(name for name, config in configs.items() if config.enabled)
+    if offered_of(past) == offered:
+        return []
+    return journal.record([McpServersOffered(offered)])
 
 
 def _fold(catalog: _Catalog, event: Event) -> None:
@@ -92,6 +119,10 @@ def _fold(catalog: _Catalog, event: Event) -> None:
         catalog.settled.add(body.server)
     elif isinstance(body, McpToolWithheld):
         catalog.withheld.add(body.name)
+    elif isinstance(body, McpServersOffered):
+        catalog.offered = set(body.servers)
+    elif isinstance(body, SessionStarted) and body.settings and body.settings.servers_per_run:
+        catalog.offered = set(body.settings.mcp_servers)
 
 
 class McpPool(Actor):
@@ -176,13 +207,23 @@ class McpPool(Actor):
 
     # --- the catalog ---------------------------------------------------------------------------
 
+    def _offers(self, server: str) -> bool:
+        """Whether the run offers ``server``'s tools: those of servers a later run dropped
+        stay in the catalog, unoffered (docs/replay.md#mcp-servers-per-run)."""
+        offered = self.catalog.offered
+        return offered is None or server in offered or server == FUNCTIONS
+
+    def _offered(self) -> list[str]:
+        """The configured servers the run offers (in a replay, the pool is configured with
+        every server the log names, and the log says which ones each run had)."""
+        return [server for server in self.configs if self._offers(server)]
+
     def _merge(self) -> list[Conflict]:
         self.views: dict[tuple[str, ...] | None, ToolView] = {}
-        tools, conflicts = merge(self.catalog.tools)
+        offered = {s: listed for s, listed in self.catalog.tools.items() if self._offers(s)}
+        tools, conflicts = merge(offered)
         self.tools = {tool.name: tool for tool in tools}
-        self.owner = {
-            tool.name: server for server, listed in self.catalog.tools.items() for tool in listed
-        }
+        self.owner = {tool.name: server for server, listed in offered.items() for tool in listed}
         self.calls.offer({name: (tool, self.owner[name]) for name, tool in self.tools.items()})
         return conflicts
 
@@ -190,7 +231,10 @@ class McpPool(Actor):
         events = self.journal.record([body], origin=self.actor_ref)
         for event in events:
             _fold(self.catalog, event)
-        fresh = [c for c in self._merge() if c.name not in self.catalog.withheld]
+        conflicts = self._merge()
+        if isinstance(body, McpServersOffered):
+            return  # a run's start (replayed): its pool records no conflict as it starts
+        fresh = [c for c in conflicts if c.name not in self.catalog.withheld]
         if fresh:
             withheld = [McpToolWithheld(c.name, c.servers, c.schema_sha256s) for c in fresh]
             for conflict in fresh:
@@ -210,12 +254,12 @@ class McpPool(Actor):
             tools = tuple(self.tools[name] for name in names)
             specs = tuple(openai_spec(tool) for tool in tools)
             view = self.views[allowed] = ToolView(tools, specs, tool_list_hash(specs))
-        needed = set(self.configs) if allowed is None else self._servers_of(allowed)
+        needed = set(self._offered()) if allowed is None else self._servers_of(allowed)
         waiting = tuple(sorted(s for s in needed if s not in self.catalog.settled))
         return msgspec.structs.replace(view, waiting=waiting) if waiting else view
 
     def _servers_of(self, names: tuple[str, ...]) -> set[str]:
-        found = {_server_of(name, self.configs) for name in names}
+        found = {_server_of(name, self._offered()) for name in names}
         return {server for server in found if server is not None}
 
     def _await(self, request: AwaitServers) -> None:
@@ -247,7 +291,7 @@ class McpPool(Actor):
         """
         from plait.actors.mcp.names import normalize_allowlist
 
-        unsettled = [s for s in self.configs if s not in self.catalog.settled]
+        unsettled = [s for s in self._offered() if s not in self.catalog.settled]
         given = [qualify(*e.split("/", 1)) if e.count("/") == 1 else e for e in request.entries]
         trusted = {name for name in given if _server_of(name, unsettled) is not None}
         try:

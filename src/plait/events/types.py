@@ -28,6 +28,7 @@ from plait.events.bodies import (
     McpAllowlistNormalized,
     McpServerFailed,
     McpServerReady,
+    McpServersOffered,
     McpToolsRefreshed,
     McpToolWithheld,
     ModelRequested,
@@ -78,6 +79,7 @@ __all__ = [
     "McpAllowlistNormalized",
     "McpServerFailed",
     "McpServerReady",
+    "McpServersOffered",
     "McpToolWithheld",
     "McpToolsRefreshed",
     "ModelRequestFailed",
@@ -141,6 +143,7 @@ AnyBody = (
     | McpServerFailed
     | McpToolsRefreshed
     | McpToolWithheld
+    | McpServersOffered
     | McpAllowlistNormalized
     | PlanUpdated
 )

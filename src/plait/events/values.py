@@ -321,6 +321,12 @@ class RuntimeSettings(Value, frozen=True):
     first. Sessions started before it did record ``False`` (by omission): they resume
     without it, and replay finds where they were taken over as before
     (docs/replay.md#crashes)."""
+    servers_per_run: bool = False
+    """``mcp_servers`` are the ones the first run offers; a later run whose servers differ
+    records ``McpServersOffered``, and only the tools of a run's servers are offered.
+    Sessions started before it did record ``False`` (by omission): until a run records its
+    servers, they offer every tool the log listed, as before
+    (docs/replay.md#mcp-servers-per-run)."""
 
 
 class StoragePolicy(Value, frozen=True):

@@ -2,11 +2,12 @@
 
 The driver walks the recorded events in order. What came from outside the program (see
 ``inference``) it feeds in when its turn comes: a task the user submitted, a user interrupt or
-destroy, a stop on purpose, the close, an MCP server's lifecycle, a model reply or failure, an
-MCP tool result, an approval decided outside it (by the approver, for want of one, by its
-timeout). Model and tool calls and approvals wait for it (``ReplayModel``, ``ReplayServers``,
-``ReplayApprovals``; the approver is never called). Everything else the program must produce
-by itself, and each produced event is compared with the recorded one at the same seq.
+destroy, a stop on purpose, the close, the MCP servers a run had and their lifecycle, a model
+reply or failure, an MCP tool result, an approval decided outside it (by the approver, for want
+of one, by its timeout). Model and tool calls and approvals wait for it (``ReplayModel``,
+``ReplayServers``, ``ReplayApprovals``; the approver is never called). Everything else the
+program must produce by itself, and each produced event is compared with the recorded one at
+the same seq.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from plait.events.types import (
     Event,
     McpServerFailed,
     McpServerReady,
+    McpServersOffered,
     McpToolsRefreshed,
     ModelRequested,
     ModelRequestFailed,
@@ -161,8 +163,9 @@ class Driver:
         started = recorded[0].body
         assert isinstance(started, SessionStarted)
         self.given = started.forked_from.at_seq if started.forked_from is not None else 2
-        servers = {  # configured (as recorded), or heard of
+        servers = {  # configured (as recorded), offered by a run, or heard of
             *(started.settings.mcp_servers if started.settings else ()),
+            *(s for e in recorded if isinstance(e.body, McpServersOffered) for s in e.body.servers),
             *(
                 e.body.server
                 for e in recorded
@@ -180,7 +183,8 @@ class Driver:
 
         self.forced = forced_closes(recorded)
         closing = {e.seq for group in self.forced.values() for e in group}
-        self.crash_points = set(crash_points(recorded, closing))
+        # A run whose servers changed records them first: the process stopped before that.
+        self.crash_points = {_before_offer(recorded, c) for c in crash_points(recorded, closing)}
         self.store = _RecordedTime(recorded, sorted(self.crash_points | set(self.forced)))
         self.runtime = Runtime(
             self.store,
@@ -190,7 +194,12 @@ class Driver:
             history=program.history,
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
             _outside=Outside(
-                self.model, make_servers, self.approvals, ReplayIds(made_ids(recorded)), self.read
+                self.model,
+                make_servers,
+                self.approvals,
+                ReplayIds(made_ids(recorded)),
+                self.read,
+                records_servers=False,  # each run's are fed in, as recorded
             ),
             expire_every_sec=None,
         )
@@ -291,12 +300,15 @@ class Driver:
         """If ``event`` came from outside the program, make it happen as it did."""
         body, wait = event.body, self.timeout
         crash = event.seq in self.crash_points
+        offered = body if isinstance(body, McpServersOffered) else None
         if self.handed_back is not None and (crash or event.task_id != self.handed_back):
             self.handed_back = None  # what follows a stop's records is the next process's
             if not crash:  # (docs/processes.md#stopping)
-                self._crash_and_resume()
+                self._crash_and_resume(offered)
+                if offered is not None:
+                    return  # the next process's servers: given to it as it resumed
         if crash:  # first: its answers look like results otherwise
-            self._crash_and_resume()
+            self._crash_and_resume(offered)
         elif event.seq in self.forced:
             self._force_close(self.forced[event.seq])
         elif isinstance(body, TaskEnqueued) and submitted(body):
@@ -332,6 +344,8 @@ class Driver:
             self.servers.answer(body.call_id, result, wait)
         elif isinstance(body, ToolApprovalDecided) and body.call_id in self.asked:
             self.approvals.answer(body, wait)  # decided outside the program, as it was
+        elif isinstance(body, McpServersOffered) and self.servers is not None:
+            self.servers.inject(body)  # the servers the run that follows had
         elif isinstance(body, McpServerReady | McpServerFailed | McpToolsRefreshed):
             functions = self.program.functions
             if (
@@ -356,9 +370,12 @@ class Driver:
             [NewEvent(e.body, e.conversation_id, e.task_id) for e in group]
         )
 
-    def _crash_and_resume(self) -> None:
-        """Stop the replayed session as the process stopped, and resume it as it was resumed."""
+    def _crash_and_resume(self, offered: McpServersOffered | None = None) -> None:
+        """Stop the replayed session as the process stopped, and resume it as it was resumed
+        (with the servers it ``offered``, if the new process recorded them first)."""
         self._stop_here()
+        if offered is not None:  # in the log before the resumed program starts, as recorded
+            self.store.append(self.session_id, [offered], self.store.last_seq(self.session_id))
         # What was sent before the crash gets no answer from outside: the resumed program
         # records its end itself, or starts it again (a ToolCallStarted of its own).
         self.started.clear()
@@ -388,6 +405,13 @@ class Driver:
     def _destroy_open(self) -> bool:
         """Whether a ``conv_destroy`` call is open (its destroy is the program's own)."""
         return "conv_destroy" in self.open_calls.values()
+
+
+def _before_offer(recorded: list[Event], seq: int) -> int:
+    """Where the process that resumed at ``seq`` began to record: at the servers it offered,
+    if it recorded them first (docs/replay.md#mcp-servers-per-run)."""
+    before = recorded[seq - 2] if seq > 1 else None
+    return seq - 1 if before is not None and isinstance(before.body, McpServersOffered) else seq
 
 
 def _text(content: object) -> str | None:

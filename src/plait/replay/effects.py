@@ -24,6 +24,7 @@ from plait.errors import McpError, ModelError, ModelErrorKind, ReplayError
 from plait.events.types import (
     McpServerFailed,
     McpServerReady,
+    McpServersOffered,
     McpToolsRefreshed,
     ToolApprovalDecided,
 )
@@ -186,8 +187,14 @@ class ReplayServers:
         """Where ``server`` is, as far as the log has said."""
         return self._status.get(server, "failed")
 
-    def inject(self, body: McpServerReady | McpServerFailed | McpToolsRefreshed) -> None:
-        """Report a recorded lifecycle fact, as the live servers did."""
+    def inject(
+        self, body: McpServerReady | McpServerFailed | McpToolsRefreshed | McpServersOffered
+    ) -> None:
+        """Report a recorded lifecycle fact, as the live servers did (or the servers a run
+        offered, as its runtime recorded them before its pool started)."""
+        if isinstance(body, McpServersOffered):
+            self._report(body)
+            return
         with self._lock:
             if isinstance(body, McpServerReady):
                 self._status[body.server] = "ready"

@@ -24,6 +24,7 @@ from plait.events.types import (
     McpAllowlistNormalized,
     McpServerFailed,
     McpServerReady,
+    McpServersOffered,
     McpToolsRefreshed,
     McpToolWithheld,
     SessionResumed,
@@ -52,9 +53,16 @@ __all__ = [
     "submitted",
 ]
 
-LIFECYCLE = (McpServerReady, McpServerFailed, McpToolsRefreshed, McpToolWithheld)
-"""What MCP servers did (and the pool made of it): recorded as it happened, so its place among
-the program's events is a race; replay compares it apart from them."""
+LIFECYCLE = (
+    McpServerReady,
+    McpServerFailed,
+    McpToolsRefreshed,
+    McpToolWithheld,
+    McpServersOffered,
+)
+"""What MCP servers did (and the pool made of it), and which servers a run had: not the
+program's doing, and a server's report lands among the program's events as it happened (a
+race); replay feeds them in and compares them apart."""
 
 
 def is_lifecycle(body: Body) -> bool:

@@ -43,7 +43,8 @@ def replay(
 ) -> ReplayResult:
     """Replay ``session_id`` from ``store`` and compare every event it produces.
 
-    The program is configured as the session's ``SessionStarted.settings`` recorded; a given
+    The program is configured as the session's ``SessionStarted.settings`` recorded, and
+    each run of the session offers the MCP servers the log says it had; a given
     ``max_interrupt_chain_depth`` or ``mcp_limits`` overrides it, to see how a changed program
     would have run, or to supply what older logs did not record. Given ``tools``, the
     program's function tools are offered as they are now, not as recorded (a changed one

@@ -104,6 +104,9 @@ class Outside:
     """Makes the ids of what tool calls make (``None``: the runtime's ``new_id``)."""
     read_instructions: ReadInstructions | None = None
     """Reads ``conv_create``'s instruction files (``None``: from the working directory)."""
+    records_servers: bool = True
+    """Each run records the MCP servers it offers (``McpServersOffered``); replay's feeds in
+    those the log recorded instead."""
 
 
 class Runtime(Sessions):
@@ -182,6 +185,7 @@ class Runtime(Sessions):
         self._session_tools: dict[str, list[FunctionTool]] = {}
         self._loop = EffectLoop()
         self._outside = outside = _outside or Outside()
+        self._records_servers = outside.records_servers
         self._client = outside.model_client or ModelClient(self.settings)
         self._mcp_factory = outside.mcp_factory
         self._new_id_for: NewId = outside.new_id or (lambda _made_for: self.new_id())
@@ -228,6 +232,7 @@ class Runtime(Sessions):
     ) -> tuple[McpPoolRef | None, ConversationDeps]:
         """A session's ``McpPool`` (if it has tools beside the built-ins), started, and what
         its conversations share."""
+        past = past + self._offer_servers(journal, past)  # a start's, or a wake's
         pool = self._start_pool(journal, past)
         return pool, self._deps(journal, pool, past)
 
@@ -293,6 +298,7 @@ class Runtime(Sessions):
             model_protocol=MODEL_PROTOCOL,
             model=self.settings.options(),
             resume_markers=True,
+            servers_per_run=True,
         )
 
     def start_session(

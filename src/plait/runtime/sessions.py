@@ -56,6 +56,7 @@ class Sessions:
     _resuming: threading.Lock
     admission: Admission
     gate: TaskGate
+    _records_servers: bool
 
     if TYPE_CHECKING:  # the Runtime's
 
@@ -121,6 +122,15 @@ class Sessions:
     def tools_for(self, session_id: str) -> list[FunctionTool]:
         """The function tools offered in session ``session_id``: the runtime's and its own."""
         return self._session_tools.get(session_id, self.tools)
+
+    def _offer_servers(self, journal: Journal, past: list[Event]) -> list[Event]:
+        """Record the MCP servers this run offers where the log last said others (a replay's
+        runtime records none: the log's are fed in, docs/replay.md#mcp-servers-per-run)."""
+        from plait.actors.pool import offer_servers
+
+        if not self._records_servers:
+            return []
+        return offer_servers(journal, self.mcp_servers, past)
 
     def _serves(self, session_id: str) -> bool:
         """Whether the session has tools beside the built-ins (an ``McpPool``)."""
@@ -194,6 +204,9 @@ class Sessions:
         else:
             journal = host.journal
             journal.reload(past, epoch)
+        # Before what a takeover's recovery records, as the run's first deed: a replay then
+        # gives the run its servers before the run does anything.
+        past += self._offer_servers(journal, past)
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session and in_flight check it
         root = started.root_conversation_id

@@ -25,6 +25,7 @@ __all__ = [
     "McpAllowlistNormalized",
     "McpServerFailed",
     "McpServerReady",
+    "McpServersOffered",
     "McpToolWithheld",
     "McpToolsRefreshed",
     "ToolApprovalDecided",
@@ -182,6 +183,14 @@ class McpToolsRefreshed(Body, frozen=True):
     """The configured server name."""
     tools: list[McpToolSnapshot] = []
     """Its tools now, in name order."""
+
+
+class McpServersOffered(Body, frozen=True):
+    """A run of the session (a start, a resume, a takeover, a wake) offers these MCP servers,
+    which differ from those the log last said (docs/replay.md#mcp-servers-per-run)."""
+
+    servers: list[str] = []
+    """The enabled configured servers' names, sorted; their tools are the ones offered."""
 
 
 class McpToolWithheld(Body, frozen=True):
