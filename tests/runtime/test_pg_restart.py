@@ -1,5 +1,7 @@
 """Leases across a PostgreSQL restart: the server stops and starts under a running runtime,
 which keeps its sessions (same owner, same epoch) and goes on; another process still follows.
+A worker whose task is mid-reply when the server restarts runs it to its end, and a front end's
+submit made during the restart runs too (docs/failures.md#the-store-blinks).
 
 It restarts the machine's PostgreSQL server, so it runs alone, by hand:
 ``pytest -m pg_restart -n0 tests/runtime/test_pg_restart.py``.
@@ -8,9 +10,12 @@ It restarts the machine's PostgreSQL server, so it runs alone, by hand:
 from __future__ import annotations
 
 import subprocess
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from blinks import Blinks, worker_through
 from support import POSTGRES_URL, StoreFactory
 
 from plait.actors.model import ModelSettings
@@ -52,4 +57,23 @@ def test_a_runtime_keeps_its_sessions_across_a_postgres_restart(tmp_path: Path) 
                     assert b.resume(session.session_id).followed
                 assert a.store.verify(session.session_id).ok
     finally:
+        stores.close()
+
+
+def test_a_worker_runs_its_task_on_across_a_postgres_restart(tmp_path: Path) -> None:
+    stores = StoreFactory("postgres", tmp_path)
+    store = stores.open()
+    rounds = Blinks(stores.schema)
+
+    def restart(task_two: Callable[[], None]) -> None:
+        restarting = threading.Thread(target=restart_postgres)
+        restarting.start()
+        task_two()  # submitted while the server stops and starts
+        restarting.join(120)
+        assert not restarting.is_alive()
+
+    try:
+        worker_through(rounds, store, tmp_path, restart)
+    finally:
+        rounds.close()
         stores.close()

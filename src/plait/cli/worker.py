@@ -10,15 +10,19 @@ running holds none, and keeps its actors (up to ``--max-active-sessions``, by de
 (docs/processes.md#capacity). It hands back a session idle for ``--idle-sec``, and one whose
 command finds no room while other workers keep up, so that work spreads over the workers.
 SIGTERM (or Ctrl-C) stops it: what runs is given ``--grace-sec`` to end, then cut,
-and every session is handed back at once (docs/processes.md#stopping).
+and every session is handed back at once (docs/processes.md#stopping). A store that stays
+away does not stop it: it waits for the store, then takes up the sessions it lost meanwhile
+(docs/failures.md#the-store-blinks).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 from plait.cli.common import config_of, err, make_runtime, model_settings, store_of
 from plait.cli.stopping import Signals, stop_runtimes
+from plait.errors import StoreUnavailableError
 
 __all__ = ["ACTIVE_PER_SLOT", "cmd_worker"]
 
@@ -52,11 +56,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
                     for recovery in runtime.recover():
                         err(f"recovered session {recovery.session_id}")
                 every = min(1.0, args.lease_sec / 4)  # for leases that lapse: nothing tells
+                away = False  # the store stayed away past its outage_sec: wait for it
                 while signals.first is None:
                     token = commands.token()
-                    for session_id in runtime.fill_places():
-                        err(f"took over session {session_id}")
-                    runtime.hand_back_idle(args.idle_sec)
+                    try:
+                        for session_id in runtime.fill_places():
+                            err(f"took over session {session_id}")
+                        runtime.hand_back_idle(args.idle_sec)
+                    except StoreUnavailableError as exc:  # docs/failures.md#the-store-blinks
+                        if not away:
+                            err(f"worker: {exc}; waiting for the store")
+                        away = True
+                        time.sleep(every)  # nothing to wait on: the store is what is missing
+                        continue
+                    if away:
+                        err("worker: the store is back")
+                        away = False
                     if signals.first is None:
                         commands.wait(token, every)
                 stopped = signals.first

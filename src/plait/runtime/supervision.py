@@ -5,7 +5,10 @@ session's handle is told (``Journal.on_lost``). ``drop_out`` then fails every wa
 (feeds, ``run``, acknowledgements), stops the actors and servers, and records what it can: the
 running task's end, ``TurnAborted(failed, error)``, with its open calls answered; nothing if the
 store is what failed. The session is left as a crash leaves it: resumed from its log
-(docs/failures.md#supervision). A lost lease goes the same way, recording nothing.
+(docs/failures.md#supervision). A lost lease goes the same way, recording nothing, and so does
+a store that stayed away longer than it is waited for (``StoreUnavailableError``): the session
+is lost here, not failed, its lease left to lapse for whoever takes it up once the store is
+back (docs/failures.md#the-store-blinks).
 """
 
 from __future__ import annotations
@@ -35,7 +38,14 @@ from plait.runtime.recovery import running_ended
 if TYPE_CHECKING:
     from plait.runtime.host import SessionHost
 
-__all__ = ["STOP_SEC", "Unrecorded", "drop_out", "failure_end", "start_drop_out"]
+__all__ = [
+    "STOP_SEC",
+    "Unrecorded",
+    "drop_out",
+    "failure_end",
+    "start_drop_out",
+    "went_away",
+]
 
 log = logging.getLogger("plait")
 
@@ -63,17 +73,23 @@ def drop_out(host: SessionHost, error: PlaitError) -> None:
     """Stop ``host``'s session in this process (``fail``, or ``lose`` to another process):
     every waiter gets ``error``."""
     runtime, sid, journal = host.runtime, host.session_id, host.journal
-    failed = isinstance(error, SessionFailedError)
-    if not failed:  # another process took it: it is no longer ours to release
+    failed = isinstance(error, SessionFailedError) and not went_away(error)
+    if not failed:  # another process took it, or may once the store is back: not ours
         runtime.owner.forget(sid)
     host.end("fail" if failed else "lose", error)  # what is asked from now on: refused
     journal.fail_feeds(error)  # at once, not after the actors stopped
     with host.lock:
         if host.actor is not None:
             host.stop_actors(STOP_SEC, error)
-    if isinstance(error, SessionFailedError):
+    if failed and isinstance(error, SessionFailedError):
         _record_end(host, error)
     host.forget()
+
+
+def went_away(error: PlaitError) -> bool:
+    """Whether ``error`` is the store staying away past its tolerated outage (a write that
+    could not be made): the session is lost, as to another process, not failed."""
+    return isinstance(error, SessionFailedError) and isinstance(error.cause, StoreUnavailableError)
 
 
 def _record_end(host: SessionHost, error: SessionFailedError) -> None:

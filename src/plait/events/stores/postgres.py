@@ -1,7 +1,8 @@
 """``PostgresStore``: the event store in a PostgreSQL schema, shared by many processes.
 
 * One autocommit connection per store object, guarded by a lock, serves every thread; each
-  append is one transaction. A broken connection is reopened on the next call.
+  append is one transaction. A lost connection is reopened with backoff and the call made
+  again, safely, while the server is away less than ``outage_sec`` (``postgres_link``).
 * Appends to *all* streams commit one at a time, under a transaction-scoped advisory lock keyed
   on the schema. Positions are assigned as ``max + 1`` under that lock, so they are dense and in
   commit order: a live reader of ``position > N`` can never see N+2 committed before N+1 and skip
@@ -23,20 +24,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
-import threading
-import time
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from plait.errors import ConcurrencyError, StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
@@ -52,6 +49,8 @@ from plait.events.store import (
     Waiter,
     utc_now,
 )
+from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
+from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_sql import (
     APPEND_SIGNATURE,
     DDL,
@@ -63,24 +62,25 @@ from plait.events.stores.postgres_sql import (
 from plait.events.subscription import Signal
 from plait.events.types import Event
 
-__all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
+__all__ = ["DEFAULT_OUTAGE_SEC", "DEFAULT_SCHEMA", "PostgresStore"]
 
 DEFAULT_SCHEMA = "plait"
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # PostgreSQL truncates at 63 bytes
-Connection = psycopg.Connection[tuple[Any, ...]]
+_OURS = ("schema", "outage_sec")  # URL parameters plait reads (libpq rejects them)
+T = TypeVar("T")
 
 
-def _split_url(url: str) -> tuple[str, str | None]:
-    """Return ``url`` without its ``schema`` query parameter (libpq rejects it), and its value."""
+def _split_url(url: str) -> tuple[str, dict[str, str]]:
+    """Return ``url`` without plait's query parameters (``_OURS``), and their values."""
     parts = urlsplit(url)
-    schema, kept = None, []
+    ours, kept = {}, []
     for item in parts.query.split("&") if parts.scheme and parts.query else ():
         key, _, value = item.partition("=")
-        if unquote(key) == "schema":
-            schema = unquote(value)
+        if unquote(key) in _OURS:
+            ours[unquote(key)] = unquote(value)
         else:
             kept.append(item)
-    return (urlunsplit(parts._replace(query="&".join(kept))) if schema is not None else url), schema
+    return (urlunsplit(parts._replace(query="&".join(kept))) if ours else url), ours
 
 
 def _public_url(url: str) -> str:
@@ -93,15 +93,13 @@ def _public_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=user.partition(":")[0] + at + host, query=query))
 
 
-def _text(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
 class PostgresStore(EventStore):
     """An event store in one PostgreSQL schema (created with its tables if missing).
 
     ``url`` is a libpq URL or conninfo string. The schema is the ``schema`` argument, else the
-    URL's ``?schema=NAME`` query parameter, else ``plait``.
+    URL's ``?schema=NAME`` query parameter, else ``plait``. ``outage_sec`` (else the URL's
+    ``?outage_sec=S``, else 30) is how long a call waits for a server that went away
+    (docs/failures.md#the-store-blinks).
     """
 
     def __init__(
@@ -111,12 +109,13 @@ class PostgresStore(EventStore):
         schema: str | None = None,
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
         clock: Clock = utc_now,
+        outage_sec: float | None = None,
     ) -> None:
         super().__init__(blob_threshold=blob_threshold, clock=clock)
-        self._conninfo, url_schema = _split_url(url)
+        conninfo, ours = _split_url(url)
         self.url = _public_url(url)
         """The URL, with any password masked."""
-        self.schema = schema or url_schema or DEFAULT_SCHEMA
+        self.schema = schema or ours.get("schema") or DEFAULT_SCHEMA
         """The PostgreSQL schema holding the tables."""
         if not _SCHEMA_NAME.fullmatch(self.schema):
             raise StoreUnavailableError(
@@ -133,58 +132,57 @@ class PostgresStore(EventStore):
         """The channel announcing inbox commands (apart: owners are not woken by appends)."""
         s = sql.Identifier(self.schema)
         self._sql = {name: sql.SQL(text).format(s=s) for name, text in QUERIES.items()}
-        self._lock = threading.RLock()
-        self._closed = False
-        self._waiters: weakref.WeakSet[_NotifyWaiter] = weakref.WeakSet()
+        self._waiters: weakref.WeakSet[NotifyWaiter] = weakref.WeakSet()
         self._heads: dict[str, tuple[int, bytes]] = {}  # heads this object wrote, by stream
-        self._conn = self._connect()
         try:
-            with self._errors(opening=True) as conn:
-                args = {"schema": self.schema, "function": APPEND_SIGNATURE}
-                found = conn.execute(self._sql["layout"], args).fetchone()
-                if found != (6, True):
-                    with conn.transaction():
-                        conn.execute(self._sql["lock"], (self._key,))
-                        for statement in DDL:
-                            conn.execute(sql.SQL(statement).format(s=s))
-                (version,) = conn.execute(self._sql["version"]).fetchone() or ("0",)
+            outage = float(ours.get("outage_sec", DEFAULT_OUTAGE_SEC))
+        except ValueError:
+            raise StoreUnavailableError(
+                f"{self.url}: outage_sec={ours['outage_sec']!r} is not a number of seconds"
+            ) from None
+        self._link = Link(conninfo, self.url, outage if outage_sec is None else outage_sec)
+        try:
+            version = self._link.once(self._open, "cannot open the store")
             if int(version) > SCHEMA_VERSION:
                 raise StoreUnavailableError(
                     f"{self.url} schema {self.schema}: store schema version {version} is "
                     f"newer than this plait understands ({SCHEMA_VERSION}); upgrade plait"
                 )
         except BaseException:
-            self._conn.close()
+            self._link.close()
             raise
 
-    def _connect(self) -> Connection:
-        """Open an autocommit connection (by default: 10 s connect timeout, named plait)."""
-        try:
-            extra: dict[str, str | int] = {"connect_timeout": 10, "application_name": "plait"}
-            given = conninfo_to_dict(self._conninfo)
-            defaults = {key: value for key, value in extra.items() if key not in given}
-            return psycopg.connect(make_conninfo(self._conninfo, **defaults), autocommit=True)
-        except psycopg.Error as exc:
-            raise StoreUnavailableError(
-                f"{self.url}: cannot connect to PostgreSQL: {_text(exc)}"
-            ) from exc
+    @property
+    def outage_sec(self) -> float:
+        """How long a call waits for a server that went away before it raises
+        ``StoreUnavailableError``."""
+        return self._link.outage_sec
 
-    @contextlib.contextmanager
-    def _errors(self, *, opening: bool = False) -> Iterator[Connection]:
-        """Hold the lock, yield a live connection, and turn psycopg errors into store errors."""
-        with self._lock:
-            if self._closed:
-                raise StoreError(f"{self.url}: the store is closed")
-            if self._conn.broken:
-                self._conn = self._connect()
-            try:
-                yield self._conn
-            except psycopg.Error as exc:
-                lost = self._conn.broken or (exc.sqlstate or "").startswith(("08", "57P"))
-                if opening or lost:
-                    what = "cannot open the store" if opening else "connection lost"
-                    raise StoreUnavailableError(f"{self.url}: {what}: {_text(exc)}") from exc
-                raise StoreError(f"{self.url} (schema {self.schema}): {_text(exc)}") from exc
+    def _open(self, conn: Connection) -> str:
+        """Create what is missing of the schema; return its layout's version."""
+        args = {"schema": self.schema, "function": APPEND_SIGNATURE}
+        found = conn.execute(self._sql["layout"], args).fetchone()
+        if found != (6, True):
+            with conn.transaction():
+                conn.execute(self._sql["lock"], (self._key,))
+                for statement in DDL:
+                    conn.execute(sql.SQL(statement).format(s=sql.Identifier(self.schema)))
+        (version,) = conn.execute(self._sql["version"]).fetchone() or ("0",)
+        return str(version)
+
+    def _run(
+        self,
+        call: Callable[[Connection], T],
+        landed: Callable[[Connection], T | None] | None = None,
+    ) -> T:
+        """Make ``call`` on the connection, again after a reconnection if it was lost (see
+        ``Link.run``); a refused statement is a ``StoreError`` naming the schema."""
+        if self.closed:
+            raise StoreError(f"{self.url}: the store is closed")
+        return self._link.run(call, self._refused, landed=landed)
+
+    def _refused(self, exc: psycopg.Error) -> StoreError:
+        return StoreError(f"{self.url} (schema {self.schema}): {text_of(exc)}")
 
     def _append_rows(
         self,
@@ -218,8 +216,9 @@ class PostgresStore(EventStore):
 
     def _peek(self, stream: str, expected_seq: int, epoch: int | None) -> tuple[int, bytes]:
         """Return ``stream``'s head, refusing as the append would if it is not the expected one."""
-        with self._errors() as conn:
-            found = conn.execute(self._sql["peek"], {"stream": stream}, binary=True).fetchone()
+        found = self._run(
+            lambda conn: conn.execute(self._sql["peek"], {"stream": stream}, binary=True).fetchone()
+        )
         assert found is not None  # one row, whatever is there
         head_seq, head_hash, leased, owner, held_epoch = found
         self._check_epoch(stream, epoch, (owner, held_epoch) if leased else None)
@@ -229,14 +228,18 @@ class PostgresStore(EventStore):
     def _write(
         self, stream: str, after: int, prev: bytes, prepared: PreparedAppend, epoch: int | None
     ) -> list[Event]:
-        """Write ``prepared``, which follows seq ``after`` of hash ``prev``, in one call."""
+        """Write ``prepared``, which follows seq ``after`` of hash ``prev``, in one call; if the
+        connection was lost before its answer came, look whether it landed before writing it
+        again (its last event there, with its hash: docs/failures.md#the-store-blinks)."""
         _, types, versions, data, hashes = (
             list(column) for column in zip(*prepared.rows, strict=True)
         )
         blobs = prepared.blobs
         sizes = [len(blob) for blob in blobs.values()]
         args = (stream, after, prev, epoch, self._key, self.channel, types, versions, data)
-        with self._errors() as conn:
+        head = (after + len(hashes), hashes[-1])  # once written
+
+        def write(conn: Connection) -> int:
             try:
                 found = conn.execute(
                     self._sql["append"], (*args, hashes, list(blobs), sizes, list(blobs.values()))
@@ -250,15 +253,27 @@ class PostgresStore(EventStore):
                 if exc.sqlstate == STREAM_MOVED:
                     raise ConcurrencyError(stream, after, int(detail)) from None
                 raise
-            if len(self._heads) >= 4096:  # a hint for the streams this object writes now
-                self._heads.clear()
-            self._heads[stream] = (after + len(hashes), hashes[-1])
-        assert found is not None
-        return prepared.placed(int(found[0]))
+            assert found is not None
+            return self._wrote(stream, int(found[0]), head)
+
+        def landed(conn: Connection) -> int | None:
+            found = conn.execute(self._sql["placed"], (stream, head[0]), binary=True).fetchone()
+            if found is None or bytes(found[1]) != head[1]:
+                return None  # not there: the first try did not commit
+            return self._wrote(stream, int(found[0]) - len(hashes) + 1, head)
+
+        return prepared.placed(self._run(write, landed))
+
+    def _wrote(self, stream: str, first: int, head: tuple[int, bytes]) -> int:
+        """Note ``head``, which this object wrote; return ``first``, the position of the
+        first event it wrote."""
+        if len(self._heads) >= 4096:  # a hint for the streams this object writes now
+            self._heads.clear()
+        self._heads[stream] = head
+        return first
 
     def _query(self, name: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._errors() as conn:
-            return conn.execute(self._sql[name], params, binary=True).fetchall()
+        return self._run(lambda conn: conn.execute(self._sql[name], params, binary=True).fetchall())
 
     def _head(self, stream: str) -> tuple[int, bytes]:
         rows = self._query("head", (stream,))
@@ -288,14 +303,19 @@ class PostgresStore(EventStore):
         return REDACTED if rows[0][0] is None else bytes(rows[0][0])
 
     def _redact(self, sha256: str) -> bool:
-        with self._errors() as conn:
-            return conn.execute(self._sql["redact"], (sha256,)).rowcount > 0
+        return self._run(lambda conn: conn.execute(self._sql["redact"], (sha256,)).rowcount > 0)
 
     def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
         args = {"stream": stream, "owner": owner, "sec": lease_sec}
-        with self._errors() as conn, conn.transaction():
-            conn.execute(self._sql["acquire"], args)
-            found = conn.execute(self._sql["leases"], args).fetchone()
+
+        def acquire(conn: Connection) -> tuple[Any, ...] | None:
+            # Made again after a lost connection: the same owner keeps its epoch, so taking
+            # a lease twice is taking it once.
+            with conn.transaction():
+                conn.execute(self._sql["acquire"], args)
+                return conn.execute(self._sql["leases"], args).fetchone()
+
+        found = self._run(acquire)
         assert found is not None  # inserted, or there already
         return _lease(found)
 
@@ -304,30 +324,41 @@ class PostgresStore(EventStore):
         return {str(stream): int(epoch) for stream, epoch in rows}
 
     def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:
-        with self._errors() as conn:
-            args = (None if idle else owner, stream, owner, epoch)
-            return conn.execute(self._sql["release"], args).rowcount > 0
+        args = (None if idle else owner, stream, owner, epoch)
+        return self._run(lambda conn: conn.execute(self._sql["release"], args).rowcount > 0)
 
     def _leases(self, stream: str | None) -> list[Lease]:
-        with self._errors() as conn:
-            return [_lease(row) for row in conn.execute(self._sql["leases"], {"stream": stream})]
+        rows = self._run(
+            lambda conn: conn.execute(self._sql["leases"], {"stream": stream}).fetchall()
+        )
+        return [_lease(row) for row in rows]
 
     def _put_command(self, stream: str, data: bytes) -> int:
-        with self._errors() as conn, conn.transaction():
-            found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
-            assert found is not None
-            conn.execute(self._sql["notify"], (self.inbox_channel, str(found[0])))
+        def put(conn: Connection) -> int:
+            with conn.transaction():
+                found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
+                assert found is not None
+                conn.execute(self._sql["notify"], (self.inbox_channel, str(found[0])))
+            return int(found[0])
+
+        def landed(conn: Connection) -> int | None:
+            # A command is unique (its task's id, its sender): the same bytes are this one.
+            found = conn.execute(self._sql["command_of"], (stream, data)).fetchone()
+            return None if found is None else int(found[0])
+
+        command_id = self._run(put, landed)
         self._commanded.notify()
-        return int(found[0])
+        return command_id
 
     def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
-        with self._errors() as conn:
+        def commands(conn: Connection) -> list[tuple[int, str, bytes]]:
             rows = conn.execute(self._sql["commands"], {"stream": stream}, binary=True)
             return [(int(i), str(s), bytes(d)) for i, s, d in rows]
 
+        return self._run(commands)
+
     def _drop_commands(self, ids: list[int]) -> None:
-        with self._errors() as conn:
-            conn.execute(self._sql["drop_commands"], (ids,))
+        self._run(lambda conn: conn.execute(self._sql["drop_commands"], (ids,)))
 
     def _waiter(self) -> Waiter:
         return self._listener(self.channel)
@@ -335,19 +366,18 @@ class PostgresStore(EventStore):
     def _inbox_waiter(self) -> Waiter:
         return self._listener(self.inbox_channel, self._commanded)
 
-    def _listener(self, channel: str, local: Signal | None = None) -> _NotifyWaiter:
+    def _listener(self, channel: str, local: Signal | None = None) -> NotifyWaiter:
         """A waiter on ``channel`` (and ``local``), closed with the store."""
-        waiter = _NotifyWaiter(self, channel, local)
+        waiter = NotifyWaiter(self._link.connect, self.url, channel, local)
         self._waiters.add(waiter)
         return waiter
 
     def close(self) -> None:
         """Close the connection and every live subscription's listener; idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._conn.close()
+        if self.closed:
+            return
+        super().close()
+        self._link.close()
         for waiter in list(self._waiters):
             waiter.close()
 
@@ -360,76 +390,3 @@ def _lease(row: tuple[Any, ...]) -> Lease:
 def _row(row: tuple[Any, ...]) -> Row:
     position, data, digest, stream, seq, type_name, v = row
     return (int(position), bytes(data), bytes(digest), stream, int(seq), type_name, int(v))
-
-
-class _NotifyWaiter(Waiter):
-    """Counts ``NOTIFY``s on the store's channel, received on a connection of its own.
-
-    ``LISTEN`` runs at construction, before the subscription's first read, so a commit falling
-    between a read and the wait is still noticed. psycopg must not close a connection another
-    thread is waiting on, so ``wait`` blocks in short steps and closing happens between them.
-    """
-
-    STEP_SEC = 0.1
-
-    def __init__(self, store: PostgresStore, channel: str, local: Signal | None = None) -> None:
-        self._store = store
-        self._channel = channel
-        self._local = local  # moved in this process (``Owner.wake``): seen within STEP_SEC
-        self._io = threading.Lock()
-        self._closed = False
-        self._count = 0
-        self._conn = self._listen()
-
-    def _listen(self) -> Connection:
-        conn = self._store._connect()
-        try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-        except psycopg.Error as exc:
-            conn.close()
-            raise StoreUnavailableError(f"{self._store.url}: cannot LISTEN: {_text(exc)}") from exc
-        return conn
-
-    def _receive(self, timeout: float) -> None:
-        """Count the notifications arriving within ``timeout`` (0: only those pending)."""
-        with self._io:
-            try:
-                if self._closed:
-                    return
-                if self._conn.broken:
-                    self._conn = self._listen()
-                    self._count += 1  # notifications may have been lost: make the reader look
-                for _ in self._conn.notifies(timeout=timeout, stop_after=1 if timeout else None):
-                    self._count += 1
-            except psycopg.Error as exc:
-                if not self._conn.broken:
-                    raise StoreError(f"{self._store.url}: LISTEN failed: {_text(exc)}") from exc
-                self._count += 1  # reconnect on the next call; the reader re-reads meanwhile
-            finally:
-                if self._closed:
-                    self._conn.close()
-
-    def token(self) -> int:
-        """Return how many notifications (reconnections, local moves) this waiter has seen."""
-        self._receive(0)
-        return self._seen()
-
-    def _seen(self) -> int:
-        return self._count + (self._local.count if self._local is not None else 0)
-
-    def wait(self, token: int, timeout: float | None) -> None:
-        """Block until a notification arrives after ``token``, ``timeout`` passes, or close."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._closed and self._seen() == token:
-            step = self.STEP_SEC
-            if deadline is not None:
-                step = min(step, deadline - time.monotonic())
-                if step <= 0:
-                    return
-            self._receive(step)
-
-    def close(self) -> None:
-        """Close the listening connection; a blocked ``wait`` returns within ``STEP_SEC``."""
-        self._closed = True
-        with self._io:  # a waiting thread holds it for at most STEP_SEC
-            self._conn.close()

@@ -116,6 +116,8 @@ QUERIES = {
     "FROM (SELECT) AS one LEFT JOIN {s}.streams AS h ON h.stream = %(stream)s "
     "LEFT JOIN {s}.leases AS l ON l.stream = %(stream)s",
     "head": "SELECT last_seq, last_hash FROM {s}.streams WHERE stream = %s",
+    # Whether an append whose answer was lost landed: its last event, by its hash.
+    "placed": "SELECT position, hash FROM {s}.events WHERE stream = %s AND seq = %s",
     "notify": "SELECT pg_notify(%s, %s)",
     # Taken when free, lapsed or already held (then renewed, its epoch kept); the row lock
     # waits for an append holding the lease FOR SHARE to commit.
@@ -137,6 +139,7 @@ QUERIES = {
     "put_command": "INSERT INTO {s}.inbox (stream, data) VALUES (%s, %s) RETURNING id",
     "commands": "SELECT id, stream, data FROM {s}.inbox "
     "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY id",
+    "command_of": "SELECT id FROM {s}.inbox WHERE stream = %s AND data = %s",
     "drop_commands": "DELETE FROM {s}.inbox WHERE id = ANY(%s)",
     "rows": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
     "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",

@@ -1,0 +1,159 @@
+"""``Link``: the connection of a ``PostgresStore``, reopened while the server blinks.
+
+This is an internal part of ``PostgresStore``, not part of the public API.
+
+PostgreSQL drops connections: a failover, a restart, an idle reaper, an administrator's
+``pg_terminate_backend``. A call whose connection is lost is made again on a new one, after a
+capped exponential backoff, for as long as the server has been away less than ``outage_sec``
+(docs/failures.md#the-store-blinks); past it, the call raises ``StoreUnavailableError``.
+
+Making a call again is safe only if making it twice is: a read, a lease taken or renewed by
+the same owner, a release. A write whose commit may have happened before the connection went
+(its answer lost) passes ``landed``: on the new connection, it first looks for what the first
+try would have written, and returns that instead of writing it again. An append is fenced by
+its epoch and chained to the head it expects, so an append made again either lands once or is
+refused (``ConcurrencyError``, ``LeaseLostError``), never doubled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from plait.errors import StoreError, StoreUnavailableError
+
+__all__ = ["DEFAULT_OUTAGE_SEC", "Connection", "Link", "text_of"]
+
+log = logging.getLogger("plait")
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+T = TypeVar("T")
+
+DEFAULT_OUTAGE_SEC = 30.0
+"""How long the server may be away before a call gives up: three default leases (10 s)."""
+FIRST_BACKOFF_SEC = 0.1
+"""The wait before the second reconnection (the first is at once: a dropped connection,
+with the server up, comes back in milliseconds); each later wait doubles it."""
+MAX_BACKOFF_SEC = 2.0
+"""The longest wait between two reconnections (a restart is seen within it)."""
+_LOST_STATES = ("08", "57P")  # connection exceptions; the server shutting down or starting up
+
+
+def text_of(exc: BaseException) -> str:
+    """One line saying what ``exc`` says."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def connection_lost(conn: Connection, exc: psycopg.Error) -> bool:
+    """Whether ``exc`` on ``conn`` means the connection is gone (not a refused statement)."""
+    return conn.broken or (exc.sqlstate or "").startswith(_LOST_STATES)
+
+
+class Link:
+    """One autocommit connection, used under a lock by every thread; reopened when lost."""
+
+    def __init__(self, conninfo: str, url: str, outage_sec: float = DEFAULT_OUTAGE_SEC) -> None:
+        self._conninfo = conninfo
+        self.url = url
+        """The store's URL, its password masked, for messages."""
+        self.outage_sec = outage_sec
+        """How long the server may be away before a call raises ``StoreUnavailableError``."""
+        self.lock = threading.RLock()
+        """Held by the call using the connection."""
+        self._closing = threading.Event()  # ends a backoff at once
+        self._down_since: float | None = None  # (monotonic) since when calls found it away
+        self._conn = self.connect()
+
+    @property
+    def closed(self) -> bool:
+        return self._closing.is_set()
+
+    def connect(self) -> Connection:
+        """Open an autocommit connection (by default: 10 s connect timeout, named plait)."""
+        try:
+            extra: dict[str, str | int] = {"connect_timeout": 10, "application_name": "plait"}
+            given = conninfo_to_dict(self._conninfo)
+            defaults = {key: value for key, value in extra.items() if key not in given}
+            return psycopg.connect(make_conninfo(self._conninfo, **defaults), autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(
+                f"{self.url}: cannot connect to PostgreSQL: {text_of(exc)}"
+            ) from exc
+
+    def once(self, call: Callable[[Connection], T], what: str) -> T:
+        """Make ``call`` once, on the connection as it is (opening the store: a server that
+        is not there is said at once, not waited for)."""
+        with self.lock:
+            try:
+                return call(self._conn)
+            except psycopg.Error as exc:
+                raise StoreUnavailableError(f"{self.url}: {what}: {text_of(exc)}") from exc
+
+    def run(
+        self,
+        call: Callable[[Connection], T],
+        error: Callable[[psycopg.Error], StoreError],
+        *,
+        landed: Callable[[Connection], T | None] | None = None,
+    ) -> T:
+        """Make ``call`` on a live connection, again on a new one if the connection is lost
+        (after ``landed``, if given, found nothing of the first try: ``None``); a refusal
+        becomes ``error(exc)``."""
+        unsure = False  # a try that may have committed was cut
+        backoff = 0.0
+        with self.lock:
+            while True:
+                if self._closing.is_set():
+                    raise StoreError(f"{self.url}: the store is closed")
+                try:
+                    conn = self._live()
+                    found = landed(conn) if unsure and landed is not None else None
+                    result = call(conn) if found is None else found
+                except StoreUnavailableError as exc:  # reconnecting failed: the server is away
+                    backoff = self._back_off(exc, backoff)
+                    continue
+                except psycopg.Error as exc:
+                    if not connection_lost(self._conn, exc):
+                        raise error(exc) from exc
+                    unsure = True
+                    backoff = self._back_off(exc, backoff)
+                    continue
+                if self._down_since is not None:
+                    away = time.monotonic() - self._down_since
+                    log.info("%s: connected again after %.1f s", self.url, away)
+                    self._down_since = None
+                return result
+
+    def _live(self) -> Connection:
+        if self._conn.broken:
+            self._conn.close()
+            self._conn = self.connect()
+        return self._conn
+
+    def _back_off(self, exc: Exception, backoff: float) -> float:
+        """Wait ``backoff`` before the next try, or raise if the server has been away for
+        ``outage_sec``; return the wait after it."""
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+            log.warning("%s: connection lost, reconnecting: %s", self.url, text_of(exc))
+        away = now - self._down_since
+        if away >= self.outage_sec:
+            raise StoreUnavailableError(
+                f"{self.url}: connection lost, not back within {self.outage_sec:g} s "
+                f"(outage_sec): {text_of(exc)}"
+            ) from exc
+        self._closing.wait(min(backoff, self._down_since + self.outage_sec - now))
+        return min(max(backoff * 2, FIRST_BACKOFF_SEC), MAX_BACKOFF_SEC)
+
+    def close(self) -> None:
+        """Close the connection; a call waiting to reconnect ends at once; idempotent."""
+        self._closing.set()
+        with self.lock:
+            self._conn.close()

@@ -1,0 +1,117 @@
+"""``NotifyWaiter``: wakes a ``PostgresStore`` subscription or owner on ``NOTIFY``.
+
+This is an internal part of ``PostgresStore``, not part of the public API.
+
+It ``LISTEN``s on a connection of its own. A lost connection is opened again on the next
+wait, and until it is, every wait counts as a notification: notifications may have been lost
+meanwhile, so the reader reads again, and the store's reads wait for the server as their own
+calls do (docs/failures.md#the-store-blinks). The waiter never raises for a lost connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+from psycopg import sql
+
+from plait.errors import StoreError, StoreUnavailableError
+from plait.events.stores.postgres_link import Connection, text_of
+from plait.events.subscription import Signal, Waiter
+
+__all__ = ["NotifyWaiter"]
+
+
+class NotifyWaiter(Waiter):
+    """Counts ``NOTIFY``s on a channel, received on a connection of its own.
+
+    ``LISTEN`` runs at construction, before the subscription's first read, so a commit falling
+    between a read and the wait is still noticed. psycopg must not close a connection another
+    thread is waiting on, so ``wait`` blocks in short steps and closing happens between them.
+    """
+
+    STEP_SEC = 0.1
+
+    def __init__(
+        self,
+        connect: Callable[[], Connection],
+        url: str,
+        channel: str,
+        local: Signal | None = None,
+    ) -> None:
+        self._connect = connect
+        self._url = url
+        self._channel = channel
+        self._local = local  # moved in this process (``Owner.wake``): seen within STEP_SEC
+        self._io = threading.Lock()
+        self._closed = False
+        self._count = 0
+        self._conn: Connection | None = self._listen()
+
+    def _listen(self) -> Connection:
+        conn = self._connect()
+        try:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreUnavailableError(f"{self._url}: cannot LISTEN: {text_of(exc)}") from exc
+        return conn
+
+    def _receive(self, timeout: float) -> None:
+        """Count the notifications arriving within ``timeout`` (0: only those pending)."""
+        with self._io:
+            try:
+                if self._closed:
+                    return
+                if self._conn is None or self._conn.broken:
+                    self._relisten(timeout)
+                    return
+                for _ in self._conn.notifies(timeout=timeout, stop_after=1 if timeout else None):
+                    self._count += 1
+            except psycopg.Error as exc:
+                if self._conn is not None and not self._conn.broken:
+                    raise StoreError(f"{self._url}: LISTEN failed: {text_of(exc)}") from exc
+                self._count += 1  # listen again on the next call; the reader re-reads meanwhile
+            finally:
+                if self._closed and self._conn is not None:
+                    self._conn.close()
+
+    def _relisten(self, timeout: float) -> None:
+        """Listen on a new connection; if the server is away, wait a step (not to spin) and
+        let the reader read, which waits for the server or says it is gone."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        try:
+            self._conn = self._listen()
+        except StoreUnavailableError:
+            time.sleep(min(timeout, self.STEP_SEC))  # a pause between two connection attempts
+        self._count += 1  # notifications may have been lost: make the reader look
+
+    def token(self) -> int:
+        """Return how many notifications (reconnections, local moves) this waiter has seen."""
+        self._receive(0)
+        return self._seen()
+
+    def _seen(self) -> int:
+        return self._count + (self._local.count if self._local is not None else 0)
+
+    def wait(self, token: int, timeout: float | None) -> None:
+        """Block until a notification arrives after ``token``, ``timeout`` passes, or close."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._closed and self._seen() == token:
+            step = self.STEP_SEC
+            if deadline is not None:
+                step = min(step, deadline - time.monotonic())
+                if step <= 0:
+                    return
+            self._receive(step)
+
+    def close(self) -> None:
+        """Close the listening connection; a blocked ``wait`` returns within ``STEP_SEC``."""
+        self._closed = True
+        with self._io:  # a waiting thread holds it for at most STEP_SEC
+            if self._conn is not None:
+                self._conn.close()
