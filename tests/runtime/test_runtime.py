@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 from scripted import assert_histories_valid, call, kinds, runtime_for
@@ -17,7 +20,6 @@ from plait.events import (
     SqliteStore,
     TaskCompleted,
     ToolCallCompleted,
-    ToolCallRequested,
     TurnAborted,
 )
 from plait.replay import replay
@@ -228,6 +230,20 @@ def unblock(fifo: Path) -> None:
         os.close(writer)
 
 
+def stuck_reading(fifo: Path, timeout: float = 30.0) -> int:
+    """Wait until a thread has ``fifo`` open to read; return a writer that keeps it waiting in
+    its read until the writer is closed."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:  # ENXIO: nobody has it open to read yet
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+            pause.wait(0.01)
+
+
 def test_a_task_that_does_not_stop_is_force_aborted_at_close(tmp_path: Path) -> None:
     fifo = tmp_path / "instructions.fifo"
     os.mkfifo(fifo)  # reading it blocks until someone writes: a conversation stuck in I/O
@@ -238,16 +254,14 @@ def test_a_task_that_does_not_stop_is_force_aborted_at_close(tmp_path: Path) -> 
     ]
     with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
         session = runtime.start_session()
-        with session.subscribe(transient=False) as feed:
-            session.submit("delegate")
-            while (item := feed.get(timeout=30)) is not None:
-                if isinstance(item, Event) and isinstance(item.body, ToolCallRequested):
-                    break
+        session.submit("delegate")
+        writer = stuck_reading(fifo)  # what it made of the reply is not written: none hears it
         try:
             session.close(timeout=0.5)
             session.close(timeout=0.5)  # closing twice is harmless
         finally:
-            unblock(fifo)
+            os.write(writer, b"be brief")
+            os.close(writer)
         events = runtime.store.read(session.session_id)
     with SqliteStore(tmp_path / "plait.db") as store:
         try:  # the replayed program gets stuck the same way; the close is fed in
