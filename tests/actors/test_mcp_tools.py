@@ -390,7 +390,7 @@ def test_calls_past_the_session_limit_wait_their_turn(tmp_path: Path) -> None:
 
 def test_only_conversations_that_need_a_starting_server_wait_for_it(tmp_path: Path) -> None:
     hung = McpServerConfig(  # never answers initialize; "t" starts well within its timeout
-        command=sys.executable, args=["-c", "import time; time.sleep(60)"], startup_timeout_sec=10
+        command=sys.executable, args=["-c", "import time; time.sleep(60)"], startup_timeout_sec=6
     )
     script = [Step(text="t only"), Step(text="everything")]
     with (

@@ -231,7 +231,7 @@ def test_two_signals_at_once_mid_reply_stop_exec_never_hanging(
     cli: Cli, server: ScriptedModelServer, sigs: tuple[int, int]
 ) -> None:
     cli.configure(server.base_url)
-    for _ in range(5):
+    for _ in range(2):  # either path each round; a hang fails the first
         server.push(SLOW)
         running = cli.spawn("exec", "--grace-sec", "1", "How many?")
         assert running.out.next() == "Counting:\n"  # mid-reply

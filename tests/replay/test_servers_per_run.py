@@ -94,7 +94,7 @@ def test_a_session_resumed_with_servers_added_and_removed_replays_clean(tmp_path
 
 
 def test_sessions_passivated_and_woken_with_a_server_replay_clean(tmp_path: Path) -> None:
-    rounds = 3
+    rounds = 2
     script = []
     for number in range(rounds * 2):
         script += [Step(tool_calls=[call("t__echo", text=f"call {number}")]), Step(text="ok")]
