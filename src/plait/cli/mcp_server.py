@@ -121,14 +121,15 @@ def serve(args: argparse.Namespace) -> int:
             server = face.server()
             what = f"store {config.store.url}, model {model.model}"
             # SIGTERM or SIGINT hands the sessions back, their running tasks cut after the
-            # grace period (docs/processes.md#stopping); over HTTP uvicorn first ends its
-            # requests, then raises the signal again for this handler.
-            with Signals():
+            # grace period (docs/processes.md#stopping); over HTTP the first ends uvicorn's
+            # serving (its requests end first), and the block's end raises it.
+            signals = Signals(raising=args.http is None)
+            with signals:
                 if args.http is None:
                     err(f"plait mcp-server on stdio: {what}")
                     server.run("stdio")
                 else:
-                    anyio.run(_serve_http, server, args.host, args.http, what)
+                    anyio.run(_serve_http, server, args.host, args.http, what, signals)
         except Stopped as stopped:
             stopped.line = stop_runtimes(face.runtimes(), args.grace_sec, stopped)
             raise
@@ -137,7 +138,9 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_http(server: MCPServer[Any], host: str, port: int, what: str) -> None:
+async def _serve_http(
+    server: MCPServer[Any], host: str, port: int, what: str, signals: Signals
+) -> None:
     """Serve streamable HTTP at ``/mcp``; say where once the socket listens (``port`` 0: any
     free port), so that whoever reads the line can connect at once."""
     import uvicorn
@@ -151,7 +154,18 @@ async def _serve_http(server: MCPServer[Any], host: str, port: int, what: str) -
     err(f"plait mcp-server listening on http://{shown}:{sock.getsockname()[1]}/mcp: {what}")
     app = server.streamable_http_app(host=host)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    await uvicorn.Server(config).serve(sockets=[sock])
+
+    class Served(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # plait's own handlers stay: uvicorn's would take the signal, then raise it again
+            # as it ends, and a signal seen twice is a second signal, which exits at once.
+            yield
+
+    served = Served(config)
+    signals.on_first = lambda: setattr(served, "should_exit", True)
+    if signals.first is None:  # one that came before is raised as the block ends
+        await served.serve(sockets=[sock])
 
 
 class Face:
