@@ -174,8 +174,10 @@ class SessionHost:
             self.check_open()
             self.wake()
             cid = plan.conversation_id
-            known = {c.id for c in self.handle.conversations()}
-            if cid != self.root_conversation_id and cid not in known:
+            # The root is always there: only another conversation costs the actor a question.
+            if cid != self.root_conversation_id and cid not in {
+                c.id for c in self.handle.conversations()
+            }:
                 raise UnknownConversationError(self.session_id, cid)  # else it waits for ever
             if self.followed:
                 self.runtime.owner.send(self.session_id, SubmitTask(plan))
