@@ -15,10 +15,13 @@ from typing import Any
 
 import pytest
 
+from plait.actors.model import ModelSettings
 from plait.events.store import EventStore, Row
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.types import Event
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer
 
 POSTGRES_URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -248,3 +251,16 @@ def read_only_dir(source: Path, mount: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+@contextlib.contextmanager
+def process(
+    stores: StoreFactory, server: ScriptedModelServer, name: str, **kwargs: Any
+) -> Iterator[Runtime]:
+    """A runtime with a store connection and heartbeat of its own, as another process has."""
+    settings = ModelSettings(base_url=server.base_url, api_key="k", model="m", backoff_sec=0.01)
+    runtime = Runtime(stores.open(), model=settings, owner_id=name, expire_every_sec=None, **kwargs)
+    try:
+        yield runtime
+    finally:
+        runtime.close()

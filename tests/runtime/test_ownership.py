@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import StoreFactory
+from support import StoreFactory, process
 from support import wait_for_event as wait_for
 
-from plait.actors.model import ModelSettings
 from plait.errors import LeaseLostError
 from plait.events import (
     EventStore,
@@ -29,19 +28,6 @@ from plait.testing import ScriptedModelServer, Step
 
 SLOW = Step(text="slow " * 40, chunk_chars=5, chunk_delay=0.05)
 """A reply that streams for about 2 s: long enough to act while it does."""
-
-
-@contextlib.contextmanager
-def process(
-    stores: StoreFactory, server: ScriptedModelServer, name: str, **kwargs: Any
-) -> Iterator[Runtime]:
-    """A runtime with a store connection of its own, as another process would have."""
-    settings = ModelSettings(base_url=server.base_url, api_key="k", model="m", backoff_sec=0.01)
-    runtime = Runtime(stores.open(), model=settings, owner_id=name, expire_every_sec=None, **kwargs)
-    try:
-        yield runtime
-    finally:
-        runtime.close()
 
 
 @contextlib.contextmanager

@@ -12,14 +12,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from support import POSTGRES_URL, StoreFactory
+from support import POSTGRES_URL, StoreFactory, process
 from support import wait_for_event as wait_for
 
-from plait.actors.model import ModelSettings
 from plait.events import ModelRequested, TaskCompleted, TurnAborted
-from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
 LEASE_SEC = 20.0
@@ -27,19 +24,6 @@ LEASE_SEC = 20.0
 
 SLOW = Step(text="slow " * 400, chunk_chars=5, chunk_delay=0.1)
 """A reply that takes 40 s: it is still streaming when the session is handed back."""
-
-
-@contextlib.contextmanager
-def process(
-    stores: StoreFactory, server: ScriptedModelServer, name: str, **kwargs: Any
-) -> Iterator[Runtime]:
-    """A runtime with a store connection and heartbeat of its own, as another process has."""
-    settings = ModelSettings(base_url=server.base_url, api_key="k", model="m", backoff_sec=0.01)
-    runtime = Runtime(stores.open(), model=settings, owner_id=name, expire_every_sec=None, **kwargs)
-    try:
-        yield runtime
-    finally:
-        runtime.close()
 
 
 @contextlib.contextmanager
