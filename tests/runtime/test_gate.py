@@ -180,7 +180,7 @@ def test_the_slot_goes_back_however_the_task_ends(tmp_path: Path, how: str) -> N
         else:
             assert ends_a[0].position < start_b.position
             assert isinstance(ends_a[0].body, TaskCompleted) == (how == "completed")
-        assert runtime.gate.running == 0 and runtime.gate.waiting == 0
+        assert settles(lambda: runtime.gate.running == 0 and runtime.gate.waiting == 0)
 
 
 def test_the_gate_passes_a_slot_on_in_order_and_past_a_session_that_stopped() -> None:
