@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -15,7 +16,9 @@ from typing import IO, Any
 import pytest
 from scripted import call, record_session
 
+from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
+from plait.runtime import Runtime
 from plait.testing import Step
 
 SCRUBBED = ("OPENAI_", "PLAIT_")
@@ -158,6 +161,20 @@ class Cli:
     def store(self) -> Path:
         """The default store of this directory."""
         return self.cwd / ".plait" / "plait.db"
+
+    def front(self, base_url: str) -> Runtime:
+        """A front end's runtime on the default store (owner ``front``), as a service beside
+        the commands would have: it submits and follows, and leaves the running to them."""
+        settings = ModelSettings(base_url=base_url, api_key="k", model="scripted-model")
+        return Runtime(str(self.store), model=settings, owner_id="front", expire_every_sec=None)
+
+    def verified_and_replayed(self, session: str) -> None:
+        """Assert that ``session`` verifies and replays with no difference."""
+        assert self("verify", session).returncode == 0
+        replayed = self("replay", session, "--json")
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        result = json.loads(replayed.stdout)
+        assert result["divergence"] is None and result["events"] == result["total"], result
 
     def record(self, prefix: str, **runtime: Any) -> str:
         """Record a session of ``HELPER_SCRIPT`` (prompts "How many?", "Sure?") in the default

@@ -304,8 +304,7 @@ def test_a_signal_as_a_worker_starts_takes_no_lease_and_exits_with_one_line(
 ) -> None:
     cli.configure(server.base_url)
     url = str(cli.store)
-    settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-    with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+    with cli.front(server.base_url) as front:
         waiting = front.start_session()
         session = waiting.session_id
         waiting.release()

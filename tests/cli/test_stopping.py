@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -14,10 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 from terminal import Terminal, clean_env
 
-from plait.actors.model import ModelSettings
 from plait.events import Event, SqliteStore, TaskCompleted, TaskStarted, TurnAborted
 from plait.events.subscription import Subscription
-from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 if TYPE_CHECKING:
@@ -90,11 +87,7 @@ def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
     assert again.wait() == 0
     took = time.monotonic() - began
     assert took < NEXT_WITHIN_SEC, f"the next exec took {took:.1f} s to go on"
-    assert cli("verify", session).returncode == 0
-    replayed = cli("replay", session, "--json")
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    result = json.loads(replayed.stdout)
-    assert result["divergence"] is None and result["events"] == result["total"]
+    cli.verified_and_replayed(session)
 
 
 def test_sigterm_mid_reply_ends_the_task_at_its_next_checkpoint(
@@ -121,10 +114,7 @@ def test_sigterm_mid_reply_ends_the_task_at_its_next_checkpoint(
     again = cli.spawn("exec", "--session", session, "And now?")
     assert again.out.next() == "Going on.\n"
     assert again.wait() == 0
-    assert cli("verify", session).returncode == 0
-    replayed = cli("replay", session, "--json")
-    result = json.loads(replayed.stdout)
-    assert result["divergence"] is None and result["events"] == result["total"], result
+    cli.verified_and_replayed(session)
 
 
 def test_a_second_signal_exits_at_once_with_one_line(cli: Cli, server: ScriptedModelServer) -> None:
@@ -151,8 +141,7 @@ def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_s
     cli.configure(server.base_url)
     server.push(SLOW, Step(text="B done."))
     url = str(cli.store)
-    settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-    with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+    with cli.front(server.base_url) as front:
         started = front.start_session()
         session = started.session_id
         started.release()
@@ -184,10 +173,7 @@ def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_s
     with SqliteStore(cli.store) as store:
         (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
         assert (cut.task_id, cut.body.cause) == (a, "shutdown")
-    assert cli("verify", session).returncode == 0
-    replayed = cli("replay", session, "--json")
-    result = json.loads(replayed.stdout)
-    assert result["divergence"] is None and result["events"] == result["total"], result
+    cli.verified_and_replayed(session)
 
 
 def test_sigterm_to_a_chat_hands_its_session_back(cli: Cli, server: ScriptedModelServer) -> None:
@@ -224,8 +210,7 @@ def test_sigterm_to_a_worker_running_eight_tasks_stops_them_all_within_the_drain
 ) -> None:
     cli.configure(server.base_url)
     url = str(cli.store)
-    settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-    with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+    with cli.front(server.base_url) as front:
         sessions = []
         for _ in range(8):
             handle = front.start_session()
