@@ -153,7 +153,7 @@ class SessionHost:
         slot (once that is durable), and its place may go to a session in line
         (docs/processes.md#capacity). Told by the thread recording it: nothing waits here."""
         actor = self.actor
-        if actor is not None and self.runtime.gate.most is not None:  # unbounded: none to give
+        if actor is not None and self.runtime.gate.most is not None:  # unbounded: no slots
             with contextlib.suppress(pykka.ActorDeadError):  # stopping: the slot goes back then
                 actor.tell(StartNext())
         self.runtime.admission.went_idle()

@@ -261,7 +261,8 @@ class Runtime(Sessions):
                 self.settings.options(),
                 send_reasoning=recorded is not None and recorded.model.send_reasoning,
             ),
-            task_gate=self.gate,
+            # With no bound on tasks running, there is no slot to take or give back.
+            task_gate=None if self.gate.most is None else self.gate,
         )
 
     def _start_pool(self, journal: Journal, past: list[Event]) -> McpPoolRef | None:
