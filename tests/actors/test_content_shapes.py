@@ -186,3 +186,15 @@ def test_a_500_that_changes_is_asked_again(tmp_path: Path) -> None:
         outcome = runtime.start_session().run("hi", timeout=30)
     assert outcome.last_assistant_message == "hello"
     assert len(server.requests) == 3
+
+
+def test_a_refusal_about_something_else_is_not_sent_again_with_another_shape(
+    tmp_path: Path,
+) -> None:
+    policy = "The response was filtered due to the prompt triggering the content management policy"
+    script = [Step(tool_calls=[call("conv_list")]), Step(status=400, error_message=policy)]
+    with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
+        outcome = runtime.start_session().run("list them", timeout=30)
+    assert (outcome.status, outcome.error_kind) == ("model_error", "bad_request")
+    assert outcome.detail == f"the model server refused the request (400): {policy}"
+    assert shapes(server.requests) == [None, ""]
