@@ -13,7 +13,14 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 from openai.types.chat import ChatCompletionChunk
 
-from plait.testing import QUIRKS, RecordedRequest, ScriptedModelServer, ScriptedToolCall, Step
+from plait.testing import (
+    PROFILES,
+    QUIRKS,
+    RecordedRequest,
+    ScriptedModelServer,
+    ScriptedToolCall,
+    Step,
+)
 
 HELLO: list[Any] = [{"role": "user", "content": "hello"}]
 
@@ -427,6 +434,12 @@ def test_quirks_are_checked_and_kept() -> None:
          400, "Missing `reasoning_content` field in the assistant message at message index 1"),
         ("reasoning_required", {"messages": [*HELLO, {**CALLED, "reasoning_content": ""}]},
          400, "Missing `reasoning_content` field in the assistant message at message index 1"),
+        ("missing_content", {"messages": [*HELLO, CALLED, RESULT]}, 500, "Missing 'content'"),
+        ("null_content_invalid", {"messages": [*HELLO, {**CALLED, "content": None}, RESULT]},
+         500, "messages.1.ChatCompletionRequestAssistantMessage.content\n  Input should be a "
+              "valid string [type=string_type, input_value=None]"),
+        ("empty_content_refused", {"messages": [*HELLO, {**CALLED, "content": ""}, RESULT]},
+         400, "messages.1: text content blocks must be non-empty"),
     ],
 )  # fmt: skip
 def test_a_refusal_takes_no_step_of_the_script(
@@ -451,11 +464,35 @@ def test_a_refusal_takes_no_step_of_the_script(
         ("tools_required", {"messages": [*HELLO, CALLED, RESULT], "tools": TOOLS}),
         ("reasoning_required",
          {"messages": [*HELLO, {**CALLED, "reasoning_content": "f first"}, RESULT]}),
+        ("missing_content", {"messages": [*HELLO, {**CALLED, "content": ""}, RESULT]}),
+        ("null_content_invalid", {"messages": [*HELLO, {**CALLED, "content": ""}, RESULT]}),
+        ("no_content_crash", {"messages": [*HELLO, {**CALLED, "content": None}, RESULT]}),
+        ("empty_content_refused", {"messages": [*HELLO, CALLED, RESULT]}),
+        ("empty_content_refused", {"messages": [*HELLO, {**CALLED, "content": None}, RESULT]}),
     ],
 )  # fmt: skip
 def test_a_request_the_quirk_allows_is_answered(quirk: str, body: dict[str, Any]) -> None:
     with ScriptedModelServer([Step(text="the step")], quirks={quirk}) as server:
         assert raw_text(raw_chunks(server, **body)) == "the step"
+
+
+def test_a_message_without_content_crashes_a_stream_after_its_headers() -> None:
+    import http.client
+
+    called = {"messages": [*HELLO, CALLED, RESULT]}
+    with ScriptedModelServer([Step(text="the step")], quirks={"no_content_crash"}) as server:
+        with pytest.raises(http.client.IncompleteRead) as crashed:
+            raw_post(server, **called)
+        assert crashed.value.partial == b""  # not a byte of an answer after the HTTP 200
+        status, body = raw_post(server, stream=False, **called)
+        assert (status, json.loads(body)["error"]["message"]) == (500, "'content'")
+        assert raw_text(raw_chunks(server)) == "the step"  # the crashes took no step
+        assert len(server.requests) == 3
+
+
+def test_profiles_are_sets_of_known_quirks() -> None:
+    assert set(PROFILES) == {"llama-cpp-python", "llama.cpp-old"}
+    assert all(quirks <= QUIRKS.keys() for quirks in PROFILES.values())
 
 
 def test_a_refusal_is_an_error_the_openai_client_raises() -> None:

@@ -15,12 +15,14 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "PROFILES",
     "QUIRKS",
     "ScriptedToolCall",
     "Step",
     "capped",
     "chunks",
     "completion",
+    "crashes",
     "endless",
     "error_body",
     "refusal",
@@ -29,6 +31,13 @@ __all__ = [
 
 QUIRKS: dict[str, str] = {
     "strict_null_content": "HTTP 500 for a message whose content is null (llama.cpp's server)",
+    "missing_content": "HTTP 500 for a message without content (older llama.cpp servers)",
+    "null_content_invalid": "HTTP 500, a validation error, for an assistant message whose "
+    "content is null (llama-cpp-python's server)",
+    "no_content_crash": "HTTP 200, then a stream that ends without a byte, for a message "
+    "without content (llama-cpp-python's server)",
+    "empty_content_refused": 'HTTP 400 for an assistant message with tool calls and "content": '
+    '"" (servers that refuse empty text)',
     "no_usage": "no usage, even when stream_options.include_usage asks for it",
     "no_stream_options": "HTTP 400 for a request with stream_options",
     "max_completion_tokens_only": "HTTP 400 for max_tokens (OpenAI's reasoning models)",
@@ -42,6 +51,12 @@ QUIRKS: dict[str, str] = {
     "calls_in_one_chunk": "all of a reply's tool calls whole in one chunk",
 }
 """The quirks ``ScriptedModelServer`` can imitate, each with what it does."""
+
+PROFILES: dict[str, frozenset[str]] = {
+    "llama-cpp-python": frozenset({"null_content_invalid", "no_content_crash"}),
+    "llama.cpp-old": frozenset({"strict_null_content", "missing_content"}),
+}
+"""Quirks that go together, as named servers have them (docs/models.md#content-shapes)."""
 
 
 class ScriptedToolCall(msgspec.Struct, frozen=True):
@@ -142,6 +157,17 @@ def refusal(quirks: frozenset[str], body: dict[str, Any]) -> tuple[int, str] | N
         for i, message in enumerate(messages):
             if "content" in message and message["content"] is None:
                 return 500, f"messages[{i}]: content must be a string or an array, not null"
+    if "missing_content" in quirks and any("content" not in m for m in messages):
+        return 500, "Missing 'content' (ref: https://github.com/ggerganov/llama.cpp/issues/8367)"
+    if "null_content_invalid" in quirks:
+        for i, message in enumerate(messages):
+            null = "content" in message and message["content"] is None
+            if null and message.get("role") == "assistant":
+                return 500, _validation_error(i)
+    if "empty_content_refused" in quirks:
+        for i, message in enumerate(messages):
+            if message.get("tool_calls") and message.get("content") == "":
+                return 400, f"messages.{i}: text content blocks must be non-empty"
     if "no_stream_options" in quirks and "stream_options" in body:
         return 400, "Unrecognized request argument supplied: stream_options"
     if "max_completion_tokens_only" in quirks and "max_tokens" in body:
@@ -161,6 +187,33 @@ def refusal(quirks: frozenset[str], body: dict[str, Any]) -> tuple[int, str] | N
                     f"index {i}"
                 )
     return None
+
+
+def crashes(quirks: frozenset[str], body: dict[str, Any]) -> bool:
+    """Whether a quirk fails on ``body`` once it has answered HTTP 200 (``no_content_crash``:
+    llama-cpp-python's chat formatter reads each message's ``content`` as it streams)."""
+    messages = body.get("messages")
+    if "no_content_crash" not in quirks or not isinstance(messages, list):
+        return False
+    return any(isinstance(m, dict) and "content" not in m for m in messages)
+
+
+def _validation_error(i: int) -> str:
+    """What llama-cpp-python's server says of message ``i``, an assistant message whose
+    content is null: pydantic's errors for each kind of message it might have been."""
+    kinds = {
+        "System": ("role", "literal_error", "Input should be 'system'", "'assistant'"),
+        "User": ("role", "literal_error", "Input should be 'user'", "'assistant'"),
+        "Assistant": ("content", "string_type", "Input should be a valid string", "None"),
+        "Tool": ("role", "literal_error", "Input should be 'tool'", "'assistant'"),
+        "Function": ("role", "literal_error", "Input should be 'function'", "'assistant'"),
+    }
+    errors = [
+        f"messages.{i}.ChatCompletionRequest{kind}Message.{field}\n  {said} "
+        f"[type={type_}, input_value={value}]"
+        for kind, (field, type_, said, value) in kinds.items()
+    ]
+    return f"{len(errors)} validation errors for CreateChatCompletionRequest\n" + "\n".join(errors)
 
 
 def capped(step: Step, body: dict[str, Any]) -> Step:

@@ -23,11 +23,13 @@ Real servers that call themselves OpenAI-compatible differ from OpenAI's; ``quir
 server behave as they do (``QUIRKS`` lists them; docs/models.md says which server does what)::
 
     ScriptedModelServer(steps, quirks={"strict_null_content", "no_usage"})  # like llama.cpp's
+    ScriptedModelServer(steps, quirks=PROFILES["llama-cpp-python"])
 
-A request a quirk refuses is recorded but takes no step of the script, so a client that asks
-again differently gets the step. A request with ``max_tokens`` (or ``max_completion_tokens``)
-N gets at most ``4 * N`` characters of a step's text, and ``finish_reason: "length"`` if cut;
-a step with ``endless=True`` ignores the cap and streams until the client hangs up.
+A request a quirk refuses (or fails on, as ``no_content_crash`` does) is recorded but takes
+no step of the script, so a client that asks again differently gets the step. A request with
+``max_tokens`` (or ``max_completion_tokens``) N gets at most ``4 * N`` characters of a step's
+text, and ``finish_reason: "length"`` if cut; a step with ``endless=True`` ignores the cap and
+streams until the client hangs up.
 
 The server is stdlib ``http.server`` in a daemon thread and never writes to stderr.
 """
@@ -46,9 +48,16 @@ from typing import Any, cast
 import msgspec
 
 from plait import scripted_wire as wire
-from plait.scripted_wire import QUIRKS, ScriptedToolCall, Step
+from plait.scripted_wire import PROFILES, QUIRKS, ScriptedToolCall, Step
 
-__all__ = ["QUIRKS", "RecordedRequest", "ScriptedModelServer", "ScriptedToolCall", "Step"]
+__all__ = [
+    "PROFILES",
+    "QUIRKS",
+    "RecordedRequest",
+    "ScriptedModelServer",
+    "ScriptedToolCall",
+    "Step",
+]
 
 CREATED = 1_700_000_000
 """The ``created`` stamp of every response: fixed, so recorded runs are deterministic."""
@@ -297,7 +306,8 @@ class _Handler(BaseHTTPRequestHandler):
         request = self._recorded(body if isinstance(body, dict) else {})
         quirks = self.script.quirks
         refused = wire.refusal(quirks, body) if is_chat and isinstance(body, dict) else None
-        wants_step = is_chat and isinstance(body, dict) and refused is None
+        crashed = refused is None and isinstance(body, dict) and wire.crashes(quirks, body)
+        wants_step = is_chat and isinstance(body, dict) and refused is None and not crashed
         n, step, ids = self.script.admit(request, wants_step=wants_step)
         head = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": CREATED}
         head["model"] = self.script.model
@@ -307,6 +317,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(400, "ScriptedModelServer: the body is not a JSON object")
         elif refused is not None:
             self._send_error(*refused)
+        elif crashed:
+            self._crash(request.stream)
         elif step is None:
             plural = "" if n == 1 else "s"
             self._send_error(
@@ -349,6 +361,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def _crash(self, stream: bool) -> None:
+        """Fail as a server whose handler raises once it has begun its answer: a stream ends
+        after its headers, without a byte (and without its last HTTP chunk); a whole answer
+        is an HTTP 500 with the exception's text."""
+        if not stream:
+            self._send_error(500, "'content'")
+            return
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        with contextlib.suppress(*_DROPPED):
+            self.wfile.flush()
 
     def _stream(self, step: Step, chunks: list[dict[str, Any]]) -> None:
         lines = [b"data: " + msgspec.json.encode(chunk) + b"\n\n" for chunk in chunks]

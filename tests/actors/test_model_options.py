@@ -79,14 +79,14 @@ def test_no_options_sends_none_of_them(tmp_path: Path) -> None:
     assert set(request.body) == {"model", "messages", "tools", "stream", "stream_options"}
 
 
-def test_an_assistant_message_with_calls_and_no_text_has_no_content(tmp_path: Path) -> None:
+def test_an_assistant_message_with_calls_and_no_text_has_empty_content(tmp_path: Path) -> None:
     script = [Step(tool_calls=[call("conv_list")]), Step(text="none open")]
     with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
         session = runtime.start_session()
         assert session.run("list them", timeout=30).ok
     assistant = server.requests[1].messages[2]
     assert assistant["role"] == "assistant" and "tool_calls" in assistant
-    assert "content" not in assistant
+    assert assistant["content"] == ""
     replayed(tmp_path, session.session_id)
 
 

@@ -73,7 +73,7 @@ def test_a_strict_server_is_sent_no_null_content(tmp_path: Path) -> None:
     ):
         assert runtime.start_session().run("list them twice", timeout=30).ok
     assistant = server.requests[1].messages[2]
-    assert "content" not in assistant and len(assistant["tool_calls"]) == 2
+    assert assistant["content"] == "" and len(assistant["tool_calls"]) == 2
 
 
 def test_a_server_that_refuses_stream_options_is_asked_again_without(tmp_path: Path) -> None:

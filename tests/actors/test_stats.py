@@ -25,9 +25,9 @@ def test_stats_count_tokens_tools_mcp_latency_cancellations_and_failures(tmp_pat
         Step(text="helped"),
         Step(text="thanks"),
         Step(text="word " * 200, chunk_chars=5, chunk_delay=0.02),
-        Step(status=500),
-        Step(status=500),
-        Step(status=500),
+        Step(status=503),
+        Step(status=503),
+        Step(status=503),
     ]
     ids = itertools.count(1)
     servers = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"])}

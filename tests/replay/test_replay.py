@@ -90,9 +90,9 @@ def test_interrupts_destroys_and_model_errors_replay(tmp_path: Path) -> None:
         Step(text="helped"),
         Step(text="root done"),
         Step(text="slow answer", chunk_chars=1, chunk_delay=0.05),
-        Step(status=500),
-        Step(status=500),
-        Step(status=500),  # the third attempt fails too: the task fails
+        Step(status=503),
+        Step(status=503),
+        Step(status=503),  # the third attempt fails too: the task fails
         Step(text="after the errors"),
     ]
     counter = itertools.count(1)

@@ -39,7 +39,7 @@ from plait.actors.messages import (
 )
 from plait.actors.model_call import call_model
 from plait.actors.outside import NewId, ReadInstructions
-from plait.actors.prompt import PromptView, approx_tokens, encoded
+from plait.actors.prompt import PromptView, approx_tokens, empty_content, encoded
 from plait.actors.seams import (
     ApprovalGateLike,
     Askable,
@@ -185,7 +185,9 @@ class Conversation(Actor):
         self.contexts = CONTEXTS.initial()  # of this conversation's events: its own alone
         self.run: TaskRun | None = None
         self.prompt_view = PromptView(
-            strict=deps.model_protocol >= 1, reasoning=deps.model_options.send_reasoning
+            strict=deps.model_protocol >= 1,
+            reasoning=deps.model_options.send_reasoning,
+            empty=empty_content(deps.model_protocol),
         )
         """The history, encoded as the model is shown it."""
         self.approvals = ConversationApprovals(conversation_id, approvals)

@@ -16,13 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from typing import cast
 from urllib.parse import urlsplit
 
 import msgspec
 
+from plait.actors.content_shape import Messages, described, next_shape, points_at_content, reshaped
+from plait.actors.model_failures import dropped, status_failure
+from plait.actors.model_types import AttemptFailed, ModelRequest, ModelSettings
 from plait.actors.stream import (
     Assembly,
     Cut,
@@ -41,76 +44,13 @@ from plait.actors.transport import (
     StreamBroken,
     Transport,
 )
-from plait.errors import ModelError, ModelErrorKind
-from plait.events.values import ModelOptions
+from plait.errors import ModelError
+from plait.events.projections.messages import ContentShape
 
 __all__ = ["AttemptFailed", "ModelClient", "ModelReply", "ModelRequest", "ModelSettings"]
 
 MAX_BACKOFF_SEC = 8.0
 """The longest wait between two attempts, whatever the backoff or a ``retry-after`` header say."""
-
-
-class ModelSettings(ModelOptions, frozen=True):
-    """Where the model is, how hard to try, and what to ask of it (the ``ModelOptions``
-    fields: ``max_output_tokens``, ``temperature``... ``headers``, ``send_reasoning``)."""
-
-    base_url: str | None = None
-    """The server's base URL (``.../v1``); ``None``: ``OPENAI_BASE_URL``, else OpenAI's."""
-    api_key: str | None = None
-    """The API key; ``None``: ``OPENAI_API_KEY``. Local servers accept any string."""
-    model: str = "gpt-4o-mini"
-    """The model name sent with each request."""
-    timeout_sec: float = 60.0
-    """Seconds allowed to connect, and for each read: the longest silence inside a stream."""
-    max_attempts: int = 3
-    """Requests sent at most for one completion, the first included."""
-    backoff_sec: float = 0.5
-    """Wait before attempt n+1 is ``backoff_sec * 2**(n-1)`` (or ``retry-after``), at most 8 s."""
-    context_window: int | None = None
-    """The model's context window in tokens, when known (for compaction thresholds)."""
-    max_reply_bytes: int = 8 << 20
-    """Most bytes of a reply kept (text, reasoning and call arguments, UTF-8): plait stops
-    reading it there, and its task ends ``truncated`` (docs/models.md#reply-limits)."""
-    max_reply_sec: float = 600.0
-    """Most seconds one attempt's reply may stream, from its request; then it is cut too."""
-
-    def options(self) -> ModelOptions:
-        """What a session records of these settings (credentials left out)."""
-        fields = {name: getattr(self, name) for name in ModelOptions.__struct_fields__}
-        fields["headers"] = {
-            name: "[redacted]" if _SECRET.search(name) else value
-            for name, value in self.headers.items()
-        }
-        return ModelOptions(**fields)
-
-
-_SECRET = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
-"""Header names whose values the log does not keep."""
-
-
-class ModelRequest(msgspec.Struct, frozen=True):
-    """One completion to ask for."""
-
-    messages: Sequence[Mapping[str, object]] | msgspec.Raw
-    """The conversation as OpenAI chat messages (or that list already encoded)."""
-    tools: Sequence[Mapping[str, object]] | msgspec.Raw = []
-    """OpenAI function tool specs (``{"type": "function", "function": {...}}``), in order
-    (or that list already encoded; an empty list offers none)."""
-    options: ModelOptions = ModelOptions()
-    """The session's sampling options and output cap (its headers are the client's)."""
-
-
-class AttemptFailed(msgspec.Struct, frozen=True):
-    """One request attempt failed (the fields of a ``ModelRequestFailed`` event)."""
-
-    attempt: int
-    """The attempt that failed, from 1."""
-    error: str
-    """What went wrong, one line for people."""
-    status: int | None
-    """The HTTP status, when the server answered with one."""
-    retry_in_sec: float | None
-    """Seconds until the next attempt; ``None`` when there will be none."""
 
 
 class ModelClient:
@@ -148,6 +88,8 @@ class ModelClient:
             )
         self._usage_asked = True  # False once the server refused stream_options
         self._cap_field: str | None = None  # the cap's field, once the server named it
+        self._empty: ContentShape | None = None  # the content shape the server took, once
+        # it refused another
 
     async def complete(
         self,
@@ -163,11 +105,15 @@ class ModelClient:
         attempt's request is written.
 
         Retries 429, 5xx, connection failures and streams that drop before any text was
-        passed to ``on_text``; ``on_attempt_failed`` hears of every failed attempt. A server
-        that refuses ``stream_options``, or ``max_tokens`` for ``max_completion_tokens``, is
-        asked again at once without it, and this client does not send it again. Raises
-        ``ModelError`` when retries are spent or retrying cannot help. Cancelling the calling
-        task closes the HTTP stream and raises ``CancelledError``.
+        passed to ``on_text``, but not the same server answer twice (an HTTP 500 and its
+        message, a stream without a byte of the reply); ``on_attempt_failed`` hears of every
+        failed attempt. A server that refuses ``stream_options``, or ``max_tokens`` for
+        ``max_completion_tokens``, is asked again at once without it, and this client does
+        not send it again; one that fails on the content of an assistant message with tool
+        calls and no text is asked again at once, once, with the next shape
+        (docs/models.md#content-shapes), and is sent the shape that worked from then on.
+        Raises ``ModelError`` when retries are spent or retrying cannot help. Cancelling the
+        calling task closes the HTTP stream and raises ``CancelledError``.
 
         A reply that passes ``max_output_tokens`` (as counted here: ``token_limit``),
         ``max_reply_bytes`` or ``max_reply_sec`` is cut: the stream is closed and the reply
@@ -176,6 +122,8 @@ class ModelClient:
         body = self._body(request)
         attempt, limit = 0, self._max_attempts
         cap = request.options.max_output_tokens
+        shape: ContentShape | None = None  # the content shape asked again with, once
+        before: str | None = None  # the last failure, to tell an answer that repeats
         while True:
             attempt += 1
             assembly = Assembly(
@@ -183,30 +131,52 @@ class ModelClient:
             )
             try:
                 await self._attempt_within(request_pieces(body), assembly, on_sent)
-                return assembly.reply()
             except Failure as failure:
+                shaped = not assembly.text and points_at_content(failure)
                 adapted = self._adapt(failure, body)
+                if not adapted and shaped and shape is None:
+                    shape = next_shape(cast(Messages, body["messages"]))
+                    if shape is not None:
+                        body["messages"] = reshaped(cast(Messages, body["messages"]), shape)
+                        adapted = f"with {described(shape)} on assistant messages with tool calls"
                 if adapted:
                     limit += 1  # the server said what it takes: this attempt does not count
                     message = f"{failure.message}; sent again {adapted}"
                     on_attempt_failed(AttemptFailed(attempt, message, failure.status, 0.0))
                     continue
+                # Nothing changes between two attempts: an answer that came back the same
+                # (or again once the shape changed) would a third time too.
+                refused = described(shape) if shaped and shape is not None else ""
+                repeated = failure.deterministic and failure.message == before
+                before = failure.message
                 retry = failure.retryable and not assembly.text and attempt < limit
+                retry = retry and not (refused or repeated)
                 delay = self._delay(attempt, failure.retry_after) if retry else None
                 on_attempt_failed(AttemptFailed(attempt, failure.message, failure.status, delay))
                 if delay is None:
                     message = failure.message
-                    if failure.retryable and attempt > 1:
+                    if refused:
+                        message += f" (and so when sent again with {refused})"
+                    elif repeated:
+                        message += " (the same answer twice: not asked again)"
+                    elif failure.retryable and attempt > 1:
                         message += f" (gave up after {attempt} attempts)"
                     raise ModelError(
                         message, kind=failure.kind, status=failure.status, attempts=attempt
                     ) from failure.__cause__
                 await asyncio.sleep(delay)
+                continue
+            if shape is not None:
+                self._empty = shape  # the server took it: sent from now on
+            return assembly.reply()
 
     def _body(self, request: ModelRequest) -> dict[str, object]:
         """The request body: the messages and tools, then the session's options."""
         options = request.options
-        body: dict[str, object] = {"model": self.settings.model, "messages": request.messages}
+        messages = request.messages
+        if self._empty is not None and request.empty != self._empty:
+            messages = reshaped(messages, self._empty)
+        body: dict[str, object] = {"model": self.settings.model, "messages": messages}
         if request.tools:
             body["tools"] = request.tools
             if options.parallel_tool_calls is not None:  # refused without tools
@@ -281,7 +251,7 @@ class ModelClient:
             async with self._transport.post("/chat/completions", content, on_sent) as response:
                 if response.status >= 400:
                     body = await response.read()
-                    raise _status_failure(response.status, response.reason, response.headers, body)
+                    raise status_failure(response.status, response.reason, response.headers, body)
                 try:
                     # A line holds one chunk: one longer than any chunk the reply's limit
                     # lets through (its text JSON-escaped, 6 bytes a byte at most) is cut.
@@ -295,7 +265,7 @@ class ModelClient:
                         raise self._timeout() from exc
                 except StreamBroken as exc:
                     if not assembly.done:
-                        raise _dropped(assembly, str(exc)) from exc
+                        raise dropped(assembly, str(exc)) from exc
         except ReadTimedOut as exc:
             raise self._timeout() from exc
         except (ConnectFailed, StreamBroken) as exc:
@@ -322,7 +292,7 @@ class ModelClient:
         except openai.APIStatusError as exc:
             raw = exc.response
             await raw.aread()
-            raise _status_failure(
+            raise status_failure(
                 raw.status_code, raw.reason_phrase, raw.headers, raw.content
             ) from exc
         except openai.APITimeoutError as exc:
@@ -340,7 +310,7 @@ class ModelClient:
                     raise self._timeout() from exc
             except httpx2.TransportError as exc:
                 if not assembly.done:
-                    raise _dropped(assembly, str(exc) or type(exc).__name__) from exc
+                    raise dropped(assembly, str(exc) or type(exc).__name__) from exc
         self._check_whole(assembly)
 
     @staticmethod
@@ -363,7 +333,7 @@ class ModelClient:
     @staticmethod
     def _check_whole(assembly: Assembly) -> None:
         if not assembly.done and assembly.finish_reason is None:
-            raise _dropped(assembly, "the stream ended without a finish_reason or [DONE]")
+            raise dropped(assembly, "the stream ended without a finish_reason or [DONE]")
 
     def _timeout(self) -> Failure:
         return Failure(
@@ -395,46 +365,3 @@ def _proxied(url: str) -> bool:
     if not (proxies.get(parts.scheme) or proxies.get("all")):
         return False
     return not urllib.request.proxy_bypass(parts.netloc)
-
-
-def _dropped(assembly: Assembly, detail: str) -> Failure:
-    streamed = sum(map(len, assembly.text))
-    where = f"after {streamed} characters of text" if streamed else "before the reply was complete"
-    # Retried only before any text: text already shown to someone cannot be taken back.
-    return Failure("disconnected", f"the model server closed the stream {where}: {detail}")
-
-
-def _status_failure(status: int, reason: str, headers: Mapping[str, str], body: bytes) -> Failure:
-    """The failure an error answer means, and when the server asks to be tried again."""
-    kind: ModelErrorKind
-    if status in (401, 403):
-        kind, what = "auth", "rejected the API key"
-    elif status == 429:
-        kind, what = "rate_limited", "is rate limiting requests"
-    elif status >= 500 or status in (408, 409):  # the SDK retries 408 and 409 too
-        kind, what = "unavailable", "failed"
-    else:
-        kind, what = "bad_request", "refused the request"
-    message = _server_message(body) or reason or "no message"
-    failure = Failure(kind, f"the model server {what} ({status}): {message}", status)
-    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        with contextlib.suppress(ValueError):
-            failure.retry_after = float(headers.get(header, "")) * scale
-            break
-    return failure
-
-
-def _server_message(body: bytes) -> str:
-    """The error message in an error answer's body (OpenAI's ``{"error": {"message"}}``, or
-    another server's JSON or text), on one line; ``""`` for none."""
-    try:
-        error: object = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        error = body.decode("utf-8", "replace")
-    if isinstance(error, dict):
-        error = error.get("error", error)
-    if isinstance(error, dict):
-        error = error.get("message")
-    if isinstance(error, str):
-        return " ".join(error.split())[:300]
-    return ""

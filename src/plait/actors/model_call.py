@@ -68,7 +68,7 @@ def call_model(
             return None  # the session is being stopped: nothing more starts
         future = conv.deps.effects.submit(
             conv.deps.model_client.complete(
-                ModelRequest(messages, tools, conv.deps.model_options),
+                ModelRequest(messages, tools, conv.deps.model_options, conv.prompt_view.empty),
                 on_text=on_text,
                 on_attempt_failed=on_attempt_failed,
                 on_reasoning=on_reasoning,

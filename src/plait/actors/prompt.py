@@ -14,10 +14,19 @@ import hashlib
 import msgspec
 
 from plait.events.projections.history import ChatMessage
+from plait.events.projections.messages import ContentShape
 
-__all__ = ["PromptView", "approx_tokens", "encoded", "transcript"]
+__all__ = ["PromptView", "approx_tokens", "empty_content", "encoded", "transcript"]
 
 _encode = msgspec.json.Encoder(order="sorted").encode
+
+
+def empty_content(protocol: int) -> ContentShape:
+    """How a session of model ``protocol`` encodes an assistant message with tool calls and
+    no text (docs/models.md#the-protocol)."""
+    if protocol >= 2:
+        return "empty"
+    return "omitted" if protocol == 1 else "null"
 
 
 def approx_tokens(size: int) -> int:
@@ -28,9 +37,14 @@ def approx_tokens(size: int) -> int:
 class PromptView:
     """The encoded history of one conversation, kept up to date message by message."""
 
-    def __init__(self, *, strict: bool = False, reasoning: bool = False) -> None:
-        """``strict`` and ``reasoning`` say how messages are encoded (``to_openai``)."""
-        self._wire = {"strict": strict, "reasoning": reasoning}
+    def __init__(
+        self, *, strict: bool = False, reasoning: bool = False, empty: ContentShape | None = None
+    ) -> None:
+        """``strict``, ``reasoning`` and ``empty`` say how messages are encoded
+        (``to_openai``)."""
+        self.empty: ContentShape = empty or ("omitted" if strict else "null")
+        """How a message without content carries it in these bytes."""
+        self._strict, self._reasoning = strict, reasoning
         self._source: list[ChatMessage] | None = None
         self._body = bytearray()
         self._ends: list[int] = []
@@ -45,7 +59,10 @@ class PromptView:
             self._source, self._body, self._ends = history, bytearray(), []
             self._hash = hashlib.sha256()
         for message in history[len(self._ends) :]:
-            wire = _encode(message.to_openai(**self._wire))
+            shown = message.to_openai(
+                strict=self._strict, reasoning=self._reasoning, empty=self.empty
+            )
+            wire = _encode(shown)
             if self._ends:
                 self._body += b","
             self._body += wire

@@ -130,6 +130,14 @@ class Failure(Exception):
         self.status = status
         self.retryable = kind in ("rate_limited", "unavailable", "disconnected")
         self.retry_after: float | None = None  # seconds, from a retry-after header
+        self.said = ""
+        """The server's whole error message, when it sent one (``message`` has its start)."""
+        self.empty = False
+        """The server answered with a stream that ended before a byte of the reply."""
+        self.deterministic = False
+        """The server's own answer to this request, which the same request would get again
+        (an HTTP 500 and its message, an empty stream), not a passing state such as an
+        overload: asked again once, it ends the completion if it comes back the same."""
 
 
 class Cut(Exception):
@@ -248,6 +256,11 @@ class Assembly:
                 parts.append(encode(arguments).decode())
             elif arguments:
                 parts.append(arguments)
+
+    @property
+    def nothing(self) -> bool:
+        """Whether no byte of a reply came: no text, reasoning, call or finish reason."""
+        return not (self.text or self.reasoning or self.calls) and self.finish_reason is None
 
     def reply(self) -> ModelReply:
         # A call without an id gets one here: it enters the log with the reply, so a replay

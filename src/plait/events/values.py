@@ -279,7 +279,7 @@ class ModelOptions(Value, frozen=True):
     calls (DeepSeek's thinking mode requires it; OpenAI refuses it)."""
 
 
-MODEL_PROTOCOL = 1
+MODEL_PROTOCOL = 2
 """How new sessions talk to the model (``RuntimeSettings.model_protocol``, docs/models.md)."""
 
 
@@ -313,7 +313,9 @@ class RuntimeSettings(Value, frozen=True):
     ``completed``; a compaction sends the history as it is. 1: that message omits
     ``content``, and a call's arguments that are not a JSON object are sent as ``{}``; a
     reply without usage is counted, estimated; a cut-off reply ends its task ``truncated``
-    or ``filtered``; a compaction sends the history as one transcript."""
+    or ``filtered``; a compaction sends the history as one transcript. 2: as 1, but that
+    message is sent with ``"content": ""``, which more servers accept
+    (docs/models.md#content-shapes)."""
     model: ModelOptions = ModelOptions()
     """What each model request asks for beyond messages and tools."""
     resume_markers: bool = False

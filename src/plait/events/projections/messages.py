@@ -16,10 +16,14 @@ from plait.events.values import (
     ToolCall,
 )
 
-__all__ = ["ChatMessage", "Part", "shown_text"]
+__all__ = ["ChatMessage", "ContentShape", "Part", "shown_text"]
 
 Part = InputText | InputImage
 """What a user or tool message's content holds when it is not plain text."""
+
+ContentShape = Literal["empty", "omitted", "null"]
+"""How an assistant message with tool calls and no text carries its ``content``: ``""``, no
+key, or ``null``. Servers differ on which they accept (docs/models.md#content-shapes)."""
 
 
 class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
@@ -40,15 +44,18 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
     reasoning: Content | None = None
     """For an assistant message: the reasoning the server streamed beside it, if any."""
 
-    def to_openai(self, *, strict: bool = False, reasoning: bool = False) -> dict[str, Any]:
+    def to_openai(
+        self, *, strict: bool = False, reasoning: bool = False, empty: ContentShape | None = None
+    ) -> dict[str, Any]:
         """Return the message as the Chat Completions API takes it.
 
-        ``strict``: the form the strictest servers accept (docs/models.md#the-protocol): an
-        assistant message with tool calls and no text has no ``content`` key, rather than
-        ``"content": null``; a call's arguments that are not a JSON object (a reply cut off
-        mid-call, a model's malformed JSON) are sent as ``{}``; the call's answer says why it
-        was not run. ``reasoning``: an assistant message with tool calls carries its
-        reasoning as ``reasoning_content``.
+        ``strict``: the form the strictest servers accept (docs/models.md#the-protocol): a
+        call's arguments that are not a JSON object (a reply cut off mid-call, a model's
+        malformed JSON) are sent as ``{}``; the call's answer says why it was not run.
+        ``empty``: how a message without content (an assistant message with tool calls and no
+        text) carries it; by default no ``content`` key when ``strict``, else ``null``.
+        ``reasoning``: an assistant message with tool calls carries its reasoning as
+        ``reasoning_content``.
         """
         content = self.content
         if self.role == "tool" and isinstance(content, list):
@@ -57,8 +64,12 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
             images = sum(1 for p in content if isinstance(p, InputImage))
             content = "\n".join([*texts, f"[{images} image(s) returned, kept as attachments]"])
         out: dict[str, Any] = {"role": self.role}
-        if content is not None or not strict:
+        if content is not None:
             out["content"] = _wire_content(content)
+        else:
+            shape = empty or ("omitted" if strict else "null")
+            if shape != "omitted":
+                out["content"] = "" if shape == "empty" else None
         if reasoning and self.tool_calls and self.reasoning:
             out["reasoning_content"] = shown_text(self.reasoning)
         if self.tool_calls:
@@ -103,9 +114,9 @@ def shown_text(content: Content) -> str:
     return f"[blob sha256:{content.sha256}]"
 
 
-def _wire_content(content: Content | list[Part] | None) -> Any:
-    if content is None or not isinstance(content, list):
-        return None if content is None else shown_text(content)
+def _wire_content(content: Content | list[Part]) -> Any:
+    if not isinstance(content, list):
+        return shown_text(content)
     parts: list[dict[str, Any]] = []
     for part in content:
         if isinstance(part, InputText):
