@@ -187,7 +187,8 @@ def server_command(server: str, start: list[str], model: Path, port: int) -> lis
 
 def start_server(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
     """Start a model server and return once it answers ``/v1/models`` (within 120 s)."""
-    server = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    with log.open("wb") as out:  # the child has its own copy of the descriptor
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -299,6 +300,7 @@ def continue_after_tool(port: int, workdir: Path) -> tuple[str, bool]:
 base_url = "{scripted.base_url}"
 model = "gemma-3-270m"
 max_output_tokens = 24
+stop = ["\\n"]
 
 [mcp_servers.time]
 command = {json.dumps(sys.executable)}
@@ -313,7 +315,10 @@ enabled_tools = ["get_current_time"]
     went_on = plait(workdir, "exec", "--session", session, "Say it again.", env=real)
     log = plait(workdir, "log", session, "--json", show=False)
     kinds = [json.loads(line)["body"]["type"] for line in log.stdout.splitlines()]
-    ok = first.returncode == 0 and went_on.returncode == 0 and kinds.count("TaskCompleted") == 2
+    # The server took the history and answered (two replies were the scripted model's); a
+    # base model may well fill the small cap (exit 1, "incomplete"): that is its answer.
+    answered = kinds.count("ModelResponded") == 3 and "ModelRequestFailed" not in kinds
+    ok = first.returncode == 0 and went_on.returncode in (0, 1) and answered
     say(f"the session went on on the real server after its tool call: {ok}")
     return session, ok
 
