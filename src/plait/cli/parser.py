@@ -9,6 +9,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from plait.cli.common import err
 from plait.cli.completion import SHELLS, completion_script
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog='example: plait exec "What changed since the last release?" && plait sessions',
     )
     _add_shared(parser, top=True)
+    parser.add_argument("--version", action=_Version, help="print plait's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Command, *examples: str, json: str | None = None) -> Parser:
@@ -215,6 +217,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     complete.add_argument("shell", choices=SHELLS)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: Parser, *args: object) -> None:
+        from plait.cli.version import plait_version
+
+        sys.stdout.write(f"plait {plait_version()}\n")
+        parser.exit()
 
 
 def _completion(args: argparse.Namespace) -> int:
