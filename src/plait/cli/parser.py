@@ -107,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(talk)
     talk.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
     _add_grace(talk, "SIGTERM")
+    again = add("resume", _resume, "plait resume 3f2a", "plait resume --last")
+    again.add_argument("session", nargs="?", help=SESSION)
+    again.add_argument("--last", action="store_true", help="the session active last in the store")
+    _add_model_flags(again)
+    _add_grace(again, "SIGTERM")
     serve = add(
         "mcp-server",
         cmd_mcp_server,
@@ -230,6 +235,16 @@ class _Version(argparse.Action):
 
         sys.stdout.write(f"plait {plait_version()}\n")
         parser.exit()
+
+
+def _resume(args: argparse.Namespace) -> int:
+    """Go on with a stored session in chat, as ``plait chat --session`` does (``--last``: the
+    session active last)."""
+    if (args.session is None) == (not args.last):
+        raise PlaitError(
+            "plait resume takes a SESSION (see `plait sessions`) or --last: one of them"
+        )
+    return cmd_chat(args)
 
 
 def _completion(args: argparse.Namespace) -> int:
