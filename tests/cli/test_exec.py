@@ -82,7 +82,7 @@ def test_exec_streams_the_answer_then_goes_on_in_the_session_and_a_conversation(
     assert history.stdout == "     user: Sure?\nassistant: Two, I said.\n"
 
 
-def test_exec_prints_text_as_it_arrives_and_ctrl_c_stops_the_task(
+def test_exec_prints_text_as_it_arrives_and_ctrl_c_interrupts_the_task(
     cli: Cli, server: ScriptedModelServer
 ) -> None:
     cli.configure(server.base_url)
@@ -96,10 +96,18 @@ def test_exec_prints_text_as_it_arrives_and_ctrl_c_stops_the_task(
     code, err = running.stop()
     assert code == 130
     session = session_of(err)
-    assert err.splitlines()[-1].endswith(f"stopped at checkpoint 0, session {session} handed back")
-    log = cli("log", session).stdout.splitlines()
-    aborted = [line for line in log if "TurnAborted" in line and '"cause":"shutdown"' in line]
-    assert len(aborted) == 1 and "SessionClosed" not in "".join(log)  # handed back, not closed
+    line = err.splitlines()[-1]
+    assert line.endswith(f"interrupted at checkpoint 0, session {session} handed back"), line
+    log = [json.loads(line) for line in cli("log", session, "--json").stdout.splitlines()]
+    aborted = [e["body"] for e in log if e["body"]["type"] == "TurnAborted"]
+    # The helper's task was replaced by it; the Ctrl-C is the user's interrupt of the helper's.
+    assert [(b["reason"], b["cause"]) for b in aborted] == [
+        ("replaced", "replaced"),
+        ("interrupted", "user"),
+    ]
+    dropped = [e["body"] for e in log if e["body"]["type"] == "TaskDropped"]
+    assert [(b["cause"], b["reason"]) for b in dropped] == [("user", "interrupted by the user")]
+    assert "SessionClosed" not in {e["body"]["type"] for e in log}  # handed back, not closed
 
 
 @pytest.fixture

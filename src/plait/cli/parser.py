@@ -4,8 +4,10 @@ the command given and turns a user's error into one line and an exit code."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -98,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--conversation", help="run in this conversation of the --session")
     _add_model_flags(run)
     run.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
-    _add_grace(run)
+    _add_grace(run, "SIGTERM (SIGINT interrupts the task)")
     talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
     talk.add_argument(
@@ -361,10 +363,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        err("plait: interrupted")
+        err(f"{_after_ctrl_c()}plait: interrupted")
         return 130
     except Stopped as stopped:  # SIGTERM or SIGINT: the command says what it stopped
-        err(f"plait: {stopped.line}")
+        fresh = stopped.fresh_line or stopped.code != 128 + signal.SIGINT
+        err(f"{'' if fresh else _after_ctrl_c()}plait: {stopped.line}")
         return stopped.code
     except (PlaitError, OSError) as exc:
         if args.debug:
@@ -372,6 +375,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         err(f"plait: {_one_line(exc)}")
         return 1
     return code
+
+
+def _after_ctrl_c() -> str:
+    """A newline where the error would follow what its line holds: on a terminal, the ``^C``
+    it echoed after the partial answer (``word7^C``)."""
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()  # the partial answer first
+    return "\n" if sys.stderr.isatty() else ""
 
 
 def _log_to_stderr(verbosity: int) -> None:

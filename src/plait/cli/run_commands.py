@@ -29,7 +29,7 @@ from plait.cli.common import (
 from plait.cli.inputs import read_prompt
 from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
-from plait.cli.stopping import Signals, Stopped, stop_runtimes
+from plait.cli.stopping import Signals, Stopped, end_line, stop_runtimes
 from plait.cli.style import Style
 from plait.config import Config
 from plait.errors import McpError, PlaitError, SessionFailedError
@@ -73,7 +73,7 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
             conversation = find_conversation(histories.conversations, session_id, args.conversation)
         signals.check()  # before the runtime's imports (openai: a second or more)
         runtime = make_runtime(config, model, store)
-        handle, printer = None, None
+        handle, printer, running = None, None, None
         try:
             before = store.last_seq(session_id) if session_id else 0
             prefs = tool_prefs(args)
@@ -109,7 +109,9 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
             try:
                 with signals.interruptible():
                     _await_servers(handle, config, printer, before)
+                    running = handle  # a Ctrl-C from here interrupts the task
                     outcome = handle.run(prompt, conversation_id=cid, on_item=shown.then(printer))
+                    running = None
             except SessionFailedError:
                 printer.end_line()
                 if shown.text and not args.json:
@@ -124,7 +126,7 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
                 handle.release()
         except Stopped as stopped:
             if printer is not None:
-                printer.end_line()
+                end_line(printer.end_line, stopped)
             if handle is not None and handle.followed:
                 if stopped.code == SIGINT_CODE:
                     handle.interrupt()  # the owner's task: Ctrl-C means it
@@ -133,7 +135,8 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
                     f": session {handle.session_id} is run by another process, its task {went}"
                 )
             else:
-                stopped.line = stop_runtimes([runtime], args.grace_sec, stopped)
+                interrupted = [running] if running and stopped.code == SIGINT_CODE else []
+                stopped.line = stop_runtimes([runtime], args.grace_sec, stopped, interrupted)
             raise
         finally:
             runtime.close()
