@@ -120,7 +120,7 @@ def test_chat_reads_commands_that_are_subcommands_and_switches_model_and_session
         assert "'sometimes' is not a policy" in term.say("/approval sometimes")
         second_id = term.say("/new").split("session ")[-1].split()[0]
         assert "three" in term.say("hello again")
-        assert "/resume: no session in the store match 'nothing-like-it'" in term.say(
+        assert "/resume: no session in the store matches 'nothing-like-it'" in term.say(
             "/resume nothing-like-it"
         )
         term.send(b"/quit\n")

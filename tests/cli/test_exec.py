@@ -206,3 +206,13 @@ def test_exec_says_when_it_compacts_the_history(cli: Cli, server: ScriptedModelS
     assert second.stdout == "More.\n"  # the summary is not the answer
     assert "[compacting the history...]" in second.stderr
     assert "[history compacted: about " in second.stderr
+
+
+def test_a_server_with_one_tool_is_ready_with_1_tool(cli: Cli, server: ScriptedModelServer) -> None:
+    release = f'[mcp_servers.release]\ncommand = "{sys.executable}"\n'
+    release += 'args = ["-m", "plait.cli.demo_tools"]\n'
+    cli.configure(server.base_url, top=release)
+    server.push(Step(text="Ready."))
+    done = cli("exec", "Anything pending?")
+    assert done.returncode == 0, done.stderr
+    assert "[mcp release: ready, 1 tool]" in done.stderr.splitlines()

@@ -221,7 +221,7 @@ async def test_bad_arguments_are_one_clear_line_not_a_traceback(
     assert (
         "approval_policy\n  Input should be 'never', 'on-request', 'on-write' or " in said["run "]
     )
-    unknown = "no session in the store match 'nope' (see `plait sessions`)"
+    unknown = "no session in the store matches 'nope' (see `plait sessions`)"
     assert said["reply"] == prefix.format("reply") + unknown
     assert said["history"] == prefix.format("history") + unknown
     assert "Traceback" not in "".join(said.values())

@@ -31,6 +31,7 @@ from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
 from plait.cli.stopping import Signals, Stopped, end_line, stop_runtimes
 from plait.cli.style import Style
+from plait.cli.words import count
 from plait.config import Config
 from plait.errors import McpError, PlaitError, SessionFailedError
 
@@ -337,7 +338,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
         finally:
             runtime.close()
     err(
-        f"recovered {len(found)} sessions" + (f", left {len(left)} to their owners" if left else "")
+        f"recovered {count(len(found), 'session')}"
+        + (f", left {len(left)} to their owners" if left else "")
     )
     return 0
 
