@@ -11,7 +11,6 @@ import signal
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from plait.cli.common import err
 from plait.cli.completion import SHELLS, completion_script
@@ -40,6 +39,7 @@ from plait.cli.run_commands import (
 )
 from plait.cli.stopping import DEFAULT_GRACE_SEC, Stopped
 from plait.cli.style import CHOICES
+from plait.cli.version import VersionAction
 from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
 
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog='example: plait exec "What changed since the last release?" && plait sessions',
     )
     _add_shared(parser, top=True)
-    parser.add_argument("--version", action=_Version, help="print plait's version and exit")
+    parser.add_argument("--version", action=VersionAction, help="print plait's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Command, *examples: str, json: str | None = None) -> Parser:
@@ -224,19 +224,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     complete.add_argument("shell", choices=SHELLS)
     return parser
-
-
-class _Version(argparse.Action):
-    """``--version``: the installed package's version, read only when asked for."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: Parser, *args: object) -> None:
-        from plait.cli.version import plait_version
-
-        sys.stdout.write(f"plait {plait_version()}\n")
-        parser.exit()
 
 
 def _resume(args: argparse.Namespace) -> int:
