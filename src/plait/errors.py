@@ -35,6 +35,7 @@ __all__ = [
     "UnknownConversationError",
     "UnknownEventTypeError",
     "UnknownSessionError",
+    "undecoded_byte",
 ]
 
 
@@ -125,17 +126,29 @@ class ConfigError(PlaitError):
 class InvalidInputError(PlaitError, ValueError):
     """Text given to plait is not valid Unicode: it holds a lone surrogate (what undecodable
     bytes become), which the log, stored as UTF-8, cannot hold (docs/event-log.md#text).
-    Refused before anything is queued or recorded."""
+    Refused before anything is queued or recorded; the message names the byte that was not
+    UTF-8, where it was one."""
 
     def __init__(self, what: str, offset: int, char: str) -> None:
         self.what = what
         """What was refused, and where in it: ``prompt``, ``input_items[0].text``..."""
         self.offset = offset
         """The offset of the first bad character in that text."""
+        byte = undecoded_byte(char)
+        if byte is not None:
+            why = f"is byte 0x{byte:02x}, which is not UTF-8 (read with another encoding?)"
+        else:
+            why = f"is U+{ord(char):04X}, half of a UTF-16 pair, which UTF-8 cannot encode"
         super().__init__(
-            f"{what} is not valid text: character {offset} is U+{ord(char):04X}, a lone "
-            "surrogate (undecodable input?), which UTF-8 cannot encode; nothing was recorded"
+            f"{what} is not valid text: character {offset} {why}; nothing was recorded"
         )
+
+
+def undecoded_byte(char: str) -> int | None:
+    """The byte that ``char`` stands for, if it is one that was not UTF-8 as Python's
+    ``surrogateescape`` reads it (U+DC80 to U+DCFF), else ``None``."""
+    code = ord(char)
+    return code - 0xDC00 if 0xDC80 <= code <= 0xDCFF else None
 
 
 class ContentUnavailableError(PlaitError):

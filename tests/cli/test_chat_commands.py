@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from terminal import CTRL_D, Terminal, clean_env
 
 from plait.events import SqliteStore, TaskEnqueued
@@ -119,7 +120,7 @@ def test_chat_reads_commands_that_are_subcommands_and_switches_model_and_session
         assert "'sometimes' is not a policy" in term.say("/approval sometimes")
         second_id = term.say("/new").split("session ")[-1].split()[0]
         assert "three" in term.say("hello again")
-        assert "/resume: no session in the store match 'nothing-like-it'" in term.say(
+        assert "/resume: no session in the store matches 'nothing-like-it'" in term.say(
             "/resume nothing-like-it"
         )
         term.send(b"/quit\n")
@@ -168,16 +169,49 @@ def test_chat_is_coloured_on_a_terminal_and_plain_in_a_pipe(tmp_path: Path) -> N
     assert "\x1b" not in piped.stdout + piped.stderr
 
 
-def test_chat_refuses_a_line_that_is_not_text_and_goes_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("encoding", "where"),
+    [
+        ({}, "byte 0xe9 at character 4"),  # read with surrogateescape, as Python reads a C locale
+        ({"PYTHONIOENCODING": "utf-8:strict"}, "byte 0xe9 at offset 4"),
+    ],
+)
+def test_chat_refuses_a_line_that_is_not_utf8_and_goes_on(
+    tmp_path: Path, encoding: dict[str, str], where: str
+) -> None:
     env = {**clean_env(), "OPENAI_API_KEY": "test", "TERM": "dumb", "XDG_CONFIG_HOME": "/none"}
+    env.update({"LC_ALL": "C", **encoding})
     with ScriptedModelServer([Step(text="fine")]) as server:
         project(tmp_path, server.base_url)
         term = Terminal([sys.executable, "-m", "plait", "chat"], tmp_path, env)
         term.expect("you> ")
-        term.send(b"a \xff b\n")
+        term.send(b"caf \xe9\n")  # Latin-1, typed where UTF-8 is read
         refused = term.expect("you> ")
-        assert "is not valid text" in refused and "nothing was recorded" in refused
+        assert (
+            f"[your input is not valid UTF-8 ({where}); check the terminal's encoding; "
+            "nothing was sent]"
+        ) in refused, refused
+        assert "surrogate" not in refused
         assert "fine" in term.say("and now?")
         term.send(CTRL_D)
         assert term.exit_code() == 0
     assert len(server.requests) == 1
+
+
+def test_chat_refuses_to_attach_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    env = {**clean_env(), "OPENAI_API_KEY": "test", "TERM": "dumb", "XDG_CONFIG_HOME": "/none"}
+    with ScriptedModelServer([Step(text="read it")]) as server:
+        project(tmp_path, server.base_url)
+        (tmp_path / "latin.txt").write_bytes("Notes prises au café.\n".encode("latin-1"))
+        term = Terminal([sys.executable, "-m", "plait", "chat"], tmp_path, env)
+        term.expect("you> ")
+        refused = term.say("summarise @latin.txt please")
+        assert (
+            "[@latin.txt is not UTF-8 text (byte 0xe9 at offset 19): convert it, e.g. "
+            "iconv -f latin1 -t utf-8 (nothing was sent)]"
+        ) in refused, refused
+        assert "read it" in term.say("summarise @notes.txt please")  # UTF-8: attached
+        term.send(CTRL_D)
+        assert term.exit_code() == 0
+    (attach,) = server.requests
+    assert "alpha beta gamma" in user_text(attach) and "\ufffd" not in user_text(attach)

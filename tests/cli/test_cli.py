@@ -89,7 +89,7 @@ def test_user_errors_are_one_line_without_traceback(demo_dir: Path, tmp_path: Pa
     assert unknown.returncode == 1
     assert (
         unknown.stderr
-        == "plait: no session in the store match 'no-such-session' (see `plait sessions`)\n"
+        == "plait: no session in the store matches 'no-such-session' (see `plait sessions`)\n"
     )
     (tmp_path / "junk.db").write_text("not a database" * 200)
     junk = plait(tmp_path, "--store", "junk.db", "sessions")

@@ -214,14 +214,14 @@ def test_an_unknown_session_is_one_line(recorded: Cli, command: list[str]) -> No
     result = recorded(*command, env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})  # needs no key
     assert (result.returncode, result.stderr) == (
         1,
-        "plait: no session in the store match 'nope' (see `plait sessions`)\n",
+        "plait: no session in the store matches 'nope' (see `plait sessions`)\n",
     )
 
 
 def test_an_unknown_conversation_is_one_line(recorded: Cli) -> None:
     result = recorded("history", "rec", "--conversation", "nope")
     assert result.stderr == (
-        "plait: session rec-1: no conversation match 'nope' (see `plait conversations rec-1`)\n"
+        "plait: session rec-1: no conversation matches 'nope' (see `plait conversations rec-1`)\n"
     )
 
 

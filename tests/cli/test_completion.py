@@ -61,3 +61,25 @@ def test_bash_completes_commands_options_and_their_values(cli: Cli) -> None:
     assert complete(script, "plait", "audit", "3f2a", "--outcome", "e") == ["error"]
     assert "--last" in complete(script, "plait", "exec", "--la")
     assert complete(script, "plait", "show", "3f2a", "--j") == ["--json"]
+
+
+def test_bash_completes_the_shells_of_completion_and_the_options_of_resume(cli: Cli) -> None:
+    script = cli("completion", "bash").stdout
+    assert complete(script, "plait", "completion", "") == ["bash", "zsh", "fish"]
+    assert complete(script, "plait", "completion", "z") == ["zsh"]
+    assert complete(script, "plait", "res") == ["resume"]
+    assert complete(script, "plait", "resume", "--la") == ["--last"]
+
+
+@pytest.mark.parametrize(
+    ("shell", "offered"),
+    [
+        ("zsh", "completion) _arguments "),
+        ("fish", "complete -c plait -n '__fish_seen_subcommand_from completion' -x -a "),
+    ],
+)
+def test_zsh_and_fish_offer_the_shells_after_completion(cli: Cli, shell: str, offered: str) -> None:
+    script = cli("completion", shell).stdout
+    (line,) = [line for line in script.splitlines() if offered in line]
+    shells = "'1:completion:(bash zsh fish)'" if shell == "zsh" else "'bash zsh fish'"
+    assert shells in line

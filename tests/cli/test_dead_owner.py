@@ -95,7 +95,7 @@ def test_recover_takes_a_killed_owners_session_at_once(
     assert crashed.body.reason == "crashed"
     row = f"{session}  task {crashed.task_id} crashed, 1 waiting: resumed"
     assert result.stdout.splitlines() == [row]
-    assert result.stderr.endswith("recovered 1 sessions\n")
+    assert result.stderr.endswith("recovered 1 session\n")
     assert sum(isinstance(e.body, TaskCompleted) for e in events) == 1  # the waiting task ran
     history = [json.loads(line) for line in cli("history", session, "--json").stdout.splitlines()]
     assert history[-1]["content"] == "Recovered."

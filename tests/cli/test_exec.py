@@ -82,7 +82,7 @@ def test_exec_streams_the_answer_then_goes_on_in_the_session_and_a_conversation(
     assert history.stdout == "     user: Sure?\nassistant: Two, I said.\n"
 
 
-def test_exec_prints_text_as_it_arrives_and_ctrl_c_stops_the_task(
+def test_exec_prints_text_as_it_arrives_and_ctrl_c_stops_the_task_as_the_users(
     cli: Cli, server: ScriptedModelServer
 ) -> None:
     cli.configure(server.base_url)
@@ -96,10 +96,17 @@ def test_exec_prints_text_as_it_arrives_and_ctrl_c_stops_the_task(
     code, err = running.stop()
     assert code == 130
     session = session_of(err)
-    assert err.splitlines()[-1].endswith(f"stopped at checkpoint 0, session {session} handed back")
-    log = cli("log", session).stdout.splitlines()
-    aborted = [line for line in log if "TurnAborted" in line and '"cause":"shutdown"' in line]
-    assert len(aborted) == 1 and "SessionClosed" not in "".join(log)  # handed back, not closed
+    line = err.splitlines()[-1]
+    assert line.endswith(f"stopped at checkpoint 0, session {session} handed back"), line
+    log = [json.loads(line) for line in cli("log", session, "--json").stdout.splitlines()]
+    aborted = [e["body"] for e in log if e["body"]["type"] == "TurnAborted"]
+    # The helper's task was replaced by it; the Ctrl-C cut the helper's, saying who stopped it.
+    assert [(b["reason"], b["cause"], b["detail"]) for b in aborted][-1] == (
+        "interrupted",
+        "shutdown",
+        "stopped by the user (Ctrl-C)",
+    )
+    assert "SessionClosed" not in {e["body"]["type"] for e in log}  # handed back, not closed
 
 
 @pytest.fixture
@@ -198,3 +205,13 @@ def test_exec_says_when_it_compacts_the_history(cli: Cli, server: ScriptedModelS
     assert second.stdout == "More.\n"  # the summary is not the answer
     assert "[compacting the history...]" in second.stderr
     assert "[history compacted: about " in second.stderr
+
+
+def test_a_server_with_one_tool_is_ready_with_1_tool(cli: Cli, server: ScriptedModelServer) -> None:
+    release = f'[mcp_servers.release]\ncommand = "{sys.executable}"\n'
+    release += 'args = ["-m", "plait.cli.demo_tools"]\n'
+    cli.configure(server.base_url, top=release)
+    server.push(Step(text="Ready."))
+    done = cli("exec", "Anything pending?")
+    assert done.returncode == 0, done.stderr
+    assert "[mcp release: ready, 1 tool]" in done.stderr.splitlines()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from plait.events import SqliteStore
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -68,3 +69,31 @@ def test_a_utf8_prompt_on_stdin_runs(cli: Cli) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode().strip() == "oui"
     assert asked == "héllo ✓ 😀"
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "line"),
+    [
+        (["exec", ""], b"", 'plait: the prompt is empty: say what to do, e.g. plait exec "Fix'),
+        (["exec", " \t\n"], b"", "plait: the prompt is empty"),
+        (["exec", "-"], b"", "plait: the prompt on stdin is empty"),
+        (["exec", "-"], b"  \n\n", "plait: the prompt on stdin is empty"),
+        (["exec", "--session", "rec", ""], b"", "plait: the prompt is empty"),
+    ],
+)
+def test_an_empty_prompt_is_refused_before_anything_is_recorded(
+    cli: Cli, args: list[str], stdin: bytes, line: str
+) -> None:
+    cli.record("rec")
+    with SqliteStore(cli.store) as store:
+        before = {info.stream: info.last_seq for info in store.streams()}
+    with ScriptedModelServer([Step(text="never")]) as server:
+        cli.configure(server.base_url)
+        done = plait(cli, *args, stdin=stdin)
+        assert server.requests == []  # no model was asked
+    assert (done.returncode, done.stdout) == (1, b"")
+    assert done.stderr.decode().startswith(line), done.stderr
+    assert done.stderr.count(b"\n") == 1
+    with SqliteStore(cli.store) as store:
+        after = {info.stream: info.last_seq for info in store.streams()}
+    assert after == before  # no session started, nothing appended to the one named

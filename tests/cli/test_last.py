@@ -60,3 +60,43 @@ def test_chat_last_goes_on_with_the_last_session(cli: Cli, server: ScriptedModel
     with SqliteStore(cli.store) as store:
         last = store.read(session)
     assert any("Still y." in str(e.body) for e in last)
+
+
+def test_resume_opens_chat_on_the_session_named(cli: Cli, server: ScriptedModelServer) -> None:
+    first = cli.record("r")
+    cli.record("s")
+    cli.configure(server.base_url)
+    server.push(Step(text="Back in r."))
+    env = {"OPENAI_API_KEY": "test"}
+    result = cli("resume", first[:3], env=env, stdin="Where were we?\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith(f"session {first}: /help lists the commands")
+    assert "Back in r." in result.stdout
+    # the task ran in that session, on its history
+    assert server.requests[0].messages[-3:] == [
+        {"role": "user", "content": "Sure?"},
+        {"role": "assistant", "content": "Still two."},
+        {"role": "user", "content": "Where were we?"},
+    ]
+    with SqliteStore(cli.store) as store:
+        assert len(list(store.streams())) == 2  # no new session
+        assert any("Back in r." in str(e.body) for e in store.read(first))
+
+
+def test_resume_last_goes_on_with_the_last_session(cli: Cli, server: ScriptedModelServer) -> None:
+    cli.record("u")
+    session = cli.record("v")
+    cli.configure(server.base_url)
+    server.push(Step(text="Still v."))
+    result = cli("resume", "--last", env={"OPENAI_API_KEY": "test"}, stdin="Still there?\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith(f"session {session}:") and "Still v." in result.stdout
+
+
+def test_resume_needs_one_session(cli: Cli) -> None:
+    session = cli.record("w")
+    cli.configure("http://127.0.0.1:9/v1")
+    line = "plait: plait resume takes a SESSION (see `plait sessions`) or --last: one of them\n"
+    for args in ((), ("--last", session)):
+        result = cli("resume", *args, env={"OPENAI_API_KEY": "test"})
+        assert (result.returncode, result.stderr) == (1, line)

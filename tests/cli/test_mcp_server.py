@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -44,6 +45,23 @@ async def plait_mcp(cli: Cli, errlog: IO[str], **callbacks: Any) -> AsyncIterato
     ):
         await client.initialize()
         yield client
+
+
+async def test_the_server_info_names_plait_and_its_version(
+    cli: Cli, server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    cli.configure(server.base_url)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "plait", "mcp-server"], env=cli.env, cwd=cli.cwd
+    )
+    with (tmp_path / "stderr").open("w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write, read_timeout_seconds=30) as client,
+        ):
+            started = await client.initialize()
+    info = started.server_info
+    assert (info.name, info.version) == ("plait", version("plait"))
 
 
 def result_of(answer: types.CallToolResult) -> dict[str, Any]:
@@ -203,7 +221,7 @@ async def test_bad_arguments_are_one_clear_line_not_a_traceback(
     assert (
         "approval_policy\n  Input should be 'never', 'on-request', 'on-write' or " in said["run "]
     )
-    unknown = "no session in the store match 'nope' (see `plait sessions`)"
+    unknown = "no session in the store matches 'nope' (see `plait sessions`)"
     assert said["reply"] == prefix.format("reply") + unknown
     assert said["history"] == prefix.format("history") + unknown
     assert "Traceback" not in "".join(said.values())

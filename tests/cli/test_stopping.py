@@ -11,9 +11,16 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from terminal import Terminal, clean_env
+from terminal import CTRL_C, Terminal, clean_env
 
-from plait.events import Event, SqliteStore, TaskCompleted, TaskStarted, TurnAborted
+from plait.events import (
+    Event,
+    SessionClosed,
+    SqliteStore,
+    TaskCompleted,
+    TaskStarted,
+    TurnAborted,
+)
 from plait.events.subscription import Subscription
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
@@ -54,9 +61,15 @@ def session_of(stderr: str) -> str:
     return first[1]
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize(
+    ("sig", "code", "ended", "cause", "detail"),
+    [
+        (signal.SIGTERM, 143, "stopped", "shutdown", "stopped by the operator (SIGTERM)"),
+        (signal.SIGINT, 130, "stopped", "shutdown", "stopped by the user (Ctrl-C)"),
+    ],
+)
 def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
-    cli: Cli, server: ScriptedModelServer, sig: int, code: int
+    cli: Cli, server: ScriptedModelServer, sig: int, code: int, ended: str, cause: str, detail: str
 ) -> None:
     cli.configure(server.base_url)
     server.push(SLOW, Step(text="Going on."))
@@ -72,11 +85,11 @@ def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
     name = signal.Signals(sig).name
     (line,) = said  # one line, and only one
     assert line.startswith(f"plait: stopped by {name}: task "), line
-    assert line.endswith(f"stopped at checkpoint 0, session {session} handed back"), line
+    assert line.endswith(f"{ended} at checkpoint 0, session {session} handed back"), line
     with SqliteStore(cli.store) as store:
         (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
-        assert (cut.body.reason, cut.body.cause) == ("interrupted", "shutdown")
-        assert f"task {cut.task_id} stopped" in line
+        assert (cut.body.reason, cut.body.cause, cut.body.detail) == ("interrupted", cause, detail)
+        assert f"task {cut.task_id} {ended}" in line
         lease = store.lease(session)
         assert lease is not None and not lease.live  # released, not left to lapse
 
@@ -88,6 +101,29 @@ def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
     took = time.monotonic() - began
     assert took < NEXT_WITHIN_SEC, f"the next exec took {took:.1f} s to go on"
     cli.verified_and_replayed(session)
+
+
+@pytest.mark.parametrize("piped", [False, True], ids=["terminal", "piped"])
+def test_after_ctrl_c_the_line_said_stands_on_its_own_line(
+    cli: Cli, server: ScriptedModelServer, piped: bool
+) -> None:
+    # The terminal echoes ^C after the partial answer; the answer may have gone down a pipe
+    # whose reader the Ctrl-C ended too (its newline then never reaches the terminal).
+    cli.configure(server.base_url)
+    server.push(Step(text="Counting: " + "word " * 2000, chunk_chars=5, chunk_delay=0.1))
+    command = f"{sys.executable} -m plait exec 'How many?'" + (" | cat" if piped else "")
+    term = Terminal(["/bin/bash", "-c", command], cli.cwd, {**clean_env(), "TERM": "dumb"})
+    term.expect("word word ")  # mid-reply
+    term.send(CTRL_C)
+    assert term.exit_code() == 130
+    said = term.seen.replace("\r\n", "\n")
+    assert "^C\nplait: stopped by SIGINT: task " in said, said[-300:]
+    assert "\n\nplait:" not in said  # no blank line either
+    with SqliteStore(cli.store) as store:
+        (info,) = store.streams()
+        (cut,) = [e for e in store.read(info.stream) if isinstance(e.body, TurnAborted)]
+        assert (cut.body.cause, cut.body.detail) == ("shutdown", "stopped by the user (Ctrl-C)")
+        assert not any(isinstance(e.body, SessionClosed) for e in store.read(info.stream))
 
 
 def test_sigterm_mid_reply_ends_the_task_at_its_next_checkpoint(

@@ -279,5 +279,5 @@ def _problem(answer: ApprovalDecision) -> str | None:
         value = getattr(answer, name)
         offset = lone_surrogate(value) if isinstance(value, str) else None  # reason may be None
         if offset is not None:  # docs/event-log.md#text
-            return f"{name} is not valid text: a lone surrogate at offset {offset}"
+            return f"{name} is not valid text: character {offset} cannot be encoded as UTF-8"
     return None

@@ -24,13 +24,13 @@ from typing import Any, TextIO
 
 from plait.actors.approvals import ApprovalDecision, ApprovalRequest
 from plait.actors.bridge import Promise
-from plait.actors.text import undecodable
+from plait.actors.text import lone_surrogate, undecodable
 from plait.cli.chat_commands import ChatCommands
 from plait.cli.chat_input import Command, Problem, read_line
 from plait.cli.live import LivePrinter
 from plait.cli.spinner import Spinner
 from plait.cli.style import Style
-from plait.errors import InvalidInputError, SessionFailedError
+from plait.errors import InvalidInputError, SessionFailedError, undecoded_byte
 from plait.events.types import Event, ToolApprovalRequested, ToolCallRequested, Transient
 from plait.events.values import as_text
 from plait.runtime import SessionHandle
@@ -252,18 +252,29 @@ class _Lines:
         try:
             if self.edit:
                 try:
-                    return input(prompt)
+                    line = input(prompt) + "\n"
                 except EOFError:
                     return None
-            self.out.write(prompt)
-            self.out.flush()
-            line = self.stdin.readline()
+            else:
+                self.out.write(prompt)
+                self.out.flush()
+                line = self.stdin.readline()
         except UnicodeDecodeError as exc:  # nothing is sent: the person types it again
-            self.out.write(
-                f"[the line is not valid UTF-8 ({undecodable(exc)}); nothing was sent]\n"
-            )
+            self._not_utf8(undecodable(exc))
             return ""
-        return line.rstrip("\n") if line else None
+        offset = lone_surrogate(line)  # a byte read with surrogateescape (docs/event-log.md#text)
+        if offset is not None:
+            byte = undecoded_byte(line[offset])
+            what = f"U+{ord(line[offset]):04X}" if byte is None else f"byte 0x{byte:02x}"
+            self._not_utf8(f"{what} at character {offset}")
+            return ""
+        return line.removesuffix("\n") if line else None
+
+    def _not_utf8(self, where: str) -> None:
+        self.out.write(
+            f"[your input is not valid UTF-8 ({where}); check the terminal's encoding; "
+            "nothing was sent]\n"
+        )
 
     def save(self) -> None:
         """Keep the lines typed for the next chat."""

@@ -16,6 +16,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from plait.actors.text import undecodable
 from plait.events.values import InputItem, InputText
 
 __all__ = [
@@ -159,12 +160,29 @@ def _attach(text: str, workdir: Path) -> Task | Problem:
         if b"\0" in data[:8192]:
             return Problem(f"@{name}: a binary file, which chat does not attach (nothing was sent)")
         cut = len(data) > MAX_FILE_BYTES
-        content = data[:MAX_FILE_BYTES].decode("utf-8", errors="replace")
+        content = _utf8(data[:MAX_FILE_BYTES], whole=not cut)
+        if isinstance(content, Problem):
+            return Problem(f"@{name} {content.message}")
         if cut:
             content += f"\n[... cut at {MAX_FILE_BYTES // 1024} KiB]"
         items.append(InputText(f'<file path="{name}">\n{content}\n</file>'))
         attached.append(name)
     return Task(items, attached)
+
+
+def _utf8(data: bytes, *, whole: bool) -> str | Problem:
+    """``data`` decoded, or why not: a file that is not UTF-8 is refused, not attached with
+    U+FFFD in place of each byte the model would then never see. A cut file (not ``whole``)
+    may end in the middle of a character: that end is left out."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if not whole and exc.reason == "unexpected end of data" and exc.start >= len(data) - 3:
+            return data[: exc.start].decode("utf-8")
+        return Problem(
+            f"is not UTF-8 text ({undecodable(exc)}): convert it, e.g. "
+            "iconv -f latin1 -t utf-8 (nothing was sent)"
+        )
 
 
 def system_prompt(workdir: Path) -> str:

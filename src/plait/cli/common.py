@@ -92,7 +92,8 @@ def find_session(store: EventStore, session: str) -> str:
     matches = [info.stream for info in store.streams() if info.stream.startswith(session)]
     if len(matches) != 1:
         what = "no session" if not matches else f"{len(matches)} sessions"
-        raise PlaitError(f"{what} in the store match {session!r} (see `plait sessions`)")
+        verb = "match" if matches else "matches"  # "no session matches", "2 sessions match"
+        raise PlaitError(f"{what} in the store {verb} {session!r} (see `plait sessions`)")
     return matches[0]
 
 
@@ -103,7 +104,7 @@ def find_conversation(ids: Iterable[str], session: str, conversation: str) -> st
     if len(matches) != 1:
         what = "no conversation" if not matches else f"{len(matches)} conversations"
         raise PlaitError(
-            f"session {session}: {what} match {conversation!r} "
+            f"session {session}: {what} match{'' if matches else 'es'} {conversation!r} "
             f"(see `plait conversations {session[:8]}`)"
         )
     return matches[0]

@@ -27,6 +27,8 @@ class _Command:
     name: str
     help: str
     options: list[_Option]
+    values: list[str]
+    """What its argument may be, where the parser names the choices (``completion``'s shells)."""
 
 
 def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
@@ -34,7 +36,7 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
     prog = parser.prog
     top = _options(parser)
     commands = [
-        _Command(name, _short(action.help), _options(sub))
+        _Command(name, _short(action.help), _options(sub), _values(sub))
         for name, sub, action in _subcommands(parser)
     ]
     make = {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell]
@@ -72,10 +74,24 @@ def _options(parser: argparse.ArgumentParser) -> list[_Option]:
     return found
 
 
+def _values(parser: argparse.ArgumentParser) -> list[str]:
+    """The choices of ``parser``'s positional arguments."""
+    return [
+        str(choice)
+        for action in parser._actions
+        if not action.option_strings and action.choices is not None
+        for choice in action.choices
+    ]
+
+
 def _short(text: str | None) -> str:
     """A help text's first clause, on one line, as a menu shows it."""
     first = " ".join((text or "").split()).split(";")[0].split(" (")[0]
     return first.rstrip(".")
+
+
+def _names(options: list[_Option]) -> list[str]:
+    return [name for option in options for name in option.names]
 
 
 def _valued(options: list[_Option]) -> list[str]:
@@ -91,14 +107,16 @@ def _bash(prog: str, top: list[_Option], commands: list[_Command]) -> str:
         if option.choices:
             values["|".join(option.names)] = " ".join(option.choices)
     per_command = "\n".join(
-        f'        {c.name}) words="{" ".join(n for o in c.options for n in o.names)}" ;;'
+        f'        {c.name}) words="{" ".join(_names(c.options))}"'
+        + (f' values="{" ".join(c.values)}"' if c.values else "")
+        + " ;;"
         for c in commands
     )
     cases = "\n".join(f'        {names}) words="{words}" ;;' for names, words in values.items())
     return f"""# {prog} completion for bash: eval "$({prog} completion bash)" (in ~/.bashrc)
 {fn}() {{
     local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}}
-    local command="" words="" i
+    local command="" words="" values="" i
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${{COMP_WORDS[i]}} in
             {"|".join(valued)}) ((i++)) ;;
@@ -117,6 +135,7 @@ def _bash(prog: str, top: list[_Option], commands: list[_Command]) -> str:
         "") words="{" ".join(c.name for c in commands)} {top_words}" ;;
 {per_command}
     esac
+    [[ -n $values && $cur != -* ]] && words=$values  # a command's argument, not an option
     COMPREPLY=($(compgen -W "$words" -- "$cur"))
 }}
 complete -o default -F {fn} {prog}
@@ -142,6 +161,13 @@ def _zsh_option(option: _Option) -> str:
     return f"'({' '.join(option.names)})'{{{','.join(option.names)}}}'{described}"
 
 
+def _zsh_rest(command: _Command) -> str:
+    """What zsh offers for a command's arguments: its choices, else file names."""
+    if command.values:
+        return f"'1:{command.name}:({' '.join(command.values)})'"
+    return "'*: :_files'"
+
+
 def _zsh(prog: str, top: list[_Option], commands: list[_Command]) -> str:
     fn = "_" + prog.replace("-", "_")
     top_specs = " \\\n        ".join(_zsh_option(o) for o in top)
@@ -149,7 +175,7 @@ def _zsh(prog: str, top: list[_Option], commands: list[_Command]) -> str:
         f"        {shlex.quote(c.name + ':' + c.help.replace(':', ' -'))}" for c in commands
     )
     cases = "\n".join(
-        f"        {c.name}) _arguments {' '.join(map(_zsh_option, c.options))} '*: :_files' ;;"
+        f"        {c.name}) _arguments {' '.join(map(_zsh_option, c.options))} {_zsh_rest(c)} ;;"
         for c in commands
     )
     return f"""#compdef {prog}
@@ -206,5 +232,8 @@ def _fish(prog: str, top: list[_Option], commands: list[_Command]) -> str:
         )
     for command in commands:
         seen = f"__fish_seen_subcommand_from {command.name}"
+        if command.values:
+            values = shlex.quote(" ".join(command.values))
+            lines.append(f"complete -c {prog} -n {shlex.quote(seen)} -x -a {values}")
         lines += [_fish_option(prog, option, seen) for option in command.options]
     return "\n".join(lines) + "\n"

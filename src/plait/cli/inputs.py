@@ -3,6 +3,8 @@
 Python decodes arguments with ``surrogateescape``, so an invalid byte arrives as a lone
 surrogate, which no event can hold (docs/event-log.md#text). ``plait`` refuses it instead, on one
 line naming the byte and its offset, before it does anything; a prompt read from stdin alike.
+A prompt with nothing to do in it (empty, or only blanks) is refused there too: no session is
+started and no model is asked.
 """
 
 from __future__ import annotations
@@ -31,17 +33,25 @@ def check_arguments(argv: Sequence[str]) -> None:
 
 
 def read_prompt(given: str) -> str:
-    """The prompt ``given`` on the command line, or stdin's whole text for ``-``."""
+    """The prompt ``given`` on the command line, or stdin's whole text for ``-``; one that
+    is empty or blank is refused."""
     if given != "-":
-        return given  # checked with every argument
+        text = given  # checked with every argument
+        if not text.strip():
+            raise PlaitError('the prompt is empty: say what to do, e.g. plait exec "Fix the tests"')
+        return text
     stdin = getattr(sys.stdin, "buffer", None)
     if stdin is None:  # a text stream put in its place (an embedder's, a test's)
-        return sys.stdin.read()
-    raw: bytes = stdin.read()
-    problem = _not_utf8(raw)
-    if problem:
-        raise PlaitError(f"the prompt on stdin is not valid UTF-8 ({problem})")
-    return raw.decode()
+        text = sys.stdin.read()
+    else:
+        raw: bytes = stdin.read()
+        problem = _not_utf8(raw)
+        if problem:
+            raise PlaitError(f"the prompt on stdin is not valid UTF-8 ({problem})")
+        text = raw.decode()
+    if not text.strip():
+        raise PlaitError("the prompt on stdin is empty: pipe in what to do, or give it as PROMPT")
+    return text
 
 
 def _not_utf8(raw: bytes) -> str:

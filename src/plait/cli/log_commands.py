@@ -18,6 +18,7 @@ import msgspec
 from plait.cli import output as render
 from plait.cli.common import err, existing_store, find_conversation, find_session, out
 from plait.cli.style import Style
+from plait.cli.words import count
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
@@ -215,7 +216,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     style = Style.for_args(args, sys.stdout)
     for row in rows:
         out(render.audit_row(row, style))
-    err(f"{len(rows)} calls; {_model_errors(args, session)}")
+    err(f"{count(len(rows), 'call')}; {_model_errors(args, session)}")
     return 0
 
 
@@ -288,5 +289,7 @@ def cmd_expire(args: argparse.Namespace) -> int:
 
     with existing_store(args) as store:
         deleted = Expiry(store).sweep()
-    out(render.json_line({"deleted": deleted}) if args.json else f"deleted {deleted} blobs")
+    out(
+        render.json_line({"deleted": deleted}) if args.json else f"deleted {count(deleted, 'blob')}"
+    )
     return 0

@@ -31,6 +31,7 @@ from plait.cli.log_commands import history_rows, session_rows
 from plait.cli.mcp_live import Caller, ClientApprover, Ctx, follow_task
 from plait.cli.output import audit_fields
 from plait.cli.stopping import Signals, Stopped, stop_runtimes
+from plait.cli.version import plait_version
 from plait.config import Config
 from plait.errors import PlaitError
 from plait.events.store import EventStore
@@ -208,6 +209,7 @@ class Face:
             "plait",
             instructions="plait runs LLM agent sessions: `run` starts one with a task, `reply` "
             "goes on with it; every session is logged, auditable and replayable.",
+            version=plait_version(),  # the client's initialize result names it
             log_level="WARNING",
         )
         server.add_tool(self.run, "run", "Run a task in a new session", RUN_DOC, RUNS)

@@ -16,6 +16,7 @@ from plait.cli.live import awaited, history_line
 from plait.cli.plan_view import plan_block, show_plans
 from plait.cli.spinner import Spinner
 from plait.cli.style import PLAIN, Style
+from plait.cli.words import count
 from plait.events.codec import to_jsonl
 from plait.events.ownership import Lease
 from plait.events.projections import (
@@ -413,7 +414,7 @@ class ExecPrinter:
         body = event.body
         where = "" if mine else style.cyan(f"[{(event.conversation_id or '-')[:8]}]") + " "
         if isinstance(body, McpServerReady):
-            return style.dim(f"[mcp {body.server}: ready, {len(body.tools)} tools]")
+            return style.dim(f"[mcp {body.server}: ready, {count(len(body.tools), 'tool')}]")
         if isinstance(body, McpServerFailed):
             again = f"; again in {body.retry_in_sec:g} s" if body.retry_in_sec is not None else ""
             return style.red(f"[mcp {body.server}: failed: {cut(body.reason)}{again}]")

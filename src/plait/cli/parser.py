@@ -4,8 +4,10 @@ the command given and turns a user's error into one line and an exit code."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -37,6 +39,7 @@ from plait.cli.run_commands import (
 )
 from plait.cli.stopping import DEFAULT_GRACE_SEC, Stopped
 from plait.cli.style import CHOICES
+from plait.cli.version import VersionAction
 from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
 
@@ -57,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog='example: plait exec "What changed since the last release?" && plait sessions',
     )
     _add_shared(parser, top=True)
+    parser.add_argument("--version", action=VersionAction, help="print plait's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Command, *examples: str, json: str | None = None) -> Parser:
@@ -96,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--conversation", help="run in this conversation of the --session")
     _add_model_flags(run)
     run.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
-    _add_grace(run)
+    _add_grace(run, "SIGTERM (SIGINT interrupts the task)")
     talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
     talk.add_argument(
@@ -105,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_flags(talk)
     talk.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
     _add_grace(talk, "SIGTERM")
+    again = add("resume", _resume, "plait resume 3f2a", "plait resume --last")
+    again.add_argument("session", nargs="?", help=SESSION)
+    again.add_argument("--last", action="store_true", help="the session active last in the store")
+    _add_model_flags(again)
+    _add_grace(again, "SIGTERM")
     serve = add(
         "mcp-server",
         cmd_mcp_server,
@@ -215,6 +224,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     complete.add_argument("shell", choices=SHELLS)
     return parser
+
+
+def _resume(args: argparse.Namespace) -> int:
+    """Go on with a stored session in chat, as ``plait chat --session`` does (``--last``: the
+    session active last)."""
+    if (args.session is None) == (not args.last):
+        raise PlaitError(
+            "plait resume takes a SESSION (see `plait sessions`) or --last: one of them"
+        )
+    return cmd_chat(args)
 
 
 def _completion(args: argparse.Namespace) -> int:
@@ -331,10 +350,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        err("plait: interrupted")
+        err(f"{_after_ctrl_c()}plait: interrupted")
         return 130
     except Stopped as stopped:  # SIGTERM or SIGINT: the command says what it stopped
-        err(f"plait: {stopped.line}")
+        fresh = stopped.fresh_line or stopped.code != 128 + signal.SIGINT
+        err(f"{'' if fresh else _after_ctrl_c()}plait: {stopped.line}")
         return stopped.code
     except (PlaitError, OSError) as exc:
         if args.debug:
@@ -342,6 +362,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         err(f"plait: {_one_line(exc)}")
         return 1
     return code
+
+
+def _after_ctrl_c() -> str:
+    """A newline where the error would follow what its line holds: on a terminal, the ``^C``
+    it echoed after the partial answer (``word7^C``)."""
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()  # the partial answer first
+    return "\n" if sys.stderr.isatty() else ""
 
 
 def _log_to_stderr(verbosity: int) -> None:

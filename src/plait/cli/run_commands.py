@@ -29,8 +29,9 @@ from plait.cli.common import (
 from plait.cli.inputs import read_prompt
 from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
-from plait.cli.stopping import Signals, Stopped, stop_runtimes
+from plait.cli.stopping import Signals, Stopped, end_line, stop_runtimes
 from plait.cli.style import Style
+from plait.cli.words import count
 from plait.config import Config
 from plait.errors import McpError, PlaitError, SessionFailedError
 
@@ -124,7 +125,7 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
                 handle.release()
         except Stopped as stopped:
             if printer is not None:
-                printer.end_line()
+                end_line(printer.end_line, stopped)
             if handle is not None and handle.followed:
                 if stopped.code == SIGINT_CODE:
                     handle.interrupt()  # the owner's task: Ctrl-C means it
@@ -334,7 +335,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
         finally:
             runtime.close()
     err(
-        f"recovered {len(found)} sessions" + (f", left {len(left)} to their owners" if left else "")
+        f"recovered {count(len(found), 'session')}"
+        + (f", left {len(left)} to their owners" if left else "")
     )
     return 0
 

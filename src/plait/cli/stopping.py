@@ -3,7 +3,8 @@
 The first signal stops the command: its sessions are handed back, each running task given the
 grace period (``--grace-sec``) and then cut with the cause ``shutdown``, every lease released at
 once; the command exits with one line and the conventional code (``128 + signal``). A second
-signal exits at once (docs/processes.md#stopping).
+signal exits at once (docs/processes.md#stopping). What the log records says who stopped it:
+SIGINT is a person's Ctrl-C, SIGTERM the operator's stop (``Stopped.reason``).
 """
 
 from __future__ import annotations
@@ -21,13 +22,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from plait.runtime import Runtime
 
-__all__ = ["DEFAULT_GRACE_SEC", "Signals", "Stopped", "stop_runtimes"]
+__all__ = ["DEFAULT_GRACE_SEC", "Signals", "Stopped", "end_line", "stop_runtimes"]
 
 DEFAULT_GRACE_SEC = 5.0
 """How long a running task may take to end once the command is told to stop."""
 
 STOP_TIMEOUT_SEC = 5.0
 """How long a cut task's actors may take to record its end, once cut."""
+
+REASONS = {
+    signal.SIGINT: "stopped by the user (Ctrl-C)",
+    signal.SIGTERM: "stopped by the operator (SIGTERM)",
+}
+"""Who sent each signal, as the log records it (``TurnAborted.detail``, ``StopRequested``)."""
 
 
 class Stopped(BaseException):
@@ -43,6 +50,11 @@ class Stopped(BaseException):
         """What the command says as it exits (after ``plait: ``); the command completes it."""
         self.at = time.monotonic()
         """When it came: the grace period is counted from there."""
+        self.reason = REASONS.get(signal.Signals(signum), f"stopped by {self.name}")
+        """Who stopped it, as the log records it."""
+        self.fresh_line = False
+        """Whether the command ended the terminal's line after the signal came (the ``^C``
+        a terminal echoes is on it otherwise), so its last line starts on a line of its own."""
 
 
 class Signals:
@@ -152,13 +164,31 @@ class Signals:
         os._exit(code)
 
 
-def stop_runtimes(runtimes: Iterable[Runtime], grace_sec: float, stopped: Stopped) -> str:
+def end_line(end: Callable[[], None], stopped: Stopped) -> None:
+    """End the answer's open line on stdout as the command stops (``end``, the printer's); a
+    reader that left with the signal (``plait exec | less``: Ctrl-C ends it too) is let go,
+    stdout made ``/dev/null``, so that the stop goes on and the exit writes nothing more."""
+    try:
+        end()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
+    # On a terminal the open line was ended, or the spinner erased the line with its ^C.
+    stopped.fresh_line = sys.stdout.isatty()
+
+
+def stop_runtimes(
+    runtimes: Iterable[Runtime],
+    grace_sec: float,
+    stopped: Stopped,
+) -> str:
     """Hand back every session of ``runtimes`` (``Runtime.drain`` with ``grace_sec``, counted
     from the signal), all at once, and return what the one line says of it: ``stopped by
-    SIGTERM: task T stopped at checkpoint 2, session S handed back``."""
+    SIGTERM: task T stopped at checkpoint 2, session S handed back``. The cut records who
+    stopped it (``Stopped.reason``), so a Ctrl-C reads as the user's, not the operator's."""
     from plait.events.types import TaskCompleted, TurnAborted
 
-    reason = f"plait was stopped by {stopped.name}"
+    reason = stopped.reason
     grace = max(0.0, grace_sec - (time.monotonic() - stopped.at))
     runtimes = list(runtimes)
     before = [{s: runtime.store.last_seq(s) for s in runtime.owned} for runtime in runtimes]

@@ -21,8 +21,15 @@ def open_store(url: str | Path) -> EventStore:
 
         return MemoryStore()
     if text.startswith(("postgresql://", "postgres://")):
-        from plait.events.stores.postgres import PostgresStore
-
+        try:
+            from plait.events.stores.postgres import PostgresStore
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.partition(".")[0] != "psycopg":
+                raise
+            raise StoreUnavailableError(
+                "a PostgreSQL store needs psycopg, which is not installed: "
+                "pip install 'plait[postgres]'"
+            ) from None
         return PostgresStore(text)
     if text.startswith("sqlite://"):
         text = text.removeprefix("sqlite://")
