@@ -11,7 +11,7 @@ from pathlib import Path
 
 from terminal import CTRL_C, CTRL_D, Terminal, clean_env
 
-from plait.events import SqliteStore, ToolApprovalDecided, TurnAborted
+from plait.events import SessionClosed, SqliteStore, ToolApprovalDecided, TurnAborted
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 
@@ -56,7 +56,11 @@ def test_chat_streams_shows_who_runs_and_ctrl_c_interrupts_the_task_not_the_prog
         [info] = store.streams()
         events = store.read(info.stream)
     aborted = [e.body for e in events if isinstance(e.body, TurnAborted)]
-    assert [a.reason for a in aborted] == ["replaced", "interrupted"]
+    assert [(a.reason, a.cause) for a in aborted] == [
+        ("replaced", "replaced"),
+        ("interrupted", "user"),
+    ]
+    assert events[-1].body == SessionClosed("closed by the user (the chat ended)")  # Ctrl-D
 
 
 def test_a_second_ctrl_c_leaves_while_the_task_ends(tmp_path: Path) -> None:

@@ -58,8 +58,11 @@ class ChatCommands:
         )
 
     def close(self) -> None:
-        """Close the runtime (and its sessions)."""
-        self.runtime.close()
+        """Close the session (the person left the chat), then the runtime."""
+        try:
+            self.session.close(reason="closed by the user (the chat ended)")
+        finally:
+            self.runtime.close()
 
     def run(self, command: Command, out: TextIO, err: TextIO) -> bool:
         """Do ``command``; return whether the chat goes on. A user's error is one line."""

@@ -21,6 +21,7 @@ from plait.events.values import (
 from plait.jsonvalue import JsonObject
 from plait.runtime.acks import Ack
 from plait.runtime.changes import KEEP, KeepType, context_change
+from plait.runtime.host import CLOSED_BY
 from plait.runtime.inputs import check_input, check_inputs
 from plait.runtime.outcome import TaskOutcome, await_outcome, await_outcome_async
 from plait.runtime.views import SessionViews
@@ -163,7 +164,7 @@ class SessionHandle(SessionViews):
         """``interrupt`` for asyncio code (it does not block)."""
         self.interrupt()
 
-    async def aclose(self, timeout: float = 10.0) -> None:
+    async def aclose(self, timeout: float = 10.0, *, reason: str = CLOSED_BY) -> None:
         """``close`` for asyncio code: it waits on the loop; stopping the actors runs off it."""
         host = self._host
         with self._follow() as feed:
@@ -171,7 +172,7 @@ class SessionHandle(SessionViews):
             if state is not None and state.running is not None:
                 await await_outcome_async(feed, state.running.task_id, timeout, False)
         if state is not None:
-            await self.runtime.off_loop(functools.partial(host.finish_close, timeout))
+            await self.runtime.off_loop(functools.partial(host.finish_close, timeout, reason))
 
     def change_context(
         self,
@@ -290,8 +291,9 @@ class SessionHandle(SessionViews):
         if state is not None and state.running is not None:
             await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close.
+    def close(self, timeout: float = 10.0, *, reason: str = CLOSED_BY) -> None:
+        """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close
+        (``SessionClosed(reason)``: say who closed it).
 
         A task that has not stopped by then is force-aborted (``TurnAborted(interrupted)``,
         its open calls answered) and recorded so. Closing twice is harmless.
@@ -304,4 +306,4 @@ class SessionHandle(SessionViews):
             if state is not None and state.running is not None:
                 await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
         if state is not None:
-            host.finish_close(timeout)
+            host.finish_close(timeout, reason)

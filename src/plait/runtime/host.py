@@ -41,7 +41,10 @@ if TYPE_CHECKING:
     from plait.events.values import TaskPlan
     from plait.runtime.runtime import Runtime
 
-__all__ = ["ActorsFor", "SessionHost"]
+__all__ = ["CLOSED_BY", "ActorsFor", "SessionHost"]
+
+CLOSED_BY = "closed by the embedder"
+"""What a close records as its reason unless its caller says who closed it."""
 
 ActorsFor = Callable[[Journal, list[Event]], tuple[McpPoolRef | None, ConversationDeps]]
 """Starts a session's ``McpPool`` (``None`` when it has no tools beside the built-ins) and
@@ -339,13 +342,14 @@ class SessionHost:
                 self.actor.tell(Interrupt("close"))
             return state
 
-    def finish_close(self, timeout: float) -> None:
-        """Stop the actors, end a task that did not stop in time, record the close (``closed``)."""
+    def finish_close(self, timeout: float, reason: str = CLOSED_BY) -> None:
+        """Stop the actors, end a task that did not stop in time, record the close (``closed``)
+        with ``reason``."""
         self.stop(timeout)
         # A task that did not stop in time is ended here: no actor can record any more.
         ended = forced_close(self.runtime.store.read(self.session_id), timeout)
         try:
-            self.journal.record_last([*ended, SessionClosed("closed by the embedder")])
+            self.journal.record_last([*ended, SessionClosed(reason)])
         except LeaseLostError:  # another process took it meanwhile: its close is not ours
             self.runtime.owner.forget(self.session_id)
             raise
