@@ -4,7 +4,8 @@ The fork's first event is the source's ``SessionStarted`` with ``forked_from`` s
 events after it are the source's, with their conversation and task ids and their times, so
 every projection of the fork up to that point equals the source's. The source is untouched.
 Resume the fork with ``Runtime.resume``: a task the cut left running ends ``crashed`` then,
-its open calls answered, as after a crash.
+its open calls answered, as after a crash, and a hand-off the cut parted from its answer is
+answered from the log (``runtime/handoffs.py``, docs/replay.md#fork).
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ def fork(
     store: EventStore, session_id: str, at_seq: int, *, new_session_id: str | None = None
 ) -> str:
     """Copy ``session_id``'s events up to ``at_seq`` into a new session; return its id."""
-    events = store.read(session_id, upto=at_seq)
-    if not events or not isinstance(events[0].body, SessionStarted):
-        raise UnknownSessionError(session_id)
     last = store.last_seq(session_id)
-    if not 2 <= at_seq <= last:
+    if last == 0:
+        raise UnknownSessionError(session_id)
+    if not 2 <= at_seq <= last:  # checked first: a seq below 1 reads nothing
         raise PlaitError(
             f"session {session_id}: cannot fork at seq {at_seq}: choose 2 to {last} "
             "(the root conversation is opened at seq 2)"
         )
+    events = store.read(session_id, upto=at_seq)
+    if not isinstance(events[0].body, SessionStarted):
+        raise UnknownSessionError(session_id)
     missing = missing_content(events)
     if missing:
         raise ContentUnavailableError(session_id, f"fork at seq {at_seq}", missing)

@@ -36,6 +36,7 @@ from plait.events.types import (
     AbortCause,
     Body,
     CallOutcome,
+    ConversationOpened,
     Event,
     McpServerReady,
     McpToolsRefreshed,
@@ -43,6 +44,7 @@ from plait.events.types import (
     SessionClosed,
     SessionResumed,
     SessionStarted,
+    TaskDropped,
     ToolApprovalDecided,
     ToolApprovalRequested,
     ToolCallCompleted,
@@ -56,11 +58,13 @@ from plait.events.values import (
     TaskPlan,
     as_text,
 )
+from plait.runtime.handoffs import not_run, opened_by
 
 __all__ = [
     "CRASHED",
     "DENIED",
     "FORCED",
+    "HANDOFF_CUT",
     "NOT_SENT",
     "UNAPPROVED",
     "UNKNOWN",
@@ -80,6 +84,11 @@ UNKNOWN = (
     "result unknown: the process stopped while this call ran; it may or may not have "
     "taken effect, check before running it again"
 )
+HANDOFF_CUT = "the task did not run: this call was cut off before it handed the task on"
+"""The ``error`` of the answer of a ``conv_create`` or ``conv_send`` call cut off before it
+replaced its task (docs/replay.md#crashes)."""
+HANDOFFS = ("conv_create", "conv_send")
+"""The built-ins that hand the timeline to another task; one cut off queued nothing."""
 UNAPPROVED = "not run: it was waiting for its approval when the process stopped; denied"
 DENIED = "not run: its approval was denied"
 UNDECIDED = "the process stopped before a decision; denied (fail closed)"
@@ -143,23 +152,30 @@ def cut_off(
 def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash") -> OpenCalls:
     """Sort the calls a crash left open in ``task_id``.
 
-    A built-in may have run: unknown. An MCP call with no ``ToolCallStarted`` never reached
+    A built-in may have run: unknown; but a ``conv_create`` or ``conv_send`` queued nothing
+    (it does so as it ends the task), so its answer says its task did not run, with the
+    conversation a ``conv_create`` opened. An MCP call with no ``ToolCallStarted`` never reached
     its server (nor did a call of a tool that was not offered), so it did not run. A started
     call of a tool the log's snapshot says is read-only or idempotent is run again.
     """
     requests: dict[str, ToolCallRequested] = {}
+    since: dict[str, Event] = {}  # where each was requested
     started: dict[str, ToolCallStarted] = {}
     tools: dict[str, McpToolSnapshot] = {}
     asked: set[str] = set()
     denied: set[str] = set()
+    opened: list[tuple[int, str | None, str | None]] = []  # seq, parent, conversation
     for event in past:
         body = event.body
         if isinstance(body, McpServerReady | McpToolsRefreshed):
             tools.update((tool.name, tool) for tool in body.tools)
+        elif isinstance(body, ConversationOpened):
+            opened.append((event.seq, body.parent_id, event.conversation_id))
         if event.task_id != task_id:
             continue
         if isinstance(body, ToolCallRequested):
             requests[body.call_id] = body
+            since[body.call_id] = event
         elif isinstance(body, ToolCallStarted):
             started[body.call_id] = body
         elif isinstance(body, ToolCallCompleted):
@@ -182,6 +198,10 @@ def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash")
             known.append(cut_off(call_id, DENIED, "refused", cause))
         elif call_id in started and tool is not None and (tool.read_only or tool.idempotent):
             rerun.append(started[call_id])
+        elif canonical_name(request.tool) in HANDOFFS:  # it queued nothing: its task did not run
+            event = since[call_id]
+            made = opened_by(opened, event.seq, event.conversation_id)
+            known.append(cut_off(call_id, not_run(request, made, HANDOFF_CUT), "error", cause))
         elif call_id in started or canonical_name(request.tool) is not None:
             known.append(cut_off(call_id, UNKNOWN, "unknown", cause))
         else:
@@ -306,15 +326,21 @@ def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event], QueueSnapsh
 
 
 def took_over(
-    journal: Journal, past: Sequence[Event], state: QueueSnapshot, bodies: Sequence[Body]
+    journal: Journal,
+    past: Sequence[Event],
+    state: QueueSnapshot,
+    bodies: Sequence[Body],
+    cut: Sequence[NewEvent] = (),
 ) -> list[Event]:
-    """Record ``SessionResumed`` (if the session records it), then ``bodies`` in the running
-    task (the recovery of the task a crash cut off), as one group."""
+    """Record ``SessionResumed`` (if the session records it), the answers of the hand-offs
+    a cut left open (``cut``: ``handoffs.cut_handoffs``), then ``bodies`` in the running task
+    (the recovery of the task a crash cut off), as one group."""
     plan = state.running
     settings = recorded_settings(past)
     ids = (plan.conversation_id, plan.task_id) if plan else (None, None)
-    items = [NewEvent(b, *ids) for b in bodies]
+    items = [*cut, *(NewEvent(b, *ids) for b in bodies)]
     if settings is not None and settings.resume_markers:
-        marker = SessionResumed(plan.task_id if plan else None, len(state.pending))
+        dropped = sum(isinstance(item.body, TaskDropped) for item in cut)
+        marker = SessionResumed(plan.task_id if plan else None, len(state.pending) - dropped)
         items.insert(0, NewEvent(marker))
     return journal.record(items) if items else []

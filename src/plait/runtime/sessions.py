@@ -29,6 +29,7 @@ from plait.events.types import (
 )
 from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
+from plait.runtime.handoffs import cut_handoffs
 from plait.runtime.host import SessionHost
 from plait.runtime.ownership import Owner
 from plait.runtime.recovery import OpenCalls, Recovery, in_flight, open_calls, took_over
@@ -212,10 +213,12 @@ class Sessions:
         root = started.root_conversation_id
         calls = open_calls(past, plan.task_id) if plan is not None else OpenCalls()
         rerun = plan is not None and bool(calls.rerun and self._serves(session_id))
+        cut = cut_handoffs(past)  # a fork may cut a hand-off from its answer
         if plan is not None and rerun:  # safe calls run again, recorded started at once
-            past += took_over(journal, past, state, [*calls.rerun, *calls.denials])
-        elif plan is not None or state.pending:
-            past += took_over(journal, past, state, calls.ending() if plan is not None else [])
+            past += took_over(journal, past, state, [*calls.rerun, *calls.denials], cut)
+        elif plan is not None or state.pending or cut:
+            ending = calls.ending() if plan is not None else []
+            past += took_over(journal, past, state, ending, cut)
         if host is None:
             host = self._attach(session_id, root, past, epoch)
         else:
@@ -257,7 +260,8 @@ class Sessions:
         except ContentUnavailableError as exc:
             if plan is not None:
                 ending = open_calls(past, plan.task_id).ending()
-                took_over(Journal(self.store, session_id, past, epoch), past, state, ending)
+                journal = Journal(self.store, session_id, past, epoch)
+                took_over(journal, past, state, ending, cut_handoffs(past))
             self.owner.release(session_id)
             return Recovery(session_id, crashed, waiting, exc.reason)
         return Recovery(session_id, crashed, waiting)

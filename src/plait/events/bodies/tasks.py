@@ -38,7 +38,16 @@ __all__ = [
 # --- tasks and turns -------------------------------------------------------------------------
 
 AbortCause = Literal[
-    "user", "close", "forced_close", "destroy", "replaced", "crash", "model", "error", "shutdown"
+    "user",
+    "close",
+    "forced_close",
+    "destroy",
+    "replaced",
+    "crash",
+    "model",
+    "error",
+    "shutdown",
+    "fork",
 ]
 """What ended a task early, or cut off a call (docs/interrupts.md#causes): ``user`` (an
 interrupt by the embedder), ``close`` (the session's close interrupted it), ``forced_close``
@@ -46,7 +55,8 @@ interrupt by the embedder), ``close`` (the session's close interrupted it), ``fo
 ``replaced`` (an interrupting tool handed the timeline to another task), ``crash`` (the process
 stopped), ``model`` (the model server failed), ``error`` (plait refused or failed to go on),
 ``shutdown`` (the process stopped on purpose, a SIGTERM or a drain with a grace period, and
-handed the session back)."""
+handed the session back), ``fork`` (a fork's copy ended between a ``conv_create`` or
+``conv_send`` call and its answer: recorded when the fork is resumed)."""
 InterruptCause = Literal["user", "close"]
 """The causes that interrupt the running task and drop the chain it started."""
 

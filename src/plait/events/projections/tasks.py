@@ -26,7 +26,7 @@ from plait.events.types import (
     TaskStarted,
     TurnAborted,
 )
-from plait.events.values import Content, TaskPlan, as_text
+from plait.events.values import Closure, Content, TaskPlan, as_text
 
 __all__ = [
     "TASKS",
@@ -36,6 +36,7 @@ __all__ = [
     "TaskResult",
     "chain_to_drop",
     "continuation_output",
+    "handoff_answer",
     "next_task",
     "task_queue",
 ]
@@ -178,7 +179,12 @@ def continuation_output(state: TaskQueue, plan: TaskPlan) -> str | None:
     closure = plan.closure
     if closure is None:
         return None
-    result = state.results.get(closure.target_task_id or "")
+    return handoff_answer(closure, state.results.get(closure.target_task_id or ""))
+
+
+def handoff_answer(closure: Closure, result: TaskResult | None) -> str:
+    """Return the JSON answer of the call ``closure`` names, given how its target's task
+    ended (``None``: it did not run) (docs/conv-tools.md#results)."""
     payload: dict[str, Any] = {"conversation_id": closure.target_conversation_id}
     if closure.first_user_message is not None:
         payload["first_user_message"] = as_text(closure.first_user_message)
