@@ -6,10 +6,14 @@ import asyncio
 import itertools
 import json
 import random
+import select
+import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+from chat_rules import chat_problems
 
 from plait import ApprovalDecision, ApprovalRequest
 from plait.actors.mcp import McpServerConfig
@@ -29,6 +33,7 @@ from plait.events import (
     ToolCallCompleted,
 )
 from plait.events.projections import HistoryProjection
+from plait.replay import audit, replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
@@ -41,6 +46,31 @@ def local_mcp_servers(*args: str) -> dict[str, McpServerConfig]:
     go on its command line (``--variant control``...)."""
     command = [str(TEST_SERVER_PY), "stdio", *args]
     return {"t": McpServerConfig(command=sys.executable, args=command)}
+
+
+class HttpServer:
+    """The test server over streamable HTTP on a free loopback port, in a child process."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(TEST_SERVER_PY), "http", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        # It prints its URL once its socket listens: wait for that line, not for a while.
+        readable, _, _ = select.select([self.process.stdout], [], [], 20.0)
+        assert readable, "the HTTP test server did not start in 20 s"
+        line = self.process.stdout.readline()
+        assert line.startswith("listening on "), line
+        self.url = line.split()[-1]
+
+    def close(self) -> None:
+        """Stop the server."""
+        self.process.terminate()
+        self.process.wait(10)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
 
 
 class Stuck:
@@ -220,3 +250,18 @@ def assert_ids(events: list[Event]) -> None:
             assert event.conversation_id is not None, f"{name}: no conversation_id"
             if not isinstance(event.body, LIFECYCLE):
                 assert event.task_id is not None, f"{name}: no task_id"
+
+
+def went_on_problems(store: EventStore, session_id: str, requests: list[Any]) -> list[str]:
+    """What is wrong with a session that went on (a fork, a recovered session), one line
+    each: a model request a strict server refuses (``chat_rules``), a call still pending in
+    its audit, a hash chain that does not verify, a replay that diverges."""
+    problems = [p for request in requests for p in chat_problems(request.messages)]
+    rows = audit(store, session_id)
+    problems += [f"{row.call_id} pending in the audit" for row in rows if row.outcome == "pending"]
+    if not store.verify(session_id).ok:
+        problems.append("its hash chain does not verify")
+    result = replay(store, session_id, timeout=5)
+    if result.divergence is not None:
+        problems.append(result.divergence.message())
+    return problems

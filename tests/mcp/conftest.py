@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import select
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
@@ -12,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from scripted import HttpServer
 
 from plait.actors.effects import EffectLoop
 from plait.actors.mcp import McpServerConfig
@@ -118,31 +117,6 @@ def gone() -> Callable[[int], bool]:
 def new_reports() -> Callable[[], Reports]:
     """Make a report collector (the fixture gives the class, so any scope can use it)."""
     return Reports
-
-
-class HttpServer:
-    """The test server over streamable HTTP on a free loopback port, in a child process."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(SERVER), "http", "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        # It prints its URL once its socket listens: wait for that line, not for a while.
-        readable, _, _ = select.select([self.process.stdout], [], [], 20.0)
-        assert readable, "the HTTP test server did not start in 20 s"
-        line = self.process.stdout.readline()
-        assert line.startswith("listening on "), line
-        self.url = line.split()[-1]
-
-    def close(self) -> None:
-        """Stop the server."""
-        self.process.terminate()
-        self.process.wait(10)
-        assert self.process.stdout is not None
-        self.process.stdout.close()
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 
 import pytest
-from scripted import assert_histories_valid, call
+from scripted import assert_histories_valid, call, runtime_for, went_on_problems
 
 from plait.actors.model import ModelSettings
 from plait.errors import PlaitError
@@ -76,3 +77,37 @@ def test_a_fork_inside_a_task_ends_it_on_resume(tmp_path: Path) -> None:
         assert_histories_valid(forked)
         with pytest.raises(PlaitError, match="cannot fork at seq 99"):
             fork(store, source.session_id, 99)
+
+
+GOLDEN = Path(__file__).with_name("golden")
+
+
+@pytest.mark.parametrize(
+    ("recorded", "session"),
+    [
+        ("v1-sessions", "g1-1"),  # nested conv_create, conv_send: before settings were kept
+        ("v3-sessions", "g6-1"),  # a crash and a takeover, then a close that interrupts
+    ],
+)
+def test_a_session_recorded_long_ago_forks_at_every_seq_and_goes_on(
+    tmp_path: Path, recorded: str, session: str
+) -> None:
+    copy = tmp_path / "golden.sqlite"
+    shutil.copy(GOLDEN / f"{recorded}.sqlite", copy)  # the committed file stays untouched
+    with (
+        ScriptedModelServer() as server,
+        SqliteStore(copy) as store,
+        runtime_for(server, tmp_path, store=store, expire_every_sec=None) as runtime,
+    ):
+        failures: dict[int, list[str]] = {}
+        for at in range(2, store.last_seq(session) + 1):
+            before = len(server.requests)
+            server.push(*[Step(text="Went on.")] * 4)  # what waited, then the input
+            forked = runtime.resume(fork(store, session, at, new_session_id=f"cut-{at}"))
+            assert forked.run("Go on.", timeout=60).last_assistant_message == "Went on."
+            forked.close()
+            problems = went_on_problems(store, f"cut-{at}", server.requests[before:])
+            if problems:
+                failures[at] = problems
+        assert failures == {}
+        assert replay(store, session, timeout=5).ok  # the source replays as it ran

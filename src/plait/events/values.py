@@ -329,6 +329,13 @@ class RuntimeSettings(Value, frozen=True):
     Sessions started before it did record ``False`` (by omission): until a run records its
     servers, they offer every tool the log listed, as before
     (docs/replay.md#mcp-servers-per-run)."""
+    handoff_answers: bool = False
+    """A resumed session answers from its log a ``conv_create`` or ``conv_send`` call that a
+    cut left with nothing queued to answer it, and drops the target's task nobody waits for;
+    a call cut off before it handed its task on is answered saying its task did not run
+    (docs/replay.md#hand-offs-a-fork-cut). Sessions started before it did record ``False``
+    (by omission): they resume and replay as they ran. A fork made since does it whatever
+    its source recorded (``ForkOrigin.full_recovery``)."""
 
 
 class StoragePolicy(Value, frozen=True):

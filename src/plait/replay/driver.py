@@ -181,10 +181,13 @@ class Driver:
             self.servers = ReplayServers(configs, report)
             return self.servers
 
-        self.forced = forced_closes(recorded)
-        closing = {e.seq for group in self.forced.values() for e in group}
+        forced = forced_closes(recorded)
+        closing = {e.seq for group in forced.values() for e in group}
+        # What a fork copied is given, crashes and closes in it too: the program starts after.
+        self.forced = {seq: group for seq, group in forced.items() if seq > self.given}
         # A run whose servers changed records them first: the process stopped before that.
-        self.crash_points = {_before_offer(recorded, c) for c in crash_points(recorded, closing)}
+        points = {_before_offer(recorded, c) for c in crash_points(recorded, closing)}
+        self.crash_points = {seq for seq in points if seq > self.given}
         self.store = _RecordedTime(recorded, sorted(self.crash_points | set(self.forced)))
         self.runtime = Runtime(
             self.store,

@@ -40,7 +40,10 @@ def fork(
     missing = missing_content(events)
     if missing:
         raise ContentUnavailableError(session_id, f"fork at seq {at_seq}", missing)
-    origin = msgspec.structs.replace(events[0].body, forked_from=ForkOrigin(session_id, at_seq))
+    # Made now, the fork recovers as new sessions do, however old its source: a cut
+    # hand-off is answered, where a replay sees it (docs/replay.md#hand-offs-a-fork-cut).
+    forked_from = ForkOrigin(session_id, at_seq, full_recovery=True)
+    origin = msgspec.structs.replace(events[0].body, forked_from=forked_from)
     new = new_session_id or str(uuid.uuid4())
     policies = Policies(events)  # the copy keeps what its source may (a ttl's content expires)
     copied = [NewEvent(origin, at=events[0].at)]

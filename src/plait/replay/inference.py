@@ -36,9 +36,9 @@ from plait.events.types import (
     ToolCallRequested,
     ToolCallStarted,
     TurnAborted,
-    recorded_settings,
 )
 from plait.events.values import as_text
+from plait.runtime.recovery import records_resumes
 
 __all__ = [
     "LIFECYCLE",
@@ -106,14 +106,14 @@ def crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[in
     """The seqs where a resumed process began to record.
 
     A session that records ``SessionResumed`` says so: each marker is one. Before markers
-    were recorded (``RuntimeSettings.resume_markers``), a recovery is known by what it
-    records first: a call run again (started a second time), an answer for a call the crash
-    cut off, or the crashed task's end; until that ``TurnAborted(crash)``, the events of the
-    task it ends are the recovery's, not a new crash. The events of a forced close
+    were recorded (``RuntimeSettings.resume_markers``, ``ForkOrigin.full_recovery``), a
+    recovery is known by what it records first: a call run again (started a second time),
+    an answer for a call the crash cut off, or the crashed task's end; until that
+    ``TurnAborted(crash)``, the events of the task it ends are the recovery's, not a new
+    crash. The events of a forced close
     (``closing``) look alike and are not a crash.
     """
-    settings = recorded_settings(recorded)
-    if settings is not None and settings.resume_markers:
+    if records_resumes(recorded):
         return [e.seq for e in recorded if isinstance(e.body, SessionResumed)]
     points: list[int] = []
     running: set[str] = set()

@@ -8,12 +8,14 @@ a fork copies up to any seq and may cut one, leaving the call open with nothing 
 answer it. Resumed, the session answers it from what its log holds, before anything runs:
 
 - the continuation started and its answer was cut: the answer it would have recorded (how
-  the target's task ended);
+  the target's task ended), with ``aborted_by="fork"``: the fork's resume recorded it;
 - no continuation was queued: the call is answered ``error``, with the conversation it named
   or opened and why its task did not run (``aborted_by="fork"``); the target's task, if it
   was queued, is dropped, for nobody waits for its result.
 
-All of it is read from the log, so a replay of the fork records the same.
+All of it is read from the log, so a replay of the fork records the same. Sessions started
+before this was done (``RuntimeSettings.handoff_answers`` false) resume as they did; a fork
+made since does it whatever its source recorded (``ForkOrigin.full_recovery``).
 """
 
 from __future__ import annotations
@@ -33,15 +35,25 @@ from plait.events.types import (
     ConversationOpened,
     Event,
     NewEvent,
+    SessionStarted,
     TaskDropped,
     TaskStarted,
     ToolCallCompleted,
     ToolCallRequested,
     TurnAborted,
+    recorded_settings,
 )
 from plait.events.values import Closure, TaskPlan, as_text
 
-__all__ = ["FORK_CUT", "NOBODY_WAITS", "cut_handoffs", "not_run", "opened_by"]
+__all__ = [
+    "FORK_CUT",
+    "NOBODY_WAITS",
+    "answers_handoffs",
+    "cut_handoffs",
+    "fully_recovered",
+    "not_run",
+    "opened_by",
+]
 
 FORK_CUT = "the task did not run: the session was forked between this call and its answer"
 """The ``error`` of the answer of a hand-off whose continuation a fork did not copy."""
@@ -64,7 +76,10 @@ class _Handoff:
 
 def cut_handoffs(past: Sequence[Event]) -> list[NewEvent]:
     """What answers the hand-offs ``past`` leaves open with nothing queued to answer them,
-    and drops the target tasks nobody waits for (nothing, if there are none)."""
+    and drops the target tasks nobody waits for (nothing, if there are none, or if the
+    session predates ``RuntimeSettings.handoff_answers``: it resumes as it did)."""
+    if not answers_handoffs(past):
+        return []
     queue = TASKS.initial()
     requests: dict[str, tuple[int, ToolCallRequested]] = {}
     opened: list[tuple[int, str | None, str | None]] = []  # seq, parent, conversation
@@ -90,7 +105,7 @@ def cut_handoffs(past: Sequence[Event]) -> list[NewEvent]:
                 # What the scheduler answers the call with as the continuation starts, in
                 # the same group (actors/scheduler.py): read before TaskStarted forgets it.
                 output = continuation_output(queue, plan) or ""
-                answer = ToolCallCompleted(closure.call_id, output)
+                answer = ToolCallCompleted(closure.call_id, output, aborted_by="fork")
                 handoffs[closure.call_id].answer = NewEvent(answer, *_ids(plan))
         queue = TASKS.apply(queue, event)
     return _answers(handoffs, queue)
@@ -115,6 +130,21 @@ def _answers(handoffs: dict[str, _Handoff], queue: TaskQueue) -> list[NewEvent]:
         if plan.chain_depth > 0 and plan.closure is None and plan.task_id not in awaited:
             answers.append(NewEvent(TaskDropped(NOBODY_WAITS, "fork"), *_ids(plan)))
     return answers
+
+
+def answers_handoffs(past: Sequence[Event]) -> bool:
+    """Whether the session of ``past`` answers hand-offs a cut left open: it was started
+    recording ``RuntimeSettings.handoff_answers``, or forked since forks do."""
+    settings = recorded_settings(past)
+    return (settings is not None and settings.handoff_answers) or fully_recovered(past)
+
+
+def fully_recovered(past: Sequence[Event]) -> bool:
+    """Whether the session of ``past`` is a fork that recovers as new sessions do
+    (``ForkOrigin.full_recovery``), whatever its source recorded."""
+    started = past[0].body if past else None
+    fork = started.forked_from if isinstance(started, SessionStarted) else None
+    return fork is not None and fork.full_recovery
 
 
 def not_run(request: ToolCallRequested, opened: str | None, error: str) -> str:

@@ -58,7 +58,7 @@ from plait.events.values import (
     TaskPlan,
     as_text,
 )
-from plait.runtime.handoffs import not_run, opened_by
+from plait.runtime.handoffs import answers_handoffs, fully_recovered, not_run, opened_by
 
 __all__ = [
     "CRASHED",
@@ -75,6 +75,7 @@ __all__ = [
     "forced_close",
     "in_flight",
     "open_calls",
+    "records_resumes",
     "running_ended",
     "took_over",
 ]
@@ -154,9 +155,11 @@ def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash")
 
     A built-in may have run: unknown; but a ``conv_create`` or ``conv_send`` queued nothing
     (it does so as it ends the task), so its answer says its task did not run, with the
-    conversation a ``conv_create`` opened. An MCP call with no ``ToolCallStarted`` never reached
-    its server (nor did a call of a tool that was not offered), so it did not run. A started
-    call of a tool the log's snapshot says is read-only or idempotent is run again.
+    conversation a ``conv_create`` opened (in sessions that do, ``answers_handoffs``: older
+    ones resume as they did). An MCP call with no
+    ``ToolCallStarted`` never reached its server (nor did a call of a tool that was not
+    offered), so it did not run. A started call of a tool the log's snapshot says is
+    read-only or idempotent is run again.
     """
     requests: dict[str, ToolCallRequested] = {}
     since: dict[str, Event] = {}  # where each was requested
@@ -165,6 +168,7 @@ def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash")
     asked: set[str] = set()
     denied: set[str] = set()
     opened: list[tuple[int, str | None, str | None]] = []  # seq, parent, conversation
+    handoffs = HANDOFFS if answers_handoffs(past) else ()
     for event in past:
         body = event.body
         if isinstance(body, McpServerReady | McpToolsRefreshed):
@@ -198,7 +202,7 @@ def open_calls(past: Sequence[Event], task_id: str, cause: AbortCause = "crash")
             known.append(cut_off(call_id, DENIED, "refused", cause))
         elif call_id in started and tool is not None and (tool.read_only or tool.idempotent):
             rerun.append(started[call_id])
-        elif canonical_name(request.tool) in HANDOFFS:  # it queued nothing: its task did not run
+        elif canonical_name(request.tool) in handoffs:  # it queued nothing: its task did not run
             event = since[call_id]
             made = opened_by(opened, event.seq, event.conversation_id)
             known.append(cut_off(call_id, not_run(request, made, HANDOFF_CUT), "error", cause))
@@ -325,6 +329,14 @@ def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event], QueueSnapsh
             yield info.stream, past, state
 
 
+def records_resumes(past: Sequence[Event]) -> bool:
+    """Whether the session of ``past`` records ``SessionResumed`` where a process takes it
+    over: it was started recording ``RuntimeSettings.resume_markers``, or forked since forks
+    do (``ForkOrigin.full_recovery``)."""
+    settings = recorded_settings(past)
+    return (settings is not None and settings.resume_markers) or fully_recovered(past)
+
+
 def took_over(
     journal: Journal,
     past: Sequence[Event],
@@ -336,10 +348,9 @@ def took_over(
     a cut left open (``cut``: ``handoffs.cut_handoffs``), then ``bodies`` in the running task
     (the recovery of the task a crash cut off), as one group."""
     plan = state.running
-    settings = recorded_settings(past)
     ids = (plan.conversation_id, plan.task_id) if plan else (None, None)
     items = [*cut, *(NewEvent(b, *ids) for b in bodies)]
-    if settings is not None and settings.resume_markers:
+    if records_resumes(past):
         dropped = sum(isinstance(item.body, TaskDropped) for item in cut)
         marker = SessionResumed(plan.task_id if plan else None, len(state.pending) - dropped)
         items.insert(0, NewEvent(marker))

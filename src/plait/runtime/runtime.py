@@ -300,6 +300,7 @@ class Runtime(Sessions):
             model=self.settings.options(),
             resume_markers=True,
             servers_per_run=True,
+            handoff_answers=True,
         )
 
     def start_session(

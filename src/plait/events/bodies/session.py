@@ -40,6 +40,11 @@ class ForkOrigin(msgspec.Struct, frozen=True, gc=False):
     """The source session."""
     at_seq: int
     """The last source event copied."""
+    full_recovery: bool = False
+    """Resumed, the fork records ``SessionResumed`` and answers the hand-offs its cut left
+    open, as sessions recording ``RuntimeSettings.resume_markers`` and ``handoff_answers``
+    do, whatever its source recorded (docs/replay.md#hand-offs-a-fork-cut). Forks made
+    before it was recorded lack it: they resume and replay as they did."""
 
 
 class SessionStarted(Body, frozen=True):
