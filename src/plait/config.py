@@ -16,6 +16,7 @@ key and what was expected.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tomllib
@@ -228,8 +229,8 @@ def load_config(
     ``Config.mcp_problem`` instead, for the commands that start no server.
     """
     env = os.environ if env is None else env
-    project = find_project(cwd)
-    root = project.cwd
+    root = Path(cwd)
+    project = _as_given(find_project(cwd), root)
     named = path if path is not None else env.get("PLAIT_CONFIG") or None
     file = Path(named) if named is not None else project.config
     if file is not None and not file.is_absolute():
@@ -300,6 +301,23 @@ def _store_url(
     return url
 
 
+def _as_given(project: Project, cwd: Path) -> Project:
+    """``project`` with what it found under the working directory named from ``cwd`` as it
+    was given (``plait.toml`` for ``.``), so that messages name it as the user would; what
+    is above it keeps its absolute path."""
+
+    def named(path: Path) -> Path:
+        return cwd / path.relative_to(project.cwd) if path.is_relative_to(project.cwd) else path
+
+    return dataclasses.replace(
+        project,
+        cwd=cwd,
+        config=project.config and named(project.config),
+        mcp_json=tuple(named(path) for path in project.mcp_json),
+        store=named(project.store),
+    )
+
+
 def _get(data: Mapping[str, Any], *keys: str) -> Any:
     """The value at ``keys`` in nested tables, or ``None``."""
     for key in keys:
@@ -361,7 +379,9 @@ def _servers(
         server = _server(name, table, *origin[name])
         if server.command is not None:
             home = runs_in.get(name)
-            where = str(home) if server.cwd is None and home is not None else None
+            where = None  # where plait runs
+            if server.cwd is None and home is not None and home != project.cwd:
+                where = str(home)
             if server.cwd is not None:
                 given = Path(server.cwd).expanduser()
                 where = str(given if given.is_absolute() else cwd_base[name] / given)

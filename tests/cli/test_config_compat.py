@@ -176,7 +176,7 @@ def test_a_claude_code_mcp_json_works_unchanged(
     result = cli("exec", "Again.", env={"PYTHON": sys.executable, "REMOTE_URL": url})
     assert result.returncode == 1
     assert result.stderr == (
-        f"plait: {cli.cwd / '.mcp.json'}: mcpServers.remote: key 'headers.Authorization' "
+        "plait: .mcp.json: mcpServers.remote: key 'headers.Authorization' "
         "needs ${REMOTE_TOKEN}, which is not set\n"
     )
 

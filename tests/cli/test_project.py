@@ -111,11 +111,11 @@ def test_verbose_names_the_files_the_store_the_model_and_each_server(
     server.push(Step(text="Hi again."))
     told = cli("-v", "exec", "--last", "Hello?", env=KEY)
     assert told.returncode == 0, told.stderr
-    assert f"plait.cli: configuration: {config}\n" in told.stderr
-    assert f"plait.cli: store: {cli.store}\n" in told.stderr
+    assert "plait.cli: configuration: plait.toml\n" in told.stderr  # named as from here
+    assert "plait.cli: store: .plait/plait.db\n" in told.stderr
     assert f"plait.cli: model: scripted-model at {server.base_url}\n" in told.stderr
     command = shlex.join([sys.executable, str(TEST_SERVER)])
-    assert f"plait.cli: MCP server t: command {command} (in {cli.cwd})\n" in told.stderr
+    assert f"plait.cli: MCP server t: command {command}\n" in told.stderr
     assert re.search(r"plait\.cli: MCP server t: ready after \d+ ms, \d+ tools\n", told.stderr)
     assert "POST" not in told.stderr  # the requests are -vv's
 
@@ -129,15 +129,20 @@ def test_verbose_names_the_files_the_store_the_model_and_each_server(
 
     read = cli("-v", "sessions")
     assert read.returncode == 0, read.stderr
+    assert "plait.cli: store: .plait/plait.db\n" in read.stderr
+    above = cli.cwd / "below"
+    above.mkdir()
+    read = cli.at(above)("-v", "sessions")
+    assert f"plait.cli: configuration: {config}\n" in read.stderr  # named in full from below
     assert f"plait.cli: store: {cli.store}\n" in read.stderr
 
 
 def test_a_broken_server_table_stops_only_the_commands_that_start_servers(
     cli: Cli, server: ScriptedModelServer
 ) -> None:
-    config = cli.configure(server.base_url, '[mcp_servers.git]\ncomand = "mcp-server-git"\n')
+    cli.configure(server.base_url, '[mcp_servers.git]\ncomand = "mcp-server-git"\n')
     session = cli.record("b")
-    problem = f"{config}: mcp_servers.git: unknown key 'comand'"
+    problem = "plait.toml: mcp_servers.git: unknown key 'comand'"
     for args in (["sessions"], ["log", session], ["audit", session], ["history", session]):
         result = cli(*args)
         assert result.returncode == 0, result.stderr
@@ -152,10 +157,10 @@ def test_a_broken_server_table_stops_only_the_commands_that_start_servers(
 
 
 def test_a_value_out_of_a_few_is_refused_with_the_choices(cli: Cli) -> None:
-    config = cli.configure("http://127.0.0.1:9/v1", '[policy]\napproval = "sometimes"\n')
+    cli.configure("http://127.0.0.1:9/v1", '[policy]\napproval = "sometimes"\n')
     result = cli("sessions")
     assert result.returncode == 1
     assert result.stderr == (
-        f"plait: {config}: policy.approval: invalid value 'sometimes': choose one of never, "
+        "plait: plait.toml: policy.approval: invalid value 'sometimes': choose one of never, "
         "on-request, on-write, untrusted\n"
     )
