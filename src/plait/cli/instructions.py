@@ -1,7 +1,7 @@
 """The instructions every new session of the command line starts with, whichever face starts
 it (``plait exec``, ``plait chat``, ``plait mcp-server``'s ``run``): the working directory,
 then the project's rules, the ``AGENTS.md`` files, as Codex reads them
-(docs/configuration.md#agentsmd).
+(docs/configuration.md#what-a-new-session-is-told).
 
 They are the root conversation's user instructions, so the log holds them: a replay needs
 none of the files, and a resumed session keeps those it started with.
