@@ -16,6 +16,13 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def other_repository(tmp_path: Path) -> Path:
+    """A directory under ``tmp_path`` that is a repository's root: the walk up from it stops
+    there, short of ``tmp_path``'s files."""
+    (tmp_path / "elsewhere" / ".git").mkdir(parents=True)
+    return tmp_path / "elsewhere"
+
+
 def test_no_file_gives_the_defaults_under_the_working_directory(tmp_path: Path) -> None:
     config = load_config(cwd=tmp_path, env={})
     assert config.model.model == "gpt-4o-mini"
@@ -64,14 +71,14 @@ def test_the_storage_policy_and_the_store_lock_wait_are_read(tmp_path: Path) -> 
     config = load_config(cwd=tmp_path, env={"PLAIT_STORE": "other.db"})
     assert config.policy.storage == "ttl:7d"
     assert (config.store.url, config.store.busy_timeout_sec) == (str(tmp_path / "other.db"), 0.5)
-    assert load_config(cwd=tmp_path / "nowhere", env={}).policy.storage == "full"
+    assert load_config(cwd=other_repository(tmp_path), env={}).policy.storage == "full"
 
 
 def test_the_approval_policy_and_its_timeout_are_read(tmp_path: Path) -> None:
     write(tmp_path / "plait.toml", '[policy]\napproval = "on-write"\napproval_timeout_sec = 30\n')
     policy = load_config(cwd=tmp_path, env={}).policy
     assert (policy.approval, policy.approval_timeout_sec) == ("on-write", 30)
-    default = load_config(cwd=tmp_path / "nowhere", env={}).policy
+    default = load_config(cwd=other_repository(tmp_path), env={}).policy
     assert (default.approval, default.approval_timeout_sec) == ("never", 300)
 
 
@@ -93,7 +100,11 @@ def test_plait_config_names_the_file(tmp_path: Path) -> None:
         ('[model]\ntimeout_sec = "slow"\n', "model.timeout_sec: expected `float`, got `str`"),
         ('[model]\nmodle = "x"\n', "model.modle: unknown key"),
         ("colour = true\n", "colour: unknown key"),
-        ('[policy]\napproval = "sometimes"\n', "policy.approval: invalid enum value 'sometimes'"),
+        (
+            '[policy]\napproval = "sometimes"\n',
+            "policy.approval: invalid value 'sometimes': choose one of never, on-request, "
+            "on-write, untrusted",
+        ),
         (
             "[policy]\napproval_timeout_sec = 0\n",
             "policy.approval_timeout_sec: expected `float` > 0.0",
@@ -151,11 +162,12 @@ def test_the_user_file_is_read_under_the_project_file(tmp_path: Path) -> None:
     assert (git.command, git.args, git.enabled) == ("mcp-server-git", ["--repository", "."], False)
     assert config.source == f"{user}, {tmp_path / 'plait.toml'}"
     # Without XDG_CONFIG_HOME: under $HOME/.config; with neither variable, no user file.
-    home = load_config(cwd=tmp_path / "elsewhere", env={"HOME": str(tmp_path / "home")})
+    elsewhere = other_repository(tmp_path)
+    home = load_config(cwd=elsewhere, env={"HOME": str(tmp_path / "home")})
     assert home.source == "defaults"
     (tmp_path / "home" / ".config").mkdir(parents=True)
     (tmp_path / "home" / ".config" / "plait").symlink_to(user.parent)
-    home = load_config(cwd=tmp_path / "elsewhere", env={"HOME": str(tmp_path / "home")})
+    home = load_config(cwd=elsewhere, env={"HOME": str(tmp_path / "home")})
     assert home.model.model == "user"
 
 

@@ -2,29 +2,41 @@
 
 Where it comes from, in order, each overriding the one before: the defaults below; the user's
 file (``$XDG_CONFIG_HOME/plait/config.toml``, else ``~/.config/plait/config.toml``); the
-project's (``--config PATH``, else ``PLAIT_CONFIG``, else ``plait.toml`` in the working
-directory, if there is one), merged table by table; the ``mcp.json`` files named by
-``mcp_json`` (else ``.mcp.json`` and ``mcp.json`` in the working directory), each server
-whole; the environment (``OPENAI_BASE_URL``, the key in ``model.api_key_env``,
+project's (``--config PATH``, else ``PLAIT_CONFIG``, else the nearest ``plait.toml`` from the
+working directory up to the repository's root, ``plait.project``), merged table by table; the
+``mcp.json`` files named by ``mcp_json`` (else the nearest ``.mcp.json`` and ``mcp.json``),
+each server whole; the environment (``OPENAI_BASE_URL``, the key in ``model.api_key_env``,
 ``PLAIT_MODEL``, ``PLAIT_STORE``); what the caller passes (the command line's flags); last the
-``-c KEY.PATH=VALUE`` overrides. Every value is checked by msgspec: an unknown key, a wrong
-type or a missing field is one ``ConfigError`` naming the file (or the ``-c``), the key and
-what was expected.
+``-c KEY.PATH=VALUE`` overrides. A relative path in a file is read from the file's directory
+(``store.url``, ``mcp_json``, a server's ``cwd``); one given on the command line or in the
+environment, from the working directory. Every value is checked by msgspec: an unknown key,
+a wrong type or a missing field is one ``ConfigError`` naming the file (or the ``-c``), the
+key and what was expected.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, TypeVar
 
 import msgspec
-from msgspec import Meta
 
+from plait.config_types import (
+    DEFAULT_STORE,
+    Config,
+    HistoryConfig,
+    ModelConfig,
+    PolicyConfig,
+    StoreConfig,
+)
 from plait.errors import ConfigError
+from plait.project import CONFIG_FILE, Project, find_project
 
 __all__ = [
     "CONFIG_FILE",
@@ -37,128 +49,13 @@ __all__ = [
     "user_config_file",
 ]
 
-CONFIG_FILE = "plait.toml"
-"""The file looked for in the working directory."""
 USER_CONFIG = Path("plait", "config.toml")
 """The user's own file, under the XDG configuration directory (``~/.config``)."""
-_DISCOVERED = (".mcp.json", "mcp.json")
-"""The ``mcp.json`` files read from the working directory when ``mcp_json`` is not set."""
-DEFAULT_STORE = ".plait/plait.db"
-"""The store when none is configured: a SQLite file under the working directory."""
+_SERVER_KEYS = ("mcp_servers", "mcp_json")
+"""The keys that configure MCP servers: a mistake in them stops only the commands that start
+servers (``load_config(mcp_servers=False)``)."""
 
-# Numbers with a range: a value outside it is refused when the file is read, key named.
-_Positive = Annotated[float, Meta(gt=0)]
-_AtLeastOne = Annotated[int, Meta(ge=1)]
-
-
-class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``[model]``: the OpenAI-compatible server."""
-
-    base_url: str | None = None
-    """The server's base URL (``.../v1``; ``OPENAI_BASE_URL`` overrides it); ``None``:
-    OpenAI's."""
-    model: str = "gpt-4o-mini"
-    """The model name sent with each request (``PLAIT_MODEL`` overrides it)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """The environment variable holding the API key (keys never go in the file)."""
-    context_window: _AtLeastOne | None = None
-    """The model's context window in tokens, when known."""
-    timeout_sec: _Positive = 60.0
-    """Seconds to connect, and the longest silence inside a stream."""
-    max_attempts: _AtLeastOne = 3
-    """Requests sent at most for one completion."""
-    max_reply_bytes: _AtLeastOne = 8 << 20
-    """Most bytes of a reply kept (text, reasoning, call arguments); past them plait stops
-    reading it and its task ends ``truncated``."""
-    max_reply_sec: _Positive = 600.0
-    """Most seconds a reply may stream; then it is cut the same way."""
-    max_output_tokens: _AtLeastOne | None = None
-    """Most tokens a reply may have; a reply cut there ends its task ``truncated``."""
-    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
-    """The request field the cap goes in (OpenAI's reasoning models take only the second)."""
-    temperature: Annotated[float, Meta(ge=0)] | None = None
-    """Sampling temperature (unset: the server's default)."""
-    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
-    """Nucleus sampling mass."""
-    seed: int | None = None
-    """Sampling seed, for servers that honour it."""
-    stop: list[str] | None = None
-    """Sequences that end a reply."""
-    reasoning_effort: str | None = None
-    """``low``, ``medium``, ``high``... for reasoning models."""
-    parallel_tool_calls: bool | None = None
-    """Whether the model may make several tool calls in one reply."""
-    extra_body: dict[str, Any] = {}
-    """More request fields, sent as given (a table: a server's own parameters)."""
-    headers: dict[str, str] = {}
-    """Extra HTTP headers for each request (keys stay out of files: a header that carries
-    one belongs in a proxy's configuration, not here)."""
-    send_reasoning: bool = False
-    """Send a reply's reasoning back on assistant messages with tool calls, as
-    ``reasoning_content`` (DeepSeek's thinking mode requires it; OpenAI refuses it)."""
-
-
-class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``[store]``: where the event log lives."""
-
-    url: str = DEFAULT_STORE
-    """A SQLite path (relative to the working directory), ``memory:`` or ``postgresql://...``."""
-    busy_timeout_sec: Annotated[float, Meta(ge=0)] = 5.0
-    """Seconds to wait for another process's write lock on a SQLite store before giving up."""
-
-
-class PolicyConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``[policy]``: limits that hold for every session."""
-
-    approval: Literal["never", "on-request", "on-write", "untrusted"] = "never"
-    """Which MCP tool calls wait for a decision: ``never``; ``on-request``, those of tools
-    that may be destructive; ``on-write``, of every tool that is not read-only;
-    ``untrusted``, every call. ``plait chat`` asks at the terminal; ``plait exec`` has nobody
-    to ask, so such calls are denied."""
-    approval_timeout_sec: _Positive = 300.0
-    """Seconds a call waits for its decision before it is denied."""
-    max_interrupt_chain_depth: Annotated[int, Meta(ge=0)] = 8
-    """Nested ``conv_create``/``conv_send`` allowed before the tool answers with an error."""
-    max_concurrent_tool_calls: _AtLeastOne = 8
-    """MCP calls in flight at once in a session; more wait, in order."""
-    max_concurrent_tool_calls_per_conversation: _AtLeastOne = 4
-    """MCP calls in flight at once in one conversation, under the session's cap."""
-    storage: str = "full"
-    """New sessions' storage policy: ``full``, ``headers_only``, ``none`` or ``ttl:SECONDS``
-    (``ttl:7d``; see ``StoragePolicy.parse``)."""
-
-
-class HistoryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``[history]``: compaction and history bounds (``model.context_window`` enables automatic
-    compaction)."""
-
-    compact_threshold: Annotated[float, Meta(gt=0, le=1)] = 0.9
-    """Compact before a turn whose prompt would pass this fraction of the context window."""
-    keep_recent_tokens: Annotated[int, Meta(ge=0)] = 2048
-    """About how many tokens of the latest history a compaction keeps as they are."""
-    max_items: _AtLeastOne | None = None
-    """Most messages a conversation's history keeps; the oldest go first."""
-    max_tokens: _AtLeastOne | None = None
-    """Most approximate tokens a conversation's history keeps; the oldest go first."""
-
-
-class Config(msgspec.Struct, frozen=True):
-    """Everything configurable, after files, environment and overrides were applied."""
-
-    model: ModelConfig = ModelConfig()
-    """The model server."""
-    store: StoreConfig = StoreConfig()
-    """The event log."""
-    policy: PolicyConfig = PolicyConfig()
-    """Session-wide limits."""
-    history: HistoryConfig = HistoryConfig()
-    """Compaction and history bounds."""
-    mcp_servers: dict[str, Any] = {}
-    """MCP servers by name (``McpServerConfig`` values)."""
-    api_key: str | None = None
-    """The API key read from ``model.api_key_env``; ``None`` when unset."""
-    source: str = "defaults"
-    """The files the configuration was read from, for messages."""
+_T = TypeVar("_T")
 
 
 class _File(msgspec.Struct, forbid_unknown_fields=True):
@@ -166,8 +63,28 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     policy: PolicyConfig = PolicyConfig()
     history: HistoryConfig = HistoryConfig()
+
+
+class _Servers(msgspec.Struct):
     mcp_servers: dict[str, dict[str, Any]] = {}
     mcp_json: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One file's, or one ``-c``'s, keys."""
+
+    source: str
+    """The file, or ``-c TEXT``: what messages name."""
+    data: dict[str, Any]
+    base: Path
+    """Where its relative paths are read from: the file's directory, or the working one."""
+    project: bool = False
+    """A project's file: its stdio servers run in its directory unless they say otherwise."""
+
+    def part(self, servers: bool) -> dict[str, Any]:
+        """Its MCP servers' keys (``servers``), or all the others."""
+        return {k: v for k, v in self.data.items() if (k in _SERVER_KEYS) == servers}
 
 
 def user_config_file(env: Mapping[str, str]) -> Path | None:
@@ -188,51 +105,46 @@ def load_config(
     store: str | None = None,
     model_flags: Mapping[str, Any] | None = None,
     overrides: Sequence[str] = (),
+    mcp_servers: bool = True,
 ) -> Config:
     """Read the configuration for a run in ``cwd``; ``model``/``store`` are the flags' values,
     ``model_flags`` those of other ``[model]`` keys, by name, and ``overrides`` the
     ``KEY.PATH=VALUE`` texts of ``-c``, applied last.
 
-    Raises ``ConfigError`` naming the file and the key when anything is wrong.
+    Raises ``ConfigError`` naming the file and the key when anything is wrong; with
+    ``mcp_servers`` false, a mistake in the MCP servers' keys or files is kept in
+    ``Config.mcp_problem`` instead, for the commands that start no server.
     """
     env = os.environ if env is None else env
     root = Path(cwd)
+    project = _as_given(find_project(cwd), root)
     named = path if path is not None else env.get("PLAIT_CONFIG") or None
-    file = Path(named) if named is not None else root / CONFIG_FILE
-    if named is not None and not file.is_absolute():
+    file = Path(named) if named is not None else project.config
+    if file is not None and not file.is_absolute():
         file = root / file
-    layers: list[tuple[str, dict[str, Any]]] = []
+    layers: list[_Layer] = []
     user = user_config_file(env)
     if user is not None and user.is_file():
-        layers.append((str(user), _load(user, tomllib.loads, "TOML")))
-    if named is not None or file.exists():
-        layers.append((str(file), _load(file, tomllib.loads, "TOML")))
+        layers.append(_Layer(str(user), _load(user, tomllib.loads, "TOML"), user.parent))
+    if file is not None:
+        layers.append(_Layer(str(file), _load(file, tomllib.loads, "TOML"), file.parent, True))
     files = len(layers)
-    layers += [(f"-c {text}", _override(text)) for text in overrides]
+    layers += [_Layer(f"-c {text}", _override(text), root) for text in overrides]
     merged: dict[str, Any] = {}
-    for source, data in layers:
-        _check_layer(data, source)
-        _merge(merged, data)
-    parsed = _convert(merged, _File, ", ".join(source for source, _ in layers))
-    # Servers: the files', then each mcp.json's (a whole entry each), then -c's keys on top.
-    tables, origin = _server_tables(layers[:files])
-    sources = [source for source, _ in layers[:files]]
-    if parsed.mcp_json is None:  # not set: those of the working directory, if any
-        json_paths = [root / name for name in _DISCOVERED if (root / name).is_file()]
-    else:
-        json_paths = [root / name for name in parsed.mcp_json]
-    for json_path in json_paths:
-        key, entries = _read_mcp_json(json_path, env, root)
-        tables.update(entries)
-        origin.update(dict.fromkeys(entries, (str(json_path), key)))
-        sources.append(str(json_path))
-    for source, data in layers[files:]:
-        for name, table in data.get("mcp_servers", {}).items():
-            _merge(tables.setdefault(name, {}), table)
-            origin[name] = (source, "mcp_servers")
-    servers = {name: _server(name, table, *origin[name]) for name, table in tables.items()}
-    sources += [source for source, _ in layers[files:]]
-    pinned = {key for _, data in layers[files:] for key in _paths(data)}
+    for layer in layers:
+        _check_layer(layer.part(servers=False), layer.source)
+        _merge(merged, layer.part(servers=False))
+    parsed = _convert(merged, _File, ", ".join(layer.source for layer in layers))
+    problem = None
+    try:
+        servers, jsons = _servers(layers, files, project, env)
+    except ConfigError as exc:
+        if mcp_servers:
+            raise
+        servers, jsons, problem = {}, [], str(exc)
+    sources = [layer.source for layer in layers[:files]] + jsons
+    sources += [layer.source for layer in layers[files:]]
+    pinned = {key for layer in layers[files:] for key in _paths(layer.data)}
     changes: dict[str, Any] = {}
     if env.get("OPENAI_BASE_URL"):
         changes["base_url"] = env["OPENAI_BASE_URL"]
@@ -240,21 +152,129 @@ def load_config(
         changes["model"] = model or env["PLAIT_MODEL"]
     changes.update(model_flags or {})
     changes = {k: v for k, v in changes.items() if f"model.{k}" not in pinned}  # -c wins
-    url = parsed.store.url
-    if "store.url" not in pinned:
-        url = store or env.get("PLAIT_STORE") or url
-    if "://" not in url and url != "memory:" and not Path(url).is_absolute():
-        url = str(root / url)
     settings = parsed.model
     return Config(
         model=msgspec.structs.replace(settings, **changes),
-        store=msgspec.structs.replace(parsed.store, url=url),
+        store=msgspec.structs.replace(
+            parsed.store, url=_store_url(layers, pinned, store, env, project)
+        ),
         policy=parsed.policy,
         history=parsed.history,
         mcp_servers=servers,
         api_key=env.get(settings.api_key_env) or None,
         source=", ".join(sources) or "defaults",
+        mcp_problem=problem,
     )
+
+
+def _store_url(
+    layers: list[_Layer],
+    pinned: set[str],
+    flag: str | None,
+    env: Mapping[str, str],
+    project: Project,
+) -> str:
+    """The store: ``-c``'s, else the flag's or ``PLAIT_STORE``, else the files', else the
+    project's; a relative path read from where it was given."""
+    setting = [layer for layer in layers if _get(layer.data, "store", "url") is not None]
+    if setting and ("store.url" in pinned or not (flag or env.get("PLAIT_STORE"))):
+        url, base = str(_get(setting[-1].data, "store", "url")), setting[-1].base
+    elif flag or env.get("PLAIT_STORE"):
+        url, base = flag or env["PLAIT_STORE"], project.cwd
+    else:
+        return str(project.store)
+    if "://" not in url and url != "memory:" and not Path(url).is_absolute():
+        url = str(base / url)
+    return url
+
+
+def _as_given(project: Project, cwd: Path) -> Project:
+    """``project`` with what it found under the working directory named from ``cwd`` as it
+    was given (``plait.toml`` for ``.``), so that messages name it as the user would; what
+    is above it keeps its absolute path."""
+
+    def named(path: Path) -> Path:
+        return cwd / path.relative_to(project.cwd) if path.is_relative_to(project.cwd) else path
+
+    return dataclasses.replace(
+        project,
+        cwd=cwd,
+        config=project.config and named(project.config),
+        mcp_json=tuple(named(path) for path in project.mcp_json),
+        store=named(project.store),
+    )
+
+
+def _get(data: Mapping[str, Any], *keys: str) -> Any:
+    """The value at ``keys`` in nested tables, or ``None``."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, Mapping) else None  # type: ignore[assignment]
+    return data
+
+
+def _servers(
+    layers: list[_Layer], files: int, project: Project, env: Mapping[str, str]
+) -> tuple[dict[str, Any], list[str]]:
+    """The MCP servers: the files', then each ``mcp.json``'s (a whole entry each), then
+    ``-c``'s keys on top; and the ``mcp.json`` files read."""
+    from plait.actors.mcp.config import check_keys
+
+    parts = []
+    for layer in layers:
+        part = _convert(layer.part(servers=True), _Servers, layer.source)
+        for name, table in part.mcp_servers.items():
+            check_keys(table, f"{layer.source}: mcp_servers.{name}")
+        parts.append(part)
+    tables: dict[str, Any] = {}
+    origin: dict[str, tuple[str, str]] = {}
+    runs_in: dict[str, Path | None] = {}  # a stdio server's directory when it names none
+    cwd_base: dict[str, Path] = {}  # where its ``cwd`` is read from
+    listed = [
+        (layer, part.mcp_json)
+        for layer, part in zip(layers, parts, strict=True)
+        if part.mcp_json is not None
+    ]
+    if listed:  # the last that names them: only those, read from its directory
+        layer, names = listed[-1]
+        json_paths = [layer.base / name for name in names or ()]
+    else:
+        json_paths = list(project.mcp_json)
+    entries_of: list[tuple[str, str, Path, bool, dict[str, Any]]] = [
+        (layer.source, "mcp_servers", layer.base, layer.project, part.mcp_servers)
+        for layer, part in zip(layers[:files], parts[:files], strict=True)
+    ]
+    for json_path in json_paths:
+        key, entries = _read_mcp_json(json_path, env, json_path.parent)
+        entries_of.append((str(json_path), key, json_path.parent, True, entries))
+    entries_of += [
+        (layer.source, "mcp_servers", layer.base, False, part.mcp_servers)
+        for layer, part in zip(layers[files:], parts[files:], strict=True)
+    ]
+    for source, key, base, in_project, entries in entries_of:
+        for name, table in entries.items():
+            if key == "mcp_servers":  # a file's or a -c's keys, over those before
+                _merge(tables.setdefault(name, {}), table)
+            else:  # an mcp.json's entry, whole
+                tables[name] = table
+            if name not in runs_in or not source.startswith("-c "):
+                runs_in[name] = base if in_project else None
+            if isinstance(table, dict) and "cwd" in table:
+                cwd_base[name] = base
+            origin[name] = (source, key)
+    servers = {}
+    for name, table in tables.items():
+        server = _server(name, table, *origin[name])
+        if server.command is not None:
+            home = runs_in.get(name)
+            where = None  # where plait runs
+            if server.cwd is None and home is not None and home != project.cwd:
+                where = str(home)
+            if server.cwd is not None:
+                given = Path(server.cwd).expanduser()
+                where = str(given if given.is_absolute() else cwd_base[name] / given)
+            server = msgspec.structs.replace(server, cwd=where)
+        servers[name] = server
+    return servers, [str(path) for path in json_paths]
 
 
 def _override(text: str) -> dict[str, Any]:
@@ -280,10 +300,6 @@ def _check_layer(data: dict[str, Any], source: str) -> None:
     storage = data.get("policy", {}).get("storage")
     if storage is not None:
         _check_storage(storage, source)
-    from plait.actors.mcp.config import check_keys
-
-    for name, table in data.get("mcp_servers", {}).items():
-        check_keys(table, f"{source}: mcp_servers.{name}")
 
 
 def _merge(into: dict[str, Any], data: Mapping[str, Any]) -> None:
@@ -304,19 +320,6 @@ def _paths(data: Mapping[str, Any], prefix: str = "") -> list[str]:
     return paths
 
 
-def _server_tables(
-    layers: list[tuple[str, dict[str, Any]]],
-) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
-    """Merge the files' server tables; say which file set each server last."""
-    tables: dict[str, dict[str, Any]] = {}
-    origin: dict[str, tuple[str, str]] = {}
-    for source, data in layers:
-        for name, table in data.get("mcp_servers", {}).items():
-            _merge(tables.setdefault(name, {}), table)
-            origin[name] = (source, "mcp_servers")
-    return tables, origin
-
-
 def _load(path: Path, parse: Callable[[str], Any], kind: str) -> Any:
     """Read and parse a configuration file; what is wrong with it is one line."""
     try:
@@ -329,7 +332,8 @@ def _load(path: Path, parse: Callable[[str], Any], kind: str) -> Any:
 
 def _read_mcp_json(path: Path, env: Mapping[str, str], root: Path) -> tuple[str, dict[str, Any]]:
     """Return the servers of an ``mcp.json`` as Claude Code, Cursor (``mcpServers``) or VS Code
-    (``servers``) write it, ``${VAR}`` references replaced, with the key they sit under."""
+    (``servers``) write it, ``${VAR}`` references replaced (``${workspaceFolder}`` is
+    ``root``), with the key they sit under."""
     data = _load(path, json.loads, "JSON")
     key = next((k for k in ("mcpServers", "servers") if isinstance(data, dict) and k in data), "")
     if not key or not isinstance(data[key], dict):
@@ -361,7 +365,7 @@ def _check_storage(text: str, path: str) -> None:
         raise ConfigError(f"{path}: policy.storage: {exc}") from None
 
 
-def _convert(data: Any, kind: type[_File], path: str) -> _File:
+def _convert(data: Any, kind: type[_T], path: str) -> _T:
     try:
         return msgspec.convert(data, kind)
     except msgspec.ValidationError as exc:
@@ -383,5 +387,22 @@ def _where(message: str) -> str:
         key = f"{key}.{field}" if key else field
         hint = _HINTS.get(key, "")
         return f"{key}: unknown key{hint}"
+    if text.startswith("Invalid enum value") and (choices := _choices(key)):
+        value = text.removeprefix("Invalid enum value").strip()
+        return f"{key}: invalid value {value}: choose one of {', '.join(choices)}"
     text = text[0].lower() + text[1:] if text else text
     return f"{key}: {text}" if key else text
+
+
+def _choices(key: str) -> list[str]:
+    """The values a key that takes one of a few may have (``policy.approval``...)."""
+    from msgspec import inspect
+
+    info: Any = inspect.type_info(_File)
+    for part in key.split("."):
+        if not isinstance(info, inspect.StructType):
+            return []
+        info = next((f.type for f in info.fields if f.name == part), None)
+    kinds = info.types if isinstance(info, inspect.UnionType) else (info,)
+    found = [kind for kind in kinds if isinstance(kind, inspect.LiteralType)]
+    return [str(value) for value in found[0].values] if found else []

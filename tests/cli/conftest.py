@@ -149,6 +149,12 @@ class Cli:
         )
         return Running(process)
 
+    def at(self, cwd: Path) -> Cli:
+        """``plait`` run from another directory (one inside this one's project, say)."""
+        other = Cli(cwd)
+        other.env = self.env
+        return other
+
     def configure(self, base_url: str, extra: str = "", *, top: str = "") -> Path:
         """Write a ``plait.toml`` that points at ``base_url`` and sends each request once;
         ``top`` goes before its first table, ``extra`` after ``[model]``."""

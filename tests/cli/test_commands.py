@@ -193,7 +193,7 @@ def test_a_bad_configuration_is_one_line_naming_file_and_key(
 ) -> None:
     (cli.cwd / "plait.toml").write_text(toml)
     (cli.cwd / "mcp.json").write_text('{"mcpServers": {"git": {"comand": "mcp-server-git"}}}')
-    result = cli("sessions")
+    result = cli("exec", "Hello?")  # a command that starts servers: the servers' keys count
     assert (result.returncode, result.stderr) == (1, f"plait: {message}\n")
 
 

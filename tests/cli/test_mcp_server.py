@@ -155,7 +155,9 @@ async def test_a_client_runs_replies_hears_progress_approves_and_the_cli_replays
             assert [row["session_id"] for row in listed] == [session]
             history = result_of(await client.call_tool("history", {"session_id": session}))
             audit = result_of(await client.call_tool("audit", {"session_id": session}))
-        assert server.requests[-1].messages[1:4] == [  # one session: the model saw it all
+        sent = server.requests[-1].messages  # the instructions, as plait exec's say
+        assert sent[1]["content"].startswith(f"The working directory is {cli.cwd.resolve()}.")
+        assert sent[2:5] == [  # one session: the model saw it all
             {"role": "user", "content": "Say hello."},
             {"role": "assistant", "content": "Hello from plait."},
             {"role": "user", "content": "Note it."},

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -48,6 +50,9 @@ from plait.errors import ModelError
 from plait.events.projections.messages import ContentShape
 
 __all__ = ["AttemptFailed", "ModelClient", "ModelReply", "ModelRequest", "ModelSettings"]
+
+log = logging.getLogger("plait.model")
+"""Each request's size and timing, at DEBUG (``plait -vv``); nothing is measured otherwise."""
 
 MAX_BACKOFF_SEC = 8.0
 """The longest wait between two attempts, whatever the backoff or a ``retry-after`` header say."""
@@ -229,26 +234,36 @@ class ModelClient:
     ) -> None:
         """``_attempt``, its reply cut where it passes a limit (the stream is then closed:
         a server that does not stop would otherwise hold the connection)."""
+        timing = _Timing() if log.isEnabledFor(logging.DEBUG) else None
         try:
             async with asyncio.timeout(self.settings.max_reply_sec) as deadline:
-                await self._attempt(content, assembly, on_sent)
+                await self._attempt(content, assembly, on_sent, timing)
         except Cut:
             pass
         except TimeoutError:
             if not deadline.expired():
                 raise
             assembly.cut("max_reply_sec")
+        finally:
+            if timing is not None:
+                timing.tell(f"{self.base_url}/chat/completions", content)
 
     async def _attempt(
-        self, content: list[bytes | memoryview], assembly: Assembly, on_sent: Callable[[], object]
+        self,
+        content: list[bytes | memoryview],
+        assembly: Assembly,
+        on_sent: Callable[[], object],
+        timing: _Timing | None = None,
     ) -> None:
         """Send one request and feed its stream to ``assembly``; raise ``Failure`` on failure."""
         if self._transport is None:
             on_sent()  # the SDK's client writes it in a moment
-            await self._attempt_through_sdk(content, assembly)
+            await self._attempt_through_sdk(content, assembly, timing)
             return
         try:
             async with self._transport.post("/chat/completions", content, on_sent) as response:
+                if timing is not None:
+                    timing.answered(response.status)
                 if response.status >= 400:
                     body = await response.read()
                     raise status_failure(response.status, response.reason, response.headers, body)
@@ -273,7 +288,7 @@ class ModelClient:
         self._check_whole(assembly)
 
     async def _attempt_through_sdk(
-        self, content: list[bytes | memoryview], assembly: Assembly
+        self, content: list[bytes | memoryview], assembly: Assembly, timing: _Timing | None
     ) -> None:
         """``_attempt`` through the SDK's HTTP client, which speaks to proxies."""
         import httpx2
@@ -301,6 +316,8 @@ class ModelClient:
             raise self._timeout() from exc
         except openai.APIConnectionError as exc:
             raise self._unreachable(exc.__cause__ or exc) from exc
+        if timing is not None:
+            timing.answered(response.status_code)
         async with contextlib.aclosing(response):
             try:
                 async for line in response.aiter_lines():
@@ -343,6 +360,32 @@ class ModelClient:
     def _unreachable(self, cause: BaseException) -> Failure:
         detail = str(cause) or type(cause).__name__
         return Failure("unavailable", f"cannot reach the model server at {self.base_url}: {detail}")
+
+
+class _Timing:
+    """One request's timing, for ``plait -vv``."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.first: float | None = None
+        self.status: int | None = None
+
+    def answered(self, status: int) -> None:
+        """The response's status line and headers came."""
+        self.first, self.status = time.monotonic(), status
+
+    def tell(self, url: str, content: Sequence[bytes | memoryview]) -> None:
+        """Log the request's size and timing."""
+        total = (time.monotonic() - self.began) * 1000
+        sent = sum(len(piece) for piece in content)
+        if self.first is None:
+            log.debug("POST %s: %d bytes sent, no answer after %.0f ms", url, sent, total)
+            return
+        first = (self.first - self.began) * 1000
+        log.debug(
+            "POST %s: %d bytes sent, HTTP %s, first byte after %.0f ms, total %.0f ms",
+            url, sent, self.status, first, total,
+        )  # fmt: skip
 
 
 def _decode(data: bytes) -> _Chunk:

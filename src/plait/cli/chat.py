@@ -33,6 +33,7 @@ from plait.cli.style import Style
 from plait.errors import InvalidInputError, SessionFailedError, undecoded_byte
 from plait.events.types import Event, ToolApprovalRequested, ToolCallRequested, Transient
 from plait.events.values import as_text
+from plait.project import find_project
 from plait.runtime import SessionHandle
 from plait.runtime.supervision import Unrecorded
 
@@ -212,7 +213,8 @@ def chat(
 
 class _Lines:
     """What the person types: a line, or several joined where one ends in ``\\``; with line
-    editing and a history (kept in ``.plait/chat_history``) when typed on a terminal."""
+    editing and a history (kept in the project's ``.plait/chat_history``) when typed on a
+    terminal."""
 
     def __init__(self, stdin: TextIO, out: TextIO, style: Style) -> None:
         self.stdin, self.out = stdin, out
@@ -230,7 +232,8 @@ class _Lines:
                     p: re.sub("(\x1b\\[[0-9;]*m)", "\x01\\1\x02", shown)
                     for p, shown in self.prompts.items()
                 }
-                self.history = os.path.join(".plait", "chat_history")
+                # The project's, wherever in it the chat runs (docs/configuration.md)
+                self.history = str(find_project().home / ".plait" / "chat_history")
                 with contextlib.suppress(OSError):
                     readline.read_history_file(self.history)
 

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from plait.cli.chat_input import BUILTIN, Command, custom_commands, description, system_prompt
+from plait.cli.chat_input import BUILTIN, Command, custom_commands, description
 from plait.cli.common import find_conversation, find_session
+from plait.cli.instructions import session_instructions
 from plait.cli.plan_view import tool_prefs
 from plait.errors import PlaitError
 from plait.events.store import EventStore
@@ -54,7 +55,7 @@ class ChatCommands:
         if session_id is not None:
             return self.runtime.resume(session_id)
         return self.runtime.start_session(
-            user_instructions=system_prompt(self.workdir), tool_prefs=tool_prefs(self.args)
+            user_instructions=session_instructions(self.workdir), tool_prefs=tool_prefs(self.args)
         )
 
     def close(self) -> None:

@@ -4,20 +4,20 @@ A line is a task, a ``/`` command, or a custom command (a Markdown file in ``.pl
 or the user's ``commands/`` directory, whose text becomes the task, with the arguments put in).
 A task's ``@path`` references attach those files' text to it. What is sent is what the log
 records as the task's input, so a replay needs neither the command files nor the files.
-The system prompt of a session chat starts names the working directory and carries the
-project's rules (``AGENTS.md``).
+The instructions a new session starts with are ``instructions.py``'s.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from plait.actors.text import undecodable
+from plait.cli.instructions import user_dir
 from plait.events.values import InputItem, InputText
+from plait.project import find_project
 
 __all__ = [
     "BUILTIN",
@@ -27,7 +27,6 @@ __all__ = [
     "Task",
     "custom_commands",
     "read_line",
-    "system_prompt",
     "user_dir",
 ]
 
@@ -49,9 +48,6 @@ BUILTIN: dict[str, str] = {
 
 MAX_FILE_BYTES = 256 * 1024
 """The most of a file an ``@path`` reference attaches."""
-
-MAX_RULES_BYTES = 32 * 1024
-"""The most of the ``AGENTS.md`` files the system prompt carries."""
 
 _REFERENCE = re.compile(r"(?<!\S)@(\S+)")
 
@@ -80,18 +76,12 @@ class Problem:
     message: str
 
 
-def user_dir() -> Path:
-    """plait's directory in the user's configuration (``$XDG_CONFIG_HOME/plait``)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "plait"
-
-
 def custom_commands(workdir: Path) -> dict[str, Path]:
-    """The custom commands, by name: ``.plait/commands/NAME.md`` of the project, over those
-    of the user's ``commands/`` directory."""
+    """The custom commands, by name: ``NAME.md`` in the nearest ``.plait/commands/`` up from
+    ``workdir`` (``plait.project``), over those of the user's ``commands/`` directory."""
     found: dict[str, Path] = {}
-    for folder in (user_dir() / "commands", workdir / ".plait" / "commands"):
-        if folder.is_dir():
+    for folder in (user_dir() / "commands", find_project(workdir).commands):
+        if folder is not None and folder.is_dir():
             found.update({path.stem: path for path in sorted(folder.glob("*.md"))})
     return {name: found[name] for name in sorted(found) if name not in BUILTIN}
 
@@ -183,23 +173,3 @@ def _utf8(data: bytes, *, whole: bool) -> str | Problem:
             f"is not UTF-8 text ({undecodable(exc)}): convert it, e.g. "
             "iconv -f latin1 -t utf-8 (nothing was sent)"
         )
-
-
-def system_prompt(workdir: Path) -> str:
-    """The user instructions of a session chat starts: the working directory, then the
-    project's rules: the ``AGENTS.md`` files from the repository's root down to the working
-    directory (the user's own first), as Codex reads them."""
-    workdir = workdir.resolve()
-    parts = [f"The working directory is {workdir}."]
-    root = next((d for d in (workdir, *workdir.parents) if (d / ".git").exists()), workdir)
-    folders = [d for d in (workdir, *workdir.parents) if d == root or root in d.parents]
-    files = [user_dir() / "AGENTS.md", *(d / "AGENTS.md" for d in reversed(folders))]
-    budget = MAX_RULES_BYTES
-    for path in files:
-        if budget <= 0 or not path.is_file():
-            continue
-        rules = path.read_bytes()[:budget].decode("utf-8", errors="replace").strip()
-        budget -= len(rules.encode())
-        if rules:
-            parts.append(f"Rules from {path}:\n\n{rules}")
-    return "\n\n".join(parts)

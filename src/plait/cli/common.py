@@ -4,6 +4,8 @@ named by a prefix, the model settings and the runtime; and where results and pro
 from __future__ import annotations
 
 import argparse
+import logging
+import shlex
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,6 +19,7 @@ from plait.errors import ConfigError, PlaitError
 
 if TYPE_CHECKING:
     from plait.actors.approvals import Approver
+    from plait.actors.mcp.config import McpServerConfig
     from plait.actors.model import ModelSettings
     from plait.events.store import EventStore
     from plait.runtime import Runtime
@@ -25,6 +28,7 @@ __all__ = [
     "LOCAL_HOSTS",
     "MODEL_FLAGS",
     "config_of",
+    "describe_server",
     "err",
     "existing_store",
     "find_conversation",
@@ -34,6 +38,9 @@ __all__ = [
     "out",
     "store_of",
 ]
+
+log = logging.getLogger("plait.cli")
+"""What ``-v`` tells: the files, the store, the model and the servers a command uses."""
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 """Model servers on this machine: they take any API key, so none has to be set."""
@@ -50,29 +57,53 @@ MODEL_FLAGS = (
 """``[model]`` keys that ``exec`` and ``chat`` take as flags too (``parser.py`` adds them)."""
 
 
-def config_of(args: argparse.Namespace) -> Config:
+def config_of(args: argparse.Namespace, *, mcp_servers: bool = True) -> Config:
     """Return the configuration: the user's and the project's files, ``mcp.json``, the
-    environment, the flags, then ``-c`` (given before the command, then after it)."""
+    environment, the flags, then ``-c`` (given before the command, then after it). A command
+    that starts no MCP server passes ``mcp_servers=False``: a mistake in the servers'
+    configuration is then one warning, not an error."""
     flags = {name: getattr(args, name, None) for name in MODEL_FLAGS}
-    return load_config(
+    config = load_config(
         args.config,
         store=args.store,
         model=getattr(args, "model", None),
         model_flags={name: value for name, value in flags.items() if value is not None},
         overrides=[*getattr(args, "overrides", []), *getattr(args, "command_overrides", [])],
+        mcp_servers=mcp_servers,
     )
+    if _first_time(f"configuration: {config.source}"):
+        log.info("configuration: %s", config.source)
+    if config.mcp_problem is not None and _first_time(config.mcp_problem):
+        err(
+            f"plait: warning: {config.mcp_problem} (no MCP server is started until it is "
+            "fixed; this command starts none)"
+        )
+    return config
+
+
+_TOLD: set[str] = set()
+"""What this process said already: a command that reads its configuration twice says it once."""
+
+
+def _first_time(text: str) -> bool:
+    """Whether ``text`` is said for the first time (and from now on, said)."""
+    told = text in _TOLD
+    _TOLD.add(text)
+    return not told
 
 
 def existing_store(args: argparse.Namespace, *, read_only: bool = False) -> EventStore:
     """Open the configured store, which must exist: reading never creates one. A command
     that only reads opens it ``read_only``, so a store on a read-only mount can be read."""
-    return store_of(config_of(args), create=False, read_only=read_only)
+    return store_of(config_of(args, mcp_servers=False), create=False, read_only=read_only)
 
 
 def store_of(config: Config, *, create: bool, read_only: bool = False) -> EventStore:
     """Open the store ``config`` names; a SQLite file that is not there yet only if
     ``create``; a SQLite file for reading only if ``read_only``."""
     url = config.store.url
+    if _first_time(f"store: {url}"):
+        log.info("store: %s", _without_password(url))
     if url.startswith(("postgresql://", "postgres://")) or url == "memory:":
         from plait.events.stores import open_store
 
@@ -123,6 +154,7 @@ def model_settings(config: Config) -> ModelSettings:
                 f"no API key for the model server at {where}: set {model.api_key_env}"
             )
         key = "local"  # the SDK wants a key; a local server takes any
+    log.info("model: %s at %s", model.model, model.base_url or "OpenAI's (api.openai.com)")
     fields = msgspec.structs.asdict(model)
     del fields["api_key_env"]  # where the key came from; the settings hold the key
     return ModelSettings(api_key=key, **fields)
@@ -143,6 +175,8 @@ def make_runtime(
     from plait.runtime import Runtime
 
     policy, history = config.policy, config.history
+    for name, server in config.mcp_servers.items():
+        log.info("MCP server %s: %s", name, describe_server(server))
     limits = McpLimits(
         policy.max_concurrent_tool_calls, policy.max_concurrent_tool_calls_per_conversation
     )
@@ -165,6 +199,26 @@ def make_runtime(
         ),
         **more,
     )
+
+
+def describe_server(server: McpServerConfig) -> str:
+    """How an MCP server is reached, for ``-v``: its command line and directory, or its URL
+    (never its environment or headers, where secrets live)."""
+    if server.command is None:
+        where = f"url {server.url}"
+    else:
+        where = "command " + shlex.join([server.command, *server.args])
+        where += f" (in {server.cwd})" if server.cwd else ""
+    return where if server.enabled else f"{where} (disabled)"
+
+
+def _without_password(url: str) -> str:
+    """``url`` with its password, if it has one, replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 def out(text: str) -> None:

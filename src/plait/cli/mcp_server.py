@@ -16,6 +16,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypedDict
 
 import anyio
@@ -27,10 +28,12 @@ from pydantic import Field
 
 from plait.actors.model import ModelSettings
 from plait.cli.common import config_of, err, find_session, make_runtime, model_settings, store_of
+from plait.cli.instructions import session_instructions
 from plait.cli.log_commands import history_rows, session_rows
 from plait.cli.mcp_live import Caller, ClientApprover, Ctx, follow_task
 from plait.cli.output import audit_fields
 from plait.cli.stopping import Signals, Stopped, stop_runtimes
+from plait.cli.verbose import watch_servers
 from plait.cli.version import plait_version
 from plait.config import Config
 from plait.errors import PlaitError
@@ -240,13 +243,16 @@ class Face:
         with _tool_errors():
             storage = None if storage_policy is None else _storage(storage_policy)
             runtime = await anyio.to_thread.run_sync(self.runtime, model)
+            since = datetime.now(UTC)
             handle = await anyio.to_thread.run_sync(
                 lambda: runtime.start_session(
                     base_instructions=base_instructions,
+                    user_instructions=session_instructions(),
                     storage_policy=storage,
                     approval_policy=approval_policy,
                 )
             )
+            watch_servers(handle, self.config, since, 0)
             with self._lock:
                 self._handles[handle.session_id] = handle
             return await self._task(handle, prompt, ctx)
@@ -306,7 +312,9 @@ class Face:
             handle = self._handles.get(found)
             if handle is not None and not handle.closed:
                 return handle
+        before, since = self.store.last_seq(found), datetime.now(UTC)
         handle = self.runtime(None).resume(found)
+        watch_servers(handle, self.config, since, before)
         with self._lock:
             self._handles[found] = handle
         return handle

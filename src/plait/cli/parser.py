@@ -268,14 +268,15 @@ def _add_shared(parser: Parser, *, top: bool) -> None:
         "--config",
         metavar="PATH",
         default=none,
-        help="the configuration file (default $PLAIT_CONFIG, else ./plait.toml if there is one)",
+        help="the configuration file (default $PLAIT_CONFIG, else the nearest plait.toml from "
+        "here up to the repository's root)",
     )
     parser.add_argument(
         "--store",
         metavar="PATH|URL",
         default=none,
         help="a SQLite path or postgresql://... (default $PLAIT_STORE, else [store] url, "
-        "else .plait/plait.db)",
+        "else the project's .plait/plait.db)",
     )
     parser.add_argument(
         "-c",
@@ -292,7 +293,8 @@ def _add_shared(parser: Parser, *, top: bool) -> None:
         "-v",
         action="count",
         default=0 if top else argparse.SUPPRESS,
-        help="log what plait does to stderr (-vv: in detail)",
+        help="say on stderr which files, store, model and MCP servers are used (-vv: and "
+        "each model request's size and timing)",
     )
     parser.add_argument(
         "--color",

@@ -10,6 +10,7 @@ import argparse
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
@@ -27,10 +28,12 @@ from plait.cli.common import (
     store_of,
 )
 from plait.cli.inputs import read_prompt
+from plait.cli.instructions import session_instructions
 from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
 from plait.cli.stopping import Signals, Stopped, end_line, stop_runtimes
 from plait.cli.style import Style
+from plait.cli.verbose import watch_servers
 from plait.cli.words import count
 from plait.config import Config
 from plait.errors import McpError, PlaitError, SessionFailedError
@@ -79,11 +82,15 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
             before = store.last_seq(session_id) if session_id else 0
             prefs = tool_prefs(args)
             signals.check()
+            since = datetime.now(UTC)
             handle = (
                 runtime.resume(session_id)
                 if session_id
-                else runtime.start_session(tool_prefs=prefs)
+                else runtime.start_session(
+                    tool_prefs=prefs, user_instructions=session_instructions()
+                )
             )
+            watch = watch_servers(handle, config, since, before)
             verb = "resumed" if session_id else "started"
             if handle.followed:  # another process runs it: the task goes to its inbox
                 lease = store.lease(handle.session_id)
@@ -110,6 +117,8 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
             try:
                 with signals.interruptible():
                     _await_servers(handle, config, printer, before)
+                    if watch is not None:
+                        watch.join()  # its lines come before the task's
                     outcome = handle.run(prompt, conversation_id=cid, on_item=shown.then(printer))
             except SessionFailedError:
                 printer.end_line()
@@ -161,12 +170,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     approver = TerminalApprover()
     with store_of(config, create=args.session is None) as store:
         session_id = find_session(store, args.session) if args.session else None
+        before, since = store.last_seq(session_id) if session_id else 0, datetime.now(UTC)
 
         def runtime_of(name: str | None) -> Runtime:
             settings = model if name is None else msgspec.structs.replace(model, model=name)
             return make_runtime(config, settings, store, approver)
 
         commands = ChatCommands(args, store, config.store.url, runtime_of, session_id, Path.cwd())
+        watch_servers(commands.session, config, since, before)
         try:
             with Signals([signal.SIGTERM]):  # Ctrl-C is the chat's own: it interrupts a task
                 return chat(commands, sys.stdin, sys.stdout, sys.stderr, approver)

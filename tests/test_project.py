@@ -1,0 +1,121 @@
+"""``plait.project``: the walk up from the working directory, as git finds ``.git``; and the
+paths the configuration reads relative to the file that holds them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from plait.cli.chat_input import custom_commands
+from plait.config import load_config
+from plait.project import find_project, walk
+
+
+def tree(root: Path, *paths: str) -> None:
+    """Make files (``name``) and directories (``name/``) under ``root``."""
+    for path in paths:
+        target = root / path
+        if path.endswith("/"):
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("")
+
+
+def test_the_walk_stops_at_the_repository_root(tmp_path: Path) -> None:
+    tree(tmp_path, "plait.toml", "repo/.git/", "repo/a/b/")
+    deep = tmp_path / "repo" / "a" / "b"
+    assert walk(deep) == [deep, deep.parent, tmp_path / "repo"]
+    found = find_project(deep)
+    assert (found.repo, found.config) == (tmp_path / "repo", None)  # plait.toml is outside
+    assert found.store == tmp_path / "repo" / ".plait" / "plait.db"  # a new one: at the root
+
+
+def test_the_nearest_of_each_wins(tmp_path: Path) -> None:
+    tree(
+        tmp_path,
+        ".git/",
+        "plait.toml",
+        ".mcp.json",
+        ".plait/commands/",
+        "svc/plait.toml",
+        "svc/x/mcp.json",
+        "svc/x/.mcp.json",
+        "svc/x/y/",
+    )
+    found = find_project(tmp_path / "svc" / "x" / "y")
+    assert found.config == tmp_path / "svc" / "plait.toml"
+    assert found.mcp_json == (tmp_path / "svc/x/.mcp.json", tmp_path / "svc/x/mcp.json")
+    assert found.commands == tmp_path / ".plait" / "commands"
+    assert found.home == tmp_path / "svc"
+
+
+def test_a_store_is_found_up_to_the_plait_toml_and_made_beside_it(tmp_path: Path) -> None:
+    tree(tmp_path, ".git/", ".plait/plait.db", "svc/plait.toml", "svc/x/")
+    # The root's store belongs to the root's project, not to svc's.
+    assert find_project(tmp_path / "svc" / "x").store == tmp_path / "svc" / ".plait" / "plait.db"
+    assert find_project(tmp_path / "other").store == tmp_path / ".plait" / "plait.db"
+    tree(tmp_path, "svc/x/.plait/plait.db")  # one made there before: the nearest wins
+    assert find_project(tmp_path / "svc" / "x").store == tmp_path / "svc/x/.plait/plait.db"
+
+
+def test_outside_a_repository_a_new_store_goes_in_the_working_directory(tmp_path: Path) -> None:
+    tree(tmp_path, "a/b/")
+    found = find_project(tmp_path / "a" / "b")
+    assert found.repo is None and found.store == tmp_path / "a" / "b" / ".plait" / "plait.db"
+
+
+def test_paths_in_a_file_are_read_from_its_directory(tmp_path: Path) -> None:
+    tree(tmp_path, ".git/", "sub/deep/")
+    (tmp_path / "plait.toml").write_text(
+        '[store]\nurl = "logs/p.db"\n'
+        '[mcp_servers.here]\ncommand = "./bin/s"\n'
+        '[mcp_servers.there]\ncommand = "s"\ncwd = "tools"\n'
+        '[mcp_servers.far]\nurl = "http://127.0.0.1:1/mcp"\n'
+    )
+    deep = tmp_path / "sub" / "deep"
+    config = load_config(cwd=deep, env={})
+    assert config.store.url == str(tmp_path / "logs" / "p.db")
+    servers = config.mcp_servers
+    assert servers["here"].cwd == str(tmp_path)  # no cwd: the file's directory
+    assert servers["there"].cwd == str(tmp_path / "tools")
+    assert servers["far"].cwd is None
+    # Given on the command line or in the environment: from the working directory.
+    assert load_config(cwd=deep, env={"PLAIT_STORE": "x.db"}).store.url == str(deep / "x.db")
+    flagged = load_config(cwd=deep, env={}, overrides=["mcp_servers.there.cwd=w"])
+    assert flagged.mcp_servers["there"].cwd == str(deep / "w")
+
+
+def test_a_users_server_runs_where_plait_runs(tmp_path: Path) -> None:
+    user = tmp_path / "xdg" / "plait" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text('[mcp_servers.git]\ncommand = "mcp-server-git"\n')
+    config = load_config(cwd=tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    assert config.mcp_servers["git"].cwd is None
+
+
+def test_an_mcp_json_is_read_from_its_directory(tmp_path: Path) -> None:
+    tree(tmp_path, ".git/", "sub/")
+    server = {"command": "s", "args": ["${workspaceFolder}/x"]}
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "servers.json").write_text(json.dumps({"mcpServers": {"s": server}}))
+    (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {"m": server}}))
+    found = load_config(cwd=tmp_path / "sub", env={}).mcp_servers["m"]
+    assert (found.args, found.cwd) == ([f"{tmp_path}/x"], str(tmp_path))
+    (tmp_path / "plait.toml").write_text('mcp_json = ["conf/servers.json"]\n')
+    named = load_config(cwd=tmp_path / "sub", env={}).mcp_servers
+    assert list(named) == ["s"] and named["s"].args == [f"{tmp_path / 'conf'}/x"]
+
+
+def test_a_broken_server_table_is_kept_for_the_commands_that_start_none(tmp_path: Path) -> None:
+    (tmp_path / "plait.toml").write_text('[model]\nmodel = "m"\n[mcp_servers.git]\nargs = 3\n')
+    config = load_config(cwd=tmp_path, env={}, mcp_servers=False)
+    assert config.model.model == "m" and config.mcp_servers == {}
+    assert config.mcp_problem is not None
+    assert config.mcp_problem.startswith(f"{tmp_path / 'plait.toml'}: mcp_servers.git: ")
+
+
+def test_chat_finds_the_nearest_custom_commands(tmp_path: Path) -> None:
+    tree(tmp_path, ".git/", ".plait/commands/review.md", "a/b/")
+    found = custom_commands(tmp_path / "a" / "b")
+    assert found.get("review") == tmp_path / ".plait" / "commands" / "review.md"
