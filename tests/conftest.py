@@ -13,6 +13,21 @@ from plait.events.store import EventStore
 from plait.testing import ScriptedModelServer
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_project_above(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Fail at once if a directory above the tests' own holds a plait project: ``plait`` looks
+    for its files up to the filesystem root outside a repository (docs/configuration.md), so
+    each test would use that project's store and configuration instead of its own."""
+    base = tmp_path_factory.getbasetemp()
+    found = [
+        parent / name
+        for parent in base.parents
+        for name in (".plait", "plait.toml", ".mcp.json", "mcp.json", "AGENTS.md", ".git")
+        if (parent / name).exists()
+    ]
+    assert not found, f"the tests' directories are inside a project: remove {found}"
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def durable_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """A factory of stores of each durable backend."""
