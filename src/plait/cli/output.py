@@ -7,6 +7,7 @@ output is one JSON object a line, nothing cut.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -24,9 +25,8 @@ from plait.events.projections import (
     HistoryProjection,
     TokensProjection,
     conversation_index,
-    rfc3339,
 )
-from plait.events.store import StreamInfo, Verification
+from plait.events.store import Verification
 from plait.events.types import (
     AgentMessageDelta,
     ConversationOpened,
@@ -47,6 +47,9 @@ from plait.events.types import (
 from plait.events.values import BlobRef, Content, Redacted
 
 __all__ = [
+    "AUDIT_HEADER",
+    "LOG_HEADER",
+    "STATS_HEADER",
     "ExecPrinter",
     "audit_fields",
     "audit_row",
@@ -57,11 +60,12 @@ __all__ = [
     "json_line",
     "left_fields",
     "left_row",
+    "line_width",
     "message_row",
     "recovery_row",
-    "session_fields",
-    "session_row",
     "show_session",
+    "stats_row",
+    "wants_header",
 ]
 
 WIDTH = 160
@@ -86,6 +90,28 @@ def cut(text: str, width: int = WIDTH) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+def wants_header(args: Any, stream: TextIO) -> bool:
+    """Whether a table printed to ``stream`` starts with a line naming its columns: on a
+    terminal, for people; never with ``--json``, nor on a pipe or in a file, whose lines are
+    rows only, for ``grep``, ``awk`` and ``wc -l`` (README.md#the-command-line)."""
+    if getattr(args, "json", False):
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+def line_width(stream: TextIO) -> int:
+    """How many characters a line may take on ``stream``: the terminal's width (``COLUMNS``
+    if set), or ``WIDTH`` on a pipe or in a file."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return shutil.get_terminal_size((80, 24)).columns if tty else WIDTH
+
+
 def shown(content: Content | None) -> str:
     """Return content as people read it: its text, or what stands for it in the log."""
     if isinstance(content, Redacted):
@@ -93,6 +119,10 @@ def shown(content: Content | None) -> str:
     if isinstance(content, BlobRef):
         return f"[blob sha256:{content.sha256}]"
     return content or ""
+
+
+LOG_HEADER = f"{'SEQ':>5}  {'AT':<29}  {'EVENT':<24} {'CONV':<8} {'TASK':<8}  BODY"
+"""The line that names the columns of ``plait log`` on a terminal."""
 
 
 def event_row(event: Event, style: Style = PLAIN) -> str:
@@ -142,52 +172,6 @@ def message_row(message: dict[str, Any]) -> str:
     return line
 
 
-def session_fields(
-    info: StreamInfo, first: Event, last: Event, lease: Lease | None = None
-) -> dict[str, Any]:
-    """Return one row of ``plait sessions --json`` from a session's first and last events,
-    and its lease: ``live`` (its owner runs it), ``lapsed`` (its owner stopped renewing it:
-    any process may take it over), ``free`` (handed back), or ``none`` (never owned)."""
-    started = first.body if isinstance(first.body, SessionStarted) else None
-    origin = started.forked_from if started is not None else None
-    state = (
-        "none" if lease is None else "live" if lease.live else "lapsed" if lease.owner else "free"
-    )
-    return {
-        "session_id": info.stream,
-        "last_seq": info.last_seq,
-        "started_at": rfc3339(first.at),
-        "model": started.model if started is not None else "",
-        "closed": isinstance(last.body, SessionClosed),
-        "forked_from": None
-        if origin is None
-        else {"session_id": origin.stream, "at_seq": origin.at_seq},
-        "owner": lease.owner if lease is not None else None,
-        "lease": state,
-        "lease_epoch": lease.epoch if lease is not None else 0,
-        "lease_remaining_sec": round(max(lease.remaining_sec, 0.0), 1) if lease else 0.0,
-    }
-
-
-def session_row(fields: dict[str, Any], style: Style = PLAIN) -> str:
-    """Return one row of ``plait sessions``: id, events, start, state, model, origin."""
-    fork = fields["forked_from"]
-    origin = f"  (fork of {fork['session_id'][:8]} at seq {fork['at_seq']})" if fork else ""
-    state = "closed" if fields["closed"] else "open"
-    owner = ""
-    if fields["lease"] == "live":
-        owner = style.cyan(
-            f"  owned by {fields['owner']} ({fields['lease_remaining_sec']:g} s left)"
-        )
-    elif fields["lease"] == "lapsed":
-        owner = style.yellow(f"  lease lapsed (was {fields['owner']})")
-    return (
-        f"{style.bold(fields['session_id'])}  {fields['last_seq']:>5} events  "
-        f"{style.dim('started ' + fields['started_at'])}  "
-        f"{style.outcome(f'{state:<6}', state)}  {fields['model'] or '-'}{origin}{owner}"
-    )
-
-
 def conversation_row(info: ConversationInfo) -> str:
     """Return one row of ``plait conversations``."""
     parent = f"created by {info.parent_id[:8]}" if info.parent_id else "root"
@@ -202,6 +186,15 @@ def audit_fields(row: Any) -> dict[str, Any]:
     the session's id as ``session_id``."""
     fields: dict[str, Any] = msgspec.to_builtins(row)
     return {"session_id": fields.pop("stream"), **fields}
+
+
+AUDIT_HEADER = (
+    f"{'SEQ':<8}  {'TOOL':<28} {'OUTCOME':<8} {'APPROVAL':<20} {'DURATION':>11}  {'OUTPUT':>9}  "
+    f"{'SERVER':<10} CONVERSATION"
+)
+"""The line that names the columns of ``plait audit`` on a terminal. ``-`` in a row: no
+approval was needed, no duration was measured (the call never ran), no output, no MCP server
+(a built-in or function tool)."""
 
 
 def audit_row(row: Any, style: Style = PLAIN) -> str:
@@ -220,23 +213,56 @@ def audit_row(row: Any, style: Style = PLAIN) -> str:
     )
 
 
+_STATS = (
+    "TASKS",
+    "TURNS",
+    "TOKENS IN",
+    "TOKENS OUT",
+    "CONTEXT",
+    "ESTIMATED",
+    "TOOL CALLS",
+    "TOOL ERRORS",
+    "MCP CALLS",
+    "MCP MEAN MS",
+    "MCP MAX MS",
+    "CANCELLED",
+    "FAILED",
+    "MODEL ERRORS",
+    "CUT OFF",
+    "RETRIES",
+)
+STATS_HEADER = "  ".join(["CONV    ", *_STATS])
+"""The line that names the columns of ``plait stats`` on a terminal."""
+
+
 def stats_row(stats: Any, style: Style = PLAIN) -> str:
-    """Return one row of ``plait stats`` (a ``ConversationStats``)."""
+    """Return one row of ``plait stats`` (a ``ConversationStats``), a figure under each
+    column of ``STATS_HEADER``: estimated counts the responses whose tokens plait counted
+    itself (the server sent no usage); failed counts the turns that failed."""
     usage = stats.usage
-    # Figures plait counted itself are marked: the server sent no usage for them.
-    estimated = f", {stats.estimated} estimated" if stats.estimated else ""
-    failed = f"({stats.tool_failures} failed)"
-    failures = f"failed {stats.failures}"
-    return (
-        f"{style.cyan(stats.conversation_id[:8])}  {stats.tasks} tasks  {stats.turns} turns  "
-        f"tokens {usage.prompt_tokens} in + {usage.completion_tokens} out "
-        f"(context {stats.context_tokens}{estimated})  tools {stats.tool_calls} "
-        f"{style.red(failed) if stats.tool_failures else failed}  mcp {stats.mcp_calls} calls "
-        f"{stats.mcp_ms_mean:.1f} ms mean {stats.mcp_ms_max:.1f} max  "
-        f"cancelled {stats.cancellations}  {style.red(failures) if stats.failures else failures} "
-        f"({stats.model_errors} model errors)  cut off {stats.cut_off}  "
-        f"retries {stats.model_retries}"
+    figures = (
+        stats.tasks,
+        stats.turns,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        stats.context_tokens,
+        stats.estimated,
+        stats.tool_calls,
+        stats.tool_failures,
+        stats.mcp_calls,
+        f"{stats.mcp_ms_mean:.1f}",
+        f"{stats.mcp_ms_max:.1f}",
+        stats.cancellations,
+        stats.failures,
+        stats.model_errors,
+        stats.cut_off,
+        stats.model_retries,
     )
+    cells = [str(figure).rjust(len(name)) for figure, name in zip(figures, _STATS, strict=True)]
+    for bad in (7, 12):  # tool errors, failed turns
+        if figures[bad]:
+            cells[bad] = style.red(cells[bad])
+    return "  ".join([style.cyan(f"{stats.conversation_id[:8]:<8}"), *cells])
 
 
 def compaction_row(conversation_id: str, compacted: Any) -> str:
