@@ -15,12 +15,12 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from scripted import crash
+from scripted import Stuck, call, crash, local_mcp_servers
 from support import wait_for_event
 from terminal import Terminal
 
 from plait.actors.model import ModelSettings
-from plait.events import ModelRequested, SqliteStore
+from plait.events import ModelRequested, SqliteStore, ToolApprovalRequested
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -38,7 +38,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 class Store:
     """A store whose sessions are each in one state, made in this order (so listed in the
     reverse one): ``closed``, ``idle``, ``owned``, ``handed_back``, ``running``, ``crashed``,
-    ``killed_idle``."""
+    ``killed_idle``, ``approval``."""
 
     def __init__(self, cli: Cli, server: ScriptedModelServer, stack: ExitStack) -> None:
         self.cli, self.server, self.stack = cli, server, stack
@@ -46,10 +46,10 @@ class Store:
         self.reader = stack.enter_context(SqliteStore(cli.store))
         self.running_task = ""
 
-    def runtime(self, owner: str) -> Runtime:
+    def runtime(self, owner: str, **more: Any) -> Runtime:
         settings = ModelSettings(base_url=self.server.base_url, api_key="k", model="m")
         runtime = Runtime(
-            str(self.cli.store), model=settings, owner_id=owner, expire_every_sec=None
+            str(self.cli.store), model=settings, owner_id=owner, expire_every_sec=None, **more
         )
         self.stack.callback(runtime.close)
         return runtime
@@ -94,11 +94,20 @@ def states(recorded: Cli) -> Iterator[Store]:
         killed.run("Nothing runs now", timeout=30)
         store.ids["killed_idle"] = killed.session_id
         crash(quiet, killed)
+        asking = store.runtime(
+            "web6", mcp_servers=local_mcp_servers(), approval_policy="on-write", approver=Stuck()
+        ).start_session()
+        store.ids["approval"] = asking.session_id
+        server.push(Step(tool_calls=[call("t__note", key="k", text="v")]))
+        server.push(Step(text="Not written."))
+        asking.submit("Write a note")
+        wait_for_event(store.reader, asking.session_id, ToolApprovalRequested)
         yield store
         running.interrupt()
+        asking.interrupt()
 
 
-ORDER = ["killed_idle", "crashed", "running", "handed_back", "owned", "idle", "closed"]
+ORDER = ["approval", "killed_idle", "crashed", "running", "handed_back", "owned", "idle", "closed"]
 """The sessions, the one active last first."""
 
 
@@ -111,6 +120,7 @@ def test_sessions_lists_the_one_active_last_first_with_its_title_and_state(
     assert [row["session_id"] for row in rows] == [states.ids[name] for name in ORDER]
     got = {name: row for name, row in zip(ORDER, rows, strict=True)}
     assert {name: (row["state"], row["waiting_for"]) for name, row in got.items()} == {
+        "approval": ("waiting", "approval"),
         "killed_idle": ("idle", None),
         "crashed": ("crashed", None),
         "running": ("running", None),
@@ -130,11 +140,12 @@ def test_sessions_lists_the_one_active_last_first_with_its_title_and_state(
     lines = text.stdout.splitlines()
     assert [line.split()[0] for line in lines] == [states.ids[n][:8] for n in ORDER]
     words = [" ".join(line.split()[4:8]) for line in lines]
-    assert words[1].startswith("crashed Crash here")
-    assert words[2].startswith("running Spin")
-    assert words[3].startswith("waiting for an owner")
-    assert words[4].startswith("owned by web1 Is")
-    assert lines[5].endswith("idle                  Hello there, plait: a title on one line")
+    assert words[0] == "waiting for approval Write"
+    assert words[2].startswith("crashed Crash here")
+    assert words[3].startswith("running Spin")
+    assert words[4].startswith("waiting for an owner")
+    assert words[5].startswith("owned by web1 Is")
+    assert lines[6].endswith("idle                  Hello there, plait: a title on one line")
 
 
 def test_limit_shows_the_sessions_active_last_and_says_how_many_more(states: Store) -> None:
@@ -143,7 +154,7 @@ def test_limit_shows_the_sessions_active_last_and_says_how_many_more(states: Sto
         states.ids[name][:8] for name in ORDER[:2]
     ]
     assert limited.stderr == (
-        "5 more sessions, active before these: plait sessions --limit 0 lists all\n"
+        "6 more sessions, active before these: plait sessions --limit 0 lists all\n"
     )
     everything = states.cli("sessions", "--limit", "0")
     assert len(everything.stdout.splitlines()) == len(ORDER) and everything.stderr == ""
