@@ -11,6 +11,8 @@ task was cut (README.md#the-command-line gives the figures).
 
 from __future__ import annotations
 
+import os
+import socket
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -198,9 +200,14 @@ def live_replay_line(
 
 def owner_label(owner: str) -> str:
     """An owner id as people read it: ``host:pid`` of a default id
-    (``host:pid:random:where.start``), else the id itself."""
+    (``host:pid:random:where.start``), ``this process`` for this one's (``/sessions`` in a
+    ``plait chat``), else the id itself."""
     parts = owner.split(":")
-    return f"{parts[0]}:{parts[1]}" if len(parts) >= 3 and parts[1].isdigit() else owner
+    if len(parts) < 3 or not parts[1].isdigit():
+        return owner
+    if parts[0] == socket.gethostname() and int(parts[1]) == os.getpid():
+        return "this process"
+    return f"{parts[0]}:{parts[1]}"
 
 
 def _state_words(row: dict[str, Any]) -> str:
