@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -227,3 +228,42 @@ def test_replay_of_a_live_session_says_it_is_live_and_how_much_it_replayed(
     crashed = states.cli("replay", states.ids["crashed"][:8], "--json")
     assert json.loads(crashed.stdout)["live"] is None
     assert states.cli("replay", "rec").stdout == "replayed 34 of 34 events: no difference\n"
+
+
+def test_a_first_prompt_late_in_the_log_and_a_long_task_running_are_found(
+    tmp_path: Path,
+) -> None:
+    """Past the events read at first: a title after 40 server failures; a running task of 300
+    events, whose start is past the tail read first (``HEAD``, ``TAIL`` in cli/listing.py)."""
+    from plait.cli.listing import HEAD, TAIL, listing
+    from plait.events.types import (
+        ConversationOpened,
+        McpServerFailed,
+        NewEvent,
+        SessionStarted,
+        TaskEnqueued,
+        TaskStarted,
+        TurnStarted,
+    )
+    from plait.events.values import InputText, TaskPlan
+
+    def opened(root: str) -> list[Any]:
+        started = SessionStarted(root_conversation_id=root)
+        return [NewEvent(started), NewEvent(ConversationOpened(), root)]
+
+    def task(root: str, task_id: str, prompt: str, turns: int) -> list[Any]:
+        plan = TaskPlan(task_id, root, [InputText(prompt)])
+        bodies = [TaskEnqueued(plan), TaskStarted(), *(TurnStarted(turn=n) for n in range(turns))]
+        return [NewEvent(body, root, task_id) for body in bodies]
+
+    failed = [NewEvent(McpServerFailed("s", "not found", attempt=n)) for n in range(1, 41)]
+    with SqliteStore(tmp_path / "plait.db") as store:
+        store.append("late", [*opened("r1"), *failed, *task("r1", "t1", "Late  title", 1)], 0)
+        store.append("long", [*opened("r2"), *task("r2", "t2", "Long run", 300)], 0)
+        store.acquire_lease("long", "web9", 60.0)
+        rows, more = listing(store)
+    assert HEAD < 44 and TAIL < 300 and more == 0
+    assert [(r["session_id"], r["title"], r["state"], r["task_id"]) for r in rows] == [
+        ("long", "Long run", "running", "t2"),
+        ("late", "Late title", "crashed", "t1"),  # never owned, a task cut: not taken up
+    ]

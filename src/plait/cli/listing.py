@@ -87,8 +87,8 @@ def session_fields(
     titled = _ACTIVITY.fold(head)
     whole = len(head) == info.last_seq  # the head is the whole log: what it says is exact
     read = len(head)
-    while titled.title is None and read == len(head) and read < min(info.last_seq, TITLE_WITHIN):
-        more = store.read(info.stream, after=read, limit=read)
+    while titled.title is None and read < min(info.last_seq, TITLE_WITHIN):
+        more = store.read(info.stream, after=read, limit=read)  # twice as far each time
         _ACTIVITY.fold(more, titled)
         read += len(more)
     now = titled if whole else tail_activity(store, info.stream, info.last_seq)
