@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from plait.cli import output as render
+from plait.cli import tables
 from plait.cli.common import err, existing_store, find_conversation, find_session, out
 from plait.cli.style import Style
 
@@ -53,8 +54,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         for fields in rows:
             out(render.json_line(fields))
     elif rows:
-        width = render.line_width(sys.stdout)
-        headed = render.wants_header(args, sys.stdout)
+        width = tables.line_width(sys.stdout)
+        headed = tables.wants_header(args, sys.stdout)
         style = Style.for_args(args, sys.stdout)
         for line in session_table(rows, ids, width=width, header=headed, style=style):
             out(line)
@@ -125,14 +126,14 @@ def history_rows(
 def cmd_log(args: argparse.Namespace) -> int:
     """Print every event of a session: seq, time, type, conversation, task, body."""
     style = Style.for_args(args, sys.stdout)
-    row = render.event_json if args.json else partial(render.event_row, style=style)
+    row = render.event_json if args.json else partial(tables.event_row, style=style)
     with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         if args.unverified:  # what is there, said to be unchecked
             err(f"{session}: --unverified: shown as stored, not checked against the hash chain")
         events = store.read(session, check=not args.unverified)
-        if render.wants_header(args, sys.stdout):
-            out(render.LOG_HEADER)
+        if tables.wants_header(args, sys.stdout):
+            out(tables.LOG_HEADER)
         for event in events:
             out(row(event))
         if not args.follow:
@@ -236,10 +237,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
             out(render.json_line(render.audit_fields(row)))
         return 0
     style = Style.for_args(args, sys.stdout)
-    if rows and render.wants_header(args, sys.stdout):
-        out(render.AUDIT_HEADER)
+    if rows and tables.wants_header(args, sys.stdout):
+        out(tables.AUDIT_HEADER)
     for row in rows:
-        out(render.audit_row(row, style))
+        out(tables.audit_row(row, style))
     err(f"{len(rows)} calls; {_model_errors(args, session)}")
     return 0
 
@@ -269,14 +270,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
         events = store.read(session, resolve_blobs=False)
         stats = StatsProjection().fold(events)
     style = Style.for_args(args, sys.stdout)
-    if stats.conversations and render.wants_header(args, sys.stdout):
-        out(render.STATS_HEADER)
+    if stats.conversations and tables.wants_header(args, sys.stdout):
+        out(tables.STATS_HEADER)
     for conversation in stats.conversations.values():
         if args.json:
             fields = msgspec.to_builtins(conversation)
             out(render.json_line({**fields, "mcp_ms_mean": conversation.mcp_ms_mean}))
         else:
-            out(render.stats_row(conversation, style))
+            out(tables.stats_row(conversation, style))
     ready: set[str] = set()
     for event in events:  # servers that failed for good, as `plait exec` warned of them
         body = event.body
