@@ -68,7 +68,9 @@ def test_stats_count_tokens_tools_mcp_latency_cancellations_and_failures(tmp_pat
         timeout=60,
     )
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.splitlines()[0].startswith(f"{root[:8]}  5 tasks")
+    # a pipe: rows, no header; under CONV TASKS TURNS ... TOOL CALLS TOOL ERRORS MCP CALLS
+    first = shown.stdout.splitlines()[0].split()
+    assert [first[0], first[1], first[7], first[8], first[9]] == [root[:8], "5", "3", "1", "2"]
     as_json = subprocess.run(
         [sys.executable, "-m", "plait", "--store", str(tmp_path / "plait.db"), "stats", "id-1",
          "--json"],

@@ -134,9 +134,11 @@ def test_chat_reads_commands_that_are_subcommands_and_switches_model_and_session
         text=True,
         timeout=60,
     )
-    rows = sessions.stdout.splitlines()
-    assert rows[0].split()[0] in listed  # /sessions printed what plait sessions prints
-    assert len(rows) == 2 and second_id in rows[1]
+    rows = sessions.stdout.splitlines()  # the session active last first
+    assert len(rows) == 2 and second_id.startswith(rows[0].split()[0])
+    first = rows[1].split()[0]
+    # /sessions printed what plait sessions prints, its own session owned by the chat
+    assert f"{first}  " in listed and "owned by this process  hi" in listed
 
 
 def test_chat_is_coloured_on_a_terminal_and_plain_in_a_pipe(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from plait.events import (
     Usage,
 )
 from plait.events.projections import (
+    ActivityProjection,
     ApprovalsProjection,
     AuditProjection,
     ContextsProjection,
@@ -325,6 +326,7 @@ def test_timeline_shows_the_demo_in_order() -> None:
 
 
 PROJECTIONS: list[Projection[Any]] = [
+    ActivityProjection(),
     ApprovalsProjection(),
     HistoryProjection(),
     TokensProjection(),
@@ -361,3 +363,16 @@ def test_generated_sessions_always_give_api_valid_histories(
     assert state.anomalies == []
     for conv in state.conversations.values():
         assert_api_valid([m.to_openai() for m in conv.messages])
+
+
+@settings(max_examples=60, deadline=None)
+@given(items=session_items(), cut=st.integers(0, 400))
+def test_a_tail_holding_a_task_start_or_end_tells_what_runs_as_the_whole_log_does(
+    items: list[tuple[Any, str | None, str | None]], cut: int
+) -> None:
+    events = record(items)
+    whole = ActivityProjection().fold(events)
+    tail = ActivityProjection().fold(events[min(cut, len(events)) :])
+    if tail.bounded:  # what `plait sessions` widens a tail to (src/plait/cli/listing.py)
+        assert (tail.running, tail.asked) == (whole.running, whole.asked)
+        assert tail.closed == whole.closed

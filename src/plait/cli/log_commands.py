@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from plait.cli import output as render
+from plait.cli import tables
 from plait.cli.common import err, existing_store, find_conversation, find_session, out
 from plait.cli.style import Style
 from plait.cli.words import count
@@ -42,21 +43,34 @@ __all__ = [
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    """List the sessions in the store, oldest first, with the process that owns each."""
-    style = Style.for_args(args, sys.stdout)
+    """List the sessions in the store, the one active last first: id, last activity, events,
+    state (idle, running, waiting, crashed, closed, owned by another process) and title."""
+    from plait.cli.listing import listing, session_table
+
+    limit = args.limit or None  # 0: all of them
     with existing_store(args, read_only=True) as store:
-        for fields in session_rows(store):
-            out(render.json_line(fields) if args.json else render.session_row(fields, style))
+        rows, more = listing(store, limit)
+        ids = [info.stream for info in store.streams()] if rows and not args.json else []
+    if args.json:
+        for fields in rows:
+            out(render.json_line(fields))
+    elif rows:
+        width = tables.line_width(sys.stdout)
+        headed = tables.wants_header(args, sys.stdout)
+        style = Style.for_args(args, sys.stdout)
+        for line in session_table(rows, ids, width=width, header=headed, style=style):
+            out(line)
+    if more:
+        err(f"{more} more sessions, active before these: plait sessions --limit 0 lists all")
     return 0
 
 
 def session_rows(store: EventStore) -> Iterator[dict[str, Any]]:
-    """Yield one row of ``plait sessions --json`` per stored session, oldest first."""
-    leases = {lease.stream: lease for lease in store.leases()}
-    for info in store.streams():
-        first = store.read(info.stream, limit=1)[0]
-        last = store.read(info.stream, after=info.last_seq - 1)[0]
-        yield render.session_fields(info, first, last, leases.get(info.stream))
+    """Yield one row of ``plait sessions --json`` per stored session, the one active last
+    first."""
+    from plait.cli.listing import listing
+
+    yield from listing(store)[0]
 
 
 def cmd_conversations(args: argparse.Namespace) -> int:
@@ -113,12 +127,14 @@ def history_rows(
 def cmd_log(args: argparse.Namespace) -> int:
     """Print every event of a session: seq, time, type, conversation, task, body."""
     style = Style.for_args(args, sys.stdout)
-    row = render.event_json if args.json else partial(render.event_row, style=style)
+    row = render.event_json if args.json else partial(tables.event_row, style=style)
     with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         if args.unverified:  # what is there, said to be unchecked
             err(f"{session}: --unverified: shown as stored, not checked against the hash chain")
         events = store.read(session, check=not args.unverified)
+        if tables.wants_header(args, sys.stdout):
+            out(tables.LOG_HEADER)
         for event in events:
             out(row(event))
         if not args.follow:
@@ -184,14 +200,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    """Replay a session from its log, no network or key; exit 1 at the first difference."""
+    """Replay a session from its log, no network or key; exit 1 at the first difference.
+    A live session (another process owns it) replays the events written so far, and says so."""
+    from plait.cli.listing import live_replay_line, live_state
     from plait.replay import replay
 
     with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         result = replay(store, session, max_interrupt_chain_depth=args.max_interrupt_chain_depth)
+        live = live_state(store, session)  # after the replay: a session may start meanwhile
+        growing = live is not None and store.last_seq(session) > result.total
     if args.json:
-        out(render.json_line(result))
+        out(render.json_line({**msgspec.to_builtins(result), "live": live}))
+    elif live is not None:
+        out(live_replay_line(session, result, live, growing))
+        if result.divergence is not None:
+            out(result.divergence.message())
     elif result.divergence is None:
         out(f"replayed {result.events} of {result.total} events: no difference")
     else:
@@ -214,8 +238,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
             out(render.json_line(render.audit_fields(row)))
         return 0
     style = Style.for_args(args, sys.stdout)
+    if rows and tables.wants_header(args, sys.stdout):
+        out(tables.AUDIT_HEADER)
     for row in rows:
-        out(render.audit_row(row, style))
+        out(tables.audit_row(row, style))
     err(f"{count(len(rows), 'call')}; {_model_errors(args, session)}")
     return 0
 
@@ -245,12 +271,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
         events = store.read(session, resolve_blobs=False)
         stats = StatsProjection().fold(events)
     style = Style.for_args(args, sys.stdout)
+    if stats.conversations and tables.wants_header(args, sys.stdout):
+        out(tables.STATS_HEADER)
     for conversation in stats.conversations.values():
         if args.json:
             fields = msgspec.to_builtins(conversation)
             out(render.json_line({**fields, "mcp_ms_mean": conversation.mcp_ms_mean}))
         else:
-            out(render.stats_row(conversation, style))
+            out(tables.stats_row(conversation, style))
     ready: set[str] = set()
     for event in events:  # servers that failed for good, as `plait exec` warned of them
         body = event.body

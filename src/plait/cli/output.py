@@ -7,7 +7,6 @@ output is one JSON object a line, nothing cut.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, TextIO
 
 import msgspec
@@ -25,9 +24,8 @@ from plait.events.projections import (
     HistoryProjection,
     TokensProjection,
     conversation_index,
-    rfc3339,
 )
-from plait.events.store import StreamInfo, Verification
+from plait.events.store import Verification
 from plait.events.types import (
     AgentMessageDelta,
     ConversationOpened,
@@ -37,8 +35,6 @@ from plait.events.types import (
     ModelRequestFailed,
     ModelResponded,
     PlanUpdated,
-    SessionClosed,
-    SessionStarted,
     TaskCompleted,
     ToolCallCompleted,
     ToolCallRequested,
@@ -50,18 +46,14 @@ from plait.events.values import BlobRef, Content, Redacted
 __all__ = [
     "ExecPrinter",
     "audit_fields",
-    "audit_row",
     "conversation_row",
     "event_json",
-    "event_row",
     "failure_line",
     "json_line",
     "left_fields",
     "left_row",
     "message_row",
     "recovery_row",
-    "session_fields",
-    "session_row",
     "show_session",
 ]
 
@@ -96,37 +88,6 @@ def shown(content: Content | None) -> str:
     return content or ""
 
 
-def event_row(event: Event, style: Style = PLAIN) -> str:
-    """Return one row of ``plait log``: seq, time, type, conversation, task, body."""
-    fields = msgspec.to_builtins(event.body)
-    fields.pop("type", None)
-    body = cut(json_line(fields).rstrip()) if fields else ""
-    at = event.at.isoformat(timespec="milliseconds")
-    where = f"{(event.conversation_id or '-')[:8]:<8} {(event.task_id or '-')[:8]:<8}"
-    kind = f"{type(event.body).__name__:<24}"
-    where = where if body else where.rstrip()  # a row ends with what it shows
-    if style.enabled:
-        kind = _kind_style(event, style)(kind)
-        at, where = style.dim(at), style.dim(where)
-    return f"{event.seq:>5}  {at}  {kind} {where}  {body}".rstrip()
-
-
-def _kind_style(event: Event, style: Style) -> Callable[[str], str]:
-    """How ``plait log`` paints an event's type: failures red, aborts yellow, tasks bold."""
-    body = event.body
-    if isinstance(body, McpServerFailed | ModelRequestFailed):
-        return style.red
-    if isinstance(body, TurnAborted):
-        return style.red if body.reason in ("crashed", "failed") else style.yellow
-    if isinstance(body, ToolCallCompleted):
-        return style.green if body.outcome == "ok" else style.red
-    if isinstance(body, ToolCallRequested):
-        return style.cyan
-    if isinstance(body, TaskCompleted | SessionStarted | SessionClosed | ConversationOpened):
-        return style.bold
-    return str
-
-
 def message_row(message: dict[str, Any]) -> str:
     """Return one message of ``plait history`` (an OpenAI chat message) as one line."""
     content = message.get("content")
@@ -143,52 +104,6 @@ def message_row(message: dict[str, Any]) -> str:
     return line
 
 
-def session_fields(
-    info: StreamInfo, first: Event, last: Event, lease: Lease | None = None
-) -> dict[str, Any]:
-    """Return one row of ``plait sessions --json`` from a session's first and last events,
-    and its lease: ``live`` (its owner runs it), ``lapsed`` (its owner stopped renewing it:
-    any process may take it over), ``free`` (handed back), or ``none`` (never owned)."""
-    started = first.body if isinstance(first.body, SessionStarted) else None
-    origin = started.forked_from if started is not None else None
-    state = (
-        "none" if lease is None else "live" if lease.live else "lapsed" if lease.owner else "free"
-    )
-    return {
-        "session_id": info.stream,
-        "last_seq": info.last_seq,
-        "started_at": rfc3339(first.at),
-        "model": started.model if started is not None else "",
-        "closed": isinstance(last.body, SessionClosed),
-        "forked_from": None
-        if origin is None
-        else {"session_id": origin.stream, "at_seq": origin.at_seq},
-        "owner": lease.owner if lease is not None else None,
-        "lease": state,
-        "lease_epoch": lease.epoch if lease is not None else 0,
-        "lease_remaining_sec": round(max(lease.remaining_sec, 0.0), 1) if lease else 0.0,
-    }
-
-
-def session_row(fields: dict[str, Any], style: Style = PLAIN) -> str:
-    """Return one row of ``plait sessions``: id, events, start, state, model, origin."""
-    fork = fields["forked_from"]
-    origin = f"  (fork of {fork['session_id'][:8]} at seq {fork['at_seq']})" if fork else ""
-    state = "closed" if fields["closed"] else "open"
-    owner = ""
-    if fields["lease"] == "live":
-        owner = style.cyan(
-            f"  owned by {fields['owner']} ({fields['lease_remaining_sec']:g} s left)"
-        )
-    elif fields["lease"] == "lapsed":
-        owner = style.yellow(f"  lease lapsed (was {fields['owner']})")
-    return (
-        f"{style.bold(fields['session_id'])}  {fields['last_seq']:>5} events  "
-        f"{style.dim('started ' + fields['started_at'])}  "
-        f"{style.outcome(f'{state:<6}', state)}  {fields['model'] or '-'}{origin}{owner}"
-    )
-
-
 def conversation_row(info: ConversationInfo) -> str:
     """Return one row of ``plait conversations``."""
     parent = f"created by {info.parent_id[:8]}" if info.parent_id else "root"
@@ -203,41 +118,6 @@ def audit_fields(row: Any) -> dict[str, Any]:
     the session's id as ``session_id``."""
     fields: dict[str, Any] = msgspec.to_builtins(row)
     return {"session_id": fields.pop("stream"), **fields}
-
-
-def audit_row(row: Any, style: Style = PLAIN) -> str:
-    """Return one row of ``plait audit`` (a ``plait.replay.AuditRow``)."""
-    took = f"{row.duration_ms:8.1f} ms" if row.duration_ms is not None else "       - ms"
-    size = f"{row.output_size} B" if row.output_size is not None else "-"
-    approval = "-" if row.approval == "not required" else row.approval
-    if row.decided_by is not None:
-        approval += f" by {row.decided_by}"
-    if approval.startswith("denied"):
-        approval = style.yellow(f"{approval:<20}")
-    return (
-        f"{style.dim(f'seq {row.seq:4}')}  {style.bold(f'{row.tool:<28}')} "
-        f"{style.outcome(f'{row.outcome:<8}', row.outcome)} {approval:<20} {took}  {size:>9}  "
-        f"{row.server or '-':<10} {style.dim('conversation ' + (row.conversation_id or '')[:8])}"
-    )
-
-
-def stats_row(stats: Any, style: Style = PLAIN) -> str:
-    """Return one row of ``plait stats`` (a ``ConversationStats``)."""
-    usage = stats.usage
-    # Figures plait counted itself are marked: the server sent no usage for them.
-    estimated = f", {stats.estimated} estimated" if stats.estimated else ""
-    failed = f"({stats.tool_failures} failed)"
-    failures = f"failed {stats.failures}"
-    return (
-        f"{style.cyan(stats.conversation_id[:8])}  {stats.tasks} tasks  {stats.turns} turns  "
-        f"tokens {usage.prompt_tokens} in + {usage.completion_tokens} out "
-        f"(context {stats.context_tokens}{estimated})  tools {stats.tool_calls} "
-        f"{style.red(failed) if stats.tool_failures else failed}  mcp {stats.mcp_calls} calls "
-        f"{stats.mcp_ms_mean:.1f} ms mean {stats.mcp_ms_max:.1f} max  "
-        f"cancelled {stats.cancellations}  {style.red(failures) if stats.failures else failures} "
-        f"({stats.model_errors} model errors)  cut off {stats.cut_off}  "
-        f"retries {stats.model_retries}"
-    )
 
 
 def compaction_row(conversation_id: str, compacted: Any) -> str:

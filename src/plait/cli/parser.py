@@ -138,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compact.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
     compact.add_argument("--model", help=MODEL)
-    add("sessions", cmd_sessions, "plait sessions --json", json="JSON Lines")
+    sessions = add("sessions", cmd_sessions, "plait sessions --limit 5", json="JSON Lines")
+    sessions.add_argument(
+        "--limit", type=_count, default=20, metavar="N", help="the N active last (20; 0: all)"
+    )
     reader("conversations", cmd_conversations, "plait conversations 3f2a")
     history = reader("history", cmd_history, "plait history 3f2a --conversation 9c1d --limit 10")
     history.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
@@ -308,6 +311,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number, 0 or more, got {text}")
     return value
 
 

@@ -1,5 +1,6 @@
 """Projections: pure folds of the event log into what people and the runtime read."""
 
+from plait.events.projections.activity import Activity, ActivityProjection, prompt_text
 from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
 from plait.events.projections.audit import AuditLog, AuditProjection, AuditRow
 from plait.events.projections.base import Projection
@@ -26,6 +27,8 @@ from plait.events.projections.timeline import Timeline, TimelineEntry, TimelineP
 from plait.events.projections.tokens import TokensProjection, TokenTotals, add_usage
 
 __all__ = [
+    "Activity",
+    "ActivityProjection",
     "ApprovalState",
     "ApprovalsProjection",
     "AuditLog",
@@ -56,6 +59,7 @@ __all__ = [
     "TokensProjection",
     "add_usage",
     "conversation_index",
+    "prompt_text",
     "rfc3339",
     "task_queue",
 ]
