@@ -83,3 +83,16 @@ def test_a_store_of_the_first_layout_is_brought_up_to_date_and_owned(tmp_path: P
     with SqliteStore(db) as store:  # opened again: nothing to bring up to date
         lease = store.lease(session)
         assert lease is not None and (lease.owner, lease.epoch) == ("me", epoch)
+
+
+def test_a_store_of_the_first_layout_is_read_as_it_is_when_opened_read_only(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "golden.sqlite"
+    shutil.copy(GOLDEN / "v1-demo.sqlite", db)
+    before = db.read_bytes()
+    session = json.loads((GOLDEN / "v1-demo.expected.json").read_text())["session"]
+    with SqliteStore(db, read_only=True) as store:  # plait sessions, log, audit: no leases yet
+        assert store.leases() == [] and store.lease(session) is None and store.commands() == []
+        assert store.verify(session).ok
+    assert db.read_bytes() == before  # nothing was brought up to date

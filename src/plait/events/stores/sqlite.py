@@ -153,8 +153,11 @@ class SqliteStore(EventStore):
                 f"{self.path}: store schema version {version} is newer than this plait "
                 f"understands ({SCHEMA_VERSION}); upgrade plait"
             )
-        if version == SCHEMA_VERSION or self.read_only:
-            return  # an older schema is read as it is: its versions only added tables
+        if version == SCHEMA_VERSION:
+            return
+        if self.read_only:  # an older schema is read as it is: its versions only added tables
+            self._stand_in_for_missing_tables()
+            return
         with self._transaction() as db:
             # Again under the write lock: another process may have moved it meanwhile.
             ((version,),) = db.execute("PRAGMA user_version").fetchall()
@@ -163,6 +166,16 @@ class SqliteStore(EventStore):
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _stand_in_for_missing_tables(self) -> None:
+        """Give a read-only open of an older store an empty temporary table for each table a
+        later schema version added (the leases, the inbox): it held none of their rows, and
+        reads of them find none rather than failing (an open for writing migrates instead)."""
+        present = {name for (name,) in self._query("SELECT name FROM sqlite_master", ())}
+        for statement in _SCHEMA.split(";"):
+            words = statement.split()
+            if words[:2] == ["CREATE", "TABLE"] and words[5] not in present:
+                self._db.execute(statement.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
 
     def _append_rows(
         self,
