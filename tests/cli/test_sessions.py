@@ -157,6 +157,8 @@ def test_limit_shows_the_sessions_active_last_and_says_how_many_more(states: Sto
     assert limited.stderr == (
         "6 more sessions, active before these: plait sessions --limit 0 lists all\n"
     )
+    one_more = states.cli("sessions", "--limit", str(len(ORDER) - 1))
+    assert one_more.stderr.startswith("1 more session, active before these")
     everything = states.cli("sessions", "--limit", "0")
     assert len(everything.stdout.splitlines()) == len(ORDER) and everything.stderr == ""
     assert len(json_lines(states.cli("sessions", "--json", "--limit", "3").stdout)) == 3

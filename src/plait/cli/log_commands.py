@@ -61,7 +61,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         for line in session_table(rows, ids, width=width, header=headed, style=style):
             out(line)
     if more:
-        err(f"{more} more sessions, active before these: plait sessions --limit 0 lists all")
+        hint = "plait sessions --limit 0 lists all"
+        err(f"{count(more, 'more session')}, active before these: {hint}")
     return 0
 
 
