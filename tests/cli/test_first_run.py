@@ -40,3 +40,15 @@ def test_a_postgresql_store_without_the_postgres_extra_is_one_line_naming_the_in
         "plait: a PostgreSQL store needs psycopg, which is not installed: "
         "pip install 'plait[postgres]'\n"
     )
+
+
+def test_a_psycopg_that_cannot_load_is_one_line_saying_why(cli: Cli) -> None:
+    # psycopg installed, but told to use an implementation that is not (as when no libpq it
+    # can use is found): the real ImportError psycopg raises, not ModuleNotFoundError.
+    done = cli("--store", "postgresql://db/plait", "sessions", env={"PSYCOPG_IMPL": "c"})
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "plait: a PostgreSQL store needs psycopg, which cannot be loaded (couldn't import "
+        "requested psycopg 'c' implementation: No module named 'psycopg_c'): "
+        "pip install 'plait[postgres]'\n"
+    )

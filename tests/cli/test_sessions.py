@@ -162,8 +162,10 @@ def test_limit_shows_the_sessions_active_last_and_says_how_many_more(states: Sto
     everything = states.cli("sessions", "--limit", "0")
     assert len(everything.stdout.splitlines()) == len(ORDER) and everything.stderr == ""
     assert len(json_lines(states.cli("sessions", "--json", "--limit", "3").stdout)) == 3
-    refused = states.cli("sessions", "--limit", "-1")
-    assert refused.returncode == 2 and "expected a number, 0 or more, got -1" in refused.stderr
+    for bad in ("-1", "abc"):
+        refused = states.cli("sessions", "--limit", bad)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.splitlines()[-1].endswith(f"expected a number, 0 or more, got {bad}")
 
 
 def on_terminal(cli: Cli, *args: str, columns: int = 72) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Iterable
@@ -36,6 +37,7 @@ __all__ = [
     "make_runtime",
     "model_settings",
     "out",
+    "reader_left",
     "store_of",
 ]
 
@@ -229,3 +231,11 @@ def out(text: str) -> None:
 def err(text: str) -> None:
     """Write progress or an error to stderr, at once."""
     print(text, file=sys.stderr, flush=True)
+
+
+def reader_left() -> None:
+    """Whoever read stdout left (``plait log | head``, or a Ctrl-C that ended ``less`` too):
+    point stdout at ``/dev/null``, so that what follows and the exit write nowhere, quietly."""
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, sys.stdout.fileno())
+    os.close(quiet)

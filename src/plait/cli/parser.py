@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import signal
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from plait.cli.common import err
+from plait.cli.common import err, reader_left
 from plait.cli.completion import SHELLS, completion_script
 from plait.cli.inputs import check_arguments
 from plait.cli.log_commands import (
@@ -307,32 +307,31 @@ def _add_shared(parser: Parser, *, top: bool) -> None:
     )
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
+Number = TypeVar("Number", int, float)
 
 
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number, 0 or more, got {text}")
-    return value
+def _bounded(
+    convert: Callable[[str], Number], ok: Callable[[Number], bool], expected: str
+) -> Callable[[str], Number]:
+    """An argument type: ``convert`` the text, refused unless ``ok`` (the error: ``expected
+    EXPECTED, got TEXT``, not Python's name of the type)."""
+
+    def parse(text: str) -> Number:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}") from None
+        if not ok(value):  # NaN too, for seconds
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}")
+        return value
+
+    return parse
 
 
-def _not_negative(text: str) -> float:
-    value = float(text)
-    if not value >= 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"expected seconds, 0 or more, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value < 65536:
-        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text}")
-    return value
+_positive = _bounded(int, lambda v: v >= 1, "a positive number")
+_count = _bounded(int, lambda v: v >= 0, "a number, 0 or more")
+_not_negative = _bounded(float, lambda v: v >= 0, "seconds, 0 or more")
+_port = _bounded(int, lambda v: 0 <= v < 65536, "a port from 0 to 65535")
 
 
 def _add_grace(cmd: Parser, signals: str = "SIGTERM or SIGINT") -> None:
@@ -358,8 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except BrokenPipeError:
-        # Whoever read stdout left (`plait log | head`): end quietly, with no error at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        reader_left()  # `plait log | head`: end quietly, with no error at exit
         return 0
     except KeyboardInterrupt:
         err(f"{_after_ctrl_c()}plait: interrupted")

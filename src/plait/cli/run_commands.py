@@ -196,15 +196,13 @@ def _take_last(args: argparse.Namespace, config: Config) -> None:
         return
     if args.session:
         raise PlaitError("--last and --session each name a session: give one of them")
+    from plait.cli.listing import by_activity
+
     with store_of(config, create=False) as store:
-        latest = max(
-            store.streams(),
-            key=lambda info: store.read(info.stream, after=info.last_seq - 1)[0].position,
-            default=None,
-        )
-    if latest is None:
+        ranked = by_activity(store)
+    if not ranked:
         raise PlaitError(f"{config.store.url}: no session to go on with (drop --last)")
-    args.session = latest.stream
+    args.session = ranked[0][0].stream
 
 
 def cmd_mcp_server(args: argparse.Namespace) -> int:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
 
+from plait.cli.common import reader_left
+
 if TYPE_CHECKING:
     from plait.runtime import Runtime
 
@@ -171,7 +173,7 @@ def end_line(end: Callable[[], None], stopped: Stopped) -> None:
     try:
         end()
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        reader_left()
         return
     # On a terminal the open line was ended, or the spinner erased the line with its ^C.
     stopped.fresh_line = sys.stdout.isatty()

@@ -23,12 +23,16 @@ def open_store(url: str | Path) -> EventStore:
     if text.startswith(("postgresql://", "postgres://")):
         try:
             from plait.events.stores.postgres import PostgresStore
-        except ModuleNotFoundError as exc:
-            if exc.name is None or exc.name.partition(".")[0] != "psycopg":
+        except ImportError as exc:  # not installed, or installed without a libpq it can use
+            if not (exc.name or "psycopg").startswith("psycopg"):
                 raise
+            why = (
+                "which is not installed"
+                if isinstance(exc, ModuleNotFoundError)
+                else f"which cannot be loaded ({str(exc).splitlines()[0]})"
+            )
             raise StoreUnavailableError(
-                "a PostgreSQL store needs psycopg, which is not installed: "
-                "pip install 'plait[postgres]'"
+                f"a PostgreSQL store needs psycopg, {why}: pip install 'plait[postgres]'"
             ) from None
         return PostgresStore(text)
     if text.startswith("sqlite://"):
