@@ -271,3 +271,14 @@ def test_a_first_prompt_late_in_the_log_and_a_long_task_running_are_found(
         ("long", "Long run", "running", "t2"),
         ("late", "Late title", "crashed", "t1"),  # never owned, a task cut: not taken up
     ]
+
+
+def test_a_fork_not_yet_resumed_is_listed_as_such_not_as_its_source_was(cli: Cli) -> None:
+    source = cli.record("src")  # its helper's task runs at seq 12: a fork there has it running
+    forked = cli("fork", source, "--at", "12")
+    assert forked.returncode == 0, forked.stderr
+    fork = forked.stdout.strip()
+    (row,) = [r for r in json_lines(cli("sessions", "--json").stdout) if r["session_id"] == fork]
+    assert (row["state"], row["forked_from"]) == ("forked", {"session_id": source, "at_seq": 12})
+    (line,) = [line for line in cli("sessions").stdout.splitlines() if line.startswith(fork[:8])]
+    assert line.split()[3:8] == ["12", "forked,", "not", "resumed", "fork"]  # events, state, title

@@ -92,9 +92,14 @@ def session_fields(
         _ACTIVITY.fold(more, titled)
         read += len(more)
     now = titled if whole else tail_activity(store, info.stream, info.last_seq)
-    state, waiting_for = _state(store, info, now, whole, lease, commands)
     started = head[0].body if isinstance(head[0].body, SessionStarted) else None
     origin = started.forked_from if started is not None else None
+    if origin is not None and info.last_seq == origin.at_seq and not now.closed:
+        # The copy as it was made: what its source was doing at the cut is not the fork's
+        # state; it is settled when the fork is resumed (docs/replay.md#fork).
+        state, waiting_for = "forked", None
+    else:
+        state, waiting_for = _state(store, info, now, whole, lease, commands)
     lease_state = (
         "none" if lease is None else "live" if lease.live else "lapsed" if lease.owner else "free"
     )
@@ -218,6 +223,8 @@ def _state_words(row: dict[str, Any]) -> str:
         )
     if state == "owned":
         return f"owned by {owner_label(row['owner'])}"
+    if state == "forked":
+        return "forked, not resumed"
     return str(state)
 
 
