@@ -12,6 +12,11 @@ turn's ``messages`` JSON is measured three ways:
 - json: the same with the standard ``json`` module, as an SDK's request builder does.
 
 Build time should grow as the prompt's bytes do (flat ns per byte), not faster.
+
+Then the same once the runtime's model client has taken another content shape
+(docs/models.md#content-shapes): ours builds the prompt in that shape from the view's second
+buffer; raw builds it in the session's shape and reshapes it for the request (decodes and
+encodes the whole history again), as the client did for every request before.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import time
 import msgspec
 from report import Line, table
 
+from plait.actors.content_shape import reshaped
 from plait.actors.prompt import PromptView
 from plait.events.projections.history import ChatMessage
 from plait.events.values import ToolCall
@@ -96,6 +102,35 @@ def measure(sizes: list[int], turns: int) -> tuple[list[Line], list[Line]]:
     return against_rebuild, against_json
 
 
+def shaped(sizes: list[int], turns: int) -> list[Line]:
+    """Per history size: a protocol-2 session's prompt with no ``content`` key on its
+    tool-call messages, built in that shape beside built and then reshaped."""
+    lines: list[Line] = []
+    history: list[ChatMessage] = []
+    view = PromptView(strict=True, empty="empty")
+    for size in sizes:
+        while len(history) < size - turns:
+            history.append(message(len(history)))
+        view.sync(history)
+        view.messages(SYSTEM, shape="omitted")  # the switch: the second buffer is built once
+        timings = {"ours": 0.0, "raw": 0.0}
+        size_bytes = 0
+        for _ in range(turns):
+            history.append(message(len(history)))
+            started = time.perf_counter()
+            view.sync(history)
+            size_bytes = len(view.messages(SYSTEM, shape="omitted"))
+            timings["ours"] += time.perf_counter() - started
+            started = time.perf_counter()
+            reshaped(view.messages(SYSTEM), "omitted")
+            timings["raw"] += time.perf_counter() - started
+        per = {k: v / turns for k, v in timings.items()}
+        ours, raw = (f"{per[k] * 1e6:.0f} us ({per[k] * 1e9 / size_bytes:.2f} ns/B)" for k in per)
+        label = f"{size:>6} messages, {size_bytes / 1e6:.2f} MB"
+        lines.append((label, ours, raw, f"{per['raw'] / per['ours']:.0f}x", "flat ns/B"))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and turns")
@@ -112,6 +147,11 @@ def main() -> None:
         "the same, against the standard json module",
         against_json,
         "raw = convert and json.dumps the whole history each turn (as SDK request builders do)",
+    )
+    table(
+        "the same, the model client sending another content shape",
+        shaped(sizes, turns),
+        "raw = build in the session's shape, then reshape the whole history (as before)",
     )
 
 

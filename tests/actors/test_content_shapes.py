@@ -6,10 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from scripted import call, replayed, runtime_for
 
+from plait.actors.prompt import PromptView
 from plait.events import Event, ModelRequestFailed, SessionStarted
+from plait.events.projections.history import ChatMessage
+from plait.events.values import ToolCall
 from plait.testing import PROFILES, RecordedRequest, ScriptedModelServer, Step
 
 SCRIPT = [
@@ -19,6 +23,7 @@ SCRIPT = [
 ]
 
 NO_KEY = "no key"
+TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "conv_list", "arguments": "{}"}}
 
 
 def shapes(requests: list[RecordedRequest]) -> list[Any]:
@@ -106,7 +111,9 @@ def test_a_server_that_refuses_empty_content_is_sent_none(tmp_path: Path) -> Non
     assert second.last_assistant_message == "still none"
     assert shapes(server.requests) == [None, "", NO_KEY, NO_KEY]
     (failed,) = failures(events)
-    assert failed.status == 400 and "sent again with no content" in failed.error
+    assert failed.status == 400
+    again = 'sent again with no "content" key on assistant messages with tool calls'
+    assert failed.error.endswith(again)
 
 
 def test_a_server_that_takes_neither_shape_fails_the_task_in_one_line(tmp_path: Path) -> None:
@@ -120,8 +127,8 @@ def test_a_server_that_takes_neither_shape_fails_the_task_in_one_line(tmp_path: 
     assert (outcome.status, outcome.error_kind) == ("model_error", "unavailable")
     assert outcome.detail == (
         "the model server failed (500): Missing 'content' (ref: "
-        "https://github.com/ggerganov/llama.cpp/issues/8367) (and so when sent again with no "
-        "content)"
+        "https://github.com/ggerganov/llama.cpp/issues/8367) "
+        '(and again when sent with no "content" key)'
     )
     assert shapes(server.requests) == [None, "", NO_KEY]  # not sent a third time
     events = replayed(tmp_path, session.session_id)
@@ -132,15 +139,106 @@ def test_an_empty_stream_that_is_not_the_shape_is_not_sent_again_and_again(
     tmp_path: Path,
 ) -> None:
     empty = Step(text="never sent", disconnect_after=0)
-    script = [Step(tool_calls=[call("conv_list")]), empty, empty, empty]
+    script = [Step(tool_calls=[call("conv_list")]), empty, empty, Step(text="back")]
     with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
         session = runtime.start_session()
         outcome = session.run("list them", timeout=30)
-    assert outcome.status == "model_error"
-    assert "closed the stream before any reply" in outcome.detail
-    assert outcome.detail.endswith("(and so when sent again with no content)")
-    assert shapes(server.requests) == [None, "", NO_KEY]
+        assert outcome.status == "model_error"
+        assert "closed the stream before any reply" in outcome.detail
+        assert outcome.detail.endswith('(and again when sent with no "content" key)')
+        # The other shape failed too: it is not kept, and the next request is sent as before.
+        again = session.run("and now?", timeout=30)
+    assert again.last_assistant_message == "back"
+    assert shapes(server.requests) == [None, "", NO_KEY, ""]
     replayed(tmp_path, session.session_id)
+
+
+def test_an_empty_stream_with_no_tool_call_in_the_request_leaves_the_shape_alone(
+    tmp_path: Path,
+) -> None:
+    script = [
+        Step(disconnect_after=0),  # a proxy's glitch on a request the shape is not in
+        Step(text="hello"),
+        Step(tool_calls=[call("conv_list")]),
+        Step(text="none open"),
+    ]
+    with ScriptedModelServer(script) as server:
+        events, second = two_tasks(server, tmp_path)
+    assert second.last_assistant_message == "none open"
+    assert shapes(server.requests) == [None, None, None, ""]
+    (failed,) = failures(events)
+    assert "sent again" not in failed.error and failed.retry_in_sec != 0.0
+
+
+def test_a_refusal_of_the_next_shape_about_something_else_does_not_blame_the_shape(
+    tmp_path: Path,
+) -> None:
+    script = [
+        Step(tool_calls=[call("conv_list")]),
+        Step(status=500, error_message="Missing 'content'"),
+        Step(status=400, error_message="the model is not loaded"),
+    ]
+    with ScriptedModelServer(script) as server, runtime_for(server, tmp_path) as runtime:
+        outcome = runtime.start_session().run("list them", timeout=30)
+    assert outcome.detail == "the model server refused the request (400): the model is not loaded"
+    assert shapes(server.requests) == [None, "", NO_KEY]
+
+
+def test_every_session_of_the_runtime_is_sent_the_shape_the_server_took(
+    tmp_path: Path, earlier_plait: Any
+) -> None:
+    earlier_plait(1)
+    script = [*SCRIPT, Step(tool_calls=[call("conv_list")]), Step(text="one more")]
+    with (
+        ScriptedModelServer(script, quirks=PROFILES["llama.cpp-old"]) as server,
+        runtime_for(server, tmp_path) as runtime,
+    ):
+        first = runtime.start_session()
+        assert first.run("list them", timeout=30).ok
+        assert first.run("and now?", timeout=30).ok
+        second = runtime.start_session()
+        assert second.run("list them", timeout=30).ok
+    # The second session's history is sent in the shape the first found, without a failure.
+    assert shapes(server.requests) == [None, NO_KEY, "", "", None, ""]
+    # The log hashes the messages as the session's protocol encodes them, whatever was sent:
+    # a replay, which sends nothing, makes the same ModelRequested events.
+    assert failures(replayed(tmp_path, second.session_id)) == []
+
+
+def test_the_prompt_view_keeps_the_history_in_the_shape_the_client_sends() -> None:
+    calls = (ToolCall("c1", "conv_list", "{}"),)
+    history = [
+        ChatMessage("user", "list them"),
+        ChatMessage("assistant", None, calls),
+        ChatMessage("tool", "[]", tool_call_id="c1"),
+        ChatMessage("assistant", "none open"),
+    ]
+    view = PromptView(strict=True, empty="empty")
+    view.sync(history[:2])
+    sha, tokens = view.sha256, view.tokens()
+    sent = view.messages("be brief", shape="null")
+    assert msgspec.json.decode(view.messages("be brief")) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "list them"},
+        {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
+    ]
+    assert msgspec.json.decode(sent)[2] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [TOOL_CALL],
+    }
+    assert (view.sha256, view.tokens()) == (sha, tokens)  # on the protocol's bytes
+    history.append(ChatMessage("assistant", None, calls))
+    view.sync(history)  # grown in both shapes
+    for shape in ("null", "omitted", "empty"):
+        wire = msgspec.json.decode(view.messages("be brief", shape=shape))
+        assert len(wire) == 6
+        assert wire[1:5] == [m.to_openai(strict=True, empty=shape) for m in history[:4]]
+        assert wire[5] == history[4].to_openai(strict=True, empty=shape)
+    fresh = PromptView(strict=True, empty="empty")
+    fresh.sync(history)
+    assert fresh.sha256 == view.sha256
+    assert view.messages("x", 3, "omitted") == fresh.messages("x", 3, "omitted")
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,7 @@ def start(conv: Conversation) -> bool:
     run.compacting = HistoryCompacted(
         "", kept_from, before, 0, trigger="manual" if manual else "auto"
     )
+    shape = conv.deps.model_client.content_shape or prompt_view.empty
     if conv.deps.model_protocol >= 1:
         # The history as one text: servers differ on what they take of tool messages.
         text = {"role": "user", "content": transcript(history[:kept_from])}
@@ -92,9 +93,9 @@ def start(conv: Conversation) -> bool:
         messages = msgspec.Raw(b"[%s,%s]" % (system, encoded(text)))
         sent, sha = 2, canonical_sha256(text)
     else:
-        messages = prompt_view.messages(COMPACT_INSTRUCTIONS, kept_from)
+        messages = prompt_view.messages(COMPACT_INSTRUCTIONS, kept_from, shape)
         sent, sha = kept_from + 1, prompt_view.prefix_sha256(kept_from)
-    deltas = call_model(conv, messages, [])
+    deltas = call_model(conv, messages, [], shape)
     if deltas is None:
         return True  # the session is being stopped: nothing went out, nothing goes on
     conv.record(

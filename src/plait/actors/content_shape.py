@@ -3,21 +3,30 @@
 OpenAI, vLLM, Ollama and recent llama.cpp servers accept ``""``, no key and ``null`` alike;
 llama-cpp-python's server accepts only ``""``, older llama.cpp servers ``""`` alone too, and
 some proxies refuse ``""`` (docs/models.md#content-shapes). A server that fails on the shape
-sent is asked again once with the next one, and its client keeps the one that worked.
+sent is asked again once with the next one (``Fallback``), and its client keeps the one that
+worked; a conversation's ``PromptView`` then encodes its history in that shape.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any, cast
 
 import msgspec
 
 from plait.actors.stream import Failure
 from plait.events.projections.messages import ContentShape
 
-__all__ = ["SHAPES", "Messages", "described", "next_shape", "points_at_content", "reshaped"]
+__all__ = [
+    "SHAPES",
+    "Fallback",
+    "Messages",
+    "described",
+    "next_shape",
+    "points_at_content",
+    "reshaped",
+]
 
 Messages = Sequence[Mapping[str, object]] | msgspec.Raw
 """A request's messages: dicts, or that list already encoded."""
@@ -27,7 +36,7 @@ SHAPES: tuple[ContentShape, ...] = ("empty", "omitted", "null")
 
 _DESCRIBED: dict[ContentShape, str] = {
     "empty": '"content": ""',
-    "omitted": "no content",
+    "omitted": 'no "content" key',
     "null": '"content": null',
 }
 
@@ -38,7 +47,7 @@ _CONTENT = re.compile(
 
 
 def described(shape: ContentShape) -> str:
-    """``shape`` as people read it: ``"content": ""``, ``no content``, ``"content": null``."""
+    """``shape`` as people read it: ``"content": ""``, ``no "content" key``, ``"content": null``."""
     return _DESCRIBED[shape]
 
 
@@ -80,6 +89,36 @@ def reshaped(messages: Messages, shape: ContentShape) -> Messages:
                 message["content"] = "" if shape == "empty" else None
         out.append(message)
     return msgspec.Raw(msgspec.json.encode(out))
+
+
+class Fallback:
+    """The fallback of one completion: asked again once, with the next shape, when the server
+    failed on the request in a way that can come of the shape of its messages."""
+
+    def __init__(self) -> None:
+        self.shape: ContentShape | None = None
+        """The shape the request was sent again in; ``None`` until it is."""
+
+    def reshape(self, failure: Failure, body: MutableMapping[str, object]) -> str:
+        """Put ``body``'s messages in the next shape when ``failure`` may come of theirs and no
+        other was tried; say how, or ``""`` (``body`` left as it was)."""
+        if self.shape is not None or not points_at_content(failure):
+            return ""
+        messages = cast(Messages, body["messages"])
+        shape = next_shape(messages)  # None for a request with no such message
+        if shape is None:
+            return ""
+        self.shape = shape
+        body["messages"] = reshaped(messages, shape)
+        return f"with {described(shape)} on assistant messages with tool calls"
+
+    def refused(self, failure: Failure) -> str:
+        """What to add to ``failure``'s message when it failed so again once sent in the next
+        shape (it may come of that shape too, and is not asked a third time); ``""`` when the
+        request was not sent again so, or failed on something else."""
+        if self.shape is None or not points_at_content(failure):
+            return ""
+        return f" (and again when sent with {described(self.shape)})"
 
 
 def _decoded(messages: Messages) -> list[dict[str, Any]]:

@@ -369,14 +369,15 @@ class Conversation(Actor):
             return  # the compaction's reply continues the turn
         instructions = self.instructions()
         prompt_view = self.prompt_view
-        messages = prompt_view.messages(instructions)
+        shape = self.deps.model_client.content_shape or prompt_view.empty
+        messages = prompt_view.messages(instructions, shape=shape)
         tools, tools_sha = self._offered_tools(run.tool_view)
         run.compacted = False
         # The request is built from the log alone, so it may go out while its record (and a
         # task's start, made ahead) is being made durable: the fsync overlaps the network. Its
         # reply comes back as a message, after this handler; its text deltas are held until
         # the record is in the feeds.
-        deltas = call_model(self, messages, tools)
+        deltas = call_model(self, messages, tools, shape)
         if deltas is None:
             return  # the session is being stopped
         # The request goes first: writing the record meanwhile would hold the interpreter

@@ -17,17 +17,15 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 import urllib.request
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import msgspec
 
-from plait.actors.content_shape import Messages, described, next_shape, points_at_content, reshaped
+from plait.actors.content_shape import Fallback, reshaped
 from plait.actors.model_failures import dropped, status_failure
-from plait.actors.model_types import AttemptFailed, ModelRequest, ModelSettings
+from plait.actors.model_types import AttemptFailed, ModelRequest, ModelSettings, RequestTiming, log
 from plait.actors.stream import (
     Assembly,
     Cut,
@@ -51,8 +49,6 @@ from plait.events.projections.messages import ContentShape
 
 __all__ = ["AttemptFailed", "ModelClient", "ModelReply", "ModelRequest", "ModelSettings"]
 
-log = logging.getLogger("plait.model")
-"""Each request's size and timing, at DEBUG (``plait -vv``); nothing is measured otherwise."""
 
 MAX_BACKOFF_SEC = 8.0
 """The longest wait between two attempts, whatever the backoff or a ``retry-after`` header say."""
@@ -127,7 +123,7 @@ class ModelClient:
         body = self._body(request)
         attempt, limit = 0, self._max_attempts
         cap = request.options.max_output_tokens
-        shape: ContentShape | None = None  # the content shape asked again with, once
+        fallback = Fallback()  # the content shape asked again with, once
         before: str | None = None  # the last failure, to tell an answer that repeats
         while True:
             attempt += 1
@@ -137,13 +133,9 @@ class ModelClient:
             try:
                 await self._attempt_within(request_pieces(body), assembly, on_sent)
             except Failure as failure:
-                shaped = not assembly.text and points_at_content(failure)
                 adapted = self._adapt(failure, body)
-                if not adapted and shaped and shape is None:
-                    shape = next_shape(cast(Messages, body["messages"]))
-                    if shape is not None:
-                        body["messages"] = reshaped(cast(Messages, body["messages"]), shape)
-                        adapted = f"with {described(shape)} on assistant messages with tool calls"
+                if not adapted and not assembly.text:
+                    adapted = fallback.reshape(failure, body)
                 if adapted:
                     limit += 1  # the server said what it takes: this attempt does not count
                     message = f"{failure.message}; sent again {adapted}"
@@ -151,7 +143,7 @@ class ModelClient:
                     continue
                 # Nothing changes between two attempts: an answer that came back the same
                 # (or again once the shape changed) would a third time too.
-                refused = described(shape) if shaped and shape is not None else ""
+                refused = "" if assembly.text else fallback.refused(failure)
                 repeated = failure.deterministic and failure.message == before
                 before = failure.message
                 retry = failure.retryable and not assembly.text and attempt < limit
@@ -161,7 +153,7 @@ class ModelClient:
                 if delay is None:
                     message = failure.message
                     if refused:
-                        message += f" (and so when sent again with {refused})"
+                        message += refused
                     elif repeated:
                         message += " (the same answer twice: not asked again)"
                     elif failure.retryable and attempt > 1:
@@ -171,15 +163,27 @@ class ModelClient:
                     ) from failure.__cause__
                 await asyncio.sleep(delay)
                 continue
-            if shape is not None:
-                self._empty = shape  # the server took it: sent from now on
+            if fallback.shape is not None:
+                # The server took the next shape where it failed on the first: it is sent
+                # from now on, to every session (docs/models.md#content-shapes).
+                self._empty = fallback.shape
             return assembly.reply()
+
+    @property
+    def content_shape(self) -> ContentShape | None:
+        """The content shape this client sends assistant messages with tool calls and no text
+        in, once its server failed on another and took it; ``None`` until then: as each
+        request holds them (docs/models.md#content-shapes). A conversation builds its requests
+        in it, so that a request need not be reshaped."""
+        return self._empty
 
     def _body(self, request: ModelRequest) -> dict[str, object]:
         """The request body: the messages and tools, then the session's options."""
         options = request.options
         messages = request.messages
         if self._empty is not None and request.empty != self._empty:
+            # Built before this client took another shape, or by a caller that does not
+            # say: the whole history is decoded and encoded again, once for this request.
             messages = reshaped(messages, self._empty)
         body: dict[str, object] = {"model": self.settings.model, "messages": messages}
         if request.tools:
@@ -234,7 +238,7 @@ class ModelClient:
     ) -> None:
         """``_attempt``, its reply cut where it passes a limit (the stream is then closed:
         a server that does not stop would otherwise hold the connection)."""
-        timing = _Timing() if log.isEnabledFor(logging.DEBUG) else None
+        timing = RequestTiming() if log.isEnabledFor(logging.DEBUG) else None
         try:
             async with asyncio.timeout(self.settings.max_reply_sec) as deadline:
                 await self._attempt(content, assembly, on_sent, timing)
@@ -253,7 +257,7 @@ class ModelClient:
         content: list[bytes | memoryview],
         assembly: Assembly,
         on_sent: Callable[[], object],
-        timing: _Timing | None = None,
+        timing: RequestTiming | None = None,
     ) -> None:
         """Send one request and feed its stream to ``assembly``; raise ``Failure`` on failure."""
         if self._transport is None:
@@ -288,7 +292,7 @@ class ModelClient:
         self._check_whole(assembly)
 
     async def _attempt_through_sdk(
-        self, content: list[bytes | memoryview], assembly: Assembly, timing: _Timing | None
+        self, content: list[bytes | memoryview], assembly: Assembly, timing: RequestTiming | None
     ) -> None:
         """``_attempt`` through the SDK's HTTP client, which speaks to proxies."""
         import httpx2
@@ -360,32 +364,6 @@ class ModelClient:
     def _unreachable(self, cause: BaseException) -> Failure:
         detail = str(cause) or type(cause).__name__
         return Failure("unavailable", f"cannot reach the model server at {self.base_url}: {detail}")
-
-
-class _Timing:
-    """One request's timing, for ``plait -vv``."""
-
-    def __init__(self) -> None:
-        self.began = time.monotonic()
-        self.first: float | None = None
-        self.status: int | None = None
-
-    def answered(self, status: int) -> None:
-        """The response's status line and headers came."""
-        self.first, self.status = time.monotonic(), status
-
-    def tell(self, url: str, content: Sequence[bytes | memoryview]) -> None:
-        """Log the request's size and timing."""
-        total = (time.monotonic() - self.began) * 1000
-        sent = sum(len(piece) for piece in content)
-        if self.first is None:
-            log.debug("POST %s: %d bytes sent, no answer after %.0f ms", url, sent, total)
-            return
-        first = (self.first - self.began) * 1000
-        log.debug(
-            "POST %s: %d bytes sent, HTTP %s, first byte after %.0f ms, total %.0f ms",
-            url, sent, self.status, first, total,
-        )  # fmt: skip
 
 
 def _decode(data: bytes) -> _Chunk:

@@ -26,15 +26,20 @@ if TYPE_CHECKING:
     from plait.actors.model import AttemptFailed
     from plait.actors.seams import Recipient
     from plait.actors.stream import ModelReply
+    from plait.events.projections.messages import ContentShape
 
 __all__ = ["HeldDeltas", "call_model"]
 
 
 def call_model(
-    conv: Conversation, messages: msgspec.Raw, tools: Sequence[Mapping[str, object]] | msgspec.Raw
+    conv: Conversation,
+    messages: msgspec.Raw,
+    tools: Sequence[Mapping[str, object]] | msgspec.Raw,
+    shape: ContentShape,
 ) -> HeldDeltas | None:
-    """Send the running task's request for the current turn; return its deltas, held until
-    the conversation has recorded the request (then ``open`` them, or ``discard``). ``None``
+    """Send the running task's request for the current turn (``messages`` holding assistant
+    messages with tool calls and no text in ``shape``); return its deltas, held until the
+    conversation has recorded the request (then ``open`` them, or ``discard``). ``None``
     when the session is being stopped: nothing is sent."""
     from plait.actors.model import ModelRequest
 
@@ -68,7 +73,7 @@ def call_model(
             return None  # the session is being stopped: nothing more starts
         future = conv.deps.effects.submit(
             conv.deps.model_client.complete(
-                ModelRequest(messages, tools, conv.deps.model_options, conv.prompt_view.empty),
+                ModelRequest(messages, tools, conv.deps.model_options, shape),
                 on_text=on_text,
                 on_attempt_failed=on_attempt_failed,
                 on_reasoning=on_reasoning,

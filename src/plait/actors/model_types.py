@@ -1,8 +1,11 @@
-"""What the model client is given and reports: its settings, one request, one failed attempt."""
+"""What the model client is given and reports: its settings, one request, one failed attempt,
+and each request's timing (``plait -vv``)."""
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 
 import msgspec
@@ -11,7 +14,10 @@ from plait.actors.content_shape import Messages
 from plait.events.projections.messages import ContentShape
 from plait.events.values import ModelOptions
 
-__all__ = ["AttemptFailed", "ModelRequest", "ModelSettings"]
+__all__ = ["AttemptFailed", "ModelRequest", "ModelSettings", "RequestTiming", "log"]
+
+log = logging.getLogger("plait.model")
+"""Each request's size and timing, at DEBUG (``plait -vv``); nothing is measured otherwise."""
 
 
 class ModelSettings(ModelOptions, frozen=True):
@@ -64,7 +70,9 @@ class ModelRequest(msgspec.Struct, frozen=True):
     """The session's sampling options and output cap (its headers are the client's)."""
     empty: ContentShape | None = None
     """How ``messages`` carry the content of an assistant message with tool calls and no
-    text, when it is known (docs/models.md#content-shapes)."""
+    text, when it is known (docs/models.md#content-shapes). Messages in another shape than
+    the client's ``content_shape`` are decoded and encoded again for the request: build
+    them in it."""
 
 
 class AttemptFailed(msgspec.Struct, frozen=True):
@@ -78,3 +86,29 @@ class AttemptFailed(msgspec.Struct, frozen=True):
     """The HTTP status, when the server answered with one."""
     retry_in_sec: float | None
     """Seconds until the next attempt; ``None`` when there will be none."""
+
+
+class RequestTiming:
+    """One request's timing, for ``plait -vv``."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.first: float | None = None
+        self.status: int | None = None
+
+    def answered(self, status: int) -> None:
+        """The response's status line and headers came."""
+        self.first, self.status = time.monotonic(), status
+
+    def tell(self, url: str, content: Sequence[bytes | memoryview]) -> None:
+        """Log the request's size and timing."""
+        total = (time.monotonic() - self.began) * 1000
+        sent = sum(len(piece) for piece in content)
+        if self.first is None:
+            log.debug("POST %s: %d bytes sent, no answer after %.0f ms", url, sent, total)
+            return
+        first = (self.first - self.began) * 1000
+        log.debug(
+            "POST %s: %d bytes sent, HTTP %s, first byte after %.0f ms, total %.0f ms",
+            url, sent, self.status, first, total,
+        )  # fmt: skip

@@ -4,6 +4,11 @@ Each history message is converted and encoded once, when it is added, into one g
 building a turn's prompt then costs one copy of that buffer, not a conversion and an encoding of
 the whole history. The same bytes give ``ModelRequested.messages_sha256`` (a running hash) and
 each message's approximate token count (its JSON bytes divided by four).
+
+Those bytes hold an assistant message with tool calls and no text as the session's protocol
+does. Once the runtime's model client sends another shape (docs/models.md#content-shapes), the
+view keeps a second buffer in that shape, built once from the first and then grown beside it, so
+a request costs no more than before; hashes and token counts stay on the first.
 """
 
 from __future__ import annotations
@@ -34,6 +39,24 @@ def approx_tokens(size: int) -> int:
     return (size + 3) // 4
 
 
+class _Shaped:
+    """The history's messages in one content shape, encoded and joined by commas."""
+
+    __slots__ = ("body", "ends", "shape")
+
+    def __init__(self, shape: ContentShape) -> None:
+        self.shape = shape
+        self.body = bytearray()
+        self.ends: list[int] = []
+        """Where each message's bytes end in ``body``."""
+
+    def add(self, wire: bytes | memoryview) -> None:
+        if self.ends:
+            self.body += b","
+        self.body += wire
+        self.ends.append(len(self.body))
+
+
 class PromptView:
     """The encoded history of one conversation, kept up to date message by message."""
 
@@ -43,34 +66,57 @@ class PromptView:
         """``strict``, ``reasoning`` and ``empty`` say how messages are encoded
         (``to_openai``)."""
         self.empty: ContentShape = empty or ("omitted" if strict else "null")
-        """How a message without content carries it in these bytes."""
+        """How a message without content carries it in these bytes (and their hashes)."""
         self._strict, self._reasoning = strict, reasoning
         self._source: list[ChatMessage] | None = None
-        self._body = bytearray()
-        self._ends: list[int] = []
+        self._main = _Shaped(self.empty)
         self._hash = hashlib.sha256()
+        self._other: _Shaped | None = None
+        """The same messages in the shape last asked for, when it is not ``empty``."""
 
     def sync(self, history: list[ChatMessage]) -> None:
         """Encode the messages added to ``history`` since the last call; start over when the
         history was replaced. The history projection never changes a message in place: a
         compaction, a cleared context or an interrupt that edits the last message makes a
         new list."""
-        if history is not self._source or len(history) < len(self._ends):
-            self._source, self._body, self._ends = history, bytearray(), []
+        if history is not self._source or len(history) < len(self._main.ends):
+            self._source, self._main = history, _Shaped(self.empty)
             self._hash = hashlib.sha256()
-        for message in history[len(self._ends) :]:
-            shown = message.to_openai(
-                strict=self._strict, reasoning=self._reasoning, empty=self.empty
-            )
-            wire = _encode(shown)
-            if self._ends:
-                self._body += b","
-            self._body += wire
-            self._ends.append(len(self._body))
+            if self._other is not None:
+                self._other = _Shaped(self._other.shape)
+        other = self._other
+        for message in history[len(self._main.ends) :]:
+            wire = self._encoded(message, self.empty)
+            self._main.add(wire)
             self._hash.update(wire)
+            if other is not None:
+                # Only a message without content differs from one shape to another.
+                other.add(
+                    wire if message.content is not None else self._encoded(message, other.shape)
+                )
+
+    def _encoded(self, message: ChatMessage, shape: ContentShape) -> bytes:
+        shown = message.to_openai(strict=self._strict, reasoning=self._reasoning, empty=shape)
+        return _encode(shown)
+
+    def _in(self, shape: ContentShape) -> _Shaped:
+        """The messages in ``shape``: the first time, copied from ``empty``'s bytes, each
+        message without content encoded again."""
+        if self._other is not None and self._other.shape == shape:
+            return self._other
+        other, start = _Shaped(shape), 0
+        with memoryview(self._main.body) as body:
+            for message, stop in zip(self._source or (), self._main.ends, strict=False):
+                if message.content is None:
+                    other.add(self._encoded(message, shape))
+                else:
+                    other.add(body[start:stop])
+                start = stop + 1
+        self._other = other
+        return other
 
     def __len__(self) -> int:
-        return len(self._ends)
+        return len(self._main.ends)
 
     @property
     def sha256(self) -> str:
@@ -81,38 +127,42 @@ class PromptView:
         """The same hash over the first ``end`` messages only."""
         digest = hashlib.sha256()
         start = 0
-        for stop in self._ends[:end]:
-            digest.update(self._body[start:stop])
+        for stop in self._main.ends[:end]:
+            digest.update(self._main.body[start:stop])
             start = stop + 1
         return digest.hexdigest()
 
     def tokens(self, start: int = 0, end: int | None = None) -> int:
         """Approximate tokens of messages ``start`` to ``end``."""
-        stop = len(self._ends) if end is None else end
+        stop = len(self._main.ends) if end is None else end
         if stop <= start:
             return 0
-        first = self._ends[start - 1] + 1 if start > 0 else 0
-        return approx_tokens(self._ends[stop - 1] - first)
+        first = self._main.ends[start - 1] + 1 if start > 0 else 0
+        return approx_tokens(self._main.ends[stop - 1] - first)
 
     def first_within(self, tokens: int) -> int:
         """The first message from which the rest of the history fits in ``tokens``."""
-        if not self._ends:
+        if not self._main.ends:
             return 0
         # Message i starts at byte _ends[i-1] + 1: find the first i whose tail fits.
-        need = self._ends[-1] - tokens * 4
+        need = self._main.ends[-1] - tokens * 4
         if need <= 0:
             return 0
-        return bisect.bisect_left(self._ends, need - 1) + 1
+        return bisect.bisect_left(self._main.ends, need - 1) + 1
 
-    def messages(self, system: str, end: int | None = None) -> msgspec.Raw:
+    def messages(
+        self, system: str, end: int | None = None, shape: ContentShape | None = None
+    ) -> msgspec.Raw:
         """The prompt's ``messages`` array: the system message, then the first ``end``
-        messages of the history (all by default), as JSON."""
+        messages of the history (all by default), as JSON; messages without content in
+        ``shape`` (by default ``empty``: the shape the hashes cover)."""
         head = _encode({"role": "system", "content": system})
-        stop = len(self._ends) if end is None else end
+        stop = len(self._main.ends) if end is None else end
         if stop <= 0:
             return msgspec.Raw(b"[" + head + b"]")
-        with memoryview(self._body) as body:  # released before the buffer grows again
-            parts = (b"[", head, b",", body[: self._ends[stop - 1]], b"]")
+        shaped = self._main if shape is None or shape == self.empty else self._in(shape)
+        with memoryview(shaped.body) as body:  # released before the buffer grows again
+            parts = (b"[", head, b",", body[: shaped.ends[stop - 1]], b"]")
             return msgspec.Raw(b"".join(parts))
 
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from plait.actors.messages import CallTool
     from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
     from plait.errors import PlaitError, SessionFailedError
+    from plait.events.projections.messages import ContentShape
     from plait.events.projections.tasks import TaskQueue
     from plait.events.types import (
         Body,
@@ -187,6 +188,12 @@ class Effects(Protocol):
 
 class ModelClientLike(Protocol):
     """The model client as a conversation calls it (``ModelClient``)."""
+
+    @property
+    def content_shape(self) -> ContentShape | None:
+        """The shape it sends assistant messages with tool calls and no text in, once its
+        server took no other; ``None``: as the session's protocol encodes them."""
+        ...
 
     def complete(
         self,

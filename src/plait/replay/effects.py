@@ -21,6 +21,7 @@ from plait.actors.mcp.servers import Report
 from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
 from plait.actors.outside import IdFor
 from plait.errors import McpError, ModelError, ModelErrorKind, ReplayError
+from plait.events.projections.messages import ContentShape
 from plait.events.types import (
     McpServerFailed,
     McpServerReady,
@@ -69,6 +70,9 @@ class ReplayModel:
         self._requested = threading.Condition(self._lock)
         self.requests: list[ModelRequest] = []
         """What the program asked, in order."""
+
+    content_shape: ContentShape | None = None
+    """Always ``None``: a replay sends each request as the session's protocol encodes it."""
 
     def complete(
         self,
