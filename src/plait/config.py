@@ -2,8 +2,8 @@
 
 Where it comes from, in order, each overriding the one before: the defaults below; the user's
 file (``$XDG_CONFIG_HOME/plait/config.toml``, else ``~/.config/plait/config.toml``); the
-project's (``--config PATH``, else ``PLAIT_CONFIG``, else the nearest ``plait.toml`` from the
-working directory up to the repository's root, ``plait.project``), merged table by table; the
+project's (``--config PATH``, else ``PLAIT_CONFIG``, else the nearest ``plait.toml`` of the
+walk up from the working directory, ``plait.project``), merged table by table; the
 ``mcp.json`` files named by ``mcp_json`` (else the nearest ``.mcp.json`` and ``mcp.json``),
 each server whole; the environment (``OPENAI_BASE_URL``, the key in ``model.api_key_env``,
 ``PLAIT_MODEL``, ``PLAIT_STORE``); what the caller passes (the command line's flags); last the
@@ -181,6 +181,11 @@ def _store_url(
         url, base = str(_get(setting[-1].data, "store", "url")), setting[-1].base
     elif flag or env.get("PLAIT_STORE"):
         url, base = flag or env["PLAIT_STORE"], project.cwd
+    elif project.store in project.skipped:
+        raise ConfigError(
+            f"{project.store}: not used as the store, it (or its directory) belongs to another"
+            " user: name a store with --store or [store] url"
+        )
     else:
         return str(project.store)
     if "://" not in url and url != "memory:" and not Path(url).is_absolute():
@@ -202,6 +207,7 @@ def _as_given(project: Project, cwd: Path) -> Project:
         config=project.config and named(project.config),
         mcp_json=tuple(named(path) for path in project.mcp_json),
         store=named(project.store),
+        skipped=tuple(named(path) for path in project.skipped),
     )
 
 
