@@ -116,6 +116,21 @@ def test_an_mcp_json_is_read_from_its_directory(tmp_path: Path) -> None:
     assert list(named) == ["s"] and named["s"].args == [f"{tmp_path / 'conf'}/x"]
 
 
+def test_a_vscode_mcp_json_serves_the_folder_holding_vscode(tmp_path: Path) -> None:
+    # VS Code's ${workspaceFolder} is the folder it opened, the parent of .vscode/.
+    tree(tmp_path, ".git/", "svc/.vscode/", "svc/src/")
+    server = {"type": "stdio", "command": "node", "args": ["${workspaceFolder}/server.js"]}
+    named = {**server, "cwd": "tools"}
+    (tmp_path / "svc" / ".vscode" / "mcp.json").write_text(
+        json.dumps({"servers": {"js": server, "named": named}})
+    )
+    (tmp_path / "plait.toml").write_text('mcp_json = ["svc/.vscode/mcp.json"]\n')
+    servers = load_config(cwd=tmp_path / "svc" / "src", env={}).mcp_servers
+    assert servers["js"].args == [f"{tmp_path / 'svc'}/server.js"]
+    assert servers["js"].cwd == str(tmp_path / "svc")  # runs where VS Code runs it
+    assert servers["named"].cwd == str(tmp_path / "svc" / "tools")
+
+
 def test_a_broken_server_table_is_kept_for_the_commands_that_start_none(tmp_path: Path) -> None:
     (tmp_path / "plait.toml").write_text('[model]\nmodel = "m"\n[mcp_servers.git]\nargs = 3\n')
     config = load_config(cwd=tmp_path, env={}, mcp_servers=False)

@@ -8,10 +8,10 @@ walk up from the working directory, ``plait.project``), merged table by table; t
 each server whole; the environment (``OPENAI_BASE_URL``, the key in ``model.api_key_env``,
 ``PLAIT_MODEL``, ``PLAIT_STORE``); what the caller passes (the command line's flags); last the
 ``-c KEY.PATH=VALUE`` overrides. A relative path in a file is read from the file's directory
-(``store.url``, ``mcp_json``, a server's ``cwd``); one given on the command line or in the
-environment, from the working directory. Every value is checked by msgspec: an unknown key,
-a wrong type or a missing field is one ``ConfigError`` naming the file (or the ``-c``), the
-key and what was expected.
+(``store.url``, ``mcp_json``, a server's ``cwd``; in ``.vscode/mcp.json``, from the folder
+holding ``.vscode``); one given on the command line or in the environment, from the working
+directory. Every value is checked by msgspec: an unknown key, a wrong type or a missing field
+is one ``ConfigError`` naming the file (or the ``-c``), the key and what was expected.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ USER_CONFIG = Path("plait", "config.toml")
 _SERVER_KEYS = ("mcp_servers", "mcp_json")
 """The keys that configure MCP servers: a mistake in them stops only the commands that start
 servers (``load_config(mcp_servers=False)``)."""
+
+EDITOR_DIRS = (".vscode", ".cursor")
+"""Directories whose ``mcp.json`` serves the folder holding them, not themselves."""
 
 _T = TypeVar("_T")
 
@@ -250,8 +253,9 @@ def _servers(
         for layer, part in zip(layers[:files], parts[:files], strict=True)
     ]
     for json_path in json_paths:
-        key, entries = _read_mcp_json(json_path, env, json_path.parent)
-        entries_of.append((str(json_path), key, json_path.parent, True, entries))
+        workspace = _workspace(json_path)
+        key, entries = _read_mcp_json(json_path, env, workspace)
+        entries_of.append((str(json_path), key, workspace, True, entries))
     entries_of += [
         (layer.source, "mcp_servers", layer.base, False, part.mcp_servers)
         for layer, part in zip(layers[files:], parts[files:], strict=True)
@@ -334,6 +338,13 @@ def _load(path: Path, parse: Callable[[str], Any], kind: str) -> Any:
         raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from exc
     except ValueError as exc:  # TOMLDecodeError and JSONDecodeError both are
         raise ConfigError(f"{path}: not valid {kind}: {exc}") from exc
+
+
+def _workspace(path: Path) -> Path:
+    """The folder an ``mcp.json`` serves: the one VS Code or Cursor opened for
+    ``.vscode/mcp.json`` or ``.cursor/mcp.json`` (their ``${workspaceFolder}``), else the
+    file's own directory (Claude Code's ``.mcp.json`` sits at the project's root)."""
+    return path.parent.parent if path.parent.name in EDITOR_DIRS else path.parent
 
 
 def _read_mcp_json(path: Path, env: Mapping[str, str], root: Path) -> tuple[str, dict[str, Any]]:
