@@ -28,6 +28,17 @@ def no_project_above(tmp_path_factory: pytest.TempPathFactory) -> None:
     assert not found, f"the tests' directories are inside a project: remove {found}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point ``XDG_CONFIG_HOME`` at an empty directory for the whole run: a test, and every
+    ``plait`` it starts with the test's environment, reads no ``config.toml``, ``AGENTS.md``
+    or ``commands/`` of the machine's user (docs/configuration.md#where-plait-looks)."""
+    empty = tmp_path_factory.mktemp("user-config")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(empty))
+        yield empty
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def durable_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """A factory of stores of each durable backend."""

@@ -13,7 +13,9 @@ CTRL_C, CTRL_D = b"\x03", b"\x04"
 
 
 def clean_env() -> dict[str, str]:
-    """The test's environment without what would change what plait reads."""
+    """The test's environment without what would change what plait reads (its
+    ``XDG_CONFIG_HOME`` is the run's empty one, set by ``tests/conftest.py``)."""
+    assert os.environ.get("XDG_CONFIG_HOME"), "the user's configuration would be read"
     return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PLAIT_"))}
 
 

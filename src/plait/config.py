@@ -2,16 +2,16 @@
 
 Where it comes from, in order, each overriding the one before: the defaults below; the user's
 file (``$XDG_CONFIG_HOME/plait/config.toml``, else ``~/.config/plait/config.toml``); the
-project's (``--config PATH``, else ``PLAIT_CONFIG``, else the nearest ``plait.toml`` from the
-working directory up to the repository's root, ``plait.project``), merged table by table; the
+project's (``--config PATH``, else ``PLAIT_CONFIG``, else the nearest ``plait.toml`` of the
+walk up from the working directory, ``plait.project``), merged table by table; the
 ``mcp.json`` files named by ``mcp_json`` (else the nearest ``.mcp.json`` and ``mcp.json``),
 each server whole; the environment (``OPENAI_BASE_URL``, the key in ``model.api_key_env``,
 ``PLAIT_MODEL``, ``PLAIT_STORE``); what the caller passes (the command line's flags); last the
 ``-c KEY.PATH=VALUE`` overrides. A relative path in a file is read from the file's directory
-(``store.url``, ``mcp_json``, a server's ``cwd``); one given on the command line or in the
-environment, from the working directory. Every value is checked by msgspec: an unknown key,
-a wrong type or a missing field is one ``ConfigError`` naming the file (or the ``-c``), the
-key and what was expected.
+(``store.url``, ``mcp_json``, a server's ``cwd``; in ``.vscode/mcp.json``, from the folder
+holding ``.vscode``); one given on the command line or in the environment, from the working
+directory. Every value is checked by msgspec: an unknown key, a wrong type or a missing field
+is one ``ConfigError`` naming the file (or the ``-c``), the key and what was expected.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ USER_CONFIG = Path("plait", "config.toml")
 _SERVER_KEYS = ("mcp_servers", "mcp_json")
 """The keys that configure MCP servers: a mistake in them stops only the commands that start
 servers (``load_config(mcp_servers=False)``)."""
+
+EDITOR_DIRS = (".vscode", ".cursor")
+"""Directories whose ``mcp.json`` serves the folder holding them, not themselves."""
 
 _T = TypeVar("_T")
 
@@ -181,6 +184,11 @@ def _store_url(
         url, base = str(_get(setting[-1].data, "store", "url")), setting[-1].base
     elif flag or env.get("PLAIT_STORE"):
         url, base = flag or env["PLAIT_STORE"], project.cwd
+    elif project.store in project.skipped:
+        raise ConfigError(
+            f"{project.store}: not used as the store, it (or its directory) belongs to another"
+            " user: name a store with --store or [store] url"
+        )
     else:
         return str(project.store)
     if "://" not in url and url != "memory:" and not Path(url).is_absolute():
@@ -202,6 +210,7 @@ def _as_given(project: Project, cwd: Path) -> Project:
         config=project.config and named(project.config),
         mcp_json=tuple(named(path) for path in project.mcp_json),
         store=named(project.store),
+        skipped=tuple(named(path) for path in project.skipped),
     )
 
 
@@ -244,8 +253,9 @@ def _servers(
         for layer, part in zip(layers[:files], parts[:files], strict=True)
     ]
     for json_path in json_paths:
-        key, entries = _read_mcp_json(json_path, env, json_path.parent)
-        entries_of.append((str(json_path), key, json_path.parent, True, entries))
+        workspace = _workspace(json_path)
+        key, entries = _read_mcp_json(json_path, env, workspace)
+        entries_of.append((str(json_path), key, workspace, True, entries))
     entries_of += [
         (layer.source, "mcp_servers", layer.base, False, part.mcp_servers)
         for layer, part in zip(layers[files:], parts[files:], strict=True)
@@ -328,6 +338,13 @@ def _load(path: Path, parse: Callable[[str], Any], kind: str) -> Any:
         raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from exc
     except ValueError as exc:  # TOMLDecodeError and JSONDecodeError both are
         raise ConfigError(f"{path}: not valid {kind}: {exc}") from exc
+
+
+def _workspace(path: Path) -> Path:
+    """The folder an ``mcp.json`` serves: the one VS Code or Cursor opened for
+    ``.vscode/mcp.json`` or ``.cursor/mcp.json`` (their ``${workspaceFolder}``), else the
+    file's own directory (Claude Code's ``.mcp.json`` sits at the project's root)."""
+    return path.parent.parent if path.parent.name in EDITOR_DIRS else path.parent
 
 
 def _read_mcp_json(path: Path, env: Mapping[str, str], root: Path) -> tuple[str, dict[str, Any]]:

@@ -118,10 +118,13 @@ class Running:
 class Cli:
     """The ``plait`` command in one working directory, with a clean environment."""
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, config_home: Path) -> None:
         self.cwd = cwd
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED)}
-        """What every run gets: the test's environment without plait's and OpenAI's."""
+        """What every run gets: the test's environment without plait's and OpenAI's, and
+        ``config_home`` as ``XDG_CONFIG_HOME``: no ``config.toml``, ``AGENTS.md`` or
+        ``commands/`` of the machine's user is read."""
+        self.env["XDG_CONFIG_HOME"] = str(config_home)
 
     def __call__(
         self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None
@@ -151,7 +154,7 @@ class Cli:
 
     def at(self, cwd: Path) -> Cli:
         """``plait`` run from another directory (one inside this one's project, say)."""
-        other = Cli(cwd)
+        other = Cli(cwd, Path(self.env["XDG_CONFIG_HOME"]))
         other.env = self.env
         return other
 
@@ -193,15 +196,16 @@ class Cli:
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    """``plait`` in a fresh directory of the test's."""
-    return Cli(tmp_path)
+def cli(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Cli:
+    """``plait`` in a fresh directory of the test's, with a user configuration directory of
+    its own, empty."""
+    return Cli(tmp_path, tmp_path_factory.mktemp("config"))
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Cli:
     """``plait`` in a directory whose store holds session ``rec-1`` of ``HELPER_SCRIPT``;
     tests only read it."""
-    cli = Cli(tmp_path_factory.mktemp("recorded"))
+    cli = Cli(tmp_path_factory.mktemp("recorded"), tmp_path_factory.mktemp("config"))
     cli.record("rec")
     return cli

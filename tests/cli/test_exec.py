@@ -4,6 +4,7 @@ servers; the answer streams to stdout, everything else to stderr, failures are o
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 from collections.abc import Iterator
@@ -215,3 +216,22 @@ def test_a_server_with_one_tool_is_ready_with_1_tool(cli: Cli, server: ScriptedM
     done = cli("exec", "Anything pending?")
     assert done.returncode == 0, done.stderr
     assert "[mcp release: ready, 1 tool]" in done.stderr.splitlines()
+
+
+def test_verbose_exec_tells_once_when_each_server_was_ready_or_failed(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    broken = '[mcp_servers.broken]\ncommand = "no-such-plait-server"\n'
+    good = f'[mcp_servers.good]\ncommand = "{sys.executable}"\nargs = ["{TEST_SERVER}"]\n'
+    cli.configure(server.base_url, broken + good)
+    server.push(Step(text="Hi."))
+    result = cli("-v", "exec", "Hello?", env={"OPENAI_API_KEY": "test"})
+    assert result.returncode == 0, result.stderr
+    told = [line.split(" plait.cli: ")[1] for line in result.stderr.splitlines() if " ms" in line]
+    by_server = {line.split(":")[0].removeprefix("MCP server "): line for line in told}
+    assert len(told) == 2 and set(by_server) == {"good", "broken"}, result.stderr
+    assert re.fullmatch(r"MCP server good: ready after \d+ ms, \d+ tools", by_server["good"])
+    assert re.fullmatch(
+        r"MCP server broken: did not start after \d+ ms: command not found: no-such-plait-server",
+        by_server["broken"],
+    )

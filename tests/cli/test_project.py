@@ -5,6 +5,7 @@ says which it used, and a mistake in ``[mcp_servers]`` stops only what starts se
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 TEST_SERVER = Path(__file__).parent.parent / "mcp" / "server.py"
 KEY = {"OPENAI_API_KEY": "test"}
+NOBODY = 65534
+"""Another user: what the tests chown to (they run as root, or as the owner of their files)."""
 
 
 def session_of(stderr: str) -> str:
@@ -53,7 +56,7 @@ def test_from_a_subdirectory_exec_and_sessions_use_the_projects_files_and_store(
 ) -> None:
     root, deep = project(cli, server.base_url)
     here = cli.at(deep)
-    env = {**KEY, "XDG_CONFIG_HOME": str(cli.cwd / "xdg")}  # no rules of the machine's user
+    env = KEY  # Cli's own XDG_CONFIG_HOME: no rules of the machine's user
     server.push(Step(tool_calls=[call("t__echo", text="ping")]), Step(text="Bonjour."))
     first = here("exec", "Say hello.", env=env)
     assert first.returncode == 0, first.stderr
@@ -90,12 +93,40 @@ def test_exec_outside_a_repository_finds_plait_toml_above_and_sends_agents_md(
     below.mkdir(parents=True)
     (below / "AGENTS.md").write_text("Use lists.\n")
     server.push(Step(text="Done."))
-    result = cli.at(below)("exec", "Go.", env={**KEY, "XDG_CONFIG_HOME": str(cli.cwd / "xdg")})
+    result = cli.at(below)("exec", "Go.", env=KEY)
     assert result.returncode == 0, result.stderr
     assert (top / "logs" / "plait.db").is_file()  # store.url read from plait.toml's directory
     sent = json.dumps(server.requests[0].messages)
     assert f"The working directory is {below.resolve()}." in sent
     assert "Use lists." in sent and "Be brief." not in sent
+
+
+def test_a_shared_directorys_servers_are_not_started_and_the_run_says_why(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    # As in /tmp: anyone may write there, and another user left an .mcp.json above us.
+    shared = cli.cwd / "shared"
+    mine = shared / "mine"
+    mine.mkdir(parents=True)
+    shared.chmod(0o1777)
+    ran = cli.cwd / "ran"
+    theirs = {"command": "sh", "args": ["-c", f"touch {ran}"]}
+    (shared / ".mcp.json").write_text(json.dumps({"mcpServers": {"theirs": theirs}}))
+    os.chown(shared / ".mcp.json", NOBODY, NOBODY)
+    cli.at(mine).configure(server.base_url)
+    why = "it belongs to nobody (uid 65534), not to you or root (anyone could have put it there)"
+    server.push(Step(text="Hi."))
+    result = cli.at(mine)("exec", "Hello?", env=KEY)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Hi.\n"
+    assert f"plait: not using {shared / '.mcp.json'}: {why}\n" in result.stderr
+    assert not ran.exists()
+    server.push(Step(text="Hi again."))
+    told = cli.at(mine)("-v", "exec", "--last", "Hello?", env=KEY)
+    assert told.returncode == 0, told.stderr
+    assert f"WARNING plait.project: not using {shared / '.mcp.json'}: {why}\n" in told.stderr
+    assert "plait.cli: configuration: plait.toml\n" in told.stderr  # not theirs
+    assert "MCP server theirs" not in told.stderr and not ran.exists()
 
 
 def test_verbose_names_the_files_the_store_the_model_and_each_server(

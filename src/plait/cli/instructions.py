@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from plait.project import walk
+from plait.project import repository, usable, walk
 
 __all__ = ["MAX_RULES_BYTES", "RULES_FILE", "session_instructions", "user_dir"]
 
@@ -32,12 +32,14 @@ def session_instructions(workdir: str | Path = ".") -> str:
     """The user instructions of a new session run from ``workdir``: the working directory,
     then the ``AGENTS.md`` files, the user's own first, then those from the repository's root
     down to ``workdir`` (outside a repository, ``workdir``'s alone), at most
-    ``MAX_RULES_BYTES`` of them."""
+    ``MAX_RULES_BYTES`` of them. A project's ``AGENTS.md`` that belongs to another user is
+    left out (``plait.project.usable``)."""
     folders = walk(workdir)
-    if not (folders[-1] / ".git").exists():
+    if repository(folders) is None:
         folders = folders[:1]
     parts = [f"The working directory is {folders[0]}."]
-    files = [user_dir() / RULES_FILE, *(d / RULES_FILE for d in reversed(folders))]
+    files = [user_dir() / RULES_FILE]
+    files += [d / RULES_FILE for d in reversed(folders) if usable(d / RULES_FILE, d)]
     budget = MAX_RULES_BYTES
     for path in files:
         if budget <= 0 or not path.is_file():

@@ -272,7 +272,8 @@ def _add_shared(parser: Parser, *, top: bool) -> None:
         metavar="PATH",
         default=none,
         help="the configuration file (default $PLAIT_CONFIG, else the nearest plait.toml from "
-        "here up to the repository's root)",
+        "here up to the repository's root; outside one, up to your home directory, or to / "
+        "when not under it; one of another user's is not used)",
     )
     parser.add_argument(
         "--store",

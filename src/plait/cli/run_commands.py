@@ -33,7 +33,7 @@ from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
 from plait.cli.stopping import Signals, Stopped, end_line, stop_runtimes
 from plait.cli.style import Style
-from plait.cli.verbose import watch_servers
+from plait.cli.verbose import ServerReport, server_report, watch_servers
 from plait.cli.words import count
 from plait.config import Config
 from plait.errors import McpError, PlaitError, SessionFailedError
@@ -90,7 +90,6 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
                     tool_prefs=prefs, user_instructions=session_instructions()
                 )
             )
-            watch = watch_servers(handle, config, since, before)
             verb = "resumed" if session_id else "started"
             if handle.followed:  # another process runs it: the task goes to its inbox
                 lease = store.lease(handle.session_id)
@@ -116,9 +115,7 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
             shown = Unrecorded(cid)  # what the log did not take, if the session fails
             try:
                 with signals.interruptible():
-                    _await_servers(handle, config, printer, before)
-                    if watch is not None:
-                        watch.join()  # its lines come before the task's
+                    _await_servers(handle, config, printer, before, server_report(config, since))
                     outcome = handle.run(prompt, conversation_id=cid, on_item=shown.then(printer))
             except SessionFailedError:
                 printer.end_line()
@@ -264,11 +261,16 @@ def report_compaction(
 
 
 def _await_servers(
-    handle: SessionHandle, config: Config, printer: render.ExecPrinter, before: int
+    handle: SessionHandle,
+    config: Config,
+    printer: render.ExecPrinter,
+    before: int,
+    report: ServerReport | None,
 ) -> None:
     """Print what the session recorded after seq ``before``, and wait until every MCP server
-    is ready or failed for good. A failed one is one warning line, and the task runs without
-    its tools; unless it is ``required``: then it is an ``McpError`` (docs/tools.md#servers)."""
+    is ready or failed for good, showing ``report`` (``-v``'s) each event. A failed one is
+    one warning line, and the task runs without its tools; unless it is ``required``: then
+    it is an ``McpError`` (docs/tools.md#servers)."""
     from plait.events.types import Event, McpServerFailed, McpServerReady
 
     waiting = {name for name, server in config.mcp_servers.items() if server.enabled}
@@ -281,6 +283,8 @@ def _await_servers(
         seen: list[Event] = handle.runtime.store.read(handle.session_id, after=before)
         while True:
             for event in seen:
+                if report is not None:
+                    report.tell(event)
                 body = event.body
                 if isinstance(body, McpServerFailed) and body.retry_in_sec is None:
                     printer.spinner.clear()
