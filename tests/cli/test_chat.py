@@ -6,9 +6,11 @@ typed there is a real SIGINT from the terminal; the model is a ``ScriptedModelSe
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
+import pytest
 from terminal import CTRL_C, CTRL_D, Terminal, clean_env
 
 from plait.events import SessionClosed, SqliteStore, ToolApprovalDecided, TurnAborted
@@ -131,3 +133,30 @@ def test_chat_asks_before_a_call_its_policy_asks_for(tmp_path: Path) -> None:
     ]
     aborted = [e.body for e in events if isinstance(e.body, TurnAborted)]
     assert [a.reason for a in aborted] == ["interrupted"]
+
+
+@pytest.mark.parametrize("whose", ["mine", "another user's"])
+def test_typed_lines_are_kept_in_the_projects_plait_directory_unless_another_user_owns_it(
+    tmp_path: Path, whose: str
+) -> None:
+    project = tmp_path / "project"
+    (project / ".plait").mkdir(parents=True)
+    if whose != "mine":  # a shared directory where someone else made .plait/ first
+        os.chown(project / ".plait", 65534, 65534)
+    with ScriptedModelServer([Step(text="noted")]) as server:
+        (project / "plait.toml").write_text(f'[model]\nbase_url = "{server.base_url}"\n')
+        store = tmp_path / "own.db"  # the store is named: only the history is at stake
+        env = {**clean_env(), "OPENAI_API_KEY": "test", "TERM": "dumb"}
+        argv = [sys.executable, "-m", "plait", "--store", str(store), "chat"]
+        term = Terminal(argv, project, env)
+        term.expect("you> ")
+        term.send(b"remember me\n")
+        assert "noted" in term.expect("you> ")
+        term.send(CTRL_D)
+        assert term.exit_code() == 0
+    kept = project / ".plait" / "chat_history"
+    if whose == "mine":
+        assert "remember me" in kept.read_text()
+    else:
+        assert not kept.exists()
+        assert f"not using {project / '.plait'}" in term.seen

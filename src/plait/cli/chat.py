@@ -33,7 +33,7 @@ from plait.cli.style import Style
 from plait.errors import InvalidInputError, SessionFailedError, undecoded_byte
 from plait.events.types import Event, ToolApprovalRequested, ToolCallRequested, Transient
 from plait.events.values import as_text
-from plait.project import find_project
+from plait.project import find_project, usable
 from plait.runtime import SessionHandle
 from plait.runtime.supervision import Unrecorded
 
@@ -232,10 +232,14 @@ class _Lines:
                     p: re.sub("(\x1b\\[[0-9;]*m)", "\x01\\1\x02", shown)
                     for p, shown in self.prompts.items()
                 }
-                # The project's, wherever in it the chat runs (docs/configuration.md)
-                self.history = str(find_project().home / ".plait" / "chat_history")
-                with contextlib.suppress(OSError):
-                    readline.read_history_file(self.history)
+                # The project's, wherever in it the chat runs (docs/configuration.md), unless
+                # its .plait/ is another user's: then the lines are kept for this chat only.
+                home = find_project().home
+                history = home / ".plait" / "chat_history"
+                if usable(history, home):
+                    self.history = str(history)
+                    with contextlib.suppress(OSError):
+                        readline.read_history_file(self.history)
 
     def read(self) -> str | None:
         """The next line (joined lines), or ``None`` at the end of input."""
