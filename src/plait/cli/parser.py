@@ -10,10 +10,18 @@ import signal
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import TypeVar
 
 from plait.cli.common import err, reader_left
 from plait.cli.completion import SHELLS, completion_script
+from plait.cli.flags import (
+    MODEL,
+    add_grace,
+    add_model_flags,
+    add_shared,
+    non_negative_int,
+    port,
+    positive,
+)
 from plait.cli.inputs import check_arguments
 from plait.cli.log_commands import (
     cmd_audit,
@@ -37,8 +45,7 @@ from plait.cli.run_commands import (
     cmd_mcp_server,
     cmd_recover,
 )
-from plait.cli.stopping import DEFAULT_GRACE_SEC, Stopped
-from plait.cli.style import CHOICES
+from plait.cli.stopping import Stopped
 from plait.cli.version import VersionAction
 from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
@@ -48,7 +55,6 @@ __all__ = ["build_parser", "main"]
 Command = Callable[[argparse.Namespace], int]
 Parser = argparse.ArgumentParser
 SESSION = "session id (a unique prefix is enough)"
-MODEL = "the model name (default $PLAIT_MODEL, else [model] model)"
 PLAN_TOOL = "offer the model update_plan: a plan of its work, shown as it changes (a new session)"
 
 
@@ -59,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replayable, auditable, crash-safe LLM agent sessions.",
         epilog='example: plait exec "What changed since the last release?" && plait sessions',
     )
-    _add_shared(parser, top=True)
+    add_shared(parser, top=True)
     parser.add_argument("--version", action=VersionAction, help="print plait's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -73,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         cmd.set_defaults(func=fn)
-        _add_shared(cmd, top=False)
+        add_shared(cmd, top=False)
         if json is not None:
             cmd.add_argument("--json", action="store_true", help=json)
         return cmd
@@ -98,22 +104,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--last", action="store_true", help="go on with the session active last in the store"
     )
     run.add_argument("--conversation", help="run in this conversation of the --session")
-    _add_model_flags(run)
+    add_model_flags(run)
     run.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
-    _add_grace(run, "SIGTERM (SIGINT interrupts the task)")
+    add_grace(run, "SIGTERM (SIGINT interrupts the task)")
     talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
     talk.add_argument(
         "--last", action="store_true", help="go on with the session active last in the store"
     )
-    _add_model_flags(talk)
+    add_model_flags(talk)
     talk.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
-    _add_grace(talk, "SIGTERM")
+    add_grace(talk, "SIGTERM")
     again = add("resume", _resume, "plait resume 3f2a", "plait resume --last")
     again.add_argument("session", nargs="?", help=SESSION)
     again.add_argument("--last", action="store_true", help="the session active last in the store")
-    _add_model_flags(again)
-    _add_grace(again, "SIGTERM")
+    add_model_flags(again)
+    add_grace(again, "SIGTERM")
     serve = add(
         "mcp-server",
         cmd_mcp_server,
@@ -122,13 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--http",
-        type=_port,
+        type=port,
         metavar="PORT",
         help="serve streamable HTTP on PORT (0: any free one), at /mcp",
     )
     serve.add_argument("--host", default="127.0.0.1", help="with --http: the address to bind")
-    _add_model_flags(serve)
-    _add_grace(serve)
+    add_model_flags(serve)
+    add_grace(serve)
     compact = reader(
         "compact",
         cmd_compact,
@@ -140,12 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("--model", help=MODEL)
     sessions = add("sessions", cmd_sessions, "plait sessions --limit 5", json="JSON Lines")
     sessions.add_argument(
-        "--limit", type=_count, default=20, metavar="N", help="the N active last (20; 0: all)"
+        "--limit",
+        type=non_negative_int,
+        default=20,
+        metavar="N",
+        help="the N active last (20; 0: all)",
     )
     reader("conversations", cmd_conversations, "plait conversations 3f2a")
     history = reader("history", cmd_history, "plait history 3f2a --conversation 9c1d --limit 10")
     history.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
-    history.add_argument("--limit", type=_positive, metavar="N", help="only the last N messages")
+    history.add_argument("--limit", type=positive, metavar="N", help="only the last N messages")
     history.add_argument(
         "--reasoning", action="store_true", help="show the model's reasoning, where it sent any"
     )
@@ -193,11 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--model", help=MODEL)
     worker.add_argument(
-        "--concurrency", type=_positive, metavar="N", help="run at most N tasks at once"
+        "--concurrency", type=positive, metavar="N", help="run at most N tasks at once"
     )
     worker.add_argument(
         "--max-active-sessions",
-        type=_positive,
+        type=positive,
         metavar="N",
         help="keep at most N sessions' actors running (default 8 x --concurrency)",
     )
@@ -208,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="how long its sessions wait for another worker if it dies (default 10)",
     )
-    _add_grace(worker)
+    add_grace(worker)
     worker.add_argument("--drain-sec", dest="grace_sec", type=float, help=argparse.SUPPRESS)
     worker.add_argument(
         "--idle-sec",
@@ -243,107 +253,6 @@ def _completion(args: argparse.Namespace) -> int:
     """Print the shell's completion script: every command and option of plait."""
     sys.stdout.write(completion_script(build_parser(), args.shell))
     return 0
-
-
-def _add_model_flags(cmd: Parser) -> None:
-    """Add ``--model`` and the request options of ``[model]`` (a new session records those
-    it started with)."""
-    # The dests of the group are common.MODEL_FLAGS, which config_of reads.
-    cmd.add_argument("--model", help=MODEL)
-    group = cmd.add_argument_group("model options (default: [model])")
-    group.add_argument("--max-output-tokens", type=_positive, metavar="N", help="cap each reply")
-    group.add_argument("--temperature", type=float, metavar="T")
-    group.add_argument("--top-p", type=float, metavar="P")
-    group.add_argument("--seed", type=int, metavar="N")
-    group.add_argument("--stop", action="append", metavar="TEXT", help="repeat for several")
-    group.add_argument("--reasoning-effort", metavar="LEVEL", help="low, medium, high...")
-    group.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction)
-
-
-def _add_shared(parser: Parser, *, top: bool) -> None:
-    """Add ``--config``, ``--store``, ``--debug``, ``--verbose`` and ``--color``, which go
-    before or after the command.
-
-    A command's copies have no default, so that one given before the command stands.
-    """
-    none, false = (None, False) if top else (argparse.SUPPRESS, argparse.SUPPRESS)
-    parser.add_argument(
-        "--config",
-        metavar="PATH",
-        default=none,
-        help="the configuration file (default $PLAIT_CONFIG, else the nearest plait.toml from "
-        "here up to the repository's root; outside one, up to your home directory, or to / "
-        "when not under it; one of another user's is not used)",
-    )
-    parser.add_argument(
-        "--store",
-        metavar="PATH|URL",
-        default=none,
-        help="a SQLite path or postgresql://... (default $PLAIT_STORE, else [store] url, "
-        "else the project's .plait/plait.db)",
-    )
-    parser.add_argument(
-        "-c",
-        dest="overrides" if top else "command_overrides",  # config_of reads both
-        action="append",
-        default=[] if top else argparse.SUPPRESS,
-        metavar="KEY.PATH=VALUE",
-        help="set a configuration key over the files and the environment (the value read as "
-        "TOML, else as text): -c model.model=gpt-4o -c mcp_servers.git.enabled=false",
-    )
-    parser.add_argument("--debug", action="store_true", default=false, help="show tracebacks")
-    parser.add_argument(
-        "--verbose",
-        "-v",
-        action="count",
-        default=0 if top else argparse.SUPPRESS,
-        help="say on stderr which files, store, model and MCP servers are used (-vv: and "
-        "each model request's size and timing)",
-    )
-    parser.add_argument(
-        "--color",
-        choices=CHOICES,
-        default=none,
-        help="colour on a terminal (default auto: not in pipes, not with $NO_COLOR set)",
-    )
-
-
-Number = TypeVar("Number", int, float)
-
-
-def _bounded(
-    convert: Callable[[str], Number], ok: Callable[[Number], bool], expected: str
-) -> Callable[[str], Number]:
-    """An argument type: ``convert`` the text, refused unless ``ok`` (the error: ``expected
-    EXPECTED, got TEXT``, not Python's name of the type)."""
-
-    def parse(text: str) -> Number:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}") from None
-        if not ok(value):  # NaN too, for seconds
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}")
-        return value
-
-    return parse
-
-
-_positive = _bounded(int, lambda v: v >= 1, "a positive number")
-_count = _bounded(int, lambda v: v >= 0, "a number, 0 or more")
-_not_negative = _bounded(float, lambda v: v >= 0, "seconds, 0 or more")
-_port = _bounded(int, lambda v: 0 <= v < 65536, "a port from 0 to 65535")
-
-
-def _add_grace(cmd: Parser, signals: str = "SIGTERM or SIGINT") -> None:
-    cmd.add_argument(
-        "--grace-sec",
-        type=_not_negative,
-        default=DEFAULT_GRACE_SEC,
-        metavar="S",
-        help=f"on {signals}, how long a running task may take to end before it is cut and "
-        f"its session handed back (default {DEFAULT_GRACE_SEC:g})",
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

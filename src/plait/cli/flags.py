@@ -1,0 +1,127 @@
+"""The flags several ``plait`` commands share (``--config``, ``--store``, ``-v``..., the
+model's options, ``--grace-sec``) and the argument types that say what they expected."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TypeVar
+
+from plait.cli.stopping import DEFAULT_GRACE_SEC
+from plait.cli.style import CHOICES
+
+__all__ = [
+    "MODEL",
+    "add_grace",
+    "add_model_flags",
+    "add_shared",
+    "non_negative_int",
+    "port",
+    "positive",
+    "seconds",
+]
+
+Parser = argparse.ArgumentParser
+MODEL = "the model name (default $PLAIT_MODEL, else [model] model)"
+"""The help of ``--model``, wherever a command takes it."""
+
+
+def add_model_flags(cmd: Parser) -> None:
+    """Add ``--model`` and the request options of ``[model]`` (a new session records those
+    it started with)."""
+    # The dests of the group are common.MODEL_FLAGS, which config_of reads.
+    cmd.add_argument("--model", help=MODEL)
+    group = cmd.add_argument_group("model options (default: [model])")
+    group.add_argument("--max-output-tokens", type=positive, metavar="N", help="cap each reply")
+    group.add_argument("--temperature", type=float, metavar="T")
+    group.add_argument("--top-p", type=float, metavar="P")
+    group.add_argument("--seed", type=int, metavar="N")
+    group.add_argument("--stop", action="append", metavar="TEXT", help="repeat for several")
+    group.add_argument("--reasoning-effort", metavar="LEVEL", help="low, medium, high...")
+    group.add_argument("--parallel-tool-calls", action=argparse.BooleanOptionalAction)
+
+
+def add_shared(parser: Parser, *, top: bool) -> None:
+    """Add ``--config``, ``--store``, ``--debug``, ``--verbose`` and ``--color``, which go
+    before or after the command.
+
+    A command's copies have no default, so that one given before the command stands.
+    """
+    none, false = (None, False) if top else (argparse.SUPPRESS, argparse.SUPPRESS)
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        default=none,
+        help="the configuration file (default $PLAIT_CONFIG, else the nearest plait.toml from "
+        "here up to the repository's root; outside one, up to your home directory, or to / "
+        "when not under it; one of another user's is not used)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="PATH|URL",
+        default=none,
+        help="a SQLite path or postgresql://... (default $PLAIT_STORE, else [store] url, "
+        "else the project's .plait/plait.db)",
+    )
+    parser.add_argument(
+        "-c",
+        dest="overrides" if top else "command_overrides",  # config_of reads both
+        action="append",
+        default=[] if top else argparse.SUPPRESS,
+        metavar="KEY.PATH=VALUE",
+        help="set a configuration key over the files and the environment (the value read as "
+        "TOML, else as text): -c model.model=gpt-4o -c mcp_servers.git.enabled=false",
+    )
+    parser.add_argument("--debug", action="store_true", default=false, help="show tracebacks")
+    parser.add_argument(
+        "--verbose",
+        "-v",
+        action="count",
+        default=0 if top else argparse.SUPPRESS,
+        help="say on stderr which files, store, model and MCP servers are used (-vv: and "
+        "each model request's size and timing)",
+    )
+    parser.add_argument(
+        "--color",
+        choices=CHOICES,
+        default=none,
+        help="colour on a terminal (default auto: not in pipes, not with $NO_COLOR set)",
+    )
+
+
+Number = TypeVar("Number", int, float)
+
+
+def _bounded(
+    convert: Callable[[str], Number], ok: Callable[[Number], bool], expected: str
+) -> Callable[[str], Number]:
+    """An argument type: ``convert`` the text, refused unless ``ok`` (the error: ``expected
+    EXPECTED, got TEXT``, not Python's name of the type)."""
+
+    def parse(text: str) -> Number:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}") from None
+        if not ok(value):  # NaN too, for seconds
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}")
+        return value
+
+    return parse
+
+
+positive = _bounded(int, lambda v: v >= 1, "a positive number")
+non_negative_int = _bounded(int, lambda v: v >= 0, "a number, 0 or more")
+seconds = _bounded(float, lambda v: v >= 0, "seconds, 0 or more")
+port = _bounded(int, lambda v: 0 <= v < 65536, "a port from 0 to 65535")
+
+
+def add_grace(cmd: Parser, signals: str = "SIGTERM or SIGINT") -> None:
+    cmd.add_argument(
+        "--grace-sec",
+        type=seconds,
+        default=DEFAULT_GRACE_SEC,
+        metavar="S",
+        help=f"on {signals}, how long a running task may take to end before it is cut and "
+        f"its session handed back (default {DEFAULT_GRACE_SEC:g})",
+    )
