@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -264,3 +267,22 @@ def process(
         yield runtime
     finally:
         runtime.close()
+
+
+BENCH = Path(__file__).parents[1] / "bench"
+
+
+def load_bench(name: str) -> ModuleType:
+    """``bench/NAME.py`` as a module, for a test that runs a smaller run of its bench. It is
+    run with ``bench/`` first on ``sys.path`` (its table printer, its helpers), which is then
+    undone, or ``bench/mcp.py`` would hide the ``mcp`` package."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    path = sys.path[:]
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = path
+    return module

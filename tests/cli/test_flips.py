@@ -10,16 +10,13 @@ silent (exit 0 as if nothing were wrong): each is detected, one line naming the 
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+from support import load_bench
 
 from plait.testing import ScriptedModelServer, Step
 
-BENCH = Path(__file__).parents[2] / "bench" / "flips.py"
 PER_REGION = {"event data": 1, "event hash": 1, "event envelope": 2}
 """Flips in an event's row, by what they change: every reader must detect each."""
 ANYWHERE = {"detected", "clean error", "silent", "unaffected"}
@@ -27,15 +24,7 @@ OTHERS = 1
 """Flips outside an event's row (blob rows, the streams table, indexes, free space...)."""
 
 
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("flips", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-flips = load_bench()
+flips = load_bench("flips")
 
 
 Flip = tuple[int, int, str]

@@ -8,26 +8,15 @@ Marked ``real_servers``, so the suite leaves them out; run them where the server
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-
-BENCH = Path(__file__).parents[2] / "bench" / "llama_server.py"
+from support import load_bench
 
 pytestmark = pytest.mark.real_servers
 
 
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llama_server", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-llama = load_bench()
+llama = load_bench("llama_server")
 
 
 @pytest.mark.parametrize("server", llama.SERVERS)

@@ -12,42 +12,24 @@ ended once, no call of ``side_effect`` ran twice, and every session verifies and
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from support import POSTGRES_URL, StoreFactory
+from support import POSTGRES_URL, StoreFactory, load_bench
 
 from plait.events import ToolCallStarted
 from plait.events.subscription import Subscription
 
-BENCH = Path(__file__).parents[2] / "bench" / "kill_loop.py"
 KILLS = 3
 SEED = 7
 WAIT_SEC = 30.0
 """How long a kill waits for its event (a busy machine takes seconds to start a process)."""
 
 
-def load_bench() -> ModuleType:
-    """``bench/kill_loop.py`` as a module. It puts ``bench/`` first on ``sys.path`` to import
-    ``paced_model``; that is undone, or ``bench/mcp.py`` would hide the ``mcp`` package."""
-    spec = importlib.util.spec_from_file_location("kill_loop", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    path = sys.path[:]
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path
-    return module
-
-
-kill_loop = load_bench()
+kill_loop = load_bench("kill_loop")
 
 
 class AtEvents:

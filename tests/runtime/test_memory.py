@@ -8,24 +8,13 @@ The bound here is 5 times: a regression back towards ten fails, the measure's ow
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from support import load_bench
 
-BENCH = Path(__file__).parents[2] / "bench" / "memory.py"
 BOUND = 5.0
 """The most a case may peak above its baseline, in times the item's size."""
-
-
-def load_bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCH.parent))  # its table printer, bench/report.py
-    spec = importlib.util.spec_from_file_location("memory_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="reads /proc peaks")
@@ -33,7 +22,7 @@ def load_bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_a_large_item_costs_a_few_times_its_size(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    bench = load_bench(monkeypatch)
+    bench = load_bench("memory")
     size = 20 * bench.MB
     found = bench.measure(case, size, str(tmp_path / "plait.db"), False)
     ratio = (found["peak"] - found["baseline"]) / size
