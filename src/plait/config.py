@@ -20,13 +20,14 @@ import dataclasses
 import json
 import os
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
+from plait.config_read import convert, get, leaf_paths, load, merge, override
 from plait.config_types import (
     DEFAULT_STORE,
     Config,
@@ -128,16 +129,16 @@ def load_config(
     layers: list[_Layer] = []
     user = user_config_file(env)
     if user is not None and user.is_file():
-        layers.append(_Layer(str(user), _load(user, tomllib.loads, "TOML"), user.parent))
+        layers.append(_Layer(str(user), load(user, tomllib.loads, "TOML"), user.parent))
     if file is not None:
-        layers.append(_Layer(str(file), _load(file, tomllib.loads, "TOML"), file.parent, True))
+        layers.append(_Layer(str(file), load(file, tomllib.loads, "TOML"), file.parent, True))
     files = len(layers)
-    layers += [_Layer(f"-c {text}", _override(text), root) for text in overrides]
+    layers += [_Layer(f"-c {text}", override(text), root) for text in overrides]
     merged: dict[str, Any] = {}
     for layer in layers:
         _check_layer(layer.part(servers=False), layer.source)
-        _merge(merged, layer.part(servers=False))
-    parsed = _convert(merged, _File, ", ".join(layer.source for layer in layers))
+        merge(merged, layer.part(servers=False))
+    parsed = convert(merged, _File, ", ".join(layer.source for layer in layers))
     problem = None
     try:
         servers, jsons = _servers(layers, files, project, env)
@@ -147,7 +148,7 @@ def load_config(
         servers, jsons, problem = {}, [], str(exc)
     sources = [layer.source for layer in layers[:files]] + jsons
     sources += [layer.source for layer in layers[files:]]
-    pinned = {key for layer in layers[files:] for key in _paths(layer.data)}
+    pinned = {key for layer in layers[files:] for key in leaf_paths(layer.data)}
     changes: dict[str, Any] = {}
     if env.get("OPENAI_BASE_URL"):
         changes["base_url"] = env["OPENAI_BASE_URL"]
@@ -179,9 +180,9 @@ def _store_url(
 ) -> str:
     """The store: ``-c``'s, else the flag's or ``PLAIT_STORE``, else the files', else the
     project's; a relative path read from where it was given."""
-    setting = [layer for layer in layers if _get(layer.data, "store", "url") is not None]
+    setting = [layer for layer in layers if get(layer.data, "store", "url") is not None]
     if setting and ("store.url" in pinned or not (flag or env.get("PLAIT_STORE"))):
-        url, base = str(_get(setting[-1].data, "store", "url")), setting[-1].base
+        url, base = str(get(setting[-1].data, "store", "url")), setting[-1].base
     elif flag or env.get("PLAIT_STORE"):
         url, base = flag or env["PLAIT_STORE"], project.cwd
     elif project.store in project.skipped:
@@ -214,13 +215,6 @@ def _as_given(project: Project, cwd: Path) -> Project:
     )
 
 
-def _get(data: Mapping[str, Any], *keys: str) -> Any:
-    """The value at ``keys`` in nested tables, or ``None``."""
-    for key in keys:
-        data = data.get(key) if isinstance(data, Mapping) else None  # type: ignore[assignment]
-    return data
-
-
 def _servers(
     layers: list[_Layer], files: int, project: Project, env: Mapping[str, str]
 ) -> tuple[dict[str, Any], list[str]]:
@@ -230,7 +224,7 @@ def _servers(
 
     parts = []
     for layer in layers:
-        part = _convert(layer.part(servers=True), _Servers, layer.source)
+        part = convert(layer.part(servers=True), _Servers, layer.source)
         for name, table in part.mcp_servers.items():
             check_keys(table, f"{layer.source}: mcp_servers.{name}")
         parts.append(part)
@@ -263,7 +257,7 @@ def _servers(
     for source, key, base, in_project, entries in entries_of:
         for name, table in entries.items():
             if key == "mcp_servers":  # a file's or a -c's keys, over those before
-                _merge(tables.setdefault(name, {}), table)
+                merge(tables.setdefault(name, {}), table)
             else:  # an mcp.json's entry, whole
                 tables[name] = table
             if name not in runs_in or not source.startswith("-c "):
@@ -287,57 +281,12 @@ def _servers(
     return servers, [str(path) for path in json_paths]
 
 
-def _override(text: str) -> dict[str, Any]:
-    """Turn ``-c``'s ``a.b=VALUE`` into ``{"a": {"b": VALUE}}``: the value as TOML, else the
-    text as it is."""
-    key, sep, raw = text.partition("=")
-    parts = key.strip().split(".")
-    if not sep or not all(parts):
-        raise ConfigError(f"-c {text}: expected KEY.PATH=VALUE, as in -c model.model=gpt-4o")
-    try:
-        value: Any = tomllib.loads(f"_ = {raw}")["_"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    for part in reversed(parts):
-        value = {part: value}
-    result: dict[str, Any] = value
-    return result
-
-
 def _check_layer(data: dict[str, Any], source: str) -> None:
     """Check one file's (or one ``-c``'s) keys and types alone, so an error names it."""
-    _convert(data, _File, source)
+    convert(data, _File, source)
     storage = data.get("policy", {}).get("storage")
     if storage is not None:
         _check_storage(storage, source)
-
-
-def _merge(into: dict[str, Any], data: Mapping[str, Any]) -> None:
-    """Merge ``data`` into ``into``, table by table: the later value of a key wins."""
-    for key, value in data.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = dict(value) if isinstance(value, Mapping) else value
-
-
-def _paths(data: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Return the dotted paths of the leaves of ``data`` (``model.model``...)."""
-    paths = []
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        paths += _paths(value, f"{path}.") if isinstance(value, Mapping) else [path]
-    return paths
-
-
-def _load(path: Path, parse: Callable[[str], Any], kind: str) -> Any:
-    """Read and parse a configuration file; what is wrong with it is one line."""
-    try:
-        return parse(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror or exc}") from exc
-    except ValueError as exc:  # TOMLDecodeError and JSONDecodeError both are
-        raise ConfigError(f"{path}: not valid {kind}: {exc}") from exc
 
 
 def _workspace(path: Path) -> Path:
@@ -351,7 +300,7 @@ def _read_mcp_json(path: Path, env: Mapping[str, str], root: Path) -> tuple[str,
     """Return the servers of an ``mcp.json`` as Claude Code, Cursor (``mcpServers``) or VS Code
     (``servers``) write it, ``${VAR}`` references replaced (``${workspaceFolder}`` is
     ``root``), with the key they sit under."""
-    data = _load(path, json.loads, "JSON")
+    data = load(path, json.loads, "JSON")
     key = next((k for k in ("mcpServers", "servers") if isinstance(data, dict) and k in data), "")
     if not key or not isinstance(data[key], dict):
         raise ConfigError(
@@ -380,46 +329,3 @@ def _check_storage(text: str, path: str) -> None:
         StoragePolicy.parse(text)
     except ValueError as exc:
         raise ConfigError(f"{path}: policy.storage: {exc}") from None
-
-
-def _convert(data: Any, kind: type[_T], path: str) -> _T:
-    try:
-        return msgspec.convert(data, kind)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{path}: {_where(str(exc))}") from exc
-
-
-# Keys people try that plait refuses on purpose: say what to do instead.
-_HINTS = {
-    "model.api_key": " (keys stay out of files: set the variable that model.api_key_env names)",
-}
-
-
-def _where(message: str) -> str:
-    """Turn msgspec's ``Expected `int`, got `str` - at `$.policy.x``` into ``policy.x: ...``."""
-    text, _, at = message.partition(" - at `$")
-    key = at.rstrip("`").lstrip(".")
-    if text.startswith("Object contains unknown field"):
-        field = text.split("`")[1]
-        key = f"{key}.{field}" if key else field
-        hint = _HINTS.get(key, "")
-        return f"{key}: unknown key{hint}"
-    if text.startswith("Invalid enum value") and (choices := _choices(key)):
-        value = text.removeprefix("Invalid enum value").strip()
-        return f"{key}: invalid value {value}: choose one of {', '.join(choices)}"
-    text = text[0].lower() + text[1:] if text else text
-    return f"{key}: {text}" if key else text
-
-
-def _choices(key: str) -> list[str]:
-    """The values a key that takes one of a few may have (``policy.approval``...)."""
-    from msgspec import inspect
-
-    info: Any = inspect.type_info(_File)
-    for part in key.split("."):
-        if not isinstance(info, inspect.StructType):
-            return []
-        info = next((f.type for f in info.fields if f.name == part), None)
-    kinds = info.types if isinstance(info, inspect.UnionType) else (info,)
-    found = [kind for kind in kinds if isinstance(kind, inspect.LiteralType)]
-    return [str(value) for value in found[0].values] if found else []
