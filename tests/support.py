@@ -16,13 +16,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 
 from plait.actors.model import ModelSettings
+from plait.events.codec import encode_event, event_hash
 from plait.events.store import EventStore, Row
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
-from plait.events.types import Event
+from plait.events.types import Event, ToolCallCompleted
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer
 
@@ -91,6 +93,26 @@ class Tamper:
 
     def delete_blob(self, sha256: str) -> None:
         self._execute(self._sql("DELETE FROM blobs WHERE sha256 = ?"), (sha256,))
+
+
+def forge_tool_output(store: EventStore, tamper: Tamper, stream: str, output: str) -> int:
+    """Do what an insider with write access to the store can: change the recorded output of
+    the tool call, then re-hash that event and every later one, each linked to the one before,
+    and set the stream's head (docs/event-log.md#signed-heads); return the seq changed. A
+    signed head cannot be made again without the key: it is re-hashed as it is."""
+    events = store.read(stream, resolve_blobs=False)
+    target = next(e for e in events if isinstance(e.body, ToolCallCompleted))
+    prev = events[target.seq - 2].hash
+    for event in events[target.seq - 1 :]:
+        body = event.body
+        if event.seq == target.seq:
+            body = msgspec.structs.replace(body, output=output)
+        forged = msgspec.structs.replace(event, body=body, prev_hash=prev, position=0, hash=b"")
+        data = encode_event(forged)
+        prev = event_hash(data)
+        tamper.set_data(stream, event.seq, data, prev)
+    tamper.set_head_hash(stream, prev)
+    return target.seq
 
 
 class MemoryTamper(Tamper):

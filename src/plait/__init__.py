@@ -17,6 +17,7 @@ from plait.errors import (
     CorruptEventError,
     DivergenceError,
     InvalidInputError,
+    KeyFileError,
     McpError,
     ModelError,
     ModelErrorKind,
@@ -33,6 +34,7 @@ from plait.errors import (
 )
 from plait.events.projections.history import ConversationInfo
 from plait.events.projections.stats import ConversationStats
+from plait.events.signing import Signer
 from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.stores.memory import MemoryStore
@@ -87,6 +89,7 @@ __all__ = [
     "JsonObject",
     "JsonValue",
     "KeepType",
+    "KeyFileError",
     "McpError",
     "McpLimits",
     "McpServerConfig",
@@ -101,6 +104,7 @@ __all__ = [
     "Runtime",
     "SessionClosedError",
     "SessionHandle",
+    "Signer",
     "SqliteStore",
     "Status",
     "StoragePolicy",

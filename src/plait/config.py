@@ -30,6 +30,7 @@ import msgspec
 from plait.config_read import convert, get, leaf_paths, load, merge, override
 from plait.config_types import (
     DEFAULT_STORE,
+    AuditConfig,
     Config,
     HistoryConfig,
     ModelConfig,
@@ -67,6 +68,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     policy: PolicyConfig = PolicyConfig()
     history: HistoryConfig = HistoryConfig()
+    audit: AuditConfig = AuditConfig()
 
 
 class _Servers(msgspec.Struct):
@@ -164,6 +166,7 @@ def load_config(
         ),
         policy=parsed.policy,
         history=parsed.history,
+        audit=AuditConfig(_signing_key(layers, pinned, env, root)),
         mcp_servers=servers,
         api_key=env.get(settings.api_key_env) or None,
         source=", ".join(sources) or "defaults",
@@ -195,6 +198,21 @@ def _store_url(
     if "://" not in url and url != "memory:" and not Path(url).is_absolute():
         url = str(base / url)
     return url
+
+
+def _signing_key(
+    layers: list[_Layer], pinned: set[str], env: Mapping[str, str], cwd: Path
+) -> str | None:
+    """The signing key's path: ``-c``'s, else ``PLAIT_SIGNING_KEY``, else the files'; a
+    relative path read from where it was given (docs/event-log.md#signed-heads)."""
+    setting = [layer for layer in layers if get(layer.data, "audit", "signing_key") is not None]
+    if setting and ("audit.signing_key" in pinned or not env.get("PLAIT_SIGNING_KEY")):
+        path, base = str(get(setting[-1].data, "audit", "signing_key")), setting[-1].base
+    elif env.get("PLAIT_SIGNING_KEY"):
+        path, base = env["PLAIT_SIGNING_KEY"], cwd
+    else:
+        return None
+    return path if Path(path).is_absolute() else str(base / path)
 
 
 def _as_given(project: Project, cwd: Path) -> Project:

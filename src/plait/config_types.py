@@ -11,7 +11,14 @@ from msgspec import Meta
 
 from plait.project import STORE
 
-__all__ = ["DEFAULT_STORE", "Config", "HistoryConfig", "ModelConfig", "PolicyConfig", "StoreConfig"]
+__all__ = [
+    "DEFAULT_STORE",
+    "AuditConfig",
+    "HistoryConfig",
+    "ModelConfig",
+    "PolicyConfig",
+    "StoreConfig",
+]
 
 DEFAULT_STORE = str(STORE)
 """The store when none is configured: a SQLite file under the project's directory."""
@@ -113,6 +120,15 @@ class HistoryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Most approximate tokens a conversation's history keeps; the oldest go first."""
 
 
+class AuditConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[audit]``: what makes a session's log evidence (docs/event-log.md#signed-heads)."""
+
+    signing_key: str | None = None
+    """The Ed25519 private key (``plait keygen``) that signs the heads of the sessions plait
+    writes; relative to the file that names it. ``PLAIT_SIGNING_KEY`` sets it too. Unset: no
+    head is signed."""
+
+
 class Config(msgspec.Struct, frozen=True):
     """Everything configurable, after files, environment and overrides were applied."""
 
@@ -124,6 +140,8 @@ class Config(msgspec.Struct, frozen=True):
     """Session-wide limits."""
     history: HistoryConfig = HistoryConfig()
     """Compaction and history bounds."""
+    audit: AuditConfig = AuditConfig()
+    """Signed heads."""
     mcp_servers: dict[str, Any] = {}
     """MCP servers by name (``McpServerConfig`` values)."""
     api_key: str | None = None

@@ -18,6 +18,7 @@ __all__ = [
     "EffectLoopClosedError",
     "IllegalTransitionError",
     "InvalidInputError",
+    "KeyFileError",
     "LeaseLostError",
     "McpError",
     "ModelError",
@@ -121,6 +122,11 @@ class TransientEventError(StoreError, TypeError):
 
 class ConfigError(PlaitError):
     """A configuration file, key or value is wrong."""
+
+
+class KeyFileError(PlaitError):
+    """A signing or public key file cannot be read, made or used; the message names the file,
+    never what it holds (docs/event-log.md#signed-heads)."""
 
 
 class InvalidInputError(PlaitError, ValueError):

@@ -21,6 +21,7 @@ from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed, Kinds
 from plait.actors.listening import Listeners
 from plait.actors.writer import Writer
 from plait.errors import PlaitError
+from plait.events.signing import Signer
 from plait.events.store import EventStore
 from plait.events.types import Event, Transient
 
@@ -40,9 +41,11 @@ class Journal(Writer):
         on_idle: Callable[[], object] | None = None,
         on_lost: Callable[[PlaitError], object] | None = None,
         may_act: Callable[[], bool] | None = None,
+        signer: Signer | None = None,
     ) -> None:
-        """Write after ``past`` with lease ``epoch`` (``None``: not fenced); the callbacks are
-        ``Writer``'s (none: nobody is told, the feeds fail by themselves, it may always act)."""
+        """Write after ``past`` with lease ``epoch`` (``None``: not fenced); the callbacks and
+        ``signer`` are ``Writer``'s (none: nobody is told, the feeds fail by themselves, it
+        may always act, no head is signed)."""
         self._delivery = Delivery()
         super().__init__(
             store,
@@ -53,6 +56,7 @@ class Journal(Writer):
             on_idle=on_idle,
             on_lost=on_lost,
             may_act=may_act,
+            signer=signer,
         )
 
     @property

@@ -34,6 +34,7 @@ from plait.errors import LeaseLostError, PlaitError, SessionFailedError, StoreEr
 from plait.events.codec import GENESIS_HASH
 from plait.events.prepared import PreparedAppend
 from plait.events.projections.tasks import TASKS, TaskQueue
+from plait.events.signing import Signer, ends_task
 from plait.events.storage import Policies
 from plait.events.store import EventStore
 from plait.events.types import Body, Event, NewEvent
@@ -60,6 +61,7 @@ class Writer:
         on_idle: Callable[[], object] | None = None,
         on_lost: Callable[[PlaitError], object] | None = None,
         may_act: Callable[[], bool] | None = None,
+        signer: Signer | None = None,
     ) -> None:
         """``on_idle``: told when what it records leaves nothing running or queued.
         ``on_lost``: told ``lost`` (on the recording thread) once sealed for it: the store
@@ -67,8 +69,11 @@ class Writer:
         (``SessionFailedError``); it fails the feeds (without it, the writer does).
         ``may_act``: whether the process still owns the session (its lease is not past due),
         asked before anything outside starts, so a process paused past its lease starts
-        nothing (without it: always)."""
+        nothing (without it: always).
+        ``signer``: signs the head after each group that ends a task or closes the session
+        (``HeadSigned``, docs/event-log.md#signed-heads); without it, no head is signed."""
         self.store = store
+        self._signer = signer
         self.stream = stream
         self._seq = past[-1].seq if past else 0
         self._hash = _head_hash(past)
@@ -312,7 +317,19 @@ class Writer:
         self._out.keep(origin, events)
         if not ahead:
             self._out.put(events)
+        if self._signer is not None and ends_task([e.body for e in events]):
+            self._sign_head(ahead)
         return events
+
+    def _sign_head(self, ahead: bool) -> None:
+        """Record the signed head after what was just recorded: its own group (a crash between
+        leaves that group unsigned, as verify reports). Every actor hears of it; it is not
+        returned to the one that recorded the task's end, whose group that stays."""
+        assert self._signer is not None
+        signed = self._append([self._signer.head(self.stream, self._seq, self._hash)], ahead)
+        self._out.keep(None, signed)
+        if not ahead:
+            self._out.put(signed)
 
     def _append(self, items: Sequence[Body | NewEvent], ahead: bool) -> list[Event]:
         """Append what each conversation's storage policy keeps of ``items`` (``ahead``: make

@@ -173,10 +173,15 @@ def make_runtime(
     calls its approval policy asks for (none: they are denied); ``more`` are more of the
     ``Runtime``'s arguments."""
     from plait.actors.pool import McpLimits
+    from plait.events.signing import Signer
     from plait.events.values import HistorySettings, StoragePolicy
     from plait.runtime import Runtime
 
     policy, history = config.policy, config.history
+    key = config.audit.signing_key
+    if key is not None:
+        log.info("signing heads with the key in %s", key)
+        more.setdefault("signer", Signer.from_key_file(key))
     for name, server in config.mcp_servers.items():
         log.info("MCP server %s: %s", name, describe_server(server))
     limits = McpLimits(

@@ -184,20 +184,36 @@ def cmd_tree(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check a session's rows (hash chain, columns, blobs) and the store's file; exit 1 if
     anything was edited or is damaged."""
+    from plait.cli.keys import check_signed, signed_line
+
     with existing_store(args, read_only=True) as store:
-        report = store.verify(find_session(store, args.session))
+        session = find_session(store, args.session)
+        report = store.verify(session)
         damaged = store.check_file(full=args.full)
+        # The signatures are read once the chain is known intact: what they sign is its.
+        signed = check_signed(store, session, args.public_key) if report.ok else None
+    good = signed is None or (signed.ok and (signed.signed > 0 or args.public_key is None))
     if args.json:
         fields = msgspec.to_builtins(report)
-        out(render.json_line({"session_id": fields.pop("stream"), **fields, "file": damaged}))
+        extra = {"signatures": msgspec.to_builtins(signed)} if signed is not None else {}
+        out(
+            render.json_line(
+                {"session_id": fields.pop("stream"), **fields, "file": damaged, **extra}
+            )
+        )
     elif not report.ok:  # no seq: the damage is in the store's positions, not in this session
         at = "" if report.first_bad_seq is None else f"seq {report.first_bad_seq}: "
         out(f"tampered: {at}{report.reason}")
     elif damaged is not None:
         out(f"damaged: {damaged}")
+    elif signed is not None and not good:
+        out(signed_line(signed))
     else:
-        out(f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)")
-    return 0 if report.ok and damaged is None else 1
+        line = f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)"
+        if signed is not None and signed.signed:
+            line += f"; {signed_line(signed)}"
+        out(line)
+    return 0 if report.ok and damaged is None and good else 1
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from plait.cli.flags import (
     positive,
 )
 from plait.cli.inputs import check_arguments
+from plait.cli.keys import cmd_keygen
 from plait.cli.log_commands import (
     cmd_audit,
     cmd_conversations,
@@ -185,6 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--full", action="store_true", help="check the whole SQLite file (integrity_check)"
     )
+    verify.add_argument(
+        "--public-key",
+        metavar="PATH",
+        help="check the session's signed heads with this public key (PATH.pub of keygen)",
+    )
     replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")
     replay.add_argument(
         "--max-interrupt-chain-depth",
@@ -227,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="hand back a session idle this long, for any worker to take (default 60)",
     )
+    keygen = add("keygen", cmd_keygen, "plait keygen --out ~/.plait/audit.key")
+    keygen.add_argument("--out", required=True, metavar="PATH", help="where the private key goes")
     add("expire", cmd_expire, "plait expire", json="the count as JSON")
     add("demo", cmd_demo, "plait demo")
     complete = add(

@@ -23,6 +23,7 @@ from plait.events.bodies import (
     ConversationDestroyed,
     ConversationOpened,
     ForkOrigin,
+    HeadSigned,
     HistoryCompacted,
     InterruptCause,
     McpAllowlistNormalized,
@@ -74,6 +75,7 @@ __all__ = [
     "Event",
     "FeedLagged",
     "ForkOrigin",
+    "HeadSigned",
     "HistoryCompacted",
     "InterruptCause",
     "McpAllowlistNormalized",
@@ -146,6 +148,7 @@ AnyBody = (
     | McpServersOffered
     | McpAllowlistNormalized
     | PlanUpdated
+    | HeadSigned
 )
 """Every persisted body type."""
 

@@ -35,6 +35,7 @@ from plait.events.types import (
     Body,
     ConversationOpened,
     Event,
+    HeadSigned,
     McpServerFailed,
     McpServerReady,
     McpServersOffered,
@@ -71,7 +72,9 @@ from plait.replay.inference import (
     is_lifecycle,
     made_ids,
     outside_destroy,
+    program_seq,
     read_instructions,
+    recorded_only,
     submitted,
 )
 from plait.runtime.runtime import Outside, Runtime
@@ -92,7 +95,7 @@ class _RecordedTime(MemoryStore):
 
     def __init__(self, recorded: list[Event], crash_points: list[int]) -> None:
         super().__init__()
-        self._program = [e.at for e in recorded if not is_lifecycle(e.body)]
+        self._program = [e.at for e in recorded if not recorded_only(e.body)]
         self._servers = [(e.body, e.at) for e in recorded if is_lifecycle(e.body)]
         self._count = 0
         self._halts = list(crash_points)
@@ -188,7 +191,8 @@ class Driver:
         # A run whose servers changed records them first: the process stopped before that.
         points = {_before_offer(recorded, c) for c in crash_points(recorded, closing)}
         self.crash_points = {seq for seq in points if seq > self.given}
-        self.store = _RecordedTime(recorded, sorted(self.crash_points | set(self.forced)))
+        halts = {program_seq(recorded, self.given, s) for s in self.crash_points | set(self.forced)}
+        self.store = _RecordedTime(recorded, sorted(halts))
         self.runtime = Runtime(
             self.store,
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
@@ -239,6 +243,9 @@ class Driver:
         self.tail = self.runtime.store.subscribe(produced[-1].position)
         done = self.given
         for expected in self.recorded[self.given :]:
+            if isinstance(expected.body, HeadSigned):
+                done += 1  # the key's, not the program's: given (docs/event-log.md#signed-heads)
+                continue
             self._feed_in(expected)
             if is_lifecycle(expected.body):
                 done += 1  # fed in; where it lands among the program's events is a race
@@ -361,7 +368,7 @@ class Driver:
                 self.servers.inject(body)
         elif (cause := interrupt_cause(event, self._previous(event))) is not None:
             self._actor().tell(Interrupt(cause))
-        elif outside_destroy(event, self.recorded[event.seq - 2], self._destroy_open()):
+        elif outside_destroy(event, self._before(event), self._destroy_open()):
             self.handle.destroy(event.conversation_id or "")
         elif isinstance(body, SessionClosed | SessionReopened):  # the embedder's, as recorded
             self.host.journal.record_last([body])
@@ -403,7 +410,16 @@ class Driver:
         return call_id in self.started
 
     def _previous(self, event: Event) -> Event | None:
-        return self.recorded[event.seq - 2] if event.seq > 1 else None
+        """The event the program recorded before ``event`` (a signed head is not its)."""
+        seq = event.seq - 1
+        while seq > 1 and isinstance(self.recorded[seq - 1].body, HeadSigned):
+            seq -= 1
+        return self.recorded[seq - 1] if seq >= 1 else None
+
+    def _before(self, event: Event) -> Event:
+        previous = self._previous(event)
+        assert previous is not None  # a destroy follows the session's start
+        return previous
 
     def _destroy_open(self) -> bool:
         """Whether a ``conv_destroy`` call is open (its destroy is the program's own)."""

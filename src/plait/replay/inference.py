@@ -20,6 +20,7 @@ from plait.events.types import (
     ConversationDestroyed,
     ConversationOpened,
     Event,
+    HeadSigned,
     InterruptCause,
     McpAllowlistNormalized,
     McpServerFailed,
@@ -49,7 +50,9 @@ __all__ = [
     "is_lifecycle",
     "made_ids",
     "outside_destroy",
+    "program_seq",
     "read_instructions",
+    "recorded_only",
     "submitted",
 ]
 
@@ -257,3 +260,14 @@ def _refusal(output: str | None) -> str | None:
         return msgspec.json.decode(output or "", type=_Refused).reason
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+
+
+def recorded_only(body: Body) -> bool:
+    """Whether ``body`` is not the program's: a server's report, or a signed head."""
+    return is_lifecycle(body) or isinstance(body, HeadSigned)
+
+
+def program_seq(recorded: list[Event], given: int, seq: int) -> int:
+    """Where the recorded ``seq`` lands in the replayed log: the signed heads recorded after
+    what was given, which the replay has no key to make, are not in it."""
+    return seq - sum(1 for e in recorded[given : seq - 1] if isinstance(e.body, HeadSigned))

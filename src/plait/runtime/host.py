@@ -82,6 +82,7 @@ class SessionHost:
             on_idle=self._went_idle,
             on_lost=self.lose,
             may_act=lambda: runtime.owner.still_owns(session_id),
+            signer=runtime.signer,
         )
         """Its journal, which tells it what it must hear (idle, lost) and asks it whether it
         may still act: made here, once, with those (docs/processes.md#a-sessions-life)."""

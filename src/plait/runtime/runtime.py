@@ -29,6 +29,7 @@ from plait.actors.pool import McpLimits
 from plait.actors.seams import ApprovalGateLike, McpPoolRef, ModelClientLike, ServersFactory
 from plait.errors import PlaitError
 from plait.events.ownership import DEFAULT_LEASE_SEC
+from plait.events.signing import Signer
 from plait.events.storage import Expiry
 from plait.events.store import EventStore
 from plait.events.stores import open_store
@@ -134,6 +135,7 @@ class Runtime(Sessions):
         max_running_tasks: int | None = None,
         owner_id: str | None = None,
         lease_sec: float = DEFAULT_LEASE_SEC,
+        signer: Signer | None = None,
         _outside: Outside | None = None,
     ) -> None:
         """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
@@ -167,12 +169,17 @@ class Runtime(Sessions):
         store (``owner_id``, by default ``host:pid:random:where.start``), renewed every third of
         ``lease_sec``; a session another live process owns is followed instead: its commands go
         to that owner's inbox (docs/processes.md).
+        With ``signer`` (``Signer.from_key_file(path)``, or a fingerprint and a function that
+        signs, as a KMS does), every session it writes records a signed head after each task's
+        end and at its close (docs/event-log.md#signed-heads); plait never sees the key.
         (``_outside`` is replay's: it answers the model, the MCP servers and the approver
         from the log.)
         """
         check_policy(approval_policy)
         self._owns_store = not isinstance(store, EventStore)
         self.store = store if isinstance(store, EventStore) else open_store(store)
+        self.signer = signer
+        """What signs the heads of the sessions it writes (``None``: none is signed)."""
         self.settings = model or ModelSettings()
         self.new_id = new_id or (lambda: str(uuid.uuid4()))
         self.workdir = str(workdir)

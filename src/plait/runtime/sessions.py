@@ -18,6 +18,7 @@ from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
 from plait.events.ownership import StoredCommand
 from plait.events.projections.tasks import QueueSnapshot, task_queue
+from plait.events.signing import Signer
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
 from plait.events.types import (
@@ -48,6 +49,7 @@ class Sessions:
     """The sessions of a ``Runtime``, and which of them are this process's to run."""
 
     store: EventStore
+    signer: Signer | None
     owner: Owner
     followers: Followers
     mcp_servers: dict[str, McpServerConfig]
@@ -199,7 +201,7 @@ class Sessions:
             raise ContentUnavailableError(session_id, "resume", missing)
         self.owner.drop_taken(session_id, past)
         if host is None:  # its host writes after what this records
-            journal = Journal(self.store, session_id, past, epoch)
+            journal = Journal(self.store, session_id, past, epoch, signer=self.signer)
             if isinstance(past[-1].body, SessionClosed):  # resumed by its user: reopened
                 past += journal.record([SessionReopened(past[-1].seq)])
         else:
@@ -260,7 +262,7 @@ class Sessions:
         except ContentUnavailableError as exc:
             if plan is not None:
                 ending = open_calls(past, plan.task_id).ending()
-                journal = Journal(self.store, session_id, past, epoch)
+                journal = Journal(self.store, session_id, past, epoch, signer=self.signer)
                 took_over(journal, past, state, ending, cut_handoffs(past))
             self.owner.release(session_id)
             return Recovery(session_id, crashed, waiting, exc.reason)

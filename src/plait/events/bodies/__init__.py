@@ -1,5 +1,8 @@
 """Every persisted event body type, by what it is about."""
 
+from plait.events.bodies.audit import (
+    HeadSigned,
+)
 from plait.events.bodies.base import (
     Body,
 )
@@ -67,6 +70,7 @@ __all__ = [
     "ConversationDestroyed",
     "ConversationOpened",
     "ForkOrigin",
+    "HeadSigned",
     "HistoryCompacted",
     "InterruptCause",
     "McpAllowlistNormalized",

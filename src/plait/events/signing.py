@@ -1,0 +1,242 @@
+"""Signed heads: Ed25519 signatures over a session's chain head (docs/event-log.md#signed-heads).
+
+A session written with a ``Signer`` records ``HeadSigned`` after each group that ends a task or
+closes the session; ``verify_signatures`` checks them against a public key. The private key
+never reaches the store, an event, an error or a log line: plait only calls ``Signer.sign``,
+which a KMS or HSM may answer. The ``cryptography`` package is imported only here, and only
+when a key is read, made or checked, so commands that sign nothing do not pay for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from plait.errors import KeyFileError
+from plait.events.types import Body, Event, HeadSigned, SessionClosed, TaskCompleted, TurnAborted
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+__all__ = [
+    "HEAD_DOMAIN",
+    "PublicKey",
+    "Signatures",
+    "Signer",
+    "ends_task",
+    "fingerprint_of",
+    "generate_key",
+    "head_message",
+    "verify_signatures",
+]
+
+HEAD_DOMAIN = b"plait-head-v1\0"
+"""What every signed message starts with, so a signature over a head is good for nothing else."""
+
+_ENDS = (TaskCompleted, TurnAborted, SessionClosed)
+
+
+def head_message(stream: str, seq: int, head_hash: bytes, fingerprint: str) -> bytes:
+    """The bytes signed for the head ``seq`` (hash ``head_hash``) of ``stream``."""
+    return b"".join(
+        (
+            HEAD_DOMAIN,
+            stream.encode(),
+            b"\0",
+            seq.to_bytes(8, "big"),
+            head_hash,
+            fingerprint.encode(),
+        )
+    )
+
+
+def fingerprint_of(raw_public_key: bytes) -> str:
+    """A key's fingerprint: the sha-256 of its raw 32-byte public key, hex."""
+    return hashlib.sha256(raw_public_key).hexdigest()
+
+
+def ends_task(bodies: Sequence[Body]) -> bool:
+    """Whether a recorded group ends a task or closes the session: a head to sign follows it.
+    (A hand-back, a drain and a failure end their task with ``TurnAborted``.)"""
+    return any(isinstance(body, _ENDS) for body in bodies)
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Signs a session's heads: ``sign(message) -> signature`` (Ed25519, 64 bytes) with the key
+    whose fingerprint is ``fingerprint``. A KMS or HSM may be behind ``sign``."""
+
+    fingerprint: str
+    sign: Callable[[bytes], bytes] = field(repr=False)
+
+    @classmethod
+    def from_key_file(cls, path: str | Path) -> Signer:
+        """Sign with the Ed25519 private key in the PEM file at ``path`` (``plait keygen``)."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        data = _read(path, "signing key")
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError):
+            key = None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise KeyFileError(f"signing key {path}: not an Ed25519 private key in PEM")
+        raw = key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        return cls(fingerprint_of(raw), key.sign)
+
+    def head(self, stream: str, seq: int, head_hash: bytes) -> HeadSigned:
+        """The ``HeadSigned`` for the head ``seq`` of ``stream``, whose hash is ``head_hash``."""
+        message = head_message(stream, seq, head_hash, self.fingerprint)
+        return HeadSigned(seq, head_hash, self.fingerprint, self.sign(message))
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    """A public key to check signed heads with (``PATH.pub`` of ``plait keygen``)."""
+
+    key: Ed25519PublicKey
+    fingerprint: str
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> PublicKey:
+        """Read the Ed25519 public key in the PEM file at ``path``."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+        data = _read(path, "public key")
+        try:
+            key = serialization.load_pem_public_key(data)
+        except (ValueError, TypeError):
+            key = None
+        if not isinstance(key, Ed25519PublicKey):
+            raise KeyFileError(f"public key {path}: not an Ed25519 public key in PEM")
+        raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return cls(key, fingerprint_of(raw))
+
+    def signed(self, message: bytes, signature: bytes) -> bool:
+        """Whether ``signature`` is this key's over ``message``."""
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            self.key.verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
+
+def generate_key(out: str | Path) -> str:
+    """Write a new Ed25519 private key at ``out`` (PEM, mode 0600) and its public key at
+    ``out.pub``; return its fingerprint. Refuse to overwrite either file."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    path, public = Path(out), Path(f"{out}.pub")
+    for existing in (path, public):
+        if existing.exists():
+            raise KeyFileError(f"{existing} exists: not overwritten (choose another --out)")
+    key = Ed25519PrivateKey.generate()
+    private_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    public_key = key.public_key()
+    public_pem = public_key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    _write_new(path, private_pem, 0o600)
+    _write_new(public, public_pem, 0o644)
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return fingerprint_of(raw)
+
+
+class Signatures(msgspec.Struct, frozen=True):
+    """What ``verify_signatures`` found in a session's signed heads."""
+
+    ok: bool
+    """No signed head is bad (with no key given: unchecked, and ok)."""
+    signed: int
+    """``HeadSigned`` events in the session."""
+    fingerprints: list[str] = []
+    """The keys that signed them, in order of first use."""
+    checked: bool = False
+    """Whether they were checked against a public key."""
+    last_signed_seq: int = 0
+    """The last head signed (0: none)."""
+    unsigned: int = 0
+    """Events after the last ``HeadSigned`` (all of them in a session never signed); a crash
+    can leave some, and a session is written on after its last task's end."""
+    first_bad_seq: int | None = None
+    """The ``HeadSigned`` that failed, if one did."""
+    reason: str = ""
+    """Why, for people."""
+
+
+def verify_signatures(events: Sequence[Event], public_key: PublicKey | None) -> Signatures:
+    """Check each ``HeadSigned`` of ``events`` (a whole session, its chain verified) against
+    ``public_key``: its key, the head it names against the chain, its signature. Without a
+    key, only say who signed."""
+    heads = [e for e in events if isinstance(e.body, HeadSigned)]
+    fingerprints = list(dict.fromkeys(_body(e).fingerprint for e in heads))
+    last = _body(heads[-1]).seq if heads else 0
+    total = events[-1].seq if events else 0
+    after = total - (heads[-1].seq if heads else 0)
+    base = Signatures(True, len(heads), fingerprints, public_key is not None, last, after)
+    if public_key is None:
+        return base
+    hashes = {e.seq: e.hash for e in events}
+    for event in heads:
+        body = _body(event)
+        problem = _problem(event, body, hashes, public_key)
+        if problem is not None:
+            return msgspec.structs.replace(base, ok=False, first_bad_seq=event.seq, reason=problem)
+    return base
+
+
+def _problem(
+    event: Event, body: HeadSigned, hashes: dict[int, bytes], public_key: PublicKey
+) -> str | None:
+    if body.fingerprint != public_key.fingerprint:
+        return (
+            f"signed by key {body.fingerprint[:16]}, not by the public key given "
+            f"({public_key.fingerprint[:16]})"
+        )
+    if body.seq != event.seq - 1:
+        return f"it signs seq {body.seq}, not the event before it"
+    message = head_message(event.stream, body.seq, body.head_hash, body.fingerprint)
+    if not public_key.signed(message, body.signature):
+        return "the signature does not match what it signs (forged or re-signed)"
+    if hashes.get(body.seq) != body.head_hash:
+        return f"the head it signs (seq {body.seq}) is not the log's: events up to it were changed"
+    return None
+
+
+def _body(event: Event) -> HeadSigned:
+    assert isinstance(event.body, HeadSigned)
+    return event.body
+
+
+def _read(path: str | Path, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise KeyFileError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except OSError as exc:
+        raise KeyFileError(f"{path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+    os.chmod(path, mode)  # as asked, whatever the umask

@@ -1,0 +1,179 @@
+"""Signed heads at the command line (docs/event-log.md#signed-heads): ``plait keygen``, a
+session ``plait exec`` writes with ``[audit] signing_key`` or ``PLAIT_SIGNING_KEY``, and
+``plait verify --public-key``, which catches a log an insider rewrote and re-hashed, where the
+hash chain alone says ok. Real subprocesses, a real model server, each durable store."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from scripted import call, record_session
+from support import POSTGRES_URL, StoreFactory, forge_tool_output
+
+from plait.events import HeadSigned
+from plait.events.signing import Signer
+from plait.testing import ScriptedModelServer, Step
+
+if TYPE_CHECKING:
+    from conftest import Cli
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    factory = StoreFactory(request.param, tmp_path)
+    yield factory
+    factory.close()
+
+
+def url(stores: StoreFactory) -> str:
+    """The ``--store`` of ``stores``' database."""
+    if stores.backend == "sqlite":
+        return str(stores.path)
+    return f"{POSTGRES_URL}?schema={stores.schema}"
+
+
+def keygen(cli: Cli, name: str) -> str:
+    """Make a key pair ``NAME`` and ``NAME.pub`` in the working directory; its fingerprint
+    as shown."""
+    done = cli("keygen", "--out", name)
+    assert done.returncode == 0, done.stderr
+    shown = re.fullmatch(
+        rf"wrote {name} \(private, mode 600\) and {name}\.pub; fingerprint ([0-9a-f]{{16}})\n",
+        done.stdout,
+    )
+    assert shown is not None, done.stdout
+    return shown[1]
+
+
+def session_of(stderr: str) -> str:
+    found = re.search(r"session ([0-9a-f-]{36})", stderr)
+    assert found is not None, stderr
+    return found[1]
+
+
+def test_keygen_writes_a_private_key_only_its_owner_reads_and_will_not_overwrite_it(
+    cli: Cli,
+) -> None:
+    fingerprint = keygen(cli, "audit.key")
+    private, public = cli.cwd / "audit.key", cli.cwd / "audit.key.pub"
+    assert os.stat(private).st_mode & 0o777 == 0o600
+    assert private.read_text().startswith("-----BEGIN PRIVATE KEY-----")
+    assert public.read_text().startswith("-----BEGIN PUBLIC KEY-----")
+    assert Signer.from_key_file(private).fingerprint.startswith(fingerprint)
+    before = private.read_bytes()
+    again = cli("keygen", "--out", "audit.key")
+    assert (again.returncode, again.stdout) == (1, "")
+    assert again.stderr == "plait: audit.key exists: not overwritten (choose another --out)\n"
+    assert private.read_bytes() == before
+
+
+def test_help_does_not_load_the_cryptography_package(cli: Cli) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "plait", "--help"],
+        cwd=cli.cwd,
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "usage: plait" in done.stdout
+    assert "plait.cli.keys" in done.stderr and "cryptography" not in done.stderr
+
+
+@pytest.mark.parametrize("where", ["plait.toml", "PLAIT_SIGNING_KEY"])
+def test_exec_with_a_signing_key_writes_a_session_that_verifies_and_replays(
+    cli: Cli, server: ScriptedModelServer, where: str
+) -> None:
+    fingerprint = keygen(cli, "audit.key")
+    extra = '[audit]\nsigning_key = "audit.key"\n' if where == "plait.toml" else ""
+    cli.configure(server.base_url, extra)
+    env = {"PLAIT_SIGNING_KEY": "audit.key"} if where == "PLAIT_SIGNING_KEY" else {}
+    server.push(Step(text="Two."))
+    done = cli("exec", "How many?", env=env)
+    assert done.returncode == 0, done.stderr
+    session = session_of(done.stderr)
+    log = [json.loads(line) for line in cli("log", session, "--json").stdout.splitlines()]
+    signed = [e["seq"] for e in log if e["body"]["type"] == "HeadSigned"]
+    ends = [e["seq"] for e in log if e["body"]["type"] in ("TaskCompleted", "SessionClosed")]
+    assert signed == [seq + 1 for seq in ends] and signed
+    assert "audit.key" not in json.dumps(log) and "PRIVATE" not in json.dumps(log)
+
+    checked = cli("verify", session, "--public-key", "audit.key.pub")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    total = len(log)
+    assert checked.stdout.startswith(f"ok: {total} events, ")
+    assert checked.stdout.endswith(
+        f"; {len(signed)} signed heads by {fingerprint} checked, the last at seq {total - 1}\n"
+    )
+    unchecked = cli("verify", session)
+    assert unchecked.returncode == 0
+    assert unchecked.stdout.endswith(f"; signed by {fingerprint}, unchecked (give --public-key)\n")
+    cli.verified_and_replayed(session)
+
+
+def test_verify_with_the_key_finds_a_rehashed_forgery_that_the_chain_does_not(
+    cli: Cli, stores: StoreFactory
+) -> None:
+    keygen(cli, "audit.key")
+    keygen(cli, "other.key")
+    store = stores.open()
+    script = [
+        Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
+        Step(text="There are 3 apples."),
+    ]
+
+    def inventory(item: str) -> str:
+        """Count an item in stock."""
+        return f"3 {item}"
+
+    signer = Signer.from_key_file(cli.cwd / "audit.key")
+    session = record_session(store, script, ["How many?"], "sig", tools=[inventory], signer=signer)
+    store.close()
+    where = ("--store", url(stores))
+    assert cli(*where, "verify", session, "--public-key", "audit.key.pub").returncode == 0
+    other = cli(*where, "verify", session, "--public-key", "other.key.pub")
+    first_head = next(e.seq for e in stores.open().read(session) if isinstance(e.body, HeadSigned))
+    assert other.returncode == 1
+    assert other.stdout.startswith(f"bad signature: seq {first_head}: signed by key ")
+
+    forged_seq = forge_tool_output(stores.open(), stores.tamper, session, "300 apples")
+    plain = cli(*where, "verify", session)
+    # The point: re-hashed consistently, the chain vouches for the forged output...
+    assert plain.returncode == 0 and plain.stdout.startswith("ok: "), plain.stdout
+    assert "300 apples" in cli(*where, "log", session, "--json").stdout
+    # ... and only the signature over a later head, which an insider cannot make, finds it.
+    head = next(
+        e.seq
+        for e in stores.open().read(session)
+        if isinstance(e.body, HeadSigned) and e.seq > forged_seq
+    )
+    checked = cli(*where, "verify", session, "--public-key", "audit.key.pub")
+    assert (checked.returncode, checked.stdout) == (
+        1,
+        f"bad signature: seq {head}: the head it signs (seq {head - 1}) is not the log's: "
+        "events up to it were changed\n",
+    )
+
+
+def test_an_unsigned_session_verifies_as_before_and_is_said_unsigned_to_a_key(
+    recorded: Cli, cli: Cli
+) -> None:
+    keygen(cli, "audit.key")
+    plain = recorded("verify", "rec-1")
+    assert plain.returncode == 0 and re.fullmatch(
+        r"ok: \d+ events, \d+ blobs \(0 redacted\)\n", plain.stdout
+    )
+    keyed = recorded("verify", "rec-1", "--public-key", str(cli.cwd / "audit.key.pub"))
+    assert (keyed.returncode, keyed.stdout) == (
+        1,
+        "unsigned: no signed head (was the session written with [audit] signing_key?)\n",
+    )

@@ -1,0 +1,167 @@
+"""Signed heads (docs/event-log.md#signed-heads): a session written with a signer records
+``HeadSigned`` after each task's end and at its close; its signatures verify with the public
+key, and an insider who rewrites the log and re-hashes the whole chain is caught by them, where
+the hash chain alone says ok. On each durable backend, through ``Runtime(signer=...)``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scripted import call, record_session
+from support import StoreFactory, forge_tool_output
+
+from plait.errors import KeyFileError
+from plait.events import Event, EventStore, HeadSigned, SessionClosed, TaskCompleted
+from plait.events.codec import encode_event
+from plait.events.signing import PublicKey, Signer, generate_key, verify_signatures
+from plait.events.types import ToolCallCompleted, TurnAborted
+from plait.replay import replay
+from plait.testing import Step
+
+SCRIPT = [
+    Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
+    Step(text="There are 3 apples."),
+    Step(text="Still 3."),
+]
+"""Two tasks: the first calls a function tool, whose output a forger will change."""
+
+
+def inventory(item: str) -> str:
+    """Count an item in stock."""
+    return f"3 {item}"
+
+
+def record(store: EventStore, prefix: str, signer: Signer | None) -> str:
+    """A closed session of ``SCRIPT``, written with ``signer``."""
+    prompts = ["How many apples?", "Sure?"]
+    return record_session(store, SCRIPT, prompts, prefix, tools=[inventory], signer=signer)
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    path = tmp_path / "audit.key"
+    generate_key(path)
+    return path
+
+
+def ends(events: list[Event]) -> list[int]:
+    """The seqs of the events that end a task or close the session."""
+    return [
+        e.seq for e in events if isinstance(e.body, TaskCompleted | TurnAborted | SessionClosed)
+    ]
+
+
+def test_a_signed_session_has_a_signed_head_after_each_task_end_and_verifies(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    store = durable_stores.open()
+    signer = Signer.from_key_file(key)
+    session = record(store, "sig", signer)
+    events = store.read(session)
+    heads = [e for e in events if isinstance(e.body, HeadSigned)]
+    # Two tasks and the close, each followed by a head signed over the event before it.
+    assert len(heads) == len(ends(events)) == 3
+    for end in ends(events):
+        assert isinstance(events[end].body, HeadSigned)  # events[end] is seq end + 1
+    assert isinstance(events[-1].body, HeadSigned) and isinstance(events[-2].body, SessionClosed)
+    for head in heads:
+        assert isinstance(head.body, HeadSigned)
+        assert head.body.seq == head.seq - 1
+        assert head.body.head_hash == events[head.seq - 2].hash
+        assert head.body.fingerprint == signer.fingerprint
+    report = verify_signatures(events, PublicKey.from_file(f"{key}.pub"))
+    assert report.ok and report.checked and report.signed == 3
+    assert (report.last_signed_seq, report.unsigned) == (events[-1].seq - 1, 0)
+    assert store.verify(session).ok
+
+
+def test_a_chain_rehashed_by_an_insider_passes_the_chain_but_not_the_signatures(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    store = durable_stores.open()
+    session = record(store, "sig", Signer.from_key_file(key))
+    seq = forge_tool_output(store, durable_stores.tamper, session, "300 apples")
+    # The point: the hash chain alone is rebuilt consistently, and vouches for the forgery.
+    assert store.verify(session).ok
+    events = store.read(session)
+    assert any(
+        isinstance(e.body, ToolCallCompleted) and e.body.output == "300 apples" for e in events
+    )
+    report = verify_signatures(events, PublicKey.from_file(f"{key}.pub"))
+    first_head = next(e.seq for e in events if isinstance(e.body, HeadSigned) and e.seq > seq)
+    assert not report.ok and report.first_bad_seq == first_head
+    assert report.reason == (
+        f"the head it signs (seq {first_head - 1}) is not the log's: events up to it were changed"
+    )
+
+
+def test_another_keys_public_key_is_refused_and_without_a_key_nothing_is_checked(
+    durable_stores: StoreFactory, key: Path, tmp_path: Path
+) -> None:
+    store = durable_stores.open()
+    signer = Signer.from_key_file(key)
+    events = store.read(record(store, "sig", signer))
+    other = generate_key(tmp_path / "other.key")
+    report = verify_signatures(events, PublicKey.from_file(tmp_path / "other.key.pub"))
+    first_head = next(e.seq for e in events if isinstance(e.body, HeadSigned))
+    assert not report.ok and report.first_bad_seq == first_head
+    assert report.reason == (
+        f"signed by key {signer.fingerprint[:16]}, not by the public key given ({other[:16]})"
+    )
+    unchecked = verify_signatures(events, None)
+    assert unchecked.ok and not unchecked.checked and unchecked.fingerprints == [signer.fingerprint]
+
+
+def test_a_session_written_without_a_signer_records_no_signed_head(
+    durable_stores: StoreFactory,
+) -> None:
+    store = durable_stores.open()
+    events = store.read(record(store, "plain", None))
+    assert not any(isinstance(e.body, HeadSigned) for e in events)
+    report = verify_signatures(events, None)
+    assert (report.signed, report.unsigned) == (0, len(events))
+
+
+def test_a_signed_session_replays_without_a_difference(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    store = durable_stores.open()
+    session = record(store, "sig", Signer.from_key_file(key))
+    result = replay(store, session)
+    assert result.divergence is None and result.events == result.total == store.last_seq(session)
+
+
+def test_a_signer_is_any_function_and_the_key_stays_out_of_the_log(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    """A KMS signs without plait seeing the key: here, a function holding it."""
+    from cryptography.hazmat.primitives import serialization
+
+    private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    from_file = Signer.from_key_file(key)
+    calls: list[bytes] = []
+
+    def kms(message: bytes) -> bytes:
+        calls.append(message)
+        return from_file.sign(message)
+
+    store = durable_stores.open()
+    session = record(store, "kms", Signer(from_file.fingerprint, kms))
+    events = store.read(session)
+    assert len(calls) == 3
+    assert verify_signatures(events, PublicKey.from_file(f"{key}.pub")).ok
+    raw = private.private_bytes(  # type: ignore[union-attr]
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    assert not any(raw in encode_event(e) for e in events)
+    assert "kms" not in repr(Signer(from_file.fingerprint, kms))
+
+
+def test_a_key_file_that_is_not_a_key_is_one_line_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.key"
+    bad.write_text("not a key\n")
+    with pytest.raises(KeyFileError, match=r"^signing key .*bad\.key: not an Ed25519 private"):
+        Signer.from_key_file(bad)
+    with pytest.raises(KeyFileError, match=r"^public key .*missing\.pub: No such file"):
+        PublicKey.from_file(tmp_path / "missing.pub")
