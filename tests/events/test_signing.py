@@ -5,19 +5,22 @@ the hash chain alone says ok. On each durable backend, through ``Runtime(signer=
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
-from scripted import call, record_session
+from scripted import call, crash, record_session
 from support import StoreFactory, forge_tool_output
 
+from plait.actors.model import ModelSettings
 from plait.errors import KeyFileError
 from plait.events import Event, EventStore, HeadSigned, SessionClosed, TaskCompleted
 from plait.events.codec import encode_event
 from plait.events.signing import PublicKey, Signer, generate_key, verify_signatures
 from plait.events.types import ToolCallCompleted, TurnAborted
 from plait.replay import replay
-from plait.testing import Step
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
 
 SCRIPT = [
     Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
@@ -165,3 +168,45 @@ def test_a_key_file_that_is_not_a_key_is_one_line_naming_it(tmp_path: Path) -> N
         Signer.from_key_file(bad)
     with pytest.raises(KeyFileError, match=r"^public key .*missing\.pub: No such file"):
         PublicKey.from_file(tmp_path / "missing.pub")
+
+
+def test_a_signed_session_crashed_and_recovered_signs_the_crashed_end_and_replays(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    """The crashed task's end, which the next process records, is signed too; the replay
+    places the crash where it was, past the signed heads it has no key to make."""
+    signer = Signer.from_key_file(key)
+    ids = itertools.count(1)
+    script = [
+        Step(text="first"),
+        Step(text="cut off " * 20, chunk_chars=2, chunk_delay=0.05),
+        Step(text="after the crash"),
+    ]
+    with ScriptedModelServer(script) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+
+        def runtime() -> Runtime:
+            store = durable_stores.open()
+            return Runtime(store, model=settings, new_id=lambda: f"c-{next(ids)}", signer=signer)
+
+        first = runtime()
+        session = first.start_session()
+        session.run("one", timeout=30)
+        with session.subscribe() as feed:
+            session.submit("two")
+            while isinstance(feed.get(timeout=30), Event):
+                pass  # until the first streamed text: the task is running
+        crash(first, session)
+        with runtime() as second:
+            resumed = second.resume(session.session_id)
+            assert resumed.run("three", timeout=30).last_assistant_message == "after the crash"
+            resumed.close()
+    store = durable_stores.open()
+    events = store.read(session.session_id)
+    crashed = [e.seq for e in events if isinstance(e.body, TurnAborted)]
+    assert len(crashed) == 1 and isinstance(events[crashed[0]].body, HeadSigned)
+    heads = [e for e in events if isinstance(e.body, HeadSigned)]
+    assert len(heads) == len(ends(events)) == 4  # one, the crashed two, three, the close
+    assert verify_signatures(events, PublicKey.from_file(f"{key}.pub")).ok
+    result = replay(store, session.session_id, timeout=5)
+    assert result.ok, result.divergence and result.divergence.message()

@@ -195,6 +195,7 @@ class Writer:
         origin: Recipient | None = None,
         *,
         ahead: bool = False,
+        signed: bool = False,
     ) -> list[Event]:
         """Append ``items`` as one atomic group; ``origin`` (the recording actor) is not told.
 
@@ -204,18 +205,24 @@ class Writer:
         Once sealed, nothing is appended and nothing returned. A write the store fails seals it
         and stops the session (``on_lost``), then its ``StoreError`` is raised (but for a
         ``LeaseLostError``: nothing is returned). What else the store raises (a bug) is raised.
+        ``signed``: return the signed head recorded after the group too, if one was (for who
+        builds the session's past from what it records).
         """
         if ahead and self._makes_ahead:
             with self._lock:
-                return [] if self._sealed else self._record(items, origin, True)
-        return self._record_now(items, origin, last=False)
+                return [] if self._sealed else self._record(items, origin, True, signed)
+        return self._record_now(items, origin, last=False, signed=signed)
 
     @property
     def _makes_ahead(self) -> bool:
         return self._writes_ahead and not self._policies.of
 
     def _record_now(
-        self, items: Sequence[Body | NewEvent], origin: Recipient | None, last: bool
+        self,
+        items: Sequence[Body | NewEvent],
+        origin: Recipient | None,
+        last: bool,
+        signed: bool = False,
     ) -> list[Event]:
         """Append ``items`` after what was made ahead, and return once all is durable."""
         if self._makes_ahead:  # made, and written with what was made before, at once
@@ -223,7 +230,7 @@ class Writer:
                 if self._sealed and not last:
                     log.debug("session %s is stopped: %d not recorded", self.stream, len(items))
                     return []
-                events = self._record(items, origin, True)
+                events = self._record(items, origin, True, signed)
             if self.flush():
                 return events
             if last or not isinstance(self.refusal, LeaseLostError):
@@ -236,7 +243,7 @@ class Writer:
                     log.debug("session %s is stopped: %d not recorded", self.stream, len(items))
                     return []
                 try:
-                    return self._record(items, origin, False)
+                    return self._record(items, origin, False, signed)
                 except StoreError as exc:
                     if last:  # the owner records it, and stops the session itself
                         raise
@@ -306,7 +313,11 @@ class Writer:
             self._out.fail(error)
 
     def _record(
-        self, items: Sequence[Body | NewEvent], origin: Recipient | None, ahead: bool
+        self,
+        items: Sequence[Body | NewEvent],
+        origin: Recipient | None,
+        ahead: bool,
+        signed: bool = False,
     ) -> list[Event]:
         self.last_recorded_at = time.monotonic()
         events = self._append(items, ahead)
@@ -318,10 +329,11 @@ class Writer:
         if not ahead:
             self._out.put(events)
         if self._signer is not None and ends_task([e.body for e in events]):
-            self._sign_head(ahead)
+            head = self._sign_head(ahead)
+            return events + head if signed else events
         return events
 
-    def _sign_head(self, ahead: bool) -> None:
+    def _sign_head(self, ahead: bool) -> list[Event]:
         """Record the signed head after what was just recorded: its own group (a crash between
         leaves that group unsigned, as verify reports). Every actor hears of it; it is not
         returned to the one that recorded the task's end, whose group that stays."""
@@ -330,6 +342,7 @@ class Writer:
         self._out.keep(None, signed)
         if not ahead:
             self._out.put(signed)
+        return signed
 
     def _append(self, items: Sequence[Body | NewEvent], ahead: bool) -> list[Event]:
         """Append what each conversation's storage policy keeps of ``items`` (``ahead``: make

@@ -354,4 +354,4 @@ def took_over(
         dropped = sum(isinstance(item.body, TaskDropped) for item in cut)
         marker = SessionResumed(plan.task_id if plan else None, len(state.pending) - dropped)
         items.insert(0, NewEvent(marker))
-    return journal.record(items) if items else []
+    return journal.record(items, signed=True) if items else []
