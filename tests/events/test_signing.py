@@ -14,7 +14,14 @@ from support import StoreFactory, forge_tool_output
 
 from plait.actors.model import ModelSettings
 from plait.errors import KeyFileError
-from plait.events import Event, EventStore, HeadSigned, SessionClosed, TaskCompleted
+from plait.events import (
+    Event,
+    EventStore,
+    HeadSigned,
+    SessionClosed,
+    SessionReopened,
+    TaskCompleted,
+)
 from plait.events.codec import encode_event
 from plait.events.signing import PublicKey, Signer, generate_key, verify_signatures
 from plait.events.types import ToolCallCompleted, TurnAborted
@@ -210,3 +217,24 @@ def test_a_signed_session_crashed_and_recovered_signs_the_crashed_end_and_replay
     assert verify_signatures(events, PublicKey.from_file(f"{key}.pub")).ok
     result = replay(store, session.session_id, timeout=5)
     assert result.ok, result.divergence and result.divergence.message()
+
+
+def test_a_closed_signed_session_is_closed_and_resuming_it_reopens_it(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    """The close's signed head comes after ``SessionClosed``: the session is closed still."""
+    store = durable_stores.open()
+    signer = Signer.from_key_file(key)
+    session = record(store, "sig", signer)
+    closed = store.read(session)[-2]
+    assert isinstance(closed.body, SessionClosed)
+    with ScriptedModelServer([Step(text="back")]) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+        with Runtime(store, model=settings, signer=signer) as runtime:
+            assert runtime.recover() == []  # a closed session is not a crashed one
+            handle = runtime.resume(session)
+            assert handle.run("again?", timeout=30).last_assistant_message == "back"
+            handle.close()
+    events = store.read(session)
+    assert events[closed.seq + 1].body == SessionReopened(closed_seq=closed.seq)
+    assert verify_signatures(events, PublicKey.from_file(f"{key}.pub")).ok

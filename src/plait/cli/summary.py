@@ -15,6 +15,7 @@ from plait.events.projections import (
     TokensProjection,
     rfc3339,
 )
+from plait.events.signing import last_done
 from plait.events.store import Verification
 from plait.events.types import (
     Event,
@@ -48,7 +49,7 @@ def session_summary(events: list[Event], report: Verification) -> dict[str, Any]
         "session_id": session,
         "model": started.model if started is not None else "",
         "started_at": rfc3339(first.at),
-        "state": "closed" if isinstance(last.body, SessionClosed) else "open",
+        "state": "closed" if isinstance(last_done(events).body, SessionClosed) else "open",
         "events": last.seq,
         "root_conversation_id": started.root_conversation_id if started is not None else None,
         "forked_from": None

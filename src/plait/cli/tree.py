@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from plait.cli.style import PLAIN, Style
+from plait.events.signing import last_done
 from plait.events.types import (
     ConversationDestroyed,
     ConversationOpened,
@@ -138,7 +139,7 @@ def _ending(body: TaskCompleted | TurnAborted | TaskDropped) -> tuple[str, str]:
 
 
 def _session_line(events: list[Event], style: Style) -> str:
-    first, last = events[0], events[-1]
+    first, last = events[0], last_done(events)
     model = first.body.model if isinstance(first.body, SessionStarted) else ""
     state = "closed" if isinstance(last.body, SessionClosed) else "open"
     started = first.at.isoformat(timespec="milliseconds")

@@ -33,6 +33,7 @@ __all__ = [
     "fingerprint_of",
     "generate_key",
     "head_message",
+    "last_done",
     "verify_signatures",
 ]
 
@@ -59,6 +60,15 @@ def head_message(stream: str, seq: int, head_hash: bytes, fingerprint: str) -> b
 def fingerprint_of(raw_public_key: bytes) -> str:
     """A key's fingerprint: the sha-256 of its raw 32-byte public key, hex."""
     return hashlib.sha256(raw_public_key).hexdigest()
+
+
+def last_done(events: Sequence[Event]) -> Event:
+    """The last of ``events`` (not empty) that is not a signed head: what the session last did,
+    as a session written without a key would end (a close, say)."""
+    for event in reversed(events):
+        if not isinstance(event.body, HeadSigned):
+            return event
+    return events[-1]
 
 
 def ends_task(bodies: Sequence[Body]) -> bool:

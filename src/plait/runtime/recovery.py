@@ -31,6 +31,7 @@ from plait.actors.messages import (
 )
 from plait.actors.seams import JournalLike, McpPoolRef, Recipient
 from plait.events.projections.tasks import QueueSnapshot, task_queue
+from plait.events.signing import last_done
 from plait.events.store import EventStore
 from plait.events.types import (
     AbortCause,
@@ -325,7 +326,7 @@ def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event], QueueSnapsh
         if not past or not isinstance(past[0].body, SessionStarted):
             continue  # not a session
         state = task_queue(past).snapshot()
-        if not state.idle and not isinstance(past[-1].body, SessionClosed):
+        if not state.idle and not isinstance(last_done(past).body, SessionClosed):
             yield info.stream, past, state
 
 

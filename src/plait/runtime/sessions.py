@@ -18,7 +18,7 @@ from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
 from plait.events.ownership import StoredCommand
 from plait.events.projections.tasks import QueueSnapshot, task_queue
-from plait.events.signing import Signer
+from plait.events.signing import Signer, last_done
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
 from plait.events.types import (
@@ -202,8 +202,9 @@ class Sessions:
         self.owner.drop_taken(session_id, past)
         if host is None:  # its host writes after what this records
             journal = Journal(self.store, session_id, past, epoch, signer=self.signer)
-            if isinstance(past[-1].body, SessionClosed):  # resumed by its user: reopened
-                past += journal.record([SessionReopened(past[-1].seq)])
+            closed = last_done(past)
+            if isinstance(closed.body, SessionClosed):  # resumed by its user: reopened
+                past += journal.record([SessionReopened(closed.seq)])
         else:
             journal = host.journal
             journal.reload(past, epoch)
