@@ -177,3 +177,25 @@ def test_an_unsigned_session_verifies_as_before_and_is_said_unsigned_to_a_key(
         1,
         "unsigned: no signed head (was the session written with [audit] signing_key?)\n",
     )
+
+
+def test_a_closed_signed_session_with_a_helper_says_closed_verifies_and_replays(cli: Cli) -> None:
+    """A task handed to a helper ends (``TurnAborted``, replaced) and is signed; the close's
+    signed head comes after ``SessionClosed``, and the session is closed all the same."""
+    keygen(cli, "audit.key")
+    session = cli.record("sig", signer=Signer.from_key_file(cli.cwd / "audit.key"))
+    log = [json.loads(line) for line in cli("log", session, "--json").stdout.splitlines()]
+    kinds = [e["body"]["type"] for e in log]
+    assert "TurnAborted" in kinds and kinds[-2:] == ["SessionClosed", "HeadSigned"]
+    ends = [i for i, kind in enumerate(kinds) if kind in ("TaskCompleted", "TurnAborted")]
+    # Each after its task's end's group (the plans that replace a task are in it): before
+    # the next task starts.
+    signed = [i for i, kind in enumerate(kinds) if kind == "HeadSigned"]
+    assert len(signed) == len(ends) + 1  # and the close's
+    for end, head in zip(ends, signed, strict=False):
+        assert end < head and "TaskStarted" not in kinds[end:head]
+    assert json.loads(cli("show", session, "--json").stdout)["state"] == "closed"
+    assert cli("tree", session).stdout.splitlines()[0].endswith(" closed")
+    checked = cli("verify", session, "--public-key", "audit.key.pub")
+    assert checked.returncode == 0 and "signed heads by" in checked.stdout, checked.stdout
+    cli.verified_and_replayed(session)
