@@ -287,3 +287,21 @@ def test_an_mcp_json_without_servers_says_what_it_expected(tmp_path: Path) -> No
     write(tmp_path / "mcp.json", '{"servers": []}')
     with pytest.raises(ConfigError, match=r'expected an object with "mcpServers" \(or VS Code'):
         load_config(cwd=tmp_path, env={})
+
+
+def test_the_signing_key_is_read_from_the_file_the_environment_or_c(tmp_path: Path) -> None:
+    """Relative to the file that names it; ``PLAIT_SIGNING_KEY`` over the files, ``-c`` over
+    both (docs/event-log.md#signed-heads)."""
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    write(project / "plait.toml", '[audit]\nsigning_key = "keys/audit.key"\n')
+    inside = project / "src"
+    assert load_config(cwd=inside, env={}).audit.signing_key == str(project / "keys/audit.key")
+    env = {"PLAIT_SIGNING_KEY": "mine.key"}
+    assert load_config(cwd=inside, env=env).audit.signing_key == str(inside / "mine.key")
+    pinned = load_config(cwd=inside, env=env, overrides=['audit.signing_key="/k/a.key"'])
+    assert pinned.audit.signing_key == "/k/a.key"
+    assert load_config(cwd=other_repository(tmp_path), env={}).audit.signing_key is None
+    write(project / "plait.toml", "[audit]\nsigning_kee = 1\n")
+    with pytest.raises(ConfigError, match="signing_kee"):
+        load_config(cwd=project, env={})
