@@ -25,7 +25,7 @@ from plait.events import (
 from plait.events.codec import encode_event
 from plait.events.signing import PublicKey, Signer, generate_key, verify_signatures
 from plait.events.types import ToolCallCompleted, TurnAborted
-from plait.replay import replay
+from plait.replay import fork, replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -238,3 +238,26 @@ def test_a_closed_signed_session_is_closed_and_resuming_it_reopens_it(
     events = store.read(session)
     assert events[closed.seq + 1].body == SessionReopened(closed_seq=closed.seq)
     assert verify_signatures(events, PublicKey.from_file(f"{key}.pub")).ok
+
+
+def test_a_fork_of_a_signed_session_checks_its_own_heads_and_names_the_copied_ones(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    store = durable_stores.open()
+    signer = Signer.from_key_file(key)
+    source = record(store, "src", signer)
+    events = store.read(source)
+    first_head = next(e.seq for e in events if isinstance(e.body, HeadSigned))
+    forked = fork(store, source, first_head, new_session_id="forked")  # the first task, signed
+    public = PublicKey.from_file(f"{key}.pub")
+    copied = verify_signatures(store.read(forked), public)
+    # They sign the source's chain: the fork's starts apart (its first event names the source).
+    assert copied.ok and (copied.signed, copied.copied, copied.copied_from) == (1, 1, source)
+    with ScriptedModelServer([Step(text="Forked on.")]) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+        with Runtime(store, model=settings, signer=signer) as runtime:
+            runtime.resume(forked).run("Go on.", timeout=30)
+    own = verify_signatures(store.read(forked), public)
+    # Its own: the task it ran and the close, checked against its own chain.
+    assert own.ok and own.checked and (own.signed, own.copied) == (3, 1), own
+    assert verify_signatures(store.read(source), public).ok  # the source's own heads still hold

@@ -44,5 +44,8 @@ def signed_line(report: Signatures) -> str:
     if not report.checked:
         return f"signed by {keys}, unchecked (give --public-key)"
     tail = f"; {report.unsigned} events after it unsigned" if report.unsigned else ""
+    if report.copied:  # a fork's: they sign its source's chain (plait verify SOURCE checks them)
+        tail += f"; {report.copied} copied from {report.copied_from} (verify it for them)"
     last = report.last_signed_seq
-    return f"{report.signed} signed heads by {keys} checked, the last at seq {last}{tail}"
+    own = report.signed - report.copied
+    return f"{own} signed heads by {keys} checked, the last at seq {last}{tail}"

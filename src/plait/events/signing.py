@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from plait.errors import KeyFileError
-from plait.events.types import Body, Event, HeadSigned, SessionClosed, TaskCompleted, TurnAborted
+from plait.events.types import (
+    Body,
+    Event,
+    HeadSigned,
+    SessionClosed,
+    SessionStarted,
+    TaskCompleted,
+    TurnAborted,
+)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -189,6 +197,11 @@ class Signatures(msgspec.Struct, frozen=True):
     """The ``HeadSigned`` that failed, if one did."""
     reason: str = ""
     """Why, for people."""
+    copied: int = 0
+    """Of ``signed``, those a fork copied from its source: they sign the source's chain, not
+    the fork's (its first event names its source), and are checked by verifying the source."""
+    copied_from: str | None = None
+    """The session a fork's copied heads belong to."""
 
 
 def verify_signatures(events: Sequence[Event], public_key: PublicKey | None) -> Signatures:
@@ -200,11 +213,23 @@ def verify_signatures(events: Sequence[Event], public_key: PublicKey | None) -> 
     last = _body(heads[-1]).seq if heads else 0
     total = events[-1].seq if events else 0
     after = total - (heads[-1].seq if heads else 0)
-    base = Signatures(True, len(heads), fingerprints, public_key is not None, last, after)
+    start = events[0].body if events else None
+    origin = start.forked_from if isinstance(start, SessionStarted) else None
+    copied = [e for e in heads if origin is not None and e.seq <= origin.at_seq]
+    base = Signatures(
+        True,
+        len(heads),
+        fingerprints,
+        public_key is not None,
+        last,
+        after,
+        copied=len(copied),
+        copied_from=origin.stream if copied and origin is not None else None,
+    )
     if public_key is None:
         return base
     hashes = {e.seq: e.hash for e in events}
-    for event in heads:
+    for event in heads[len(copied) :]:
         body = _body(event)
         problem = _problem(event, body, hashes, public_key)
         if problem is not None:
