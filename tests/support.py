@@ -223,6 +223,14 @@ class StoreFactory:
         return store
 
     @property
+    def url(self) -> str:
+        """What ``--store`` (or ``Runtime``) is given to open this factory's database."""
+        if self.backend == "sqlite":
+            return str(self.path)
+        assert self.backend == "postgres", "a memory store has no URL another process opens"
+        return f"{POSTGRES_URL}?schema={self.schema}"
+
+    @property
     def tamper(self) -> Tamper:
         if self.backend == "memory":
             assert self._memory is not None

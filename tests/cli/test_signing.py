@@ -9,13 +9,11 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from scripted import call, record_session
-from support import POSTGRES_URL, StoreFactory, forge_tool_output
+from support import StoreFactory, forge_tool_output
 
 from plait.events import HeadSigned
 from plait.events.signing import Signer
@@ -23,20 +21,6 @@ from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
     from conftest import Cli
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
-    factory = StoreFactory(request.param, tmp_path)
-    yield factory
-    factory.close()
-
-
-def url(stores: StoreFactory) -> str:
-    """The ``--store`` of ``stores``' database."""
-    if stores.backend == "sqlite":
-        return str(stores.path)
-    return f"{POSTGRES_URL}?schema={stores.schema}"
 
 
 def keygen(cli: Cli, name: str) -> str:
@@ -121,11 +105,11 @@ def test_exec_with_a_signing_key_writes_a_session_that_verifies_and_replays(
 
 
 def test_verify_with_the_key_finds_a_rehashed_forgery_that_the_chain_does_not(
-    cli: Cli, stores: StoreFactory
+    cli: Cli, durable_stores: StoreFactory
 ) -> None:
     keygen(cli, "audit.key")
     keygen(cli, "other.key")
-    store = stores.open()
+    store = durable_stores.open()
     script = [
         Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
         Step(text="There are 3 apples."),
@@ -138,14 +122,18 @@ def test_verify_with_the_key_finds_a_rehashed_forgery_that_the_chain_does_not(
     signer = Signer.from_key_file(cli.cwd / "audit.key")
     session = record_session(store, script, ["How many?"], "sig", tools=[inventory], signer=signer)
     store.close()
-    where = ("--store", url(stores))
+    where = ("--store", durable_stores.url)
     assert cli(*where, "verify", session, "--public-key", "audit.key.pub").returncode == 0
     other = cli(*where, "verify", session, "--public-key", "other.key.pub")
-    first_head = next(e.seq for e in stores.open().read(session) if isinstance(e.body, HeadSigned))
+    first_head = next(
+        e.seq for e in durable_stores.open().read(session) if isinstance(e.body, HeadSigned)
+    )
     assert other.returncode == 1
     assert other.stdout.startswith(f"bad signature: seq {first_head}: signed by key ")
 
-    forged_seq = forge_tool_output(stores.open(), stores.tamper, session, "300 apples")
+    forged_seq = forge_tool_output(
+        durable_stores.open(), durable_stores.tamper, session, "300 apples"
+    )
     plain = cli(*where, "verify", session)
     # The point: re-hashed consistently, the chain vouches for the forged output...
     assert plain.returncode == 0 and plain.stdout.startswith("ok: "), plain.stdout
@@ -153,7 +141,7 @@ def test_verify_with_the_key_finds_a_rehashed_forgery_that_the_chain_does_not(
     # ... and only the signature over a later head, which an insider cannot make, finds it.
     head = next(
         e.seq
-        for e in stores.open().read(session)
+        for e in durable_stores.open().read(session)
         if isinstance(e.body, HeadSigned) and e.seq > forged_seq
     )
     checked = cli(*where, "verify", session, "--public-key", "audit.key.pub")

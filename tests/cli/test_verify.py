@@ -4,12 +4,10 @@ each durable backend, through the command, one line naming where, exit 1."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from support import POSTGRES_URL, StoreFactory
+from support import StoreFactory
 
 from plait.events import (
     BlobRef,
@@ -27,20 +25,6 @@ if TYPE_CHECKING:
 BIG = "x" * 20_000
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
-    factory = StoreFactory(request.param, tmp_path)
-    yield factory
-    factory.close()
-
-
-def url(stores: StoreFactory) -> str:
-    """The ``--store`` of ``stores``' database."""
-    if stores.backend == "sqlite":
-        return str(stores.path)
-    return f"{POSTGRES_URL}?schema={stores.schema}"
-
-
 def session(policy: StoragePolicy) -> list[NewEvent]:
     """A session whose root conversation, of ``policy``, got a tool output held in a blob."""
     return [
@@ -52,15 +36,15 @@ def session(policy: StoragePolicy) -> list[NewEvent]:
 
 @pytest.mark.parametrize("policy", ["full", "ttl:60"])
 def test_a_blob_deleted_from_a_full_session_is_tampering(
-    cli: Cli, stores: StoreFactory, policy: str
+    cli: Cli, durable_stores: StoreFactory, policy: str
 ) -> None:
-    store = stores.open()
+    store = durable_stores.open()
     store.append("s1", session(StoragePolicy.parse(policy)), 0)
     body = store.read("s1", resolve_blobs=False)[2].body
     assert isinstance(body, ToolCallCompleted) and isinstance(body.output, BlobRef)
-    assert cli("--store", url(stores), "verify", "s1").returncode == 0
+    assert cli("--store", durable_stores.url, "verify", "s1").returncode == 0
     store.redact(body.output.sha256)  # what an expiry does; only a ttl policy allows it
-    done = cli("--store", url(stores), "verify", "s1")
+    done = cli("--store", durable_stores.url, "verify", "s1")
     if policy.startswith("ttl"):
         assert (done.returncode, done.stdout) == (0, "ok: 3 events, 1 blobs (1 redacted)\n")
     else:
@@ -72,19 +56,19 @@ def test_a_blob_deleted_from_a_full_session_is_tampering(
 
 
 def test_a_gap_in_positions_is_tampering_whichever_session_is_verified(
-    cli: Cli, stores: StoreFactory
+    cli: Cli, durable_stores: StoreFactory
 ) -> None:
-    store = stores.open()
+    store = durable_stores.open()
     store.append("s1", session(StoragePolicy()), 0)
     store.append("s2", [TurnStarted(turn=1), TurnStarted(turn=2)], 0)
     store.append("s3", [TurnStarted(turn=1)], 0)
     for seq in (1, 2):  # a whole session gone, its head too: only its positions are missed
-        stores.tamper.delete("s2", seq)
-    stores.tamper.delete_head("s2")
+        durable_stores.tamper.delete("s2", seq)
+    durable_stores.tamper.delete_head("s2")
     gap = (
         "positions jump from 3 to 6 (stream s3 seq 1): 4 to 5 missing; positions are dense "
         "from 1, so a row moved or was lost\n"
     )
-    assert cli("--store", url(stores), "verify", "s3").stdout == f"tampered: seq 1: {gap}"
-    done = cli("--store", url(stores), "verify", "s1")
+    assert cli("--store", durable_stores.url, "verify", "s3").stdout == f"tampered: seq 1: {gap}"
+    done = cli("--store", durable_stores.url, "verify", "s1")
     assert (done.returncode, done.stdout) == (1, f"tampered: {gap}")

@@ -8,7 +8,7 @@ import asyncio
 import signal
 from typing import TYPE_CHECKING
 
-from support import POSTGRES_URL, StoreFactory
+from support import StoreFactory
 
 from plait.actors.model import ModelSettings
 from plait.cli.parser import build_parser
@@ -53,9 +53,7 @@ def test_one_worker_runs_at_most_concurrency_tasks_at_once_over_many_sessions(
 ) -> None:
     server.push(*[REPLY] * (SESSIONS * TASKS))
     store = durable_stores.open()
-    url = str(durable_stores.path)
-    if durable_stores.backend == "postgres":
-        url = f"{POSTGRES_URL}?schema={durable_stores.schema}"
+    url = durable_stores.url
     cli.configure(server.base_url, f'[store]\nurl = "{url}"\n')
     settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
     with Runtime(store, model=settings, owner_id="front", expire_every_sec=None) as front:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import POSTGRES_URL, StoreFactory, load_bench
+from support import StoreFactory, load_bench
 
 from plait.events import ToolCallStarted
 from plait.events.subscription import Subscription
@@ -76,9 +76,7 @@ def test_three_kills_lose_nothing_acknowledged_and_run_no_call_twice(
     """Every acknowledged task is in the log once and ended once, no call of the tool that is
     not idempotent ran twice, and every session verifies and replays clean."""
     store = durable_stores.open()  # the file, or the schema (dropped after the test)
-    url = str(durable_stores.path)
-    if durable_stores.backend == "postgres":
-        url = f"{POSTGRES_URL}?schema={durable_stores.schema}"
+    url = durable_stores.url
     monkeypatch.setenv(kill_loop.EFFECTS_ENV, "")  # run_store points it at its file; undone after
     with store.subscribe() as tail:
         moments = AtEvents(tail)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from scripted import assert_histories_valid, call
-from support import POSTGRES_URL, StoreFactory
+from support import StoreFactory
 from support import wait_for_event as wait_for
 
 from plait.actors.mcp.config import McpServerConfig
@@ -71,9 +71,7 @@ OWNER = textwrap.dedent(
 
 def url_of(stores: StoreFactory) -> str:
     stores.open()  # creates the schema's tables
-    if stores.backend == "sqlite":
-        return str(stores.path)
-    return f"{POSTGRES_URL}?schema={stores.schema}"
+    return stores.url
 
 
 def configure(tmp_path: Path, base_url: str, counter: Path) -> Path:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from support import POSTGRES_URL, StoreFactory, process
+from support import StoreFactory, process
 from support import wait_for_event as wait_for
 
 from plait.events import ModelRequested, TaskCompleted, TurnAborted
@@ -30,9 +30,7 @@ SLOW = Step(text="slow " * 400, chunk_chars=5, chunk_delay=0.1)
 def worker(stores: StoreFactory, server: ScriptedModelServer, cwd: Path) -> Iterator[None]:
     """``plait worker`` on the store, in a process of its own; stopped with SIGTERM."""
     (cwd / "plait.toml").write_text(f'[model]\nbase_url = "{server.base_url}"\nmodel = "m"\n')
-    url = (
-        str(stores.path) if stores.backend == "sqlite" else f"{POSTGRES_URL}?schema={stores.schema}"
-    )
+    url = stores.url
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PLAIT_"))}
     args = ["worker", "--store", url, "--lease-sec", "1"]
     process = subprocess.Popen(
