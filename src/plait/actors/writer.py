@@ -325,9 +325,7 @@ class Writer:
         TASKS.fold(events, self._tasks)
         if busy and self.idle and self._on_idle is not None:
             self._on_idle()
-        self._out.keep(origin, events)
-        if not ahead:
-            self._out.put(events)
+        self._deliver(origin, events, ahead)
         if self._signer is not None and ends_task([e.body for e in events]):
             head = self._sign_head(ahead)
             return events + head if signed else events
@@ -339,10 +337,15 @@ class Writer:
         returned to the one that recorded the task's end, whose group that stays."""
         assert self._signer is not None
         signed = self._append([self._signer.head(self.stream, self._seq, self._hash)], ahead)
-        self._out.keep(None, signed)
-        if not ahead:
-            self._out.put(signed)
+        self._deliver(None, signed, ahead)
         return signed
+
+    def _deliver(self, origin: Recipient | None, events: list[Event], ahead: bool) -> None:
+        """Keep ``events`` for the actors but ``origin``; hand them to the feeds now, unless
+        made ahead (the feeds have them once they are written)."""
+        self._out.keep(origin, events)
+        if not ahead:
+            self._out.put(events)
 
     def _append(self, items: Sequence[Body | NewEvent], ahead: bool) -> list[Event]:
         """Append what each conversation's storage policy keeps of ``items`` (``ahead``: make
