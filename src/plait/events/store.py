@@ -9,6 +9,7 @@ backend behaves the same and one contract suite tests them all.
 from __future__ import annotations
 
 import hashlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -111,6 +112,8 @@ class EventStore(Ownership, ABC):
         self._appended = Signal()  # appends through this object
         self._commanded = Signal()  # commands stored through it: apart, appends wake no owner
         self._closed = False
+        self._salt_key = os.urandom(32)
+        """Makes each stream's salt: see ``_scope``."""
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -222,9 +225,9 @@ class EventStore(Ownership, ABC):
                 # Large strings leave the event before it is encoded: encoding them inline
                 # first would copy a 50 MB prompt once more (bench/memory.py).
                 if draft.scoped_blobs:
-                    stored = externalize(body, 0, blobs, f"{stream}:{seq}\n".encode())
+                    stored = externalize(body, 0, blobs, self._scope(f"{stream}:{seq}"))
                 elif draft.session_blobs:
-                    stored = externalize(body, 0, blobs, f"{stream}\n".encode())
+                    stored = externalize(body, 0, blobs, self._scope(stream))
                 else:
                     stored = externalize(body, threshold, blobs)
             data = encode(event if stored is body else msgspec.structs.replace(event, body=stored))
@@ -233,6 +236,15 @@ class EventStore(Ownership, ABC):
             set_(event, "hash", prev)
             out.append(event)
         return PreparedAppend(rows, out, blobs)
+
+    def _scope(self, name: str) -> bytes:
+        """What a blob that must be deletable on its own starts with: its scope's ``name``
+        (a stream, or a stream and seq), then a salt, so that once it is deleted the digest
+        its event keeps cannot be matched with guessed content (docs/storage.md#erasure).
+        The salt is secret, kept only in the blob; the same in one store object for one
+        name, so that the same text twice in a session is stored once."""
+        salt = hashlib.sha256(self._salt_key + name.encode()).digest()[:16]
+        return name.encode() + b"\n" + salt
 
     @staticmethod
     def _check_expected(stream: str, expected_seq: int, head_seq: int) -> None:
