@@ -23,8 +23,14 @@ from plait.events import (
     TaskCompleted,
 )
 from plait.events.codec import encode_event
-from plait.events.signing import PublicKey, Signer, generate_key, verify_signatures
-from plait.events.types import ToolCallCompleted, TurnAborted
+from plait.events.signing import (
+    SIGN_EVERY,
+    PublicKey,
+    Signer,
+    generate_key,
+    verify_signatures,
+)
+from plait.events.types import TaskStarted, ToolCallCompleted, TurnAborted
 from plait.replay import fork, replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
@@ -261,3 +267,40 @@ def test_a_fork_of_a_signed_session_checks_its_own_heads_and_names_the_copied_on
     # Its own: the task it ran and the close, checked against its own chain.
     assert own.ok and own.checked and (own.signed, own.copied) == (3, 1), own
     assert verify_signatures(store.read(source), public).ok  # the source's own heads still hold
+
+
+def test_a_long_task_is_signed_within_every_sign_every_events_not_only_at_its_end(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    """Thirty tool calls in one task: heads are signed while it runs, so an edit to its early
+    calls is caught before the task ends, and no stretch of the log goes unsigned for long."""
+    store = durable_stores.open()
+    script = [
+        Step(text=f"Counting {n}.", tool_calls=[call("inventory", item=f"crate {n}")])
+        for n in range(30)
+    ]
+    session = record_session(
+        store,
+        [*script, Step(text="All counted.")],
+        ["Count every crate."],
+        "long",
+        tools=[inventory],
+        signer=Signer.from_key_file(key),
+    )
+    events = store.read(session)
+    heads = [e.seq for e in events if isinstance(e.body, HeadSigned)]
+    [started] = [e.seq for e in events if isinstance(e.body, TaskStarted)]
+    [completed] = [e.seq for e in events if isinstance(e.body, TaskCompleted)]
+    assert completed - started > 2 * SIGN_EVERY  # the task is long enough to be signed midway
+    midway = [seq for seq in heads if started < seq < completed]
+    assert len(midway) >= 2, heads
+    # The largest group this task records is a turn's response: the model's answer, its
+    # tokens, the call requested and started (4 events); a head follows the group that
+    # reaches SIGN_EVERY events unsigned.
+    for before, head in itertools.pairwise([0, *heads]):
+        assert head - before - 1 < SIGN_EVERY + 4, heads
+    assert heads[-1] == events[-1].seq  # the close's
+    report = verify_signatures(events, PublicKey.from_file(f"{key}.pub"))
+    assert report.ok and report.signed == len(heads)
+    result = replay(store, session)
+    assert result.ok, result.divergence and result.divergence.message()
