@@ -37,6 +37,7 @@ __all__ = [
     "UnknownConversationError",
     "UnknownEventTypeError",
     "UnknownSessionError",
+    "WitnessError",
     "undecoded_byte",
 ]
 
@@ -128,6 +129,11 @@ class ConfigError(PlaitError):
 class KeyFileError(PlaitError):
     """A signing or public key file cannot be read, made or used; the message names the file,
     never what it holds (docs/event-log.md#signed-heads)."""
+
+
+class WitnessError(PlaitError):
+    """A witness file of signed heads cannot be read or written: the message names the file
+    and, for a line that is not a witness line, its number (docs/event-log.md#the-witness)."""
 
 
 class InvalidInputError(PlaitError, ValueError):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, cast
 import msgspec
 
 from plait.actors.delivery import Delivery
-from plait.errors import LeaseLostError, PlaitError, SessionFailedError, StoreError
+from plait.errors import LeaseLostError, PlaitError, SessionFailedError, StoreError, WitnessError
 from plait.events.codec import GENESIS_HASH
 from plait.events.prepared import PreparedAppend
 from plait.events.projections.tasks import TASKS, TaskQueue
@@ -99,6 +99,8 @@ class Writer:
         self._on_durable: list[tuple[int, Callable[[PlaitError | None], object]]] = []
         """Told once the first so many appends made ahead are written (``None``), or why not."""
         self._writes_ahead = store.writes_ahead
+        self._unwitnessed: list[Event] = []
+        """Signed heads written now (not ahead), for the witness once the lock is let go."""
         self.last_recorded_at = time.monotonic()
         """When it last recorded anything (``time.monotonic``); a clock for idleness only,
         never written to the log."""
@@ -157,6 +159,7 @@ class Writer:
         with self._lock:
             # What the actors of before made and did not write is not in the log: gone with them.
             untold, self._on_durable, self._ahead = self._on_durable, [], []
+            self._unwitnessed = []
             self._made = self._durable = 0
             why = self.refusal or LeaseLostError(self.stream, self.epoch or 0)
             self._seq = past[-1].seq if past else 0
@@ -241,6 +244,7 @@ class Writer:
             if last or not isinstance(self.refusal, LeaseLostError):
                 raise cast(StoreError, self.refusal)
             return []
+        heads: list[Event] | None = None  # the signed heads to witness, once recorded
         with self._writing:
             self._flush()
             with self._lock:
@@ -248,11 +252,17 @@ class Writer:
                     log.debug("session %s is stopped: %d not recorded", self.stream, len(items))
                     return []
                 try:
-                    return self._record(items, origin, False, signed)
+                    events = self._record(items, origin, False, signed)
                 except StoreError as exc:
+                    self._unwitnessed = []
                     if last:  # the owner records it, and stops the session itself
                         raise
                     error, why = exc, self._refused(exc, items)
+                else:
+                    heads, self._unwitnessed = self._unwitnessed, []
+            if heads is not None:
+                self._witness(heads)
+                return events
         self._tell_lost(why)
         if isinstance(error, LeaseLostError):
             return []
@@ -301,7 +311,9 @@ class Writer:
             then(why)
         if why is not None:
             self._tell_lost(why)
-        return error is None
+            return False
+        self._witness([e for e in joined.events if isinstance(e.body, HeadSigned)])
+        return True
 
     def _refused(self, error: StoreError, items: Sequence[Body | NewEvent | Event]) -> PlaitError:
         """Seal: the store refused or failed to append ``items``; return why (hold the lock)."""
@@ -346,7 +358,33 @@ class Writer:
         signed = self._append([self._signer.head(self.stream, self._seq, self._hash)], ahead)
         self._signed_seq = self._seq
         self._deliver(None, signed, ahead)
+        if not ahead:  # durable: witnessed once the lock is let go (made ahead: by _flush)
+            self._unwitnessed += signed
         return signed
+
+    def _witness(self, heads: list[Event]) -> None:
+        """Write each of ``heads``, durable signed heads, to the signer's witness, in order
+        (hold ``_writing``). A witness that cannot be written is one warning: the session
+        goes on, and its next head is written to it again (docs/event-log.md#the-witness)."""
+        witness = None if self._signer is None else self._signer.witness
+        if witness is None:
+            return
+        for event in heads:
+            body = event.body
+            assert isinstance(body, HeadSigned)
+            try:
+                witness.record(
+                    self.stream,
+                    body.seq,
+                    body.head_hash,
+                    body.fingerprint,
+                    body.signature,
+                    event.at,
+                )
+            except WitnessError as exc:
+                log.warning(
+                    "session %s seq %d: signed head not witnessed: %s", self.stream, event.seq, exc
+                )
 
     def _deliver(self, origin: Recipient | None, events: list[Event], ahead: bool) -> None:
         """Keep ``events`` for the actors but ``origin``; hand them to the feeds now, unless

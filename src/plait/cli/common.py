@@ -175,13 +175,17 @@ def make_runtime(
     from plait.actors.pool import McpLimits
     from plait.events.signing import Signer
     from plait.events.values import HistorySettings, StoragePolicy
+    from plait.events.witness import Witness
     from plait.runtime import Runtime
 
     policy, history = config.policy, config.history
-    key = config.audit.signing_key
+    key, witness = config.audit.signing_key, config.audit.witness
     if key is not None:
-        log.info("signing heads with the key in %s", key)
-        more.setdefault("signer", Signer.from_key_file(key))
+        signer = Signer.from_key_file(key, witness=None if witness is None else Witness(witness))
+        log.info(
+            "signing heads with the key in %s, witnessed in %s", key, witness or f"{key}.heads"
+        )
+        more.setdefault("signer", signer)
     for name, server in config.mcp_servers.items():
         log.info("MCP server %s: %s", name, describe_server(server))
     limits = McpLimits(

@@ -29,6 +29,7 @@ from plait.events.types import (
     TaskCompleted,
     TurnAborted,
 )
+from plait.events.witness import Witness
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -95,14 +96,18 @@ def ends_task(bodies: Sequence[Body]) -> bool:
 @dataclass(frozen=True)
 class Signer:
     """Signs a session's heads: ``sign(message) -> signature`` (Ed25519, 64 bytes) with the key
-    whose fingerprint is ``fingerprint``. A KMS or HSM may be behind ``sign``."""
+    whose fingerprint is ``fingerprint``. A KMS or HSM may be behind ``sign``. Each head signed
+    is written to ``witness`` too, once durable (docs/event-log.md#the-witness); none: only
+    to the log."""
 
     fingerprint: str
     sign: Callable[[bytes], bytes] = field(repr=False)
+    witness: Witness | None = None
 
     @classmethod
-    def from_key_file(cls, path: str | Path) -> Signer:
-        """Sign with the Ed25519 private key in the PEM file at ``path`` (``plait keygen``)."""
+    def from_key_file(cls, path: str | Path, *, witness: Witness | None = None) -> Signer:
+        """Sign with the Ed25519 private key in the PEM file at ``path`` (``plait keygen``);
+        witness the heads in ``witness``, by default the file ``PATH.heads`` beside the key."""
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -116,7 +121,7 @@ class Signer:
         raw = key.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
-        return cls(fingerprint_of(raw), key.sign)
+        return cls(fingerprint_of(raw), key.sign, witness or Witness(f"{path}.heads"))
 
     def head(self, stream: str, seq: int, head_hash: bytes) -> HeadSigned:
         """The ``HeadSigned`` for the head ``seq`` of ``stream``, whose hash is ``head_hash``."""
