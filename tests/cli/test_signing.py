@@ -11,11 +11,13 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 from scripted import call, record_session
-from support import StoreFactory, forge_tool_output
+from support import StoreFactory, cut_back, forge_tool_output
 
 from plait.events import HeadSigned
+from plait.events.codec import encode_event, event_hash
 from plait.events.signing import Signer
 from plait.testing import ScriptedModelServer, Step
 
@@ -96,7 +98,8 @@ def test_exec_with_a_signing_key_writes_a_session_that_verifies_and_replays(
     total = len(log)
     assert checked.stdout.startswith(f"ok: {total} events, ")
     assert checked.stdout.endswith(
-        f"; {len(signed)} signed heads by {fingerprint} checked, the last at seq {total - 1}\n"
+        f"; {len(signed)} signed heads by {fingerprint} checked, the last at seq {total - 1}; "
+        f"witness audit.key.heads: its last head, seq {total - 1}, is the log's\n"
     )
     unchecked = cli("verify", session)
     assert unchecked.returncode == 0
@@ -187,3 +190,130 @@ def test_a_closed_signed_session_with_a_helper_says_closed_verifies_and_replays(
     checked = cli("verify", session, "--public-key", "audit.key.pub")
     assert checked.returncode == 0 and "signed heads by" in checked.stdout, checked.stdout
     cli.verified_and_replayed(session)
+
+
+# --- the witness ------------------------------------------------------------------------------
+
+
+def test_verify_checks_the_witness_beside_the_public_key_or_the_one_named(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    fingerprint = keygen(cli, "audit.key")
+    cli.configure(server.base_url, '[audit]\nsigning_key = "audit.key"\n')
+    server.push(Step(text="Two."))
+    done = cli("exec", "How many?")
+    assert done.returncode == 0, done.stderr
+    session = session_of(done.stderr)
+    lines = (cli.cwd / "audit.key.heads").read_text().splitlines()
+    last = json.loads(lines[-1])
+    assert [json.loads(line)["stream"] for line in lines] == [session]  # the task's end
+    signed = f"1 signed heads by {fingerprint} checked, the last at seq {last['seq']}"
+    beside = cli("verify", session, "--public-key", "audit.key.pub")
+    assert (beside.returncode, beside.stderr) == (0, "")
+    assert beside.stdout.endswith(
+        f"; {signed}; witness audit.key.heads: its last head, seq {last['seq']}, is the log's\n"
+    )
+    (cli.cwd / "copy.heads").write_text("\n".join(lines) + "\n")
+    named = cli("verify", session, "--public-key", "audit.key.pub", "--witness", "copy.heads")
+    assert named.returncode == 0 and named.stdout.endswith(
+        f"; witness copy.heads: its last head, seq {last['seq']}, is the log's\n"
+    )
+    (cli.cwd / "keys").mkdir()
+    (cli.cwd / "keys" / "audit.key.pub").write_bytes((cli.cwd / "audit.key.pub").read_bytes())
+    alone = cli("verify", session, "--public-key", "keys/audit.key.pub")
+    assert alone.returncode == 0 and alone.stdout.endswith(
+        f"; {signed}; no witness at keys/audit.key.heads: truncation to an earlier signed head "
+        "is not checked\n"
+    )
+    missing = cli("verify", session, "--public-key", "audit.key.pub", "--witness", "gone.heads")
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert missing.stderr == "plait: witness gone.heads: no such file\n"
+    keyless = cli("verify", session, "--witness", "audit.key.heads")
+    assert (keyless.returncode, keyless.stdout) == (2, "")
+    assert keyless.stderr == (
+        "plait: --witness needs --public-key: the witness's lines are checked with it\n"
+    )
+
+
+SCRIPT = [
+    Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
+    Step(text="There are 3 apples."),
+    Step(text="Still 3."),
+]
+
+
+def inventory(item: str) -> str:
+    """Count an item in stock."""
+    return f"3 {item}"
+
+
+def signed_session(cli: Cli, durable_stores: StoreFactory, prefix: str) -> str:
+    """A closed session of two tasks in ``durable_stores``, signed with ``audit.key`` of the
+    working directory (its witness beside it)."""
+    store = durable_stores.open()
+    signer = Signer.from_key_file(cli.cwd / "audit.key")
+    prompts = ["How many?", "Sure?"]
+    session = record_session(store, SCRIPT, prompts, prefix, tools=[inventory], signer=signer)
+    store.close()
+    return session
+
+
+def test_a_log_cut_back_to_an_earlier_signed_head_is_caught_only_by_the_witness(
+    cli: Cli, durable_stores: StoreFactory
+) -> None:
+    """The insider deletes the second task and the close, and resets the stream's head: the
+    chain and every signature left verify; the witness holds the close's head."""
+    keygen(cli, "audit.key")
+    session = signed_session(cli, durable_stores, "cut")
+    store = durable_stores.open()
+    heads = [e.seq for e in store.read(session) if isinstance(e.body, HeadSigned)]
+    cut = cut_back(store, durable_stores.tamper, session, heads[0])
+    where = ("--store", durable_stores.url)
+    (cli.cwd / "keys").mkdir()  # the public key alone, as a verifier without the witness has it
+    (cli.cwd / "keys" / "audit.key.pub").write_bytes((cli.cwd / "audit.key.pub").read_bytes())
+    unwitnessed = cli(*where, "verify", session, "--public-key", "keys/audit.key.pub")
+    assert unwitnessed.returncode == 0, unwitnessed.stdout
+    assert "1 signed heads by " in unwitnessed.stdout and "no witness at" in unwitnessed.stdout
+    caught = cli(*where, "verify", session, "--public-key", "audit.key.pub")
+    assert (caught.returncode, caught.stderr) == (1, "")
+    assert caught.stdout == (
+        f"truncated: the witness holds a signed head at seq {heads[-1] - 1}, "
+        f"the log ends at seq {cut}\n"
+    )
+    as_json = json.loads(
+        cli(*where, "verify", session, "--public-key", "audit.key.pub", "--json").stdout
+    )
+    assert (as_json["ok"], as_json["first_bad_seq"]) == (False, cut + 1)
+    assert as_json["signatures"]["witness_seq"] == heads[-1] - 1
+
+
+def test_a_log_spliced_from_another_session_signed_by_the_same_key_fails_its_signatures(
+    cli: Cli, durable_stores: StoreFactory
+) -> None:
+    """Another session's events, signed by the same key, put in this one's place (re-hashed,
+    the head set): each signed message names its session, so the first head fails."""
+    keygen(cli, "audit.key")
+    session = signed_session(cli, durable_stores, "kept")
+    other = signed_session(cli, durable_stores, "other")
+    store = durable_stores.open()
+    theirs = store.read(other, resolve_blobs=False)
+    assert len(theirs) == store.last_seq(session)
+    tamper, previous = durable_stores.tamper, theirs[0].prev_hash
+    for event in theirs:
+        moved = msgspec.structs.replace(
+            event, stream=session, prev_hash=previous, position=0, hash=b""
+        )
+        data = encode_event(moved)
+        previous = event_hash(data)
+        tamper.set_data(session, event.seq, data, previous)
+        tamper.set_type(session, event.seq, type(event.body).__name__, event.v)
+    tamper.set_head_hash(session, previous)
+    where = ("--store", durable_stores.url)
+    assert cli(*where, "verify", session).returncode == 0  # the chain alone vouches for it
+    first_head = next(e.seq for e in theirs if isinstance(e.body, HeadSigned))
+    checked = cli(*where, "verify", session, "--public-key", "audit.key.pub")
+    assert (checked.returncode, checked.stdout) == (
+        1,
+        f"bad signature: seq {first_head}: the signature does not match what it signs "
+        "(forged or re-signed)\n",
+    )

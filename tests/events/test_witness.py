@@ -10,14 +10,16 @@ import logging
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 from scripted import call, record_session
-from support import StoreFactory
+from support import StoreFactory, cut_back, forge_tool_output
 
 from plait.actors.model import ModelSettings
 from plait.errors import WitnessError
-from plait.events import EventStore, HeadSigned
-from plait.events.signing import Signer, generate_key
+from plait.events import EventStore, HeadSigned, TaskCompleted
+from plait.events.codec import encode_event, event_hash
+from plait.events.signing import PublicKey, Signer, generate_key
 from plait.events.witness import Witness
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
@@ -179,3 +181,181 @@ def test_a_witness_that_cannot_be_written_warns_once_a_head_and_the_session_goes
     held = Witness(path).heads()[session.session_id]
     assert held.seq == heads[-1].seq - 1  # the second task's, then its close's if any
     assert store.verify(session.session_id).ok
+
+
+# --- verify with the witness ------------------------------------------------------------------
+
+
+def signed_heads(store: EventStore, session: str) -> list[int]:
+    """The seqs of the session's ``HeadSigned`` events."""
+    return [e.seq for e in store.read(session) if isinstance(e.body, HeadSigned)]
+
+
+def test_verify_with_key_and_witness_checks_every_head_and_the_witnesss_last(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    store = durable_stores.open()
+    signer = Signer.from_key_file(key)
+    session = record(store, "wit", signer)
+    witness, public = Witness(f"{key}.heads"), PublicKey.from_file(f"{key}.pub")
+    last = store.last_seq(session)
+    report = store.verify(session, public_key=public, witness=witness)
+    assert report.ok and report.signatures is not None
+    assert report.signatures.checked and report.signatures.signed == 3
+    assert (report.signatures.witness_seq, report.signatures.witness) == (
+        last - 1,
+        str(witness.path),
+    )
+    plain = store.verify(session)  # no key: said who signed, nothing checked
+    assert plain.ok and plain.signatures is not None and not plain.signatures.checked
+    assert plain.signatures.fingerprints == [signer.fingerprint]
+    assert plain.signatures.witness_seq is None
+    keyed = store.verify(session, public_key=public)  # no witness: none checked
+    assert keyed.ok and keyed.signatures is not None and keyed.signatures.witness_seq is None
+
+
+def test_a_log_cut_back_to_an_earlier_signed_head_verifies_but_not_against_the_witness(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    """The insider deletes the last task and the close and resets the stream's head: the
+    chain and every signature left hold; the witness holds the later head."""
+    store = durable_stores.open()
+    session = record(store, "wit", Signer.from_key_file(key))
+    witness, public = Witness(f"{key}.heads"), PublicKey.from_file(f"{key}.pub")
+    first_head, *_, last_head = signed_heads(store, session)
+    cut = cut_back(store, durable_stores.tamper, session, first_head)
+    assert store.verify(session).ok
+    keyed = store.verify(session, public_key=public)
+    assert keyed.ok, keyed.reason  # the signatures left all verify
+    report = store.verify(session, public_key=public, witness=witness)
+    assert not report.ok and report.first_bad_seq == cut + 1
+    assert report.reason == (
+        f"truncated: the witness holds a signed head at seq {last_head - 1}, "
+        f"the log ends at seq {cut}"
+    )
+    assert report.signatures is not None and report.signatures.witness_seq == last_head - 1
+
+
+def test_a_log_cut_back_and_written_on_unsigned_is_caught_where_the_witnessed_head_was(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    """Cut back, then appended to as the store appends (chained, head set): the log is as
+    long as before, but where the witness's head was signed there is no signed head."""
+    store = durable_stores.open()
+    session = record(store, "wit", Signer.from_key_file(key))
+    witness, public = Witness(f"{key}.heads"), PublicKey.from_file(f"{key}.pub")
+    first_head, *_, last_head = signed_heads(store, session)
+    cut_back(store, durable_stores.tamper, session, first_head)
+    events = store.read(session)
+    filler = [TaskCompleted(last_assistant_message="nothing happened")]
+    store.append(session, filler * (last_head - first_head), first_head)
+    report = store.verify(session, public_key=public, witness=witness)
+    assert not report.ok and report.first_bad_seq == last_head
+    assert report.reason == (
+        f"witness: seq {last_head}: the witness holds a signed head at seq {last_head - 1} "
+        f"({witness.path} line 3) that the log does not: it is not a signed head"
+    )
+    assert len(store.read(session)) == len(events) + last_head - first_head
+
+
+def test_a_witness_line_not_signed_by_the_key_is_reported_by_file_and_line(
+    durable_stores: StoreFactory, key: Path, tmp_path: Path
+) -> None:
+    """Whoever can write the witness can add a line, not sign it: a later head made up to
+    hide a truncation, or the witness of another key."""
+    store = durable_stores.open()
+    session = record(store, "wit", Signer.from_key_file(key))
+    path = Path(f"{key}.heads")
+    public = PublicKey.from_file(f"{key}.pub")
+    [*_, last] = path.read_text().splitlines()
+    line = json.loads(last)
+    made_up = {**line, "seq": line["seq"] + 10}
+    path.write_text(path.read_text() + json.dumps(made_up) + "\n")
+    report = store.verify(session, public_key=public, witness=Witness(path))
+    assert not report.ok and report.first_bad_seq is None
+    assert report.reason == (
+        f"witness: {path} line 4 (seq {made_up['seq']}): its signature does not match what "
+        "it signs (forged)"
+    )
+    other = tmp_path / "other.key"
+    generate_key(other)
+    events = store.read(session)
+    by_other = Signer.from_key_file(other).head(session, 3, events[2].hash)
+    line = {
+        "stream": session,
+        "seq": by_other.seq,
+        "head_hash": by_other.head_hash.hex(),
+        "fingerprint": by_other.fingerprint,
+        "signature": by_other.signature.hex(),
+        "at": events[2].at.isoformat(),
+    }
+    shared = tmp_path / "shared.heads"
+    shared.write_text(json.dumps(line) + "\n")
+    report = store.verify(session, public_key=public, witness=Witness(shared))
+    assert not report.ok and report.reason == (
+        f"witness: {shared} line 1 (seq 3): signed by key {by_other.fingerprint[:16]}, not by "
+        f"the public key given ({public.fingerprint[:16]})"
+    )
+
+
+def test_a_session_rewritten_with_its_signed_heads_left_out_fails_with_a_key(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    """Every ``HeadSigned`` dropped and the chain re-hashed from seq 1: the chain holds and no
+    signature is left to fail; a key says it is unsigned, the witness where its head was."""
+    store = durable_stores.open()
+    session = record(store, "wit", Signer.from_key_file(key))
+    public, witness = PublicKey.from_file(f"{key}.pub"), Witness(f"{key}.heads")
+    events = store.read(session, resolve_blobs=False)
+    kept = [e for e in events if not isinstance(e.body, HeadSigned)]
+    tamper = durable_stores.tamper
+    previous = events[0].prev_hash
+    for seq, event in enumerate(kept, 1):
+        moved = msgspec.structs.replace(event, seq=seq, prev_hash=previous, position=0, hash=b"")
+        data = encode_event(moved)
+        previous = event_hash(data)
+        tamper.set_data(session, seq, data, previous)
+        tamper.set_type(session, seq, type(event.body).__name__, event.v)
+    cut = len(kept)
+    tamper.truncate(session, cut, previous)
+    assert store.verify(session).ok
+    unsigned = store.verify(session, public_key=public)
+    assert not unsigned.ok and unsigned.first_bad_seq is None
+    assert unsigned.reason == (
+        "unsigned: no signed head (was the session written with [audit] signing_key?)"
+    )
+    held = witness.heads()[session].seq
+    report = store.verify(session, public_key=public, witness=witness)
+    assert not report.ok and report.first_bad_seq == cut + 1
+    assert report.reason.startswith(f"truncated: the witness holds a signed head at seq {held}")
+
+
+def test_a_rehashed_forgery_fails_on_its_signature_before_the_witness_is_asked(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    store = durable_stores.open()
+    session = record(store, "wit", Signer.from_key_file(key))
+    seq = forge_tool_output(store, durable_stores.tamper, session, "300 apples")
+    head = next(h for h in signed_heads(store, session) if h > seq)
+    public, witness = PublicKey.from_file(f"{key}.pub"), Witness(f"{key}.heads")
+    report = store.verify(session, public_key=public, witness=witness)
+    assert not report.ok and report.first_bad_seq == head
+    assert report.reason == (
+        f"bad signature: seq {head}: the head it signs (seq {head - 1}) is not the log's: "
+        "events up to it were changed"
+    )
+    assert report.signatures is not None and report.signatures.failure == "signature"
+
+
+def test_a_witness_with_no_line_of_the_session_checks_nothing_and_says_so(
+    durable_stores: StoreFactory, key: Path, tmp_path: Path
+) -> None:
+    store = durable_stores.open()
+    session = record(store, "wit", Signer.from_key_file(key))
+    elsewhere = tmp_path / "other.heads"
+    elsewhere.write_text("")
+    report = store.verify(
+        session, public_key=PublicKey.from_file(f"{key}.pub"), witness=Witness(elsewhere)
+    )
+    assert report.ok and report.signatures is not None
+    assert (report.signatures.witness_seq, report.signatures.witness) == (None, str(elsewhere))

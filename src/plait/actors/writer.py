@@ -99,8 +99,6 @@ class Writer:
         self._on_durable: list[tuple[int, Callable[[PlaitError | None], object]]] = []
         """Told once the first so many appends made ahead are written (``None``), or why not."""
         self._writes_ahead = store.writes_ahead
-        self._unwitnessed: list[Event] = []
-        """Signed heads written now (not ahead), for the witness once the lock is let go."""
         self.last_recorded_at = time.monotonic()
         """When it last recorded anything (``time.monotonic``); a clock for idleness only,
         never written to the log."""
@@ -159,7 +157,6 @@ class Writer:
         with self._lock:
             # What the actors of before made and did not write is not in the log: gone with them.
             untold, self._on_durable, self._ahead = self._on_durable, [], []
-            self._unwitnessed = []
             self._made = self._durable = 0
             why = self.refusal or LeaseLostError(self.stream, self.epoch or 0)
             self._seq = past[-1].seq if past else 0
@@ -244,7 +241,6 @@ class Writer:
             if last or not isinstance(self.refusal, LeaseLostError):
                 raise cast(StoreError, self.refusal)
             return []
-        heads: list[Event] | None = None  # the signed heads to witness, once recorded
         with self._writing:
             self._flush()
             with self._lock:
@@ -252,17 +248,11 @@ class Writer:
                     log.debug("session %s is stopped: %d not recorded", self.stream, len(items))
                     return []
                 try:
-                    events = self._record(items, origin, False, signed)
+                    return self._record(items, origin, False, signed)
                 except StoreError as exc:
-                    self._unwitnessed = []
                     if last:  # the owner records it, and stops the session itself
                         raise
                     error, why = exc, self._refused(exc, items)
-                else:
-                    heads, self._unwitnessed = self._unwitnessed, []
-            if heads is not None:
-                self._witness(heads)
-                return events
         self._tell_lost(why)
         if isinstance(error, LeaseLostError):
             return []
@@ -297,6 +287,8 @@ class Writer:
             self.store.append_prepared(self.stream, joined, epoch=self.epoch)
         except Exception as exc:  # whatever the store raised, these events are not written
             error = exc if isinstance(exc, StoreError) else StoreError(f"{exc!r}")
+        else:  # durable: witnessed before anyone hears of them
+            self._witness([e for e in joined.events if isinstance(e.body, HeadSigned)])
         why: PlaitError | None = None
         with self._lock:
             if error is None:
@@ -311,9 +303,7 @@ class Writer:
             then(why)
         if why is not None:
             self._tell_lost(why)
-            return False
-        self._witness([e for e in joined.events if isinstance(e.body, HeadSigned)])
-        return True
+        return error is None
 
     def _refused(self, error: StoreError, items: Sequence[Body | NewEvent | Event]) -> PlaitError:
         """Seal: the store refused or failed to append ``items``; return why (hold the lock)."""
@@ -357,15 +347,16 @@ class Writer:
         assert self._signer is not None
         signed = self._append([self._signer.head(self.stream, self._seq, self._hash)], ahead)
         self._signed_seq = self._seq
+        if not ahead:  # durable: witnessed before anyone hears of it (made ahead: by _flush)
+            self._witness(signed)
         self._deliver(None, signed, ahead)
-        if not ahead:  # durable: witnessed once the lock is let go (made ahead: by _flush)
-            self._unwitnessed += signed
         return signed
 
     def _witness(self, heads: list[Event]) -> None:
-        """Write each of ``heads``, durable signed heads, to the signer's witness, in order
-        (hold ``_writing``). A witness that cannot be written is one warning: the session
-        goes on, and its next head is written to it again (docs/event-log.md#the-witness)."""
+        """Write each of ``heads``, durable signed heads, to the signer's witness before
+        anyone hears of them (hold ``_writing``: one writes at a time, in log order). A
+        witness that cannot be written is one warning: the session goes on, and its next head
+        is written to it again (docs/event-log.md#the-witness)."""
         witness = None if self._signer is None else self._signer.witness
         if witness is None:
             return

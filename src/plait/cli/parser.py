@@ -192,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="check the session's signed heads with this public key (PATH.pub of keygen)",
     )
+    verify.add_argument(
+        "--witness",
+        metavar="PATH",
+        help="the witness of signed heads to check the log against (default: PATH.heads "
+        "beside PATH.pub, if there)",
+    )
     replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")
     replay.add_argument(
         "--max-interrupt-chain-depth",

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEAD_DOMAIN",
     "SIGN_EVERY",
+    "HeadCheck",
     "PublicKey",
     "Signatures",
     "Signer",
@@ -190,10 +191,11 @@ def generate_key(out: str | Path) -> str:
 
 
 class Signatures(msgspec.Struct, frozen=True):
-    """What ``verify_signatures`` found in a session's signed heads."""
+    """What ``verify_signatures`` found in a session's signed heads (and ``verify``, in its
+    witness)."""
 
     ok: bool
-    """No signed head is bad (with no key given: unchecked, and ok)."""
+    """No signed head is bad, nor the witness's head (with no key given: unchecked, and ok)."""
     signed: int
     """``HeadSigned`` events in the session."""
     fingerprints: list[str] = []
@@ -206,7 +208,7 @@ class Signatures(msgspec.Struct, frozen=True):
     """Events after the last ``HeadSigned`` (all of them in a session never signed); a crash
     can leave some, and a session is written on after its last task's end."""
     first_bad_seq: int | None = None
-    """The ``HeadSigned`` that failed, if one did."""
+    """The ``HeadSigned`` that failed, if one did (or where the witness's head is not found)."""
     reason: str = ""
     """Why, for people."""
     copied: int = 0
@@ -214,44 +216,84 @@ class Signatures(msgspec.Struct, frozen=True):
     the fork's (its first event names its source), and are checked by verifying the source."""
     copied_from: str | None = None
     """The session a fork's copied heads belong to."""
+    witness_seq: int | None = None
+    """The seq of the witness's latest head of the session, checked to be in the log
+    (docs/event-log.md#the-witness); ``None``: no witness was checked, or it holds no head of
+    the session (``witness`` then names it)."""
+    witness: str = ""
+    """The witness read (a file, or a bundle's lines), if one was."""
+    failure: Literal["", "signature", "witness", "unsigned"] = ""
+    """What failed: a signed head of the log, the witness's check, or a session checked
+    against a key had no signed head (``reason`` says why)."""
 
 
 def verify_signatures(events: Sequence[Event], public_key: PublicKey | None) -> Signatures:
     """Check each ``HeadSigned`` of ``events`` (a whole session, its chain verified) against
     ``public_key``: its key, the head it names against the chain, its signature. Without a
     key, only say who signed."""
-    heads = [e for e in events if isinstance(e.body, HeadSigned)]
-    fingerprints = list(dict.fromkeys(_body(e).fingerprint for e in heads))
-    last = _body(heads[-1]).seq if heads else 0
-    total = events[-1].seq if events else 0
-    after = total - (heads[-1].seq if heads else 0)
-    start = events[0].body if events else None
-    origin = start.forked_from if isinstance(start, SessionStarted) else None
-    copied = [e for e in heads if origin is not None and e.seq <= origin.at_seq]
-    base = Signatures(
-        True,
-        len(heads),
-        fingerprints,
-        public_key is not None,
-        last,
-        after,
-        copied=len(copied),
-        copied_from=origin.stream if copied and origin is not None else None,
-    )
-    if public_key is None:
-        return base
-    hashes = {e.seq: e.hash for e in events}
-    for event in heads[len(copied) :]:
-        body = _body(event)
-        problem = _problem(event, body, hashes, public_key)
-        if problem is not None:
-            return msgspec.structs.replace(base, ok=False, first_bad_seq=event.seq, reason=problem)
-    return base
+    check = HeadCheck(public_key)
+    for event in events:
+        check.see(event)
+    return check.result()
 
 
-def _problem(
-    event: Event, body: HeadSigned, hashes: dict[int, bytes], public_key: PublicKey
-) -> str | None:
+class HeadCheck:
+    """``verify_signatures`` one event at a time, as a walk of a session's chain sees them
+    (``see``, in seq order), so that the walk need not keep them; ``result`` then."""
+
+    def __init__(self, public_key: PublicKey | None) -> None:
+        self.public_key = public_key
+        self.heads: dict[int, HeadSigned] = {}
+        """The signed heads seen, by the seq of the ``HeadSigned``."""
+        self.last_seq = 0
+        """The last event's seq."""
+        self._fingerprints: dict[str, None] = {}
+        self._last_head = 0  # the last HeadSigned's own seq
+        self._previous = b""  # the hash of the event before the one seen
+        self._copied_upto = 0  # a fork's: its heads up to here are its source's
+        self._origin: str | None = None
+        self._copied = 0
+        self._bad: tuple[int, str] | None = None
+
+    def see(self, event: Event) -> None:
+        """Check ``event``, the next of the session."""
+        body = event.body
+        if event.seq == 1 and isinstance(body, SessionStarted) and body.forked_from is not None:
+            self._copied_upto, self._origin = body.forked_from.at_seq, body.forked_from.stream
+        if isinstance(body, HeadSigned):
+            self.heads[event.seq] = body
+            self._fingerprints.setdefault(body.fingerprint)
+            self._last_head = event.seq
+            if event.seq <= self._copied_upto:
+                self._copied += 1
+            elif self.public_key is not None and self._bad is None:
+                problem = _problem(event, body, self._previous, self.public_key)
+                if problem is not None:
+                    self._bad = (event.seq, problem)
+        self._previous, self.last_seq = event.hash, event.seq
+
+    def result(self) -> Signatures:
+        """What the signed heads seen say."""
+        last = self.heads[self._last_head].seq if self._last_head else 0
+        report = Signatures(
+            True,
+            len(self.heads),
+            list(self._fingerprints),
+            self.public_key is not None,
+            last,
+            self.last_seq - self._last_head,
+            copied=self._copied,
+            copied_from=self._origin if self._copied else None,
+        )
+        if self._bad is None:
+            return report
+        seq, reason = self._bad
+        return msgspec.structs.replace(
+            report, ok=False, first_bad_seq=seq, reason=reason, failure="signature"
+        )
+
+
+def _problem(event: Event, body: HeadSigned, previous: bytes, public_key: PublicKey) -> str | None:
     if body.fingerprint != public_key.fingerprint:
         return (
             f"signed by key {body.fingerprint[:16]}, not by the public key given "
@@ -262,14 +304,9 @@ def _problem(
     message = head_message(event.stream, body.seq, body.head_hash, body.fingerprint)
     if not public_key.signed(message, body.signature):
         return "the signature does not match what it signs (forged or re-signed)"
-    if hashes.get(body.seq) != body.head_hash:
+    if previous != body.head_hash:
         return f"the head it signs (seq {body.seq}) is not the log's: events up to it were changed"
     return None
-
-
-def _body(event: Event) -> HeadSigned:
-    assert isinstance(event.body, HeadSigned)
-    return event.body
 
 
 def _read(path: str | Path, what: str) -> bytes:
