@@ -10,6 +10,7 @@ from typing import Literal
 
 __all__ = [
     "BlobMissingError",
+    "BundleError",
     "ConcurrencyError",
     "ConfigError",
     "ContentUnavailableError",
@@ -129,6 +130,11 @@ class ConfigError(PlaitError):
 class KeyFileError(PlaitError):
     """A signing or public key file cannot be read, made or used; the message names the file,
     never what it holds (docs/event-log.md#signed-heads)."""
+
+
+class BundleError(PlaitError):
+    """An evidence bundle cannot be written or read: it exists already, or it is damaged (a
+    byte changed, a member missing); the message names the file (docs/event-log.md#bundles)."""
 
 
 class WitnessError(PlaitError):

@@ -317,3 +317,83 @@ def test_a_log_spliced_from_another_session_signed_by_the_same_key_fails_its_sig
         f"bad signature: seq {first_head}: the signature does not match what it signs "
         "(forged or re-signed)\n",
     )
+
+
+# --- evidence bundles -------------------------------------------------------------------------
+
+
+def test_export_writes_one_file_that_verifies_elsewhere_with_no_store_and_no_config(
+    cli: Cli, server: ScriptedModelServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    fingerprint = keygen(cli, "audit.key")
+    cli.configure(server.base_url, '[audit]\nsigning_key = "audit.key"\n')
+    server.push(Step(text="Two."))
+    done = cli("exec", "How many?")
+    assert done.returncode == 0, done.stderr
+    session = session_of(done.stderr)
+    log = [json.loads(line) for line in cli("log", session, "--json").stdout.splitlines()]
+    exported = cli("export", session[:8], "-o", "evidence.zip")
+    assert (exported.returncode, exported.stderr) == (0, "")
+    assert re.fullmatch(
+        rf"wrote evidence\.zip: session {session}, {len(log)} events, \d+ blobs, 0 redacted, "
+        r"1 witness line\n",
+        exported.stdout,
+    ), exported.stdout
+    again = cli("export", session[:8], "-o", "evidence.zip")
+    assert (again.returncode, again.stdout) == (1, "")
+    assert again.stderr == "plait: evidence.zip exists: not overwritten (choose another file)\n"
+
+    elsewhere = cli.at(tmp_path_factory.mktemp("auditor"))  # no plait.toml, no store
+    bundle = str(cli.cwd / "evidence.zip")
+    (elsewhere.cwd / "audit.key.pub").write_bytes((cli.cwd / "audit.key.pub").read_bytes())
+    checked = elsewhere("verify", "--bundle", bundle, "--public-key", "audit.key.pub")
+    assert (checked.returncode, checked.stderr) == (0, "")
+    last = len(log) - 1
+    assert checked.stdout.startswith(f"ok: bundle {bundle}: session {session}, {len(log)} events")
+    assert checked.stdout.endswith(
+        f"; 1 signed heads by {fingerprint} checked, the last at seq {last}; "
+        f"witness bundle {bundle}: its last head, seq {last}, is the log's\n"
+    )
+    assert not (elsewhere.cwd / ".plait").exists()
+
+    data = bytearray((cli.cwd / "evidence.zip").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (elsewhere.cwd / "flipped.zip").write_bytes(data)
+    flipped = elsewhere("verify", "--bundle", "flipped.zip", "--public-key", "audit.key.pub")
+    assert (flipped.returncode, flipped.stderr) == (1, "")
+    assert flipped.stdout == (
+        "bundle flipped.zip: damaged (its checksum does not match its bytes: a byte changed)\n"
+    )
+    missing = elsewhere("verify", "--bundle", "gone.zip", "--public-key", "audit.key.pub")
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert missing.stderr == "plait: bundle gone.zip: no such file\n"
+    both = cli("verify", session, "--bundle", bundle)
+    assert (both.returncode, both.stderr) == (
+        2,
+        "plait: plait verify takes a SESSION or --bundle FILE: one of them\n",
+    )
+
+
+def test_a_bundle_of_a_log_cut_back_fails_where_the_auditor_checks_it(
+    cli: Cli, durable_stores: StoreFactory, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The insider cuts the log back, then exports it: the witness's lines the bundle carries
+    name the head that is gone."""
+    keygen(cli, "audit.key")
+    session = signed_session(cli, durable_stores, "cut")
+    store = durable_stores.open()
+    heads = [e.seq for e in store.read(session) if isinstance(e.body, HeadSigned)]
+    cut = cut_back(store, durable_stores.tamper, session, heads[0])
+    where = ("--store", durable_stores.url)
+    cli.configure("http://127.0.0.1:9", '[audit]\nsigning_key = "audit.key"\n')
+    assert cli(*where, "export", session, "-o", "cut.zip").returncode == 0
+    elsewhere = cli.at(tmp_path_factory.mktemp("auditor"))
+    (elsewhere.cwd / "audit.key.pub").write_bytes((cli.cwd / "audit.key.pub").read_bytes())
+    checked = elsewhere(
+        "verify", "--bundle", str(cli.cwd / "cut.zip"), "--public-key", "audit.key.pub"
+    )
+    assert (checked.returncode, checked.stdout) == (
+        1,
+        f"truncated: the witness holds a signed head at seq {heads[-1] - 1}, "
+        f"the log ends at seq {cut}\n",
+    )

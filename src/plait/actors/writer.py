@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, cast
 import msgspec
 
 from plait.actors.delivery import Delivery
-from plait.errors import LeaseLostError, PlaitError, SessionFailedError, StoreError, WitnessError
+from plait.errors import LeaseLostError, PlaitError, SessionFailedError, StoreError
 from plait.events.codec import GENESIS_HASH
 from plait.events.prepared import PreparedAppend
 from plait.events.projections.tasks import TASKS, TaskQueue
@@ -354,28 +354,10 @@ class Writer:
 
     def _witness(self, heads: list[Event]) -> None:
         """Write each of ``heads``, durable signed heads, to the signer's witness before
-        anyone hears of them (hold ``_writing``: one writes at a time, in log order). A
-        witness that cannot be written is one warning: the session goes on, and its next head
-        is written to it again (docs/event-log.md#the-witness)."""
-        witness = None if self._signer is None else self._signer.witness
-        if witness is None:
-            return
-        for event in heads:
-            body = event.body
-            assert isinstance(body, HeadSigned)
-            try:
-                witness.record(
-                    self.stream,
-                    body.seq,
-                    body.head_hash,
-                    body.fingerprint,
-                    body.signature,
-                    event.at,
-                )
-            except WitnessError as exc:
-                log.warning(
-                    "session %s seq %d: signed head not witnessed: %s", self.stream, event.seq, exc
-                )
+        anyone hears of them (hold ``_writing``: one writes at a time, in log order)."""
+        if self._signer is not None:
+            for event in heads:
+                self._signer.witnessed(event)
 
     def _deliver(self, origin: Recipient | None, events: list[Event], ahead: bool) -> None:
         """Keep ``events`` for the actors but ``origin``; hand them to the feeds now, unless

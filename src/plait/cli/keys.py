@@ -28,10 +28,16 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def misused(public_key: str | None, witness: str | None) -> str | None:
-    """What is wrong with ``plait verify``'s ``--public-key`` and ``--witness`` together, if
-    anything (a usage error: exit 2): a witness named that is not there, or named without a
-    key to check its lines with."""
+def misused(
+    session: str | None, bundle: str | None, public_key: str | None, witness: str | None
+) -> str | None:
+    """What is wrong with ``plait verify``'s arguments together, if anything (a usage error:
+    exit 2): a session and a bundle, or neither; a bundle or a witness named that is not
+    there; a witness named without a key to check its lines with."""
+    if (session is None) == (bundle is None):
+        return "plait verify takes a SESSION or --bundle FILE: one of them"
+    if bundle is not None and not Path(bundle).is_file():
+        return f"bundle {bundle}: no such file"
     if witness is not None and public_key is None:
         return "--witness needs --public-key: the witness's lines are checked with it"
     if witness is not None and not Path(witness).is_file():

@@ -183,13 +183,17 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check a session's rows (hash chain, columns, blobs), its signed heads and witness, and
-    the store's file; exit 1 if anything was edited or is damaged."""
+    the store's file, or an evidence bundle (--bundle); exit 1 if anything was edited or is
+    damaged."""
+    from plait.cli.evidence import check_bundle
     from plait.cli.keys import misused, proof_failed, proof_of, signed_line
 
-    problem = misused(args.public_key, args.witness)
+    problem = misused(args.session, args.bundle, args.public_key, args.witness)
     if problem is not None:
         err(f"plait: {problem}")
         return 2
+    if args.bundle is not None:
+        return check_bundle(args)
     key, witness, missing = proof_of(args.public_key, args.witness)
     with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)

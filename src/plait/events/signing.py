@@ -11,6 +11,7 @@ when a key is read, made or checked, so commands that sign nothing do not pay fo
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from plait.errors import KeyFileError
+from plait.errors import KeyFileError, WitnessError
 from plait.events.types import (
     Body,
     Event,
@@ -48,6 +49,8 @@ __all__ = [
     "last_done",
     "verify_signatures",
 ]
+
+log = logging.getLogger("plait")
 
 HEAD_DOMAIN = b"plait-head-v1\0"
 """What every signed message starts with, so a signature over a head is good for nothing else."""
@@ -123,6 +126,22 @@ class Signer:
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
         )
         return cls(fingerprint_of(raw), key.sign, witness or Witness(f"{path}.heads"))
+
+    def witnessed(self, head: Event) -> None:
+        """Write ``head``, a ``HeadSigned`` event now durable in the log, to the witness (if
+        there is one). A witness that cannot be written is one warning: the session goes on,
+        and its next head is written to it again (docs/event-log.md#the-witness)."""
+        body = head.body
+        if self.witness is None or not isinstance(body, HeadSigned):
+            return
+        try:
+            self.witness.record(
+                head.stream, body.seq, body.head_hash, body.fingerprint, body.signature, head.at
+            )
+        except WitnessError as exc:
+            log.warning(
+                "session %s seq %d: signed head not witnessed: %s", head.stream, head.seq, exc
+            )
 
     def head(self, stream: str, seq: int, head_hash: bytes) -> HeadSigned:
         """The ``HeadSigned`` for the head ``seq`` of ``stream``, whose hash is ``head_hash``."""

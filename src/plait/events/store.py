@@ -46,6 +46,7 @@ from plait.events.witness import Witness
 
 __all__ = [
     "REDACTED",
+    "BlobState",
     "Clock",
     "EventStore",
     "PreparedAppend",
@@ -65,6 +66,9 @@ def utc_now() -> datetime:
     """Return the current time in UTC (the default store clock)."""
     return datetime.now(UTC)
 
+
+BlobState = Callable[[str], "bytes | RedactedMarker | None"]
+"""A blob's bytes by sha-256, ``REDACTED`` (deleted, a tombstone left), or ``None``: unknown."""
 
 Row = tuple[int, bytes, bytes, str, int, str, int]
 """A stored event as reads fetch it: ``(position, data, hash, stream, seq, type, v)``. The
@@ -316,6 +320,11 @@ class EventStore(Ownership, BlobStore, ABC):
     def streams(self) -> list[StreamInfo]:
         """List every stream, oldest first."""
         return [StreamInfo(stream, last) for stream, last in self._streams()]
+
+    def as_stored(self, stream: str) -> tuple[list[Row], tuple[int, bytes], BlobState]:
+        """``stream``'s rows as stored, unchecked, its head (seq, hash), and the store's blobs
+        (``BlobState``): what an evidence bundle copies byte for byte (``events/bundle.py``)."""
+        return self._rows(stream, 0, None, None), self._head(stream), self._blob
 
     # --- live tails -------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ import msgspec
 
 from plait.errors import WitnessError
 
-__all__ = ["Witness", "WitnessHead", "latest", "parse_witness"]
+__all__ = ["Witness", "WitnessHead", "encode_line", "latest", "parse_witness"]
 
 
 class WitnessHead(msgspec.Struct, frozen=True):
@@ -92,6 +92,19 @@ def parse_witness(data: bytes, source: str, stream: str | None = None) -> list[W
     return heads
 
 
+def encode_line(head: WitnessHead) -> bytes:
+    """``head`` as a line of a witness file, newline included."""
+    line = {
+        "stream": head.stream,
+        "seq": head.seq,
+        "head_hash": head.head_hash.hex(),
+        "fingerprint": head.fingerprint,
+        "signature": head.signature.hex(),
+        "at": head.at.isoformat(),
+    }
+    return msgspec.json.encode(line) + b"\n"
+
+
 def latest(lines: Iterable[WitnessHead]) -> dict[str, WitnessHead]:
     """Each stream's line of the highest seq (the first such, if it is there twice): not the
     last line, so a line appended again later cannot take a session's witness back."""
@@ -125,15 +138,7 @@ class Witness:
         """Append the line of ``stream``'s head signed at ``seq``, and return once it is on
         disk (one ``write``, then ``fsync``; a new file's directory too). Raise
         ``WitnessError`` naming the file if it cannot be written."""
-        line = {
-            "stream": stream,
-            "seq": seq,
-            "head_hash": head_hash.hex(),
-            "fingerprint": fingerprint,
-            "signature": signature.hex(),
-            "at": at.isoformat(),
-        }
-        data = msgspec.json.encode(line) + b"\n"
+        data = encode_line(WitnessHead(stream, seq, head_hash, fingerprint, signature, at))
         try:
             new = not self.path.exists()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
