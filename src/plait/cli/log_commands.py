@@ -17,7 +17,16 @@ import msgspec
 
 from plait.cli import output as render
 from plait.cli import tables
-from plait.cli.common import err, existing_store, find_conversation, find_session, out
+from plait.cli.common import (
+    config_of,
+    err,
+    existing_store,
+    find_conversation,
+    find_session,
+    out,
+    signer_of,
+    store_of,
+)
 from plait.cli.style import Style
 from plait.cli.words import count
 
@@ -326,9 +335,10 @@ def cmd_fork(args: argparse.Namespace) -> int:
     """Copy a session's events up to a seq into a new session; print the new session's id."""
     from plait.replay import fork
 
-    with existing_store(args) as store:
+    config = config_of(args, mcp_servers=False)
+    with store_of(config, create=False) as store:
         session = find_session(store, args.session)
-        new = fork(store, session, args.at)
+        new = fork(store, session, args.at, signer=signer_of(config))
     ids = {"session_id": new, "forked_from": session, "at_seq": args.at}
     out(render.json_line(ids) if args.json else new)
     err(f"forked {session} at seq {args.at}; go on with: plait exec --session {new[:8]} PROMPT")

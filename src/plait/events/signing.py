@@ -23,6 +23,7 @@ import msgspec
 from plait.errors import KeyFileError, WitnessError
 from plait.events.types import (
     Body,
+    ContentErased,
     Event,
     HeadSigned,
     SessionClosed,
@@ -272,6 +273,8 @@ class HeadCheck:
         self._copied_upto = 0  # a fork's: its heads up to here are its source's
         self._origin: str | None = None
         self._copied = 0
+        self._own = 0  # the last HeadSigned's own seq that signs this stream, not its source
+        self._erased: list[int] = []  # the seqs of ContentErased that deleted content
         self._bad: tuple[int, str] | None = None
 
     def see(self, event: Event) -> None:
@@ -283,12 +286,19 @@ class HeadCheck:
             self.heads[event.seq] = body
             self._fingerprints.setdefault(body.fingerprint)
             self._last_head = event.seq
-            if event.seq <= self._copied_upto:
-                self._copied += 1
-            elif self.public_key is not None and self._bad is None:
-                problem = _problem(event, body, self._previous, self.public_key)
+            copied = event.seq <= self._copied_upto
+            self._copied += copied
+            self._own = self._own if copied else event.seq
+            if self.public_key is not None and self._bad is None:
+                # A copied head signs its source's chain: its hash cannot be checked here,
+                # but its signature must be over the source's name (a session made to say
+                # it is a fork has its own heads, which are not).
+                signs = self._origin if copied and self._origin is not None else event.stream
+                problem = _problem(event, body, self._previous, self.public_key, signs, copied)
                 if problem is not None:
                     self._bad = (event.seq, problem)
+        elif isinstance(body, ContentErased) and body.blobs:
+            self._erased.append(event.seq)
         self._previous, self.last_seq = event.hash, event.seq
 
     def result(self) -> Signatures:
@@ -300,19 +310,35 @@ class HeadCheck:
             list(self._fingerprints),
             self.public_key is not None,
             last,
-            self.last_seq - self._last_head,
+            self.last_seq - (self._own or self._last_head),
             copied=self._copied,
             copied_from=self._origin if self._copied else None,
         )
-        if self._bad is None:
+        bad = self._bad
+        unsigned = [seq for seq in self._erased if seq > self._own]
+        if bad is None and self.public_key is not None and self.heads and unsigned:
+            # Content deleted under an erasure the key did not sign: what an insider who
+            # deletes content and records why would leave (docs/storage.md#erasure).
+            bad = (unsigned[0], "an erasure no signed head covers: content was deleted "
+                   "without the signing key")  # fmt: skip
+        if bad is None:
             return report
-        seq, reason = self._bad
+        seq, reason = bad
         return msgspec.structs.replace(
             report, ok=False, first_bad_seq=seq, reason=reason, failure="signature"
         )
 
 
-def _problem(event: Event, body: HeadSigned, previous: bytes, public_key: PublicKey) -> str | None:
+def _problem(
+    event: Event,
+    body: HeadSigned,
+    previous: bytes,
+    public_key: PublicKey,
+    stream: str,
+    copied: bool,
+) -> str | None:
+    """Why ``body``, at ``event``, is not a head of ``stream`` signed by ``public_key`` over
+    the event before it (hash ``previous``; not checked for a head a fork ``copied``)."""
     if body.fingerprint != public_key.fingerprint:
         return (
             f"signed by key {body.fingerprint[:16]}, not by the public key given "
@@ -320,10 +346,12 @@ def _problem(event: Event, body: HeadSigned, previous: bytes, public_key: Public
         )
     if body.seq != event.seq - 1:
         return f"it signs seq {body.seq}, not the event before it"
-    message = head_message(event.stream, body.seq, body.head_hash, body.fingerprint)
+    message = head_message(stream, body.seq, body.head_hash, body.fingerprint)
     if not public_key.signed(message, body.signature):
+        if copied:
+            return f"a head the fork says it copied from {stream} is not one of {stream}'s"
         return "the signature does not match what it signs (forged or re-signed)"
-    if previous != body.head_hash:
+    if not copied and previous != body.head_hash:
         return f"the head it signs (seq {body.seq}) is not the log's: events up to it were changed"
     return None
 
