@@ -31,7 +31,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         err(f"plait: witness {args.witness}: no such file")
         return 2
     key_file = config.audit.signing_key
-    path = args.witness or config.audit.witness or (key_file and f"{key_file}.heads")
+    beside = args.public_key and f"{args.public_key.removesuffix('.pub')}.heads"
+    path = args.witness or config.audit.witness or (key_file and f"{key_file}.heads") or beside
     witness = Witness(path) if path and Path(path).is_file() else None  # none kept yet: none
     key = PublicKey.from_file(args.public_key) if args.public_key is not None else None
     with store_of(config, create=False, read_only=True) as store:
