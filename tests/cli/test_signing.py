@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
-from scripted import call, record_session
+from scripted import call, record_inventory, record_session
 from support import StoreFactory, cut_back, forge_tool_output
 
 from plait.events import HeadSigned
@@ -235,25 +235,11 @@ def test_verify_checks_the_witness_beside_the_public_key_or_the_one_named(
     )
 
 
-SCRIPT = [
-    Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
-    Step(text="There are 3 apples."),
-    Step(text="Still 3."),
-]
-
-
-def inventory(item: str) -> str:
-    """Count an item in stock."""
-    return f"3 {item}"
-
-
 def signed_session(cli: Cli, durable_stores: StoreFactory, prefix: str) -> str:
     """A closed session of two tasks in ``durable_stores``, signed with ``audit.key`` of the
     working directory (its witness beside it)."""
     store = durable_stores.open()
-    signer = Signer.from_key_file(cli.cwd / "audit.key")
-    prompts = ["How many?", "Sure?"]
-    session = record_session(store, SCRIPT, prompts, prefix, tools=[inventory], signer=signer)
+    session = record_inventory(store, prefix, Signer.from_key_file(cli.cwd / "audit.key"))
     store.close()
     return session
 

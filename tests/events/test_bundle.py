@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from scripted import call, record_session
+from scripted import record_inventory
 from support import StoreFactory, cut_back, forge_tool_output
 
 from plait.errors import BundleError
@@ -20,15 +20,8 @@ from plait.events import EventStore, HeadSigned
 from plait.events.blobs import blob_refs
 from plait.events.bundle import FORMAT, Manifest, export_bundle, verify_bundle
 from plait.events.erasure import forget
-from plait.events.signing import PublicKey, Signer, generate_key
+from plait.events.signing import PublicKey, Signer
 from plait.events.witness import Witness
-from plait.testing import Step
-
-SCRIPT = [
-    Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
-    Step(text="There are 3 apples."),
-    Step(text="Still 3."),
-]
 
 
 def inventory(item: str) -> str:
@@ -37,15 +30,7 @@ def inventory(item: str) -> str:
 
 
 def record(store: EventStore, prefix: str, signer: Signer) -> str:
-    prompts = ["How many apples?", "Sure?"]
-    return record_session(store, SCRIPT, prompts, prefix, tools=[inventory], signer=signer)
-
-
-@pytest.fixture
-def key(tmp_path: Path) -> Path:
-    path = tmp_path / "audit.key"
-    generate_key(path)
-    return path
+    return record_inventory(store, prefix, signer, inventory)
 
 
 def test_a_bundle_holds_the_rows_as_stored_and_verifies_with_no_store(

@@ -9,14 +9,13 @@ import itertools
 from pathlib import Path
 
 import pytest
-from scripted import call, crash, record_session
+from scripted import call, crash, inventory, record_inventory, record_session
 from support import StoreFactory, forge_tool_output
 
 from plait.actors.model import ModelSettings
 from plait.errors import KeyFileError
 from plait.events import (
     Event,
-    EventStore,
     HeadSigned,
     SessionClosed,
     SessionReopened,
@@ -35,37 +34,15 @@ from plait.replay import fork, replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
-SCRIPT = [
-    Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
-    Step(text="There are 3 apples."),
-    Step(text="Still 3."),
-]
-"""Two tasks: the first calls a function tool, whose output a forger will change."""
-
-
-def inventory(item: str) -> str:
-    """Count an item in stock."""
-    return f"3 {item}"
-
-
-def record(store: EventStore, prefix: str, signer: Signer | None) -> str:
-    """A closed session of ``SCRIPT``, written with ``signer``."""
-    prompts = ["How many apples?", "Sure?"]
-    return record_session(store, SCRIPT, prompts, prefix, tools=[inventory], signer=signer)
-
-
-@pytest.fixture
-def key(tmp_path: Path) -> Path:
-    path = tmp_path / "audit.key"
-    generate_key(path)
-    return path
-
 
 def ends(events: list[Event]) -> list[int]:
     """The seqs of the events that end a task or close the session."""
     return [
         e.seq for e in events if isinstance(e.body, TaskCompleted | TurnAborted | SessionClosed)
     ]
+
+
+record = record_inventory
 
 
 def test_a_signed_session_has_a_signed_head_after_each_task_end_and_verifies(

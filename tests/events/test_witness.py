@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from scripted import call, record_session
+from scripted import record_inventory
 from support import StoreFactory, cut_back, forge_tool_output
 
 from plait.actors.model import ModelSettings
@@ -24,29 +24,7 @@ from plait.events.witness import Witness
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
-SCRIPT = [
-    Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
-    Step(text="There are 3 apples."),
-    Step(text="Still 3."),
-]
-
-
-def inventory(item: str) -> str:
-    """Count an item in stock."""
-    return f"3 {item}"
-
-
-def record(store: EventStore, prefix: str, signer: Signer) -> str:
-    """A closed session of ``SCRIPT``, written with ``signer``: two tasks and the close."""
-    prompts = ["How many apples?", "Sure?"]
-    return record_session(store, SCRIPT, prompts, prefix, tools=[inventory], signer=signer)
-
-
-@pytest.fixture
-def key(tmp_path: Path) -> Path:
-    path = tmp_path / "audit.key"
-    generate_key(path)
-    return path
+record = record_inventory
 
 
 def test_each_signed_head_is_witnessed_beside_the_key_as_the_log_holds_it(
