@@ -38,6 +38,17 @@ def keygen(cli: Cli, name: str) -> str:
     return shown[1]
 
 
+def exec_signed(cli: Cli, server: ScriptedModelServer) -> tuple[str, str]:
+    """``plait exec`` one task with a new ``audit.key`` in ``plait.toml``: the key's
+    fingerprint as shown, and the session."""
+    fingerprint = keygen(cli, "audit.key")
+    cli.configure(server.base_url, '[audit]\nsigning_key = "audit.key"\n')
+    server.push(Step(text="Two."))
+    done = cli("exec", "How many?")
+    assert done.returncode == 0, done.stderr
+    return fingerprint, session_of(done.stderr)
+
+
 def session_of(stderr: str) -> str:
     found = re.search(r"session ([0-9a-f-]{36})", stderr)
     assert found is not None, stderr
@@ -198,12 +209,7 @@ def test_a_closed_signed_session_with_a_helper_says_closed_verifies_and_replays(
 def test_verify_checks_the_witness_beside_the_public_key_or_the_one_named(
     cli: Cli, server: ScriptedModelServer
 ) -> None:
-    fingerprint = keygen(cli, "audit.key")
-    cli.configure(server.base_url, '[audit]\nsigning_key = "audit.key"\n')
-    server.push(Step(text="Two."))
-    done = cli("exec", "How many?")
-    assert done.returncode == 0, done.stderr
-    session = session_of(done.stderr)
+    fingerprint, session = exec_signed(cli, server)
     lines = (cli.cwd / "audit.key.heads").read_text().splitlines()
     last = json.loads(lines[-1])
     assert [json.loads(line)["stream"] for line in lines] == [session]  # the task's end
@@ -311,12 +317,7 @@ def test_a_log_spliced_from_another_session_signed_by_the_same_key_fails_its_sig
 def test_export_writes_one_file_that_verifies_elsewhere_with_no_store_and_no_config(
     cli: Cli, server: ScriptedModelServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    fingerprint = keygen(cli, "audit.key")
-    cli.configure(server.base_url, '[audit]\nsigning_key = "audit.key"\n')
-    server.push(Step(text="Two."))
-    done = cli("exec", "How many?")
-    assert done.returncode == 0, done.stderr
-    session = session_of(done.stderr)
+    fingerprint, session = exec_signed(cli, server)
     log = [json.loads(line) for line in cli("log", session, "--json").stdout.splitlines()]
     exported = cli("export", session[:8], "-o", "evidence.zip")
     assert (exported.returncode, exported.stderr) == (0, "")
