@@ -77,6 +77,16 @@ class Proof:
             signatures = msgspec.structs.replace(
                 signatures, ok=False, reason=UNSIGNED, failure="unsigned"
             )
+        elif signatures.ok and self.public_key is not None and not signatures.own:
+            # Its copied heads prove its source, not the copy; nothing of its own does.
+            reason = (
+                f"unsigned: the fork's own events have no signed head (its {signatures.copied} "
+                f"are copied from {signatures.copied_from}, whose chain they sign); fork it "
+                "with [audit] signing_key set, which signs the copy"
+            )
+            signatures = msgspec.structs.replace(
+                signatures, ok=False, reason=reason, failure="unsigned"
+            )
         report = msgspec.structs.replace(report, signatures=signatures)
         if signatures.ok:
             return report

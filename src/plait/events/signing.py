@@ -236,6 +236,9 @@ class Signatures(msgspec.Struct, frozen=True):
     the fork's (its first event names its source), and are checked by verifying the source."""
     copied_from: str | None = None
     """The session a fork's copied heads belong to."""
+    own: int = 0
+    """Of ``signed``, those over this session's own chain: all but the ``copied``. A fork
+    needs one to be proven: the first covers the copy too."""
     witness_seq: int | None = None
     """The seq of the witness's latest head of the session, checked to be in the log
     (docs/event-log.md#the-witness); ``None``: no witness was checked, or it holds no head of
@@ -313,6 +316,7 @@ class HeadCheck:
             self.last_seq - (self._own or self._last_head),
             copied=self._copied,
             copied_from=self._origin if self._copied else None,
+            own=len(self.heads) - self._copied,
         )
         bad = self._bad
         unsigned = [seq for seq in self._erased if seq > self._own]
