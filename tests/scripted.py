@@ -184,6 +184,15 @@ def call(name: str, **arguments: Any) -> ScriptedToolCall:
     return ScriptedToolCall(name, json.dumps(arguments))
 
 
+HELPER_SCRIPT = [
+    Step(text="Asking a helper.", tool_calls=[call("conv_create", user_instruction="Count.")]),
+    Step(text="There are two."),
+    Step(text="The helper says two."),
+    Step(text="Still two."),
+]
+"""The root hands work to a helper conversation, which answers; then a second task."""
+
+
 def assert_histories_valid(events: list[Event]) -> None:
     state = HistoryProjection().fold(events)
     assert state.anomalies == []
