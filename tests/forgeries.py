@@ -29,9 +29,10 @@ from scripted import HELPER_SCRIPT, call, crash, record_session
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.errors import CorruptEventError
-from plait.events import Event, EventStore
+from plait.events import Event, EventStore, HeadSigned
 from plait.events.signing import PublicKey, Signer, generate_key, verify_signatures
 from plait.events.stores import open_store
+from plait.replay import fork
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -75,6 +76,8 @@ def check(store: EventStore, session: str, public_key: PublicKey, witness: Path 
     if not signed.ok:
         return Outcome(False, signed.first_bad_seq, f"bad signature: {signed.reason}")
     tail = f"; {signed.unsigned} events after it unsigned" if signed.unsigned else ""
+    if signed.copied:
+        tail += f"; {signed.copied} of them copied from {signed.copied_from}, unchecked"
     last = signed.last_signed_seq
     return Outcome(True, None, f"ok: {signed.signed} signed heads, the last at seq {last}{tail}")
 
@@ -137,10 +140,27 @@ def _record_crashed(world: World, signer: Signer, prefix: str) -> str:
     return session.session_id
 
 
+def _record_fork(store: EventStore, source: str, signer: Signer, name: str, resume: bool) -> str:
+    """A fork of ``source`` at its first signed head, and, if ``resume``, resumed for one more
+    task and closed: its copied heads sign its source's chain, its own its own
+    (docs/event-log.md#signed-heads)."""
+    first_head = next(e.seq for e in store.read(source) if isinstance(e.body, HeadSigned))
+    forked = fork(store, source, first_head, new_session_id=name)
+    if not resume:
+        return forked
+    with ScriptedModelServer([Step(text="Forked on.")]) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="k")
+        with Runtime(store, model=settings, signer=signer) as runtime:
+            session = runtime.resume(forked)
+            session.run("Go on.", timeout=60)
+            session.close()
+    return forked
+
+
 def record_honest(world: World, mcp_url: str, rounds: int = 1) -> World:
-    """Record ``rounds`` sessions of each kind (``functions``, ``mcp``, ``handoff``,
-    ``crashed``) in ``world``'s store, signed with its key; return the world naming them
-    (``kind-round``)."""
+    """Record ``rounds`` sessions of each kind (``functions``, ``mcp``, ``handoff``, ``fork``
+    of the ``functions`` one and ``fork-unresumed``, ``crashed``) in ``world``'s store, signed
+    with its key; return the world naming them (``kind-round``)."""
     signer = Signer.from_key_file(world.key)
     tools = {"t": McpServerConfig(url=mcp_url)}
     sessions: dict[str, str] = {}
@@ -165,6 +185,9 @@ def record_honest(world: World, mcp_url: str, rounds: int = 1) -> World:
             sessions[f"handoff-{n}"] = record_session(
                 store, HELPER_SCRIPT, ["How many?", "Sure?"], f"ho{n}", signer=signer
             )
+            source = sessions[f"functions-{n}"]
+            sessions[f"fork-{n}"] = _record_fork(store, source, signer, f"fk{n}-1", True)
+            sessions[f"fork-unresumed-{n}"] = _record_fork(store, source, signer, f"fu{n}-1", False)
         sessions[f"crashed-{n}"] = _record_crashed(world, signer, f"cr{n}")
     return replace(world, sessions=sessions)
 
@@ -282,11 +305,22 @@ def _heads(log: list[Record]) -> list[int]:
     return [i for i, r in enumerate(log) if _kind(r) == "HeadSigned"]
 
 
-def _signed(log: list[Record], kind: str, test: Callable[[Record], bool] = bool) -> int | None:
-    """Index of the first event of ``kind`` that a signed head covers (and ``test`` accepts)."""
+def _copied(log: list[Record]) -> int:
+    """How many events at the log's start a fork copied from its source (its first event,
+    ``SessionStarted``, names it): its source's signed heads sign them, not its own."""
+    origin = log[0]["body"].get("forked_from")
+    return int(origin["at_seq"]) if origin else 0
+
+
+def _signed(
+    log: list[Record], kind: str, test: Callable[[Record], bool] = bool, *, copied: bool = False
+) -> int | None:
+    """Index of the first event of ``kind`` (that ``test`` accepts) that one of the session's
+    own signed heads covers, or, with ``copied``, one its source's does (a fork's)."""
     heads = _heads(log)
-    end = heads[-1] if heads else 0
-    return next((i for i, r in enumerate(log[:end]) if _kind(r) == kind and test(r)), None)
+    start, end = (1, _copied(log)) if copied else (_copied(log), heads[-1] if heads else 0)
+    found = (i for i in range(start, end) if _kind(log[i]) == kind and test(log[i]))
+    return next(found, None)
 
 
 def _text(field: str) -> Callable[[Record], bool]:
@@ -299,8 +333,8 @@ def _call_or_reply(log: list[Record]) -> int | None:
     return _signed(log, "ModelResponded") if at is None else at
 
 
-def _edit_tool_output(log: list[Record]) -> bool:
-    at = _signed(log, "ToolCallCompleted", _text("output"))
+def _edit_tool_output(log: list[Record], *, copied: bool = False) -> bool:
+    at = _signed(log, "ToolCallCompleted", _text("output"), copied=copied)
     if at is None:
         return False
     log[at]["body"]["output"] = "300 " + log[at]["body"]["output"]
@@ -458,6 +492,24 @@ def edit_then_drop_signatures(t: Target) -> bool:
     return t.write([r for i, r in enumerate(log) if i < at or _kind(r) != "HeadSigned"])
 
 
+def claim_a_fork(t: Target) -> bool:
+    """Change a tool output (or a reply), and make the first event say the session is a fork
+    of another (the donor) up to its last signed head: its heads then read as copied."""
+    log = t.log()
+    heads = _heads(log)
+    if _copied(log) or not heads or not (_edit_tool_output(log) or _edit_model_reply(log)):
+        return False
+    log[0]["body"]["forked_from"] = {"stream": t.donor, "at_seq": log[heads[-1]]["seq"]}
+    return t.write(log)
+
+
+def edit_a_forks_copy(t: Target) -> bool:
+    """Change a tool output in the events a fork copied from its source (its source's own
+    are left alone)."""
+    log = t.log()
+    return _edit_tool_output(log, copied=True) and t.write(log)
+
+
 @dataclass(frozen=True)
 class Forgery:
     """One way to forge a session, and whether only a witness can tell it."""
@@ -485,14 +537,18 @@ FORGERIES = [
     Forgery("another session's log as this one", another_sessions_log),
     Forgery("replay an old witness line", replay_witness_line, needs_witness=True),
     Forgery("edit, drop the signatures after it", edit_then_drop_signatures, needs_witness=True),
+    Forgery("edit, then claim to be a fork", claim_a_fork),
+    Forgery("edit what a fork copied", edit_a_forks_copy),
 ]
 """Each forgery re-hashes the chain consistently and sets the head: the chain alone says ok."""
 
 
 def donor_for(world: World, session: str) -> str:
-    """Another closed session of ``world`` (the same key's) to take events from."""
+    """Another closed session of ``world`` (the same key's, not a fork) to take events from."""
     return next(
-        s for name, s in world.sessions.items() if s != session and not name.startswith("crashed")
+        s
+        for name, s in world.sessions.items()
+        if s != session and not name.startswith(("crashed", "fork"))
     )
 
 

@@ -116,7 +116,9 @@ class Insider:
     def save(self) -> Saved:
         """Every row of the ``events`` and ``streams`` tables, to ``restore`` later."""
         events = self._query(f"SELECT {_COLUMNS} FROM events ORDER BY position")
-        heads = self._query("SELECT stream, last_seq, last_hash, created FROM streams")
+        heads = self._query(
+            "SELECT stream, last_seq, last_hash, created FROM streams ORDER BY stream"
+        )
         return Saved(events, heads)
 
     def restore(self, saved: Saved) -> None:
