@@ -608,14 +608,14 @@ class Lab:
             if self._witness is not None:
                 self.world.witness.write_bytes(self._witness)
 
-    def attempt(self, forgery: Forgery, session: str) -> Attempt | None:
-        """Forge ``session``, verify it and every other session; ``None`` if the forgery
-        does not apply to it."""
+    def attempt(self, forgery: Forgery, session: str, *, others: bool = True) -> Attempt | None:
+        """Forge ``session``, verify it and (with ``others``) every other session; ``None``
+        if the forgery does not apply to it."""
         with self.forged(forgery, session) as applied:
             if not applied:
                 return None
             chain_ok = self.store.verify(session).ok
             outcome = self.check(session)
-            others = [s for s in self.world.sessions.values() if s != session]
-            alarms = [s for s in others if not self.check(s).ok]
+            rest = [s for s in self.world.sessions.values() if s != session] if others else []
+            alarms = [s for s in rest if not self.check(s).ok]
             return Attempt(session, chain_ok, outcome, alarms)

@@ -70,6 +70,8 @@ class Insider:
     def __init__(self, connection: Any, param: str) -> None:
         self._db = connection
         self._p = param
+        self._kept = 0
+        """Positions up to this one are as ``save`` read them (``rewrite`` lowers it)."""
 
     @classmethod
     @contextmanager
@@ -119,30 +121,32 @@ class Insider:
         heads = self._query(
             "SELECT stream, last_seq, last_hash, created FROM streams ORDER BY stream"
         )
+        self._kept = len(events)
         return Saved(events, heads)
 
     def restore(self, saved: Saved) -> None:
-        """Put back the rows ``save`` read, as they were."""
+        """Put back the rows ``save`` read, as they were (those ``rewrite`` changed since)."""
+        kept = min(self._kept, len(saved.events))
         with self._transaction() as execute:
-            execute("DELETE FROM events")
+            execute("DELETE FROM events WHERE position > ?", (kept,))
             execute("DELETE FROM streams")
-            self._many(
-                f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", saved.events
-            )
-            sql = "INSERT INTO streams (stream, last_seq, last_hash, created) VALUES (?, ?, ?, ?)"
-            self._many(sql, saved.heads)
+            self._insert("events", _COLUMNS, saved.events[kept:])
+            self._insert("streams", "stream, last_seq, last_hash, created", saved.heads)
+        self._kept = len(saved.events)
 
-    def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        """``sql``, an INSERT of one row of ``VALUES (?, ...)``, for each of ``rows``."""
+    def _insert(self, table: str, columns: str, rows: list[tuple[Any, ...]]) -> None:
+        """Insert ``rows`` into ``table`` (its ``columns``, comma-separated)."""
         if self._p == "?":
-            self._db.executemany(sql, rows)
+            marks = ", ".join("?" * len(columns.split(",")))
+            self._db.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
             return
-        # One statement of many rows: a round trip to the server per row costs ~0.4 ms.
-        head, _, one = sql.replace("?", self._p).partition(" VALUES ")
-        for start in range(0, len(rows), 500):
-            part = rows[start : start + 500]
-            values = ", ".join([one] * len(part))
-            self._db.execute(f"{head} VALUES {values}", [v for row in part for v in row])
+        # COPY: an INSERT of many rows costs psycopg more to parse than the server to run.
+        with (
+            self._db.cursor() as cursor,
+            cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
 
     def log(self, stream: str) -> list[Record]:
         """``stream``'s events, in seq order, as their stored msgpack decodes."""
@@ -170,11 +174,10 @@ class Insider:
             (i for i, (a, b) in enumerate(zip(old, laid, strict=False)) if a != b),
             min(len(old), len(laid)),
         )
+        self._kept = min(self._kept, first)
         with self._transaction() as execute:
             execute("DELETE FROM events WHERE position > ?", (first,))
-            self._many(
-                f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", laid[first:]
-            )
+            self._insert("events", _COLUMNS, laid[first:])
             execute(
                 "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?",
                 (len(new), prev, stream),
