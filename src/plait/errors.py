@@ -16,6 +16,7 @@ __all__ = [
     "CorruptEventError",
     "DivergenceError",
     "EffectLoopClosedError",
+    "ErasureError",
     "IllegalTransitionError",
     "InvalidInputError",
     "KeyFileError",
@@ -163,6 +164,15 @@ class ContentUnavailableError(PlaitError):
 
     def __init__(self, session_id: str, what: str, reason: str) -> None:
         super().__init__(f"session {session_id}: cannot {what}: {reason}")
+        self.session_id = session_id
+        self.reason = reason
+
+
+class ErasureError(PlaitError):
+    """``forget`` cannot erase a session's content now, or at all; nothing was erased."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id}: cannot erase: {reason}")
         self.session_id = session_id
         self.reason = reason
 

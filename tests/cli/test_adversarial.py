@@ -1,7 +1,7 @@
 """A hostile user and a failing disk against the command line: flipped bytes, bad input.
 
-One byte of a recorded session's SQLite file is changed in an event's data (a letter of a prompt,
-the head of a record), its hash or the columns that find it (stream, seq, type), and every
+One byte of a recorded session's SQLite file is changed in a prompt (a letter of it, in its blob),
+in an event's data (the head of a record), its hash or the columns that find it (stream, seq, type), and every
 reader runs on the changed copy: each must
 exit 1 with one line, never print what the log cannot vouch for and never a traceback
 (docs/event-log.md). Undecodable prompts end within the command's timeout with one line or a
@@ -75,8 +75,8 @@ class Recorded:
         self.type_at = self.bytes.rindex(kind.encode(), 0, self.data_at)
         self.stream_at = self.bytes.rindex(stream.encode(), 0, self.type_at)
         self.seq_at = self.stream_at + len(stream)  # the record's next column
-        prompt = rows[[r[2] for r in rows].index("TaskEnqueued")][3]
-        self.prompt_at = self.bytes.index(prompt) + prompt.index(b"How many?")
+        # A prompt is kept apart from its event, in a blob (docs/storage.md#erasure).
+        self.prompt_at = self.bytes.index(b"How many?")
 
     def flipped(self, where: str) -> bytes:
         """The file with one byte changed at ``where``."""

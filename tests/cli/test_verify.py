@@ -51,7 +51,7 @@ def test_a_blob_deleted_from_a_full_session_is_tampering(
         assert (done.returncode, done.stdout) == (
             1,
             f"tampered: seq 3: blob sha256:{body.output.sha256} was deleted, but conversation "
-            "root's storage policy is full: only ttl content expires\n",
+            "root's storage policy is full and no erasure covers it: only ttl content expires\n",
         )
 
 

@@ -191,8 +191,8 @@ def test_a_deleted_blob_is_damage_unless_its_policy_lets_it_expire(
     whose = "conversation root's" if cid else "the session's"
     assert (report.ok, report.first_bad_seq, report.redacted) == (False, len(opened) + 1, 0)
     assert report.reason == (
-        f"blob sha256:{raw.output.sha256} was deleted, but {whose} storage policy is full: "
-        "only ttl content expires"
+        f"blob sha256:{raw.output.sha256} was deleted, but {whose} storage policy is full "
+        "and no erasure covers it: only ttl content expires"
     )
 
 

@@ -315,4 +315,4 @@ def _entry(message: ChatMessage) -> dict[str, object] | None:
 
 
 def _redacted(content: object) -> str:
-    return f"[redacted: {content.size} bytes]" if isinstance(content, Redacted) else "[blob]"
+    return content.text if isinstance(content, Redacted) else "[blob]"

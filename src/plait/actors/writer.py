@@ -351,9 +351,10 @@ class Writer:
         """Append what each conversation's storage policy keeps of ``items`` (``ahead``: make
         it, to write with ``flush``); return them all, with their content, as the actors fold
         them."""
-        # A conversation's opening follows its own policy (only a NewEvent can open one).
-        self._policies.learn(item for item in items if isinstance(item, NewEvent))
-        if not self._policies.of:  # every conversation is kept in full: nothing to shape
+        # A conversation's opening follows its own policy; the session's start says where
+        # its content goes.
+        self._policies.learn(items)
+        if self._policies.plain:  # every conversation is kept in full, inline: nothing to shape
             events = self._write(items, ahead)
             if events:
                 self._seq, self._hash = events[-1].seq, events[-1].hash

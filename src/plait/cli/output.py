@@ -82,7 +82,7 @@ def cut(text: str, width: int = WIDTH) -> str:
 def shown(content: Content | None) -> str:
     """Return content as people read it: its text, or what stands for it in the log."""
     if isinstance(content, Redacted):
-        return f"[redacted: {content.size} bytes]"
+        return content.text
     if isinstance(content, BlobRef):
         return f"[blob sha256:{content.sha256}]"
     return content or ""

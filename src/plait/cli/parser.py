@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from plait.cli.common import err, reader_left
 from plait.cli.completion import SHELLS, completion_script
+from plait.cli.erase import cmd_forget
 from plait.cli.flags import (
     MODEL,
     add_grace,
@@ -236,6 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
     keygen = add("keygen", cmd_keygen, "plait keygen --out ~/.plait/audit.key")
     keygen.add_argument("--out", required=True, metavar="PATH", help="where the private key goes")
     add("expire", cmd_expire, "plait expire", json="the count as JSON")
+    forget = reader(
+        "forget",
+        cmd_forget,
+        'plait forget 3f2a --by "privacy desk" --reason "request 1142"',
+        "plait forget 3f2a --conversation 9c1e --yes",
+        json="what was erased as JSON",
+    )
+    forget.add_argument(
+        "--conversation",
+        action="append",
+        metavar="ID",
+        help="erase only this conversation's content (again for more)",
+    )
+    forget.add_argument("--by", metavar="NAME", help="who asks (default: the user running it)")
+    forget.add_argument("--reason", metavar="TEXT", help="why: a request's reference, say")
+    forget.add_argument("--yes", action="store_true", help="do not ask (it cannot be undone)")
     add("demo", cmd_demo, "plait demo")
     complete = add(
         "completion",

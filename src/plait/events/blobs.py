@@ -20,6 +20,8 @@ __all__ = [
     "DEFAULT_BLOB_THRESHOLD",
     "blob_refs",
     "externalize",
+    "inline_texts",
+    "map_leaves",
     "redactions",
     "resolve",
     "withhold",
@@ -77,6 +79,11 @@ def blob_refs(value: Any) -> list[BlobRef]:
     return _leaves(value, BlobRef)
 
 
+def inline_texts(value: Any) -> list[str]:
+    """List every non-empty string in ``value``'s blob fields: content inside the event."""
+    return [text for text in _leaves(value, str) if text]
+
+
 def redactions(value: Any) -> list[Redacted]:
     """List every ``Redacted`` in ``value``'s blob fields: content the log does not have."""
     return _leaves(value, Redacted)
@@ -92,6 +99,11 @@ def _leaves(value: Any, kind: type[T]) -> list[T]:
 
     _map(value, leaf)
     return found
+
+
+def map_leaves(value: T, leaf: Callable[[Any], Any]) -> T:
+    """Return ``value`` with ``leaf`` applied to every leaf of its blob fields."""
+    return _map(value, leaf)
 
 
 def _map(value: T, leaf: Callable[[Any], Any]) -> T:

@@ -21,7 +21,7 @@ import msgspec
 from plait.errors import CorruptEventError, TamperedError
 from plait.events.blobs import blob_refs
 from plait.events.codec import BODY_TYPES, GENESIS_HASH, decode_rows
-from plait.events.types import ConversationOpened, Event
+from plait.events.types import ContentErased, ConversationOpened, Event
 
 if TYPE_CHECKING:
     from plait.events.store import RedactedMarker, Row
@@ -158,7 +158,7 @@ class Verification(msgspec.Struct, frozen=True):
     """Blob references checked."""
     redacted: int = 0
     """Blob references whose content was deleted as its conversation's ``ttl`` storage policy
-    allows (not an error; deleted content of any other conversation is)."""
+    allows, or erased on request (``ContentErased``): not an error; any other deletion is."""
 
 
 def verify(
@@ -175,6 +175,8 @@ def verify(
     position = seq = 0
     blobs = redacted = 0
     policies: dict[str | None, str] = {}  # each conversation's storage policy, but full
+    deleted: list[tuple[int, str | None, str]] = []  # (seq, conversation, sha256), unexplained
+    erasures: list[ContentErased] = []
 
     def bad(at: int, reason: str) -> Verification:
         return Verification(stream, False, seq, at, reason, blobs, redacted)
@@ -200,15 +202,22 @@ def verify(
             blobs += 1
             found = blob(ref.sha256)
             if found is REDACTED:
-                policy = policies.get(event.conversation_id, "full")
-                if policy != "ttl":
-                    return bad(seq, _deleted(ref.sha256, event.conversation_id, policy))
-                redacted += 1
+                if policies.get(event.conversation_id, "full") == "ttl":
+                    redacted += 1
+                else:  # damage, unless a later ContentErased erased it
+                    deleted.append((seq, event.conversation_id, ref.sha256))
             elif not isinstance(found, bytes):
                 return bad(seq, f"blob sha256:{ref.sha256} is missing")
             elif hashlib.sha256(found).hexdigest() != ref.sha256:
                 return bad(seq, f"blob sha256:{ref.sha256} content was edited")
+        if isinstance(body, ContentErased):
+            erasures.append(body)
         previous = event.hash
+    for at, cid, sha256 in deleted:
+        if not any(_covers(erasure, at, cid) for erasure in erasures):
+            policy = policies.get(cid, "full")
+            return bad(at, _deleted(sha256, cid, policy))
+    redacted += len(deleted)
     head_seq, head_hash = head()
     if head_seq != seq:
         return bad(seq + 1, f"the stream head says seq {head_seq}, the log ends at {seq}")
@@ -217,10 +226,17 @@ def verify(
     return Verification(stream, True, seq, None, "", blobs, redacted)
 
 
+def _covers(erasure: ContentErased, seq: int, conversation_id: str | None) -> bool:
+    """Whether ``erasure`` erased content of the event ``seq`` of ``conversation_id``."""
+    if seq > erasure.upto_seq:
+        return False
+    return not erasure.conversations or conversation_id in erasure.conversations
+
+
 def _deleted(sha256: str, conversation_id: str | None, policy: str) -> str:
     """Why a deleted blob of ``conversation_id`` is damage (docs/storage.md#blobs)."""
     whose = "the session's" if conversation_id is None else f"conversation {conversation_id}'s"
     return (
-        f"blob sha256:{sha256} was deleted, but {whose} storage policy is {policy}: "
-        "only ttl content expires"
+        f"blob sha256:{sha256} was deleted, but {whose} storage policy is {policy} and "
+        "no erasure covers it: only ttl content expires"
     )

@@ -31,11 +31,14 @@ import msgspec
 from plait.events.blobs import blob_refs, redactions, withhold
 from plait.events.store import EventStore
 from plait.events.types import (
+    Body,
+    ContentErased,
     ConversationDestroyed,
     ConversationOpened,
     Event,
     ModelRequestFailed,
     NewEvent,
+    SessionStarted,
     StopRequested,
     TaskCompleted,
     TaskDropped,
@@ -45,7 +48,7 @@ from plait.events.types import (
 )
 from plait.events.values import StoragePolicy
 
-__all__ = ["KEPT_BY_NONE", "Expiry", "Policies", "missing_content"]
+__all__ = ["KEPT_BY_NONE", "Expiry", "Policies", "erased_line", "missing_content"]
 
 KEPT_BY_NONE = frozenset(
     {
@@ -66,17 +69,30 @@ KEPT_BY_NONE = frozenset(
 class Policies:
     """Each conversation's storage policy in one stream, learned from its events."""
 
-    def __init__(self, past: Iterable[Event | NewEvent] = ()) -> None:
+    def __init__(self, past: Iterable[Event | NewEvent | Body] = ()) -> None:
         self.of: dict[str, StoragePolicy] = {}
         """Conversations whose policy is not ``full``."""
+        self.apart = False
+        """The session keeps its content in blobs of its own, apart from its hashed events,
+        so that it can be erased (``RuntimeSettings.erasable``, docs/storage.md#erasure)."""
         self.learn(past)
 
-    def learn(self, items: Iterable[Event | NewEvent]) -> None:
-        """Note the policy of each conversation ``items`` open."""
+    def learn(self, items: Iterable[Event | NewEvent | Body]) -> None:
+        """Note the policy of each conversation ``items`` open, and the session's start."""
         for item in items:
-            body, cid = item.body, item.conversation_id
+            if isinstance(item, Body):
+                body, cid = item, None
+            else:
+                body, cid = item.body, item.conversation_id
             if isinstance(body, ConversationOpened) and cid and body.storage_policy.kind != "full":
                 self.of[cid] = body.storage_policy
+            elif isinstance(body, SessionStarted):
+                self.apart = body.settings is not None and body.settings.erasable
+
+    @property
+    def plain(self) -> bool:
+        """Whether every event is stored as it is: each conversation in full, content inline."""
+        return not self.of and not self.apart
 
     @property
     def expires(self) -> bool:
@@ -87,6 +103,8 @@ class Policies:
         """What the log keeps of ``item``: itself, itself without content, or nothing."""
         policy = self.of.get(item.conversation_id) if item.conversation_id else None
         if policy is None:
+            if self.apart and item.body.BLOB_FIELDS:
+                return msgspec.structs.replace(item, session_blobs=True)
             return item
         if policy.kind == "ttl":
             return msgspec.structs.replace(item, scoped_blobs=True)
@@ -101,6 +119,14 @@ def missing_content(
 ) -> str | None:
     """Say what content of ``events`` the log does not have, for the conversations ``needed``
     names (all by default); ``None`` when it has all of it."""
+    for event in events:
+        body = event.body
+        if (
+            isinstance(body, ContentErased)
+            and body.blobs
+            and (not body.conversations or any(map(needed, body.conversations)))
+        ):
+            return erased_line(event)
     for cid, policy in Policies(events).of.items():
         if policy.kind in ("headers_only", "none") and needed(cid):
             return (
@@ -115,6 +141,17 @@ def missing_content(
                 "its content was deleted (expired under a ttl storage policy, or redacted)"
             )
     return None
+
+
+def erased_line(event: Event) -> str:
+    """What stands where erased content was needed: when, by whom, why (``ContentErased``)."""
+    body = event.body
+    assert isinstance(body, ContentErased)
+    whose = f"conversation {', '.join(body.conversations)}'s" if body.conversations else "its"
+    by = f" by {body.requested_by}" if body.requested_by else ""
+    why = f" ({body.reason})" if body.reason else ""
+    when = event.at.strftime("%Y-%m-%d %H:%M UTC")
+    return f"{whose} content was erased on request at seq {event.seq}{by}, {when}{why}"
 
 
 class Expiry:

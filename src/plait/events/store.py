@@ -9,8 +9,9 @@ backend behaves the same and one contract suite tests them all.
 from __future__ import annotations
 
 import hashlib
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Final
@@ -21,6 +22,7 @@ from plait.errors import (
     BlobMissingError,
     ConcurrencyError,
     CorruptEventError,
+    StoreError,
     TamperedError,
     TransientEventError,
 )
@@ -35,10 +37,11 @@ from plait.events.checks import (
     verify,
 )
 from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event
+from plait.events.erased import mark_erased
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
-from plait.events.types import Body, Event, NewEvent, Transient
+from plait.events.types import Body, ContentErased, Event, NewEvent, Transient
 from plait.events.values import BlobRef, Redacted
 
 __all__ = [
@@ -109,6 +112,8 @@ class EventStore(Ownership, ABC):
         self._appended = Signal()  # appends through this object
         self._commanded = Signal()  # commands stored through it: apart, appends wake no owner
         self._closed = False
+        self._salt_key = os.urandom(32)
+        """Makes each stream's salt: see ``_scope``."""
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -220,7 +225,9 @@ class EventStore(Ownership, ABC):
                 # Large strings leave the event before it is encoded: encoding them inline
                 # first would copy a 50 MB prompt once more (bench/memory.py).
                 if draft.scoped_blobs:
-                    stored = externalize(body, 0, blobs, f"{stream}:{seq}\n".encode())
+                    stored = externalize(body, 0, blobs, self._scope(f"{stream}:{seq}"))
+                elif draft.session_blobs:
+                    stored = externalize(body, 0, blobs, self._scope(stream))
                 else:
                     stored = externalize(body, threshold, blobs)
             data = encode(event if stored is body else msgspec.structs.replace(event, body=stored))
@@ -229,6 +236,15 @@ class EventStore(Ownership, ABC):
             set_(event, "hash", prev)
             out.append(event)
         return PreparedAppend(rows, out, blobs)
+
+    def _scope(self, name: str) -> bytes:
+        """What a blob that must be deletable on its own starts with: its scope's ``name``
+        (a stream, or a stream and seq), then a salt, so that once it is deleted the digest
+        its event keeps cannot be matched with guessed content (docs/storage.md#erasure).
+        The salt is secret, kept only in the blob; the same in one store object for one
+        name, so that the same text twice in a session is stored once."""
+        salt = hashlib.sha256(self._salt_key + name.encode()).digest()[:16]
+        return name.encode() + b"\n" + salt
 
     @staticmethod
     def _check_expected(stream: str, expected_seq: int, head_seq: int) -> None:
@@ -265,6 +281,8 @@ class EventStore(Ownership, ABC):
         if (limit is None or len(rows) < limit) and expected <= end:
             # A short read must be the true end of the window, not a lost tail.
             raise CorruptEventError(stream, expected, "event missing (the stream is longer)")
+        if resolve_blobs and any(type(e.body) is ContentErased for e in events):
+            events = mark_erased(events)  # what an erasure in this window covers
         if check and events:
             before = self._rows(stream, after - 1, after, 1) if after else []
             link(stream, events, before[0][2] if before else GENESIS_HASH)
@@ -344,6 +362,26 @@ class EventStore(Ownership, ABC):
     def redact(self, sha256: str) -> bool:
         """Delete a blob's content, leaving a tombstone; return whether it was stored."""
         return self._redact(sha256)
+
+    def erase(self, sha256s: Iterable[str]) -> int:
+        """Delete the content of each blob of ``sha256s`` (tombstones remain), then make it
+        leave the store's files (``scrub``); return how many held content. What ``scrub``
+        could not do is raised as ``StoreError`` after the deletion, which stands."""
+        erased = self._redact_all(list(dict.fromkeys(sha256s)))
+        problem = self.scrub()
+        if problem is not None:
+            raise StoreError(problem)
+        return erased
+
+    def scrub(self) -> str | None:
+        """Make deleted content leave the store's files, where the backend keeps old copies
+        (docs/storage.md#erasure); return what could not be done, ``None`` when done."""
+        return None
+
+    def _redact_all(self, sha256s: list[str]) -> int:
+        """Delete each blob's content, leaving tombstones; return how many held content."""
+        held = [sha256 for sha256 in sha256s if isinstance(self._blob(sha256), bytes)]
+        return sum(map(self._redact, held))
 
     # --- live tails -------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from plait.events.bodies import (
     ApprovalPolicyNarrowed,
     Body,
     CallOutcome,
+    ContentErased,
     ConversationContextChanged,
     ConversationDestroyed,
     ConversationOpened,
@@ -69,6 +70,7 @@ __all__ = [
     "ApprovalPolicyNarrowed",
     "Body",
     "CallOutcome",
+    "ContentErased",
     "ConversationContextChanged",
     "ConversationDestroyed",
     "ConversationOpened",
@@ -149,6 +151,7 @@ AnyBody = (
     | McpAllowlistNormalized
     | PlanUpdated
     | HeadSigned
+    | ContentErased
 )
 """Every persisted body type."""
 
@@ -192,6 +195,10 @@ class NewEvent(msgspec.Struct, frozen=True):
     scoped_blobs: bool = False
     """Store every content string as a blob of this event alone, whatever its size: content
     that must be deletable on its own (a ``ttl`` conversation's)."""
+    session_blobs: bool = False
+    """Store every content string as a blob of this session alone, whatever its size: content
+    that ``forget`` may erase (docs/storage.md#erasure). The same text twice in a session
+    is stored once."""
 
     def unstored(self, stream: str, seq: int, at: datetime) -> Event:
         """This event as the actors fold it when the log does not keep it (a storage policy

@@ -67,7 +67,9 @@ class BlobRef(
     deletable on its own (a ``ttl`` conversation's) a blob no other event shares."""
 
 
-class Redacted(msgspec.Struct, frozen=True, tag="redacted", tag_field="kind", gc=False):
+class Redacted(
+    msgspec.Struct, frozen=True, tag="redacted", tag_field="kind", omit_defaults=True, gc=False
+):
     """What a reader sees where content was deleted (redaction, TTL expiry) or never stored
     (a ``headers_only`` or ``none`` conversation's)."""
 
@@ -75,6 +77,14 @@ class Redacted(msgspec.Struct, frozen=True, tag="redacted", tag_field="kind", gc
     """Hex sha-256 of the content (of its scoped blob, for expired ``ttl`` content)."""
     size: int
     """Size in bytes of the content that was removed."""
+    erased: bool = False
+    """It was erased on request (``ContentErased``, docs/storage.md#erasure); set as a read
+    finds it, never stored."""
+
+    @property
+    def text(self) -> str:
+        """How readers show it: ``[erased]``, or ``[redacted: N bytes]``."""
+        return "[erased]" if self.erased else f"[redacted: {self.size} bytes]"
 
 
 Content = str | BlobRef | Redacted
@@ -83,7 +93,9 @@ Content = str | BlobRef | Redacted
 
 def as_text(content: Content | None) -> str | None:
     """``content`` as text, ``[redacted]`` where the log does not have it."""
-    return content if isinstance(content, str) or content is None else "[redacted]"
+    if isinstance(content, str) or content is None:
+        return content
+    return "[erased]" if isinstance(content, Redacted) and content.erased else "[redacted]"
 
 
 class InputText(Value, frozen=True, tag="input_text", tag_field="type"):
@@ -336,6 +348,11 @@ class RuntimeSettings(Value, frozen=True):
     (docs/replay.md#hand-offs-a-fork-cut). Sessions started before it did record ``False``
     (by omission): they resume and replay as they ran. A fork made since does it whatever
     its source recorded (``ForkOrigin.full_recovery``)."""
+    erasable: bool = False
+    """Every content string is stored in a blob of this session alone, apart from the events
+    the chain hashes, so ``forget`` can erase it and the chain and signatures still verify
+    (docs/storage.md#erasure). Sessions started before it did record ``False`` (by
+    omission): their small content is inside their hashed events and cannot be erased."""
 
 
 class StoragePolicy(Value, frozen=True):

@@ -35,7 +35,6 @@ from plait.events.types import (
     Body,
     ConversationOpened,
     Event,
-    HeadSigned,
     McpServerFailed,
     McpServerReady,
     McpServersOffered,
@@ -66,6 +65,7 @@ from plait.replay.effects import (
     ReplayServers,
 )
 from plait.replay.inference import (
+    NOT_THE_PROGRAMS,
     crash_points,
     forced_closes,
     interrupt_cause,
@@ -243,8 +243,8 @@ class Driver:
         self.tail = self.runtime.store.subscribe(produced[-1].position)
         done = self.given
         for expected in self.recorded[self.given :]:
-            if isinstance(expected.body, HeadSigned):
-                done += 1  # the key's, not the program's: given (docs/event-log.md#signed-heads)
+            if isinstance(expected.body, NOT_THE_PROGRAMS):
+                done += 1  # the key's or a request's, not the program's: given
                 continue
             self._feed_in(expected)
             if is_lifecycle(expected.body):
@@ -412,7 +412,7 @@ class Driver:
     def _previous(self, event: Event) -> Event | None:
         """The event the program recorded before ``event`` (a signed head is not its)."""
         seq = event.seq - 1
-        while seq > 1 and isinstance(self.recorded[seq - 1].body, HeadSigned):
+        while seq > 1 and isinstance(self.recorded[seq - 1].body, NOT_THE_PROGRAMS):
             seq -= 1
         return self.recorded[seq - 1] if seq >= 1 else None
 

@@ -15,9 +15,9 @@ import uuid
 import msgspec
 
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
-from plait.events.storage import Policies, missing_content
+from plait.events.storage import Policies, erased_line, missing_content
 from plait.events.store import EventStore
-from plait.events.types import ForkOrigin, NewEvent, SessionStarted
+from plait.events.types import ContentErased, ForkOrigin, NewEvent, SessionStarted
 
 __all__ = ["fork"]
 
@@ -39,6 +39,9 @@ def fork(
         raise UnknownSessionError(session_id)
     missing = missing_content(events)
     if missing:
+        later = store.read(session_id, after=at_seq, resolve_blobs=False)
+        erased = [e for e in later if isinstance(e.body, ContentErased)]
+        missing = erased_line(erased[0]) if erased else missing
         raise ContentUnavailableError(session_id, f"fork at seq {at_seq}", missing)
     # Made now, the fork recovers as new sessions do, however old its source: a cut
     # hand-off is answered, where a replay sees it (docs/replay.md#hand-offs-a-fork-cut).

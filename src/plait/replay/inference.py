@@ -17,6 +17,7 @@ from plait.actors.outside import IdFor
 from plait.events.types import (
     AbortCause,
     Body,
+    ContentErased,
     ConversationDestroyed,
     ConversationOpened,
     Event,
@@ -43,6 +44,7 @@ from plait.runtime.recovery import records_resumes
 
 __all__ = [
     "LIFECYCLE",
+    "NOT_THE_PROGRAMS",
     "crash_points",
     "cut_off",
     "forced_closes",
@@ -262,12 +264,17 @@ def _refusal(output: str | None) -> str | None:
         return None
 
 
+NOT_THE_PROGRAMS = (HeadSigned, ContentErased)
+"""What a replay takes as recorded and never makes: a signed head (the key's), an erasure
+(a request's)."""
+
+
 def recorded_only(body: Body) -> bool:
-    """Whether ``body`` is not the program's: a server's report, or a signed head."""
-    return is_lifecycle(body) or isinstance(body, HeadSigned)
+    """Whether ``body`` is not the program's: a server's report, a signed head, an erasure."""
+    return is_lifecycle(body) or isinstance(body, NOT_THE_PROGRAMS)
 
 
 def program_seq(recorded: list[Event], given: int, seq: int) -> int:
-    """Where the recorded ``seq`` lands in the replayed log: the signed heads recorded after
-    what was given, which the replay has no key to make, are not in it."""
-    return seq - sum(1 for e in recorded[given : seq - 1] if isinstance(e.body, HeadSigned))
+    """Where the recorded ``seq`` lands in the replayed log: the signed heads and erasures
+    recorded after what was given, which the replay does not make, are not in it."""
+    return seq - sum(1 for e in recorded[given : seq - 1] if isinstance(e.body, NOT_THE_PROGRAMS))

@@ -308,6 +308,7 @@ class Runtime(Sessions):
             resume_markers=True,
             servers_per_run=True,
             handoff_answers=True,
+            erasable=True,
         )
 
     def start_session(

@@ -1,6 +1,7 @@
 """Every persisted event body type, by what it is about."""
 
 from plait.events.bodies.audit import (
+    ContentErased,
     HeadSigned,
 )
 from plait.events.bodies.base import (
@@ -66,6 +67,7 @@ __all__ = [
     "ApprovalPolicyNarrowed",
     "Body",
     "CallOutcome",
+    "ContentErased",
     "ConversationContextChanged",
     "ConversationDestroyed",
     "ConversationOpened",

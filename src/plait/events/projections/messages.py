@@ -110,7 +110,7 @@ def shown_text(content: Content) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Redacted):
-        return f"[redacted: {content.size} bytes]"
+        return content.text
     return f"[blob sha256:{content.sha256}]"
 
 

@@ -71,8 +71,9 @@ def _show(content: Content | None) -> str:
         return ""
     if isinstance(content, str):
         return content
-    what = "redacted" if isinstance(content, Redacted) else "blob"
-    return f"[{what}: {content.size} bytes]"
+    if isinstance(content, Redacted):
+        return content.text
+    return f"[blob: {content.size} bytes]"
 
 
 def _render(body: Any) -> tuple[str, str] | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -91,6 +92,10 @@ def _public_url(url: str) -> str:
     user, at, host = parts.netloc.rpartition("@")
     query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", parts.query)
     return urlunsplit(parts._replace(netloc=user.partition(":")[0] + at + host, query=query))
+
+
+SCRUB_WAIT_SEC = 30.0
+"""How long ``scrub`` waits for older transactions to end before it says it could not."""
 
 
 class PostgresStore(EventStore):
@@ -304,6 +309,34 @@ class PostgresStore(EventStore):
 
     def _redact(self, sha256: str) -> bool:
         return self._run(lambda conn: conn.execute(self._sql["redact"], (sha256,)).rowcount > 0)
+
+    def _redact_all(self, sha256s: list[str]) -> int:
+        return self._run(lambda conn: conn.execute(self._sql["redact_all"], (sha256s,)).rowcount)
+
+    def scrub(self) -> str | None:
+        """VACUUM FULL the blobs and the inbox once every transaction older than now, which
+        may still see rows deleted before, has ended: until then, PostgreSQL keeps them."""
+        ((now,),) = self._run(lambda conn: conn.execute(self._sql["xid"]).fetchall())
+        deadline = time.monotonic() + SCRUB_WAIT_SEC
+        while True:
+            older = self._run(lambda conn: conn.execute(self._sql["older"], (now,)).fetchone())
+            if older is None or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)  # a transaction of another process: nothing here wakes on its end
+
+        def vacuum(conn: Connection) -> None:
+            conn.execute(self._sql["scrub_blobs"])  # the connection commits by itself: as
+            conn.execute(self._sql["scrub_inbox"])  # VACUUM must, outside a transaction
+
+        self._run(vacuum)
+        if older is not None:
+            pid, running = older
+            return (
+                f"{self.url} (schema {self.schema}): a transaction older than the erasure "
+                f"(pid {pid}, running for {running}) may still read the deleted rows, so "
+                "PostgreSQL keeps them in the table's files: run plait forget again once it ends"
+            )
+        return None
 
     def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
         args = {"stream": stream, "owner": owner, "sec": lease_sec}

@@ -153,6 +153,18 @@ QUERIES = {
     "WHERE position != before + 1 ORDER BY position LIMIT 1",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
+    "redact_all": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = ANY(%s) AND data IS NOT NULL",
+    # A deleted or updated row's old version stays in its table's pages until VACUUM FULL
+    # writes the table anew (a plain VACUUM only marks the space free), and even then while
+    # a transaction that began before the change may still see it: the oldest such, if any.
+    "scrub_blobs": "VACUUM FULL {s}.blobs",
+    "scrub_inbox": "VACUUM FULL {s}.inbox",
+    "xid": "SELECT pg_current_xact_id()::text::bigint",
+    "older": "SELECT pid, now() - xact_start FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    "AND backend_xmin IS NOT NULL "
+    "AND age(backend_xmin) >= age((%s::bigint %% 4294967296)::text::xid) "
+    "ORDER BY xact_start LIMIT 1",
     # The tables there (6 when complete), and whether the append function is.
     "layout": "SELECT count(to_regclass(format('%%I.%%I', %(schema)s::text, t))), "
     "to_regprocedure(format('%%I.%%s', %(schema)s::text, %(function)s::text)) IS NOT NULL "

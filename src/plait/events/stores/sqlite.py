@@ -348,6 +348,25 @@ class SqliteStore(EventStore):
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return cur.rowcount > 0
 
+    def _redact_all(self, sha256s: list[str]) -> int:
+        with self._transaction() as db:
+            sql = "UPDATE blobs SET data = NULL WHERE sha256 = ? AND data IS NOT NULL"
+            return sum(db.execute(sql, (sha256,)).rowcount for sha256 in sha256s)
+
+    def scrub(self) -> str | None:
+        # secure_delete zeroed the deleted content in the pages written since; the old pages
+        # still sit in the file until a checkpoint, and old frames in the write-ahead log
+        # until it is truncated. A reader in another process holds the log: nothing to do
+        # but say so.
+        with self._lock, self._errors():
+            ((busy, _, _),) = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        if busy:
+            return (
+                f"{self.path}: the write-ahead log still holds old pages: another process "
+                "reads the store; run again once it is idle (plait forget is idempotent)"
+            )
+        return None
+
     def check_file(self, full: bool = False) -> str | None:
         rows = self._query(f"PRAGMA {'integrity_check' if full else 'quick_check'}", ())
         found = [str(row[0]) for row in rows]
