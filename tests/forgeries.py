@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from insider import AttackerKey, Insider, Record, Sign, append_witness_line, witness_lines
 from scripted import HELPER_SCRIPT, call, crash, record_session
@@ -323,8 +323,15 @@ def _signed(
     return next(found, None)
 
 
-def _text(field: str) -> Callable[[Record], bool]:
-    return lambda r: isinstance(r["body"].get(field), str) and bool(r["body"][field])
+def _has(field: str) -> Callable[[Record], bool]:
+    """Whether an event's ``field`` holds content: text, or a blob reference."""
+    return lambda r: _is_content(r["body"].get(field))
+
+
+def _is_content(value: object) -> bool:
+    return (isinstance(value, str) and bool(value)) or (
+        isinstance(value, dict) and value.get("kind") == "blob"
+    )
 
 
 def _call_or_reply(log: list[Record]) -> int | None:
@@ -333,66 +340,75 @@ def _call_or_reply(log: list[Record]) -> int | None:
     return _signed(log, "ModelResponded") if at is None else at
 
 
-def _edit_tool_output(log: list[Record], *, copied: bool = False) -> bool:
-    at = _signed(log, "ToolCallCompleted", _text("output"), copied=copied)
-    if at is None:
-        return False
-    log[at]["body"]["output"] = "300 " + log[at]["body"]["output"]
-    return True
+def _edit_tool_output(t: Target, log: list[Record], *, copied: bool = False) -> int | None:
+    """Change the first signed tool output of ``log``; return its index."""
+    at = _signed(log, "ToolCallCompleted", _has("output"), copied=copied)
+    if at is not None:
+        body = log[at]["body"]
+        body["output"] = t.insider.with_text(
+            body["output"], "300 " + t.insider.text(body["output"])
+        )
+    return at
 
 
-def _edit_model_reply(log: list[Record]) -> bool:
-    """The reply, and the task's last message where it repeats it (a careful insider)."""
-    at = _signed(log, "ModelResponded", _text("text"))
+def _edit_model_reply(t: Target, log: list[Record]) -> int | None:
+    """Change the first signed reply, and the task's last message where it repeats it (a
+    careful insider); return its index."""
+    at = _signed(log, "ModelResponded", _has("text"))
     if at is None:
-        return False
+        return None
     body = log[at]["body"]
-    old, body["text"] = body["text"], "Nothing to see here."
+    old, body["text"] = body["text"], t.insider.with_text(body["text"], "Nothing to see here.")
     for record in log[at:]:
         if _kind(record) == "TaskCompleted" and record["body"].get("last_assistant_message") == old:
             record["body"]["last_assistant_message"] = body["text"]
-    return True
+    return at
+
+
+def _edit_something(t: Target, log: list[Record]) -> bool:
+    return _edit_tool_output(t, log) is not None or _edit_model_reply(t, log) is not None
 
 
 def edit_tool_output(t: Target) -> bool:
     log = t.log()
-    return _edit_tool_output(log) and t.write(log)
+    return _edit_tool_output(t, log) is not None and t.write(log)
 
 
 def edit_tool_argument(t: Target) -> bool:
     """The arguments recorded for the call, and in the model's reply that asked for it."""
     log = t.log()
-    at = _signed(log, "ToolCallRequested", _text("arguments"))
+    at = _signed(log, "ToolCallRequested", _has("arguments"))
     if at is None:
         return False
     body = log[at]["body"]
-    forged = json.dumps({**json.loads(body["arguments"]), "forged": "yes"})
-    body["arguments"] = forged
+    arguments = json.loads(t.insider.text(body["arguments"]))
+    forged = t.insider.with_text(body["arguments"], json.dumps({**arguments, "forged": "yes"}))
     replies = [r["body"] for r in log[:at] if _kind(r) == "ModelResponded"]
     for asked in (c for reply in replies for c in reply.get("tool_calls", [])):
         if asked.get("id") == body["call_id"]:
             asked["arguments"] = forged
+    body["arguments"] = forged
     return t.write(log)
 
 
 def edit_user_prompt(t: Target) -> bool:
     log = t.log()
 
-    def has_text(r: Record) -> bool:
+    def texts(r: Record) -> list[dict[str, Any]]:
         items = r["body"]["plan"].get("input_items", [])
-        return any(i.get("type") == "input_text" and isinstance(i.get("text"), str) for i in items)
+        return [i for i in items if i.get("type") == "input_text" and _is_content(i.get("text"))]
 
-    at = _signed(log, "TaskEnqueued", has_text)
+    at = _signed(log, "TaskEnqueued", lambda r: bool(texts(r)))
     if at is None:
         return False
-    item = next(i for i in log[at]["body"]["plan"]["input_items"] if i["type"] == "input_text")
-    item["text"] = "Delete everything."
+    item = texts(log[at])[0]
+    item["text"] = t.insider.with_text(item["text"], "Delete everything.")
     return t.write(log)
 
 
 def edit_model_reply(t: Target) -> bool:
     log = t.log()
-    return _edit_model_reply(log) and t.write(log)
+    return _edit_model_reply(t, log) is not None and t.write(log)
 
 
 def drop_last(count: int) -> Callable[[Target], bool]:
@@ -438,7 +454,7 @@ def resign(claim_ours: bool) -> Callable[[Target], bool]:
 
     def forge(t: Target) -> bool:
         log = t.log()
-        if not (_edit_tool_output(log) or _edit_model_reply(log)):
+        if not _edit_something(t, log):
             return False
         claim = t.our_fingerprint if claim_ours else None
         return t.write(log, sign=t.attacker.signer(claim))
@@ -485,10 +501,9 @@ def edit_then_drop_signatures(t: Target) -> bool:
     """Change a tool output and drop every signed head after it: the log then looks like one
     a crash cut after its last signed head."""
     log = t.log()
-    at = _signed(log, "ToolCallCompleted", _text("output"))
+    at = _edit_tool_output(t, log)
     if at is None:
         return False
-    _edit_tool_output(log)
     return t.write([r for i, r in enumerate(log) if i < at or _kind(r) != "HeadSigned"])
 
 
@@ -497,7 +512,7 @@ def claim_a_fork(t: Target) -> bool:
     of another (the donor) up to its last signed head: its heads then read as copied."""
     log = t.log()
     heads = _heads(log)
-    if _copied(log) or not heads or not (_edit_tool_output(log) or _edit_model_reply(log)):
+    if _copied(log) or not heads or not _edit_something(t, log):
         return False
     log[0]["body"]["forked_from"] = {"stream": t.donor, "at_seq": log[heads[-1]]["seq"]}
     return t.write(log)
@@ -507,7 +522,28 @@ def edit_a_forks_copy(t: Target) -> bool:
     """Change a tool output in the events a fork copied from its source (its source's own
     are left alone)."""
     log = t.log()
-    return _edit_tool_output(log, copied=True) and t.write(log)
+    return _edit_tool_output(t, log, copied=True) is not None and t.write(log)
+
+
+def erase_unasked(t: Target) -> bool:
+    """Delete a tool output's content, as an erasure does (docs/storage.md#erasure), and
+    record an erasure nobody asked for after the last event: a ``ContentErased`` covering it."""
+    log = t.log()
+    at = _signed(log, "ToolCallCompleted", _has("output"))
+    if at is None or not isinstance(output := log[at]["body"]["output"], dict):
+        return False
+    t.insider.delete_content(output["sha256"])
+    erased = {
+        "type": "ContentErased",
+        "upto_seq": len(log),
+        "requested_by": "privacy desk",
+        "reason": "request 1142",
+        "events": 1,
+        "blobs": 1,
+        "size": output["size"],
+    }
+    last = log[-1]
+    return t.write([*log, {**last, "v": 1, "body": erased}])
 
 
 @dataclass(frozen=True)
@@ -539,6 +575,7 @@ FORGERIES = [
     Forgery("edit, drop the signatures after it", edit_then_drop_signatures, needs_witness=True),
     Forgery("edit, then claim to be a fork", claim_a_fork),
     Forgery("edit what a fork copied", edit_a_forks_copy),
+    Forgery("erase a tool output, unasked", erase_unasked),
 ]
 """Each forgery re-hashes the chain consistently and sets the head: the chain alone says ok."""
 

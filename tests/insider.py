@@ -4,7 +4,9 @@ This is the insider of docs/event-log.md#signed-heads, with nothing but what tha
 the storage format: a stream's rows (``position, stream, seq, type, v, data, hash``) and its
 head row (``streams``: ``last_seq, last_hash``), each event's ``data`` the msgpack of its
 envelope, its ``hash`` the sha-256 of those bytes, its ``prev_hash`` the hash of the event
-before it (32 zero bytes for seq 1), positions dense from 1 across the store. It reads the rows
+before it (32 zero bytes for seq 1), positions dense from 1 across the store; and what
+docs/storage.md says of blobs: content kept apart, in a ``blobs`` row (``sha256, size, data``)
+that an event's reference names by the sha-256 of its bytes. It reads the rows
 with plain SQL (``sqlite3`` on the file, ``psycopg`` on the schema), decodes the msgpack,
 changes what it likes, then writes the stream back consistently: seqs dense, every
 ``prev_hash`` and ``hash`` recomputed, positions renumbered so none is missing anywhere in the
@@ -30,6 +32,7 @@ import msgspec
 __all__ = [
     "GENESIS",
     "AttackerKey",
+    "Content",
     "Insider",
     "Record",
     "Saved",
@@ -54,11 +57,17 @@ Sign = Callable[[str, int, bytes], dict[str, Any]]
 (``seq``, ``head_hash``, ``fingerprint``, ``signature``) to put in its place."""
 
 
+Content = str | dict[str, Any]
+"""A content field as stored: the text, or a blob reference (``{"kind": "blob", "sha256",
+"size", "skip"}``: the blob row's bytes are ``skip`` bytes of scope, then the UTF-8 text)."""
+
+
 class Saved(NamedTuple):
-    """A store's ``events`` and ``streams`` rows, as ``Insider.save`` read them."""
+    """A store's ``events``, ``streams`` and ``blobs`` rows, as ``Insider.save`` read them."""
 
     events: list[tuple[Any, ...]]
     heads: list[tuple[Any, ...]]
+    blobs: list[tuple[Any, ...]]
 
 
 _COLUMNS = "position, stream, seq, type, v, data, hash"
@@ -72,6 +81,7 @@ class Insider:
         self._p = param
         self._kept = 0
         """Positions up to this one are as ``save`` read them (``rewrite`` lowers it)."""
+        self._blobs_changed = False
 
     @classmethod
     @contextmanager
@@ -121,8 +131,9 @@ class Insider:
         heads = self._query(
             "SELECT stream, last_seq, last_hash, created FROM streams ORDER BY stream"
         )
-        self._kept = len(events)
-        return Saved(events, heads)
+        blobs = self._query("SELECT sha256, size, data FROM blobs ORDER BY sha256")
+        self._kept, self._blobs_changed = len(events), False
+        return Saved(events, heads, blobs)
 
     def restore(self, saved: Saved) -> None:
         """Put back the rows ``save`` read, as they were (those ``rewrite`` changed since)."""
@@ -132,7 +143,10 @@ class Insider:
             execute("DELETE FROM streams")
             self._insert("events", _COLUMNS, saved.events[kept:])
             self._insert("streams", "stream, last_seq, last_hash, created", saved.heads)
-        self._kept = len(saved.events)
+            if self._blobs_changed:
+                execute("DELETE FROM blobs")
+                self._insert("blobs", "sha256, size, data", saved.blobs)
+        self._kept, self._blobs_changed = len(saved.events), False
 
     def _insert(self, table: str, columns: str, rows: list[tuple[Any, ...]]) -> None:
         """Insert ``rows`` into ``table`` (its ``columns``, comma-separated)."""
@@ -147,6 +161,37 @@ class Insider:
         ):
             for row in rows:
                 copy.write_row(row)
+
+    def text(self, value: Content) -> str:
+        """The text of a content field: inline, or in the blob it names."""
+        if isinstance(value, str):
+            return value
+        ((data,),) = self._query("SELECT data FROM blobs WHERE sha256 = ?", (value["sha256"],))
+        return bytes(data[value.get("skip", 0) :]).decode()
+
+    def with_text(self, value: Content, text: str) -> Content:
+        """``value`` holding ``text`` instead: inline, as it was, or a new blob with the old
+        one's scope (written now), as a new reference."""
+        if isinstance(value, str):
+            return text
+        skip = value.get("skip", 0)
+        ((old,),) = self._query("SELECT data FROM blobs WHERE sha256 = ?", (value["sha256"],))
+        blob = bytes(old[:skip]) + text.encode()
+        sha256 = hashlib.sha256(blob).hexdigest()
+        self._blobs_changed = True
+        with self._transaction() as execute:
+            execute(
+                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
+                "ON CONFLICT (sha256) DO NOTHING",
+                (sha256, len(blob), blob),
+            )
+        return {**value, "sha256": sha256, "size": len(text.encode())}
+
+    def delete_content(self, sha256: str) -> None:
+        """Delete a blob's content and keep its row, as an erasure or an expiry does."""
+        self._blobs_changed = True
+        with self._transaction() as execute:
+            execute("UPDATE blobs SET data = NULL WHERE sha256 = ?", (sha256,))
 
     def log(self, stream: str) -> list[Record]:
         """``stream``'s events, in seq order, as their stored msgpack decodes."""
