@@ -1,8 +1,8 @@
 """A hostile user and a failing disk against the command line: flipped bytes, bad input.
 
-One byte of a recorded session's SQLite file is changed in a prompt (a letter of it, in its blob),
-in an event's data (the head of a record), its hash or the columns that find it (stream, seq, type), and every
-reader runs on the changed copy: each must
+One byte of a recorded session's SQLite file is changed in a prompt (a letter of it, in its
+blob), in an event's data (the head of a record), its hash or the columns that find it (stream,
+seq, type), and every reader runs on the changed copy: each must
 exit 1 with one line, never print what the log cannot vouch for and never a traceback
 (docs/event-log.md). Undecodable prompts end within the command's timeout with one line or a
 completed task, never a traceback or a hang. ``bench/flips.py`` flips bytes all over the file.

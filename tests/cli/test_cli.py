@@ -74,10 +74,10 @@ def test_verify_passes_then_names_the_tampered_seq(demo_dir: Path, tmp_path: Pat
     assert ok.returncode == 0 and ok.stdout.startswith("ok: 35 events")
     shutil.copytree(demo_dir / ".plait", tmp_path / ".plait")  # the others read the original
     with sqlite3.connect(tmp_path / ".plait" / "plait.db") as db:
-        seq, data = db.execute(  # the first event that holds the word: one of the model's
-            "SELECT seq, data FROM events WHERE instr(data, ?) > 0 ORDER BY seq", (b"helper",)
+        seq, data = db.execute(  # the first event that names the tool: the model's call
+            "SELECT seq, data FROM events WHERE instr(data, ?) > 0 ORDER BY seq", (b"conv_create",)
         ).fetchone()
-        edited = data.replace(b"helper", b"HELPER")
+        edited = data.replace(b"conv_create", b"conv_CREATE")
         db.execute("UPDATE events SET data = ? WHERE seq = ?", (edited, seq))
     bad = plait(tmp_path, "verify", session)
     assert bad.returncode == 1

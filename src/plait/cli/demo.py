@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.cli.live import LivePrinter
 from plait.runtime import Runtime, TaskOutcome
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
+
+if TYPE_CHECKING:
+    from plait.events.signing import Signer
 
 __all__ = ["QUESTION", "SERVERS", "demo_script", "replay_check", "run_demo"]
 
@@ -46,13 +49,16 @@ def demo_script() -> list[Step]:
     ]
 
 
-def run_demo(store: str, out: TextIO, err: TextIO) -> tuple[str, TaskOutcome]:
-    """Run the demo session in ``store``, streaming it to ``out``; return its id and outcome."""
+def run_demo(
+    store: str, out: TextIO, err: TextIO, signer: Signer | None = None
+) -> tuple[str, TaskOutcome]:
+    """Run the demo session in ``store``, streaming it to ``out``; return its id and outcome.
+    With ``signer`` (``[audit] signing_key``), its heads are signed."""
     with ScriptedModelServer(demo_script()) as server:
         settings = ModelSettings(
             base_url=server.base_url, api_key="offline-demo", model="scripted-model"
         )
-        with Runtime(store, model=settings, mcp_servers=SERVERS) as runtime:
+        with Runtime(store, model=settings, mcp_servers=SERVERS, signer=signer) as runtime:
             session = runtime.start_session(base_instructions="You are the demo's root agent.")
             print(f"session {session.session_id} (model: scripted, offline)", file=err)
             printer = LivePrinter(session.root_conversation_id, out)

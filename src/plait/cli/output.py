@@ -200,7 +200,7 @@ def show_session(events: list[Event], report: Verification, out: TextIO) -> None
     for row in AuditProjection().fold(events).rows:
         out.write(
             f"  seq {row.seq:>3}  {row.tool:<12} {row.outcome:<7} {row.duration_ms or 0:>6.1f} ms"
-            f"  conversation {str(row.conversation_id)[:8]}  args {row.arguments}\n"
+            f"  conversation {str(row.conversation_id)[:8]}  args {shown(row.arguments)}\n"
         )
     show_plans(events, out)
     tokens = TokensProjection().fold(events).by_session.get(session)

@@ -391,9 +391,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Run a session offline (a scripted model, a bundled MCP server), then show what its log
     holds and replay it."""
     from plait.cli.demo import replay_check, run_demo
+    from plait.events.signing import Signer
 
-    url = config_of(args).store.url
-    session, outcome = run_demo(url, sys.stdout, sys.stderr)
+    config = config_of(args)
+    url, key = config.store.url, config.audit.signing_key
+    signer = Signer.from_key_file(key) if key is not None else None
+    session, outcome = run_demo(url, sys.stdout, sys.stderr, signer)
     with existing_store(args) as store:
         render.show_session(store.read(session), store.verify(session), sys.stdout)
     replayed = replay_check(url, session, sys.stdout)

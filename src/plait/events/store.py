@@ -11,22 +11,20 @@ from __future__ import annotations
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Final
 
 import msgspec
 
 from plait.errors import (
-    BlobMissingError,
     ConcurrencyError,
     CorruptEventError,
-    StoreError,
     TamperedError,
     TransientEventError,
 )
-from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize, resolve
+from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize
+from plait.events.blobstore import REDACTED, BlobStore, RedactedMarker
 from plait.events.checks import (
     Links,
     Verification,
@@ -42,7 +40,6 @@ from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
 from plait.events.types import Body, ContentErased, Event, NewEvent, Transient
-from plait.events.values import BlobRef, Redacted
 
 __all__ = [
     "REDACTED",
@@ -66,17 +63,6 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class RedactedMarker:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "REDACTED"
-
-
-REDACTED: Final = RedactedMarker()
-"""What ``_blob`` returns for a blob that was deliberately deleted (a tombstone remains)."""
-
-
 Row = tuple[int, bytes, bytes, str, int, str, int]
 """A stored event as reads fetch it: ``(position, data, hash, stream, seq, type, v)``. The
 bytes say everything; the columns, which find rows, are checked against them.
@@ -94,9 +80,9 @@ class StreamInfo(msgspec.Struct, frozen=True):
     """Its last event's seq."""
 
 
-class EventStore(Ownership, ABC):
-    """An append-only log of event streams with content-addressed blobs, and the leases and
-    inbox of the processes sharing it (``Ownership``).
+class EventStore(Ownership, BlobStore, ABC):
+    """An append-only log of event streams with content-addressed blobs (``BlobStore``), and
+    the leases and inbox of the processes sharing it (``Ownership``).
 
     ``append`` is atomic: all of its events are stored, chained and visible, or none are.
     """
@@ -113,7 +99,7 @@ class EventStore(Ownership, ABC):
         self._commanded = Signal()  # commands stored through it: apart, appends wake no owner
         self._closed = False
         self._salt_key = os.urandom(32)
-        """Makes each stream's salt: see ``_scope``."""
+        """Makes each stream's salt: see ``BlobStore._scope``."""
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -237,15 +223,6 @@ class EventStore(Ownership, ABC):
             out.append(event)
         return PreparedAppend(rows, out, blobs)
 
-    def _scope(self, name: str) -> bytes:
-        """What a blob that must be deletable on its own starts with: its scope's ``name``
-        (a stream, or a stream and seq), then a salt, so that once it is deleted the digest
-        its event keeps cannot be matched with guessed content (docs/storage.md#erasure).
-        The salt is secret, kept only in the blob; the same in one store object for one
-        name, so that the same text twice in a session is stored once."""
-        salt = hashlib.sha256(self._salt_key + name.encode()).digest()[:16]
-        return name.encode() + b"\n" + salt
-
     @staticmethod
     def _check_expected(stream: str, expected_seq: int, head_seq: int) -> None:
         if expected_seq != head_seq:
@@ -329,23 +306,6 @@ class EventStore(Ownership, ABC):
         resolver = self._resolve if resolve_blobs else None
         return decode_rows(rows, resolver, check=check)
 
-    def _resolve(self, event: Event) -> Event:
-        body = resolve(event.body, lambda ref: self._blob_text(ref, event))
-        return event if body is event.body else msgspec.structs.replace(event, body=body)
-
-    def _blob_text(self, ref: BlobRef, event: Event) -> str | Redacted:
-        found = self._blob(ref.sha256)
-        if found is REDACTED:
-            return Redacted(sha256=ref.sha256, size=ref.size)
-        if not isinstance(found, bytes):
-            raise BlobMissingError(ref.sha256, f"stream {event.stream} seq {event.seq}")
-        if hashlib.sha256(found).hexdigest() != ref.sha256:
-            raise TamperedError(event.stream, event.seq, f"blob sha256:{ref.sha256} was edited")
-        try:
-            return found[ref.skip :].decode()
-        except UnicodeDecodeError as exc:  # its hash matched: it was stored so, not edited
-            raise CorruptEventError(event.stream, event.seq, f"blob is not text: {exc}") from None
-
     def last_seq(self, stream: str) -> int:
         """Return the seq of the last event of ``stream`` (0 when it has none)."""
         return self._head(stream)[0]
@@ -353,35 +313,6 @@ class EventStore(Ownership, ABC):
     def streams(self) -> list[StreamInfo]:
         """List every stream, oldest first."""
         return [StreamInfo(stream, last) for stream, last in self._streams()]
-
-    def blob(self, sha256: str) -> bytes | None:
-        """Return a blob's bytes, or ``None`` when it is missing or redacted."""
-        found = self._blob(sha256)
-        return found if isinstance(found, bytes) else None
-
-    def redact(self, sha256: str) -> bool:
-        """Delete a blob's content, leaving a tombstone; return whether it was stored."""
-        return self._redact(sha256)
-
-    def erase(self, sha256s: Iterable[str]) -> int:
-        """Delete the content of each blob of ``sha256s`` (tombstones remain), then make it
-        leave the store's files (``scrub``); return how many held content. What ``scrub``
-        could not do is raised as ``StoreError`` after the deletion, which stands."""
-        erased = self._redact_all(list(dict.fromkeys(sha256s)))
-        problem = self.scrub()
-        if problem is not None:
-            raise StoreError(problem)
-        return erased
-
-    def scrub(self) -> str | None:
-        """Make deleted content leave the store's files, where the backend keeps old copies
-        (docs/storage.md#erasure); return what could not be done, ``None`` when done."""
-        return None
-
-    def _redact_all(self, sha256s: list[str]) -> int:
-        """Delete each blob's content, leaving tombstones; return how many held content."""
-        held = [sha256 for sha256 in sha256s if isinstance(self._blob(sha256), bytes)]
-        return sum(map(self._redact, held))
 
     # --- live tails -------------------------------------------------------------------------
 
@@ -441,14 +372,6 @@ class EventStore(Ownership, ABC):
     @abstractmethod
     def _streams(self) -> list[tuple[str, int]]:
         """Return ``(stream, last_seq)`` for each stream, oldest first."""
-
-    @abstractmethod
-    def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
-        """Return a blob's bytes, ``REDACTED``, or ``None`` when unknown."""
-
-    @abstractmethod
-    def _redact(self, sha256: str) -> bool:
-        """Delete a blob's content, keep a tombstone; return whether it existed."""
 
     def _position_gap(self) -> tuple[int, int] | None:
         """The first place where positions are not dense from 1: the position before it (0

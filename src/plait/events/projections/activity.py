@@ -17,6 +17,7 @@ import msgspec
 
 from plait.events.projections.base import Projection
 from plait.events.types import (
+    ContentErased,
     Event,
     SessionClosed,
     SessionReopened,
@@ -73,6 +74,7 @@ class ActivityProjection(Projection[Activity]):
             ToolApprovalDecided: _decided,
             SessionClosed: _closed,
             SessionReopened: _reopened,
+            ContentErased: _erased,
         }
 
 
@@ -100,6 +102,12 @@ def _enqueued(state: Activity, event: Event) -> None:
     state.waiting.append(plan.task_id)
     if state.title is None and state.root is not None and plan.conversation_id == state.root:
         state.title = prompt_text(plan)
+
+
+def _erased(state: Activity, event: Event) -> None:
+    assert isinstance(event.body, ContentErased)
+    if state.title is not None and event.body.conversations in ([], [state.root]):
+        state.title = "[erased]"  # what the fold read before it was erased
 
 
 def _started(state: Activity, event: Event) -> None:

@@ -1,0 +1,102 @@
+"""The blob part of the store contract: content kept beside the log, found by its sha-256,
+deleted leaving a tombstone (docs/storage.md#blobs), erased for good (docs/storage.md#erasure).
+
+``EventStore`` inherits it; a backend provides ``_blob`` and ``_redact``, and may do
+``_redact_all`` and ``scrub`` its own faster or more thorough way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Final
+
+import msgspec
+
+from plait.errors import BlobMissingError, CorruptEventError, StoreError, TamperedError
+from plait.events.blobs import resolve
+from plait.events.content import BlobRef, Redacted
+from plait.events.types import Event
+
+__all__ = ["REDACTED", "BlobStore", "RedactedMarker"]
+
+
+class RedactedMarker:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REDACTED"
+
+
+REDACTED: Final = RedactedMarker()
+"""What ``_blob`` returns for a blob that was deliberately deleted (a tombstone remains)."""
+
+
+class BlobStore(ABC):
+    """Blobs: read, deleted, erased; and how a blob that must be deletable alone is scoped."""
+
+    _salt_key: bytes
+
+    def blob(self, sha256: str) -> bytes | None:
+        """Return a blob's bytes, or ``None`` when it is missing or redacted."""
+        found = self._blob(sha256)
+        return found if isinstance(found, bytes) else None
+
+    def redact(self, sha256: str) -> bool:
+        """Delete a blob's content, leaving a tombstone; return whether it was stored."""
+        return self._redact(sha256)
+
+    def erase(self, sha256s: Iterable[str]) -> int:
+        """Delete the content of each blob of ``sha256s`` (tombstones remain), then make it
+        leave the store's files (``scrub``); return how many held content. What ``scrub``
+        could not do is raised as ``StoreError`` after the deletion, which stands."""
+        erased = self._redact_all(list(dict.fromkeys(sha256s)))
+        problem = self.scrub()
+        if problem is not None:
+            raise StoreError(problem)
+        return erased
+
+    def scrub(self) -> str | None:
+        """Make deleted content leave the store's files, where the backend keeps old copies
+        (docs/storage.md#erasure); return what could not be done, ``None`` when done."""
+        return None
+
+    def _redact_all(self, sha256s: list[str]) -> int:
+        """Delete each blob's content, leaving tombstones; return how many held content."""
+        held = [sha256 for sha256 in sha256s if isinstance(self._blob(sha256), bytes)]
+        return sum(map(self._redact, held))
+
+    def _scope(self, name: str) -> bytes:
+        """What a blob that must be deletable on its own starts with: its scope's ``name``
+        (a stream, or a stream and seq), then a salt, so that once it is deleted the digest
+        its event keeps cannot be matched with guessed content (docs/storage.md#erasure).
+        The salt is secret, kept only in the blob; the same in one store object for one
+        name, so that the same text twice in a session is stored once."""
+        salt = hashlib.sha256(self._salt_key + name.encode()).digest()[:16]
+        return name.encode() + b"\n" + salt
+
+    def _resolve(self, event: Event) -> Event:
+        body = resolve(event.body, lambda ref: self._blob_text(ref, event))
+        return event if body is event.body else msgspec.structs.replace(event, body=body)
+
+    def _blob_text(self, ref: BlobRef, event: Event) -> str | Redacted:
+        found = self._blob(ref.sha256)
+        if found is REDACTED:
+            return Redacted(sha256=ref.sha256, size=ref.size)
+        if not isinstance(found, bytes):
+            raise BlobMissingError(ref.sha256, f"stream {event.stream} seq {event.seq}")
+        if hashlib.sha256(found).hexdigest() != ref.sha256:
+            raise TamperedError(event.stream, event.seq, f"blob sha256:{ref.sha256} was edited")
+        try:
+            return found[ref.skip :].decode()
+        except UnicodeDecodeError as exc:  # its hash matched: it was stored so, not edited
+            raise CorruptEventError(event.stream, event.seq, f"blob is not text: {exc}") from None
+
+    @abstractmethod
+    def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
+        """Return a blob's bytes, ``REDACTED``, or ``None`` when unknown."""
+
+    @abstractmethod
+    def _redact(self, sha256: str) -> bool:
+        """Delete a blob's content, keep a tombstone; return whether it existed."""
