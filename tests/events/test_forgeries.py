@@ -43,6 +43,10 @@ SILENT = {
         "silent: a fork never resumed has only copied heads, unchecked; its source verifies, "
         "and nothing compares the copy with it"
     ),
+    "erase a tool output, unasked": (
+        "silent: an erasure recorded after the last signed head excuses the content deleted, "
+        "unsigned as it is"
+    ),
 }
 """Forgeries verify does not catch yet: each is expected to pass unseen, strictly, so that the
 mark goes once it is caught."""
