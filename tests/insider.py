@@ -5,12 +5,12 @@ the storage format: a stream's rows (``position, stream, seq, type, v, data, has
 head row (``streams``: ``last_seq, last_hash``), each event's ``data`` the msgpack of its
 envelope, its ``hash`` the sha-256 of those bytes, its ``prev_hash`` the hash of the event
 before it (32 zero bytes for seq 1), positions dense from 1 across the store; and what
-docs/storage.md says of blobs: content kept apart, in a ``blobs`` row (``sha256, size, data``)
-that an event's reference names by the sha-256 of its bytes. It reads the rows
-with plain SQL (``sqlite3`` on the file, ``psycopg`` on the schema), decodes the msgpack,
-changes what it likes, then writes the stream back consistently: seqs dense, every
-``prev_hash`` and ``hash`` recomputed, positions renumbered so none is missing anywhere in the
-store, the head row set. It imports nothing of plait's: no plait API writes a forgery.
+docs/storage.md says of content kept apart, in ``blobs`` rows (``sha256, size, data``) that an
+event names by the sha-256 of their bytes. It reads the rows with plain SQL (``sqlite3`` on the
+file, ``psycopg`` on the schema), decodes the msgpack, changes what it likes, then writes the
+stream back consistently: seqs dense, every ``prev_hash`` and ``hash`` recomputed, positions
+renumbered so none is missing anywhere in the store, the head row set. It imports nothing of
+plait's: no plait API writes a forgery.
 
 What it cannot do is sign with the session's key. It can sign with a key of its own
 (``AttackerKey``), over the bytes that page describes, and it can edit the witness file of

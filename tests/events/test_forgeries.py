@@ -134,7 +134,7 @@ def test_a_forgery_is_detected_and_no_untouched_session_is_flagged(
         if attempt is None:
             continue  # nothing it forges there (the crashed session's last event is unsigned)
         tried += 1
-        assert attempt.chain_ok, f"{name}: the forgery is not consistent: the chain alone fails"
+        assert attempt.outcome.chain_ok, f"{name}: not consistent: the chain alone fails"
         assert not attempt.outcome.ok, f"{name}: silent: {forgery.name} verified ok"
         assert attempt.outcome.seq is not None, (name, attempt.outcome)
         assert attempt.false_alarms == [], name
