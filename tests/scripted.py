@@ -112,8 +112,12 @@ def runtime_for(
 
 def crash(runtime: Runtime, session: Any) -> None:
     """Stop ``runtime`` as a killed process stops: ``session`` records nothing more and its
-    lease is left lapsed; its connections to the model server close, as a dead process's do."""
+    lease is left lapsed; its connections to the model server close and its heartbeat and
+    inbox threads stop, as a dead process's do (left running on the closed store, the inbox
+    thread of a PostgreSQL store spun, a core's worth of CPU for the rest of the run)."""
     session.runtime.hosts[session.session_id].crash(timeout=5)
+    runtime.timers.close(5)
+    runtime.owner.close()
     runtime._loop.submit(runtime._client.aclose()).result(5)
     runtime._loop.close()
     runtime.store.close()
