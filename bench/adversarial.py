@@ -7,13 +7,14 @@ resumed and one not, and one cut by a crash after its second signed task, its la
 unsigned). Then every forgery of ``tests/forgeries.py`` is made on every session it applies
 to, with the insider's raw SQL (``tests/insider.py``: the msgpack decoded and changed, the
 chain re-hashed consistently, positions kept dense, the head row set), verified with the
-public key (and the witness of the latest signed heads), and undone. Printed, a row per store
-and forgery: tries (sessions forged), detected (verify failed), silent (verify said ok) and
+public key and the witness of the latest signed heads, and undone. Printed, a row per store
+and forgery: tries (sessions forged), detected (verify failed), silent (verify said ok),
 false alarms (another, untouched session of the store that failed to verify meanwhile,
-checked after each round's first forgery); the ``honest`` row is the untouched store. Then
-the silent cases (the first two of each row): store, forgery, session and what verify said.
-Exit 1 if anything is silent or a false alarm. ``tests/events/test_forgeries.py`` runs the
-same forgeries on one round.
+checked after each round's first forgery), and, of the forgeries the public key alone should
+tell (docs/event-log.md#threat-model), those it does not with the witness left out; the
+``honest`` row is the untouched store. Then the silent cases (the first two of each row):
+store, forgery, session and what verify said. Exit 1 if anything is silent or a false alarm.
+``tests/events/test_forgeries.py`` runs the same forgeries on one round.
 
     python bench/adversarial.py                    # 3 rounds (18 sessions) per store, ~40 s
     python bench/adversarial.py --sessions 1 --store sqlite
@@ -48,6 +49,9 @@ class Row:
     detected: int = 0
     silent: int = 0
     false_alarms: int = 0
+    key_silent: int | None = None
+    """Of the forgeries the public key alone should tell, those it did not (the witness
+    left out); ``None`` for those only the witness can tell."""
     said: list[str] = field(default_factory=list)
     """For each silent case: the session and what verify said."""
 
@@ -84,6 +88,11 @@ def run_store(backend: str, where: Path, postgres: str, rounds: int, mcp_url: st
                         row.said.append(f"{session}: {attempt.outcome.reason}")
                     else:
                         row.detected += 1
+                    if attempt.key_only is not None:
+                        row.key_silent = (row.key_silent or 0) + attempt.key_only.ok
+                        if attempt.key_only.ok:
+                            said = attempt.key_only.reason
+                            row.said.append(f"{session}: without the witness: {said}")
                 rows.append(row)
             return rows
     finally:
@@ -99,8 +108,17 @@ def table(rows: list[Row]) -> str:
     if len(totals) > 1:
         totals.append(_total("all", rows))
     heads = ["store", "forgery", "tries", "detected", "silent (0)", "false alarms (0)"]
+    heads.append("silent, key only (0)")
     cells = [heads] + [
-        [r.store, r.forgery, str(r.tries), str(r.detected), str(r.silent), str(r.false_alarms)]
+        [
+            r.store,
+            r.forgery,
+            str(r.tries),
+            str(r.detected),
+            str(r.silent),
+            str(r.false_alarms),
+            "-" if r.key_silent is None else str(r.key_silent),
+        ]
         for r in [*rows, *totals]
     ]
     widths = [max(len(line[i]) for line in cells) for i in range(len(heads))]
@@ -122,6 +140,7 @@ def _total(store: str, rows: list[Row]) -> Row:
         sum(r.detected for r in forged),
         sum(r.silent for r in forged),
         sum(r.false_alarms for r in rows),
+        sum(r.key_silent or 0 for r in forged),
     )
 
 
@@ -152,7 +171,7 @@ def main() -> None:
         tools.close()
     print(table(rows))
     print(f"\n{time.monotonic() - started:.0f} s")
-    bad = [r for r in rows if r.silent or r.false_alarms]
+    bad = [r for r in rows if r.silent or r.false_alarms or r.key_silent]
     for row in bad:  # the first two cases of each, for the report
         more = f" (and {len(row.said) - 2} more)" if len(row.said) > 2 else ""
         for said in row.said[:2]:

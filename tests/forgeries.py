@@ -28,10 +28,10 @@ from scripted import HELPER_SCRIPT, call, crash, record_session
 
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
-from plait.errors import CorruptEventError
 from plait.events import Event, EventStore, HeadSigned
-from plait.events.signing import PublicKey, Signer, generate_key, verify_signatures
+from plait.events.signing import PublicKey, Signer, generate_key
 from plait.events.stores import open_store
+from plait.events.witness import Witness
 from plait.replay import fork
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
@@ -63,24 +63,20 @@ class Outcome(NamedTuple):
     """What the hash chain alone says (``plait verify`` without the key)."""
 
 
-def check(store: EventStore, session: str, public_key: PublicKey, witness: Path | None) -> Outcome:
+def check(
+    store: EventStore, session: str, public_key: PublicKey, witness: Witness | None
+) -> Outcome:
     """Verify ``session`` as ``plait verify SESSION --public-key KEY.pub`` does: the hash
-    chain, then the signed heads against the key (and the witness of the latest ones)."""
-    report = store.verify(session)
-    if not report.ok:
-        return Outcome(False, report.first_bad_seq, f"tampered: {report.reason}", False)
-    try:
-        # The signatures sign hashes, not content: the blobs need not be read again.
-        signed = verify_signatures(store.read(session, resolve_blobs=False), public_key)
-    except CorruptEventError as exc:
-        return Outcome(False, exc.seq, str(exc), True)
-    if signed.signed == 0:
-        return Outcome(False, None, "unsigned: no signed head", True)
-    if not signed.ok:
-        return Outcome(False, signed.first_bad_seq, f"bad signature: {signed.reason}", True)
+    chain, then the signed heads against the key and the witness of the latest ones."""
+    report = store.verify(session, public_key=public_key, witness=witness)
+    signed = report.signatures  # None: the chain is broken
+    if not report.ok or signed is None:
+        return Outcome(False, report.first_bad_seq, report.reason, signed is not None)
     tail = f"; {signed.unsigned} events after it unsigned" if signed.unsigned else ""
     if signed.copied:
-        tail += f"; {signed.copied} of them copied from {signed.copied_from}, unchecked"
+        tail += f"; {signed.copied} of them copied from {signed.copied_from}"
+    if signed.witness_seq is not None:
+        tail += f"; the witness's at seq {signed.witness_seq}"
     last = f"the last at seq {signed.last_signed_seq}"
     return Outcome(True, None, f"ok: {signed.signed} signed heads, {last}{tail}", True)
 
@@ -144,11 +140,11 @@ def _record_crashed(world: World, signer: Signer, prefix: str) -> str:
 
 
 def _record_fork(store: EventStore, source: str, signer: Signer, name: str, resume: bool) -> str:
-    """A fork of ``source`` at its first signed head, and, if ``resume``, resumed for one more
-    task and closed: its copied heads sign its source's chain, its own its own
-    (docs/event-log.md#signed-heads)."""
+    """A fork of ``source`` at its first signed head, its copy signed at once (as ``plait
+    fork`` with a signing key does), and, if ``resume``, resumed for one more task and closed:
+    its copied heads sign its source's chain, its own its own (docs/event-log.md#signed-heads)."""
     first_head = next(e.seq for e in store.read(source) if isinstance(e.body, HeadSigned))
-    forked = fork(store, source, first_head, new_session_id=name)
+    forked = fork(store, source, first_head, new_session_id=name, signer=signer)
     if not resume:
         return forked
     with ScriptedModelServer([Step(text="Forked on.")]) as server:
@@ -475,9 +471,19 @@ def splice_task(t: Target) -> bool:
     return t.write(log[: mine[0] + 1] + donor[theirs[0] + 1 : theirs[-1] + 1])
 
 
-def another_sessions_log(t: Target) -> bool:
-    """The donor's whole log, signed heads and all, as this session's."""
-    return t.write(t.log(t.donor))
+def another_sessions_log(claim_fork: bool) -> Callable[[Target], bool]:
+    """The donor's whole log, signed heads and all, as this session's; with ``claim_fork``,
+    its first event saying it is the donor's fork, copied up to the donor's last signed head
+    (as a fork made without the key, which its own heads would prove, says)."""
+
+    def forge(t: Target) -> bool:
+        log = t.log(t.donor)
+        if claim_fork:
+            at = log[_heads(log)[-1]]["seq"]
+            log[0]["body"]["forked_from"] = {"stream": t.donor, "at_seq": at}
+        return t.write(log)
+
+    return forge
 
 
 def replay_witness_line(t: Target) -> bool:
@@ -510,15 +516,21 @@ def edit_then_drop_signatures(t: Target) -> bool:
     return t.write([r for i, r in enumerate(log) if i < at or _kind(r) != "HeadSigned"])
 
 
-def claim_a_fork(t: Target) -> bool:
-    """Change a tool output (or a reply), and make the first event say the session is a fork
-    of another (the donor) up to its last signed head: its heads then read as copied."""
-    log = t.log()
-    heads = _heads(log)
-    if _copied(log) or not heads or not _edit_something(t, log):
-        return False
-    log[0]["body"]["forked_from"] = {"stream": t.donor, "at_seq": log[heads[-1]]["seq"]}
-    return t.write(log)
+def claim_a_fork(of_itself: bool) -> Callable[[Target], bool]:
+    """Change a tool output (or a reply), and make the first event say the session is a fork,
+    up to its last signed head, of another (the donor) or of itself: its heads then read as
+    copied, checked against the source they name."""
+
+    def forge(t: Target) -> bool:
+        log = t.log()
+        heads = _heads(log)
+        if _copied(log) or not heads or not _edit_something(t, log):
+            return False
+        source = t.stream if of_itself else t.donor
+        log[0]["body"]["forked_from"] = {"stream": source, "at_seq": log[heads[-1]]["seq"]}
+        return t.write(log)
+
+    return forge
 
 
 def edit_a_forks_copy(t: Target) -> bool:
@@ -557,7 +569,9 @@ class Forgery:
     forge: Callable[[Target], bool]
     """Forge the target; return whether it applies to it (it has what is forged)."""
     needs_witness: bool = False
-    """Only the witness of the latest signed heads can tell it (the log is cut back)."""
+    """Only the witness of the latest signed heads can tell it (docs/event-log.md#threat-model:
+    the log cut back, or a session passed off as a fork its own heads do not prove yet); the
+    public key alone should tell the others."""
 
 
 FORGERIES = [
@@ -573,10 +587,16 @@ FORGERIES = [
     Forgery("re-sign with another key", resign(claim_ours=False)),
     Forgery("re-sign with another key, naming ours", resign(claim_ours=True)),
     Forgery("splice another session's tasks", splice_task),
-    Forgery("another session's log as this one", another_sessions_log),
+    Forgery("another session's log as this one", another_sessions_log(claim_fork=False)),
+    Forgery(
+        "another session's log, as its fork",
+        another_sessions_log(claim_fork=True),
+        needs_witness=True,
+    ),
     Forgery("replay an old witness line", replay_witness_line, needs_witness=True),
     Forgery("edit, drop the signatures after it", edit_then_drop_signatures, needs_witness=True),
-    Forgery("edit, then claim to be a fork", claim_a_fork),
+    Forgery("edit, then claim to be a fork", claim_a_fork(of_itself=False)),
+    Forgery("edit, then claim to be a fork of itself", claim_a_fork(of_itself=True)),
     Forgery("edit what a fork copied", edit_a_forks_copy),
     Forgery("erase a tool output, unasked", erase_unasked),
 ]
@@ -597,7 +617,10 @@ class Attempt(NamedTuple):
 
     session: str
     outcome: Outcome
-    """What verifying with the public key (and the witness) says of the forged session."""
+    """What verifying with the public key and the witness says of the forged session."""
+    key_only: Outcome | None
+    """What verifying with the public key alone says of it, for a forgery the key alone
+    should catch (``None`` for those only the witness can)."""
     false_alarms: list[str]
     """The store's other sessions, untouched, that then failed to verify."""
 
@@ -623,10 +646,10 @@ class Lab:
     def __exit__(self, *exc: object) -> None:
         self._close.close()
 
-    def check(self, session: str) -> Outcome:
+    def check(self, session: str, *, witness: bool = True) -> Outcome:
         """What verifying ``session`` with the public key (and the witness) says."""
-        witness = self.world.witness if self.world.witness.exists() else None
-        return check(self.store, session, self.public_key, witness)
+        lines = Witness(self.world.witness) if witness else None
+        return check(self.store, session, self.public_key, lines)
 
     @contextmanager
     def forged(self, forgery: Forgery, session: str) -> Iterator[bool]:
@@ -653,6 +676,7 @@ class Lab:
             if not applied:
                 return None
             outcome = self.check(session)
+            key_only = None if forgery.needs_witness else self.check(session, witness=False)
             rest = [s for s in self.world.sessions.values() if s != session] if others else []
             alarms = [s for s in rest if not self.check(s).ok]
-            return Attempt(session, outcome, alarms)
+            return Attempt(session, outcome, key_only, alarms)

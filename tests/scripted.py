@@ -10,6 +10,7 @@ import select
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from plait.events import (
     ToolCallCompleted,
 )
 from plait.events.projections import HistoryProjection
+from plait.events.signing import Signer
 from plait.replay import audit, replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
@@ -195,6 +197,31 @@ HELPER_SCRIPT = [
     Step(text="Still two."),
 ]
 """The root hands work to a helper conversation, which answers; then a second task."""
+
+
+INVENTORY = [
+    Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
+    Step(text="There are 3 apples."),
+    Step(text="Still 3."),
+]
+"""Two tasks: the first calls a function tool, ``inventory``, whose output a forger changes."""
+
+
+def inventory(item: str) -> str:
+    """Count an item in stock."""
+    return f"3 {item}"
+
+
+def record_inventory(
+    store: EventStore,
+    prefix: str,
+    signer: Signer | None,
+    tool: Callable[[str], str] = inventory,
+) -> str:
+    """A closed session of ``INVENTORY`` (two tasks and the close), written with ``signer``;
+    ``tool`` answers its call (a function named ``inventory``)."""
+    prompts = ["How many apples?", "Sure?"]
+    return record_session(store, INVENTORY, prompts, prefix, tools=[tool], signer=signer)
 
 
 def assert_histories_valid(events: list[Event]) -> None:

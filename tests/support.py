@@ -88,6 +88,14 @@ class Tamper:
         """Delete the stream's head row, as if the stream had never been."""
         self._execute(self._sql("DELETE FROM streams WHERE stream = ?"), (stream,))
 
+    def truncate(self, stream: str, seq: int, digest: bytes) -> None:
+        """Delete the stream's events after ``seq`` and set its head to ``seq``, ``digest``."""
+        self._execute(self._sql("DELETE FROM events WHERE stream = ? AND seq > ?"), (stream, seq))
+        self._execute(
+            self._sql("UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?"),
+            (seq, digest, stream),
+        )
+
     def set_blob(self, sha256: str, data: bytes) -> None:
         self._execute(self._sql("UPDATE blobs SET data = ? WHERE sha256 = ?"), (data, sha256))
 
@@ -113,6 +121,16 @@ def forge_tool_output(store: EventStore, tamper: Tamper, stream: str, output: st
         tamper.set_data(stream, event.seq, data, prev)
     tamper.set_head_hash(stream, prev)
     return target.seq
+
+
+def cut_back(store: EventStore, tamper: Tamper, stream: str, head: int) -> int:
+    """Do what an insider with write access to the store can to hide a session's last tasks:
+    delete its events after the ``HeadSigned`` at seq ``head`` and set the stream's head to it,
+    so the chain and every signature left verify (docs/event-log.md#the-witness); return
+    ``head``, the log's new last seq."""
+    events = store.read(stream, resolve_blobs=False)
+    tamper.truncate(stream, head, events[head - 1].hash)
+    return head
 
 
 class MemoryTamper(Tamper):
@@ -151,6 +169,11 @@ class MemoryTamper(Tamper):
 
     def delete_head(self, stream: str) -> None:
         del self._store._heads[stream]
+
+    def truncate(self, stream: str, seq: int, digest: bytes) -> None:
+        for row in [row for row in self._store._by_stream[stream] if row[4] > seq]:
+            self.delete(stream, row[4])
+        self._store._heads[stream] = (seq, digest)
 
     def set_blob(self, sha256: str, data: bytes) -> None:
         self._store._blobs[sha256] = data

@@ -305,3 +305,19 @@ def test_the_signing_key_is_read_from_the_file_the_environment_or_c(tmp_path: Pa
     write(project / "plait.toml", "[audit]\nsigning_kee = 1\n")
     with pytest.raises(ConfigError, match="signing_kee"):
         load_config(cwd=project, env={})
+
+
+def test_the_witness_is_read_from_the_file_the_environment_or_c(tmp_path: Path) -> None:
+    """As the signing key: relative to the file that names it; ``PLAIT_WITNESS`` over the
+    files, ``-c`` over both; unset, none (the writer puts it beside the key)."""
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    write(project / "plait.toml", '[audit]\nwitness = "../audit/plait.heads"\n')
+    inside = project / "src"
+    found = load_config(cwd=inside, env={}).audit.witness
+    assert found == str(project / "../audit/plait.heads")
+    env = {"PLAIT_WITNESS": "mine.heads"}
+    assert load_config(cwd=inside, env=env).audit.witness == str(inside / "mine.heads")
+    pinned = load_config(cwd=inside, env=env, overrides=['audit.witness="/w/a.heads"'])
+    assert pinned.audit.witness == "/w/a.heads"
+    assert load_config(cwd=other_repository(tmp_path), env={}).audit.witness is None

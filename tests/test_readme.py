@@ -89,6 +89,12 @@ def test_every_command_after_the_demo_runs(tmp_path: Path) -> None:
     assert "replay: 35 of 35 events made again, no difference" in printed[0]
 
 
+def test_proving_what_happened_runs_as_written(tmp_path: Path) -> None:
+    (block,) = blocks_after(MARKER + " (proof) -->", "sh")
+    printed = run_lines(block, tmp_path, environment())
+    assert "unchecked" not in printed[2] and "witness audit.key.heads" in printed[2]
+
+
 def test_the_configured_servers_run_as_shown(git_repo: Path) -> None:
     (config,) = blocks_after("<!-- config: used by tests/test_readme.py", "toml")
     (commands,) = blocks_after(MARKER + " against a scripted server -->", "sh")

@@ -166,7 +166,10 @@ def load_config(
         ),
         policy=parsed.policy,
         history=parsed.history,
-        audit=AuditConfig(_signing_key(layers, pinned, env, root)),
+        audit=AuditConfig(
+            _audit_path("signing_key", layers, pinned, env, root),
+            _audit_path("witness", layers, pinned, env, root),
+        ),
         mcp_servers=servers,
         api_key=env.get(settings.api_key_env) or None,
         source=", ".join(sources) or "defaults",
@@ -200,16 +203,18 @@ def _store_url(
     return url
 
 
-def _signing_key(
-    layers: list[_Layer], pinned: set[str], env: Mapping[str, str], cwd: Path
+def _audit_path(
+    key: str, layers: list[_Layer], pinned: set[str], env: Mapping[str, str], cwd: Path
 ) -> str | None:
-    """The signing key's path: ``-c``'s, else ``PLAIT_SIGNING_KEY``, else the files'; a
-    relative path read from where it was given (docs/event-log.md#signed-heads)."""
-    setting = [layer for layer in layers if get(layer.data, "audit", "signing_key") is not None]
-    if setting and ("audit.signing_key" in pinned or not env.get("PLAIT_SIGNING_KEY")):
-        path, base = str(get(setting[-1].data, "audit", "signing_key")), setting[-1].base
-    elif env.get("PLAIT_SIGNING_KEY"):
-        path, base = env["PLAIT_SIGNING_KEY"], cwd
+    """The path of ``[audit] KEY`` (``signing_key``, ``witness``): ``-c``'s, else
+    ``PLAIT_KEY``'s, else the files'; a relative path read from where it was given
+    (docs/event-log.md#signed-heads)."""
+    var = f"PLAIT_{key.upper()}"
+    setting = [layer for layer in layers if get(layer.data, "audit", key) is not None]
+    if setting and (f"audit.{key}" in pinned or not env.get(var)):
+        path, base = str(get(setting[-1].data, "audit", key)), setting[-1].base
+    elif env.get(var):
+        path, base = env[var], cwd
     else:
         return None
     return path if Path(path).is_absolute() else str(base / path)

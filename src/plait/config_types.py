@@ -127,6 +127,10 @@ class AuditConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The Ed25519 private key (``plait keygen``) that signs the heads of the sessions plait
     writes; relative to the file that names it. ``PLAIT_SIGNING_KEY`` sets it too. Unset: no
     head is signed."""
+    witness: str | None = None
+    """The witness file each signed head is appended to as well (docs/event-log.md#the-witness);
+    relative to the file that names it. ``PLAIT_WITNESS`` sets it too. Unset: ``PATH.heads``
+    beside the signing key ``PATH``."""
 
 
 class Config(msgspec.Struct, frozen=True):

@@ -10,6 +10,7 @@ from typing import Literal
 
 __all__ = [
     "BlobMissingError",
+    "BundleError",
     "ConcurrencyError",
     "ConfigError",
     "ContentUnavailableError",
@@ -37,6 +38,7 @@ __all__ = [
     "UnknownConversationError",
     "UnknownEventTypeError",
     "UnknownSessionError",
+    "WitnessError",
     "undecoded_byte",
 ]
 
@@ -128,6 +130,16 @@ class ConfigError(PlaitError):
 class KeyFileError(PlaitError):
     """A signing or public key file cannot be read, made or used; the message names the file,
     never what it holds (docs/event-log.md#signed-heads)."""
+
+
+class BundleError(PlaitError):
+    """An evidence bundle cannot be written or read: it exists already, or it is damaged (a
+    byte changed, a member missing); the message names the file (docs/event-log.md#bundles)."""
+
+
+class WitnessError(PlaitError):
+    """A witness file of signed heads cannot be read or written: the message names the file
+    and, for a line that is not a witness line, its number (docs/event-log.md#the-witness)."""
 
 
 class InvalidInputError(PlaitError, ValueError):

@@ -4,6 +4,8 @@ sessions of every storage policy, each backend."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from scripted import call, record_session
 from support import StoreFactory
@@ -13,6 +15,7 @@ from plait.events.erasure import forget
 from plait.events.ownership import Command, SubmitTask
 from plait.events.projections.history import HistoryProjection
 from plait.events.projections.messages import shown_text
+from plait.events.signing import PublicKey, Signer, generate_key
 from plait.events.store import EventStore
 from plait.events.types import (
     ContentErased,
@@ -122,3 +125,34 @@ def test_forget_works_under_other_storage_policies(stores: StoreFactory, policy:
         if type(e.body).__name__ == "TaskCompleted"
     ]
     assert replies and all(isinstance(r, Redacted) for r in replies)
+
+
+def test_a_signed_session_is_erased_only_with_its_key_and_the_erasure_is_signed(
+    store: EventStore, tmp_path: Path
+) -> None:
+    generate_key(tmp_path / "audit.key")
+    generate_key(tmp_path / "other.key")
+    signer = Signer.from_key_file(tmp_path / "audit.key")
+    key = PublicKey.from_file(tmp_path / "audit.key.pub")
+    session = record_session(store, [Step(text="Hi.")], ["Hello"], "sig", signer=signer)
+    for wrong in (None, Signer.from_key_file(tmp_path / "other.key")):
+        with pytest.raises(ErasureError, match="erase it with its key"):
+            forget(store, session, signer=wrong)
+    erasure = forget(store, session, signer=signer)
+    assert erasure.signed
+    report = store.verify(session, public_key=key, witness=signer.witness)
+    assert report.ok, report.reason
+    assert report.signatures is not None
+    assert report.signatures.witness_seq == erasure.seq  # the erasure's head was witnessed
+
+
+def test_a_fork_made_with_the_key_signs_its_copy(store: EventStore, tmp_path: Path) -> None:
+    generate_key(tmp_path / "audit.key")
+    signer = Signer.from_key_file(tmp_path / "audit.key")
+    key = PublicKey.from_file(tmp_path / "audit.key.pub")
+    session = record_session(store, [Step(text="Hi.")], ["Hello"], "fks", signer=signer)
+    new = fork(store, session, 6, signer=signer)
+    report = store.verify(new, public_key=key)
+    assert report.ok, report.reason
+    assert report.signatures is not None
+    assert report.signatures.last_signed_seq == 6 and report.signatures.unsigned == 0

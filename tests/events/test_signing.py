@@ -9,50 +9,30 @@ import itertools
 from pathlib import Path
 
 import pytest
-from scripted import call, crash, record_session
+from scripted import call, crash, inventory, record_inventory, record_session
 from support import StoreFactory, forge_tool_output
 
 from plait.actors.model import ModelSettings
 from plait.errors import KeyFileError
 from plait.events import (
     Event,
-    EventStore,
     HeadSigned,
     SessionClosed,
     SessionReopened,
     TaskCompleted,
 )
 from plait.events.codec import encode_event
-from plait.events.signing import PublicKey, Signer, generate_key, verify_signatures
-from plait.events.types import ToolCallCompleted, TurnAborted
+from plait.events.signing import (
+    SIGN_EVERY,
+    PublicKey,
+    Signer,
+    generate_key,
+    verify_signatures,
+)
+from plait.events.types import TaskStarted, ToolCallCompleted, TurnAborted
 from plait.replay import fork, replay
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
-
-SCRIPT = [
-    Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
-    Step(text="There are 3 apples."),
-    Step(text="Still 3."),
-]
-"""Two tasks: the first calls a function tool, whose output a forger will change."""
-
-
-def inventory(item: str) -> str:
-    """Count an item in stock."""
-    return f"3 {item}"
-
-
-def record(store: EventStore, prefix: str, signer: Signer | None) -> str:
-    """A closed session of ``SCRIPT``, written with ``signer``."""
-    prompts = ["How many apples?", "Sure?"]
-    return record_session(store, SCRIPT, prompts, prefix, tools=[inventory], signer=signer)
-
-
-@pytest.fixture
-def key(tmp_path: Path) -> Path:
-    path = tmp_path / "audit.key"
-    generate_key(path)
-    return path
 
 
 def ends(events: list[Event]) -> list[int]:
@@ -60,6 +40,9 @@ def ends(events: list[Event]) -> list[int]:
     return [
         e.seq for e in events if isinstance(e.body, TaskCompleted | TurnAborted | SessionClosed)
     ]
+
+
+record = record_inventory
 
 
 def test_a_signed_session_has_a_signed_head_after_each_task_end_and_verifies(
@@ -261,3 +244,40 @@ def test_a_fork_of_a_signed_session_checks_its_own_heads_and_names_the_copied_on
     # Its own: the task it ran and the close, checked against its own chain.
     assert own.ok and own.checked and (own.signed, own.copied) == (3, 1), own
     assert verify_signatures(store.read(source), public).ok  # the source's own heads still hold
+
+
+def test_a_long_task_is_signed_within_every_sign_every_events_not_only_at_its_end(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    """Thirty tool calls in one task: heads are signed while it runs, so an edit to its early
+    calls is caught before the task ends, and no stretch of the log goes unsigned for long."""
+    store = durable_stores.open()
+    script = [
+        Step(text=f"Counting {n}.", tool_calls=[call("inventory", item=f"crate {n}")])
+        for n in range(30)
+    ]
+    session = record_session(
+        store,
+        [*script, Step(text="All counted.")],
+        ["Count every crate."],
+        "long",
+        tools=[inventory],
+        signer=Signer.from_key_file(key),
+    )
+    events = store.read(session)
+    heads = [e.seq for e in events if isinstance(e.body, HeadSigned)]
+    [started] = [e.seq for e in events if isinstance(e.body, TaskStarted)]
+    [completed] = [e.seq for e in events if isinstance(e.body, TaskCompleted)]
+    assert completed - started > 2 * SIGN_EVERY  # the task is long enough to be signed midway
+    midway = [seq for seq in heads if started < seq < completed]
+    assert len(midway) >= 2, heads
+    # The largest group this task records is a turn's response: the model's answer, its
+    # tokens, the call requested and started (4 events); a head follows the group that
+    # reaches SIGN_EVERY events unsigned.
+    for before, head in itertools.pairwise([0, *heads]):
+        assert head - before - 1 < SIGN_EVERY + 4, heads
+    assert heads[-1] == events[-1].seq  # the close's
+    report = verify_signatures(events, PublicKey.from_file(f"{key}.pub"))
+    assert report.ok and report.signed == len(heads)
+    result = replay(store, session)
+    assert result.ok, result.divergence and result.divergence.message()

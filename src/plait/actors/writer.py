@@ -34,10 +34,10 @@ from plait.errors import LeaseLostError, PlaitError, SessionFailedError, StoreEr
 from plait.events.codec import GENESIS_HASH
 from plait.events.prepared import PreparedAppend
 from plait.events.projections.tasks import TASKS, TaskQueue
-from plait.events.signing import Signer, ends_task
+from plait.events.signing import SIGN_EVERY, Signer, ends_task
 from plait.events.storage import Policies
 from plait.events.store import EventStore
-from plait.events.types import Body, Event, NewEvent
+from plait.events.types import Body, Event, HeadSigned, NewEvent
 
 if TYPE_CHECKING:
     from plait.actors.seams import Recipient
@@ -70,13 +70,15 @@ class Writer:
         ``may_act``: whether the process still owns the session (its lease is not past due),
         asked before anything outside starts, so a process paused past its lease starts
         nothing (without it: always).
-        ``signer``: signs the head after each group that ends a task or closes the session
-        (``HeadSigned``, docs/event-log.md#signed-heads); without it, no head is signed."""
+        ``signer``: signs the head after each group that ends a task or closes the session,
+        and after any group once ``SIGN_EVERY`` events were recorded since the last signed
+        head (``HeadSigned``, docs/event-log.md#signed-heads); without it, no head is signed."""
         self.store = store
         self._signer = signer
         self.stream = stream
         self._seq = past[-1].seq if past else 0
         self._hash = _head_hash(past)
+        self._signed_seq = _signed_seq(past)  # the last HeadSigned's seq (0: none)
         self._policies = Policies(past)
         self.epoch = epoch
         """The lease epoch every append carries (``None``: not fenced)."""
@@ -159,6 +161,7 @@ class Writer:
             why = self.refusal or LeaseLostError(self.stream, self.epoch or 0)
             self._seq = past[-1].seq if past else 0
             self._hash = _head_hash(past)
+            self._signed_seq = _signed_seq(past)
             self._policies = Policies(past)
             self._tasks = TASKS.fold(past)
             self.epoch = epoch
@@ -172,6 +175,8 @@ class Writer:
             for event in events:
                 if event.seq > self._seq:
                     self._seq, self._hash = event.seq, event.hash
+                    if isinstance(event.body, HeadSigned):
+                        self._signed_seq = event.seq
                     self._out.put((event,))
 
     def fail(self, error: SessionFailedError) -> None:
@@ -282,6 +287,8 @@ class Writer:
             self.store.append_prepared(self.stream, joined, epoch=self.epoch)
         except Exception as exc:  # whatever the store raised, these events are not written
             error = exc if isinstance(exc, StoreError) else StoreError(f"{exc!r}")
+        else:  # durable: witnessed before anyone hears of them
+            self._witness([e for e in joined.events if isinstance(e.body, HeadSigned)])
         why: PlaitError | None = None
         with self._lock:
             if error is None:
@@ -326,7 +333,9 @@ class Writer:
         if busy and self.idle and self._on_idle is not None:
             self._on_idle()
         self._deliver(origin, events, ahead)
-        if self._signer is not None and ends_task([e.body for e in events]):
+        if self._signer is not None and (
+            ends_task([e.body for e in events]) or self._seq - self._signed_seq >= SIGN_EVERY
+        ):
             head = self._sign_head(ahead)
             return events + head if signed else events
         return events
@@ -337,8 +346,18 @@ class Writer:
         returned to the one that recorded the task's end, whose group that stays."""
         assert self._signer is not None
         signed = self._append([self._signer.head(self.stream, self._seq, self._hash)], ahead)
+        self._signed_seq = self._seq
+        if not ahead:  # durable: witnessed before anyone hears of it (made ahead: by _flush)
+            self._witness(signed)
         self._deliver(None, signed, ahead)
         return signed
+
+    def _witness(self, heads: list[Event]) -> None:
+        """Write each of ``heads``, durable signed heads, to the signer's witness before
+        anyone hears of them (hold ``_writing``: one writes at a time, in log order)."""
+        if self._signer is not None:
+            for event in heads:
+                self._signer.witnessed(event)
 
     def _deliver(self, origin: Recipient | None, events: list[Event], ahead: bool) -> None:
         """Keep ``events`` for the actors but ``origin``; hand them to the feeds now, unless
@@ -393,6 +412,14 @@ def _write_failed(
     """What the session's callers hear when the store failed to write ``items``."""
     kinds = ", ".join(dict.fromkeys(type(getattr(i, "body", i)).__name__ for i in items))
     return SessionFailedError(stream, "the store", f"the write of {kinds}", error)
+
+
+def _signed_seq(past: Sequence[Event]) -> int:
+    """The seq of the last signed head of ``past`` (0: none)."""
+    for event in reversed(past):
+        if isinstance(event.body, HeadSigned):
+            return event.seq
+    return 0
 
 
 def _head_hash(past: Sequence[Event]) -> bytes:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from plait.actors.approvals import Approver
     from plait.actors.mcp.config import McpServerConfig
     from plait.actors.model import ModelSettings
+    from plait.events.signing import Signer
     from plait.events.store import EventStore
     from plait.runtime import Runtime
 
@@ -173,15 +174,13 @@ def make_runtime(
     calls its approval policy asks for (none: they are denied); ``more`` are more of the
     ``Runtime``'s arguments."""
     from plait.actors.pool import McpLimits
-    from plait.events.signing import Signer
     from plait.events.values import HistorySettings, StoragePolicy
     from plait.runtime import Runtime
 
     policy, history = config.policy, config.history
-    key = config.audit.signing_key
-    if key is not None:
-        log.info("signing heads with the key in %s", key)
-        more.setdefault("signer", Signer.from_key_file(key))
+    signer = signer_of(config)
+    if signer is not None:
+        more.setdefault("signer", signer)
     for name, server in config.mcp_servers.items():
         log.info("MCP server %s: %s", name, describe_server(server))
     limits = McpLimits(
@@ -206,6 +205,22 @@ def make_runtime(
         ),
         **more,
     )
+
+
+def signer_of(config: Config) -> Signer | None:
+    """The signer ``[audit] signing_key`` names, witnessed where ``[audit] witness`` says
+    (beside the key by default); ``None`` without a key."""
+    from plait.events.signing import Signer
+    from plait.events.witness import Witness
+
+    key, witness = config.audit.signing_key, config.audit.witness
+    if key is None:
+        return None
+    if _first_time(f"signing: {key}"):
+        log.info(
+            "signing heads with the key in %s, witnessed in %s", key, witness or f"{key}.heads"
+        )
+    return Signer.from_key_file(key, witness=None if witness is None else Witness(witness))
 
 
 def describe_server(server: McpServerConfig) -> str:

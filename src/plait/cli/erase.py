@@ -14,6 +14,7 @@ from plait.cli.common import (
     find_conversation,
     find_session,
     out,
+    signer_of,
     store_of,
 )
 from plait.cli.words import count
@@ -27,11 +28,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
     outputs, attachments) for good, or only that of --conversation; the events, their hashes
     and signatures, and the audit of every call stay, and the erasure is recorded."""
     from plait.events.erasure import forget
-    from plait.events.signing import Signer
     from plait.events.types import ConversationOpened
 
     config = config_of(args, mcp_servers=False)
-    key = config.audit.signing_key
     with store_of(config, create=False) as store:
         session = find_session(store, args.session)
         opened = [
@@ -50,7 +49,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
             conversations=named,
             requested_by=args.by or _user(),
             reason=args.reason or "",
-            signer=Signer.from_key_file(key) if key is not None else None,
+            signer=signer_of(config),
         )
     if args.json:
         out(render.json_line(erasure))

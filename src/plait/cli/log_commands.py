@@ -17,7 +17,16 @@ import msgspec
 
 from plait.cli import output as render
 from plait.cli import tables
-from plait.cli.common import err, existing_store, find_conversation, find_session, out
+from plait.cli.common import (
+    config_of,
+    err,
+    existing_store,
+    find_conversation,
+    find_session,
+    out,
+    signer_of,
+    store_of,
+)
 from plait.cli.style import Style
 from plait.cli.words import count
 
@@ -182,38 +191,46 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Check a session's rows (hash chain, columns, blobs) and the store's file; exit 1 if
-    anything was edited or is damaged."""
-    from plait.cli.keys import check_signed, signed_line
+    """Check a session's rows (hash chain, columns, blobs), its signed heads and witness, and
+    the store's file, or an evidence bundle (--bundle); exit 1 if anything was edited or is
+    damaged."""
+    from plait.cli.evidence import check_bundle
+    from plait.cli.keys import misused, proof_failed, proof_of, signed_line
 
+    problem = misused(args.session, args.bundle, args.public_key, args.witness)
+    if problem is not None:
+        err(f"plait: {problem}")
+        return 2
+    if args.bundle is not None:
+        return check_bundle(args)
+    key, witness, missing = proof_of(args.public_key, args.witness)
     with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
-        report = store.verify(session)
+        report = store.verify(session, public_key=key, witness=witness)
         damaged = store.check_file(full=args.full)
-        # The signatures are read once the chain is known intact: what they sign is its.
-        signed = check_signed(store, session, args.public_key) if report.ok else None
-    good = signed is None or (signed.ok and (signed.signed > 0 or args.public_key is None))
+    failed = proof_failed(report)
     if args.json:
         fields = msgspec.to_builtins(report)
-        extra = {"signatures": msgspec.to_builtins(signed)} if signed is not None else {}
+        signed = fields.pop("signatures")
+        extra = {"signatures": signed} if signed is not None else {}
         out(
             render.json_line(
                 {"session_id": fields.pop("stream"), **fields, "file": damaged, **extra}
             )
         )
-    elif not report.ok:  # no seq: the damage is in the store's positions, not in this session
+    elif not report.ok and not failed:  # no seq: the damage is in the store's positions
         at = "" if report.first_bad_seq is None else f"seq {report.first_bad_seq}: "
         out(f"tampered: {at}{report.reason}")
     elif damaged is not None:
         out(f"damaged: {damaged}")
-    elif signed is not None and not good:
-        out(signed_line(signed))
+    elif failed:
+        out(report.reason)
     else:
         line = f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)"
-        if signed is not None and signed.signed:
-            line += f"; {signed_line(signed)}"
+        if report.signatures is not None and report.signatures.signed:
+            line += f"; {signed_line(report.signatures, missing)}"
         out(line)
-    return 0 if report.ok and damaged is None and good else 1
+    return 0 if report.ok and damaged is None else 1
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -318,9 +335,10 @@ def cmd_fork(args: argparse.Namespace) -> int:
     """Copy a session's events up to a seq into a new session; print the new session's id."""
     from plait.replay import fork
 
-    with existing_store(args) as store:
+    config = config_of(args, mcp_servers=False)
+    with store_of(config, create=False) as store:
         session = find_session(store, args.session)
-        new = fork(store, session, args.at)
+        new = fork(store, session, args.at, signer=signer_of(config))
     ids = {"session_id": new, "forked_from": session, "at_seq": args.at}
     out(render.json_line(ids) if args.json else new)
     err(f"forked {session} at seq {args.at}; go on with: plait exec --session {new[:8]} PROMPT")

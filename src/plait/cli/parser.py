@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from plait.cli.common import err, reader_left
 from plait.cli.completion import SHELLS, completion_script
 from plait.cli.erase import cmd_forget
+from plait.cli.evidence import cmd_export
 from plait.cli.flags import (
     MODEL,
     add_grace,
@@ -183,7 +184,20 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--outcome", choices=outcomes)
     add("tree", cmd_tree, "plait tree 3f2a").add_argument("session", help=SESSION)
     reader("stats", cmd_stats, "plait stats 3f2a", "plait stats 3f2a --json")
-    verify = reader("verify", cmd_verify, "plait verify 3f2a", json="the report as JSON")
+    verify = add(
+        "verify",
+        cmd_verify,
+        "plait verify 3f2a",
+        "plait verify 3f2a --public-key audit.key.pub",
+        "plait verify --bundle 3f2a.zip --public-key audit.key.pub",
+        json="the report as JSON",
+    )
+    verify.add_argument("session", nargs="?", help=f"{SESSION} (or --bundle)")
+    verify.add_argument(
+        "--bundle",
+        metavar="FILE",
+        help="check the evidence bundle FILE (plait export) instead: no store is read",
+    )
     verify.add_argument(
         "--full", action="store_true", help="check the whole SQLite file (integrity_check)"
     )
@@ -191,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--public-key",
         metavar="PATH",
         help="check the session's signed heads with this public key (PATH.pub of keygen)",
+    )
+    verify.add_argument(
+        "--witness",
+        metavar="PATH",
+        help="the witness of signed heads to check the log against (default: PATH.heads "
+        "beside PATH.pub, if there)",
     )
     replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")
     replay.add_argument(
@@ -233,6 +253,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         metavar="S",
         help="hand back a session idle this long, for any worker to take (default 60)",
+    )
+    export = add("export", cmd_export, "plait export 3f2a -o 3f2a.zip")
+    export.add_argument("session", help=SESSION)
+    export.add_argument(
+        "-o", "--out", required=True, metavar="FILE", help="the bundle to write (not overwritten)"
+    )
+    export.add_argument(
+        "--witness",
+        metavar="PATH",
+        help="the witness whose lines of the session it carries (default: [audit] witness, "
+        "else the signing key's PATH.heads, if there)",
+    )
+    export.add_argument(
+        "--public-key",
+        metavar="PATH",
+        help="verify the session with this public key first; the manifest says what it found",
     )
     keygen = add("keygen", cmd_keygen, "plait keygen --out ~/.plait/audit.key")
     keygen.add_argument("--out", required=True, metavar="PATH", help="where the private key goes")

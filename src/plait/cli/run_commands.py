@@ -25,6 +25,7 @@ from plait.cli.common import (
     make_runtime,
     model_settings,
     out,
+    signer_of,
     store_of,
 )
 from plait.cli.inputs import read_prompt
@@ -391,14 +392,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Run a session offline (a scripted model, a bundled MCP server), then show what its log
     holds and replay it."""
     from plait.cli.demo import replay_check, run_demo
-    from plait.events.signing import Signer
 
     config = config_of(args)
-    url, key = config.store.url, config.audit.signing_key
-    signer = Signer.from_key_file(key) if key is not None else None
-    session, outcome = run_demo(url, sys.stdout, sys.stderr, signer)
+    session, outcome = run_demo(config.store.url, sys.stdout, sys.stderr, signer_of(config))
     with existing_store(args) as store:
         render.show_session(store.read(session), store.verify(session), sys.stdout)
-    replayed = replay_check(url, session, sys.stdout)
-    err(f"\nstored in {url}; try: plait log {session[:8]}")
+    replayed = replay_check(config.store.url, session, sys.stdout)
+    err(f"\nstored in {config.store.url}; try: plait log {session[:8]}")
     return 0 if outcome.ok and replayed else 1

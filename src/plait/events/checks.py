@@ -21,9 +21,11 @@ import msgspec
 from plait.errors import CorruptEventError, TamperedError
 from plait.events.blobs import blob_refs
 from plait.events.codec import BODY_TYPES, GENESIS_HASH, decode_rows
+from plait.events.signing import Signatures
 from plait.events.types import ContentErased, ConversationOpened, Event
 
 if TYPE_CHECKING:
+    from plait.events.proof import Proof
     from plait.events.store import RedactedMarker, Row
 
 __all__ = [
@@ -159,6 +161,9 @@ class Verification(msgspec.Struct, frozen=True):
     redacted: int = 0
     """Blob references whose content was deleted as its conversation's ``ttl`` storage policy
     allows, or erased on request (``ContentErased``): not an error; any other deletion is."""
+    signatures: Signatures | None = None
+    """What the session's signed heads (and the witness, given a key) say, once its chain is
+    found intact (docs/event-log.md#signed-heads); ``None``: the chain is not."""
 
 
 def verify(
@@ -166,9 +171,11 @@ def verify(
     rows: Iterable[Row],
     blob: Callable[[str], bytes | RedactedMarker | None],
     head: Callable[[], tuple[int, bytes]],
+    proof: Proof | None = None,
 ) -> Verification:
     """Walk ``stream``'s ``rows`` (as the store holds them): hash, columns, chain, the blobs
-    they name (``blob``: a blob's bytes by sha-256) and the stream's ``head`` (read last)."""
+    they name (``blob``: a blob's bytes by sha-256) and the stream's ``head`` (read last);
+    then, the chain intact, its ``proof``: signed heads and witness (``plait.events.proof``)."""
     from plait.events.store import REDACTED
 
     previous = GENESIS_HASH
@@ -195,6 +202,8 @@ def verify(
             where = f"at position {event.position}, not after seq {seq - 1}'s ({position})"
             return bad(seq, f"{where}: a row moved")
         position = event.position
+        if proof is not None:
+            proof.see(event)
         body = event.body
         if isinstance(body, ConversationOpened) and body.storage_policy.kind != "full":
             policies[event.conversation_id] = body.storage_policy.kind
@@ -223,7 +232,8 @@ def verify(
         return bad(seq + 1, f"the stream head says seq {head_seq}, the log ends at {seq}")
     if seq and head_hash != previous:
         return bad(seq, "the stream head's hash does not match the last event")
-    return Verification(stream, True, seq, None, "", blobs, redacted)
+    report = Verification(stream, True, seq, None, "", blobs, redacted)
+    return report if proof is None else proof.verdict(report)
 
 
 def _covers(erasure: ContentErased, seq: int, conversation_id: str | None) -> bool:

@@ -22,7 +22,13 @@ from plait.events.blobs import blob_refs, inline_texts
 from plait.events.projections.tasks import TASKS
 from plait.events.signing import Signer
 from plait.events.store import EventStore
-from plait.events.types import ContentErased, ConversationOpened, Event, SessionStarted
+from plait.events.types import (
+    ContentErased,
+    ConversationOpened,
+    Event,
+    HeadSigned,
+    SessionStarted,
+)
 from plait.events.values import BlobRef
 
 __all__ = ["Erasure", "forget"]
@@ -72,6 +78,7 @@ def forget(
         raise UnknownSessionError(session_id)
     named = list(dict.fromkeys(conversations))
     _check_named(session_id, events, named)
+    _check_signer(session_id, events, signer)
     covered = [e for e in events if not named or e.conversation_id in named]
     _check_apart(session_id, covered)
     refs: dict[str, BlobRef] = {}
@@ -110,7 +117,8 @@ def forget(
         (recorded,) = store.append(session_id, [body], last.seq, epoch=lease.epoch)
         if signer is not None:
             head = signer.head(session_id, recorded.seq, recorded.hash)
-            store.append(session_id, [head], recorded.seq, epoch=lease.epoch)
+            (signed,) = store.append(session_id, [head], recorded.seq, epoch=lease.epoch)
+            signer.witnessed(signed)
         store.erase(held)
     finally:
         idle = TASKS.fold(events)
@@ -136,6 +144,20 @@ def _check_named(session_id: str, events: Sequence[Event], named: list[str]) -> 
     for cid in named:
         if cid not in opened:
             raise ErasureError(session_id, f"it has no conversation {cid}")
+
+
+def _check_signer(session_id: str, events: Sequence[Event], signer: Signer | None) -> None:
+    """Refuse to erase a signed session but with its key: an erasure no signed head covers
+    is what an insider deleting content would leave, and ``verify`` says so."""
+    keys = {e.body.fingerprint for e in events if isinstance(e.body, HeadSigned)}
+    if keys and (signer is None or signer.fingerprint not in keys):
+        given = "no signing key" if signer is None else f"key {signer.fingerprint[:16]}"
+        raise ErasureError(
+            session_id,
+            f"it is signed by key {', '.join(sorted(k[:16] for k in keys))} and {given} was "
+            "given: erase it with its key ([audit] signing_key), so that the erasure is "
+            "signed too",
+        )
 
 
 def _check_apart(session_id: str, covered: Sequence[Event]) -> None:

@@ -38,11 +38,15 @@ from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_even
 from plait.events.erased import mark_erased
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
+from plait.events.proof import Proof
+from plait.events.signing import PublicKey
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
 from plait.events.types import Body, ContentErased, Event, NewEvent, Transient
+from plait.events.witness import Witness
 
 __all__ = [
     "REDACTED",
+    "BlobState",
     "Clock",
     "EventStore",
     "PreparedAppend",
@@ -62,6 +66,9 @@ def utc_now() -> datetime:
     """Return the current time in UTC (the default store clock)."""
     return datetime.now(UTC)
 
+
+BlobState = Callable[[str], "bytes | RedactedMarker | None"]
+"""A blob's bytes by sha-256, ``REDACTED`` (deleted, a tombstone left), or ``None``: unknown."""
 
 Row = tuple[int, bytes, bytes, str, int, str, int]
 """A stored event as reads fetch it: ``(position, data, hash, stream, seq, type, v)``. The
@@ -314,6 +321,11 @@ class EventStore(Ownership, BlobStore, ABC):
         """List every stream, oldest first."""
         return [StreamInfo(stream, last) for stream, last in self._streams()]
 
+    def as_stored(self, stream: str) -> tuple[list[Row], tuple[int, bytes], BlobState]:
+        """``stream``'s rows as stored, unchecked, its head (seq, hash), and the store's blobs
+        (``BlobState``): what an evidence bundle copies byte for byte (``events/bundle.py``)."""
+        return self._rows(stream, 0, None, None), self._head(stream), self._blob
+
     # --- live tails -------------------------------------------------------------------------
 
     def subscribe(self, from_position: int = 0) -> Subscription:
@@ -328,12 +340,17 @@ class EventStore(Ownership, BlobStore, ABC):
 
     # --- integrity --------------------------------------------------------------------------
 
-    def verify(self, stream: str) -> Verification:
+    def verify(
+        self, stream: str, *, public_key: PublicKey | None = None, witness: Witness | None = None
+    ) -> Verification:
         """Walk ``stream``: each row's hash, chain link, columns and position, its blobs, and
-        the stream's head; then the positions of the whole store, dense from 1
-        (docs/event-log.md#streams-seq-and-position); report the first bad seq."""
+        the stream's head; its signed heads, checked against ``public_key`` if given (else
+        only said), and with a key the ``witness``'s latest head of it, which must be in the
+        log (docs/event-log.md#the-witness); then the positions of the whole store, dense
+        from 1 (docs/event-log.md#streams-seq-and-position); report the first bad seq."""
+        proof = Proof.of(stream, public_key, witness)
         rows = self._rows(stream, 0, None, None)
-        report = verify(stream, rows, self._blob, lambda: self._head(stream))
+        report = verify(stream, rows, self._blob, lambda: self._head(stream), proof)
         gap = self._position_gap() if report.ok else None
         # Whichever stream lost the row, every read across the store stops there.
         return report if gap is None else position_gap(report, gap[0], self._all_rows(gap[0], 1))

@@ -15,6 +15,7 @@ import uuid
 import msgspec
 
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
+from plait.events.signing import Signer
 from plait.events.storage import Policies, erased_line, missing_content
 from plait.events.store import EventStore
 from plait.events.types import ContentErased, ForkOrigin, NewEvent, SessionStarted
@@ -23,9 +24,16 @@ __all__ = ["fork"]
 
 
 def fork(
-    store: EventStore, session_id: str, at_seq: int, *, new_session_id: str | None = None
+    store: EventStore,
+    session_id: str,
+    at_seq: int,
+    *,
+    new_session_id: str | None = None,
+    signer: Signer | None = None,
 ) -> str:
-    """Copy ``session_id``'s events up to ``at_seq`` into a new session; return its id."""
+    """Copy ``session_id``'s events up to ``at_seq`` into a new session; return its id.
+    With ``signer``, the copy's head is signed at once: the heads it copied sign its
+    source's chain, not its own (docs/event-log.md#signed-heads)."""
     last = store.last_seq(session_id)
     if last == 0:
         raise UnknownSessionError(session_id)
@@ -54,5 +62,9 @@ def fork(
         kept = policies.shape(NewEvent(e.body, e.conversation_id, e.task_id, at=e.at))
         assert kept is not None  # missing_content refused the policies that drop events
         copied.append(kept)
-    store.append(new, copied, 0)
+    made = store.append(new, copied, 0)
+    if signer is not None:
+        head = signer.head(new, made[-1].seq, made[-1].hash)
+        (signed,) = store.append(new, [head], made[-1].seq)
+        signer.witnessed(signed)
     return new

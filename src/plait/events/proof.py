@@ -1,0 +1,135 @@
+"""What ``verify`` checks of a session's proof besides its chain: its signed heads, and the
+witness's latest head of it (docs/event-log.md#the-witness).
+
+``Proof`` is handed to the chain's walk (``plait.events.checks.verify``), sees each event as
+the walk decodes it, and once the chain is found intact gives its verdict: the same for a
+store's session and for an evidence bundle's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from plait.events.signing import HeadCheck, PublicKey, Signatures, head_message
+from plait.events.types import Event
+from plait.events.witness import Witness, WitnessHead, latest
+
+if TYPE_CHECKING:
+    from plait.events.checks import Verification
+
+__all__ = ["Proof", "failure_line"]
+
+UNSIGNED = "unsigned: no signed head (was the session written with [audit] signing_key?)"
+"""What a session with no signed head is, checked against a key."""
+
+
+def failure_line(report: Signatures) -> str:
+    """One line saying what failed in ``report`` (not ok): a signed head, the witness, or
+    that there is none to check."""
+    if report.failure != "signature":
+        return report.reason
+    return f"bad signature: seq {report.first_bad_seq}: {report.reason}"
+
+
+class Proof:
+    """The signed heads of ``stream`` checked against ``public_key`` (none: only said who
+    signed), and, with a key, the ``witness`` lines of it: each signed by the key, and the
+    latest one's head in the log. ``witness_name`` names where the lines came from."""
+
+    def __init__(
+        self,
+        stream: str,
+        public_key: PublicKey | None = None,
+        witness: Sequence[WitnessHead] | None = None,
+        witness_name: str = "",
+    ) -> None:
+        self.stream = stream
+        self.public_key = public_key
+        self._lines = witness
+        self._name = witness_name
+        self._heads = HeadCheck(public_key)
+
+    @classmethod
+    def of(cls, stream: str, public_key: PublicKey | None, witness: Witness | None) -> Proof:
+        """``stream``'s proof against ``public_key`` and the lines of it in ``witness`` (read
+        now, and only with a key: without one nothing can vouch for them)."""
+        if witness is None or public_key is None:
+            return cls(stream, public_key)
+        return cls(stream, public_key, witness.lines(stream), str(witness.path))
+
+    def see(self, event: Event) -> None:
+        """Take ``event``, the next of the stream in the walk."""
+        self._heads.see(event)
+
+    def verdict(self, report: Verification) -> Verification:
+        """``report``, of a chain found intact, with what its signed heads and the witness
+        say; not ok if a signed head or the witness fails, or if a key was given and the
+        session has no signed head."""
+        signatures = self._heads.result()
+        if self._lines is not None:
+            signatures = msgspec.structs.replace(signatures, witness=self._name)
+        if signatures.ok and self.public_key is not None and self._lines is not None:
+            signatures = self._witnessed(signatures, self.public_key, self._lines)
+        if signatures.ok and self.public_key is not None and signatures.signed == 0:
+            signatures = msgspec.structs.replace(
+                signatures, ok=False, reason=UNSIGNED, failure="unsigned"
+            )
+        report = msgspec.structs.replace(report, signatures=signatures)
+        if signatures.ok:
+            return report
+        bad, line = signatures.first_bad_seq, failure_line(signatures)
+        return msgspec.structs.replace(report, ok=False, first_bad_seq=bad, reason=line)
+
+    def _witnessed(
+        self, report: Signatures, key: PublicKey, lines: Sequence[WitnessHead]
+    ) -> Signatures:
+        """``report`` with the witness's check: every line of the stream signed by ``key``,
+        and the latest one's head in the log."""
+
+        def fail(seq: int | None, reason: str) -> Signatures:
+            return msgspec.structs.replace(
+                report, ok=False, first_bad_seq=seq, reason=reason, failure="witness"
+            )
+
+        for line in lines:
+            where = f"witness: {line.source} line {line.line} (seq {line.seq})"
+            if line.fingerprint != key.fingerprint:
+                return fail(
+                    None,
+                    f"{where}: signed by key {line.fingerprint[:16]}, not by the public key "
+                    f"given ({key.fingerprint[:16]})",
+                )
+            message = head_message(self.stream, line.seq, line.head_hash, line.fingerprint)
+            if not key.signed(message, line.signature):
+                return fail(None, f"{where}: its signature does not match what it signs (forged)")
+        head = latest(lines).get(self.stream)
+        if head is None:
+            return report
+        report = msgspec.structs.replace(report, witness_seq=head.seq)
+        at, last = head.seq + 1, self._heads.last_seq
+        if last < at:
+            return fail(
+                last + 1,
+                f"truncated: the witness holds a signed head at seq {head.seq}, "
+                f"the log ends at seq {last}",
+            )
+        found = self._heads.heads.get(at)
+        what = (
+            "it is not a signed head"
+            if found is None
+            else f"it signs seq {found.seq}"
+            if found.seq != head.seq
+            else f"it signs another hash of seq {head.seq}"
+            if found.head_hash != head.head_hash
+            else None
+        )
+        if what is None:
+            return report
+        return fail(
+            at,
+            f"witness: seq {at}: the witness holds a signed head at seq {head.seq} "
+            f"({head.source} line {head.line}) that the log does not: {what}",
+        )
