@@ -2,12 +2,13 @@
 
 ``record_honest`` records, through the real runtime against ``ScriptedModelServer``, signed
 sessions of each kind the audit must vouch for: function tool calls, MCP tool calls (a real MCP
-server over streamable HTTP), a ``conv_create`` hand-off, and a session cut by a crash after its
-second task's signed head, whose last events are unsigned. ``World`` is one store holding them
-(a SQLite file or a PostgreSQL schema) with the keys and the witness. ``FORGERIES`` are what an
-insider does with ``insider.Insider`` (raw SQL, the chain re-hashed consistently, the head row
-set); ``check`` is what a user runs: ``plait verify --public-key``. ``Lab`` makes one forgery
-at a time on a world's store, checks it and every other session, and undoes it.
+server over streamable HTTP), a ``conv_create`` hand-off, forks (resumed, and not), and a
+session cut by a crash after its second task's signed head, whose last events are unsigned.
+``World`` is one store holding them (a SQLite file or a PostgreSQL schema) with the keys and
+the witness. ``FORGERIES`` are what an insider does with ``insider.Insider`` (raw SQL, the
+chain re-hashed consistently, the head row set); ``check`` is what a user runs: ``plait verify
+--public-key`` (which reads the witness beside the key). ``Lab`` makes one forgery at a time
+on a world's store, checks it and every other session, and undoes it.
 ``tests/events/test_forgeries.py`` asserts that every forgery is detected and no untouched
 session is flagged; ``bench/adversarial.py`` counts both over more sessions.
 """
@@ -24,7 +25,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from insider import AttackerKey, Insider, Record, Sign, append_witness_line, witness_lines
-from scripted import HELPER_SCRIPT, call, crash, record_session
+from scripted import (
+    HELPER_SCRIPT,
+    INVENTORY,
+    call,
+    crash,
+    inventory,
+    record_inventory,
+    record_session,
+)
 
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
@@ -84,18 +93,6 @@ def check(
 # --- the honest sessions -----------------------------------------------------------------------
 
 
-def inventory(item: str) -> str:
-    """Count an item in stock."""
-    return f"3 {item}"
-
-
-FUNCTIONS = [
-    Step(text="Looking.", tool_calls=[call("inventory", item="apples")]),
-    Step(text="There are 3 apples."),
-    Step(text="Still 3."),
-]
-"""Two tasks; the first calls a function tool."""
-
 MCP = [
     Step(tool_calls=[call("t__note", key="k", text="one")]),  # writes: runs alone
     Step(tool_calls=[call("t__echo", text="a"), call("t__add", a=1, b=2)]),  # read-only: parallel
@@ -105,13 +102,8 @@ MCP = [
 ]
 """Two tasks calling the test MCP server's tools (``tests/mcp/server.py``)."""
 
-CRASHED = [
-    Step(text="Looking.", tool_calls=[call("inventory", item="pears")]),
-    Step(text="There are 3 pears."),
-    Step(text="Still 3."),
-    Step(text="cut off " * 20, chunk_chars=2, chunk_delay=0.05),
-]
-"""Two tasks, then a third whose reply the process dies in."""
+CRASHED = [*INVENTORY, Step(text="cut off " * 20, chunk_chars=2, chunk_delay=0.05)]
+"""``INVENTORY``'s two tasks, then a third whose reply the process dies in."""
 
 
 def _record_crashed(world: World, signer: Signer, prefix: str) -> str:
@@ -129,7 +121,7 @@ def _record_crashed(world: World, signer: Signer, prefix: str) -> str:
             tools=[inventory],
         )
         session = runtime.start_session()
-        session.run("How many pears?", timeout=60)
+        session.run("How many apples?", timeout=60)
         session.run("Sure?", timeout=60)
         with session.subscribe() as feed:
             session.submit("Count again.")
@@ -165,14 +157,7 @@ def record_honest(world: World, mcp_url: str, rounds: int = 1) -> World:
     sessions: dict[str, str] = {}
     for n in range(1, rounds + 1):
         with world.store() as store:
-            sessions[f"functions-{n}"] = record_session(
-                store,
-                FUNCTIONS,
-                ["How many apples?", "Sure?"],
-                f"fn{n}",
-                signer=signer,
-                tools=[inventory],
-            )
+            sessions[f"functions-{n}"] = record_inventory(store, f"fn{n}", signer)
             sessions[f"mcp-{n}"] = record_session(
                 store,
                 MCP,
