@@ -1,22 +1,22 @@
 """An insider forges signed sessions on SQLite and PostgreSQL: how many does verify catch?
 
-Issue #33's audit (docs/event-log.md#signed-heads). On each store, ``--sessions`` rounds of
+Issue #33's audit (docs/event-log.md#threat-model). On each store, ``--sessions`` rounds of
 honest signed sessions are recorded through the real runtime against ``ScriptedModelServer``
-(function tool calls, MCP tool calls over streamable HTTP, a ``conv_create`` hand-off, a fork
-resumed and one not, and one cut by a crash after its second signed task, its last events
-unsigned). Then every forgery of ``tests/forgeries.py`` is made on every session it applies
-to, with the insider's raw SQL (``tests/insider.py``: the msgpack decoded and changed, the
-chain re-hashed consistently, positions kept dense, the head row set), verified with the
-public key and the witness of the latest signed heads, and undone. Printed, a row per store
-and forgery: tries (sessions forged), detected (verify failed), silent (verify said ok),
-false alarms (another, untouched session of the store that failed to verify meanwhile,
-checked after each round's first forgery), and, of the forgeries the public key alone should
-tell (docs/event-log.md#threat-model), those it does not with the witness left out; the
-``honest`` row is the untouched store. Then the silent cases (the first two of each row):
-store, forgery, session and what verify said. Exit 1 if anything is silent or a false alarm.
+(``tests/signed_sessions.py``: function tool calls, MCP tool calls over streamable HTTP, a
+``conv_create`` hand-off, a fork resumed and one not, and one cut by a crash after its second
+signed task, its last events unsigned). Then every forgery of ``tests/forgeries.py`` is made
+on every session it applies to, with the insider's raw SQL (``tests/insider.py``: the msgpack
+decoded and changed, the chain re-hashed consistently, positions kept dense, the head row
+set), verified with the public key and the witness of the latest signed heads, and undone.
+Printed, a row per store and forgery: tries (sessions forged), detected (verify failed),
+silent (verify said ok), false alarms (another, untouched session of the store that failed
+to verify meanwhile, checked after each round's first forgery), and, of the forgeries the
+public key alone should tell, those it does not with the witness left out; the ``honest``
+row is the untouched store. Then the silent cases (the first two of each row): store,
+forgery, session and what verify said. Exit 1 if anything is silent or a false alarm.
 ``tests/events/test_forgeries.py`` runs the same forgeries on one round.
 
-    python bench/adversarial.py                    # 3 rounds (18 sessions) per store, ~40 s
+    python bench/adversarial.py                    # 3 rounds (18 sessions) per store, ~50 s
     python bench/adversarial.py --sessions 1 --store sqlite
     python bench/adversarial.py --postgres postgresql://postgres@127.0.0.1:5432/test
 """
@@ -33,8 +33,9 @@ from pathlib import Path
 
 sys.path.append(sys.path.pop(0))  # bench/mcp.py is named like the mcp package
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the insider and its forgeries
-from forgeries import FORGERIES, Lab, World, record_honest
+from forgeries import FORGERIES
 from scripted import HttpServer
+from signed_sessions import Lab, World, record_honest
 
 POSTGRES = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 

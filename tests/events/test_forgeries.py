@@ -22,8 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from forgeries import FORGERIES, Forgery, Lab, World, record_honest
+from forgeries import FORGERIES, Forgery
 from scripted import HttpServer
+from signed_sessions import Lab, World, record_honest
 from support import POSTGRES_URL
 
 from plait.events import ConversationOpened, SessionClosed, ToolCallStarted
