@@ -114,8 +114,12 @@ def runtime_for(
 
 def crash(runtime: Runtime, session: Any) -> None:
     """Stop ``runtime`` as a killed process stops: ``session`` records nothing more and its
-    lease is left lapsed; its connections to the model server close, as a dead process's do."""
+    lease is left lapsed; its connections to the model server close and its heartbeat and
+    inbox threads stop, as a dead process's do (left running on the closed store, the inbox
+    thread of a PostgreSQL store spun, a core's worth of CPU for the rest of the run)."""
     session.runtime.hosts[session.session_id].crash(timeout=5)
+    runtime.timers.close(5)
+    runtime.owner.close()
     runtime._loop.submit(runtime._client.aclose()).result(5)
     runtime._loop.close()
     runtime.store.close()
@@ -184,6 +188,15 @@ def kinds(events: list[Event], conversation: str) -> list[str]:
 
 def call(name: str, **arguments: Any) -> ScriptedToolCall:
     return ScriptedToolCall(name, json.dumps(arguments))
+
+
+HELPER_SCRIPT = [
+    Step(text="Asking a helper.", tool_calls=[call("conv_create", user_instruction="Count.")]),
+    Step(text="There are two."),
+    Step(text="The helper says two."),
+    Step(text="Still two."),
+]
+"""The root hands work to a helper conversation, which answers; then a second task."""
 
 
 INVENTORY = [

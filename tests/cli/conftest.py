@@ -14,23 +14,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from scripted import call, record_session
+from scripted import HELPER_SCRIPT, record_session
 
 from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
 from plait.runtime import Runtime
-from plait.testing import Step
 
 SCRUBBED = ("OPENAI_", "PLAIT_")
 """Variables of the test's own environment that would change what plait reads."""
-
-HELPER_SCRIPT = [
-    Step(text="Asking a helper.", tool_calls=[call("conv_create", user_instruction="Count.")]),
-    Step(text="There are two."),
-    Step(text="The helper says two."),
-    Step(text="Still two."),
-]
-"""The root hands work to a helper conversation, which answers; then a second task."""
 
 
 class Lines:
