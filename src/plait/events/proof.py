@@ -80,12 +80,13 @@ class Proof:
         elif signatures.ok and self.public_key is not None and not signatures.own:
             # Its copied heads prove its source, not the copy; nothing of its own does.
             reason = (
-                f"unsigned: the fork's own events have no signed head (its {signatures.copied} "
-                f"are copied from {signatures.copied_from}, whose chain they sign); fork it "
-                "with [audit] signing_key set, which signs the copy"
+                f"unsigned: seq 1: the session says it is a fork of {signatures.copied_from} "
+                f"up to seq {self._heads.copied_upto}, and no head of its own signs it (the "
+                f"{signatures.copied} it copied sign its source's chain); a fork made with "
+                "[audit] signing_key set is signed as it is made"
             )
             signatures = msgspec.structs.replace(
-                signatures, ok=False, reason=reason, failure="unsigned"
+                signatures, ok=False, first_bad_seq=1, reason=reason, failure="unsigned"
             )
         report = msgspec.structs.replace(report, signatures=signatures)
         if signatures.ok:

@@ -273,7 +273,8 @@ class HeadCheck:
         self._fingerprints: dict[str, None] = {}
         self._last_head = 0  # the last HeadSigned's own seq
         self._previous = b""  # the hash of the event before the one seen
-        self._copied_upto = 0  # a fork's: its heads up to here are its source's
+        self.copied_upto = 0
+        """A fork's: the seq it was copied up to (its heads up to here are its source's)."""
         self._origin: str | None = None
         self._copied = 0
         self._own = 0  # the last HeadSigned's own seq that signs this stream, not its source
@@ -284,12 +285,12 @@ class HeadCheck:
         """Check ``event``, the next of the session."""
         body = event.body
         if event.seq == 1 and isinstance(body, SessionStarted) and body.forked_from is not None:
-            self._copied_upto, self._origin = body.forked_from.at_seq, body.forked_from.stream
+            self.copied_upto, self._origin = body.forked_from.at_seq, body.forked_from.stream
         if isinstance(body, HeadSigned):
             self.heads[event.seq] = body
             self._fingerprints.setdefault(body.fingerprint)
             self._last_head = event.seq
-            copied = event.seq <= self._copied_upto
+            copied = event.seq <= self.copied_upto
             self._copied += copied
             self._own = self._own if copied else event.seq
             if self.public_key is not None and self._bad is None:
