@@ -182,7 +182,9 @@ class Owner:
         """Take the inbox's commands as the store signals them (and, in case a signal was
         missed or a place came free, every third of ``lease_sec``)."""
         every = self.lease_sec / 3
-        while not self._stopping.is_set():
+        # A store closed under it (the runtime was not) wakes its waiter at once, for good:
+        # nothing raises when nothing is held, so without this test the loop would spin.
+        while not self._stopping.is_set() and not self._store.closed:
             try:
                 token = self._waiter.token()
                 self._take_commands()
