@@ -198,3 +198,16 @@ def test_asyncio_callers_submit_to_and_follow_a_session_owned_elsewhere(
 
         assert asyncio.run(both()) == ["one", "two"]
         assert followed.followed and a.store.verify(owned.session_id).ok
+
+
+def test_the_inbox_thread_ends_when_its_store_is_closed_under_it(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    # A runtime whose store an embedder closed first holds nothing: no store call raises, so
+    # only the store's state can end its inbox thread (on PostgreSQL it used to spin).
+    with process(durable_stores, server, "a") as runtime:
+        thread = runtime.owner._thread
+        assert thread is not None and thread.is_alive()
+        runtime.store.close()
+        thread.join(10)
+        assert not thread.is_alive()
