@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Final
 
 import msgspec
 
 from plait.errors import BlobMissingError, CorruptEventError, StoreError, TamperedError
-from plait.events.blobs import resolve
+from plait.events.blobs import blob_refs, resolve
 from plait.events.content import BlobRef, Redacted
 from plait.events.types import Event
 
@@ -77,11 +78,31 @@ class BlobStore(ABC):
         return name.encode() + b"\n" + salt
 
     def _resolve(self, event: Event) -> Event:
-        body = resolve(event.body, lambda ref: self._blob_text(ref, event))
+        body = resolve(event.body, lambda ref: self._blob_text(ref, event, self._blob))
         return event if body is event.body else msgspec.structs.replace(event, body=body)
 
-    def _blob_text(self, ref: BlobRef, event: Event) -> str | Redacted:
-        found = self._blob(ref.sha256)
+    def _resolve_all(self, events: list[Event], held: list[Event]) -> list[Event]:
+        """``events`` with the blobs of those ``held`` brought back, all looked up at once
+        (one query on PostgreSQL, where each is a round trip)."""
+        refs = {ref.sha256 for event in held for ref in blob_refs(event.body)}
+        found = self._blobs_of(sorted(refs))
+        done: dict[int, Event] = {}
+        for event in held:
+            body = resolve(event.body, partial(self._blob_text, event=event, lookup=found.get))
+            if body is not event.body:
+                done[id(event)] = msgspec.structs.replace(event, body=body)
+        return [done.get(id(event), event) for event in events] if done else events
+
+    def _blobs_of(self, sha256s: list[str]) -> dict[str, bytes | RedactedMarker]:
+        """The blobs of ``sha256s`` that are stored (a tombstone as ``REDACTED``)."""
+        found = {sha256: self._blob(sha256) for sha256 in sha256s}
+        return {sha256: data for sha256, data in found.items() if data is not None}
+
+    @staticmethod
+    def _blob_text(
+        ref: BlobRef, event: Event, lookup: Callable[[str], bytes | RedactedMarker | None]
+    ) -> str | Redacted:
+        found = lookup(ref.sha256)
         if found is REDACTED:
             return Redacted(sha256=ref.sha256, size=ref.size)
         if not isinstance(found, bytes):

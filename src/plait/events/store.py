@@ -310,8 +310,16 @@ class EventStore(Ownership, BlobStore, ABC):
             after_position = events[-1].position
 
     def _decode_all(self, rows: list[Row], resolve_blobs: bool, check: bool = True) -> list[Event]:
-        resolver = self._resolve if resolve_blobs else None
-        return decode_rows(rows, resolver, check=check)
+        if not resolve_blobs:
+            return decode_rows(rows, None, check=check)
+        held: list[Event] = []  # those whose bytes may hold a blob reference
+
+        def hold(event: Event) -> Event:
+            held.append(event)
+            return event
+
+        events = decode_rows(rows, hold, check=check)
+        return self._resolve_all(events, held) if held else events
 
     def last_seq(self, stream: str) -> int:
         """Return the seq of the last event of ``stream`` (0 when it has none)."""

@@ -307,6 +307,10 @@ class PostgresStore(EventStore):
             return None
         return REDACTED if rows[0][0] is None else bytes(rows[0][0])
 
+    def _blobs_of(self, sha256s: list[str]) -> dict[str, bytes | RedactedMarker]:
+        rows = self._query("blobs", (sha256s,)) if sha256s else []
+        return {key: REDACTED if data is None else bytes(data) for key, data in rows}
+
     def _redact(self, sha256: str) -> bool:
         return self._run(lambda conn: conn.execute(self._sql["redact"], (sha256,)).rowcount > 0)
 

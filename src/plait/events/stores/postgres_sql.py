@@ -152,6 +152,7 @@ QUERIES = {
     "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
     "WHERE position != before + 1 ORDER BY position LIMIT 1",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
+    "blobs": "SELECT sha256, data FROM {s}.blobs WHERE sha256 = ANY(%s)",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
     "redact_all": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = ANY(%s) AND data IS NOT NULL",
     # A deleted or updated row's old version stays in its table's pages until VACUUM FULL
