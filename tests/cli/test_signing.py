@@ -241,6 +241,16 @@ def test_verify_checks_the_witness_beside_the_public_key_or_the_one_named(
     )
 
 
+def cut_back_signed(cli: Cli, durable_stores: StoreFactory) -> tuple[str, int, list[int]]:
+    """A signed session (``audit.key``), cut back by an insider to its first signed head:
+    the session, the seq it now ends at, and the seqs of its signed heads before the cut."""
+    keygen(cli, "audit.key")
+    session = signed_session(cli, durable_stores, "cut")
+    store = durable_stores.open()
+    heads = [e.seq for e in store.read(session) if isinstance(e.body, HeadSigned)]
+    return session, cut_back(store, durable_stores.tamper, session, heads[0]), heads
+
+
 def signed_session(cli: Cli, durable_stores: StoreFactory, prefix: str) -> str:
     """A closed session of two tasks in ``durable_stores``, signed with ``audit.key`` of the
     working directory (its witness beside it)."""
@@ -255,11 +265,7 @@ def test_a_log_cut_back_to_an_earlier_signed_head_is_caught_only_by_the_witness(
 ) -> None:
     """The insider deletes the second task and the close, and resets the stream's head: the
     chain and every signature left verify; the witness holds the close's head."""
-    keygen(cli, "audit.key")
-    session = signed_session(cli, durable_stores, "cut")
-    store = durable_stores.open()
-    heads = [e.seq for e in store.read(session) if isinstance(e.body, HeadSigned)]
-    cut = cut_back(store, durable_stores.tamper, session, heads[0])
+    session, cut, heads = cut_back_signed(cli, durable_stores)
     where = ("--store", durable_stores.url)
     (cli.cwd / "keys").mkdir()  # the public key alone, as a verifier without the witness has it
     (cli.cwd / "keys" / "audit.key.pub").write_bytes((cli.cwd / "audit.key.pub").read_bytes())
@@ -366,11 +372,7 @@ def test_a_bundle_of_a_log_cut_back_fails_where_the_auditor_checks_it(
 ) -> None:
     """The insider cuts the log back, then exports it: the witness's lines the bundle carries
     name the head that is gone."""
-    keygen(cli, "audit.key")
-    session = signed_session(cli, durable_stores, "cut")
-    store = durable_stores.open()
-    heads = [e.seq for e in store.read(session) if isinstance(e.body, HeadSigned)]
-    cut = cut_back(store, durable_stores.tamper, session, heads[0])
+    session, cut, heads = cut_back_signed(cli, durable_stores)
     where = ("--store", durable_stores.url)
     cli.configure("http://127.0.0.1:9", '[audit]\nsigning_key = "audit.key"\n')
     assert cli(*where, "export", session, "-o", "cut.zip").returncode == 0
