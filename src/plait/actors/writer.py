@@ -287,8 +287,9 @@ class Writer:
             self.store.append_prepared(self.stream, joined, epoch=self.epoch)
         except Exception as exc:  # whatever the store raised, these events are not written
             error = exc if isinstance(exc, StoreError) else StoreError(f"{exc!r}")
-        else:  # durable: witnessed before anyone hears of them
-            self._witness([e for e in joined.events if isinstance(e.body, HeadSigned)])
+        else:
+            if self._signer is not None:  # durable: witnessed before anyone hears of them
+                self._witness([e for e in joined.events if isinstance(e.body, HeadSigned)])
         why: PlaitError | None = None
         with self._lock:
             if error is None:

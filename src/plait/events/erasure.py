@@ -87,8 +87,10 @@ def forget(
         found = blob_refs(event.body)
         erased_events += bool(found)
         refs.update((ref.sha256, ref) for ref in found)
-    shared = {r.sha256 for e in events if e.conversation_id not in named for r in blob_refs(e.body)}
-    held = {sha: ref for sha, ref in refs.items() if not (named and sha in shared)}
+    # Content another conversation holds too stays for it (only when some are named).
+    others = [e for e in events if e.conversation_id not in named] if named else []
+    shared = {ref.sha256 for e in others for ref in blob_refs(e.body)}
+    held = {sha: ref for sha, ref in refs.items() if sha not in shared}
     if refs and not any(store.blob(sha) is not None for sha in held):
         return _again(store, session_id, events)
     owner = f"forget-{uuid.uuid4()}"
