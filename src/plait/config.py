@@ -36,6 +36,7 @@ from plait.config_types import (
     ModelConfig,
     PolicyConfig,
     StoreConfig,
+    TelemetryConfig,
 )
 from plait.errors import ConfigError
 from plait.project import CONFIG_FILE, Project, find_project
@@ -69,6 +70,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     policy: PolicyConfig = PolicyConfig()
     history: HistoryConfig = HistoryConfig()
     audit: AuditConfig = AuditConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
 
 class _Servers(msgspec.Struct):
@@ -174,6 +176,7 @@ def load_config(
         api_key=env.get(settings.api_key_env) or None,
         source=", ".join(sources) or "defaults",
         mcp_problem=problem,
+        telemetry=parsed.telemetry,
     )
 
 

@@ -133,6 +133,24 @@ class AuditConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     beside the signing key ``PATH``."""
 
 
+class TelemetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[telemetry]``: OpenTelemetry GenAI spans and metrics over OTLP (docs/telemetry.md)."""
+
+    otlp_endpoint: str | None = None
+    """The OTLP/HTTP base URL (``http://127.0.0.1:4318``); unset: ``OTEL_EXPORTER_OTLP_ENDPOINT``,
+    and with neither nothing is exported."""
+    headers: dict[str, str] = {}
+    """Headers sent with each export (a backend's API key), beside
+    ``OTEL_EXPORTER_OTLP_HEADERS``."""
+    service_name: str | None = None
+    """The ``service.name`` of the spans; unset: ``OTEL_SERVICE_NAME``, else ``plait``."""
+    capture_message_content: bool | None = None
+    """Put messages, instructions, tool arguments and results on the spans; unset:
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``. Off by default."""
+    metrics: bool = True
+    """Export metrics beside the spans."""
+
+
 class Config(msgspec.Struct, frozen=True):
     """Everything configurable, after files, environment and overrides were applied."""
 
@@ -155,3 +173,5 @@ class Config(msgspec.Struct, frozen=True):
     mcp_problem: str | None = None
     """What is wrong with the MCP servers' configuration, when it was loaded with
     ``mcp_servers=False`` (``mcp_servers`` is then empty)."""
+    telemetry: TelemetryConfig = TelemetryConfig()
+    """Where spans and metrics go."""

@@ -33,6 +33,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "TamperedError",
+    "TelemetryError",
     "ToolError",
     "TransientEventError",
     "UnknownConversationError",
@@ -140,6 +141,11 @@ class BundleError(PlaitError):
 class WitnessError(PlaitError):
     """A witness file of signed heads cannot be read or written: the message names the file
     and, for a line that is not a witness line, its number (docs/event-log.md#the-witness)."""
+
+
+class TelemetryError(PlaitError):
+    """Spans cannot be built or exported: the OpenTelemetry SDK is missing (the message names
+    the extra), or the backend refused them (it names the endpoint) (docs/telemetry.md)."""
 
 
 class InvalidInputError(PlaitError, ValueError):

@@ -47,7 +47,14 @@ def on_finished(conv: Conversation, finished: ModelFinished) -> None:
     calls = list(reply.tool_calls)
     bodies: list[Body] = [
         ModelResponded(
-            reply.text, calls, reply.finish_reason, reply.usage, reply.reasoning, reply.cut_by
+            reply.text,
+            calls,
+            reply.finish_reason,
+            reply.usage,
+            reply.reasoning,
+            reply.cut_by,
+            reply.response_id,
+            reply.response_model,
         )
     ]
     window, usage = conv.deps.history.context_window, reply.usage

@@ -50,6 +50,10 @@ class ModelReply(msgspec.Struct, frozen=True):
     cut_by: CutBy | None = None
     """The limit at which plait stopped reading the reply (its ``finish_reason`` is then
     ``length``); ``None``: the server ended it."""
+    response_id: str = ""
+    """The response's id as the server gave it (``chatcmpl-…``); empty if it gave none."""
+    response_model: str = ""
+    """The model that answered, as the server named it; empty if it named none."""
 
 
 def ignore(_: object) -> None:
@@ -100,6 +104,8 @@ class _StreamError(msgspec.Struct):
 
 
 class _Chunk(msgspec.Struct):
+    id: str | None = None
+    model: str | None = None
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: _StreamError | None = None  # some servers report a failure in-band, mid-stream
@@ -177,6 +183,8 @@ class Assembly:
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.done = False  # saw ``data: [DONE]``
+        self.response_id = ""
+        self.response_model = ""
         self.cut_by: CutBy | None = None
         self._max_tokens = max_tokens
         self._max_bytes = max_bytes
@@ -195,6 +203,10 @@ class Assembly:
         if chunk.error is not None:
             detail = chunk.error.message or "no message"
             raise Failure("unavailable", f"the model server failed mid-stream: {detail}")
+        if chunk.id and not self.response_id:
+            self.response_id = chunk.id
+        if chunk.model and not self.response_model:
+            self.response_model = chunk.model
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
             if self.finish_reason is None:
@@ -272,9 +284,17 @@ class Assembly:
             for _, p in sorted(self.calls.items())
         ]
         text, reasoning = "".join(self.text), "".join(self.reasoning)
-        if self.cut_by is not None:
-            return ModelReply(text, calls, "length", self.usage, reasoning, self.cut_by)
-        return ModelReply(text, calls, self.finish_reason, self.usage, reasoning)
+        finish = "length" if self.cut_by is not None else self.finish_reason
+        return ModelReply(
+            text,
+            calls,
+            finish,
+            self.usage,
+            reasoning,
+            self.cut_by,
+            self.response_id,
+            self.response_model,
+        )
 
 
 def _size(piece: str | None) -> int:

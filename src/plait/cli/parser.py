@@ -49,6 +49,7 @@ from plait.cli.run_commands import (
     cmd_recover,
 )
 from plait.cli.stopping import Stopped
+from plait.cli.trace import cmd_trace, since
 from plait.cli.version import VersionAction
 from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
@@ -211,6 +212,35 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="the witness of signed heads to check the log against (default: PATH.heads "
         "beside PATH.pub, if there)",
+    )
+    trace = add(
+        "trace",
+        cmd_trace,
+        "plait trace 3f2a --endpoint http://127.0.0.1:4318",
+        "plait trace --since 2h",
+        "plait trace 3f2a --json | jq '.resourceSpans[].scopeSpans[].spans[].name'",
+    )
+    trace.add_argument("session", nargs="*", help=f"{SESSION}; none: every session (--since)")
+    where = trace.add_mutually_exclusive_group()
+    where.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="the OTLP/HTTP base URL to send the spans to (default: [telemetry] otlp_endpoint, "
+        "else OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    where.add_argument(
+        "--json", action="store_true", help="print the spans as OTLP JSON instead of sending"
+    )
+    trace.add_argument(
+        "--since",
+        type=since,
+        metavar="WHEN",
+        help="only spans that ended since WHEN: 30m, 2h, 7d ago, or an ISO 8601 time",
+    )
+    trace.add_argument(
+        "--content",
+        action="store_true",
+        help="put messages, arguments and results on the spans (what the log still holds)",
     )
     replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")
     replay.add_argument(

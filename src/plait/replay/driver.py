@@ -331,6 +331,8 @@ class Driver:
                 body.usage,
                 _text(body.reasoning) or "",
                 body.cut_by,  # type: ignore[arg-type]  # as recorded
+                body.response_id,
+                body.response_model,
             )
             self.model.answer(self.requests - 1, reply, wait)
         elif isinstance(body, ModelRequestFailed):

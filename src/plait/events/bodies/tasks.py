@@ -205,6 +205,12 @@ class ModelResponded(Body, frozen=True):
     """The ``[model]`` limit at which plait stopped reading the reply and closed the stream:
     ``max_output_tokens`` (counted as it streamed), ``max_reply_bytes`` or ``max_reply_sec``;
     the reply holds what came before. ``None``: the server ended it."""
+    response_id: str = ""
+    """The response's id as the server gave it (``chatcmpl-…``); empty if it gave none, or
+    for replies recorded before plait kept it."""
+    response_model: str = ""
+    """The model that answered, as the server named it (it may differ from the one asked
+    for); empty if it named none."""
 
 
 class TokensCounted(Body, frozen=True):

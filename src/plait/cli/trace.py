@@ -1,0 +1,79 @@
+"""``plait trace``: recorded sessions as OpenTelemetry GenAI spans, sent to a tracing backend
+over OTLP or printed as OTLP JSON (docs/telemetry.md#after-the-fact)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from datetime import UTC, datetime, timedelta
+
+from plait.cli.common import config_of, existing_store, find_session
+from plait.errors import ConfigError
+from plait.telemetry import Span, TelemetrySettings, spans_of
+from plait.telemetry.otlp import export, otlp_json, require_sdk
+
+__all__ = ["cmd_trace", "since"]
+
+_AGO = re.compile(r"^(\d+)([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def since(text: str, now: datetime | None = None) -> datetime:
+    """``--since``: ``30m``, ``2h``, ``7d`` ago, or an ISO 8601 time (UTC unless it says)."""
+    ago = _AGO.match(text.strip())
+    if ago is not None:
+        amount, unit = ago.groups()
+        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: int(amount)})
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: not a time: give 30m, 2h, 7d or an ISO 8601 time (2026-11-20T09:00)"
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Export recorded sessions as OpenTelemetry GenAI spans over OTLP (--endpoint, else
+    [telemetry] otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT), or print them as OTLP JSON
+    (--json); the spans are the ones a live export sent, with the same ids."""
+    config = config_of(args, mcp_servers=False)
+    section = config.telemetry
+    settings = TelemetrySettings(
+        endpoint=args.endpoint or section.otlp_endpoint,
+        headers=section.headers,
+        service_name=section.service_name,
+        content=True if args.content else section.capture_message_content,
+    )
+    if not args.json and settings.traces_endpoint() is None:
+        raise ConfigError(
+            "plait trace: where to? give --endpoint URL, [telemetry] otlp_endpoint or "
+            "OTEL_EXPORTER_OTLP_ENDPOINT, or --json to print the spans"
+        )
+    if not args.session and args.since is None:
+        raise ConfigError("plait trace: name a session, or give --since to trace every session")
+    require_sdk()
+    content = settings.with_content()
+    spans: list[Span] = []
+    counts: list[tuple[str, int]] = []
+    with existing_store(args, read_only=True) as store:
+        sessions = (
+            [find_session(store, s) for s in args.session]
+            if args.session
+            else [info.stream for info in store.streams()]
+        )
+        for session in sessions:
+            found = spans_of(session, store.read(session), content=content)
+            if args.since is not None:
+                found = [s for s in found if s.end is not None and s.end >= args.since]
+            spans += found
+            counts.append((session, len(found)))
+    if args.json:
+        print(json.dumps(otlp_json(spans, settings), ensure_ascii=False))
+        return 0
+    export(spans, settings)
+    for session, count in counts:
+        if count or args.session:
+            print(f"{session}: {count} spans sent to {settings.traces_endpoint()}")
+    return 0

@@ -1,0 +1,8 @@
+# plait.telemetry: sessions as OpenTelemetry GenAI spans and metrics, built from the log
+# (docs/telemetry.md). Imports plait.events only; the OpenTelemetry SDK only when exporting.
+"""Spans and metrics of sessions in the OpenTelemetry GenAI conventions, built from the log."""
+
+from plait.telemetry.settings import TelemetrySettings
+from plait.telemetry.spans import Span, SpanBuilder, SpanEvent, spans_of
+
+__all__ = ["Span", "SpanBuilder", "SpanEvent", "TelemetrySettings", "spans_of"]

@@ -1,0 +1,73 @@
+"""Where spans and metrics go, and whether they carry content: ``[telemetry]``, the
+OpenTelemetry environment variables, or the embedder's ``TelemetrySettings``
+(docs/telemetry.md#settings)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import msgspec
+
+__all__ = ["TelemetrySettings"]
+
+CONTENT_VAR = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+class TelemetrySettings(msgspec.Struct, frozen=True):
+    """How a runtime exports its sessions' spans and metrics over OTLP; unset fields come from
+    the standard ``OTEL_*`` environment variables."""
+
+    endpoint: str | None = None
+    """The OTLP/HTTP base URL (``http://collector:4318``): spans go to ``/v1/traces``, metrics
+    to ``/v1/metrics``. ``None``: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the signal's own
+    variable); with neither, nothing is exported."""
+    headers: Mapping[str, str] = {}
+    """HTTP headers sent with each export (an API key), beside
+    ``OTEL_EXPORTER_OTLP_HEADERS``."""
+    service_name: str | None = None
+    """The resource's ``service.name``; ``None``: ``OTEL_SERVICE_NAME``, else ``plait``."""
+    content: bool | None = None
+    """Put messages, instructions, arguments and results on the spans; ``None``:
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` turns it on. Off by default."""
+    metrics: bool = True
+    """Export metrics too (when spans are exported)."""
+    enabled: bool = True
+    """``False``: export nothing, whatever the environment says."""
+
+    def traces_endpoint(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The URL spans are posted to, or ``None`` when nothing is to be exported."""
+        env = os.environ if env is None else env
+        if not self.enabled or env.get("OTEL_SDK_DISABLED", "").lower() == "true":
+            return None
+        if self.endpoint:
+            return self.endpoint.rstrip("/") + "/v1/traces"
+        if env.get(ENDPOINT_VARS[0]):
+            return env[ENDPOINT_VARS[0]]
+        base = env.get(ENDPOINT_VARS[1])
+        return base.rstrip("/") + "/v1/traces" if base else None
+
+    def metrics_endpoint(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The URL metrics are posted to, or ``None`` when none are to be exported."""
+        env = os.environ if env is None else env
+        if not self.metrics or self.traces_endpoint(env) is None:
+            return None
+        if self.endpoint:
+            return self.endpoint.rstrip("/") + "/v1/metrics"
+        if env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
+            return env["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]
+        base = env.get(ENDPOINT_VARS[1])
+        return base.rstrip("/") + "/v1/metrics" if base else None
+
+    def with_content(self, env: Mapping[str, str] | None = None) -> bool:
+        """Whether spans carry content."""
+        if self.content is not None:
+            return self.content
+        env = os.environ if env is None else env
+        return env.get(CONTENT_VAR, "").strip().lower() == "true"
+
+    def service(self, env: Mapping[str, str] | None = None) -> str:
+        """The resource's ``service.name``."""
+        env = os.environ if env is None else env
+        return self.service_name or env.get("OTEL_SERVICE_NAME") or "plait"
