@@ -325,6 +325,11 @@ class EventStore(Ownership, BlobStore, ABC):
         """Return the seq of the last event of ``stream`` (0 when it has none)."""
         return self._head(stream)[0]
 
+    def last_position(self) -> int:
+        """Return the global position of the last event stored (0: none): where a feed of
+        what is appended from now on starts."""
+        return self._last_position()
+
     def streams(self) -> list[StreamInfo]:
         """List every stream, oldest first."""
         return [StreamInfo(stream, last) for stream, last in self._streams()]
@@ -393,6 +398,10 @@ class EventStore(Ownership, BlobStore, ABC):
     @abstractmethod
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         """Return rows of all streams after ``after_position`` in position order."""
+
+    @abstractmethod
+    def _last_position(self) -> int:
+        """Return the last position stored, 0 when there is none."""
 
     @abstractmethod
     def _streams(self) -> list[tuple[str, int]]:

@@ -88,6 +88,10 @@ class MemoryStore(EventStore):
             end = len(self._all) if limit is None else start + limit
             return self._all[start:end]
 
+    def _last_position(self) -> int:
+        with self._lock:
+            return self._all[-1][0] if self._all else 0
+
     def _streams(self) -> list[tuple[str, int]]:
         with self._lock:
             return [(stream, head[0]) for stream, head in self._heads.items()]

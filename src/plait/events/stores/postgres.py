@@ -291,6 +291,10 @@ class PostgresStore(EventStore):
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         return [_row(row) for row in self._query("all", (after_position, limit))]
 
+    def _last_position(self) -> int:
+        ((last,),) = self._query("last_position")
+        return int(last)
+
     def _streams(self) -> list[tuple[str, int]]:
         return [(str(stream), int(last)) for stream, last in self._query("streams")]
 

@@ -146,6 +146,7 @@ QUERIES = {
     "all": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
     "WHERE position > %s ORDER BY position LIMIT %s",
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
+    "last_position": "SELECT coalesce(max(position), 0) FROM {s}.events",
     "dense": "SELECT count(*), coalesce(max(position), 0) FROM {s}.events",
     # The first position that does not follow the one before it (from 0), and that one.
     "gap": "SELECT before, position FROM (SELECT position, "

@@ -313,6 +313,10 @@ class SqliteStore(EventStore):
     def _chunk(self, after_position: int, limit: int) -> Chunk:
         return cast(Chunk, self._query(CHUNK_SQL, (after_position, limit))[0])
 
+    def _last_position(self) -> int:
+        ((last,),) = self._query("SELECT coalesce(max(position), 0) FROM events", ())
+        return int(last)
+
     def _streams(self) -> list[tuple[str, int]]:
         rows = self._query("SELECT stream, last_seq FROM streams ORDER BY created", ())
         return [(str(stream), int(last)) for stream, last in rows]
