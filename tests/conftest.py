@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,8 @@ def no_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     empty = tmp_path_factory.mktemp("user-config")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(empty))
+        for name in [name for name in os.environ if name.startswith("OTEL_")]:
+            patch.delenv(name)  # a machine's collector gets none of the tests' sessions
         yield empty
 
 

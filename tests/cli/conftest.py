@@ -20,7 +20,7 @@ from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
 from plait.runtime import Runtime
 
-SCRUBBED = ("OPENAI_", "PLAIT_")
+SCRUBBED = ("OPENAI_", "PLAIT_", "OTEL_")
 """Variables of the test's own environment that would change what plait reads."""
 
 

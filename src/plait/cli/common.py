@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from plait.events.signing import Signer
     from plait.events.store import EventStore
     from plait.runtime import Runtime
+    from plait.telemetry import TelemetrySettings
 
 __all__ = [
     "LOCAL_HOSTS",
@@ -181,6 +182,7 @@ def make_runtime(
     signer = signer_of(config)
     if signer is not None:
         more.setdefault("signer", signer)
+    more.setdefault("telemetry", telemetry_of(config))
     for name, server in config.mcp_servers.items():
         log.info("MCP server %s: %s", name, describe_server(server))
     limits = McpLimits(
@@ -204,6 +206,21 @@ def make_runtime(
             history.max_tokens,
         ),
         **more,
+    )
+
+
+def telemetry_of(config: Config, *, endpoint: str | None = None) -> TelemetrySettings:
+    """Where ``[telemetry]`` (else the ``OTEL_*`` variables) sends spans and metrics;
+    ``endpoint`` (a flag's) first."""
+    from plait.telemetry import TelemetrySettings
+
+    section = config.telemetry
+    return TelemetrySettings(
+        endpoint=endpoint or section.otlp_endpoint,
+        headers=section.headers,
+        service_name=section.service_name,
+        content=section.capture_message_content,
+        metrics=section.metrics,
     )
 
 

@@ -22,6 +22,7 @@ from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 if TYPE_CHECKING:
     from plait.events.signing import Signer
+    from plait.telemetry import TelemetrySettings
 
 __all__ = ["QUESTION", "SERVERS", "demo_script", "replay_check", "run_demo"]
 
@@ -50,15 +51,22 @@ def demo_script() -> list[Step]:
 
 
 def run_demo(
-    store: str, out: TextIO, err: TextIO, signer: Signer | None = None
+    store: str,
+    out: TextIO,
+    err: TextIO,
+    signer: Signer | None = None,
+    telemetry: TelemetrySettings | None = None,
 ) -> tuple[str, TaskOutcome]:
     """Run the demo session in ``store``, streaming it to ``out``; return its id and outcome.
-    With ``signer`` (``[audit] signing_key``), its heads are signed."""
+    With ``signer`` (``[audit] signing_key``), its heads are signed; with ``telemetry``
+    (``[telemetry]``, the ``OTEL_*`` variables), its spans are exported as it runs."""
     with ScriptedModelServer(demo_script()) as server:
         settings = ModelSettings(
             base_url=server.base_url, api_key="offline-demo", model="scripted-model"
         )
-        with Runtime(store, model=settings, mcp_servers=SERVERS, signer=signer) as runtime:
+        with Runtime(
+            store, model=settings, mcp_servers=SERVERS, signer=signer, telemetry=telemetry
+        ) as runtime:
             session = runtime.start_session(base_instructions="You are the demo's root agent.")
             print(f"session {session.session_id} (model: scripted, offline)", file=err)
             printer = LivePrinter(session.root_conversation_id, out)

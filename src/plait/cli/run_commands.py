@@ -27,6 +27,7 @@ from plait.cli.common import (
     out,
     signer_of,
     store_of,
+    telemetry_of,
 )
 from plait.cli.inputs import read_prompt
 from plait.cli.instructions import session_instructions
@@ -394,7 +395,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from plait.cli.demo import replay_check, run_demo
 
     config = config_of(args)
-    session, outcome = run_demo(config.store.url, sys.stdout, sys.stderr, signer_of(config))
+    telemetry = telemetry_of(config)
+    session, outcome = run_demo(
+        config.store.url, sys.stdout, sys.stderr, signer_of(config), telemetry
+    )
     with existing_store(args) as store:
         render.show_session(store.read(session), store.verify(session), sys.stdout)
     replayed = replay_check(config.store.url, session, sys.stdout)

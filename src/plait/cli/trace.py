@@ -8,9 +8,11 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
-from plait.cli.common import config_of, existing_store, find_session
+import msgspec
+
+from plait.cli.common import config_of, existing_store, find_session, telemetry_of
 from plait.errors import ConfigError
-from plait.telemetry import Span, TelemetrySettings, spans_of
+from plait.telemetry import Span, spans_of
 from plait.telemetry.otlp import export, otlp_json, require_sdk
 
 __all__ = ["cmd_trace", "since"]
@@ -38,14 +40,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     """Export recorded sessions as OpenTelemetry GenAI spans over OTLP (--endpoint, else
     [telemetry] otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT), or print them as OTLP JSON
     (--json); the spans are the ones a live export sent, with the same ids."""
-    config = config_of(args, mcp_servers=False)
-    section = config.telemetry
-    settings = TelemetrySettings(
-        endpoint=args.endpoint or section.otlp_endpoint,
-        headers=section.headers,
-        service_name=section.service_name,
-        content=True if args.content else section.capture_message_content,
-    )
+    settings = telemetry_of(config_of(args, mcp_servers=False), endpoint=args.endpoint)
+    if args.content:
+        settings = msgspec.structs.replace(settings, content=True)
     if not args.json and settings.traces_endpoint() is None:
         raise ConfigError(
             "plait trace: where to? give --endpoint URL, [telemetry] otlp_endpoint or "

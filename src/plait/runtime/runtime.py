@@ -58,7 +58,9 @@ from plait.runtime.inputs import check_inputs
 from plait.runtime.offload import Offload
 from plait.runtime.ownership import Owner, default_owner_id
 from plait.runtime.sessions import Sessions
+from plait.runtime.telemetry import live_export
 from plait.runtime.timers import Timer, Timers
+from plait.telemetry.settings import TelemetrySettings
 
 __all__ = ["Outside", "Runtime"]
 
@@ -136,6 +138,7 @@ class Runtime(Sessions):
         owner_id: str | None = None,
         lease_sec: float = DEFAULT_LEASE_SEC,
         signer: Signer | None = None,
+        telemetry: TelemetrySettings | None = None,
         _outside: Outside | None = None,
     ) -> None:
         """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
@@ -172,6 +175,9 @@ class Runtime(Sessions):
         With ``signer`` (``Signer.from_key_file(path)``, or a fingerprint and a function that
         signs, as a KMS does), every session it writes records a signed head after each task's
         end and at its close (docs/event-log.md#signed-heads); plait never sees the key.
+        ``telemetry`` says where the spans and metrics of what the runtime's sessions record
+        go over OTLP, as they are recorded (docs/telemetry.md#live); by default the standard
+        ``OTEL_EXPORTER_OTLP_ENDPOINT`` variables decide, and with none set nothing is sent.
         (``_outside`` is replay's: it answers the model, the MCP servers and the approver
         from the log.)
         """
@@ -232,6 +238,9 @@ class Runtime(Sessions):
         self.owner.start()
         self.followers = Followers(self.store, self.owner.leases, self._take_over, self.timers)
         """The sessions it follows while other processes own them."""
+        # A replay makes again what was exported when it ran: it exports nothing.
+        self.telemetry = None if _outside is not None else live_export(self, telemetry)
+        """Its spans and metrics on their way to an OTLP backend (``None``: none is sent)."""
         _open.add(self)
 
     def _actors_for(
@@ -436,6 +445,8 @@ class Runtime(Sessions):
         with contextlib.suppress(Exception):
             self._loop.submit(self._client.aclose()).result(timeout)
         self._loop.close()
+        if self.telemetry is not None:  # after the sessions' last events, before the store
+            self.telemetry.close(min(timeout, 5.0))
         if self._owns_store:
             self.store.close()
 

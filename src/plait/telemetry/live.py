@@ -138,8 +138,8 @@ class LiveExport:
             self._send(self._builders.pop(event.stream).finish())
 
     def _send(self, spans: list[Span]) -> None:
-        for span in readable(spans, self._where):
-            self._processor.on_end(span)
+        for made in readable(spans, self._where):
+            self._processor.on_end(made)
         self._spans += len(spans)
         if self._metrics is not None:
             for span in spans:
@@ -180,6 +180,6 @@ class LiveExport:
 
     def _stop(self) -> None:
         with quiet():
-            self._processor.shutdown()
+            self._processor.shutdown()  # type: ignore[no-untyped-call]
             if self._metrics is not None:
                 self._metrics.close(EXPORT_TIMEOUT_SEC)

@@ -1,0 +1,33 @@
+"""Whether a runtime exports its sessions' spans and metrics as they are recorded, and the
+one line that says why not when it cannot (docs/telemetry.md#live)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from plait.errors import TelemetryError
+from plait.telemetry.settings import TelemetrySettings
+
+if TYPE_CHECKING:
+    from plait.runtime.runtime import Runtime
+    from plait.telemetry.live import LiveExport
+
+__all__ = ["live_export"]
+
+log = logging.getLogger(__name__)
+
+
+def live_export(runtime: Runtime, settings: TelemetrySettings | None) -> LiveExport | None:
+    """Start exporting ``runtime``'s sessions if ``settings`` (or the environment) name an
+    endpoint; without the SDK, warn once naming the extra and run without."""
+    settings = settings or TelemetrySettings()
+    if settings.traces_endpoint() is None:
+        return None
+    try:
+        from plait.telemetry.live import LiveExport
+
+        return LiveExport(runtime.store, settings, runtime.owner.id)
+    except TelemetryError as exc:
+        log.warning("telemetry: %s; sessions run without it", exc)
+        return None
