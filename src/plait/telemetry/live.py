@@ -52,7 +52,7 @@ class _Counting:
     def __init__(self, inner: SpanExporter, where: str) -> None:
         self.inner, self.where = inner, where
         self.exported = self.failed = 0
-        self._warned = False
+        self.warned = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         from opentelemetry.sdk.trace.export import SpanExportResult
@@ -66,8 +66,8 @@ class _Counting:
             self.exported += len(spans)
         else:
             self.failed += len(spans)
-            if not self._warned:
-                self._warned = True
+            if not self.warned:
+                self.warned = True
                 log.warning(
                     "telemetry: %s did not take %d spans; spans are dropped and counted "
                     "while it fails (docs/telemetry.md#when-the-backend-fails)",
@@ -104,15 +104,17 @@ class LiveExport:
         self._content = settings.with_content()
         self._builders: dict[str, SpanBuilder] = {}
         self._spans = 0
+        self._final: TelemetryStats | None = None
         self._feed = store.subscribe(store.last_position())
         self._thread = threading.Thread(target=self._run, name="plait-telemetry", daemon=True)
         self._thread.start()
 
     @property
     def stats(self) -> TelemetryStats:
-        """What was exported so far."""
-        exported = self._exporter.exported
-        return TelemetryStats(self._spans, exported, self._exporter.failed)
+        """What was exported so far (once closed: in all, every span not exported dropped)."""
+        if self._final is not None:
+            return self._final
+        return TelemetryStats(self._spans, self._exporter.exported, self._exporter.failed)
 
     def _run(self) -> None:
         with quiet():  # the batch processor's "queue full" lines, made on this thread
@@ -156,16 +158,16 @@ class LiveExport:
         stopping = threading.Thread(target=self._stop, name="plait-telemetry-stop", daemon=True)
         stopping.start()
         stopping.join(timeout_sec)  # a backend that hangs is left behind, on a daemon thread
-        stats = self.stats
-        lost = stats.spans - stats.exported
-        if lost:
+        spans, exported = self._spans, self._exporter.exported
+        self._final = TelemetryStats(spans, exported, spans - exported)
+        if spans > exported and not self._exporter.warned:  # said once already otherwise
             log.warning(
-                "telemetry: %d of %d spans were not exported (%s failed or was too slow)",
-                lost,
-                stats.spans,
+                "telemetry: %d of %d spans were not exported (%s was too slow)",
+                spans - exported,
+                spans,
                 self.settings.traces_endpoint(),
             )
-        return msgspec.structs.replace(stats, dropped=lost)
+        return self._final
 
     def _caught_up(self, timeout_sec: float) -> None:
         """Wait until the feed has handed on every event stored by now."""

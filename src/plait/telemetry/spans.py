@@ -24,7 +24,6 @@ from plait.events.types import (
     ModelRequested,
     ModelRequestFailed,
     ModelResponded,
-    SessionResumed,
     SessionStarted,
     StopRequested,
     TaskCompleted,
@@ -198,11 +197,6 @@ class SpanBuilder:
             case StopRequested() if task is not None and task.span is not None:
                 stop: Attributes = {"plait.stop.detail": body.detail}
                 task.span.events.append(SpanEvent("plait.stop.requested", event.at, stop))
-            case SessionResumed() if body.crashed_task_id in self._tasks:
-                crashed = self._tasks[body.crashed_task_id].span
-                if crashed is not None and crashed.end is None:
-                    resumed: Attributes = {"plait.resumed_at": event.at.isoformat()}
-                    crashed.events.append(SpanEvent("plait.session.taken_over", event.at, resumed))
             case TaskCompleted() if task is not None and task.span is not None:
                 ended += self._task_ended(task, task.span, event.at, body)
             case TurnAborted() if task is not None and task.span is not None:
