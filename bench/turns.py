@@ -12,6 +12,7 @@ import http.client
 import os
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -32,6 +33,7 @@ from plait.actors.model import ModelSettings
 from plait.errors import PlaitError
 from plait.events.types import Event, TaskCompleted
 from plait.runtime import Runtime
+from plait.telemetry import TelemetrySettings
 from plait.testing import ScriptedToolCall, Step
 
 ANSWER = "Escaped quotes now survive the tokenizer; a regression test covers it, all 119 pass."
@@ -75,25 +77,38 @@ def prompt(i: int) -> str:
 
 
 def ours(
-    tmp: Path, n: int, tool: bool, name: str, *, store: str | None = None, history: int = 0
+    tmp: Path,
+    n: int,
+    tool: bool,
+    name: str,
+    *,
+    store: str | None = None,
+    history: int = 0,
+    telemetry: TelemetrySettings | None = None,
 ) -> tuple[list[float], Shape]:
     """Time ``n`` tasks in one session (on ``store``, by default a SQLite file), after
-    ``history`` untimed tasks in it (two messages each)."""
+    ``history`` untimed tasks in it (two messages each); ``telemetry`` exports it live."""
+    off = TelemetrySettings(enabled=False)
     with ModelProcess(steps(WARM + history + n, tool), model=MODEL) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
-        with Runtime(store or tmp / f"{name}.db", model=settings, workdir=tmp) as runtime:
+        where = store or tmp / f"{name}.db"
+        with Runtime(where, model=settings, workdir=tmp, telemetry=telemetry or off) as runtime:
             warm = runtime.start_session()
             for i in range(WARM):
                 assert warm.run(prompt(i), timeout=60).ok
             session = runtime.start_session()
             for i in range(history):
                 assert session.run(prompt(i), timeout=60).ok
+            if runtime.telemetry is not None:  # the untimed tasks' spans are not the timed ones'
+                assert runtime.telemetry.flush(), "the receiver did not take the spans"
             times: list[float] = []
+            cpu = time.process_time()
             for i in range(n):
                 start = time.perf_counter()
                 outcome = session.run(prompt(i), timeout=60)
                 times.append(time.perf_counter() - start)
                 assert outcome.ok, outcome
+            CPU[name] = (time.process_time() - cpu) / n
         first, second = server.requests(2)
         output = second["messages"][-1].get("content", "") if tool else ""
         return times, Shape(first["messages"][0], first.get("tools", []), output)
@@ -327,16 +342,66 @@ def more_turns(tmp: Path, n: int) -> None:
           f"ours: Runtime on PostgresStore ({POSTGRES}), session.run")  # fmt: skip
 
 
+CPU: dict[str, float] = {}
+"""CPU seconds per timed task of this process (every thread), by run name."""
+RUNS = 8
+"""Runs of section 3, half with live export on, half off, alternating."""
+
+
+def exported(tmp: Path, n: int) -> None:
+    """The durable turn with live export to a local OTLP receiver, beside the same turn
+    without: ``n`` tasks each, in alternating runs, so both see the same machine."""
+    # The receiver the telemetry tests use, in a process of its own, as a backend is.
+    receiver = Path(__file__).resolve().parents[1] / "tests" / "otlp_receiver.py"
+    for title, history in (("a plain turn", 0), (f"after {2 * HISTORY} messages", HISTORY)):
+        off: list[float] = []
+        on: list[float] = []
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+        with subprocess.Popen([sys.executable, str(receiver)], **pipes) as backend:
+            assert backend.stdin is not None and backend.stdout is not None
+            live = TelemetrySettings(endpoint=backend.stdout.readline().strip())
+            for run in range(RUNS):  # off, on, off, on...: both see the machine alike
+                name, part = f"otel-{history}-{run}", n // (RUNS // 2)
+                if run % 2:
+                    on += ours(tmp, part, False, name, history=history, telemetry=live)[0]
+                else:
+                    off += ours(tmp, part, False, name, history=history)[0]
+            backend.stdin.close()
+            spans = int(backend.stdout.readline())
+        lines: list[Line] = []
+        for label, stat in (("median", statistics.median), ("p90", _p90)):
+            a, b = stat(on), stat(off)
+            lines.append((f"  {label}, ms", ms(a), ms(b), f"{a / b:.2f}x", "<= 1.05x"))
+        cpu = [statistics.median(CPU[f"otel-{history}-{run}"] for run in range(k, RUNS, 2))
+               for k in (1, 0)]  # fmt: skip
+        lines.append(("  CPU per task, all threads, ms", ms(cpu[0]), ms(cpu[1]),
+                      f"{cpu[0] / cpu[1]:.2f}x", ""))  # fmt: skip
+        lines.append(("  spans the receiver got", str(spans), "", "", ""))
+        table(f"3. {title}, live export on (ours) against off (raw), {len(on)} tasks each", lines,
+              "ours: Runtime on SQLite with [telemetry] to a local OTLP/HTTP receiver")  # fmt: skip
+
+
+def _p90(times: list[float]) -> float:
+    return statistics.quantiles(times, n=10)[-1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="counts / 10, for a smoke run")
     parser.add_argument("--profile", action="store_true", help="cProfile ours once")
+    parser.add_argument(
+        "--otel", action="store_true", help="only section 3: live export on against off"
+    )
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     turns, tasks = 500 // scale, 200 // scale
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="plait-bench-") as name:
         tmp = Path(name)
+        if args.otel:
+            exported(tmp, turns)
+            print(f"\ntotal {time.perf_counter() - started:.0f} s")
+            return
         for title, n, tool in (
             (f"1. a plain turn (~20 streamed chunks), {turns} in one session", turns, False),
             (f"2. a task with one conv_list call (2 model requests), {tasks} tasks", tasks, True),
@@ -347,6 +412,7 @@ def main() -> None:
             lines += turn_lines(ours_s, floor_s, FLOOR)
             table(title, lines, "ours: Runtime on SQLite (WAL, synchronous=FULL), session.run")
         more_turns(tmp, turns)
+        exported(tmp, turns)
         diagnose(tmp, 100 // scale)
         if args.profile:
             profile(tmp, turns)

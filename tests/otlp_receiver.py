@@ -318,3 +318,14 @@ class OtlpReceiver:
                     f"after {timeout} s, {len(items)} {what} in {self.requests} requests: {names}"
                 )
             return list(items)
+
+
+if __name__ == "__main__":
+    # A receiver in a process of its own (bench/turns.py): its URL on the first line of
+    # stdout, then the count of spans it took when stdin closes.
+    import sys
+
+    with OtlpReceiver() as receiver:
+        print(receiver.url, flush=True)
+        sys.stdin.read()
+        print(len(receiver.spans()), flush=True)

@@ -104,6 +104,7 @@ class EventStore(Ownership, BlobStore, ABC):
         self.clock = clock
         self._appended = Signal()  # appends through this object
         self._commanded = Signal()  # commands stored through it: apart, appends wake no owner
+        self._taps: list[Callable[[list[Event]], object]] = []
         self._closed = False
         self._salt_key = os.urandom(32)
         """Makes each stream's salt: see ``BlobStore._scope``."""
@@ -134,7 +135,7 @@ class EventStore(Ownership, BlobStore, ABC):
             lambda head_seq, head_hash: self._prepare(stream, drafts, head_seq, head_hash),
             epoch,
         )
-        self._notify()
+        self._notify(events_out)
         return events_out
 
     def prepare(
@@ -158,7 +159,7 @@ class EventStore(Ownership, BlobStore, ABC):
             return prepared
 
         events = self._append_rows(stream, first.seq - 1, made, epoch)
-        self._notify()
+        self._notify(events)
         return events
 
     def _draft(self, stream: str, item: Body | NewEvent) -> NewEvent:
@@ -345,8 +346,21 @@ class EventStore(Ownership, BlobStore, ABC):
         """Return a live iterator over every event after ``from_position``, each exactly once."""
         return Subscription(self, from_position, self._waiter())
 
-    def _notify(self) -> None:
+    def tap(self, listener: Callable[[list[Event]], object]) -> Callable[[], None]:
+        """Hand ``listener`` each group of events appended through this object once it is
+        durable, on the appending thread (so it must only queue them); return what stops it.
+        Live telemetry listens so (docs/telemetry.md#live): what this process wrote."""
+        self._taps = [*self._taps, listener]
+
+        def stop() -> None:
+            self._taps = [tap for tap in self._taps if tap is not listener]
+
+        return stop
+
+    def _notify(self, events: list[Event]) -> None:
         self._appended.notify()
+        for listener in self._taps:
+            listener(events)
 
     def _waiter(self) -> Waiter:
         return ConditionWaiter(self._appended)

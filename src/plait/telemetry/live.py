@@ -1,187 +1,187 @@
-"""Export spans and metrics while plait runs, from the log's feed (docs/telemetry.md#live).
+"""Export spans and metrics while plait runs, from the log (docs/telemetry.md#live).
 
-A thread follows the store from where it was when the runtime opened and folds each session's
-events into spans as they become durable; an ended span goes to the SDK's batch processor,
-whose own thread sends it. Nothing of this is on a turn's path: a backend that fails or hangs
-costs a session nothing; its spans are dropped and counted, and one warning line says so.
+Each group of events this process appends is queued as it becomes durable (``store.tap``: a
+deque append on the writer's thread, nothing more). Every ``SEND_EVERY_SEC`` a thread writes
+what is queued, encoded, to the export's own process (``telemetry/worker.py``), which folds it
+into spans and metrics and sends them: the work of telemetry takes no turn of this process's
+interpreter from its sessions. Only the process that writes a session exports it, so processes
+sharing a store send each span once. A backend that fails or hangs costs a session nothing:
+its spans are dropped and counted, and one warning line says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import queue
+import subprocess
+import sys
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections import deque
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 import msgspec
 
-from plait.events.types import Event, SessionClosed
-from plait.telemetry.metrics import Metrics
-from plait.telemetry.otlp import exporter, quiet, readable, require_sdk, resource
+from plait.events.types import Event
+from plait.telemetry.exporting import EXPORT_TIMEOUT_SEC, TelemetryStats
+from plait.telemetry.otlp import require_sdk
 from plait.telemetry.settings import TelemetrySettings
-from plait.telemetry.spans import Span, SpanBuilder
+from plait.telemetry.worker import HEADER, Frame, Reply, encode
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
     from plait.events.store import EventStore
 
 __all__ = ["LiveExport", "TelemetryStats"]
 
 log = logging.getLogger(__name__)
 
-EXPORT_TIMEOUT_SEC = 5.0
-"""How long one export request may take before it counts as failed."""
-
-
-class TelemetryStats(msgspec.Struct, frozen=True):
-    """What a live export did."""
-
-    spans: int
-    """Spans that ended and were handed to the exporter."""
-    exported: int
-    """Spans the backend took."""
-    dropped: int
-    """Spans lost: the backend failed, was too slow, or the queue was full."""
-
-
-class _Counting:
-    """The OTLP exporter, counting what the backend took; the first failure is one warning."""
-
-    def __init__(self, inner: SpanExporter, where: str) -> None:
-        self.inner, self.where = inner, where
-        self.exported = self.failed = 0
-        self.warned = False
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        with quiet():
-            try:
-                result = self.inner.export(spans)
-            except Exception:  # an exporter's bug must not end the batch thread
-                result = SpanExportResult.FAILURE
-        if result is SpanExportResult.SUCCESS:
-            self.exported += len(spans)
-        else:
-            self.failed += len(spans)
-            if not self.warned:
-                self.warned = True
-                log.warning(
-                    "telemetry: %s did not take %d spans; spans are dropped and counted "
-                    "while it fails (docs/telemetry.md#when-the-backend-fails)",
-                    self.where,
-                    len(spans),
-                )
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
+SEND_EVERY_SEC = 0.2
+"""How often what is queued is sent to the export's process: in bursts, not at each append."""
+BACKLOG = 100_000
+"""Groups queued past which new ones are dropped (and counted): the export's process has
+fallen that far behind, or is gone."""
+_decode_reply = msgspec.json.Decoder(Reply).decode
 
 
 class LiveExport:
-    """Follow ``store`` from now on; export each session's spans as their events land."""
+    """Export each session this process writes to ``store`` as its events land."""
 
     def __init__(self, store: EventStore, settings: TelemetrySettings, instance: str) -> None:
         """``instance``: the ``service.instance.id`` of this process's spans."""
         require_sdk()
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
         self.settings = settings
         self._store = store
-        self._where = resource(settings).merge(Resource({"service.instance.id": instance}))
-        endpoint = settings.traces_endpoint() or ""
-        self._exporter = _Counting(exporter(settings, EXPORT_TIMEOUT_SEC), endpoint)
-        self._processor = BatchSpanProcessor(self._exporter)  # type: ignore[arg-type]
-        self._metrics = (
-            Metrics(settings, self._where) if settings.metrics_endpoint() is not None else None
+        package = str(Path(__file__).resolve().parents[2])  # the plait this process runs
+        paths = [package, *filter(None, [os.environ.get("PYTHONPATH")])]
+        settings_json = msgspec.json.encode(settings).decode()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "plait.telemetry.worker", settings_json, instance],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+            start_new_session=True,  # a Ctrl-C at the terminal is the runtime's to handle
         )
-        self._content = settings.with_content()
-        self._builders: dict[str, SpanBuilder] = {}
-        self._spans = 0
-        self._final: TelemetryStats | None = None
-        self._feed = store.subscribe(store.last_position())
+        self._replies: queue.Queue[Reply | None] = queue.Queue()
+        self._queue: deque[list[Event] | threading.Event] = deque()
+        self._lost = 0
+        self._seen: set[str] = set()
+        self._last = TelemetryStats(0, 0, 0)
+        self._wake = threading.Event()
+        self._stopping = False
+        self._untap = store.tap(self._heard)
+        threading.Thread(target=self._read, name="plait-telemetry-replies", daemon=True).start()
         self._thread = threading.Thread(target=self._run, name="plait-telemetry", daemon=True)
         self._thread.start()
 
     @property
     def stats(self) -> TelemetryStats:
-        """What was exported so far (once closed: in all, every span not exported dropped)."""
-        if self._final is not None:
-            return self._final
-        return TelemetryStats(self._spans, self._exporter.exported, self._exporter.failed)
+        """What was exported, as the export's process last said (after ``flush``, ``close``)."""
+        return self._last
+
+    def _heard(self, events: list[Event]) -> None:
+        """Queue a durable group (on the appending thread: nothing more)."""
+        if len(self._queue) < BACKLOG:
+            self._queue.append(events)
+        else:
+            self._lost += len(events)
+
+    def _read(self) -> None:
+        out = self._process.stdout
+        assert out is not None
+        with out:
+            for line in out:
+                self._replies.put(_decode_reply(line))
+        self._replies.put(None)
 
     def _run(self) -> None:
-        with quiet():  # the batch processor's "queue full" lines, made on this thread
-            try:
-                for event in self._feed:
-                    self._take(event)
-            except Exception as exc:  # the store closed under it, or a bug: spans stop here
-                if not self._store.closed:
-                    log.warning("telemetry: stopped following the log: %s", exc)
+        pipe = self._process.stdin
+        assert pipe is not None
+        try:
+            while True:
+                self._wake.wait(SEND_EVERY_SEC)
+                self._wake.clear()
+                stopping = self._stopping
+                self._send(pipe)
+                if stopping:
+                    break
+        except (OSError, ValueError) as exc:  # its process is gone: nothing more can be sent
+            log.warning("telemetry: the export's process ended (%s); spans are lost", exc)
+        finally:
+            self._lost += sum(len(g) for g in self._queue if not isinstance(g, threading.Event))
+            with contextlib.suppress(OSError):  # its reader is gone
+                pipe.close()
 
-    def _take(self, event: Event) -> None:
-        builder = self._builders.get(event.stream)
-        if builder is None:
-            builder = self._builders[event.stream] = SpanBuilder(
-                event.stream, content=self._content
-            )
-            for earlier in self._store.read(event.stream, upto=event.seq - 1):
-                builder.feed(earlier)  # exported already, or before this process: not again
-        if self._metrics is not None:
-            self._metrics.event(event)
-        self._send(builder.feed(event))
-        if isinstance(event.body, SessionClosed):  # reopened, it is folded again from its log
-            self._send(self._builders.pop(event.stream).finish())
+    def _send(self, pipe: IO[bytes]) -> None:
+        """Write what is queued, in order: a frame of events per run between flushes."""
+        events: list[Event] = []
+        while self._queue:
+            item = self._queue.popleft()
+            if isinstance(item, threading.Event):
+                self._write(pipe, Frame("events", events, self._take_lost()))
+                self._write(pipe, Frame("flush"))
+                item.set()
+                events = []
+                continue
+            first = item[0]
+            if first.stream not in self._seen:
+                self._seen.add(first.stream)
+                if first.seq > 1:  # a session this process took over or resumed
+                    self._write(pipe, Frame("events", events, self._take_lost()))
+                    events = []
+                    past = self._store.read(first.stream, upto=first.seq - 1)
+                    self._write(pipe, Frame("past", past))
+            events += item
+        self._write(pipe, Frame("events", events, self._take_lost()))
 
-    def _send(self, spans: list[Span]) -> None:
-        for made in readable(spans, self._where):
-            self._processor.on_end(made)
-        self._spans += len(spans)
-        if self._metrics is not None:
-            for span in spans:
-                self._metrics.span(span)
+    def _take_lost(self) -> int:
+        lost, self._lost = self._lost, 0
+        return lost
+
+    @staticmethod
+    def _write(pipe: IO[bytes], frame: Frame) -> None:
+        if frame.kind == "events" and not frame.events and not frame.lost:
+            return
+        data = encode(frame)
+        pipe.write(len(data).to_bytes(HEADER, "big") + data)
+        pipe.flush()
+
+    def flush(self, timeout_sec: float = 5.0) -> bool:
+        """Send every span that has ended by now; return whether it was done in
+        ``timeout_sec`` (or about, plus the export's own timeout)."""
+        sent = threading.Event()
+        self._queue.append(sent)
+        self._wake.set()
+        if not sent.wait(timeout_sec):
+            return False
+        try:
+            reply = self._replies.get(timeout=timeout_sec + EXPORT_TIMEOUT_SEC)
+        except queue.Empty:
+            return False
+        if reply is None:
+            return False
+        self._last = reply.stats
+        return reply.flushed
 
     def close(self, timeout_sec: float = 5.0) -> TelemetryStats:
-        """Export what the log holds up to now, then stop; wait at most ``timeout_sec``."""
-        self._caught_up(timeout_sec)
-        self._feed.close()
+        """Send what was recorded up to now, then stop; wait at most about ``timeout_sec``
+        (and the export's own timeout) for the backend."""
+        self._untap()
+        self._stopping = True
+        self._wake.set()
         self._thread.join(timeout_sec)
-        for builder in self._builders.values():
-            self._send(builder.finish())
-        self._builders.clear()
-        stopping = threading.Thread(target=self._stop, name="plait-telemetry-stop", daemon=True)
-        stopping.start()
-        stopping.join(timeout_sec)  # a backend that hangs is left behind, on a daemon thread
-        spans, exported = self._spans, self._exporter.exported
-        self._final = TelemetryStats(spans, exported, spans - exported)
-        if spans > exported and not self._exporter.warned:  # said once already otherwise
-            log.warning(
-                "telemetry: %d of %d spans were not exported (%s was too slow)",
-                spans - exported,
-                spans,
-                self.settings.traces_endpoint(),
-            )
-        return self._final
-
-    def _caught_up(self, timeout_sec: float) -> None:
-        """Wait until the feed has handed on every event stored by now."""
-        last = self._store.last_position()
-        done = threading.Event()
-        deadline = threading.Timer(timeout_sec, done.set)
-        deadline.daemon = True
-        deadline.start()
-        while self._feed.position < last and self._thread.is_alive() and not done.is_set():
-            done.wait(0.01)
-        deadline.cancel()
-
-    def _stop(self) -> None:
-        with quiet():
-            self._processor.shutdown()  # type: ignore[no-untyped-call]
-            if self._metrics is not None:
-                self._metrics.close(EXPORT_TIMEOUT_SEC)
+        reply: Reply | None = None
+        try:
+            while (got := self._replies.get(timeout=timeout_sec + EXPORT_TIMEOUT_SEC)) is not None:
+                reply = got
+        except queue.Empty:
+            pass
+        try:
+            self._process.wait(timeout_sec)
+        except subprocess.TimeoutExpired:
+            self._process.kill()  # a backend that hangs is not waited for
+            self._process.wait()
+        if reply is not None:
+            self._last = reply.stats
+        return self._last

@@ -8,15 +8,18 @@ log, like the spans.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from plait.events.types import Event
 from plait.telemetry import genai
-from plait.telemetry.genai import Attributes
+from plait.telemetry.genai import Attributes, AttributeValue
 from plait.telemetry.settings import TelemetrySettings
 from plait.telemetry.spans import Span
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import CallbackOptions, Observation
     from opentelemetry.sdk.resources import Resource
 
 __all__ = ["Metrics"]
@@ -53,22 +56,37 @@ class Metrics:
         self._duration = meter.create_histogram(
             "gen_ai.client.operation.duration",
             unit="s",
-            description="Duration of model requests and agent invocations, as recorded.",
+            description="Duration of model requests, from request to reply, as recorded.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
-        self._tasks = meter.create_counter(
-            "plait.tasks", unit="{task}", description="Tasks that ended, by outcome."
-        )
-        self._calls = meter.create_counter(
-            "plait.tool_calls", unit="{call}", description="Tool calls that ended, by outcome."
-        )
-        self._events = meter.create_counter(
-            "plait.events.appended", unit="{event}", description="Events appended, by type."
-        )
+        # Counted here and read at each export: an SDK counter's add costs more than all the
+        # rest of an event's telemetry (bench/turns.py, section 3).
+        self._counts: dict[str, Counter[tuple[tuple[str, AttributeValue], ...]]] = {}
+        for name, unit, description in (
+            ("plait.tasks", "{task}", "Tasks that ended, by outcome."),
+            ("plait.tool_calls", "{call}", "Tool calls that ended, by tool and outcome."),
+            ("plait.events.appended", "{event}", "Events appended, by type."),
+        ):
+            counts = self._counts[name] = Counter()
+            meter.create_observable_counter(
+                name, [self._observer(counts)], unit=unit, description=description
+            )
+
+    @staticmethod
+    def _observer(
+        counts: Counter[tuple[tuple[str, AttributeValue], ...]],
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(_: CallbackOptions) -> Iterable[Observation]:
+            from opentelemetry.metrics import Observation
+
+            return [Observation(n, dict(key)) for key, n in list(counts.items())]
+
+        return observe
 
     def event(self, event: Event) -> None:
         """Count an event appended."""
-        self._events.add(1, {"plait.event.type": type(event.body).__name__})
+        key = (("plait.event.type", type(event.body).__name__),)
+        self._counts["plait.events.appended"][key] += 1
 
     def span(self, span: Span) -> None:
         """Record what an ended span measures."""
@@ -80,15 +98,18 @@ class Metrics:
         if operation == "execute_tool":
             outcome = attributes.get("plait.tool.outcome", "aborted")
             tool = attributes.get(genai.TOOL_NAME, "")
-            self._calls.add(1, {genai.TOOL_NAME: tool, "plait.tool.outcome": outcome})
+            self._counts["plait.tool_calls"][
+                ((genai.TOOL_NAME, tool), ("plait.tool.outcome", outcome))
+            ] += 1
+            return
+        if operation == "invoke_agent":
+            outcome = attributes.get(genai.ERROR_TYPE, "ok")
+            self._counts["plait.tasks"][(("plait.task.outcome", outcome),)] += 1
             return
         assert span.end is not None
         self._duration.record((span.end - span.start).total_seconds(), common)
-        if operation == "invoke_agent":
-            self._tasks.add(1, {"plait.task.outcome": str(attributes.get(genai.ERROR_TYPE, "ok"))})
-            return
-        for kind, key in (("input", genai.INPUT_TOKENS), ("output", genai.OUTPUT_TOKENS)):
-            count = attributes.get(key)
+        for kind, name in (("input", genai.INPUT_TOKENS), ("output", genai.OUTPUT_TOKENS)):
+            count = attributes.get(name)
             if isinstance(count, int):
                 self._tokens.record(count, {**common, "gen_ai.token.type": kind})
 

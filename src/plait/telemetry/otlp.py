@@ -8,6 +8,7 @@ it, a ``TelemetryError`` names the extra to install.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import TraceFlags
 
 __all__ = ["SCOPE", "export", "exporter", "otlp_json", "quiet", "readable", "resource"]
 
@@ -96,21 +99,31 @@ def _ns(at: datetime) -> int:
     return int(at.timestamp()) * 1_000_000_000 + at.microsecond * 1000
 
 
-def readable(spans: Sequence[Span], where: Resource) -> list[ReadableSpan]:
-    """``spans`` as the SDK's ended spans, ready for any span exporter."""
+@functools.cache
+def _constants() -> tuple[InstrumentationScope, TraceFlags, dict[str, Any], dict[str, Any]]:
+    """What every span of plait's shares: made once (a live export makes spans all day)."""
     from opentelemetry import trace
-    from opentelemetry.sdk.trace import Event as SdkEvent
-    from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    scope = InstrumentationScope(SCOPE, _version(), genai.SCHEMA_URL)
-    sampled = trace.TraceFlags(trace.TraceFlags.SAMPLED)
     kinds = {"internal": trace.SpanKind.INTERNAL, "client": trace.SpanKind.CLIENT}
     statuses = {
         "unset": trace.StatusCode.UNSET,
         "ok": trace.StatusCode.OK,
         "error": trace.StatusCode.ERROR,
     }
+    scope = InstrumentationScope(SCOPE, _version(), genai.SCHEMA_URL)
+    return scope, trace.TraceFlags(trace.TraceFlags.SAMPLED), kinds, statuses
+
+
+def readable(spans: Sequence[Span], where: Resource) -> list[ReadableSpan]:
+    """``spans`` as the SDK's ended spans, ready for any span exporter."""
+    if not spans:
+        return []
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import Event as SdkEvent
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    scope, sampled, kinds, statuses = _constants()
     made = []
     for span in spans:
         assert span.end is not None, "only ended spans are exported"

@@ -330,16 +330,16 @@ class SpanBuilder:
     # --- model requests ---------------------------------------------------------------------
 
     def _request(self, task: _Task, parent: Span, event: Event, body: ModelRequested) -> Span:
+        # Each attribute costs its encoding in every export (docs/telemetry.md#cost): what
+        # the agent span says already (the session, the task) is not said again here.
         attributes: Attributes = {
             genai.OPERATION: "chat",
             genai.PROVIDER: genai.PROVIDER_OPENAI,
             genai.REQUEST_MODEL: body.model,
             genai.CONVERSATION_ID: task.plan.conversation_id,
-            genai.SESSION_ID: self.stream,
-            genai.PLAIT_TASK_ID: task.plan.task_id,
-            "plait.request.attempt": body.attempt,
-            "plait.request.messages": body.message_count,
         }
+        if body.attempt > 1:
+            attributes["plait.request.attempt"] = body.attempt
         if body.purpose != "turn":
             attributes["plait.request.purpose"] = body.purpose
         attributes.update(genai.request_options(self._options))
@@ -386,7 +386,6 @@ class SpanBuilder:
             genai.TOOL_CALL_ID: body.call_id,
             genai.TOOL_TYPE: genai.tool_type(body.tool),
             genai.CONVERSATION_ID: event.conversation_id or "",
-            genai.SESSION_ID: self.stream,
             "plait.tool.read_only": body.read_only,
         }
         if self.content:

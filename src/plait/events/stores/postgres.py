@@ -216,7 +216,7 @@ class PostgresStore(EventStore):
         stream's head is still the event it was made to follow): one round trip."""
         first = prepared.events[0]
         events = self._write(stream, first.seq - 1, first.prev_hash, prepared, epoch)
-        self._notify()
+        self._notify(events)
         return events
 
     def _peek(self, stream: str, expected_seq: int, epoch: int | None) -> tuple[int, bytes]:
