@@ -78,6 +78,8 @@ def test_forget_erases_every_byte_and_keeps_the_proof(
     ]
     assert [(c["tool"], c["outcome"]) for c in before] == [("lookup", "ok")]
     assert MARKER.encode() in store_bytes(durable_stores)  # so the test can fail
+    traced = cli(*where, "trace", session, "--json", "--content")
+    assert traced.returncode == 0 and MARKER in traced.stdout, traced.stderr
 
     done = cli(*where, "forget", session, "--yes", "--by", "privacy desk", "--reason", "req 1142")
     assert done.returncode == 0, done.stderr
@@ -100,6 +102,9 @@ def test_forget_erases_every_byte_and_keeps_the_proof(
     arguments = after[0]["arguments"]
     assert arguments["erased"] is True and arguments["size"] == len(json.dumps({"person": MARKER}))
     assert len(arguments["sha256"]) == 64
+    traced = cli(*where, "trace", session, "--json", "--content")
+    assert traced.returncode == 0, traced.stderr
+    assert MARKER not in traced.stdout and '"execute_tool lookup"' in traced.stdout
     history = cli(*where, "history", session)
     assert history.returncode == 0 and "[erased]" in history.stdout
     assert MARKER not in history.stdout
