@@ -345,7 +345,7 @@ def more_turns(tmp: Path, n: int) -> None:
 CPU: dict[str, float] = {}
 """CPU seconds per timed task of this process (every thread), by run name."""
 RUNS = 8
-"""Runs of section 3, half with live export on, half off, alternating."""
+"""Runs of section 1d, half with live export on, half off, alternating."""
 
 
 def exported(tmp: Path, n: int) -> None:
@@ -377,7 +377,7 @@ def exported(tmp: Path, n: int) -> None:
         lines.append(("  CPU per task, all threads, ms", ms(cpu[0]), ms(cpu[1]),
                       f"{cpu[0] / cpu[1]:.2f}x", ""))  # fmt: skip
         lines.append(("  spans the receiver got", str(spans), "", "", ""))
-        table(f"3. {title}, live export on (ours) against off (raw), {len(on)} tasks each", lines,
+        table(f"1d. {title}, live export on (ours) against off (raw), {len(on)} tasks each", lines,
               "ours: Runtime on SQLite with [telemetry] to a local OTLP/HTTP receiver")  # fmt: skip
 
 
@@ -390,7 +390,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="counts / 10, for a smoke run")
     parser.add_argument("--profile", action="store_true", help="cProfile ours once")
     parser.add_argument(
-        "--otel", action="store_true", help="only section 3: live export on against off"
+        "--otel", action="store_true", help="only section 1d: live export on against off"
     )
     args = parser.parse_args()
     scale = 10 if args.quick else 1

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from otlp_receiver import OtlpReceiver
 from scripted import call
 
 from plait.testing import ScriptedModelServer, Step
@@ -93,6 +94,17 @@ def test_proving_what_happened_runs_as_written(tmp_path: Path) -> None:
     (block,) = blocks_after(MARKER + " (proof) -->", "sh")
     printed = run_lines(block, tmp_path, environment())
     assert "unchecked" not in printed[2] and "witness audit.key.heads" in printed[2]
+
+
+def test_watching_sessions_runs_as_written(tmp_path: Path) -> None:
+    (block,) = blocks_after(MARKER + " (telemetry) -->", "sh")
+    with OtlpReceiver() as collector:
+        printed = run_lines(
+            block.replace("http://127.0.0.1:4318", collector.url), tmp_path, environment()
+        )
+        spans = collector.wait_for_spans(lambda got: len(got) >= 18)
+    assert len(spans) == 18 and len({s.span_id for s in spans}) == 9  # live, then again
+    assert printed[1].endswith(f": 9 spans sent to {collector.url}/v1/traces\n")
 
 
 def test_the_configured_servers_run_as_shown(git_repo: Path) -> None:

@@ -29,6 +29,7 @@ from plait.errors import (
     StoreError,
     StoreUnavailableError,
     TamperedError,
+    TelemetryError,
     ToolError,
     UnknownConversationError,
     UnknownSessionError,
@@ -61,6 +62,7 @@ from plait.runtime import (
     Status,
     TaskOutcome,
 )
+from plait.telemetry import TelemetrySettings
 
 __all__ = [
     "KEEP",
@@ -114,6 +116,8 @@ __all__ = [
     "StoreUnavailableError",
     "TamperedError",
     "TaskOutcome",
+    "TelemetryError",
+    "TelemetrySettings",
     "ToolError",
     "ToolPrefs",
     "Transient",

@@ -60,7 +60,7 @@ class Metrics:
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
         # Counted here and read at each export: an SDK counter's add costs more than all the
-        # rest of an event's telemetry (bench/turns.py, section 3).
+        # rest of an event's telemetry (bench/turns.py, section 1d).
         self._counts: dict[str, Counter[tuple[tuple[str, AttributeValue], ...]]] = {}
         for name, unit, description in (
             ("plait.tasks", "{task}", "Tasks that ended, by outcome."),
