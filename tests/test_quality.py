@@ -78,7 +78,7 @@ def test_every_package_the_code_imports_is_declared() -> None:
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = {_dist_name(spec) for spec in project["dependencies"]}
-    for extra in ("postgres", "service"):
+    for extra in ("postgres", "service", "otel"):
         declared |= {_dist_name(spec) for spec in project["optional-dependencies"][extra]}
     providers = importlib.metadata.packages_distributions()
     missing: dict[str, str] = {}

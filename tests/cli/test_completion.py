@@ -55,7 +55,8 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
 
 def test_bash_completes_commands_options_and_their_values(cli: Cli) -> None:
     script = cli("completion", "bash").stdout
-    assert complete(script, "plait", "tr") == ["tree"]
+    assert complete(script, "plait", "tre") == ["tree"]
+    assert complete(script, "plait", "tra") == ["trace"]
     assert complete(script, "plait", "--store", "x.db", "se") == ["sessions"]
     assert complete(script, "plait", "--color", "") == ["auto", "always", "never"]
     assert complete(script, "plait", "audit", "3f2a", "--outcome", "e") == ["error"]

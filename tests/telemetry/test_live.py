@@ -185,3 +185,26 @@ def test_metrics_count_tokens_durations_tasks_calls_and_appends(tmp_path: Path) 
         if p.name == "plait.events.appended"
     }
     assert appended["ToolCallCompleted"] == 1 and appended["ModelResponded"] == 2
+
+
+def test_a_session_closed_and_reopened_in_one_process_exports_what_a_trace_builds(
+    tmp_path: Path,
+) -> None:
+    with (
+        OtlpReceiver() as receiver,
+        ScriptedModelServer([Step(text="1"), Step(text="2")]) as server,
+    ):
+        settings = TelemetrySettings(endpoint=receiver.url, metrics=False)
+        with runtime_for(server, tmp_path, telemetry=settings) as runtime:
+            session = runtime.start_session()
+            assert session.run("first", timeout=30).last_assistant_message == "1"
+            session.close()
+            again = runtime.resume(session.session_id)
+            assert again.run("second", timeout=30).last_assistant_message == "2"
+            again.close()
+        received = receiver.wait_for_spans(lambda got: len(got) >= 4)
+    same_spans(received, as_built(tmp_path, session.session_id))
+    assert [s.name for s in received if s.name.startswith("invoke_agent")] == [
+        "invoke_agent root",
+        "invoke_agent root",
+    ]

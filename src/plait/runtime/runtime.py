@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -26,7 +25,7 @@ from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
-from plait.actors.seams import ApprovalGateLike, McpPoolRef, ModelClientLike, ServersFactory
+from plait.actors.seams import McpPoolRef
 from plait.errors import PlaitError
 from plait.events.ownership import DEFAULT_LEASE_SEC
 from plait.events.signing import Signer
@@ -56,6 +55,7 @@ from plait.runtime.handle import SessionHandle
 from plait.runtime.host import SessionHost
 from plait.runtime.inputs import check_inputs
 from plait.runtime.offload import Offload
+from plait.runtime.outside import Outside
 from plait.runtime.ownership import Owner, default_owner_id
 from plait.runtime.sessions import Sessions
 from plait.runtime.telemetry import live_export
@@ -90,26 +90,6 @@ def _hand_back_at_exit() -> None:
 
 
 os.register_at_fork(after_in_child=_open.clear)  # a child's copies own nothing of the parent's
-
-
-@dataclasses.dataclass(frozen=True)
-class Outside:
-    """What answers a session's effects in place of the world: replay's answers from the log
-    (``None``: the real model client, MCP servers and approver)."""
-
-    model_client: ModelClientLike | None = None
-    """Answers model requests, as ``ModelClient`` does."""
-    mcp_factory: ServersFactory | None = None
-    """Makes a session's MCP servers from their configs, as ``McpServers`` does."""
-    approval_gate: ApprovalGateLike | None = None
-    """Decides approvals, as ``ApprovalGate`` does."""
-    new_id: NewId | None = None
-    """Makes the ids of what tool calls make (``None``: the runtime's ``new_id``)."""
-    read_instructions: ReadInstructions | None = None
-    """Reads ``conv_create``'s instruction files (``None``: from the working directory)."""
-    records_servers: bool = True
-    """Each run records the MCP servers it offers (``McpServersOffered``); replay's feeds in
-    those the log recorded instead."""
 
 
 class Runtime(Sessions):

@@ -12,7 +12,7 @@ import msgspec
 
 from plait.events.types import Event, SessionClosed
 from plait.telemetry.metrics import Metrics
-from plait.telemetry.otlp import exporter, quiet, readable, resource
+from plait.telemetry.otlp import exporter, readable, resource
 from plait.telemetry.settings import TelemetrySettings
 from plait.telemetry.spans import Span, SpanBuilder
 
@@ -53,11 +53,10 @@ class _Counting:
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
-        with quiet():
-            try:
-                result = self.inner.export(spans)
-            except Exception:  # an exporter's bug must not end the batch thread
-                result = SpanExportResult.FAILURE
+        try:
+            result = self.inner.export(spans)
+        except Exception:  # an exporter's bug must not end the batch thread
+            result = SpanExportResult.FAILURE
         if result is SpanExportResult.SUCCESS:
             self.exported += len(spans)
         else:
@@ -142,8 +141,7 @@ class Exporting:
 
     def flush(self, timeout_sec: float) -> bool:
         """Send every span ended so far; return whether it was done within ``timeout_sec``."""
-        with quiet():
-            return bool(self._processor.force_flush(int(timeout_sec * 1000)))
+        return bool(self._processor.force_flush(int(timeout_sec * 1000)))
 
     def close(self, timeout_sec: float, unfolded: int = 0) -> TelemetryStats:
         """Send what has ended (a span a reply's usage might still join, too), then stop;
@@ -165,7 +163,6 @@ class Exporting:
         return TelemetryStats(spans, exported, spans - exported, unfolded)
 
     def _stop(self) -> None:
-        with quiet():
-            self._processor.shutdown()  # type: ignore[no-untyped-call]
-            if self._metrics is not None:
-                self._metrics.close(EXPORT_TIMEOUT_SEC)
+        self._processor.shutdown()  # type: ignore[no-untyped-call]
+        if self._metrics is not None:
+            self._metrics.close(EXPORT_TIMEOUT_SEC)

@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING
 
 import msgspec
 
-from plait.events.types import Event
+from plait.events.types import Event, SessionClosed
 from plait.telemetry.exporting import EXPORT_TIMEOUT_SEC, TelemetryStats
 from plait.telemetry.otlp import require_sdk
 from plait.telemetry.settings import TelemetrySettings
@@ -133,6 +133,8 @@ class LiveExport:
                     past = self._store.read(first.stream, upto=first.seq - 1)
                     self._write(pipe, Frame("past", past))
             events += item
+            if any(type(event.body) is SessionClosed for event in item):
+                self._seen.discard(first.stream)  # reopened, its log is read again first
         self._write(pipe, Frame("events", events, self._take_lost()))
 
     def _take_lost(self) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -36,38 +35,19 @@ EXTRA = "pip install 'plait[otel]'"
 BATCH = 512
 """Spans per OTLP request when exporting recorded sessions (the batch processor's default)."""
 
-_plait_thread = threading.local()
-
-
-class _Quiet(logging.Filter):
-    """Drop the SDK's log records made on a thread while plait exports on it: plait says what
-    failed in one line of its own (docs/telemetry.md#when-the-backend-fails)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not getattr(_plait_thread, "quiet", False)
-
-
-_QUIET = _Quiet()
-_SDK_LOGGERS = (
-    "opentelemetry.exporter.otlp.proto.http._common",
-    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
-    "opentelemetry.sdk._shared_internal",
-    "opentelemetry.sdk.metrics._internal.export",
-)
-for _name in _SDK_LOGGERS:
-    logging.getLogger(_name).addFilter(_QUIET)
-
 
 @contextmanager
 def quiet() -> Iterator[None]:
-    """Silence the SDK's own log lines on this thread while the block runs."""
-    before = getattr(_plait_thread, "quiet", False)
-    _plait_thread.quiet = True
+    """Silence the SDK's own log lines while the block runs: plait says what failed, in one
+    line of its own (docs/telemetry.md#when-the-backend-fails). For plait's own processes
+    only (``plait trace``, the live export's): an embedder's logging is left alone."""
+    sdk = logging.getLogger("opentelemetry")
+    before = sdk.level
+    sdk.setLevel(logging.CRITICAL + 1)
     try:
         yield
     finally:
-        _plait_thread.quiet = before
+        sdk.setLevel(before)
 
 
 def require_sdk() -> None:

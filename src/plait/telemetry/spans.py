@@ -27,6 +27,7 @@ from plait.events.types import (
     SessionStarted,
     StopRequested,
     TaskCompleted,
+    TaskDropped,
     TaskEnqueued,
     TaskStarted,
     TokensCounted,
@@ -52,7 +53,7 @@ class SpanEvent:
     """Something that happened during a span, at a recorded time."""
 
     name: str
-    """``plait.*`` (docs/telemetry.md#span-events)."""
+    """``plait.*`` (docs/telemetry.md#what-each-event-becomes)."""
     at: datetime
     """When it was recorded."""
     attributes: Attributes = field(default_factory=dict)
@@ -116,7 +117,6 @@ class _Task:
 
     plan: TaskPlan
     span: Span | None = None
-    runs: int = 0  # how many times it started (again after a crash)
     chat: Span | None = None  # its model request in flight
 
 
@@ -131,8 +131,9 @@ class SpanBuilder:
         self._model = ""
         self._options = ModelOptions()
         self._tasks: dict[str, _Task] = {}
+        # What is open only: a session of a million tasks holds the few that run or wait.
         self._calls: dict[str, Span] = {}  # open tool calls by call id
-        self._call_tasks: dict[str, str] = {}  # call id -> the task that made the call
+        self._continues: dict[str, Span] = {}  # interrupting call id -> the run that made it
         self._targets: dict[str, Span] = {}  # task id -> the interrupting call it answers
         self._agents: dict[str, str] = {}  # conversation id -> agent name
         self._held: Span | None = None  # a chat span whose usage may follow it
@@ -162,6 +163,8 @@ class SpanBuilder:
                 pass
             case TaskEnqueued():
                 self._enqueued(body.plan)
+            case TaskDropped() if event.task_id is not None:
+                self._tasks.pop(event.task_id, None)
             case TaskStarted() if task is not None:
                 self._started(task, event)
             case ModelRequested() if task is not None and task.span is not None:
@@ -223,8 +226,6 @@ class SpanBuilder:
 
     def _started(self, task: _Task, event: Event) -> None:
         plan, stream = task.plan, self.stream
-        task.runs += 1
-        key = ("task", plan.task_id) if task.runs == 1 else ("task", plan.task_id, str(event.seq))
         caller = self._caller(plan)
         if caller is not None:
             trace_id, parent_id = caller.trace_id, caller.span_id
@@ -246,12 +247,10 @@ class SpanBuilder:
             attributes["plait.task.continues_call"] = plan.closure.call_id
         if plan.context is not None:
             attributes["plait.task.kind"] = "context_change"
-        if task.runs > 1:
-            attributes["plait.task.run"] = task.runs
         span = Span(
             f"invoke_agent {agent}",
             trace_id,
-            span_id_of(stream, *key),
+            span_id_of(stream, "task", plan.task_id),
             parent_id,
             "internal",
             event.at,
@@ -267,15 +266,13 @@ class SpanBuilder:
         if target is not None:
             return target
         if plan.closure is not None:
-            made_by = self._call_tasks.get(plan.closure.call_id)
-            caller = self._tasks.get(made_by) if made_by is not None else None
-            if caller is not None:
-                return caller.span
+            return self._continues.pop(plan.closure.call_id, None)
         return None
 
     def _task_ended(self, task: _Task, span: Span, at: datetime, body: TaskCompleted) -> list[Span]:
         if body.cut_off is not None:
             span.fail(f"the reply was cut off ({body.cut_off})", body.cut_off)
+        self._tasks.pop(task.plan.task_id, None)
         ended = self._close_calls(span, at, "the task ended")
         ended.append(self._end(span, at))
         return ended
@@ -302,6 +299,9 @@ class SpanBuilder:
             chat.fail(f"the request was cut off: {body.reason}", "cancelled")
             ended.append(self._end(chat, at))
         awaiting = frozenset(body.awaiting_call_ids)
+        for call_id in awaiting:  # its continuation hangs under this run
+            self._continues[call_id] = span
+        self._tasks.pop(task.plan.task_id, None)
         ended += self._close_calls(span, at, f"aborted: {body.reason}", keep=awaiting)
         ended.append(self._end(span, at))
         return ended
@@ -402,8 +402,6 @@ class SpanBuilder:
             attributes=attributes,
         )
         self._calls[body.call_id] = span
-        if event.task_id is not None:
-            self._call_tasks[body.call_id] = event.task_id
 
     @staticmethod
     def _decided(call: Span, at: datetime, body: ToolApprovalDecided) -> None:

@@ -69,6 +69,9 @@ def main(argv: list[str], stdin: BinaryIO, stdout: TextIO) -> int:
     """Export what arrives on ``stdin`` as ``argv``'s settings say, until it ends."""
     settings = msgspec.json.decode(argv[0], type=TelemetrySettings)
     logging.basicConfig(level=logging.WARNING, format="plait: %(message)s", stream=sys.stderr)
+    # The SDK's own lines (each retry, each failure) are not the user's: plait says what failed
+    # once (docs/telemetry.md#when-the-backend-fails).
+    logging.getLogger("opentelemetry").setLevel(logging.CRITICAL + 1)
     exporting = Exporting(settings, argv[1])
     lost, broken = 0, False
     while (frame := read_frames(stdin)) is not None:
