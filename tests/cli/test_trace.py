@@ -238,6 +238,19 @@ def test_trace_says_what_it_needs(cli: Cli) -> None:
     assert refused.stderr == (
         f"plait: {down.url}/v1/traces: the backend did not take spans 1-9 of 9\n"
     )
+    grpc = cli(
+        "trace",
+        session,
+        "--endpoint",
+        "http://127.0.0.1:4317",
+        env={"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+    )
+    assert grpc.returncode == 1
+    assert grpc.stderr == (
+        "plait: plait trace: OTEL_EXPORTER_OTLP_PROTOCOL=grpc: plait exports OTLP over "
+        "http/protobuf only; set it to http/protobuf and give the collector's HTTP endpoint "
+        "(port 4318)\n"
+    )
     recent = traced_json(cli, "trace", "--since", "1h")
     assert len(recent) == 9
     assert traced_json(cli, "trace", "--since", "2000-01-01T00:00:00Z") == recent

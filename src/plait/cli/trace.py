@@ -48,6 +48,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
             "plait trace: where to? give --endpoint URL, [telemetry] otlp_endpoint or "
             "OTEL_EXPORTER_OTLP_ENDPOINT, or --json to print the spans"
         )
+    problem = settings.unsupported()
+    if problem is not None and not args.json:
+        raise ConfigError(f"plait trace: {problem}")
     if not args.session and args.since is None:
         raise ConfigError("plait trace: name a session, or give --since to trace every session")
     require_sdk()

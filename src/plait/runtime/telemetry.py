@@ -24,6 +24,10 @@ def live_export(runtime: Runtime, settings: TelemetrySettings | None) -> LiveExp
     settings = settings or TelemetrySettings()
     if settings.traces_endpoint() is None:
         return None
+    problem = settings.unsupported()
+    if problem is not None:
+        log.warning("telemetry: %s; sessions run without it", problem)
+        return None
     try:
         from plait.telemetry.live import LiveExport
 

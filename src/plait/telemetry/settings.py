@@ -13,6 +13,7 @@ __all__ = ["TelemetrySettings"]
 
 CONTENT_VAR = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+PROTOCOL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 
 
 class TelemetrySettings(msgspec.Struct, frozen=True):
@@ -59,6 +60,19 @@ class TelemetrySettings(msgspec.Struct, frozen=True):
             return env["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]
         base = env.get(ENDPOINT_VARS[1])
         return base.rstrip("/") + "/v1/metrics" if base else None
+
+    def unsupported(self, env: Mapping[str, str] | None = None) -> str | None:
+        """What in the environment plait cannot honour (an OTLP protocol other than
+        http/protobuf, which is all the ``otel`` extra speaks); ``None``: nothing."""
+        env = os.environ if env is None else env
+        for name in PROTOCOL_VARS:
+            protocol = env.get(name, "").strip()
+            if protocol and protocol != "http/protobuf":
+                return (
+                    f"{name}={protocol}: plait exports OTLP over http/protobuf only; set it "
+                    "to http/protobuf and give the collector's HTTP endpoint (port 4318)"
+                )
+        return None
 
     def with_content(self, env: Mapping[str, str] | None = None) -> bool:
         """Whether spans carry content."""
