@@ -3,6 +3,7 @@
 """Spans and metrics of sessions in the OpenTelemetry GenAI conventions, built from the log."""
 
 from plait.telemetry.settings import TelemetrySettings
-from plait.telemetry.spans import Span, SpanBuilder, SpanEvent, spans_of
+from plait.telemetry.span import Span, SpanEvent
+from plait.telemetry.spans import SpanBuilder, spans_of
 
 __all__ = ["Span", "SpanBuilder", "SpanEvent", "TelemetrySettings", "spans_of"]

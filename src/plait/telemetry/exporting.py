@@ -14,7 +14,8 @@ from plait.events.types import Event, SessionClosed
 from plait.telemetry.metrics import Metrics
 from plait.telemetry.otlp import exporter, readable, resource
 from plait.telemetry.settings import TelemetrySettings
-from plait.telemetry.spans import Span, SpanBuilder
+from plait.telemetry.span import Span
+from plait.telemetry.spans import SpanBuilder
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan

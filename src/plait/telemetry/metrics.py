@@ -16,7 +16,7 @@ from plait.events.types import Event
 from plait.telemetry import genai
 from plait.telemetry.genai import Attributes, AttributeValue
 from plait.telemetry.settings import TelemetrySettings
-from plait.telemetry.spans import Span
+from plait.telemetry.span import Span
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Observation

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from plait.errors import TelemetryError
 from plait.telemetry import genai
 from plait.telemetry.settings import TelemetrySettings
-from plait.telemetry.spans import Span
+from plait.telemetry.span import Span
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
