@@ -5,14 +5,19 @@
 from plait.replay.audit import AuditRow, audit, audit_jsonl, verify
 from plait.replay.fork import fork
 from plait.replay.replay import Divergence, ReplayResult, replay
+from plait.replay.rerun import rerun
+from plait.replay.rerun_report import RerunReport, TaskReport
 
 __all__ = [
     "AuditRow",
     "Divergence",
     "ReplayResult",
+    "RerunReport",
+    "TaskReport",
     "audit",
     "audit_jsonl",
     "fork",
     "replay",
+    "rerun",
     "verify",
 ]

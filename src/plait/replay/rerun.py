@@ -1,0 +1,133 @@
+"""A live rerun: a recorded session's tasks, in order, sent to the model configured now, its
+tool calls answered from the log, and a report of what changed (docs/replay.md#live-reruns).
+
+Replay reproduces a session offline, event for event; a rerun asks what the session would have
+done with another model, prompt or tool set. The rerun is a session of its own, a fork of the
+original cut before its first task, so ``log``, ``audit``, ``history`` and ``replay`` work on
+it; it runs live, with the MCP servers configured now listing the tools the model is offered,
+and its calls answered from the original's log (``replay/answers.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from plait.actors.approvals import ApprovalGate, Approver
+from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp.functions import FunctionTool, as_tools
+from plait.actors.mcp.servers import McpServers, Report
+from plait.actors.model import ModelSettings
+from plait.errors import PlaitError, UnknownSessionError
+from plait.events.store import EventStore
+from plait.events.stores.memory import MemoryStore
+from plait.events.types import Event, NewEvent, SessionStarted, TaskEnqueued
+from plait.replay.answers import LoggedApprovals, LoggedServers, RecordedCalls
+from plait.replay.fork import fork
+from plait.replay.inference import submitted
+from plait.replay.rerun_report import Chain, RerunReport, chains, compare
+from plait.runtime import Runtime
+from plait.runtime.outside import Outside
+
+__all__ = ["rerun"]
+
+
+def _cut(events: list[Event]) -> int:
+    """The seq a rerun forks at: the last event before the first submitted task."""
+    for event in events:
+        if isinstance(event.body, TaskEnqueued) and submitted(event.body):
+            return event.seq - 1
+    return events[-1].seq
+
+
+def rerun(
+    store: EventStore,
+    session_id: str,
+    *,
+    model: ModelSettings,
+    mcp_servers: Mapping[str, McpServerConfig] | None = None,
+    tools: Iterable[FunctionTool | Callable[..., object]] = (),
+    live_tools: bool = False,
+    approver: Approver | None = None,
+    save: bool = True,
+    timeout: float = 300.0,
+    runtime_options: Mapping[str, Any] | None = None,
+) -> RerunReport:
+    """Run ``session_id``'s submitted tasks again, in order, against ``model``; return what
+    changed, task by task.
+
+    The tools offered are those of ``mcp_servers`` and ``tools`` (the configuration now). A
+    call the original made (same tool, same arguments as canonical JSON) is answered from its
+    log, with its recorded approval; another is answered "not recorded", or, with
+    ``live_tools``, run for real (``approver`` deciding what the policy asks). With ``save``,
+    the rerun is stored as a fork of the original (``RerunReport.rerun_session_id``);
+    without, it runs in memory and nothing is kept. ``timeout`` bounds each task.
+    """
+    original = store.read(session_id)
+    if not original or not isinstance(original[0].body, SessionStarted):
+        raise UnknownSessionError(session_id)
+    recorded = chains(original)
+    target: EventStore = store if save else _copy(original, _cut(original))
+    rerun_id = fork(target, session_id, max(_cut(original), 2))
+    calls = RecordedCalls.of(original)
+    functions = as_tools(tools)
+    made: list[LoggedServers] = []
+
+    def servers(configs: Mapping[str, McpServerConfig], report: Report) -> LoggedServers:
+        inner = McpServers(configs, report, functions=functions)
+        made.append(LoggedServers(inner, calls, live=live_tools))
+        return made[-1]
+
+    gate = ApprovalGate(approver) if live_tools else None
+    outside = Outside(mcp_factory=servers, approval_gate=LoggedApprovals(calls, gate))
+    done: list[tuple[Chain, str | None, str, str | None]] = []
+    with Runtime(
+        target,
+        model=model,
+        mcp_servers=mcp_servers,
+        tools=functions,
+        expire_every_sec=None,
+        _outside=outside,
+        **(runtime_options or {}),
+    ) as runtime:
+        session = runtime.resume(rerun_id)
+        for chain in recorded:
+            try:
+                outcome = session.run(
+                    chain.plan.input_items,
+                    conversation_id=chain.plan.conversation_id,
+                    timeout=timeout,
+                )
+            except PlaitError as exc:  # this task could not run; the next ones still do
+                done.append((chain, None, "error", str(exc)))
+                continue
+            done.append((chain, outcome.task_id, outcome.status, None))
+        session.close()
+    rerun_events = target.read(rerun_id)
+    from_log = set().union(*(s.from_log for s in made))
+    not_recorded = set().union(*(s.not_recorded for s in made))
+    by_task = {c.plan.task_id: c for c in chains(rerun_events)}
+    tasks = [
+        compare(
+            n,
+            chain,
+            by_task.get(task_id) if task_id is not None else None,
+            from_log=from_log,
+            not_recorded=not_recorded,
+            status=status,
+            error=error,
+        )
+        for n, (chain, task_id, status, error) in enumerate(done, 1)
+    ]
+    return RerunReport(
+        session_id, rerun_id if save else None, model.model, model.base_url or "", tasks
+    )
+
+
+def _copy(events: list[Event], upto: int) -> MemoryStore:
+    """A memory store holding ``events`` up to ``upto``: a rerun that keeps nothing forks
+    there."""
+    memory = MemoryStore()
+    kept = [NewEvent(e.body, e.conversation_id, e.task_id, at=e.at) for e in events[:upto]]
+    memory.append(events[0].stream, kept, 0)
+    return memory

@@ -1,0 +1,155 @@
+"""Live reruns: a recorded session's tasks sent to a model again, its calls answered from the
+log, and the report of what changed (docs/replay.md#live-reruns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scripted import call, local_mcp_servers
+
+from plait import ApprovalDecision, ApprovalRequest
+from plait.actors.model import ModelSettings
+from plait.events import SqliteStore
+from plait.events.store import EventStore
+from plait.events.types import ToolApprovalDecided
+from plait.replay import replay, rerun
+from plait.replay.answers import NOT_RECORDED
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
+
+PROMPTS = ["Count the apples.", "And the pears?"]
+
+
+def stock(item: str) -> str:
+    """Count an item in stock."""
+    return f"3 {item}"
+
+
+def script() -> list[Step]:
+    """The original's model: an MCP call, a function call, a conv_create chain, then a plain
+    answer to the second prompt."""
+    create = {"user_instruction": "Echo done.", "base_instruction_text": "You echo."}
+    return [
+        Step(
+            text="Looking.",
+            tool_calls=[call("t__echo", text="apples"), call("stock", item="apples")],
+        ),
+        Step(text="Asking a helper.", tool_calls=[call("conv_create", **create)]),
+        Step(text="done"),  # the helper
+        Step(text="There are 3 apples."),  # the continuation
+        Step(text="No pears."),
+    ]
+
+
+def settings(server: ScriptedModelServer) -> ModelSettings:
+    return ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+
+
+def approve(request: ApprovalRequest) -> ApprovalDecision:
+    return ApprovalDecision(approved=True, reason="fine")
+
+
+def record(store_path: Path) -> str:
+    with (
+        ScriptedModelServer(script()) as server,
+        Runtime(
+            store_path,
+            model=settings(server),
+            mcp_servers=local_mcp_servers(),
+            tools=[stock],
+            expire_every_sec=None,
+            approval_policy="untrusted",
+            approver=approve,
+        ) as runtime,
+    ):
+        session = runtime.start_session()
+        for prompt in PROMPTS:
+            assert session.run(prompt, timeout=60).ok
+        session.close()
+    return session.session_id
+
+
+def run_again(store: EventStore, session_id: str, steps: list[Step], **options: object):  # type: ignore[no-untyped-def]
+    with ScriptedModelServer(steps) as server:
+        report = rerun(
+            store,
+            session_id,
+            model=settings(server),
+            mcp_servers=local_mcp_servers(),
+            tools=[stock],
+            **options,  # type: ignore[arg-type]
+        )
+        return report, server.requests
+
+
+def test_the_same_model_reruns_the_session_with_no_difference(tmp_path: Path) -> None:
+    session_id = record(tmp_path / "plait.db")
+    with SqliteStore(tmp_path / "plait.db") as store:
+        report, _ = run_again(store, session_id, script())
+        assert not report.differs()
+        assert [t.same_answer and t.same_tools for t in report.tasks] == [True, True]
+        first, second = report.tasks
+        assert first.rerun_answer == "There are 3 apples." and second.rerun_answer == "No pears."
+        assert (first.from_log, first.not_recorded) == (2, 0)  # t__echo and stock, from the log
+        assert first.divergence is None and first.similarity == 1.0
+        assert report.rerun_session_id is not None
+        decided = [
+            e.body
+            for e in store.read(report.rerun_session_id)
+            if isinstance(e.body, ToolApprovalDecided)
+        ]
+        assert [(d.approved, d.decided_by) for d in decided] == [(True, "log")] * 2
+        # The rerun is a session of its own: its log verifies and replays clean.
+        assert store.verify(report.rerun_session_id).ok
+        replayed = replay(store, report.rerun_session_id, timeout=10)
+        assert replayed.ok, replayed.divergence and replayed.divergence.message()
+
+
+def test_a_model_whose_answers_change_is_reported_task_by_task(tmp_path: Path) -> None:
+    session_id = record(tmp_path / "plait.db")
+    changed = script()
+    changed[-1] = Step(text="Two pears, in fact.")
+    with SqliteStore(tmp_path / "plait.db") as store:
+        report, _ = run_again(store, session_id, changed)
+    assert report.differs("answers") and report.differs() and not report.differs("tools")
+    first, second = report.tasks
+    assert first.same_answer and not second.same_answer
+    assert (second.recorded_answer, second.rerun_answer) == ("No pears.", "Two pears, in fact.")
+    assert second.diff[-2:] == ["-No pears.", "+Two pears, in fact."]
+    assert 0 < second.similarity < 1
+    assert second.divergence == (
+        "reply 1: recorded answers 'No pears.'; rerun answers 'Two pears, in fact.'"
+    )
+
+
+def test_a_call_the_original_never_made_is_added_and_answered_not_recorded(
+    tmp_path: Path,
+) -> None:
+    session_id = record(tmp_path / "plait.db")
+    other = script()
+    other[-1] = Step(tool_calls=[call("t__echo", text="pears")])
+    other.append(Step(text="Still no pears."))
+    with SqliteStore(tmp_path / "plait.db") as store:
+        report, requests = run_again(store, session_id, other, save=False)
+        assert report.rerun_session_id is None
+        assert len(store.streams()) == 1  # nothing kept
+    second = report.tasks[1]
+    assert report.differs("tools") and not second.same_tools
+    assert [(c.tool, c.arguments) for c in second.added] == [("t__echo", '{"text":"pears"}')]
+    assert (second.from_log, second.not_recorded) == (0, 1)
+    shown = [m for m in requests[-1].body["messages"] if m.get("role") == "tool"]
+    assert shown[-1]["content"].startswith(NOT_RECORDED)
+
+
+def test_with_live_tools_a_call_the_original_never_made_runs(tmp_path: Path) -> None:
+    session_id = record(tmp_path / "plait.db")
+    other = script()
+    other[-1] = Step(tool_calls=[call("t__echo", text="pears")])
+    other.append(Step(text="Echoed."))
+    with SqliteStore(tmp_path / "plait.db") as store:
+        report, requests = run_again(
+            store, session_id, other, live_tools=True, approver=approve, save=False
+        )
+    assert report.tasks[1].not_recorded == 1
+    shown = [m for m in requests[-1].body["messages"] if m.get("role") == "tool"]
+    assert shown[-1]["content"] == "pears"  # the test server's echo, run for real
