@@ -11,7 +11,7 @@ from plait import ApprovalDecision, ApprovalRequest
 from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
 from plait.events.store import EventStore
-from plait.events.types import ToolApprovalDecided
+from plait.events.types import RerunOrigin, SessionStarted, ToolApprovalDecided
 from plait.replay import replay, rerun
 from plait.replay.answers import NOT_RECORDED
 from plait.runtime import Runtime
@@ -93,6 +93,12 @@ def test_the_same_model_reruns_the_session_with_no_difference(tmp_path: Path) ->
         assert (first.from_log, first.not_recorded) == (2, 0)  # t__echo and stock, from the log
         assert first.divergence is None and first.similarity == 1.0
         assert report.rerun_session_id is not None
+        started = store.read(report.rerun_session_id, upto=1)[0].body
+        assert isinstance(started, SessionStarted) and started.forked_from is not None
+        assert (started.forked_from.stream, started.forked_from.rerun) == (
+            session_id,
+            RerunOrigin("scripted-model", report.base_url, live_tools=False),
+        )
         decided = [
             e.body
             for e in store.read(report.rerun_session_id)

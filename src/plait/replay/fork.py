@@ -18,7 +18,7 @@ from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionErro
 from plait.events.signing import Signer
 from plait.events.storage import Policies, erased_line, missing_content
 from plait.events.store import EventStore
-from plait.events.types import ContentErased, ForkOrigin, NewEvent, SessionStarted
+from plait.events.types import ContentErased, ForkOrigin, NewEvent, RerunOrigin, SessionStarted
 
 __all__ = ["fork"]
 
@@ -30,10 +30,12 @@ def fork(
     *,
     new_session_id: str | None = None,
     signer: Signer | None = None,
+    rerun: RerunOrigin | None = None,
 ) -> str:
     """Copy ``session_id``'s events up to ``at_seq`` into a new session; return its id.
     With ``signer``, the copy's head is signed at once: the heads it copied sign its
-    source's chain, not its own (docs/event-log.md#signed-heads)."""
+    source's chain, not its own (docs/event-log.md#signed-heads). ``rerun`` says the fork is
+    a live rerun of its source, and against what."""
     last = store.last_seq(session_id)
     if last == 0:
         raise UnknownSessionError(session_id)
@@ -53,7 +55,7 @@ def fork(
         raise ContentUnavailableError(session_id, f"fork at seq {at_seq}", missing)
     # Made now, the fork recovers as new sessions do, however old its source: a cut
     # hand-off is answered, where a replay sees it (docs/replay.md#hand-offs-a-fork-cut).
-    forked_from = ForkOrigin(session_id, at_seq, full_recovery=True)
+    forked_from = ForkOrigin(session_id, at_seq, full_recovery=True, rerun=rerun)
     origin = msgspec.structs.replace(events[0].body, forked_from=forked_from)
     new = new_session_id or str(uuid.uuid4())
     policies = Policies(events)  # the copy keeps what its source may (a ttl's content expires)

@@ -21,7 +21,7 @@ from plait.actors.model import ModelSettings
 from plait.errors import PlaitError, UnknownSessionError
 from plait.events.store import EventStore
 from plait.events.stores.memory import MemoryStore
-from plait.events.types import Event, NewEvent, SessionStarted, TaskEnqueued
+from plait.events.types import Event, NewEvent, RerunOrigin, SessionStarted, TaskEnqueued
 from plait.replay.answers import LoggedApprovals, LoggedServers, RecordedCalls
 from plait.replay.fork import fork
 from plait.replay.inference import submitted
@@ -68,7 +68,8 @@ def rerun(
         raise UnknownSessionError(session_id)
     recorded = chains(original)
     target: EventStore = store if save else _copy(original, _cut(original))
-    rerun_id = fork(target, session_id, max(_cut(original), 2))
+    against = RerunOrigin(model.model, model.base_url or "", live_tools)
+    rerun_id = fork(target, session_id, max(_cut(original), 2), rerun=against)
     calls = RecordedCalls.of(original)
     functions = as_tools(tools)
     made: list[LoggedServers] = []

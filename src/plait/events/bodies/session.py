@@ -23,6 +23,7 @@ __all__ = [
     "ConversationOpened",
     "ForkOrigin",
     "HistoryCompacted",
+    "RerunOrigin",
     "SessionClosed",
     "SessionReopened",
     "SessionResumed",
@@ -31,6 +32,17 @@ __all__ = [
 
 
 # --- session ---------------------------------------------------------------------------------
+
+
+class RerunOrigin(msgspec.Struct, frozen=True, gc=False):
+    """What a live rerun ran its source's tasks against."""
+
+    model: str
+    """The model asked for."""
+    base_url: str = ""
+    """The server it was sent to (empty: the SDK's default)."""
+    live_tools: bool = False
+    """Calls the source never made ran for real (else they were answered "not recorded")."""
 
 
 class ForkOrigin(msgspec.Struct, frozen=True, gc=False):
@@ -45,6 +57,9 @@ class ForkOrigin(msgspec.Struct, frozen=True, gc=False):
     open, as sessions recording ``RuntimeSettings.resume_markers`` and ``handoff_answers``
     do, whatever its source recorded (docs/replay.md#hand-offs-a-fork-cut). Forks made
     before it was recorded lack it: they resume and replay as they did."""
+    rerun: RerunOrigin | None = None
+    """Set when the fork is a live rerun of its source: what it was run against
+    (docs/replay.md#live-reruns)."""
 
 
 class SessionStarted(Body, frozen=True):
