@@ -29,6 +29,7 @@ from plait.cli.common import (
 )
 from plait.cli.style import Style
 from plait.cli.words import count
+from plait.errors import PlaitError
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
@@ -235,12 +236,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a session from its log, no network or key; exit 1 at the first difference.
-    A live session (another process owns it) replays the events written so far, and says so."""
+    A live session (another process owns it) replays the events written so far, and says so.
+    With --live, rerun sessions against the model configured now and report what changed."""
     from plait.cli.listing import live_replay_line, live_state
     from plait.replay import replay
 
+    if args.live:
+        from plait.cli.rerun import cmd_rerun
+
+        return cmd_rerun(args)
+    if len(args.session) != 1:
+        raise PlaitError("plait replay: name one session (several only with --live)")
     with existing_store(args, read_only=True) as store:
-        session = find_session(store, args.session)
+        session = find_session(store, args.session[0])
         result = replay(store, session, max_interrupt_chain_depth=args.max_interrupt_chain_depth)
         live = live_state(store, session)  # after the replay: a session may start meanwhile
         growing = live is not None and store.last_seq(session) > result.total

@@ -242,11 +242,50 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="put messages, arguments and results on the spans (what the log still holds)",
     )
-    replay = reader("replay", cmd_replay, "plait replay 3f2a", json="the result as JSON")
+    replay = add(
+        "replay",
+        cmd_replay,
+        "plait replay 3f2a",
+        "plait replay 3f2a --live --model gpt-4o",
+        "plait replay --live --all --since 7d --concurrency 8 --fail-on tools",
+        json="the result as JSON (--live: one line per session)",
+    )
+    replay.add_argument("session", nargs="*", help=f"{SESSION} (--live: one or more)")
     replay.add_argument(
         "--max-interrupt-chain-depth",
         type=int,
         help="replay as if the program had this limit (default: as the session recorded)",
+    )
+    live = replay.add_argument_group("live rerun (--live)")
+    live.add_argument(
+        "--live",
+        action="store_true",
+        help="run the session's tasks again against the model configured now, its tool calls "
+        "answered from the log, and report what changed (exit 1 if anything did)",
+    )
+    live.add_argument(
+        "--tools",
+        choices=["log", "live"],
+        default="log",
+        help="a call the original never made: answered 'not recorded' (log), or run (live)",
+    )
+    live.add_argument(
+        "--fail-on",
+        choices=["tools", "answers", "any"],
+        default="any",
+        help="what makes the exit code 1: changed tool calls, answers, or either",
+    )
+    live.add_argument("--no-save", action="store_true", help="keep nothing of the rerun")
+    live.add_argument("--all", action="store_true", help="every session (not reruns)")
+    live.add_argument(
+        "--since", type=since, metavar="WHEN", help="with --all: sessions started since WHEN"
+    )
+    live.add_argument("--limit", type=int, metavar="N", help="with --all: the N newest")
+    live.add_argument(
+        "--concurrency", type=int, default=4, metavar="N", help="sessions rerun at once"
+    )
+    live.add_argument(
+        "--timeout", type=float, default=300.0, metavar="SEC", help="the longest a task may run"
     )
     fork = reader("fork", cmd_fork, "plait fork 3f2a --at 41", json="the ids as JSON")
     fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="the last seq copied")
