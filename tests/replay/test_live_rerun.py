@@ -5,15 +5,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scripted import call, local_mcp_servers
+from scripted import call, crash, local_mcp_servers
+from support import wait_for_event
 
 from plait import ApprovalDecision, ApprovalRequest
 from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
 from plait.events.store import EventStore
-from plait.events.types import RerunOrigin, SessionStarted, ToolApprovalDecided
-from plait.replay import replay, rerun
+from plait.events.types import (
+    ModelRequested,
+    RerunOrigin,
+    SessionStarted,
+    TaskCompleted,
+    TaskStarted,
+    ToolApprovalDecided,
+)
+from plait.replay import RerunReport, fork, replay, rerun
 from plait.replay.answers import NOT_RECORDED
+from plait.replay.rerun import rerun_each
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -159,3 +168,62 @@ def test_with_live_tools_a_call_the_original_never_made_runs(tmp_path: Path) -> 
     assert report.tasks[1].not_recorded == 1
     shown = [m for m in requests[-1].body["messages"] if m.get("role") == "tool"]
     assert shown[-1]["content"] == "pears"  # the test server's echo, run for real
+
+
+def plain_sessions(store_path: Path, count: int) -> list[str]:
+    """``count`` closed sessions of one task each, answered "answer"."""
+    ids = []
+    with (
+        ScriptedModelServer([Step(text="answer")] * count) as server,
+        Runtime(store_path, model=settings(server), expire_every_sec=None) as runtime,
+    ):
+        for n in range(count):
+            session = runtime.start_session()
+            assert session.run(f"question {n}", timeout=60).ok
+            session.close()
+            ids.append(session.session_id)
+    return ids
+
+
+def test_twenty_sessions_rerun_at_once_each_on_its_own_log(tmp_path: Path) -> None:
+    ids = plain_sessions(tmp_path / "plait.db", 20)
+    slow = Step(text="answer", chunk_chars=1, chunk_delay=0.05)  # each answer takes a while
+    with SqliteStore(tmp_path / "plait.db") as store, ScriptedModelServer([slow] * 20) as server:
+        results = rerun_each(store, ids, concurrency=20, model=settings(server))
+        runs = []
+        for result in results.values():
+            assert isinstance(result, RerunReport) and not result.differs(), result
+            assert result.rerun_session_id is not None
+            events = store.read(result.rerun_session_id)
+            started = next(e.at for e in events if isinstance(e.body, TaskStarted))
+            ended = next(e.at for e in events if isinstance(e.body, TaskCompleted))
+            runs.append((started, ended))
+    assert list(results) == ids
+    # Run at once, not one after another: some moment saw several reruns' tasks running.
+    busiest = max(sum(1 for s, e in runs if s <= at < e) for at, _ in runs)
+    assert busiest >= 2, runs
+
+
+def test_a_crash_recovered_session_and_a_fork_rerun_too(tmp_path: Path) -> None:
+    with ScriptedModelServer([Step(text="working", endless=True)]) as server:
+        runtime = Runtime(tmp_path / "plait.db", model=settings(server), expire_every_sec=None)
+        session = runtime.start_session()
+        session.submit("first")
+        wait_for_event(runtime.store, session.session_id, ModelRequested)
+        crash(runtime, session)
+    with (
+        ScriptedModelServer([Step(text="second answer")]) as server,
+        Runtime(tmp_path / "plait.db", model=settings(server), expire_every_sec=None) as again,
+    ):
+        assert again.resume(session.session_id).run("second", timeout=60).ok
+    with SqliteStore(tmp_path / "plait.db") as store:
+        steps = [Step(text="first answer"), Step(text="second answer")]
+        with ScriptedModelServer(steps) as server:
+            report = rerun(store, session.session_id, model=settings(server), save=False)
+        crashed, second = report.tasks
+        assert (crashed.recorded_answer, crashed.rerun_answer) == (None, "first answer")
+        assert second.same_answer and second.same_tools
+        forked = fork(store, session.session_id, store.last_seq(session.session_id))
+        with ScriptedModelServer(steps) as server:
+            of_fork = rerun(store, forked, model=settings(server), save=False)
+        assert [t.rerun_answer for t in of_fork.tasks] == ["first answer", "second answer"]

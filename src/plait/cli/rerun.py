@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import msgspec
 
 from plait.cli import output as render
 from plait.cli.common import config_of, err, existing_store, find_session, model_settings, out
-from plait.errors import ConfigError, PlaitError
+from plait.errors import ConfigError
 from plait.events.store import EventStore
 from plait.events.types import SessionStarted
 from plait.replay.rerun_report import RerunReport, TaskReport
@@ -42,34 +41,27 @@ def _sessions(store: EventStore, args: argparse.Namespace) -> list[str]:
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     """Run recorded sessions again against the model configured now; say what changed."""
-    from plait.replay.rerun import rerun
+    from plait.replay.rerun import rerun_each
 
     config = config_of(args)
     model = model_settings(config)
-    reports: dict[str, RerunReport] = {}
-    failed: dict[str, str] = {}
     with existing_store(args) as store:
         sessions = _sessions(store, args)
         progress = _Progress(len(sessions))
-
-        def one(session: str) -> None:
-            try:
-                reports[session] = rerun(
-                    store,
-                    session,
-                    model=model,
-                    mcp_servers=config.mcp_servers,
-                    live_tools=args.tools == "live",
-                    save=not args.no_save,
-                    timeout=args.timeout,
-                )
-            except PlaitError as exc:  # this session; the others go on
-                failed[session] = str(exc)
-            progress.done()
-
-        with ThreadPoolExecutor(max_workers=max(1, args.concurrency)) as pool:
-            list(pool.map(one, sessions))
+        results = rerun_each(
+            store,
+            sessions,
+            concurrency=args.concurrency,
+            on_done=lambda _: progress.done(),
+            model=model,
+            mcp_servers=config.mcp_servers,
+            live_tools=args.tools == "live",
+            save=not args.no_save,
+            timeout=args.timeout,
+        )
         progress.close()
+    reports = {s: r for s, r in results.items() if isinstance(r, RerunReport)}
+    failed = {s: str(r) for s, r in results.items() if not isinstance(r, RerunReport)}
     for session in sessions:
         if session in failed:
             _failed(session, failed[session], args.json)

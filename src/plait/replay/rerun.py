@@ -11,6 +11,7 @@ and its calls answered from the original's log (``replay/answers.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from plait.actors.approvals import ApprovalGate, Approver
@@ -29,7 +30,7 @@ from plait.replay.rerun_report import Chain, RerunReport, chains, compare
 from plait.runtime import Runtime
 from plait.runtime.outside import Outside
 
-__all__ = ["rerun"]
+__all__ = ["rerun", "rerun_each"]
 
 
 def _cut(events: list[Event]) -> int:
@@ -123,6 +124,34 @@ def rerun(
     return RerunReport(
         session_id, rerun_id if save else None, model.model, model.base_url or "", tasks
     )
+
+
+def rerun_each(
+    store: EventStore,
+    session_ids: Iterable[str],
+    *,
+    concurrency: int = 4,
+    on_done: Callable[[str], object] | None = None,
+    **options: Any,
+) -> dict[str, RerunReport | PlaitError]:
+    """Rerun each session (``rerun``'s ``options``), ``concurrency`` at once, each on a
+    runtime of its own (its calls are answered from its own log); return each one's report, or
+    the error that stopped it: a session that fails does not stop the others. ``on_done`` is
+    told each session as it ends."""
+    results: dict[str, RerunReport | PlaitError] = {}
+
+    def one(session_id: str) -> None:
+        try:
+            results[session_id] = rerun(store, session_id, **options)
+        except PlaitError as exc:
+            results[session_id] = exc
+        if on_done is not None:
+            on_done(session_id)
+
+    ids = list(session_ids)
+    with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="plait-rerun") as pool:
+        list(pool.map(one, ids))
+    return {session_id: results[session_id] for session_id in ids}
 
 
 def _copy(events: list[Event], upto: int) -> MemoryStore:
