@@ -40,6 +40,7 @@ from plait.cli.log_commands import (
     cmd_tree,
     cmd_verify,
 )
+from plait.cli.rerun import add_rerun_flags
 from plait.cli.run_commands import (
     cmd_chat,
     cmd_compact,
@@ -49,7 +50,7 @@ from plait.cli.run_commands import (
     cmd_recover,
 )
 from plait.cli.stopping import Stopped
-from plait.cli.trace import cmd_trace, since
+from plait.cli.trace import add_trace_flags, cmd_trace
 from plait.cli.version import VersionAction
 from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
@@ -220,28 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
         "plait trace --since 2h",
         "plait trace 3f2a --json | jq '.resourceSpans[].scopeSpans[].spans[].name'",
     )
-    trace.add_argument("session", nargs="*", help=f"{SESSION}; none: every session (--since)")
-    where = trace.add_mutually_exclusive_group()
-    where.add_argument(
-        "--endpoint",
-        metavar="URL",
-        help="the OTLP/HTTP base URL to send the spans to (default: [telemetry] otlp_endpoint, "
-        "else OTEL_EXPORTER_OTLP_ENDPOINT)",
-    )
-    where.add_argument(
-        "--json", action="store_true", help="print the spans as OTLP JSON instead of sending"
-    )
-    trace.add_argument(
-        "--since",
-        type=since,
-        metavar="WHEN",
-        help="only spans that ended since WHEN: 30m, 2h, 7d ago, or an ISO 8601 time",
-    )
-    trace.add_argument(
-        "--content",
-        action="store_true",
-        help="put messages, arguments and results on the spans (what the log still holds)",
-    )
+    add_trace_flags(trace)
     replay = add(
         "replay",
         cmd_replay,
@@ -256,37 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="replay as if the program had this limit (default: as the session recorded)",
     )
-    live = replay.add_argument_group("live rerun (--live)")
-    live.add_argument(
-        "--live",
-        action="store_true",
-        help="run the session's tasks again against the model configured now, its tool calls "
-        "answered from the log, and report what changed (exit 1 if anything did)",
-    )
-    live.add_argument(
-        "--tools",
-        choices=["log", "live"],
-        default="log",
-        help="a call the original never made: answered 'not recorded' (log), or run (live)",
-    )
-    live.add_argument(
-        "--fail-on",
-        choices=["tools", "answers", "any"],
-        default="any",
-        help="what makes the exit code 1: changed tool calls, answers, or either",
-    )
-    live.add_argument("--no-save", action="store_true", help="keep nothing of the rerun")
-    live.add_argument("--all", action="store_true", help="every session (not reruns)")
-    live.add_argument(
-        "--since", type=since, metavar="WHEN", help="with --all: sessions started since WHEN"
-    )
-    live.add_argument("--limit", type=int, metavar="N", help="with --all: the N newest")
-    live.add_argument(
-        "--concurrency", type=int, default=4, metavar="N", help="sessions rerun at once"
-    )
-    live.add_argument(
-        "--timeout", type=float, default=300.0, metavar="SEC", help="the longest a task may run"
-    )
+    add_rerun_flags(replay)
     fork = reader("fork", cmd_fork, "plait fork 3f2a --at 41", json="the ids as JSON")
     fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="the last seq copied")
     recover = add("recover", cmd_recover, "plait recover", json="JSON Lines, one per session")

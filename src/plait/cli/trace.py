@@ -15,7 +15,7 @@ from plait.errors import ConfigError
 from plait.telemetry import Span, spans_of
 from plait.telemetry.otlp import export, otlp_json, require_sdk
 
-__all__ = ["cmd_trace", "since"]
+__all__ = ["add_trace_flags", "cmd_trace", "since"]
 
 _AGO = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -77,3 +77,33 @@ def cmd_trace(args: argparse.Namespace) -> int:
         if count or args.session:
             print(f"{session}: {count} spans sent to {settings.traces_endpoint()}")
     return 0
+
+
+def add_trace_flags(trace: argparse.ArgumentParser) -> None:
+    """The arguments of ``plait trace``."""
+    trace.add_argument(
+        "session",
+        nargs="*",
+        help="session ids (a unique prefix is enough); none: every session (--since)",
+    )
+    where = trace.add_mutually_exclusive_group()
+    where.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="the OTLP/HTTP base URL to send the spans to (default: [telemetry] otlp_endpoint, "
+        "else OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    where.add_argument(
+        "--json", action="store_true", help="print the spans as OTLP JSON instead of sending"
+    )
+    trace.add_argument(
+        "--since",
+        type=since,
+        metavar="WHEN",
+        help="only spans that ended since WHEN: 30m, 2h, 7d ago, or an ISO 8601 time",
+    )
+    trace.add_argument(
+        "--content",
+        action="store_true",
+        help="put messages, arguments and results on the spans (what the log still holds)",
+    )
