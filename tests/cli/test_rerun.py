@@ -94,3 +94,21 @@ def test_replay_live_needs_sessions_and_says_which_failed(
     failed = cli("replay", session, "--live", "--no-save", "-c", "model.max_attempts=1")
     assert failed.returncode == 1, failed.stdout + failed.stderr  # the task failed: it differs
     assert "the rerun's task ended model_error" in failed.stdout
+
+
+def test_a_command_line_session_is_rerun_with_the_instructions_of_now(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    cli.configure(server.base_url)
+    (cli.cwd / "AGENTS.md").write_text("Answer in one word.\n")
+    server.push(Step(text="Fine."))
+    assert cli("exec", "How are you?").returncode == 0
+    (cli.cwd / "AGENTS.md").write_text("Answer in French.\n")
+    server.push(Step(text="Bien."))
+    listed = cli("sessions", "--json")
+    [row] = [json.loads(line) for line in listed.stdout.splitlines()]
+    done = cli("replay", row["session_id"], "--live", "--no-save")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "  rerun:    Bien.\n" in done.stdout
+    sent = json.dumps(server.requests[-1].body["messages"])
+    assert "Answer in French." in sent and "Answer in one word." not in sent

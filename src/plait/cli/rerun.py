@@ -13,6 +13,7 @@ import msgspec
 from plait.cli import output as render
 from plait.cli.common import config_of, err, existing_store, find_session, model_settings, out
 from plait.cli.flags import add_model_flags
+from plait.cli.instructions import session_instructions
 from plait.cli.trace import since
 from plait.errors import ConfigError
 from plait.events.store import EventStore
@@ -60,6 +61,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
             live_tools=args.tools == "live",
             save=not args.no_save,
             timeout=args.timeout,
+            user_instructions=session_instructions(),  # AGENTS.md and the rest, as now
         )
         progress.close()
     reports = {s: r for s, r in results.items() if isinstance(r, RerunReport)}

@@ -22,7 +22,14 @@ from plait.actors.model import ModelSettings
 from plait.errors import PlaitError, UnknownSessionError
 from plait.events.store import EventStore
 from plait.events.stores.memory import MemoryStore
-from plait.events.types import Event, NewEvent, RerunOrigin, SessionStarted, TaskEnqueued
+from plait.events.types import (
+    ConversationOpened,
+    Event,
+    NewEvent,
+    RerunOrigin,
+    SessionStarted,
+    TaskEnqueued,
+)
 from plait.replay.answers import LoggedApprovals, LoggedServers, RecordedCalls
 from plait.replay.fork import fork
 from plait.replay.inference import submitted
@@ -52,6 +59,7 @@ def rerun(
     approver: Approver | None = None,
     save: bool = True,
     timeout: float = 300.0,
+    user_instructions: str | None = None,
     runtime_options: Mapping[str, Any] | None = None,
 ) -> RerunReport:
     """Run ``session_id``'s submitted tasks again, in order, against ``model``; return what
@@ -63,6 +71,10 @@ def rerun(
     ``live_tools``, run for real (``approver`` deciding what the policy asks). With ``save``,
     the rerun is stored as a fork of the original (``RerunReport.rerun_session_id``);
     without, it runs in memory and nothing is kept. ``timeout`` bounds each task.
+    ``user_instructions`` replace those the original's root conversation was opened with, if
+    it was opened with some (as the command line opens its sessions) and they differ: a
+    context change before the first task, which starts the history afresh
+    (docs/replay.md#live-reruns).
     """
     original = store.read(session_id)
     if not original or not isinstance(original[0].body, SessionStarted):
@@ -93,6 +105,10 @@ def rerun(
         **(runtime_options or {}),
     ) as runtime:
         session = runtime.resume(rerun_id)
+        root = _root(original)
+        told = root.user_instructions
+        if user_instructions is not None and told is not None and told != user_instructions:
+            session.change_context(user_instructions=user_instructions, clear_history=True)
         for chain in recorded:
             try:
                 outcome = session.run(
@@ -152,6 +168,20 @@ def rerun_each(
     with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="plait-rerun") as pool:
         list(pool.map(one, ids))
     return {session_id: results[session_id] for session_id in ids}
+
+
+def _root(events: list[Event]) -> ConversationOpened:
+    """How the session's root conversation was opened."""
+    started = events[0].body
+    assert isinstance(started, SessionStarted)
+    for event in events:
+        body = event.body
+        if (
+            isinstance(body, ConversationOpened)
+            and event.conversation_id == started.root_conversation_id
+        ):
+            return body
+    raise PlaitError(f"session {events[0].stream}: its root conversation was never opened")
 
 
 def _copy(events: list[Event], upto: int) -> MemoryStore:
