@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from plait.cli.common import err, reader_left
 from plait.cli.completion import SHELLS, completion_script
+from plait.cli.du import cmd_du
 from plait.cli.erase import cmd_forget
 from plait.cli.evidence import cmd_export
 from plait.cli.flags import (
@@ -214,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the witness of signed heads to check the log against (default: PATH.heads "
         "beside PATH.pub, if there)",
     )
+    du = add(
+        "du", cmd_du, "plait du", "plait du 3f2a", "plait du --json | jq -s .", json="JSON Lines"
+    )
+    du.add_argument("session", nargs="*", help=f"{SESSION}; none: every session")
     trace = add(
         "trace",
         cmd_trace,

@@ -40,6 +40,7 @@ from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
 from plait.events.proof import Proof
 from plait.events.signing import PublicKey
+from plait.events.space import Space
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
 from plait.events.types import Body, ContentErased, Event, NewEvent, Transient
 from plait.events.witness import Witness
@@ -326,9 +327,12 @@ class EventStore(Ownership, BlobStore, ABC):
         """Return the seq of the last event of ``stream`` (0 when it has none)."""
         return self._head(stream)[0]
 
+    def space(self) -> Space:
+        """Return how much room the store takes, and what a vacuum would give back."""
+        return Space(None, None)
+
     def last_position(self) -> int:
-        """Return the global position of the last event stored (0: none): where a feed of
-        what is appended from now on starts."""
+        """Return the global position of the last event stored (0: none)."""
         return self._last_position()
 
     def streams(self) -> list[StreamInfo]:
@@ -347,15 +351,10 @@ class EventStore(Ownership, BlobStore, ABC):
         return Subscription(self, from_position, self._waiter())
 
     def tap(self, listener: Callable[[list[Event]], object]) -> Callable[[], None]:
-        """Hand ``listener`` each group of events appended through this object once it is
-        durable, on the appending thread (so it must only queue them); return what stops it.
-        Live telemetry listens so (docs/telemetry.md#live): what this process wrote."""
+        """Hand ``listener`` each group appended through this object once durable, on the
+        appending thread (it must only queue it); return what stops it (docs/telemetry.md#live)."""
         self._taps = [*self._taps, listener]
-
-        def stop() -> None:
-            self._taps = [tap for tap in self._taps if tap is not listener]
-
-        return stop
+        return lambda: setattr(self, "_taps", [t for t in self._taps if t is not listener])
 
     def _notify(self, events: list[Event]) -> None:
         self._appended.notify()

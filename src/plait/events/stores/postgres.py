@@ -40,6 +40,7 @@ from plait.errors import ConcurrencyError, StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import Lease
+from plait.events.space import Space
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -290,6 +291,22 @@ class PostgresStore(EventStore):
 
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         return [_row(row) for row in self._query("all", (after_position, limit))]
+
+    def space(self) -> Space:
+        rows = self._run(
+            lambda conn: conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0),"
+                " coalesce(sum(s.n_dead_tup::float8 / greatest(s.n_live_tup + s.n_dead_tup, 1)"
+                " * pg_table_size(c.oid)), 0)"
+                " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid"
+                " WHERE n.nspname = %s AND c.relkind = 'r'",
+                (self.schema,),
+            ).fetchall()
+        )
+        ((total, dead),) = rows
+        tables = ", ".join(f"{self.schema}.{t}" for t in ("events", "blobs", "streams"))
+        return Space(int(total), int(dead), f"VACUUM FULL {tables}")
 
     def _last_position(self) -> int:
         ((last,),) = self._query("last_position")

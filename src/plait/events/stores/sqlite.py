@@ -24,6 +24,7 @@ from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.checks import Links
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Lease, taken
+from plait.events.space import Space
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -312,6 +313,14 @@ class SqliteStore(EventStore):
 
     def _chunk(self, after_position: int, limit: int) -> Chunk:
         return cast(Chunk, self._query(CHUNK_SQL, (after_position, limit))[0])
+
+    def space(self) -> Space:
+        ((pages,),) = self._query("PRAGMA page_count", ())
+        ((free,),) = self._query("PRAGMA freelist_count", ())
+        ((size,),) = self._query("PRAGMA page_size", ())
+        wal = self.path.with_name(self.path.name + "-wal")
+        total = int(pages) * int(size) + (wal.stat().st_size if wal.exists() else 0)
+        return Space(total, int(free) * int(size), f"sqlite3 {self.path} VACUUM")
 
     def _last_position(self) -> int:
         ((last,),) = self._query("SELECT coalesce(max(position), 0) FROM events", ())
