@@ -120,10 +120,6 @@ class Exporting:
             if isinstance(event.body, SessionClosed):  # reopened, it is folded again
                 self._send(self._builders.pop(event.stream).finish())
 
-    def knows(self, stream: str) -> bool:
-        """Whether the session's events have been folded here."""
-        return stream in self._builders
-
     def _builder(self, stream: str) -> SpanBuilder:
         builder = self._builders.get(stream)
         if builder is None:
