@@ -4,6 +4,7 @@ log, and the report of what changed (docs/replay.md#live-reruns)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from scripted import call, crash, local_mcp_servers
 from support import wait_for_event
@@ -24,7 +25,7 @@ from plait.replay import RerunReport, fork, replay, rerun
 from plait.replay.answers import NOT_RECORDED
 from plait.replay.rerun import rerun_each
 from plait.runtime import Runtime
-from plait.testing import ScriptedModelServer, Step
+from plait.testing import RecordedRequest, ScriptedModelServer, Step
 
 PROMPTS = ["Count the apples.", "And the pears?"]
 
@@ -78,7 +79,11 @@ def record(store_path: Path) -> str:
     return session.session_id
 
 
-def run_again(store: EventStore, session_id: str, steps: list[Step], **options: object):  # type: ignore[no-untyped-def]
+def run_again(
+    store: EventStore, session_id: str, steps: list[Step], **options: Any
+) -> tuple[RerunReport, list[RecordedRequest]]:
+    """Rerun ``session_id`` against a model that answers ``steps``; return the report and
+    what the model was sent."""
     with ScriptedModelServer(steps) as server:
         report = rerun(
             store,
@@ -86,7 +91,7 @@ def run_again(store: EventStore, session_id: str, steps: list[Step], **options: 
             model=settings(server),
             mcp_servers=local_mcp_servers(),
             tools=[stock],
-            **options,  # type: ignore[arg-type]
+            **options,
         )
         return report, server.requests
 

@@ -18,7 +18,7 @@ from plait.cli.trace import since
 from plait.errors import ConfigError
 from plait.events.store import EventStore
 from plait.events.types import SessionStarted
-from plait.replay.rerun_report import RerunReport, TaskReport
+from plait.replay.rerun_report import FailOn, RerunReport, TaskReport
 
 __all__ = ["add_rerun_flags", "cmd_rerun"]
 
@@ -117,17 +117,9 @@ def _show(report: RerunReport, args: argparse.Namespace) -> None:
     for task in report.tasks:
         for line in _task_lines(task):
             out(line)
-    differing = [t for t in report.tasks if _differs(t, args.fail_on)]
+    differing = [t for t in report.tasks if t.differs(args.fail_on)]
     verdict = "no difference" if not differing else f"{len(differing)} differ ({args.fail_on})"
     out(f"result: {len(report.tasks)} tasks, {verdict}")
-
-
-def _differs(task: TaskReport, fail_on: str) -> bool:
-    if task.error is not None:
-        return True
-    return (fail_on != "answers" and not task.same_tools) or (
-        fail_on != "tools" and not task.same_answer
-    )
 
 
 def _short(text: str | None, width: int = 70) -> str:
@@ -172,7 +164,7 @@ def _task_lines(task: TaskReport) -> list[str]:
 
 
 def _summary(
-    sessions: list[str], reports: dict[str, RerunReport], failed: dict[str, str], fail_on: str
+    sessions: list[str], reports: dict[str, RerunReport], failed: dict[str, str], fail_on: FailOn
 ) -> None:
     out("")
     out(f"{'session':<10} {'tasks':>5} {'differ':>6}  result")
@@ -181,7 +173,7 @@ def _summary(
         if report is None:
             out(f"{session[:8]:<10} {'-':>5} {'-':>6}  error: {_short(failed[session], 50)}")
             continue
-        differing = sum(_differs(t, fail_on) for t in report.tasks)
+        differing = sum(t.differs(fail_on) for t in report.tasks)
         result = "differs" if differing else "same"
         out(f"{session[:8]:<10} {len(report.tasks):>5} {differing:>6}  {result}")
 

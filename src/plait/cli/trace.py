@@ -5,29 +5,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from datetime import UTC, datetime, timedelta
 
 import msgspec
 
 from plait.cli.common import config_of, existing_store, find_session, telemetry_of
 from plait.errors import ConfigError
+from plait.events.values import DURATION_UNITS, duration_sec
 from plait.telemetry import Span, spans_of
 from plait.telemetry.otlp import export, otlp_json, require_sdk
 
 __all__ = ["add_trace_flags", "cmd_trace", "since"]
 
-_AGO = re.compile(r"^(\d+)([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
 
 def since(text: str, now: datetime | None = None) -> datetime:
     """``--since``: ``30m``, ``2h``, ``7d`` ago, or an ISO 8601 time (UTC unless it says)."""
-    ago = _AGO.match(text.strip())
-    if ago is not None:
-        amount, unit = ago.groups()
-        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: int(amount)})
     try:
+        if text.strip()[-1:] in DURATION_UNITS:  # an ISO time ends in a digit or a zone
+            return (now or datetime.now(UTC)) - timedelta(seconds=duration_sec(text))
         at = datetime.fromisoformat(text.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(

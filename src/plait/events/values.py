@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 import msgspec
 
@@ -12,6 +12,7 @@ from plait.events.content import BlobRef, Content, Redacted, as_text
 
 __all__ = [
     "APPROVAL_POLICIES",
+    "DURATION_UNITS",
     "MODEL_PROTOCOL",
     "ApprovalPolicy",
     "BlobRef",
@@ -36,6 +37,7 @@ __all__ = [
     "UtcDateTime",
     "as_text",
     "check_policy",
+    "duration_sec",
     "stricter",
 ]
 
@@ -311,6 +313,18 @@ class RuntimeSettings(Value, frozen=True):
     omission): their small content is inside their hashed events and cannot be erased."""
 
 
+DURATION_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+"""Seconds in each unit a duration may end with."""
+
+
+def duration_sec(text: str) -> float:
+    """Read a duration, ``90`` (seconds), ``90s``, ``15m``, ``2h`` or ``7d``, in seconds;
+    ``ValueError`` if it is none."""
+    text = text.strip()
+    unit = DURATION_UNITS.get(text[-1:], 0)
+    return float(text[:-1] if unit else text) * (unit or 1)
+
+
 class StoragePolicy(Value, frozen=True):
     """What of a conversation the log keeps (docs/storage.md); a new conversation inherits its
     creator's. ``events/storage.py`` says exactly what each kind stores.
@@ -339,11 +353,9 @@ class StoragePolicy(Value, frozen=True):
         kind, _, amount = text.strip().partition(":")
         if kind in ("full", "headers_only", "none") and not amount:
             return cls(kind)  # type: ignore[arg-type]
-        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-        number, unit = (amount[:-1], units[amount[-1]]) if amount[-1:] in units else (amount, 1)
         try:
             if kind == "ttl":
-                return cls("ttl", float(number) * unit)
+                return cls("ttl", duration_sec(amount))
         except ValueError:
             pass
         raise ValueError(

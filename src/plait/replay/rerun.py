@@ -80,9 +80,10 @@ def rerun(
     if not original or not isinstance(original[0].body, SessionStarted):
         raise UnknownSessionError(session_id)
     recorded = chains(original)
-    target: EventStore = store if save else _copy(original, _cut(original))
+    cut = max(_cut(original), 2)  # the root conversation is opened at seq 2
+    target: EventStore = store if save else _copy(original, cut)
     against = RerunOrigin(model.model, model.base_url or "", live_tools)
-    rerun_id = fork(target, session_id, max(_cut(original), 2), rerun=against)
+    rerun_id = fork(target, session_id, cut, rerun=against)
     calls = RecordedCalls.of(original)
     functions = as_tools(tools)
     made: list[LoggedServers] = []

@@ -109,6 +109,13 @@ class TaskReport(msgspec.Struct, frozen=True):
     def same_tools(self) -> bool:
         return self.error is None and not (self.added or self.removed or self.changed)
 
+    def differs(self, on: FailOn = "any") -> bool:
+        """Whether its tool calls (``tools``), its answer (``answers``), or either (``any``)
+        differ, or it could not be rerun."""
+        if self.error is not None:
+            return True
+        return (on != "answers" and not self.same_tools) or (on != "tools" and not self.same_answer)
+
 
 class RerunReport(msgspec.Struct, frozen=True):
     """A recorded session run again against a live model."""
@@ -127,14 +134,7 @@ class RerunReport(msgspec.Struct, frozen=True):
     def differs(self, on: FailOn = "any") -> bool:
         """Whether any task's tool calls (``tools``), answers (``answers``), or either
         (``any``) differ, or a task could not be rerun."""
-        for task in self.tasks:
-            if task.error is not None:
-                return True
-            if on in ("tools", "any") and not task.same_tools:
-                return True
-            if on in ("answers", "any") and not task.same_answer:
-                return True
-        return False
+        return any(task.differs(on) for task in self.tasks)
 
 
 @dataclass
@@ -255,9 +255,27 @@ def compare(
     """Report on one task: the original's ``recorded`` chain and the rerun's."""
     if rerun is None:
         return TaskReport(
-            index, recorded.plan.task_id, None, recorded.prompt, recorded.answer, None, 0.0,
-            [], [], [], [], 0, 0, recorded.tokens, 0, recorded.ms, 0.0, None, "not run", error,
-        )  # fmt: skip
+            index=index,
+            task_id=recorded.plan.task_id,
+            rerun_task_id=None,
+            prompt=recorded.prompt,
+            recorded_answer=recorded.answer,
+            rerun_answer=None,
+            similarity=0.0,
+            diff=[],
+            added=[],
+            removed=[],
+            changed=[],
+            from_log=0,
+            not_recorded=0,
+            recorded_tokens=recorded.tokens,
+            rerun_tokens=0,
+            recorded_ms=recorded.ms,
+            rerun_ms=0.0,
+            divergence=None,
+            status="not run",
+            error=error,
+        )
     mine, theirs = recorded.answer, rerun.answer
     ratio = difflib.SequenceMatcher(None, mine or "", theirs or "").ratio()
     diff = []

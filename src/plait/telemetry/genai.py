@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from plait.actors.builtins import BUILTIN_NAMES
 from plait.events.projections.messages import ChatMessage
 from plait.events.types import ModelResponded
 from plait.events.values import Content, InputImage, InputText, ModelOptions, ToolCall, Usage
@@ -60,10 +61,6 @@ SESSION_ID = "session.id"  # the general convention; tracing tools group a sessi
 PLAIT_TASK_ID = "plait.task.id"
 PLAIT_MCP_SERVER = "plait.mcp.server"
 
-BUILT_INS = frozenset(
-    {"conv_create", "conv_send", "conv_list", "conv_history", "conv_destroy", "update_plan"}
-)
-
 
 def text(content: Content) -> str | None:
     """``content``'s text; ``None`` when it is gone (a storage policy, ``forget``, a TTL)."""
@@ -73,7 +70,7 @@ def text(content: Content) -> str | None:
 def tool_type(tool: str) -> str:
     """``gen_ai.tool.type``: ``extension`` for an MCP server's tool (``server__tool``), which
     runs outside plait, ``function`` for plait's own and function tools."""
-    return "extension" if "__" in tool and tool not in BUILT_INS else "function"
+    return "extension" if "__" in tool and tool not in BUILTIN_NAMES else "function"
 
 
 def request_options(options: ModelOptions) -> Attributes:

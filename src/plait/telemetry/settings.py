@@ -12,7 +12,6 @@ import msgspec
 __all__ = ["TelemetrySettings"]
 
 CONTENT_VAR = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 PROTOCOL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 
 
@@ -42,24 +41,25 @@ class TelemetrySettings(msgspec.Struct, frozen=True):
         env = os.environ if env is None else env
         if not self.enabled or env.get("OTEL_SDK_DISABLED", "").lower() == "true":
             return None
-        if self.endpoint:
-            return self.endpoint.rstrip("/") + "/v1/traces"
-        if env.get(ENDPOINT_VARS[0]):
-            return env[ENDPOINT_VARS[0]]
-        base = env.get(ENDPOINT_VARS[1])
-        return base.rstrip("/") + "/v1/traces" if base else None
+        return self._endpoint("traces", env)
 
     def metrics_endpoint(self, env: Mapping[str, str] | None = None) -> str | None:
         """The URL metrics are posted to, or ``None`` when none are to be exported."""
         env = os.environ if env is None else env
         if not self.metrics or self.traces_endpoint(env) is None:
             return None
+        return self._endpoint("metrics", env)
+
+    def _endpoint(self, signal: str, env: Mapping[str, str]) -> str | None:
+        """The signal's URL: the base URL given (with ``/v1/SIGNAL``), else the signal's own
+        variable, else the base variable's."""
         if self.endpoint:
-            return self.endpoint.rstrip("/") + "/v1/metrics"
-        if env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
-            return env["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]
-        base = env.get(ENDPOINT_VARS[1])
-        return base.rstrip("/") + "/v1/metrics" if base else None
+            return f"{self.endpoint.rstrip('/')}/v1/{signal}"
+        own = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+        if own:
+            return own
+        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        return f"{base.rstrip('/')}/v1/{signal}" if base else None
 
     def unsupported(self, env: Mapping[str, str] | None = None) -> str | None:
         """What in the environment plait cannot honour (an OTLP protocol other than
