@@ -31,6 +31,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from plait.actors.model import ModelSettings
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
@@ -198,6 +200,51 @@ def event_types(db: Path) -> list[tuple[str, int, int]]:
         return conn.execute(query + " ORDER BY b DESC").fetchall()
 
 
+def one_turn(db: Path) -> list[tuple[str, str, int]]:
+    """Where the bytes of one turn of section 1 go, field by field: each event of the
+    session's middle task, its stored bytes taken apart (each field's name and value as
+    msgpack holds them; the rest is msgpack's own headers), then what its row adds beside
+    ``data`` and the blobs it brings. ``(event type, part, bytes)``, in the order written."""
+    with closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT type, data, stream, hash FROM events ORDER BY position"
+        ).fetchall()
+        blobs = dict(conn.execute("SELECT sha256, length(data) FROM blobs").fetchall())
+    enqueued = [i for i, row in enumerate(rows) if row[0] == "TaskEnqueued"]
+    middle = enqueued[len(enqueued) // 2]
+    end = next(i for i in range(middle, len(rows)) if rows[i][0] == "TaskCompleted")
+    out: list[tuple[str, str, int]] = []
+    seen: set[str] = set()
+    for kind, data, stream, digest in rows[middle : end + 1]:
+        raw = msgspec.msgpack.decode(data)
+        parts = [(name, _packed(name) + _packed(value)) for name, value in raw.items()]
+        fields = [(f"body.{k}", _packed(k) + _packed(v)) for k, v in raw["body"].items()]
+        parts = [part for part in parts if part[0] != "body"] + fields
+        parts.append(("msgpack headers", len(data) - sum(b for _, b in parts)))
+        parts.append(("row: stream, type, hash", len(stream) + len(kind) + len(digest)))
+        for ref in _refs(raw):
+            if ref not in seen:
+                seen.add(ref)
+                parts.append(("blob: scope + content", blobs.get(ref, 0)))
+                parts.append(("blob: hex key, table + index", 2 * len(ref)))
+        out.extend((kind, name, size) for name, size in parts)
+    return out
+
+
+def _packed(value: object) -> int:
+    return len(msgspec.msgpack.encode(value))
+
+
+def _refs(value: object) -> list[str]:
+    if isinstance(value, dict):
+        if value.get("kind") == "blob":
+            return [str(value["sha256"])]
+        return [ref for item in value.values() for ref in _refs(item)]
+    if isinstance(value, list):
+        return [ref for item in value for ref in _refs(item)]
+    return []
+
+
 # --- output ------------------------------------------------------------------------------------
 
 
@@ -247,6 +294,23 @@ def breakdown(db: Path, ours: Size, turns: int) -> None:
             ["table or index", "B", "B/turn"],
             *([name, f"{size:,}", f"{size / turns:,.0f}"] for name, size in pages),
         ]
+    )
+    parts = one_turn(db)
+    print("\n   one turn (the middle one), part by part: its events' stored bytes, rows, blobs")
+    totals: dict[str, list[int]] = {}
+    for kind, name, size in parts:
+        key = f"{kind}.{name[5:]}" if name.startswith("body.") else name
+        totals.setdefault(key, []).append(size)
+    rows = [["part", "B", "share", "how"]]
+    total = sum(size for _, _, size in parts)
+    for key, sizes in sorted(totals.items(), key=lambda kv: -sum(kv[1])):
+        how = f"{len(sizes)} x {sizes[0]}" if len(set(sizes)) == 1 else " + ".join(map(str, sizes))
+        rows.append([key, f"{sum(sizes):,}", f"{sum(sizes) / total:.0%}", how])
+    show(rows)
+    index = ours.pages.get("sqlite_autoindex_events_1", 0) / ours.rows
+    print(
+        f"  {total:,} B; besides, SQLite's (stream, seq) index ~{index:.0f} B an event and "
+        f"row and page headers: the file holds {ours.vacuumed / turns:,.0f} B a turn in all"
     )
 
 
