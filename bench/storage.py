@@ -34,6 +34,7 @@ from pathlib import Path
 import msgspec
 
 from plait.actors.model import ModelSettings
+from plait.events.types import Event
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
@@ -217,7 +218,11 @@ def one_turn(db: Path) -> list[tuple[str, str, int]]:
     seen: set[str] = set()
     for kind, data, stream, digest in rows[middle : end + 1]:
         raw = msgspec.msgpack.decode(data)
-        parts = [(name, _packed(name) + _packed(value)) for name, value in raw.items()]
+        if isinstance(raw, dict):  # encoding 1: each field's name, then its value
+            parts = [(name, _packed(name) + _packed(value)) for name, value in raw.items()]
+        else:  # encoding 2: the values, in the order of Event's fields
+            raw = dict(zip(Event.__struct_fields__, raw, strict=True))
+            parts = [(name, _packed(value)) for name, value in raw.items()]
         fields = [(f"body.{k}", _packed(k) + _packed(v)) for k, v in raw["body"].items()]
         parts = [part for part in parts if part[0] != "body"] + fields
         parts.append(("msgpack headers", len(data) - sum(b for _, b in parts)))

@@ -3,8 +3,11 @@
 This is the insider of docs/event-log.md#signed-heads, with nothing but what that page says of
 the storage format: a stream's rows (``position, stream, seq, type, v, data, hash``) and its
 head row (``streams``: ``last_seq, last_hash``), each event's ``data`` the msgpack of its
-envelope, its ``hash`` the sha-256 of those bytes, its ``prev_hash`` the hash of the event
-before it (32 zero bytes for seq 1), positions dense from 1 across the store; and what
+envelope: a map (encoding 1) or, as plait writes now, an array of its fields in order with
+the stream, position and hash left empty (encoding 2); its ``hash`` the sha-256 of those
+bytes (encoding 2: of the msgpack of its stream, then them), its
+``prev_hash`` the hash of the event before it (32 zero bytes for seq 1), positions dense from
+1 across the store; and what
 docs/storage.md says of content kept apart, in ``blobs`` rows (``sha256, size, data``) that an
 event names by the sha-256 of their bytes. It reads the rows with plain SQL (``sqlite3`` on the
 file, ``psycopg`` on the schema), decodes the msgpack, changes what it likes, then writes the
@@ -58,8 +61,37 @@ Sign = Callable[[str, int, bytes], dict[str, Any]]
 
 
 Content = str | dict[str, Any]
-"""A content field as stored: the text, or a blob reference (``{"kind": "blob", "sha256",
-"size", "skip"}``: the blob row's bytes are ``skip`` bytes of scope, then the UTF-8 text)."""
+
+_FIELDS = (
+    "stream",
+    "seq",
+    "at",
+    "v",
+    "body",
+    "prev_hash",
+    "conversation_id",
+    "task_id",
+    "position",
+    "hash",
+)
+"""An event's fields, in the order encoding 2 stores them."""
+
+
+def _record(stream: str, data: bytes) -> Record:
+    """An event's stored bytes, of either encoding, as a ``Record``."""
+    raw = msgspec.msgpack.decode(data)
+    if isinstance(raw, dict):
+        return raw
+    record = dict(zip(_FIELDS, raw, strict=True))
+    del record["position"], record["hash"]
+    return {**record, "stream": stream}
+
+
+def _encoded(record: Record) -> tuple[bytes, bytes]:
+    """A ``Record``'s bytes in encoding 2, and their hash."""
+    stored = {**record, "stream": "", "position": 0, "hash": b""}
+    data = msgspec.msgpack.encode([stored.get(name) for name in _FIELDS])
+    return data, hashlib.sha256(msgspec.msgpack.encode(record["stream"]) + data).digest()
 
 
 class Saved(NamedTuple):
@@ -195,8 +227,8 @@ class Insider:
 
     def log(self, stream: str) -> list[Record]:
         """``stream``'s events, in seq order, as their stored msgpack decodes."""
-        rows = self._query("SELECT data FROM events WHERE stream = ? ORDER BY seq", (stream,))
-        return [msgspec.msgpack.decode(data) for (data,) in rows]
+        query = "SELECT data FROM events WHERE stream = ? ORDER BY seq"
+        return [_record(stream, data) for (data,) in self._query(query, (stream,))]
 
     def rewrite(self, stream: str, records: list[Record], sign: Sign | None = None) -> None:
         """Make ``records`` the log of ``stream``, consistently: each gets its seq (dense from
@@ -210,8 +242,7 @@ class Insider:
             record = {**record, "stream": stream, "seq": seq, "prev_hash": prev}
             if sign is not None and record["body"]["type"] == "HeadSigned":
                 record["body"] = {**record["body"], **sign(stream, seq - 1, prev)}
-            data = msgspec.msgpack.encode(record)
-            prev = hashlib.sha256(data).digest()
+            data, prev = _encoded(record)
             new.append((0, stream, seq, record["body"]["type"], record["v"], data, prev))
         old = self._query(f"SELECT {_COLUMNS} FROM events ORDER BY position")
         laid = _lay_out(old, stream, new)

@@ -117,7 +117,7 @@ def forge_tool_output(store: EventStore, tamper: Tamper, stream: str, output: st
             body = msgspec.structs.replace(body, output=output)
         forged = msgspec.structs.replace(event, body=body, prev_hash=prev, position=0, hash=b"")
         data = encode_event(forged)
-        prev = event_hash(data)
+        prev = event_hash(stream, data)
         tamper.set_data(stream, event.seq, data, prev)
     tamper.set_head_hash(stream, prev)
     return target.seq

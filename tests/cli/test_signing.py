@@ -302,7 +302,7 @@ def test_a_log_spliced_from_another_session_signed_by_the_same_key_fails_its_sig
             event, stream=session, prev_hash=previous, position=0, hash=b""
         )
         data = encode_event(moved)
-        previous = event_hash(data)
+        previous = event_hash(session, data)
         tamper.set_data(session, event.seq, data, previous)
         tamper.set_type(session, event.seq, type(event.body).__name__, event.v)
     tamper.set_head_hash(session, previous)

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from plait.events import GENESIS_HASH, BlobRef, encode_event, from_jsonl
-from plait.events.codec import event_hash
+from plait.actors.model import ModelSettings
+from plait.events import GENESIS_HASH, BlobRef, TaskCompleted, encode_event, from_jsonl
+from plait.events.codec import event_hash, is_compact
 from plait.events.projections import AuditProjection, HistoryProjection, conversation_index
 from plait.events.stores.sqlite import SqliteStore
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 VERSIONS = sorted(p.name.removesuffix("-demo.sqlite") for p in GOLDEN.glob("*-demo.sqlite"))
@@ -61,7 +64,9 @@ def test_golden_jsonl_export_reads_and_its_chain_holds(version: str, tmp_path: P
     for event, v in zip(events, written, strict=True):
         assert event.prev_hash == prev
         if event.v == v:  # an upcast event is not the one hashed: the store checks those below
-            assert event_hash(encode_event(event)) == event.hash, f"seq {event.seq}"
+            assert event_hash(event.stream, encode_event(event, 1)) == event.hash, (
+                f"seq {event.seq}"
+            )
         prev = event.hash
     assert any(event.v > v for event, v in zip(events, written, strict=True))
     db = tmp_path / "golden.sqlite"
@@ -96,3 +101,32 @@ def test_a_store_of_the_first_layout_is_read_as_it_is_when_opened_read_only(
         assert store.leases() == [] and store.lease(session) is None and store.commands() == []
         assert store.verify(session).ok
     assert db.read_bytes() == before  # nothing was brought up to date
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_old_store_goes_on_in_the_new_encoding_and_verifies(
+    version: str, tmp_path: Path
+) -> None:
+    """A session recorded before encoding 2 is resumed and takes a turn: its new events are
+    stored in encoding 2 after its old ones, in encoding 1, and every read and ``verify``
+    cover both (docs/event-log.md#encoding)."""
+    db = tmp_path / "golden.sqlite"
+    shutil.copy(GOLDEN / f"{version}-demo.sqlite", db)
+    session = json.loads((GOLDEN / f"{version}-demo.expected.json").read_text())["session"]
+    with ScriptedModelServer([Step(text="Still here.")], model="scripted-model") as server:
+        model = ModelSettings(base_url=server.base_url, api_key="x", model="scripted-model")
+        with Runtime(db, model=model, workdir=tmp_path) as runtime:
+            outcome = runtime.resume(session).run("Are you there?", timeout=60)
+            assert outcome.ok and outcome.last_assistant_message == "Still here."
+    with SqliteStore(db) as store:
+        rows, _, _ = store.as_stored(session)
+        kinds = [is_compact(row[1]) for row in rows]
+        old = kinds.index(True)
+        assert not any(kinds[:old]) and all(kinds[old:])  # encoding 1, then encoding 2
+        assert store.verify(session).ok
+        events = store.read(session)
+        assert events[old - 1].hash == events[old].prev_hash  # one chain across both
+        assert list(store.iter_all()) == events == store.read_all()
+        assert [e for batch in store.batches(batch=7) for e in batch] == events
+        replies = [e.body for e in events if isinstance(e.body, TaskCompleted)]
+        assert replies[-1].last_assistant_message == "Still here."

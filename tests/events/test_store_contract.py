@@ -34,7 +34,7 @@ from plait.events import (
     TurnStarted,
     encode_event,
 )
-from plait.events.codec import event_hash
+from plait.events.codec import event_hash, is_compact
 from plait.events.values import StoragePolicy
 
 BIG = "x" * 20_000
@@ -297,7 +297,7 @@ def test_verify_catches_an_edit_with_a_recomputed_hash(stores: StoreFactory) -> 
     store.append("s1", [TurnStarted(turn=i) for i in range(1, 6)], 0)
     original = store.read("s1")[1]
     data = encode_event(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
-    stores.tamper.set_data("s1", 2, data, event_hash(data))
+    stores.tamper.set_data("s1", 2, data, event_hash("s1", data))
     report = store.verify("s1")
     assert (report.ok, report.first_bad_seq) == (False, 3)
     assert "chain" in report.reason
@@ -322,7 +322,7 @@ def test_every_read_refuses_an_edited_event(stores: StoreFactory) -> None:
             read()
     assert store.read("s2")[0].body == TurnStarted(turn=1)  # other streams read as ever
     assert store.read("s1", check=False)[2].body == TurnStarted(turn=99)  # shown unvouched
-    stores.tamper.set_data("s1", 3, data, event_hash(data))  # and a hash to match
+    stores.tamper.set_data("s1", 3, data, event_hash("s1", data))  # and a hash to match
     broken = r"stream s1 seq 4: prev_hash does not match the event before it"
     for read in (
         lambda: store.read("s1"),
@@ -368,8 +368,12 @@ def test_every_read_checks_the_columns_against_the_bytes(
     ]
     if column not in ("stream", "seq"):  # those columns are where ``read`` finds the row
         reads.append(lambda: store.read("s1"))
+    if column == "stream":  # the hash binds it: the row is not where it was put
+        said = "stream s9 seq 2: stored bytes do not match their hash [(]edited: the bytes, or"
+    else:
+        said = f"stream s1 seq 2: the row's {said} [(]edited"
     for read in reads:
-        with pytest.raises(TamperedError, match=f"stream s1 seq 2: the row's {said} [(]edited"):
+        with pytest.raises(TamperedError, match=said):
             read()
     assert store.read("s2")[0].body == TurnStarted(turn=1)  # other streams read as ever
 
@@ -474,7 +478,7 @@ def test_corrupt_bytes_name_stream_and_seq(stores: StoreFactory) -> None:
     with pytest.raises(TamperedError, match=r"stream s1 seq 2"):
         store.read_all()
     garbage = b"\xc1\x00garbage"  # written so, its hash with it: a bug, not an edit
-    stores.tamper.set_data("s1", 2, garbage, event_hash(garbage))
+    stores.tamper.set_data("s1", 2, garbage, event_hash("s1", garbage))
     with pytest.raises(CorruptEventError, match=r"stream s1 seq 2: cannot decode"):
         store.read("s1")
     with pytest.raises(StoreError):
@@ -484,16 +488,16 @@ def test_corrupt_bytes_name_stream_and_seq(stores: StoreFactory) -> None:
 def test_unknown_event_type_names_stream_and_seq(stores: StoreFactory) -> None:
     store = stores.open()
     store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
-    raw = msgspec.msgpack.decode(encode_event(store.read("s1")[1]))
-    raw["body"] = {"type": "FromTheFuture", "gadget": 1}
+    raw = msgspec.msgpack.decode(encode_event(store.read("s1")[1]))  # [stream, seq, at, v, body..
+    raw[4] = {"type": "FromTheFuture", "gadget": 1}
     future = msgspec.msgpack.encode(raw)  # as a newer plait would write it, hash and all
-    stores.tamper.set_data("s1", 2, future, event_hash(future))
+    stores.tamper.set_data("s1", 2, future, event_hash("s1", future))
     stores.tamper.set_type("s1", 2, "FromTheFuture", 1)
     with pytest.raises(UnknownEventTypeError, match=r"stream s1 seq 2: unknown event type"):
         store.read("s1")
-    raw["body"], raw["v"] = {"type": "TaskStarted"}, 7
+    raw[4], raw[3] = {"type": "TaskStarted"}, 7
     future = msgspec.msgpack.encode(raw)
-    stores.tamper.set_data("s1", 2, future, event_hash(future))
+    stores.tamper.set_data("s1", 2, future, event_hash("s1", future))
     stores.tamper.set_type("s1", 2, "TaskStarted", 7)
     with pytest.raises(UnknownEventTypeError, match="'TaskStarted' version 7"):
         store.read("s1")
@@ -507,3 +511,34 @@ def test_events_survive_reopening(durable_stores: StoreFactory) -> None:
     again = stores.open()
     assert again.read("s1") == written
     assert again.verify("s1").ok
+
+
+def test_a_log_of_the_first_encoding_goes_on_in_the_second(stores: StoreFactory) -> None:
+    """A stream an earlier plait wrote (encoding 1, its chain and head as it left them) takes
+    new events in encoding 2, and every read and ``verify`` cover both
+    (docs/event-log.md#encoding)."""
+    store = stores.open()
+    store.append("s1", [TurnStarted(turn=i) for i in range(1, 4)], 0)
+    store.append("s2", [TurnStarted(turn=1)], 0)
+    previous = GENESIS_HASH
+    for event in store.read("s1"):  # written again as that plait wrote them
+        old = msgspec.structs.replace(event, prev_hash=previous)
+        data = encode_event(old, encoding=1)
+        previous = event_hash("s1", data)
+        stores.tamper.set_data("s1", event.seq, data, previous)
+    stores.tamper.set_head_hash("s1", previous)
+    store.append("s1", [TaskStarted(), TurnStarted(turn=4)], 3)
+    rows, _, _ = store.as_stored("s1")
+    assert [is_compact(row[1]) for row in rows] == [False, False, False, True, True]
+    assert store.verify("s1").ok
+    events = store.read("s1")
+    assert events[3].prev_hash == events[2].hash == previous
+    assert [e.body for e in events] == [
+        *(TurnStarted(turn=i) for i in range(1, 4)),
+        TaskStarted(),
+        TurnStarted(turn=4),
+    ]
+    everything = store.read_all()
+    assert [e for e in everything if e.stream == "s1"] == events
+    assert [e for batch in store.batches(batch=2) for e in batch] == everything
+    assert list(store.iter_all(batch=2)) == everything

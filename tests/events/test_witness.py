@@ -291,7 +291,7 @@ def test_a_session_rewritten_with_its_signed_heads_left_out_fails_with_a_key(
     for seq, event in enumerate(kept, 1):
         moved = msgspec.structs.replace(event, seq=seq, prev_hash=previous, position=0, hash=b"")
         data = encode_event(moved)
-        previous = event_hash(data)
+        previous = event_hash(session, data)
         tamper.set_data(session, seq, data, previous)
         tamper.set_type(session, seq, type(event.body).__name__, event.v)
     cut = len(kept)

@@ -1,9 +1,14 @@
 """Bytes in and out: msgpack for storage, JSON Lines for export, upcasters for old versions.
 
-The stored bytes of an event are the msgpack of its ``Event`` without ``position`` and ``hash``;
-``hash = sha256(stored bytes)`` and each event carries the previous event's hash, which makes a
-chain per stream. Reading the current version of a body is one typed decode; older versions go
-through the upcaster registry, one version step at a time.
+Two encodings of the stored bytes are read (docs/event-log.md#encoding); this plait writes the
+second. Encoding 1 is the msgpack map of the ``Event`` without ``position`` and ``hash``, and
+``hash = sha256(stored bytes)``. Encoding 2 is the msgpack array of the ``Event``'s fields in
+order, its stream left empty (the row holds it), its position and hash empty too; its hash is
+``sha256(msgpack(stream) + stored bytes)``, which binds the stream as encoding 1's bytes did. A
+map starts with a byte ``0x8_``, a short array with ``0x9_``: the first byte says which. Each
+event carries the previous event's hash, which makes a chain per stream. Reading the current
+version of a body is one typed decode; older versions go through the upcaster registry, one
+version step at a time.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import msgspec
 from plait.errors import CorruptEventError, TamperedError, UnknownEventTypeError
 from plait.events.types import AnyBody, Body, Event
 from plait.events.upcasters import STEPS
+from plait.events.values import UtcDateTime
 
 __all__ = [
     "BLOB_MARK",
@@ -31,6 +37,7 @@ __all__ = [
     "encode_event",
     "event_hash",
     "from_jsonl",
+    "is_compact",
     "to_jsonl",
 ]
 
@@ -98,23 +105,78 @@ class Upcasters:
 UPCASTERS = Upcasters(steps=STEPS)
 """The registry plait reads its own logs with (``events/upcasters.py``)."""
 
+
+class EventMap(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """An ``Event`` as a map of its fields (the same, in the same order): how JSON Lines and
+    encoding 1 hold it."""
+
+    stream: str
+    seq: int
+    at: UtcDateTime
+    v: int
+    body: AnyBody
+    prev_hash: bytes
+    conversation_id: str | None = None
+    task_id: str | None = None
+    position: int = 0
+    hash: bytes = b""
+
+
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Event)
 _many_decoder = msgspec.msgpack.Decoder(list[Event])
+_map_decoder = msgspec.msgpack.Decoder(EventMap)
+_many_map_decoder = msgspec.msgpack.Decoder(list[EventMap])
 _json_encoder = msgspec.json.Encoder()
-_json_decoder = msgspec.json.Decoder(Event)
+_json_decoder = msgspec.json.Decoder(EventMap)
 _set = msgspec.structs.force_setattr
+_fields = msgspec.structs.astuple
+_EVENT_FIELDS = Event.__struct_fields__
 
 
-def encode_event(event: Event) -> bytes:
-    """Return the stored bytes of ``event`` (position and hash are never part of them)."""
-    if event.position or event.hash:
-        event = msgspec.structs.replace(event, position=0, hash=b"")
-    return _encoder.encode(event)
+def as_map(event: Event) -> EventMap:
+    """``event`` as an ``EventMap``."""
+    return EventMap(*_fields(event))
 
 
-def event_hash(data: bytes) -> bytes:
-    """Return the chain hash of an event's stored bytes."""
+def from_map(record: EventMap) -> Event:
+    """The ``Event`` of an ``EventMap``."""
+    return Event(*_fields(record))
+
+
+_streams: dict[str, bytes] = {}
+
+
+def stream_prefix(stream: str) -> bytes:
+    """What encoding 2 hashes before an event's bytes: the msgpack of its stream."""
+    found = _streams.get(stream)
+    if found is None:
+        if len(_streams) >= 65_536:
+            _streams.clear()
+        found = _streams[stream] = _encoder.encode(stream)
+    return found
+
+
+def encode_event(event: Event, encoding: int = 2) -> bytes:
+    """Return the stored bytes of ``event``: encoding 2's (its stream, position and hash are
+    not part of them), or, with ``encoding=1``, an earlier plait's (what tests write to make a
+    store as it left them)."""
+    if event.position or event.hash or (event.stream and encoding == 2):
+        event = msgspec.structs.replace(
+            event, stream="" if encoding == 2 else event.stream, position=0, hash=b""
+        )
+    return _encoder.encode(event if encoding == 2 else as_map(event))
+
+
+def is_compact(data: bytes | memoryview) -> bool:
+    """Whether stored bytes are of encoding 2 (a msgpack array) rather than 1 (a map)."""
+    return len(data) > 0 and data[0] >> 4 == 9
+
+
+def event_hash(stream: str, data: bytes | memoryview) -> bytes:
+    """Return the chain hash of an event's stored bytes, the event being of ``stream``."""
+    if is_compact(data):
+        return hashlib.sha256(b"".join((stream_prefix(stream), data))).digest()
     return hashlib.sha256(data).digest()
 
 
@@ -133,26 +195,38 @@ def decode_rows(
     every read.
 
     Each row's bytes are checked against its hash, and its columns against what its bytes
-    say (``TamperedError``), unless not ``check`` (``plait log --unverified``).
+    say (``TamperedError``), unless not ``check`` (``plait log --unverified``). Encoding 2's
+    bytes leave the stream to the row, and its hash binds it.
 
-    The stored bytes carry everything (stream, seq, type, version), so a row of the current
-    version is one typed decode. Anything else takes the careful path of ``decode_event``,
-    whose errors name the stream and seq the row's columns give. ``resolve`` is applied to
-    events whose bytes may hold a blob reference.
+    A row of the current version is one typed decode. Anything else takes the careful path
+    of ``decode_event``, whose errors name the stream and seq the row's columns give.
+    ``resolve`` is applied to events whose bytes may hold a blob reference.
     """
     out: list[Event] = []
     append = out.append
-    decode = _decoder.decode
+    decode, decode_map = _decoder.decode, _map_decoder.decode
     set_ = _set
     mark = BLOB_MARK
     sha256 = hashlib.sha256
+    prefix = stream_prefix
     tags = BODY_TAGS
     said: tuple[object, ...]  # stream, seq, type and v, as the bytes say them
     for position, data, digest, stream, seq, type_name, v in rows:
-        if check and sha256(data).digest() != digest:
-            raise TamperedError(stream, seq, "stored bytes do not match their hash (edited)")
+        compact = len(data) > 0 and data[0] >> 4 == 9
+        if check:
+            found = sha256(prefix(stream) + data if compact else data).digest()
+            if found != digest:
+                raise TamperedError(stream, seq, _EDITED_COMPACT if compact else _EDITED)
+        event: Event | None = None
         try:
-            event: Event | None = decode(data)
+            if compact:
+                event = decode(data)
+                if event.stream:  # a stream in the bytes: not this plait's (careful path)
+                    event = None
+                else:
+                    set_(event, "stream", stream)
+            else:
+                event = from_map(decode_map(data))
         except (msgspec.DecodeError, msgspec.ValidationError):
             event = None
         if event is not None and event.v == event.body.VERSION:
@@ -172,6 +246,13 @@ def decode_rows(
     return out
 
 
+_EDITED = "stored bytes do not match their hash (edited)"
+_EDITED_COMPACT = (
+    "stored bytes do not match their hash (edited: the bytes, or the row's stream, which the "
+    "hash binds)"
+)
+
+
 def _disagree(columns: tuple[object, ...], said: tuple[object, ...]) -> str:
     """Which of a row's columns do not say what its bytes say."""
     names = ("stream", "seq", "type", "v")
@@ -184,32 +265,55 @@ def _disagree(columns: tuple[object, ...], said: tuple[object, ...]) -> str:
 
 
 def decode_joined(
-    data: bytes | memoryview, positions: list[int], hashes: bytes, ends: list[int]
+    data: bytes | memoryview,
+    positions: list[int],
+    hashes: bytes,
+    ends: list[int],
+    streams: list[str],
 ) -> list[Event] | None:
     """Decode the stored bytes of ``len(positions)`` events of the current versions laid end
     to end, and give them their positions and their hashes (32 bytes each, end to end): the
     fast path of a rebuild, which checked the versions beforehand.
 
     ``ends`` (each event's end offset in ``data``, after a 0) cut the bytes, each checked
-    against its hash. Return ``None`` when one does not match, or they do not decode as
-    current ``Event``s (the careful path of ``decode_rows`` then says which and why).
+    against its hash; ``streams`` are the rows' (encoding 2 leaves the stream to the row).
+    Return ``None`` when one does not match, the events are not all of one encoding, or they
+    do not decode as current events (the careful path of ``decode_rows`` then says which and
+    why).
     """
     count = len(positions)
-    if len(hashes) != 32 * count:
+    if len(hashes) != 32 * count or not count:
         return None
     sha256 = hashlib.sha256
-    digests = [sha256(data[a:b]).digest() for a, b in pairwise(ends)]
+    cuts = list(pairwise(ends))
+    # All of one encoding, as the first says: else a digest does not match (careful path).
+    compact = is_compact(data[: cuts[0][1]])
+    if compact:
+        hashed = {stream: sha256(stream_prefix(stream)) for stream in set(streams)}
+        digests = []
+        for (a, b), stream in zip(cuts, streams, strict=True):
+            running = hashed[stream].copy()  # cheaper than hashing the prefix again
+            running.update(data[a:b])
+            digests.append(running.digest())
+    else:
+        digests = [sha256(data[a:b]).digest() for a, b in cuts]
     if b"".join(digests) != hashes:
         return None  # the careful path names the row
+    # One msgpack array (a 32-bit length, then the events) decodes in one call.
+    joined = b"".join((b"\xdd", count.to_bytes(4, "big"), data))
     try:
-        # One msgpack array (a 32-bit length, then the events) decodes in one call.
-        events = _many_decoder.decode(b"".join((b"\xdd", count.to_bytes(4, "big"), data)))
+        if compact:
+            events = _many_decoder.decode(joined)
+        else:
+            events = [from_map(record) for record in _many_map_decoder.decode(joined)]
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if len(events) != count:
-        return None
     set_ = _set
-    for event, position, digest in zip(events, positions, digests, strict=True):
+    for event, stream, position, digest in zip(events, streams, positions, digests, strict=True):
+        if compact:
+            if event.stream:
+                return None
+            set_(event, "stream", stream)
         set_(event, "position", position)
         set_(event, "hash", digest)
     return events
@@ -224,13 +328,13 @@ def decode_event(
     hash: bytes = b"",
     upcasters: Upcasters = UPCASTERS,
 ) -> Event:
-    """Decode one event's stored bytes (or what ``msgpack`` made of them), lifting old
+    """Decode one event's stored bytes (or what ``_stored`` made of them), lifting old
     versions; errors name ``stream`` and ``seq`` (where the event is supposed to be), and so
     does a row that holds some other event."""
     raw = _stored(data, stream, seq) if isinstance(data, bytes) else data
     body, version = upcasters.upcast(raw["body"], raw["v"], stream, seq)
     try:
-        event = msgspec.convert({**raw, "body": body, "v": version}, Event)
+        event = from_map(msgspec.convert({**raw, "body": body, "v": version}, EventMap))
     except msgspec.ValidationError as exc:
         raise CorruptEventError(stream, seq, f"stored event does not fit its type: {exc}") from exc
     if event.stream != stream or event.seq != seq:
@@ -243,11 +347,17 @@ def decode_event(
 
 
 def _stored(data: bytes, stream: str, seq: int) -> dict[str, Any]:
-    """The stored bytes as plain msgpack, which must be an event record (with a version)."""
+    """The stored bytes as plain msgpack, which must be an event record (with a version):
+    encoding 1's map, or encoding 2's array made one, with the row's stream."""
     try:
         raw = msgspec.msgpack.decode(data)
     except msgspec.DecodeError as exc:
         raise CorruptEventError(stream, seq, f"cannot decode the stored event: {exc}") from exc
+    if isinstance(raw, list) and len(raw) == len(_EVENT_FIELDS):
+        raw = dict(zip(_EVENT_FIELDS, raw, strict=True))
+        raw["stream"] = raw["stream"] or stream
+        raw.pop("position")
+        raw.pop("hash")
     if not isinstance(raw, dict) or not isinstance(raw.get("body"), dict):
         raise CorruptEventError(stream, seq, "stored event is not an event record")
     if not isinstance(raw.get("v"), int):
@@ -258,7 +368,7 @@ def _stored(data: bytes, stream: str, seq: int) -> dict[str, Any]:
 def to_jsonl(events: Iterable[Event]) -> Iterator[bytes]:
     """Yield one JSON line (with its newline) per event, hash and position included."""
     for event in events:
-        yield _json_encoder.encode(event) + b"\n"
+        yield _json_encoder.encode(as_map(event)) + b"\n"
 
 
 def from_jsonl(
@@ -283,10 +393,10 @@ def from_jsonl(
             raise CorruptEventError(where, seq, "missing the body version `v`")
         try:
             if upcasters.current.get(type_name) == version:
-                yield _json_decoder.decode(line)
+                yield from_map(_json_decoder.decode(line))
             else:
                 body, version = upcasters.upcast(dict(body or {}), version, where, seq)
                 lifted = _json_encoder.encode({**raw, "body": body, "v": version})
-                yield _json_decoder.decode(lifted)
+                yield from_map(_json_decoder.decode(lifted))
         except msgspec.ValidationError as exc:
             raise CorruptEventError(where, seq, f"not a valid event: {exc}") from exc

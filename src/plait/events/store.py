@@ -8,7 +8,6 @@ backend behaves the same and one contract suite tests them all.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -34,7 +33,7 @@ from plait.events.checks import (
     position_gap,
     verify,
 )
-from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event
+from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event, event_hash
 from plait.events.erased import mark_erased
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
@@ -190,7 +189,7 @@ class EventStore(Ownership, BlobStore, ABC):
         prev = head_hash
         now = self.clock().astimezone(UTC)
         threshold = self.blob_threshold
-        encode, sha256, set_ = encode_event, hashlib.sha256, msgspec.structs.force_setattr
+        encode, set_ = encode_event, msgspec.structs.force_setattr
         tags = BODY_TAGS
         seq = head_seq
         for draft in drafts:
@@ -226,7 +225,7 @@ class EventStore(Ownership, BlobStore, ABC):
                 else:
                     stored = externalize(body, threshold, blobs)
             data = encode(event if stored is body else msgspec.structs.replace(event, body=stored))
-            prev = sha256(data).digest()
+            prev = event_hash(stream, data)
             rows.append((seq, tags[cls], version, data, prev))
             set_(event, "hash", prev)
             out.append(event)

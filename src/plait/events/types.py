@@ -158,8 +158,10 @@ AnyBody = (
 """Every persisted body type."""
 
 
-class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
-    """One stored event: where it sits in its stream, when, and what happened."""
+class Event(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One stored event: where it sits in its stream, when, and what happened. It is stored
+    as the msgpack array of its fields, in order (docs/event-log.md#encoding), and exported as
+    a JSON object."""
 
     stream: str
     """The session id."""

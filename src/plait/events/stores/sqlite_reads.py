@@ -123,6 +123,7 @@ def batches(
                         positions[i:j],
                         hashes[32 * i : 32 * j],
                         [end - start for end in ends[i : j + 1]],
+                        said[0][i:j],
                     )
                     if found is None or not columns_agree(found, _sliced(said, i, j)):
                         yield read_rows(positions[i - 1] if i else after, j - i)
