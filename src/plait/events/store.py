@@ -20,6 +20,7 @@ import msgspec
 from plait.errors import (
     ConcurrencyError,
     CorruptEventError,
+    StoreError,
     TamperedError,
     TransientEventError,
 )
@@ -32,6 +33,7 @@ from plait.events.checks import (
     link,
     misplaced,
     position_gap,
+    position_gaps,
     verify,
 )
 from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event
@@ -39,6 +41,7 @@ from plait.events.erased import mark_erased
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
 from plait.events.proof import Proof
+from plait.events.pruned import PrunedPositions, PrunedSession
 from plait.events.signing import PublicKey
 from plait.events.space import Space
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
@@ -109,6 +112,8 @@ class EventStore(Ownership, BlobStore, ABC):
         self._closed = False
         self._salt_key = os.urandom(32)
         """Makes each stream's salt: see ``BlobStore._scope``."""
+        self._pruned_positions = PrunedPositions()
+        """The positions pruned sessions held, as last read (``_accounted``)."""
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -285,7 +290,7 @@ class EventStore(Ownership, BlobStore, ABC):
         checked against its hash, its columns, its link to the one before it in the same read
         and its position, right after the one before)."""
         events = self._decode_all(self._all_rows(after_position, limit), resolve_blobs)
-        Links(after_position).check(events)
+        Links(after_position, self._accounted).check(events)
         return events
 
     def iter_all(
@@ -300,7 +305,7 @@ class EventStore(Ownership, BlobStore, ABC):
     ) -> Iterator[list[Event]]:
         """Iterate over every stored event in global order as lists of up to ``batch``
         (the fastest way to rebuild a projection: ``projection.fold(events, state)`` each)."""
-        links = Links(after_position)
+        links = Links(after_position, self._accounted)
         while True:
             rows = self._all_rows(after_position, batch)
             events = self._decode_all(rows, resolve_blobs)
@@ -322,6 +327,20 @@ class EventStore(Ownership, BlobStore, ABC):
 
         events = decode_rows(rows, hold, check=check)
         return self._resolve_all(events, held) if held else events
+
+    def _accounted(self, first: int, last: int) -> bool:
+        """Whether positions ``first`` to ``last``, missing from a read, were held by sessions
+        a prune removed (``pruned``): read again from the store before saying no, as another
+        process may have pruned since."""
+        if self._pruned_positions.covers(first, last):
+            return True
+        self._pruned_positions = PrunedPositions(self.pruned())
+        return self._pruned_positions.covers(first, last)
+
+    def pruned(self, stream: str | None = None) -> list[PrunedSession]:
+        """The records of the sessions a prune removed (``stream``'s only, if given), in the
+        order they were pruned (docs/storage.md#retention)."""
+        return self._pruned_records(stream)
 
     def last_seq(self, stream: str) -> int:
         """Return the seq of the last event of ``stream`` (0 when it has none)."""
@@ -376,10 +395,33 @@ class EventStore(Ownership, BlobStore, ABC):
         from 1 (docs/event-log.md#streams-seq-and-position); report the first bad seq."""
         proof = Proof.of(stream, public_key, witness)
         rows = self._rows(stream, 0, None, None)
+        records = self.pruned()
+        if not rows and self._head(stream)[0] == 0:
+            for record in records:  # its events are gone; its record says what they were
+                if record.stream == stream:
+                    return proof.pruned(Verification(stream, True, 0, pruned=record), record)
         report = verify(stream, rows, self._blob, lambda: self._head(stream), proof)
-        gap = self._position_gap() if report.ok else None
+        gap = self._unaccounted_gap(records) if report.ok else None
         # Whichever stream lost the row, every read across the store stops there.
-        return report if gap is None else position_gap(report, gap[0], self._all_rows(gap[0], 1))
+        if gap is not None:
+            return position_gap(report, gap[0], self._all_rows(gap[0], 1))
+        if not records:
+            return report
+        held = sum(record.events for record in records)
+        return msgspec.structs.replace(report, pruned_sessions=len(records), pruned_events=held)
+
+    def _unaccounted_gap(self, records: list[PrunedSession]) -> tuple[int, int] | None:
+        """The first gap in positions that no pruned session accounts for (``_position_gap``)."""
+        gap = self._position_gap()
+        if gap is None:
+            return None
+        self._pruned_positions = pruned = PrunedPositions(records)
+        if not pruned.covers(gap[0] + 1, gap[1] - 1):
+            return gap
+        for before, after in self._position_gaps():
+            if not pruned.covers(before + 1, after - 1):
+                return before, after
+        return None
 
     def check_file(self, full: bool = False) -> str | None:
         """What the backend's own check of its storage finds wrong, if anything (SQLite:
@@ -425,6 +467,29 @@ class EventStore(Ownership, BlobStore, ABC):
         if it is the first) and the next one stored; ``None`` if there is none. (Here by
         reading every row; a database backend asks its database.)"""
         return first_gap(self._all_rows)
+
+    def _position_gaps(self) -> list[tuple[int, int]]:
+        """Every place where positions are not dense from 1, as ``_position_gap`` gives the
+        first (a prune leaves one per run of positions it removed)."""
+        return position_gaps(self._all_rows)
+
+    # --- retention (docs/storage.md#retention; ``plait.events.retention`` decides) ----------
+
+    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
+        """The ``pruned`` table's records (``stream``'s only, if given), oldest first."""
+        return []
+
+    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
+        """In one transaction: for each of ``records``, whose stream's head must still be the
+        one it names and whose lease must not be live (else ``ConcurrencyError``, nothing
+        removed), delete its events, its head, its lease and its inbox, and store the record;
+        delete ``blobs``."""
+        raise StoreError(f"{type(self).__name__} cannot prune sessions")
+
+    def _reclaim(self) -> str:
+        """Give back the room a prune freed, where the backend can now; return what to run
+        to give it back otherwise ("": nothing)."""
+        return ""
 
     @property
     def closed(self) -> bool:

@@ -15,7 +15,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -24,6 +24,7 @@ from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.checks import Links
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Lease, taken
+from plait.events.pruned import PrunedSession
 from plait.events.space import Space
 from plait.events.store import (
     REDACTED,
@@ -36,6 +37,13 @@ from plait.events.store import (
     utc_now,
 )
 from plait.events.stores.sqlite_files import open_read_only, open_writable
+from plait.events.stores.sqlite_prune import (
+    GAPS_SQL,
+    PRUNED_TABLE,
+    pruned_records,
+    reclaim,
+    remove_sessions,
+)
 from plait.events.stores.sqlite_reads import CHUNK_SQL, Chunk, batches
 from plait.events.stores.sqlite_writes import Writes
 from plait.events.subscription import Signal
@@ -45,7 +53,8 @@ __all__ = ["SqliteStore"]
 
 SCHEMA_VERSION = 2
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS events (
     position INTEGER PRIMARY KEY,
     stream   TEXT    NOT NULL,
@@ -80,6 +89,8 @@ CREATE TABLE IF NOT EXISTS inbox (
 );
 CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
 """
+    + PRUNED_TABLE
+)
 
 
 _GAP_SQL = (
@@ -300,7 +311,7 @@ class SqliteStore(EventStore):
     ) -> Iterator[list[Event]]:
         # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``),
         # each event checked against its hash there, and against the one before it here.
-        links = Links(after_position)
+        links = Links(after_position, self._accounted)
         for events in batches(
             self._chunk,
             lambda after, limit: self.read_all(after, limit=limit, resolve_blobs=resolve_blobs),
@@ -337,6 +348,22 @@ class SqliteStore(EventStore):
             return None
         found = self._query(_GAP_SQL, ())
         return (int(found[0][0]), int(found[0][1])) if found else None
+
+    def _position_gaps(self) -> list[tuple[int, int]]:
+        return [(int(before), int(after)) for before, after in self._query(GAPS_SQL, ())]
+
+    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
+        with self._lock, self._errors():
+            return pruned_records(self._db, stream)
+
+    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
+        with self._transaction() as db:
+            self._writes._forget()  # the heads it remembers, of sessions that will be gone
+            remove_sessions(db, records, blobs)
+
+    def _reclaim(self) -> str:
+        with self._lock, self._errors():
+            return reclaim(self._db, self.path)
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         # The key and size as the row holds them, not as the key's index repeats it.
