@@ -140,8 +140,7 @@ def prune(
     before = store.space().total
     vacuum = ""
     if records and not dry_run:
-        store._remove_sessions(records, sorted(own))
-        vacuum = store._reclaim()
+        vacuum = store.remove_pruned(records, sorted(own))
     return PruneReport(
         rule,
         dry_run,

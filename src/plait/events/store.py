@@ -20,7 +20,6 @@ import msgspec
 from plait.errors import (
     ConcurrencyError,
     CorruptEventError,
-    StoreError,
     TamperedError,
     TransientEventError,
 )
@@ -32,8 +31,6 @@ from plait.events.checks import (
     first_gap,
     link,
     misplaced,
-    position_gap,
-    position_gaps,
     verify,
 )
 from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event
@@ -41,7 +38,7 @@ from plait.events.erased import mark_erased
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
 from plait.events.proof import Proof
-from plait.events.pruned import PrunedPositions, PrunedSession
+from plait.events.pruning import Pruning
 from plait.events.signing import PublicKey
 from plait.events.space import Space
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
@@ -91,9 +88,10 @@ class StreamInfo(msgspec.Struct, frozen=True):
     """Its last event's seq."""
 
 
-class EventStore(Ownership, BlobStore, ABC):
+class EventStore(Ownership, BlobStore, Pruning, ABC):
     """An append-only log of event streams with content-addressed blobs (``BlobStore``), and
-    the leases and inbox of the processes sharing it (``Ownership``).
+    the leases and inbox of the processes sharing it (``Ownership``), and the records of the
+    sessions a prune removed (``Pruning``).
 
     ``append`` is atomic: all of its events are stored, chained and visible, or none are.
     """
@@ -112,8 +110,6 @@ class EventStore(Ownership, BlobStore, ABC):
         self._closed = False
         self._salt_key = os.urandom(32)
         """Makes each stream's salt: see ``BlobStore._scope``."""
-        self._pruned_positions = PrunedPositions()
-        """The positions pruned sessions held, as last read (``_accounted``)."""
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -328,20 +324,6 @@ class EventStore(Ownership, BlobStore, ABC):
         events = decode_rows(rows, hold, check=check)
         return self._resolve_all(events, held) if held else events
 
-    def _accounted(self, first: int, last: int) -> bool:
-        """Whether positions ``first`` to ``last``, missing from a read, were held by sessions
-        a prune removed (``pruned``): read again from the store before saying no, as another
-        process may have pruned since."""
-        if self._pruned_positions.covers(first, last):
-            return True
-        self._pruned_positions = PrunedPositions(self.pruned())
-        return self._pruned_positions.covers(first, last)
-
-    def pruned(self, stream: str | None = None) -> list[PrunedSession]:
-        """The records of the sessions a prune removed (``stream``'s only, if given), in the
-        order they were pruned (docs/storage.md#retention)."""
-        return self._pruned_records(stream)
-
     def last_seq(self, stream: str) -> int:
         """Return the seq of the last event of ``stream`` (0 when it has none)."""
         return self._head(stream)[0]
@@ -395,33 +377,11 @@ class EventStore(Ownership, BlobStore, ABC):
         from 1 (docs/event-log.md#streams-seq-and-position); report the first bad seq."""
         proof = Proof.of(stream, public_key, witness)
         rows = self._rows(stream, 0, None, None)
-        records = self.pruned()
-        if not rows and self._head(stream)[0] == 0:
-            for record in records:  # its events are gone; its record says what they were
-                if record.stream == stream:
-                    return proof.pruned(Verification(stream, True, 0, pruned=record), record)
+        if not rows and (pruned := self._pruned_report(stream, proof)) is not None:
+            return pruned  # its events are gone; its record says what they were
         report = verify(stream, rows, self._blob, lambda: self._head(stream), proof)
-        gap = self._unaccounted_gap(records) if report.ok else None
         # Whichever stream lost the row, every read across the store stops there.
-        if gap is not None:
-            return position_gap(report, gap[0], self._all_rows(gap[0], 1))
-        if not records:
-            return report
-        held = sum(record.events for record in records)
-        return msgspec.structs.replace(report, pruned_sessions=len(records), pruned_events=held)
-
-    def _unaccounted_gap(self, records: list[PrunedSession]) -> tuple[int, int] | None:
-        """The first gap in positions that no pruned session accounts for (``_position_gap``)."""
-        gap = self._position_gap()
-        if gap is None:
-            return None
-        self._pruned_positions = pruned = PrunedPositions(records)
-        if not pruned.covers(gap[0] + 1, gap[1] - 1):
-            return gap
-        for before, after in self._position_gaps():
-            if not pruned.covers(before + 1, after - 1):
-                return before, after
-        return None
+        return self._whole(report) if report.ok else report
 
     def check_file(self, full: bool = False) -> str | None:
         """What the backend's own check of its storage finds wrong, if anything (SQLite:
@@ -467,29 +427,6 @@ class EventStore(Ownership, BlobStore, ABC):
         if it is the first) and the next one stored; ``None`` if there is none. (Here by
         reading every row; a database backend asks its database.)"""
         return first_gap(self._all_rows)
-
-    def _position_gaps(self) -> list[tuple[int, int]]:
-        """Every place where positions are not dense from 1, as ``_position_gap`` gives the
-        first (a prune leaves one per run of positions it removed)."""
-        return position_gaps(self._all_rows)
-
-    # --- retention (docs/storage.md#retention; ``plait.events.retention`` decides) ----------
-
-    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
-        """The ``pruned`` table's records (``stream``'s only, if given), oldest first."""
-        return []
-
-    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
-        """In one transaction: for each of ``records``, whose stream's head must still be the
-        one it names and whose lease must not be live (else ``ConcurrencyError``, nothing
-        removed), delete its events, its head, its lease and its inbox, and store the record;
-        delete ``blobs``."""
-        raise StoreError(f"{type(self).__name__} cannot prune sessions")
-
-    def _reclaim(self) -> str:
-        """Give back the room a prune freed, where the backend can now; return what to run
-        to give it back otherwise ("": nothing)."""
-        return ""
 
     @property
     def closed(self) -> bool:

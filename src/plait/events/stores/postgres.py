@@ -29,7 +29,7 @@ import json
 import re
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -40,7 +40,6 @@ from plait.errors import ConcurrencyError, StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import Lease
-from plait.events.pruned import PrunedSession
 from plait.events.space import Space
 from plait.events.store import (
     REDACTED,
@@ -54,7 +53,7 @@ from plait.events.store import (
 )
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
-from plait.events.stores.postgres_prune import pruned_records, remove_sessions, vacuum_hint
+from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
 from plait.events.stores.postgres_sql import (
     APPEND_SIGNATURE,
     DDL,
@@ -101,7 +100,7 @@ SCRUB_WAIT_SEC = 30.0
 """How long ``scrub`` waits for older transactions to end before it says it could not."""
 
 
-class PostgresStore(EventStore):
+class PostgresStore(PostgresPruning, EventStore):
     """An event store in one PostgreSQL schema (created with its tables if missing).
 
     ``url`` is a libpq URL or conninfo string. The schema is the ``schema`` argument, else the
@@ -307,8 +306,7 @@ class PostgresStore(EventStore):
             ).fetchall()
         )
         ((total, dead),) = rows
-        tables = ", ".join(f"{self.schema}.{t}" for t in ("events", "blobs", "streams"))
-        return Space(int(total), int(dead), f"VACUUM FULL {tables}")
+        return Space(int(total), int(dead), vacuum_hint(self.schema))
 
     def _last_position(self) -> int:
         ((last,),) = self._query("last_position")
@@ -323,20 +321,6 @@ class PostgresStore(EventStore):
             return None
         found = self._query("gap")
         return (int(found[0][0]), int(found[0][1])) if found else None
-
-    def _position_gaps(self) -> list[tuple[int, int]]:
-        return [(int(before), int(after)) for before, after in self._query("gaps")]
-
-    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
-        return self._run(lambda conn: pruned_records(conn, self.schema, stream))
-
-    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
-        for record in records:
-            self._heads.pop(record.stream, None)
-        self._run(lambda conn: remove_sessions(conn, self.schema, self._key, records, blobs))
-
-    def _reclaim(self) -> str:
-        return vacuum_hint(self.schema)
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         rows = self._query("blob", (sha256,))

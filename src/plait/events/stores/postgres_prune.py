@@ -8,7 +8,8 @@ PostgreSQL keeps deleted rows in its tables' files until a vacuum; the report sa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from psycopg import sql
 
@@ -16,7 +17,9 @@ from plait.errors import ConcurrencyError, StoreError
 from plait.events.pruned import COLUMNS, PrunedSession, record_of, row_of
 from plait.events.stores.postgres_link import Connection
 
-__all__ = ["PRUNED_TABLE", "pruned_records", "remove_sessions", "vacuum_hint"]
+__all__ = ["PRUNED_TABLE", "PostgresPruning", "vacuum_hint"]
+
+T = TypeVar("T")
 
 PRUNED_TABLE = (
     "CREATE TABLE IF NOT EXISTS {s}.pruned (id BIGSERIAL PRIMARY KEY, stream TEXT NOT NULL, "
@@ -40,6 +43,9 @@ _QUERIES = {
     + ", ".join(["%s"] * len(COLUMNS.split(",")))
     + ")",
     "blobs": "DELETE FROM {s}.blobs WHERE sha256 = ANY(%s)",
+    "gaps": "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
+    "WHERE position != before + 1 ORDER BY position",
 }
 
 _TABLES = ("events", "streams", "leases", "inbox")
@@ -99,3 +105,30 @@ def remove_sessions(
 def vacuum_hint(schema: str) -> str:
     """What gives the room of deleted rows back to the file system."""
     return "VACUUM FULL " + ", ".join(f"{schema}.{t}" for t in ("events", "streams", "blobs"))
+
+
+class PostgresPruning:
+    """``PostgresStore``'s part of ``plait.events.pruning.Pruning``."""
+
+    schema: str
+    _key: int
+    _heads: dict[str, tuple[int, bytes]]
+    _run: Callable[..., Any]
+
+    def _position_gaps(self) -> list[tuple[int, int]]:
+        found = self._run(lambda conn: conn.execute(_sql("gaps", self.schema)).fetchall())
+        return [(int(before), int(after)) for before, after in found]
+
+    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
+        found: list[PrunedSession] = self._run(
+            lambda conn: pruned_records(conn, self.schema, stream)
+        )
+        return found
+
+    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
+        for record in records:
+            self._heads.pop(record.stream, None)
+        self._run(lambda conn: remove_sessions(conn, self.schema, self._key, records, blobs))
+
+    def _reclaim(self) -> str:
+        return vacuum_hint(self.schema)

@@ -152,9 +152,6 @@ QUERIES = {
     "gap": "SELECT before, position FROM (SELECT position, "
     "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
     "WHERE position != before + 1 ORDER BY position LIMIT 1",
-    "gaps": "SELECT before, position FROM (SELECT position, "
-    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
-    "WHERE position != before + 1 ORDER BY position",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "blobs": "SELECT sha256, data FROM {s}.blobs WHERE sha256 = ANY(%s)",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",

@@ -15,7 +15,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -24,7 +24,6 @@ from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.checks import Links
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Lease, taken
-from plait.events.pruned import PrunedSession
 from plait.events.space import Space
 from plait.events.store import (
     REDACTED,
@@ -37,13 +36,7 @@ from plait.events.store import (
     utc_now,
 )
 from plait.events.stores.sqlite_files import open_read_only, open_writable
-from plait.events.stores.sqlite_prune import (
-    GAPS_SQL,
-    PRUNED_TABLE,
-    pruned_records,
-    reclaim,
-    remove_sessions,
-)
+from plait.events.stores.sqlite_prune import SqlitePruning
 from plait.events.stores.sqlite_reads import CHUNK_SQL, Chunk, batches
 from plait.events.stores.sqlite_writes import Writes
 from plait.events.subscription import Signal
@@ -53,8 +46,7 @@ __all__ = ["SqliteStore"]
 
 SCHEMA_VERSION = 2
 
-_SCHEMA = (
-    """
+_SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     position INTEGER PRIMARY KEY,
     stream   TEXT    NOT NULL,
@@ -89,8 +81,6 @@ CREATE TABLE IF NOT EXISTS inbox (
 );
 CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
 """
-    + PRUNED_TABLE
-)
 
 
 _GAP_SQL = (
@@ -103,7 +93,7 @@ _GAP_SQL = (
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
-class SqliteStore(EventStore):
+class SqliteStore(SqlitePruning, EventStore):
     """An event store in one SQLite file (created if missing, unless ``read_only``).
 
     ``read_only`` opens an existing file for reading only (``plait log``, ``verify``,
@@ -348,22 +338,6 @@ class SqliteStore(EventStore):
             return None
         found = self._query(_GAP_SQL, ())
         return (int(found[0][0]), int(found[0][1])) if found else None
-
-    def _position_gaps(self) -> list[tuple[int, int]]:
-        return [(int(before), int(after)) for before, after in self._query(GAPS_SQL, ())]
-
-    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
-        with self._lock, self._errors():
-            return pruned_records(self._db, stream)
-
-    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
-        with self._transaction() as db:
-            self._writes._forget()  # the heads it remembers, of sessions that will be gone
-            remove_sessions(db, records, blobs)
-
-    def _reclaim(self) -> str:
-        with self._lock, self._errors():
-            return reclaim(self._db, self.path)
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         # The key and size as the row holds them, not as the key's index repeats it.

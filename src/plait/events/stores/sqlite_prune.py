@@ -10,14 +10,19 @@ keeps them free inside it until ``VACUUM``.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from plait.errors import ConcurrencyError, StoreError
 from plait.events.pruned import COLUMNS, PrunedSession, record_of, row_of
 
-__all__ = ["GAPS_SQL", "PRUNED_TABLE", "pruned_records", "reclaim", "remove_sessions"]
+if TYPE_CHECKING:
+    from plait.events.stores.sqlite_writes import Writes
+
+__all__ = ["PRUNED_TABLE", "SqlitePruning"]
 
 PRUNED_TABLE = """
 CREATE TABLE IF NOT EXISTS pruned (
@@ -35,8 +40,9 @@ CREATE TABLE IF NOT EXISTS pruned (
     signed_seq  INTEGER NOT NULL,
     signed_hash BLOB    NOT NULL
 )"""
-"""One row per session pruned (``plait.events.pruned.COLUMNS``); created by the first prune
-in a store made before it existed."""
+"""One row per session pruned (``plait.events.pruned.COLUMNS``); made by a store's first
+prune (reads of a store never pruned find none), so stores of every schema version get it
+without a migration."""
 
 GAPS_SQL = (
     "SELECT before, position FROM (SELECT position, "
@@ -97,3 +103,39 @@ def reclaim(db: sqlite3.Connection, path: Path) -> str:
     db.executescript("PRAGMA incremental_vacuum")
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # the file shrinks here
     return ""
+
+
+class SqlitePruning:
+    """``SqliteStore``'s part of ``plait.events.pruning.Pruning``."""
+
+    path: Path
+    _db: sqlite3.Connection
+    _lock: threading.RLock
+    _writes: Writes
+    _error: Callable[[sqlite3.DatabaseError], StoreError]
+
+    def _position_gaps(self) -> list[tuple[int, int]]:
+        with self._lock:
+            found = self._db.execute(GAPS_SQL).fetchall()
+        return [(int(before), int(after)) for before, after in found]
+
+    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
+        with self._lock:
+            return pruned_records(self._db, stream)
+
+    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
+        with self._lock:
+            self._writes._forget()  # the heads it remembers, of sessions about to go
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                remove_sessions(self._db, records, blobs)
+            except BaseException as exc:
+                self._db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError):
+                    raise self._error(exc) from exc
+                raise
+            self._db.execute("COMMIT")
+
+    def _reclaim(self) -> str:
+        with self._lock:
+            return reclaim(self._db, self.path)
