@@ -27,6 +27,7 @@ __all__ = [
     "ModelErrorKind",
     "NotFoundError",
     "PlaitError",
+    "PrunedSessionError",
     "ReplayError",
     "SessionClosedError",
     "SessionFailedError",
@@ -204,6 +205,14 @@ class UnknownSessionError(NotFoundError):
 
     def __init__(self, session_id: str) -> None:
         super().__init__(f"no session {session_id} in the store")
+        self.session_id = session_id
+
+
+class PrunedSessionError(UnknownSessionError):
+    """The session was in the store, and a prune removed it (docs/storage.md#retention)."""
+
+    def __init__(self, session_id: str, line: str) -> None:
+        NotFoundError.__init__(self, line)
         self.session_id = session_id
 
 

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from plait.config import Config, load_config
-from plait.errors import ConfigError, PlaitError
+from plait.errors import ConfigError, PlaitError, PrunedSessionError
 
 if TYPE_CHECKING:
     from plait.actors.approvals import Approver
@@ -123,8 +123,13 @@ def store_of(config: Config, *, create: bool, read_only: bool = False) -> EventS
 
 
 def find_session(store: EventStore, session: str) -> str:
-    """Return the one session id that starts with ``session``."""
+    """Return the one session id that starts with ``session``; ``PrunedSessionError`` if
+    none does but a pruned one (docs/storage.md#retention)."""
     matches = [info.stream for info in store.streams() if info.stream.startswith(session)]
+    if not matches:
+        gone = [r for r in store.pruned() if r.stream.startswith(session)]
+        if gone:  # the last record of it: a session id is pruned once, unless written again
+            raise PrunedSessionError(gone[-1].stream, gone[-1].line())
     if len(matches) != 1:
         what = "no session" if not matches else f"{len(matches)} sessions"
         verb = "match" if matches else "matches"  # "no session matches", "2 sessions match"

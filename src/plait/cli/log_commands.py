@@ -29,7 +29,7 @@ from plait.cli.common import (
 )
 from plait.cli.style import Style
 from plait.cli.words import count
-from plait.errors import PlaitError
+from plait.errors import PlaitError, PrunedSessionError
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
@@ -206,7 +206,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return check_bundle(args)
     key, witness, missing = proof_of(args.public_key, args.witness)
     with existing_store(args, read_only=True) as store:
-        session = find_session(store, args.session)
+        try:
+            session = find_session(store, args.session)
+        except PrunedSessionError as gone:  # its record is what there is to verify
+            session = gone.session_id
         report = store.verify(session, public_key=key, witness=witness)
         damaged = store.check_file(full=args.full)
     failed = proof_failed(report)
@@ -226,10 +229,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
         out(f"damaged: {damaged}")
     elif failed:
         out(report.reason)
+    elif report.pruned is not None:
+        line = f"pruned: {report.pruned.line()}"
+        if report.signatures is not None and report.signatures.witness_seq is not None:
+            seq = report.signatures.witness_seq
+            line += f"; the witness's last head of it, seq {seq}, is the record's"
+        out(line)
     else:
         line = f"ok: {report.events} events, {report.blobs} blobs ({report.redacted} redacted)"
         if report.signatures is not None and report.signatures.signed:
             line += f"; {signed_line(report.signatures, missing)}"
+        if report.pruned_sessions:
+            held = count(report.pruned_sessions, "session")
+            line += f"; {held} pruned ({count(report.pruned_events, 'event')}), accounted for"
         out(line)
     return 0 if report.ok and damaged is None else 1
 

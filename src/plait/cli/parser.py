@@ -41,6 +41,7 @@ from plait.cli.log_commands import (
     cmd_tree,
     cmd_verify,
 )
+from plait.cli.prune import add_prune_flags, cmd_prune
 from plait.cli.rerun import add_rerun_flags
 from plait.cli.run_commands import (
     cmd_chat,
@@ -313,6 +314,15 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("--by", metavar="NAME", help="who asks (default: the user running it)")
     forget.add_argument("--reason", metavar="TEXT", help="why: a request's reference, say")
     forget.add_argument("--yes", action="store_true", help="do not ask (it cannot be undone)")
+    add_prune_flags(
+        add(
+            "prune",
+            cmd_prune,
+            "plait prune --closed-before 2026-01-01",
+            "plait prune --idle-before 90d --dry-run",
+            json="the report as one JSON object",
+        )
+    )
     add("demo", cmd_demo, "plait demo")
     complete = add(
         "completion",

@@ -21,6 +21,7 @@ import msgspec
 from plait.errors import CorruptEventError, TamperedError
 from plait.events.blobs import blob_refs
 from plait.events.codec import BODY_TYPES, GENESIS_HASH, decode_rows
+from plait.events.pruned import PrunedSession
 from plait.events.signing import Signatures
 from plait.events.types import ContentErased, ConversationOpened, Event
 
@@ -37,6 +38,7 @@ __all__ = [
     "link",
     "misplaced",
     "position_gap",
+    "position_gaps",
     "verify",
 ]
 
@@ -70,6 +72,18 @@ def first_gap(read: Callable[[int, int], list[Row]]) -> tuple[int, int] | None:
                 return after, row[0]
             after = row[0]
     return None
+
+
+def position_gaps(read: Callable[[int, int], list[Row]]) -> list[tuple[int, int]]:
+    """Every place where positions are not dense from 1, as ``first_gap`` finds the first."""
+    found = []
+    after = 0
+    while rows := read(after, 10_000):
+        for row in rows:
+            if row[0] != after + 1:
+                found.append((after, row[0]))
+            after = row[0]
+    return found
 
 
 def position_gap(report: Verification, before: int, rows: list[Row]) -> Verification:
@@ -110,11 +124,16 @@ class Links:
     """The last event seen of each stream in a read across streams (global order), so that
     each next one is checked against it; a stream's first event links to the genesis hash.
     Positions are dense (docs/event-log.md#streams-seq-and-position): the read's first event
-    is at ``after_position + 1`` and each next one right after the one before."""
+    is at ``after_position + 1`` and each next one right after the one before, but where
+    ``pruned(first, last)`` says a prune accounts for the positions skipped
+    (docs/storage.md#retention)."""
 
-    def __init__(self, after_position: int = 0) -> None:
+    def __init__(
+        self, after_position: int = 0, pruned: Callable[[int, int], bool] | None = None
+    ) -> None:
         self._last: dict[str, Event] = {}
         self._position = after_position
+        self._pruned = pruned
 
     def check(self, events: Iterable[Event]) -> None:
         """Check ``events`` (in global order) against what came before them in this read."""
@@ -124,8 +143,15 @@ class Links:
         for event in events:
             position += 1
             if event.position != position:
-                where = f"at position {event.position}, where {position} was next"
-                raise TamperedError(event.stream, event.seq, f"{where} (a row moved or is lost)")
+                if not (
+                    event.position > position
+                    and self._pruned is not None
+                    and self._pruned(position, event.position - 1)
+                ):
+                    where = f"at position {event.position}, where {position} was next"
+                    why = f"{where} (a row moved or is lost)"
+                    raise TamperedError(event.stream, event.seq, why)
+                position = event.position  # past what a prune removed
             before = get(event.stream)
             if before is not None:
                 if event.prev_hash != before.hash or event.seq != before.seq + 1:
@@ -164,6 +190,12 @@ class Verification(msgspec.Struct, frozen=True):
     signatures: Signatures | None = None
     """What the session's signed heads (and the witness, given a key) say, once its chain is
     found intact (docs/event-log.md#signed-heads); ``None``: the chain is not."""
+    pruned: PrunedSession | None = None
+    """The session's record, when a prune removed it (its events are gone, its head kept)."""
+    pruned_sessions: int = 0
+    """Sessions of the store a prune removed, whose positions the store accounts for."""
+    pruned_events: int = 0
+    """Their events."""
 
 
 def verify(

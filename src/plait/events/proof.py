@@ -19,6 +19,7 @@ from plait.events.witness import Witness, WitnessHead, latest
 
 if TYPE_CHECKING:
     from plait.events.checks import Verification
+    from plait.events.pruned import PrunedSession
 
 __all__ = ["Proof", "failure_line"]
 
@@ -94,6 +95,52 @@ class Proof:
         bad, line = signatures.first_bad_seq, failure_line(signatures)
         return msgspec.structs.replace(report, ok=False, first_bad_seq=bad, reason=line)
 
+    def pruned(self, report: Verification, record: PrunedSession) -> Verification:
+        """``report`` of a session a prune removed (``record``): with a key and a witness,
+        the witness's latest head of it must be the signed head (or the head) the record
+        kept; else it is flagged (docs/storage.md#retention)."""
+        if self.public_key is None or self._lines is None:
+            return report
+        signatures = Signatures(
+            True,
+            0,
+            checked=True,
+            last_signed_seq=record.signed_seq,
+            witness=self._name,
+        )
+        wrong = self._forged(self.public_key, self._lines)
+        head = latest(self._lines).get(self.stream)
+        if wrong is None and head is not None:
+            kept = {(record.signed_seq, record.signed_hash), (record.last_seq, record.last_hash)}
+            if (head.seq, head.head_hash) in kept:
+                signatures = msgspec.structs.replace(signatures, witness_seq=head.seq)
+            else:
+                wrong = (
+                    f"witness: the witness holds a signed head of seq {head.seq} "
+                    f"({head.source} line {head.line}) that the pruned session's record does "
+                    f"not: it kept head seq {record.last_seq}, signed head seq "
+                    f"{record.signed_seq}"
+                )
+        if wrong is None:
+            return msgspec.structs.replace(report, signatures=signatures)
+        signatures = msgspec.structs.replace(signatures, ok=False, reason=wrong, failure="witness")
+        return msgspec.structs.replace(report, ok=False, reason=wrong, signatures=signatures)
+
+    def _forged(self, key: PublicKey, lines: Sequence[WitnessHead]) -> str | None:
+        """What is wrong with the witness's lines of the stream, if one is not signed by
+        ``key``."""
+        for line in lines:
+            where = f"witness: {line.source} line {line.line} (seq {line.seq})"
+            if line.fingerprint != key.fingerprint:
+                return (
+                    f"{where}: signed by key {line.fingerprint[:16]}, not by the public key "
+                    f"given ({key.fingerprint[:16]})"
+                )
+            message = head_message(self.stream, line.seq, line.head_hash, line.fingerprint)
+            if not key.signed(message, line.signature):
+                return f"{where}: its signature does not match what it signs (forged)"
+        return None
+
     def _witnessed(
         self, report: Signatures, key: PublicKey, lines: Sequence[WitnessHead]
     ) -> Signatures:
@@ -105,17 +152,9 @@ class Proof:
                 report, ok=False, first_bad_seq=seq, reason=reason, failure="witness"
             )
 
-        for line in lines:
-            where = f"witness: {line.source} line {line.line} (seq {line.seq})"
-            if line.fingerprint != key.fingerprint:
-                return fail(
-                    None,
-                    f"{where}: signed by key {line.fingerprint[:16]}, not by the public key "
-                    f"given ({key.fingerprint[:16]})",
-                )
-            message = head_message(self.stream, line.seq, line.head_hash, line.fingerprint)
-            if not key.signed(message, line.signature):
-                return fail(None, f"{where}: its signature does not match what it signs (forged)")
+        forged = self._forged(key, lines)
+        if forged is not None:
+            return fail(None, forged)
         head = latest(lines).get(self.stream)
         if head is None:
             return report

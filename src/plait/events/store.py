@@ -30,7 +30,6 @@ from plait.events.checks import (
     first_gap,
     link,
     misplaced,
-    position_gap,
     verify,
 )
 from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event, event_hash
@@ -38,6 +37,7 @@ from plait.events.erased import mark_erased
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
 from plait.events.proof import Proof
+from plait.events.pruning import Pruning
 from plait.events.signing import PublicKey
 from plait.events.space import Space
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
@@ -87,9 +87,10 @@ class StreamInfo(msgspec.Struct, frozen=True):
     """Its last event's seq."""
 
 
-class EventStore(Ownership, BlobStore, ABC):
+class EventStore(Ownership, BlobStore, Pruning, ABC):
     """An append-only log of event streams with content-addressed blobs (``BlobStore``), and
-    the leases and inbox of the processes sharing it (``Ownership``).
+    the leases and inbox of the processes sharing it (``Ownership``), and the records of the
+    sessions a prune removed (``Pruning``).
 
     ``append`` is atomic: all of its events are stored, chained and visible, or none are.
     """
@@ -284,7 +285,7 @@ class EventStore(Ownership, BlobStore, ABC):
         checked against its hash, its columns, its link to the one before it in the same read
         and its position, right after the one before)."""
         events = self._decode_all(self._all_rows(after_position, limit), resolve_blobs)
-        Links(after_position).check(events)
+        Links(after_position, self._accounted).check(events)
         return events
 
     def iter_all(
@@ -299,7 +300,7 @@ class EventStore(Ownership, BlobStore, ABC):
     ) -> Iterator[list[Event]]:
         """Iterate over every stored event in global order as lists of up to ``batch``
         (the fastest way to rebuild a projection: ``projection.fold(events, state)`` each)."""
-        links = Links(after_position)
+        links = Links(after_position, self._accounted)
         while True:
             rows = self._all_rows(after_position, batch)
             events = self._decode_all(rows, resolve_blobs)
@@ -375,10 +376,11 @@ class EventStore(Ownership, BlobStore, ABC):
         from 1 (docs/event-log.md#streams-seq-and-position); report the first bad seq."""
         proof = Proof.of(stream, public_key, witness)
         rows = self._rows(stream, 0, None, None)
+        if not rows and (pruned := self._pruned_report(stream, proof)) is not None:
+            return pruned  # its events are gone; its record says what they were
         report = verify(stream, rows, self._blob, lambda: self._head(stream), proof)
-        gap = self._position_gap() if report.ok else None
         # Whichever stream lost the row, every read across the store stops there.
-        return report if gap is None else position_gap(report, gap[0], self._all_rows(gap[0], 1))
+        return self._whole(report) if report.ok else report
 
     def check_file(self, full: bool = False) -> str | None:
         """What the backend's own check of its storage finds wrong, if anything (SQLite:

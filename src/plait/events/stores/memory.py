@@ -6,11 +6,13 @@ import bisect
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from plait.errors import ConcurrencyError, StoreError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Held, Lease, taken
+from plait.events.pruned import PrunedSession
 from plait.events.store import (
     REDACTED,
     Clock,
@@ -40,6 +42,7 @@ class MemoryStore(EventStore):
         self._held: dict[str, Held] = {}  # expires by time.monotonic
         self._inbox: dict[int, tuple[str, bytes]] = {}
         self._inbox_ids = itertools.count(1)
+        self._pruned: list[PrunedSession] = []
 
     def _append_rows(
         self,
@@ -106,6 +109,31 @@ class MemoryStore(EventStore):
                 return False
             self._blobs[sha256] = REDACTED
             return True
+
+    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
+        with self._lock:
+            return [r for r in self._pruned if stream in (None, r.stream)]
+
+    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for record in records:
+                head = self._heads.get(record.stream)
+                if head != (record.last_seq, record.last_hash):
+                    raise ConcurrencyError(record.stream, record.last_seq, (head or (0,))[0])
+                owner, _, expires = self._held.get(record.stream, (None, 0, 0.0))
+                if owner is not None and expires > now:
+                    why = f"its lease is held by {owner}: not pruned"
+                    raise StoreError(f"session {record.stream}: {why}")
+            gone = {record.stream for record in records}
+            self._all = [row for row in self._all if row[3] not in gone]
+            for stream in gone:
+                del self._by_stream[stream], self._heads[stream]
+                self._held.pop(stream, None)
+            self._inbox = {i: c for i, c in self._inbox.items() if c[0] not in gone}
+            for sha in blobs:
+                self._blobs.pop(sha, None)
+            self._pruned.extend(records)
 
     def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
         now = time.monotonic()

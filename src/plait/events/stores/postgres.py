@@ -53,6 +53,7 @@ from plait.events.store import (
 )
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
+from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
 from plait.events.stores.postgres_sql import (
     APPEND_SIGNATURE,
     DDL,
@@ -99,7 +100,7 @@ SCRUB_WAIT_SEC = 30.0
 """How long ``scrub`` waits for older transactions to end before it says it could not."""
 
 
-class PostgresStore(EventStore):
+class PostgresStore(PostgresPruning, EventStore):
     """An event store in one PostgreSQL schema (created with its tables if missing).
 
     ``url`` is a libpq URL or conninfo string. The schema is the ``schema`` argument, else the
@@ -305,8 +306,7 @@ class PostgresStore(EventStore):
             ).fetchall()
         )
         ((total, dead),) = rows
-        tables = ", ".join(f"{self.schema}.{t}" for t in ("events", "blobs", "streams"))
-        return Space(int(total), int(dead), f"VACUUM FULL {tables}")
+        return Space(int(total), int(dead), vacuum_hint(self.schema))
 
     def _last_position(self) -> int:
         ((last,),) = self._query("last_position")

@@ -36,6 +36,7 @@ from plait.events.store import (
     utc_now,
 )
 from plait.events.stores.sqlite_files import open_read_only, open_writable
+from plait.events.stores.sqlite_prune import SqlitePruning
 from plait.events.stores.sqlite_reads import CHUNK_SQL, Chunk, batches
 from plait.events.stores.sqlite_writes import Writes
 from plait.events.subscription import Signal
@@ -92,7 +93,7 @@ _GAP_SQL = (
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
-class SqliteStore(EventStore):
+class SqliteStore(SqlitePruning, EventStore):
     """An event store in one SQLite file (created if missing, unless ``read_only``).
 
     ``read_only`` opens an existing file for reading only (``plait log``, ``verify``,
@@ -300,7 +301,7 @@ class SqliteStore(EventStore):
     ) -> Iterator[list[Event]]:
         # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``),
         # each event checked against its hash there, and against the one before it here.
-        links = Links(after_position)
+        links = Links(after_position, self._accounted)
         for events in batches(
             self._chunk,
             lambda after, limit: self.read_all(after, limit=limit, resolve_blobs=resolve_blobs),

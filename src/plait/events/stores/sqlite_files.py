@@ -29,9 +29,12 @@ def _connect(target: str, busy_timeout_sec: float, *, uri: bool = False) -> sqli
 def open_writable(path: Path, busy_timeout_sec: float) -> sqlite3.Connection:
     """Open (or create) the store at ``path`` for writing, in WAL mode."""
     try:
+        new = str(path) != ":memory:" and (not path.exists() or path.stat().st_size == 0)
         if str(path) != ":memory:":
             path.parent.mkdir(parents=True, exist_ok=True)
         db = _connect(str(path), busy_timeout_sec)
+        if new:  # before WAL mode writes the header: a prune can give pages back then
+            db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (docs/storage.md#retention)
     except (OSError, sqlite3.Error) as exc:
         raise StoreUnavailableError(f"{path}: cannot open the SQLite store: {exc}") from exc
     try:

@@ -1,0 +1,107 @@
+"""``plait prune``: remove whole sessions closed, or idle, before a date, keeping the proof
+that the store is still whole (docs/storage.md#retention)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from plait.cli import output as render
+from plait.cli.common import config_of, err, out, store_of
+from plait.cli.du import size
+from plait.cli.words import count
+
+__all__ = ["add_prune_flags", "cmd_prune", "when"]
+
+
+def when(text: str, now: datetime | None = None) -> datetime:
+    """A date as ``--closed-before`` takes it: ISO 8601 (a date, or a date and time; UTC
+    unless it says otherwise), or a duration (``30d``, ``12h``) meaning that long ago."""
+    from plait.events.values import duration_sec
+
+    try:
+        found = datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            ago = duration_sec(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither a date (2026-01-01, 2026-01-01T12:00) nor a duration "
+                "(30d, 12h, 90m)"
+            ) from None
+        return (now or datetime.now(UTC)) - timedelta(seconds=ago)
+    return found.replace(tzinfo=UTC) if found.tzinfo is None else found.astimezone(UTC)
+
+
+def add_prune_flags(cmd: argparse.ArgumentParser) -> None:
+    """The flags of ``plait prune``."""
+    cmd.add_argument(
+        "--closed-before",
+        type=when,
+        metavar="DATE",
+        help="sessions closed before DATE (2026-01-01, or 30d: that long ago)",
+    )
+    cmd.add_argument(
+        "--idle-before",
+        type=when,
+        metavar="DATE",
+        help="sessions, closed or not, whose last event is before DATE; never one a live "
+        "process owns",
+    )
+    cmd.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    """Remove whole sessions closed (or idle) before a date: their events, heads, leases,
+    inboxes and the blobs only they refer to; record each so verify and every read account
+    for the gap; give the room back."""
+    from plait.events.retention import prune
+
+    if args.closed_before is None and args.idle_before is None:
+        err("plait: prune: name what goes: --closed-before DATE, --idle-before DATE, or both")
+        return 2
+    config = config_of(args, mcp_servers=False)
+    with store_of(config, create=False) as store:
+        report = prune(
+            store,
+            closed_before=args.closed_before,
+            idle_before=args.idle_before,
+            dry_run=args.dry_run,
+        )
+    if args.json:
+        out(render.json_line(_fields(report)))
+        return 0
+    verb = "would prune" if report.dry_run else "pruned"
+    for record in report.pruned:
+        closed = record.closed_at or record.last_at
+        what = "closed" if record.closed_at is not None else "last event"
+        out(
+            f"{verb} {record.stream[:8]}  {what} {closed.isoformat(timespec='seconds')}  "
+            f"{count(record.events, 'event')}  {size(record.freed)}"
+        )
+    for kept in report.kept:
+        out(f"kept {kept.session_id[:8]}: {kept.reason}")
+    shared = f", {report.shared_blobs} kept (shared)" if report.shared_blobs else ""
+    out(
+        f"{verb} {count(len(report.pruned), 'session')} ({count(report.events, 'event')}, "
+        f"{count(report.blobs, 'blob')}{shared}; about {size(report.freed)}) by "
+        f"{report.rule or 'no rule'}"
+    )
+    if report.dry_run:
+        out("dry run: nothing changed")
+    elif report.pruned:
+        room = f"store: {size(report.bytes_before)} before, {size(report.bytes_after)} after"
+        out(f"{room}; run `{report.vacuum}` to give the rest back" if report.vacuum else room)
+    return 0
+
+
+def _fields(report: Any) -> dict[str, Any]:
+    """``report`` as one JSON object, hashes in hex."""
+    fields: dict[str, Any] = msgspec.to_builtins(report)
+    for record, original in zip(fields["pruned"], report.pruned, strict=True):
+        record["last_hash"] = original.last_hash.hex()
+        record["signed_hash"] = original.signed_hash.hex()
+    return fields

@@ -1,0 +1,134 @@
+"""How ``PostgresStore`` removes pruned sessions (docs/storage.md#retention);
+``plait.events.retention`` decides what goes.
+
+The deletion and the records that account for it are one transaction, under the advisory
+lock that appends take: no append lands between the check of a session's head and its removal.
+PostgreSQL keeps deleted rows in its tables' files until a vacuum; the report says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from psycopg import sql
+
+from plait.errors import ConcurrencyError, StoreError
+from plait.events.pruned import COLUMNS, PrunedSession, record_of, row_of
+from plait.events.stores.postgres_link import Connection
+
+__all__ = ["PRUNED_TABLE", "PostgresPruning", "vacuum_hint"]
+
+T = TypeVar("T")
+
+PRUNED_TABLE = (
+    "CREATE TABLE IF NOT EXISTS {s}.pruned (id BIGSERIAL PRIMARY KEY, stream TEXT NOT NULL, "
+    "last_seq BIGINT NOT NULL, last_hash BYTEA NOT NULL, events BIGINT NOT NULL, "
+    "positions TEXT NOT NULL, last_at TEXT NOT NULL, pruned_at TEXT NOT NULL, "
+    "rule TEXT NOT NULL, freed BIGINT NOT NULL, closed_at TEXT, signed_seq BIGINT NOT NULL, "
+    "signed_hash BYTEA NOT NULL)"
+)
+"""One row per session pruned (``plait.events.pruned.COLUMNS``)."""
+
+_NOW = "extract(epoch FROM clock_timestamp())::float8"  # the leases' clock (postgres_sql)
+
+_QUERIES = {
+    "exists": "SELECT to_regclass(format('%%I.pruned', %s::text)) IS NOT NULL",
+    "records": f"SELECT {COLUMNS} FROM {{s}}.pruned "
+    "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY id",
+    "lock": "SELECT pg_advisory_xact_lock(%s)",
+    "head": "SELECT last_seq, last_hash FROM {s}.streams WHERE stream = %s FOR UPDATE",
+    "lease": f"SELECT owner, expires > {_NOW} FROM {{s}}.leases WHERE stream = %s FOR UPDATE",
+    "insert": f"INSERT INTO {{s}}.pruned ({COLUMNS}) VALUES ("
+    + ", ".join(["%s"] * len(COLUMNS.split(",")))
+    + ")",
+    "blobs": "DELETE FROM {s}.blobs WHERE sha256 = ANY(%s)",
+    "gaps": "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
+    "WHERE position != before + 1 ORDER BY position",
+}
+
+_TABLES = ("events", "streams", "leases", "inbox")
+"""What a session's rows are in."""
+
+
+def _sql(name: str, schema: str) -> sql.Composed:
+    return sql.SQL(_QUERIES[name]).format(s=sql.Identifier(schema))
+
+
+def pruned_records(conn: Connection, schema: str, stream: str | None) -> list[PrunedSession]:
+    """The ``pruned`` table's records (``stream``'s only), oldest first."""
+    found = conn.execute(_sql("exists", schema), (schema,)).fetchone()
+    if found is None or not found[0]:  # an older store, never pruned
+        return []
+    rows = conn.execute(_sql("records", schema), {"stream": stream}, binary=True).fetchall()
+    return [record_of(row) for row in rows]
+
+
+def remove_sessions(
+    conn: Connection,
+    schema: str,
+    key: int,
+    records: Sequence[PrunedSession],
+    blobs: Sequence[str],
+) -> None:
+    """In one transaction: remove each record's session, if its head is still the one the
+    record names and no live lease holds it (else raise: nothing removed), store the records,
+    and delete ``blobs``."""
+    table = sql.SQL(PRUNED_TABLE).format(s=sql.Identifier(schema))
+    with conn.transaction():
+        conn.execute(table)
+        conn.execute(_sql("lock", schema), (key,))
+        for record in records:
+            stream = record.stream
+            head = conn.execute(_sql("head", schema), (stream,), binary=True).fetchone()
+            if head is None or (int(head[0]), bytes(head[1])) != (
+                record.last_seq,
+                record.last_hash,
+            ):
+                raise ConcurrencyError(stream, record.last_seq, 0 if head is None else head[0])
+            lease = conn.execute(_sql("lease", schema), (stream,)).fetchone()
+            if lease is not None and lease[0] is not None and lease[1]:
+                raise StoreError(f"session {stream}: its lease is held by {lease[0]}: not pruned")
+            for name in _TABLES:
+                conn.execute(
+                    sql.SQL("DELETE FROM {s}.{t} WHERE stream = %s").format(
+                        s=sql.Identifier(schema), t=sql.Identifier(name)
+                    ),
+                    (stream,),
+                )
+            conn.execute(_sql("insert", schema), row_of(record))
+        if blobs:
+            conn.execute(_sql("blobs", schema), (list(blobs),))
+
+
+def vacuum_hint(schema: str) -> str:
+    """What gives the room of deleted rows back to the file system."""
+    return "VACUUM FULL " + ", ".join(f"{schema}.{t}" for t in ("events", "streams", "blobs"))
+
+
+class PostgresPruning:
+    """``PostgresStore``'s part of ``plait.events.pruning.Pruning``."""
+
+    schema: str
+    _key: int
+    _heads: dict[str, tuple[int, bytes]]
+    _run: Callable[..., Any]
+
+    def _position_gaps(self) -> list[tuple[int, int]]:
+        found = self._run(lambda conn: conn.execute(_sql("gaps", self.schema)).fetchall())
+        return [(int(before), int(after)) for before, after in found]
+
+    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
+        found: list[PrunedSession] = self._run(
+            lambda conn: pruned_records(conn, self.schema, stream)
+        )
+        return found
+
+    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
+        for record in records:
+            self._heads.pop(record.stream, None)
+        self._run(lambda conn: remove_sessions(conn, self.schema, self._key, records, blobs))
+
+    def _reclaim(self) -> str:
+        return vacuum_hint(self.schema)

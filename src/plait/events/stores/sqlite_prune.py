@@ -1,0 +1,141 @@
+"""How ``SqliteStore`` removes pruned sessions and gives their room back
+(docs/storage.md#retention); ``plait.events.retention`` decides what goes.
+
+The deletion and the records that account for it are one transaction, so a reader never
+finds a gap that no record covers. Pages then go back to the file system where the file was
+created with ``auto_vacuum=INCREMENTAL`` (new stores are, ``sqlite_files.py``); an older file
+keeps them free inside it until ``VACUUM``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from plait.errors import ConcurrencyError, StoreError
+from plait.events.pruned import COLUMNS, PrunedSession, record_of, row_of
+
+if TYPE_CHECKING:
+    from plait.events.stores.sqlite_writes import Writes
+
+__all__ = ["PRUNED_TABLE", "SqlitePruning"]
+
+PRUNED_TABLE = """
+CREATE TABLE IF NOT EXISTS pruned (
+    id          INTEGER PRIMARY KEY,
+    stream      TEXT    NOT NULL,
+    last_seq    INTEGER NOT NULL,
+    last_hash   BLOB    NOT NULL,
+    events      INTEGER NOT NULL,
+    positions   TEXT    NOT NULL,
+    last_at     TEXT    NOT NULL,
+    pruned_at   TEXT    NOT NULL,
+    rule        TEXT    NOT NULL,
+    freed       INTEGER NOT NULL,
+    closed_at   TEXT,
+    signed_seq  INTEGER NOT NULL,
+    signed_hash BLOB    NOT NULL
+)"""
+"""One row per session pruned (``plait.events.pruned.COLUMNS``); made by a store's first
+prune (reads of a store never pruned find none), so stores of every schema version get it
+without a migration."""
+
+GAPS_SQL = (
+    "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM events) "
+    "WHERE position != before + 1 ORDER BY position"
+)
+"""Every position that does not follow the one before it (from 0), and that one."""
+
+
+def pruned_records(db: sqlite3.Connection, stream: str | None) -> list[PrunedSession]:
+    """The ``pruned`` table's records (``stream``'s only), oldest first; none if it is not
+    there (a store never pruned, made before it existed)."""
+    where = "" if stream is None else " WHERE stream = ?"
+    try:
+        rows = db.execute(
+            f"SELECT {COLUMNS} FROM pruned{where} ORDER BY id", () if stream is None else (stream,)
+        ).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
+    return [record_of(row) for row in rows]
+
+
+def remove_sessions(
+    db: sqlite3.Connection, records: Sequence[PrunedSession], blobs: Sequence[str]
+) -> None:
+    """In the caller's write transaction: remove each record's session, if its head is still
+    the one the record names and no live lease holds it (else raise, for the caller to roll
+    back), store the records, and delete ``blobs``."""
+    db.execute(PRUNED_TABLE)
+    now = time.time()  # lease times are the machine's wall clock (``SqliteStore``)
+    marks = ", ".join("?" * len(COLUMNS.split(",")))
+    for record in records:
+        stream = record.stream
+        head = db.execute(
+            "SELECT last_seq, last_hash FROM streams WHERE stream = ?", (stream,)
+        ).fetchone()
+        if head is None or (int(head[0]), bytes(head[1])) != (record.last_seq, record.last_hash):
+            raise ConcurrencyError(stream, record.last_seq, 0 if head is None else int(head[0]))
+        lease = db.execute("SELECT owner, expires FROM leases WHERE stream = ?", (stream,))
+        found = lease.fetchone()
+        if found is not None and found[0] is not None and float(found[1]) > now:
+            raise StoreError(f"session {stream}: its lease is held by {found[0]}: not pruned")
+        for table in ("events", "streams", "leases", "inbox"):
+            db.execute(f"DELETE FROM {table} WHERE stream = ?", (stream,))
+        db.execute(f"INSERT INTO pruned ({COLUMNS}) VALUES ({marks})", row_of(record))
+    db.executemany("DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in blobs])
+
+
+def reclaim(db: sqlite3.Connection, path: Path) -> str:
+    """Give the free pages back to the file system if the file allows it; else say how."""
+    ((mode,),) = db.execute("PRAGMA auto_vacuum").fetchall()
+    if int(mode) != 2:  # NONE (or FULL, which gives them back at each commit)
+        return "" if int(mode) == 1 else f"sqlite3 {path} VACUUM"
+    # Each step of the statement frees one page, and ``execute`` takes one step: the script
+    # runs it to the end.
+    db.executescript("PRAGMA incremental_vacuum")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # the file shrinks here
+    return ""
+
+
+class SqlitePruning:
+    """``SqliteStore``'s part of ``plait.events.pruning.Pruning``."""
+
+    path: Path
+    _db: sqlite3.Connection
+    _lock: threading.RLock
+    _writes: Writes
+    _error: Callable[[sqlite3.DatabaseError], StoreError]
+
+    def _position_gaps(self) -> list[tuple[int, int]]:
+        with self._lock:
+            found = self._db.execute(GAPS_SQL).fetchall()
+        return [(int(before), int(after)) for before, after in found]
+
+    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
+        with self._lock:
+            return pruned_records(self._db, stream)
+
+    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
+        with self._lock:
+            self._writes._forget()  # the heads it remembers, of sessions about to go
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                remove_sessions(self._db, records, blobs)
+            except BaseException as exc:
+                self._db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError):
+                    raise self._error(exc) from exc
+                raise
+            self._db.execute("COMMIT")
+
+    def _reclaim(self) -> str:
+        with self._lock:
+            return reclaim(self._db, self.path)
