@@ -107,6 +107,15 @@ def test_watching_sessions_runs_as_written(tmp_path: Path) -> None:
     assert printed[1].endswith(f": 9 spans sent to {collector.url}/v1/traces\n")
 
 
+def test_storage_you_can_see_runs_as_written(tmp_path: Path) -> None:
+    (block,) = blocks_after(MARKER + " (storage) -->", "sh")
+    printed = run_lines(block, tmp_path, environment())
+    assert printed[1].count("\n") > 3 and "store:" in printed[1]  # both sessions, the store
+    assert "kept" in printed[2] and "last position" in printed[2]  # and why the other stays
+    listed = run_lines("plait sessions --json", tmp_path, environment())[0]
+    assert len(listed.splitlines()) == 1  # the pruned one is gone from the list
+
+
 def test_the_configured_servers_run_as_shown(git_repo: Path) -> None:
     (config,) = blocks_after("<!-- config: used by tests/test_readme.py", "toml")
     (commands,) = blocks_after(MARKER + " against a scripted server -->", "sh")
