@@ -5,7 +5,8 @@ helper conversation, ``conv_list`` and ``conv_history`` calls; tool outputs over
 stored as blob rows). Candidate offsets are drawn from every page of the file; each is
 sorted into the region it changes by reading the flipped file's rows with ``sqlite3`` beside
 the original's (``event data``, ``event hash``, ``event envelope`` for the other columns of an
-event row, ``blob rows``, ``streams table``, ``other rows``) or, when no row reads
+event row, ``blob rows``, ``streams table``, ``names table`` (a new store's stream ids and
+type names), ``other rows``) or, when no row reads
 differently, by where it lies (``file header``, ``schema page``, ``index pages``, ``table
 interior pages``, ``table leaf, no row changed``, ``other pages``; ``unreadable`` when
 ``sqlite3`` cannot read the tables at all). The flips are then chosen a page at a time and
@@ -164,11 +165,14 @@ class File:
                 changed |= {(table, c) for c, x, y in zip(columns, a, b, strict=True) if x != y}
         if changed:
             tables = {t for t, _ in changed}
-            if "events" in tables:
-                columns = {c for t, c in changed if t == "events"}
+            held = {"events", "log"} & tables  # layouts 1 and 2; layout 3
+            if held:
+                columns = {c for t, c in changed if t in held}
                 if columns == {"data"}:
                     return "event data"
                 return "event hash" if columns == {"hash"} else "event envelope"
+            if "names" in tables:  # layout 3: a stream's id, a type's name, for all its rows
+                return "names table"
             if "blobs" in tables:
                 return "blob rows"
             return "streams table" if "streams" in tables else "other rows"
@@ -237,7 +241,7 @@ class Bench:
         if "Traceback" in err:
             return "traceback"
         _, base_out, base_lines = self.baseline[reader]
-        changed_rows = region.startswith(("event", "blob", "streams", "other rows"))
+        changed_rows = region.startswith(("event", "blob", "streams", "names", "other rows"))
         if code == 0:
             return "silent" if changed_rows or out != base_out else "unaffected"
         if len(err.strip().splitlines()) > base_lines + 1:

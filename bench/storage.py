@@ -207,8 +207,14 @@ def one_turn(db: Path) -> list[tuple[str, str, int]]:
     msgpack holds them; the rest is msgpack's own headers), then what its row adds beside
     ``data`` and the blobs it brings. ``(event type, part, bytes)``, in the order written."""
     with closing(sqlite3.connect(db)) as conn:
+        keyed = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'log'").fetchall())
+        # What the row holds beside its data: the stream's id and the type's name as text
+        # (layouts 1 and 2), or their keys (layout 3), and the hash.
+        columns = "l.stream, l.type" if keyed else "length(e.stream), length(e.type)"
         rows = conn.execute(
-            "SELECT type, data, stream, hash FROM events ORDER BY position"
+            f"SELECT e.type, e.data, {columns}, length(e.hash) FROM events AS e "
+            + ("JOIN log AS l USING (position) " if keyed else "")
+            + "ORDER BY e.position"
         ).fetchall()
         blobs = dict(conn.execute("SELECT sha256, length(data) FROM blobs").fetchall())
     enqueued = [i for i, row in enumerate(rows) if row[0] == "TaskEnqueued"]
@@ -216,7 +222,7 @@ def one_turn(db: Path) -> list[tuple[str, str, int]]:
     end = next(i for i in range(middle, len(rows)) if rows[i][0] == "TaskCompleted")
     out: list[tuple[str, str, int]] = []
     seen: set[str] = set()
-    for kind, data, stream, digest in rows[middle : end + 1]:
+    for kind, data, stream, type_, digest in rows[middle : end + 1]:
         raw = msgspec.msgpack.decode(data)
         if isinstance(raw, dict):  # encoding 1: each field's name, then its value
             parts = [(name, _packed(name) + _packed(value)) for name, value in raw.items()]
@@ -226,7 +232,11 @@ def one_turn(db: Path) -> list[tuple[str, str, int]]:
         fields = [(f"body.{k}", _packed(k) + _packed(v)) for k, v in raw["body"].items()]
         parts = [part for part in parts if part[0] != "body"] + fields
         parts.append(("msgpack headers", len(data) - sum(b for _, b in parts)))
-        parts.append(("row: stream, type, hash", len(stream) + len(kind) + len(digest)))
+        if keyed:
+            row = _int_bytes(stream) + _int_bytes(type_) + digest
+            parts.append(("row: stream and type keys, hash", row))
+        else:
+            parts.append(("row: stream, type, hash", stream + type_ + digest))
         for ref in _refs(raw):
             if ref not in seen:
                 seen.add(ref)
@@ -234,6 +244,13 @@ def one_turn(db: Path) -> list[tuple[str, str, int]]:
                 parts.append(("blob: hex key, table + index", 2 * len(ref)))
         out.extend((kind, name, size) for name, size in parts)
     return out
+
+
+def _int_bytes(value: int) -> int:
+    """The bytes of an integer in a SQLite record (0 and 1 take none: its type says them)."""
+    if value in (0, 1):
+        return 0
+    return next(n for n in (1, 2, 3, 4, 6, 8) if -(1 << (8 * n - 1)) <= value < 1 << (8 * n - 1))
 
 
 def _packed(value: object) -> int:
@@ -312,9 +329,10 @@ def breakdown(db: Path, ours: Size, turns: int) -> None:
         how = f"{len(sizes)} x {sizes[0]}" if len(set(sizes)) == 1 else " + ".join(map(str, sizes))
         rows.append([key, f"{sum(sizes):,}", f"{sum(sizes) / total:.0%}", how])
     show(rows)
-    index = ours.pages.get("sqlite_autoindex_events_1", 0) / ours.rows
+    index = max(ours.pages.get(f"sqlite_autoindex_{t}_1", 0) for t in ("events", "log"))
     print(
-        f"  {total:,} B; besides, SQLite's (stream, seq) index ~{index:.0f} B an event and "
+        f"  {total:,} B; besides, SQLite's (stream, seq) index ~{index / ours.rows:.0f} B an "
+        "event and "
         f"row and page headers: the file holds {ours.vacuumed / turns:,.0f} B a turn in all"
     )
 

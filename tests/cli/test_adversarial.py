@@ -65,16 +65,22 @@ class Recorded:
         store = cwd / "plait.db"
         with sqlite3.connect(store) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            rows = conn.execute("SELECT stream, seq, type, data, hash FROM events").fetchall()
+            rows = conn.execute(
+                "SELECT e.stream, e.type, e.data, e.hash, l.seq, l.type, l.v "
+                "FROM events AS e JOIN log AS l USING (position)"
+            ).fetchall()
         conn.close()
         self.bytes = store.read_bytes()
         # the first model reply: its row's columns, each located in the file
-        stream, _, kind, data, digest = next(r for r in rows if r[2] == "ModelResponded")
+        stream, kind, data, digest, seq, key, v = next(r for r in rows if r[1] == "ModelResponded")
         self.data_at = self.bytes.index(data)
         self.hash_at = self.bytes.index(digest)
-        self.type_at = self.bytes.rindex(kind.encode(), 0, self.data_at)
-        self.stream_at = self.bytes.rindex(stream.encode(), 0, self.type_at)
-        self.seq_at = self.stream_at + len(stream)  # the record's next column
+        # A new store's row holds its stream's and type's keys; their text is in ``names``
+        # (docs/event-log.md#stores), each a record of a key and one text column.
+        self.type_at = self.bytes.index(_names_record(kind))
+        self.stream_at = self.bytes.index(_names_record(stream))
+        assert 1 < key < 128 and 1 < seq < 128 and v == 1  # one byte each, v none (a constant)
+        self.seq_at = self.data_at - 2  # the row's values: stream, seq, type, v (none), data
         # A prompt is kept apart from its event, in a blob (docs/storage.md#erasure).
         self.prompt_at = self.bytes.index(b"How many?")
 
@@ -84,9 +90,9 @@ class Recorded:
             "data text": (self.prompt_at, 0x20),  # "How many?" -> "how many?"
             "data head": (self.data_at, 0x01),  # the msgpack map's header
             "hash": (self.hash_at + 7, 0x01),
-            "stream": (self.stream_at, 0x01),
+            "stream": (self.stream_at + 3, 0x01),
             "seq": (self.seq_at, 0x01),
-            "type": (self.type_at + 2, 0x20),
+            "type": (self.type_at + 5, 0x20),
         }[where]
         data = bytearray(self.bytes)
         data[offset] ^= mask
@@ -107,6 +113,12 @@ class Recorded:
             done.stdout.decode(errors="replace"),
             done.stderr.decode(errors="replace"),
         )
+
+
+def _names_record(name: str) -> bytes:
+    """The start of a ``names`` row's record holding ``name``: its header (its size, the key's
+    type, none: it is the rowid; the text's type), then the text."""
+    return bytes([3, 0, 2 * len(name.encode()) + 13]) + name.encode()
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,10 @@ from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
 EVENT_BYTES_PER_TURN = 2_048
-"""Stored bytes of a plain turn's seven events (encoding 2 takes 1,983; encoding 1 took 2,607)."""
-FILE_BYTES_PER_TURN = 4_096
-"""What the SQLite file grows by a plain turn: rows, index, blobs (3,870 now; 4,670 before)."""
+"""Stored bytes of a plain turn's seven events (encoding 2 takes 1,977; encoding 1 took 2,600)."""
+FILE_BYTES_PER_TURN = 3_328
+"""What the SQLite file grows by a plain turn, rows, index and blobs: 3,154 bytes in a store
+of layout 3 (docs/storage.md#the-bytes-of-one-turn)."""
 
 
 def test_a_plain_turn_keeps_to_its_byte_budget(tmp_path: Path) -> None:

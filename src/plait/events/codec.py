@@ -176,8 +176,20 @@ def is_compact(data: bytes | memoryview) -> bool:
 def event_hash(stream: str, data: bytes | memoryview) -> bytes:
     """Return the chain hash of an event's stored bytes, the event being of ``stream``."""
     if is_compact(data):
-        return hashlib.sha256(b"".join((stream_prefix(stream), data))).digest()
+        return hasher(stream)(data)
     return hashlib.sha256(data).digest()
+
+
+def hasher(stream: str) -> Callable[[bytes | memoryview], bytes]:
+    """The chain hash of stored bytes of encoding 2 of ``stream``'s events (an append's)."""
+    started = hashlib.sha256(stream_prefix(stream))
+
+    def digest(data: bytes | memoryview) -> bytes:
+        running = started.copy()  # cheaper than hashing the stream's bytes again
+        running.update(data)
+        return running.digest()
+
+    return digest
 
 
 # How a ``BlobRef`` starts in msgpack. A row without these bytes holds no blob reference, so

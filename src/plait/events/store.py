@@ -24,15 +24,8 @@ from plait.errors import (
 )
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize
 from plait.events.blobstore import REDACTED, BlobStore, RedactedMarker
-from plait.events.checks import (
-    Links,
-    Verification,
-    first_gap,
-    link,
-    misplaced,
-    verify,
-)
-from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event, event_hash
+from plait.events.checks import Links, Verification, first_gap, link, misplaced, verify
+from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event, hasher
 from plait.events.erased import mark_erased
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
@@ -192,6 +185,7 @@ class EventStore(Ownership, BlobStore, Pruning, ABC):
         threshold = self.blob_threshold
         encode, set_ = encode_event, msgspec.structs.force_setattr
         tags = BODY_TAGS
+        digest = hasher(stream)
         seq = head_seq
         for draft in drafts:
             seq += 1
@@ -225,8 +219,10 @@ class EventStore(Ownership, BlobStore, Pruning, ABC):
                     stored = externalize(body, 0, blobs, self._scope(stream))
                 else:
                     stored = externalize(body, threshold, blobs)
-            data = encode(event if stored is body else msgspec.structs.replace(event, body=stored))
-            prev = event_hash(stream, data)
+            # As stored (encoding 2): without its stream, which the row holds.
+            conversation, task = draft.conversation_id, draft.task_id
+            data = encode(Event("", seq, at, version, stored, prev, conversation, task))  # type: ignore[arg-type]
+            prev = digest(data)
             rows.append((seq, tags[cls], version, data, prev))
             set_(event, "hash", prev)
             out.append(event)

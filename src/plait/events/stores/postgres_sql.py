@@ -11,8 +11,9 @@ from __future__ import annotations
 
 __all__ = ["APPEND_SIGNATURE", "DDL", "LEASE_LOST", "QUERIES", "SCHEMA_VERSION", "STREAM_MOVED"]
 
-SCHEMA_VERSION = 2
-"""Version of the table layout; a store written by a newer plait is refused, not misread."""
+SCHEMA_VERSION = 3
+"""Version of the table layout; a store written by a newer plait is refused, not misread (3:
+events in encoding 2, docs/event-log.md#encoding, which an earlier plait cannot read)."""
 
 LEASE_LOST = "PLA01"
 """SQLSTATE of an append refused for its epoch; the detail is the lease ``[owner, epoch]``

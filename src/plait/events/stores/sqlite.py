@@ -37,58 +37,19 @@ from plait.events.store import (
 )
 from plait.events.stores.sqlite_files import open_read_only, open_writable
 from plait.events.stores.sqlite_prune import SqlitePruning
-from plait.events.stores.sqlite_reads import CHUNK_SQL, Chunk, batches
+from plait.events.stores.sqlite_reads import CHUNK_SQL, KEYED_CHUNK_SQL, Chunk, batches
+from plait.events.stores.sqlite_schema import (
+    GAP_SQL,
+    KEYED_ROWS,
+    ROWS_SQL,
+    SCHEMA,
+    SCHEMA_VERSION,
+)
 from plait.events.stores.sqlite_writes import Writes
 from plait.events.subscription import Signal
 from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
-
-SCHEMA_VERSION = 2
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    position INTEGER PRIMARY KEY,
-    stream   TEXT    NOT NULL,
-    seq      INTEGER NOT NULL,
-    type     TEXT    NOT NULL,
-    v        INTEGER NOT NULL,
-    data     BLOB    NOT NULL,
-    hash     BLOB    NOT NULL,
-    UNIQUE (stream, seq)
-);
-CREATE TABLE IF NOT EXISTS streams (
-    stream    TEXT    PRIMARY KEY,
-    last_seq  INTEGER NOT NULL,
-    last_hash BLOB    NOT NULL,
-    created   INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS blobs (
-    sha256 TEXT    PRIMARY KEY,
-    size   INTEGER NOT NULL,
-    data   BLOB
-);
-CREATE TABLE IF NOT EXISTS leases (
-    stream  TEXT    PRIMARY KEY,
-    owner   TEXT,
-    epoch   INTEGER NOT NULL,
-    expires REAL    NOT NULL
-);
-CREATE TABLE IF NOT EXISTS inbox (
-    id     INTEGER PRIMARY KEY AUTOINCREMENT,
-    stream TEXT    NOT NULL,
-    data   BLOB    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
-"""
-
-
-_GAP_SQL = (
-    "SELECT before, position FROM (SELECT position, "
-    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM events) "
-    "WHERE position != before + 1 ORDER BY position LIMIT 1"
-)
-"""The first position that does not follow the one before it (from 0), and that one."""
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -128,7 +89,16 @@ class SqliteStore(SqlitePruning, EventStore):
         except BaseException:
             self._db.close()
             raise
-        self._writes = Writes(self._db, self._lock, self._error, self.path)
+        self._rows_table = "log" if self._has("log") else "events"
+        """Where the rows are: ``log`` (layout 3) or ``events`` (layouts 1 and 2)."""
+        self._known_names: dict[int, str] = {}
+        self._writes = Writes(
+            self._db, self._lock, self._error, self.path, keyed=self._rows_table == "log"
+        )
+
+    def _has(self, table: str) -> bool:
+        rows = self._query("SELECT 1 FROM sqlite_master WHERE name = ?", (table,))
+        return bool(rows)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -164,7 +134,10 @@ class SqliteStore(SqlitePruning, EventStore):
             # Again under the write lock: another process may have moved it meanwhile.
             ((version,),) = db.execute("PRAGMA user_version").fetchall()
             if version < SCHEMA_VERSION:
-                for statement in _SCHEMA.split(";"):
+                if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchall():
+                    for statement in KEYED_ROWS:  # a new store
+                        db.execute(statement)
+                for statement in SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -174,7 +147,7 @@ class SqliteStore(SqlitePruning, EventStore):
         later schema version added (the leases, the inbox): it held none of their rows, and
         reads of them find none rather than failing (an open for writing migrates instead)."""
         present = {name for (name,) in self._query("SELECT name FROM sqlite_master", ())}
-        for statement in _SCHEMA.split(";"):
+        for statement in SCHEMA.split(";"):
             words = statement.split()
             if words[:2] == ["CREATE", "TABLE"] and words[5] not in present:
                 self._db.execute(statement.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
@@ -277,13 +250,8 @@ class SqliteStore(SqlitePruning, EventStore):
         return int(seq), bytes(digest)
 
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
-        # The index finds the rows; their columns are read from the rows themselves (SQLite
-        # would read an indexed column from the index), so a read checks what the rows hold.
         rows = self._query(
-            "SELECT t.position, t.data, t.hash, t.stream, t.seq, t.type, t.v "
-            "FROM events AS i CROSS JOIN events AS t "
-            "ON t.position = i.position WHERE i.stream = ? AND i.seq > ? AND i.seq <= ? "
-            "ORDER BY i.seq LIMIT ?",
+            ROWS_SQL[self._rows_table],
             (stream, after, upto if upto is not None else 2**62, -1 if limit is None else limit),
         )
         return rows
@@ -308,12 +276,21 @@ class SqliteStore(SqlitePruning, EventStore):
             self._resolve if resolve_blobs else None,
             after_position,
             batch,
+            self._names if self._rows_table == "log" else None,
         ):
             links.check(events)
             yield events
 
     def _chunk(self, after_position: int, limit: int) -> Chunk:
-        return cast(Chunk, self._query(CHUNK_SQL, (after_position, limit))[0])
+        sql = KEYED_CHUNK_SQL if self._rows_table == "log" else CHUNK_SQL
+        return cast(Chunk, self._query(sql, (after_position, limit))[0])
+
+    def _names(self, keys: set[int]) -> dict[int, str]:
+        """Layout 2's ``names`` by key: remembered, read again when one of ``keys`` is not
+        there (a key, once given, names the same for ever)."""
+        if not self._known_names.keys() >= keys:
+            self._known_names = dict(self._query("SELECT key, name FROM names", ()))
+        return self._known_names
 
     def space(self) -> Space:
         ((pages,),) = self._query("PRAGMA page_count", ())
@@ -324,7 +301,7 @@ class SqliteStore(SqlitePruning, EventStore):
         return Space(total, int(free) * int(size), f"sqlite3 {self.path} VACUUM")
 
     def _last_position(self) -> int:
-        ((last,),) = self._query("SELECT coalesce(max(position), 0) FROM events", ())
+        ((last,),) = self._query(f"SELECT coalesce(max(position), 0) FROM {self._rows_table}", ())
         return int(last)
 
     def _streams(self) -> list[tuple[str, int]]:
@@ -333,10 +310,11 @@ class SqliteStore(SqlitePruning, EventStore):
 
     def _position_gap(self) -> tuple[int, int] | None:
         # As many rows as the last position: dense (a count reads the smallest index only).
-        ((count, last),) = self._query("SELECT count(*), max(position) FROM events", ())
+        table = self._rows_table
+        ((count, last),) = self._query(f"SELECT count(*), max(position) FROM {table}", ())
         if count == (last or 0):
             return None
-        found = self._query(_GAP_SQL, ())
+        found = self._query(GAP_SQL.format(table), ())
         return (int(found[0][0]), int(found[0][1])) if found else None
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:

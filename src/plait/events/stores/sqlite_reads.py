@@ -29,7 +29,7 @@ from plait.events.checks import Columns, columns_agree
 from plait.events.codec import BLOB_MARK, CURRENT_VERSIONS, decode_joined
 from plait.events.types import Event
 
-__all__ = ["CHUNK_SQL", "Chunk", "batches"]
+__all__ = ["CHUNK_SQL", "KEYED_CHUNK_SQL", "Chunk", "batches"]
 
 _OLD = " ".join(
     f"WHEN '{name}' THEN {version}" for name, version in CURRENT_VERSIONS.items() if version != 1
@@ -51,6 +51,20 @@ whether any of them may hold a blob reference, how many are not of their type's 
 version (by the ``type`` and ``v`` columns), and their ``stream``, ``seq``, ``type`` and
 ``v`` columns (JSON arrays), to be checked against what their bytes say."""
 
+KEYED_CHUNK_SQL = (
+    "SELECT count(*), max(position), '[' || group_concat(position) || ']', "
+    "'[' || group_concat(length(data)) || ']', "
+    "CAST(group_concat(data, X'') AS BLOB), CAST(group_concat(hash, X'') AS BLOB), "
+    f"max(instr(data, X'{BLOB_MARK.hex()}')), NULL, "
+    "'[' || group_concat(stream) || ']', '[' || group_concat(seq) || ']', "
+    "'[' || group_concat(type) || ']', '[' || group_concat(v) || ']' "
+    "FROM (SELECT position, data, hash, stream, seq, type, v FROM log "
+    "WHERE position > ? ORDER BY position LIMIT ?)"
+)
+"""``CHUNK_SQL`` of layout 3: the streams and types as their keys in ``names``, which
+``batches`` looks up (a join in SQL costs the reading thread more than the lookup costs the
+folding one), and no count of old versions, which it makes from the names."""
+
 Chunk = tuple[
     int,
     int | None,
@@ -69,6 +83,7 @@ Chunk = tuple[
 
 _ints = msgspec.json.Decoder(list[int]).decode
 _columns = msgspec.json.Decoder(tuple[list[str], list[int], list[str], list[int]]).decode
+_keyed_columns = msgspec.json.Decoder(tuple[list[int], list[int], list[int], list[int]]).decode
 
 _CHUNK = 16_384
 """Events per chunk read ahead: enough that the reader seldom waits for the GIL."""
@@ -86,12 +101,14 @@ def batches(
     resolve: Callable[[Event], Event] | None,
     after_position: int,
     batch: int,
+    names: Callable[[set[int]], dict[int, str]] | None = None,
 ) -> Iterator[list[Event]]:
     """Yield every event after ``after_position`` in lists of up to ``batch``.
 
-    ``read_chunk(after, limit)`` runs ``CHUNK_SQL``; ``read_rows(after, limit)`` reads and
-    decodes rows the careful way; ``resolve`` brings back the blobs of an event that may
-    reference some.
+    ``read_chunk(after, limit)`` runs ``CHUNK_SQL`` (``KEYED_CHUNK_SQL`` given ``names``,
+    which returns layout 3's ``names`` by key, read again when it lacks one of those asked);
+    ``read_rows(after, limit)`` reads and decodes rows the careful way; ``resolve`` brings
+    back the blobs of an event that may reference some.
     """
     size = max(batch, _CHUNK // batch * batch)
     chunks = _chunks(read_chunk, after_position, size)
@@ -107,7 +124,10 @@ def batches(
             if not count or listed is None or sizes is None or data is None or hashes is None:
                 return
             positions = _ints(listed)
-            said = _said(columns)
+            if names is None:
+                said = _said(columns)
+            else:
+                said, old = _named(columns, names)
             dense = positions == list(range(after + 1, after + 1 + len(positions)))
             if old or said is None or not dense:
                 rows = read_rows(after, len(positions))  # it names what is wrong, if anything
@@ -145,6 +165,28 @@ def _said(columns: list[str | None]) -> Columns | None:
         return _columns(b"[" + ",".join(c or "null" for c in columns).encode() + b"]")
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+
+
+def _named(
+    columns: list[str | None], names: Callable[[set[int]], dict[int, str]]
+) -> tuple[Columns | None, int]:
+    """A layout 3 chunk's columns, its keys named (``None`` if one is not a key of
+    ``names``: the careful path, which reads the rows through the ``events`` view, says what
+    is wrong), and how many are not of their type's current version."""
+    try:
+        streams, seqs, types, versions = _keyed_columns(
+            b"[" + ",".join(c or "null" for c in columns).encode() + b"]"
+        )
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None, 0
+    keys = {*streams, *types}
+    known = names(keys)
+    if not known.keys() >= keys:
+        return None, 0
+    types_named = [known[key] for key in types]
+    current = CURRENT_VERSIONS
+    old = sum(v != current.get(t, 1) for t, v in zip(types_named, versions, strict=True))
+    return ([known[key] for key in streams], seqs, types_named, versions), old
 
 
 def _sliced(columns: Columns, i: int, j: int) -> Columns:

@@ -42,14 +42,15 @@ _MOST_HEADS = 100_000
 
 
 @functools.cache
-def _insert_sql(count: int) -> str:
-    """The INSERT of ``count`` events of one stream: ``?1`` is the first one's position,
-    ``?2`` the stream, then ``(seq, type, v, data, hash)`` of each."""
+def _insert_sql(count: int, table: str) -> str:
+    """The INSERT of ``count`` events of one stream into ``table``: ``?1`` is the first one's
+    position, ``?2`` the stream, then ``(seq, type, v, data, hash)`` of each (in ``log``, the
+    stream's and the type's keys in ``names``)."""
     rows = ", ".join(
         f"(?1 + {i}, ?2, ?{3 + 5 * i}, ?{4 + 5 * i}, ?{5 + 5 * i}, ?{6 + 5 * i}, ?{7 + 5 * i})"
         for i in range(count)
     )
-    return f"INSERT INTO events (position, stream, seq, type, v, data, hash) VALUES {rows}"
+    return f"INSERT INTO {table} (position, stream, seq, type, v, data, hash) VALUES {rows}"
 
 
 @functools.cache
@@ -73,9 +74,12 @@ class Writes:
         lock: threading.RLock,
         error: Callable[[sqlite3.DatabaseError], StoreError],
         path: Path,
+        *,
+        keyed: bool = False,
     ) -> None:
         """``lock`` guards ``db`` (the store's); ``error`` turns SQLite's errors into the
-        store's."""
+        store's. ``keyed``: the rows go to ``log``, with the keys of the stream's id and the
+        types' names (layout 3), not to ``events``."""
         self._db = db
         self._lock = lock
         self._error = error
@@ -86,6 +90,10 @@ class Writes:
         self._heads: dict[str, tuple[int, bytes]] = {}
         self._position: int | None = None  # the last position, if known
         self._version: int | None = None  # data_version when they were last known good
+        self._table = "log" if keyed else "events"
+        self._keys: dict[str, int] | None = {} if keyed else None
+        """The key in ``names`` of each stream id and type name written (a key, once
+        committed, is for ever)."""
 
     def append(
         self, stream: str, expected_seq: int, prepare: Prepare, epoch: int | None
@@ -175,12 +183,16 @@ class Writes:
                 rows = prepared.rows
                 count = len(rows)
                 first = position + 1
+                key: object = stream
+                if self._keys is not None:
+                    key, keyed = self._keyed(stream, rows)
+                    rows = keyed  # type: ignore[assignment]  # the same, types by their keys
                 for start in range(0, count, _ROWS_PER_INSERT):
                     part = rows[start : start + _ROWS_PER_INSERT]
-                    values = [first + start, stream, *chain.from_iterable(part)]
-                    db.execute(_insert_sql(len(part)), values)
+                    values = [first + start, key, *chain.from_iterable(part)]
+                    db.execute(_insert_sql(len(part), self._table), values)
                 position += count
-                last = rows[-1]
+                last = prepared.rows[-1]
                 heads[stream] = (last[0], last[4])
                 if stream not in moved:
                     moved[stream] = first
@@ -204,6 +216,22 @@ class Writes:
         for append, prepared, first in written:
             append.succeed(prepared.placed(first))
 
+    def _keyed(
+        self, stream: str, rows: list[tuple[int, str, int, bytes, bytes]]
+    ) -> tuple[int, list[tuple[int, int, int, bytes, bytes]]]:
+        """The key of ``stream``, and ``rows`` with their types' keys (layout 3)."""
+        keys = self._keys
+        assert keys is not None
+        names = [stream, *{row[1] for row in rows}]
+        new = [name for name in names if name not in keys]
+        if new:
+            db = self._db
+            db.executemany("INSERT OR IGNORE INTO names (name) VALUES (?)", [(n,) for n in new])
+            marks = ", ".join("?" * len(new))
+            found = db.execute(f"SELECT name, key FROM names WHERE name IN ({marks})", new)
+            keys.update(found.fetchall())
+        return keys[stream], [(seq, keys[t], v, data, digest) for seq, t, v, data, digest in rows]
+
     def _known(self, batch: list[_Append]) -> int:
         """Return the last position, and see that ``_heads`` holds the heads of ``batch``'s
         streams, read again where another connection may have moved them (the write lock is
@@ -216,7 +244,7 @@ class Writes:
             self._version = version
         if self._position is None:
             (self._position,) = db.execute(
-                "SELECT coalesce(max(position), 0) FROM events"
+                f"SELECT coalesce(max(position), 0) FROM {self._table}"
             ).fetchone()
         unknown = [append.stream for append in batch if append.stream not in heads]
         if unknown:
@@ -246,6 +274,8 @@ class Writes:
     def _forget(self) -> None:
         self._heads.clear()
         self._position = None
+        if self._keys is not None:
+            self._keys.clear()  # one made in a transaction rolled back is not there
 
 
 class _Append:

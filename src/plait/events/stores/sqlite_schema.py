@@ -1,0 +1,105 @@
+"""What ``SqliteStore`` keeps in its file: the tables, by layout (docs/event-log.md#stores).
+
+Layout 1 had the ``events`` table, the ``streams`` heads and the ``blobs``; layout 2 added the
+``leases`` and the ``inbox``. Layout 3 keeps a new store's events in ``log``, each row with
+its stream's id and its type's name as keys in ``names``, and shows them as layout 1's table
+did through the ``events`` view (docs/storage.md#the-bytes-of-one-turn). A store of an
+earlier layout keeps its ``events`` table, and goes on in it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GAP_SQL", "KEYED_ROWS", "ROWS_SQL", "SCHEMA", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 3
+"""The layout a new store is made in; one of an earlier layout is brought up to this version
+(its missing tables made) but keeps its ``events`` table."""
+
+KEYED_ROWS = [
+    # Each stream's id and each type's name once, in ``names``; a row holds their keys.
+    """CREATE TABLE log (
+    position INTEGER PRIMARY KEY,
+    stream   INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,
+    type     INTEGER NOT NULL,
+    v        INTEGER NOT NULL,
+    data     BLOB    NOT NULL,
+    hash     BLOB    NOT NULL,
+    UNIQUE (stream, seq)
+)""",
+    "CREATE TABLE names (key INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
+    # What the rows say, with the stream's id and the type's name, as layout 1's table.
+    """CREATE VIEW events AS
+SELECT l.position, s.name AS stream, l.seq, t.name AS type, l.v, l.data, l.hash
+FROM log AS l JOIN names AS s ON s.key = l.stream JOIN names AS t ON t.key = l.type""",
+    # Writing to the view writes the rows (what an operator's SQL, or a prune, does).
+    """CREATE TRIGGER events_insert INSTEAD OF INSERT ON events BEGIN
+    INSERT OR IGNORE INTO names (name) VALUES (NEW.stream), (NEW.type);
+    INSERT INTO log (position, stream, seq, type, v, data, hash) VALUES (NEW.position,
+        (SELECT key FROM names WHERE name = NEW.stream), NEW.seq,
+        (SELECT key FROM names WHERE name = NEW.type), NEW.v, NEW.data, NEW.hash);
+END""",
+    """CREATE TRIGGER events_update INSTEAD OF UPDATE ON events BEGIN
+    INSERT OR IGNORE INTO names (name) VALUES (NEW.stream), (NEW.type);
+    UPDATE log SET position = NEW.position,
+        stream = (SELECT key FROM names WHERE name = NEW.stream), seq = NEW.seq,
+        type = (SELECT key FROM names WHERE name = NEW.type), v = NEW.v, data = NEW.data,
+        hash = NEW.hash
+    WHERE position = OLD.position;
+END""",
+    """CREATE TRIGGER events_delete INSTEAD OF DELETE ON events BEGIN
+    DELETE FROM log WHERE position = OLD.position;
+END""",
+]
+"""How a new store keeps its events (layout 3): a stream's id and a type's name as small
+numbers in each row and in the ``(stream, seq)`` index, not as text (about 85 bytes less an
+event). The ``events`` view reads as layout 1's table did, and writing to it writes ``log``."""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS streams (
+    stream    TEXT    PRIMARY KEY,
+    last_seq  INTEGER NOT NULL,
+    last_hash BLOB    NOT NULL,
+    created   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS blobs (
+    sha256 TEXT    PRIMARY KEY,
+    size   INTEGER NOT NULL,
+    data   BLOB
+);
+CREATE TABLE IF NOT EXISTS leases (
+    stream  TEXT    PRIMARY KEY,
+    owner   TEXT,
+    epoch   INTEGER NOT NULL,
+    expires REAL    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS inbox (
+    id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream TEXT    NOT NULL,
+    data   BLOB    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
+"""
+
+
+GAP_SQL = (
+    "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {}) "
+    "WHERE position != before + 1 ORDER BY position LIMIT 1"
+)
+"""The first position that does not follow the one before it (from 0), and that one."""
+
+ROWS_SQL = {
+    # The index finds the rows; their columns are read from the rows themselves (SQLite
+    # would read an indexed column from the index), so a read checks what the rows hold.
+    "events": "SELECT t.position, t.data, t.hash, t.stream, t.seq, t.type, t.v "
+    "FROM events AS i CROSS JOIN events AS t "
+    "ON t.position = i.position WHERE i.stream = ? AND i.seq > ? AND i.seq <= ? "
+    "ORDER BY i.seq LIMIT ?",
+    "log": "SELECT t.position, t.data, t.hash, s.name, t.seq, n.name, t.v "
+    "FROM log AS i CROSS JOIN log AS t ON t.position = i.position "
+    "JOIN names AS s ON s.key = t.stream JOIN names AS n ON n.key = t.type "
+    "WHERE i.stream = (SELECT key FROM names WHERE name = ?) AND i.seq > ? AND i.seq <= ? "
+    "ORDER BY i.seq LIMIT ?",
+}
+"""A stream's rows after a seq, in either layout."""
