@@ -22,7 +22,7 @@ from plait.events import (
     from_jsonl,
     to_jsonl,
 )
-from plait.events.codec import CURRENT_VERSIONS
+from plait.events.codec import CURRENT_VERSIONS, EventMap
 
 
 def _decode(data: bytes, like: Event) -> Event:
@@ -143,3 +143,9 @@ def test_a_row_holding_another_event_is_caught() -> None:
             position=1,
             hash=b"",
         )
+
+
+def test_the_map_form_of_an_event_has_its_fields() -> None:
+    """JSON Lines and encoding 1 hold an ``Event`` as ``EventMap``: the same fields, in the
+    same order, of the same types and defaults."""
+    assert msgspec.structs.fields(EventMap) == msgspec.structs.fields(Event)

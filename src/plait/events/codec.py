@@ -301,12 +301,8 @@ def decode_joined(
     # All of one encoding, as the first says: else a digest does not match (careful path).
     compact = is_compact(data[: cuts[0][1]])
     if compact:
-        hashed = {stream: sha256(stream_prefix(stream)) for stream in set(streams)}
-        digests = []
-        for (a, b), stream in zip(cuts, streams, strict=True):
-            running = hashed[stream].copy()  # cheaper than hashing the prefix again
-            running.update(data[a:b])
-            digests.append(running.digest())
+        hashers = {stream: hasher(stream) for stream in set(streams)}
+        digests = [hashers[s](data[a:b]) for (a, b), s in zip(cuts, streams, strict=True)]
     else:
         digests = [sha256(data[a:b]).digest() for a, b in cuts]
     if b"".join(digests) != hashes:
