@@ -286,7 +286,7 @@ class SqliteStore(SqlitePruning, EventStore):
         return cast(Chunk, self._query(sql, (after_position, limit))[0])
 
     def _names(self, keys: set[int]) -> dict[int, str]:
-        """Layout 2's ``names`` by key: remembered, read again when one of ``keys`` is not
+        """Layout 3's ``names`` by key: remembered, read again when one of ``keys`` is not
         there (a key, once given, names the same for ever)."""
         if not self._known_names.keys() >= keys:
             self._known_names = dict(self._query("SELECT key, name FROM names", ()))
