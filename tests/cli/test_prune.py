@@ -12,7 +12,7 @@ import pytest
 from scripted import record_session
 from support import StoreFactory
 
-from plait.cli.prune import when
+from plait.cli.flags import since
 from plait.testing import Step
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def test_prune_says_what_it_needs_on_one_line(cli: Cli, durable_stores: StoreFac
         "plait: prune: name what goes: --closed-before DATE, --idle-before DATE, or both\n"
     )
     wrong = cli(*where, "prune", "--idle-before", "last tuesday")
-    assert wrong.returncode == 2 and "is neither a date" in wrong.stderr
+    assert wrong.returncode == 2 and "'last tuesday': not a time" in wrong.stderr
     assert "Traceback" not in wrong.stderr
     missing = cli(
         "--store", str(durable_stores.path.with_name("none.db")), "prune", "--idle-before", "1d"
@@ -98,10 +98,10 @@ def test_prune_says_what_it_needs_on_one_line(cli: Cli, durable_stores: StoreFac
 
 
 def test_a_date_is_iso_in_utc_or_a_duration_ago() -> None:
-    now = datetime(2026, 3, 1, 12, tzinfo=UTC)
-    assert when("2026-01-01") == datetime(2026, 1, 1, tzinfo=UTC)
-    assert when("2026-01-01T06:00+02:00") == datetime(2026, 1, 1, 4, tzinfo=UTC)
-    assert when("30d", now) == datetime(2026, 1, 30, 12, tzinfo=UTC)
-    assert when("12h", now) == datetime(2026, 3, 1, tzinfo=UTC)
-    with pytest.raises(argparse.ArgumentTypeError, match="neither a date"):
-        when("soon")
+    now = datetime(2026, 3, 1, 12, tzinfo=UTC)  # --closed-before takes what --since takes
+    assert since("2026-01-01") == datetime(2026, 1, 1, tzinfo=UTC)
+    assert since("2026-01-01T06:00+02:00") == datetime(2026, 1, 1, 4, tzinfo=UTC)
+    assert since("30d", now) == datetime(2026, 1, 30, 12, tzinfo=UTC)
+    assert since("12h", now) == datetime(2026, 3, 1, tzinfo=UTC)
+    with pytest.raises(argparse.ArgumentTypeError, match="not a time"):
+        since("soon")

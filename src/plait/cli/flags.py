@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from plait.cli.stopping import DEFAULT_GRACE_SEC
 from plait.cli.style import CHOICES
+from plait.events.values import DURATION_UNITS, duration_sec
 
 __all__ = [
     "MODEL",
@@ -19,6 +21,7 @@ __all__ = [
     "port",
     "positive",
     "seconds",
+    "since",
 ]
 
 Parser = argparse.ArgumentParser
@@ -125,3 +128,16 @@ def add_grace(cmd: Parser, signals: str = "SIGTERM or SIGINT") -> None:
         help=f"on {signals}, how long a running task may take to end before it is cut and "
         f"its session handed back (default {DEFAULT_GRACE_SEC:g})",
     )
+
+
+def since(text: str, now: datetime | None = None) -> datetime:
+    """``--since``: ``30m``, ``2h``, ``7d`` ago, or an ISO 8601 time (UTC unless it says)."""
+    try:
+        if text.strip()[-1:] in DURATION_UNITS:  # an ISO time ends in a digit or a zone
+            return (now or datetime.now(UTC)) - timedelta(seconds=duration_sec(text))
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: not a time: give 30m, 2h, 7d or an ISO 8601 time (2026-11-20T09:00)"
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

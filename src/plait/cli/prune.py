@@ -4,7 +4,6 @@ that the store is still whole (docs/storage.md#retention)."""
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -12,41 +11,23 @@ import msgspec
 from plait.cli import output as render
 from plait.cli.common import config_of, err, out, store_of
 from plait.cli.du import size
+from plait.cli.flags import since
 from plait.cli.words import count
 
-__all__ = ["add_prune_flags", "cmd_prune", "when"]
-
-
-def when(text: str, now: datetime | None = None) -> datetime:
-    """A date as ``--closed-before`` takes it: ISO 8601 (a date, or a date and time; UTC
-    unless it says otherwise), or a duration (``30d``, ``12h``) meaning that long ago."""
-    from plait.events.values import duration_sec
-
-    try:
-        found = datetime.fromisoformat(text)
-    except ValueError:
-        try:
-            ago = duration_sec(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is neither a date (2026-01-01, 2026-01-01T12:00) nor a duration "
-                "(30d, 12h, 90m)"
-            ) from None
-        return (now or datetime.now(UTC)) - timedelta(seconds=ago)
-    return found.replace(tzinfo=UTC) if found.tzinfo is None else found.astimezone(UTC)
+__all__ = ["add_prune_flags", "cmd_prune"]
 
 
 def add_prune_flags(cmd: argparse.ArgumentParser) -> None:
     """The flags of ``plait prune``."""
     cmd.add_argument(
         "--closed-before",
-        type=when,
+        type=since,
         metavar="DATE",
         help="sessions closed before DATE (2026-01-01, or 30d: that long ago)",
     )
     cmd.add_argument(
         "--idle-before",
-        type=when,
+        type=since,
         metavar="DATE",
         help="sessions, closed or not, whose last event is before DATE; never one a live "
         "process owns",

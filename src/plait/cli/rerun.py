@@ -12,9 +12,8 @@ import msgspec
 
 from plait.cli import output as render
 from plait.cli.common import config_of, err, existing_store, find_session, model_settings, out
-from plait.cli.flags import add_model_flags
+from plait.cli.flags import add_model_flags, since
 from plait.cli.instructions import session_instructions
-from plait.cli.trace import since
 from plait.errors import ConfigError
 from plait.events.store import EventStore
 from plait.events.types import SessionStarted

@@ -5,30 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime, timedelta
 
 import msgspec
 
 from plait.cli.common import config_of, existing_store, find_session, telemetry_of
+from plait.cli.flags import since
 from plait.errors import ConfigError
-from plait.events.values import DURATION_UNITS, duration_sec
 from plait.telemetry import Span, spans_of
 from plait.telemetry.otlp import export, otlp_json, require_sdk
 
-__all__ = ["add_trace_flags", "cmd_trace", "since"]
-
-
-def since(text: str, now: datetime | None = None) -> datetime:
-    """``--since``: ``30m``, ``2h``, ``7d`` ago, or an ISO 8601 time (UTC unless it says)."""
-    try:
-        if text.strip()[-1:] in DURATION_UNITS:  # an ISO time ends in a digit or a zone
-            return (now or datetime.now(UTC)) - timedelta(seconds=duration_sec(text))
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: not a time: give 30m, 2h, 7d or an ISO 8601 time (2026-11-20T09:00)"
-        ) from None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+__all__ = ["add_trace_flags", "cmd_trace"]
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
