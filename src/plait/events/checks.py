@@ -12,7 +12,7 @@ policy lets its content expire), the stream's head is its last event.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -65,25 +65,17 @@ def misplaced(event: Event, stream: str, seq: int) -> str | None:
 def first_gap(read: Callable[[int, int], list[Row]]) -> tuple[int, int] | None:
     """The first place where positions are not dense from 1, reading rows with ``read(after,
     limit)``: the position before it (0: none) and the next one stored."""
+    return next(position_gaps(read), None)
+
+
+def position_gaps(read: Callable[[int, int], list[Row]]) -> Iterator[tuple[int, int]]:
+    """Every place where positions are not dense from 1, as ``first_gap`` gives the first."""
     after = 0
     while rows := read(after, 10_000):
         for row in rows:
             if row[0] != after + 1:
-                return after, row[0]
+                yield after, row[0]
             after = row[0]
-    return None
-
-
-def position_gaps(read: Callable[[int, int], list[Row]]) -> list[tuple[int, int]]:
-    """Every place where positions are not dense from 1, as ``first_gap`` finds the first."""
-    found = []
-    after = 0
-    while rows := read(after, 10_000):
-        for row in rows:
-            if row[0] != after + 1:
-                found.append((after, row[0]))
-            after = row[0]
-    return found
 
 
 def position_gap(report: Verification, before: int, rows: list[Row]) -> Verification:

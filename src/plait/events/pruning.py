@@ -84,7 +84,7 @@ class Pruning(ABC):
     def _position_gaps(self) -> list[tuple[int, int]]:
         """Every place where positions are not dense from 1, as ``_position_gap`` gives the
         first (a prune leaves one per run of positions it removed)."""
-        return position_gaps(self._all_rows)
+        return list(position_gaps(self._all_rows))
 
     def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
         """The records (``stream``'s only, if given), oldest first."""

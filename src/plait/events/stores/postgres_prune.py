@@ -43,9 +43,6 @@ _QUERIES = {
     + ", ".join(["%s"] * len(COLUMNS.split(",")))
     + ")",
     "blobs": "DELETE FROM {s}.blobs WHERE sha256 = ANY(%s)",
-    "gaps": "SELECT before, position FROM (SELECT position, "
-    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
-    "WHERE position != before + 1 ORDER BY position",
 }
 
 _TABLES = ("events", "streams", "leases", "inbox")
@@ -114,9 +111,10 @@ class PostgresPruning:
     _key: int
     _heads: dict[str, tuple[int, bytes]]
     _run: Callable[..., Any]
+    _query: Callable[[str], list[tuple[Any, ...]]]
 
     def _position_gaps(self) -> list[tuple[int, int]]:
-        found = self._run(lambda conn: conn.execute(_sql("gaps", self.schema)).fetchall())
+        found = self._query("gaps")
         return [(int(before), int(after)) for before, after in found]
 
     def _pruned_records(self, stream: str | None) -> list[PrunedSession]:

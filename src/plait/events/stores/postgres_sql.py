@@ -15,6 +15,12 @@ SCHEMA_VERSION = 3
 """Version of the table layout; a store written by a newer plait is refused, not misread (3:
 events in encoding 2, docs/event-log.md#encoding, which an earlier plait cannot read)."""
 
+_GAPS = (
+    "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
+    "WHERE position != before + 1 ORDER BY position"
+)
+
 LEASE_LOST = "PLA01"
 """SQLSTATE of an append refused for its epoch; the detail is the lease ``[owner, epoch]``
 as JSON (``null``: the session has no lease)."""
@@ -149,10 +155,9 @@ QUERIES = {
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
     "last_position": "SELECT coalesce(max(position), 0) FROM {s}.events",
     "dense": "SELECT count(*), coalesce(max(position), 0) FROM {s}.events",
-    # The first position that does not follow the one before it (from 0), and that one.
-    "gap": "SELECT before, position FROM (SELECT position, "
-    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
-    "WHERE position != before + 1 ORDER BY position LIMIT 1",
+    # Every position that does not follow the one before it (from 0), and that one; the first.
+    "gaps": _GAPS,
+    "gap": _GAPS + " LIMIT 1",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "blobs": "SELECT sha256, data FROM {s}.blobs WHERE sha256 = ANY(%s)",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",

@@ -39,7 +39,7 @@ from plait.events.stores.sqlite_files import open_read_only, open_writable
 from plait.events.stores.sqlite_prune import SqlitePruning
 from plait.events.stores.sqlite_reads import CHUNK_SQL, KEYED_CHUNK_SQL, Chunk, batches
 from plait.events.stores.sqlite_schema import (
-    GAP_SQL,
+    GAPS_SQL,
     KEYED_ROWS,
     ROWS_SQL,
     SCHEMA,
@@ -314,7 +314,7 @@ class SqliteStore(SqlitePruning, EventStore):
         ((count, last),) = self._query(f"SELECT count(*), max(position) FROM {table}", ())
         if count == (last or 0):
             return None
-        found = self._query(GAP_SQL.format(table), ())
+        found = self._query(GAPS_SQL.format(table) + " LIMIT 1", ())
         return (int(found[0][0]), int(found[0][1])) if found else None
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:

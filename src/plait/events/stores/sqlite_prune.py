@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from plait.errors import ConcurrencyError, StoreError
 from plait.events.pruned import COLUMNS, PrunedSession, record_of, row_of
+from plait.events.stores.sqlite_schema import GAPS_SQL
 
 if TYPE_CHECKING:
     from plait.events.stores.sqlite_writes import Writes
@@ -43,13 +44,6 @@ CREATE TABLE IF NOT EXISTS pruned (
 """One row per session pruned (``plait.events.pruned.COLUMNS``); made by a store's first
 prune (reads of a store never pruned find none), so stores of every schema version get it
 without a migration."""
-
-GAPS_SQL = (
-    "SELECT before, position FROM (SELECT position, "
-    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM events) "
-    "WHERE position != before + 1 ORDER BY position"
-)
-"""Every position that does not follow the one before it (from 0), and that one."""
 
 
 def pruned_records(db: sqlite3.Connection, stream: str | None) -> list[PrunedSession]:
@@ -112,11 +106,12 @@ class SqlitePruning:
     _db: sqlite3.Connection
     _lock: threading.RLock
     _writes: Writes
+    _rows_table: str
     _error: Callable[[sqlite3.DatabaseError], StoreError]
 
     def _position_gaps(self) -> list[tuple[int, int]]:
         with self._lock:
-            found = self._db.execute(GAPS_SQL).fetchall()
+            found = self._db.execute(GAPS_SQL.format(self._rows_table)).fetchall()
         return [(int(before), int(after)) for before, after in found]
 
     def _pruned_records(self, stream: str | None) -> list[PrunedSession]:

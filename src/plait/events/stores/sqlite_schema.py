@@ -9,7 +9,7 @@ earlier layout keeps its ``events`` table, and goes on in it.
 
 from __future__ import annotations
 
-__all__ = ["GAP_SQL", "KEYED_ROWS", "ROWS_SQL", "SCHEMA", "SCHEMA_VERSION"]
+__all__ = ["GAPS_SQL", "KEYED_ROWS", "ROWS_SQL", "SCHEMA", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 3
 """The layout a new store is made in; one of an earlier layout is brought up to this version
@@ -82,12 +82,13 @@ CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
 """
 
 
-GAP_SQL = (
+GAPS_SQL = (
     "SELECT before, position FROM (SELECT position, "
     "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {}) "
-    "WHERE position != before + 1 ORDER BY position LIMIT 1"
+    "WHERE position != before + 1 ORDER BY position"
 )
-"""The first position that does not follow the one before it (from 0), and that one."""
+"""Every position that does not follow the one before it (from 0), and that one, in the
+table of rows ``{}`` (``log`` or ``events``)."""
 
 ROWS_SQL = {
     # The index finds the rows; their columns are read from the rows themselves (SQLite
