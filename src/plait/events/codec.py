@@ -144,28 +144,15 @@ def from_map(record: EventMap) -> Event:
     return Event(*_fields(record))
 
 
-_streams: dict[str, bytes] = {}
-
-
-def stream_prefix(stream: str) -> bytes:
-    """What encoding 2 hashes before an event's bytes: the msgpack of its stream."""
-    found = _streams.get(stream)
-    if found is None:
-        if len(_streams) >= 65_536:
-            _streams.clear()
-        found = _streams[stream] = _encoder.encode(stream)
-    return found
-
-
 def encode_event(event: Event, encoding: int = 2) -> bytes:
     """Return the stored bytes of ``event``: encoding 2's (its stream, position and hash are
     not part of them), or, with ``encoding=1``, an earlier plait's (what tests write to make a
     store as it left them)."""
-    if event.position or event.hash or (event.stream and encoding == 2):
-        event = msgspec.structs.replace(
-            event, stream="" if encoding == 2 else event.stream, position=0, hash=b""
-        )
-    return _encoder.encode(event if encoding == 2 else as_map(event))
+    if encoding == 1:
+        return _encoder.encode(EventMap(*_fields(event)[:8]))  # all but position and hash
+    if event.stream or event.position or event.hash:
+        event = Event("", *_fields(event)[1:8])
+    return _encoder.encode(event)
 
 
 def is_compact(data: bytes | memoryview) -> bool:
@@ -182,7 +169,7 @@ def event_hash(stream: str, data: bytes | memoryview) -> bytes:
 
 def hasher(stream: str) -> Callable[[bytes | memoryview], bytes]:
     """The chain hash of stored bytes of encoding 2 of ``stream``'s events (an append's)."""
-    started = hashlib.sha256(stream_prefix(stream))
+    started = hashlib.sha256(_encoder.encode(stream))
 
     def digest(data: bytes | memoryview) -> bytes:
         running = started.copy()  # cheaper than hashing the stream's bytes again
@@ -220,13 +207,17 @@ def decode_rows(
     set_ = _set
     mark = BLOB_MARK
     sha256 = hashlib.sha256
-    prefix = stream_prefix
+    hashers: dict[str, Callable[[bytes], bytes]] = {}  # encoding 2's, by stream
     tags = BODY_TAGS
     said: tuple[object, ...]  # stream, seq, type and v, as the bytes say them
     for position, data, digest, stream, seq, type_name, v in rows:
         compact = len(data) > 0 and data[0] >> 4 == 9
         if check:
-            found = sha256(prefix(stream) + data if compact else data).digest()
+            if compact:
+                digest_of = hashers.get(stream) or hashers.setdefault(stream, hasher(stream))
+                found = digest_of(data)
+            else:
+                found = sha256(data).digest()
             if found != digest:
                 raise TamperedError(stream, seq, _EDITED_COMPACT if compact else _EDITED)
         event: Event | None = None
