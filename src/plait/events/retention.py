@@ -78,12 +78,13 @@ class PruneReport(msgspec.Struct, frozen=True):
 
 def rule_text(closed_before: datetime | None, idle_before: datetime | None) -> str:
     """The rules as records name them: ``closed-before 2026-01-01T00:00:00+00:00``..."""
-    rules = [
-        f"{name} {when.astimezone(UTC).isoformat()}"
-        for name, when in (("closed-before", closed_before), ("idle-before", idle_before))
-        if when is not None
-    ]
-    return ", ".join(rules)
+    rules = (("closed-before", closed_before), ("idle-before", idle_before))
+    return ", ".join(_rule(name, when) for name, when in rules if when is not None)
+
+
+def _rule(name: str, when: datetime) -> str:
+    """One rule as a record names it."""
+    return f"{name} {when.astimezone(UTC).isoformat()}"
 
 
 @dataclass
@@ -124,8 +125,9 @@ def prune(
         if matched:
             named[session.stream] = matched
     kept: dict[str, str] = {}
+    by_stream = {session.stream: session for session in sessions}
     for stream in list(named):
-        why = _held(store, next(s for s in sessions if s.stream == stream))
+        why = _held(store, by_stream[stream])
         if why:
             kept[stream] = why
             del named[stream]
@@ -166,7 +168,7 @@ def _scan(store: EventStore, stream: str) -> _Session:
         link(stream, events, GENESIS_HASH)
     except CorruptEventError as exc:
         session.damage = f"its log does not verify ({exc}): kept as evidence"
-        events = [e for e in decode_rows(rows, check=False)]
+        events = decode_rows(rows, check=False)
     if not session.damage and (len(events), events[-1].hash if events else GENESIS_HASH) != (
         head[0],
         head[1] if head[0] else GENESIS_HASH,
@@ -196,10 +198,10 @@ def _matched(
     """The rule that names ``session``, if one does ("": none)."""
     closed = session.closed_at
     if closed_before is not None and closed is not None and closed < closed_before:
-        return f"closed-before {closed_before.astimezone(UTC).isoformat()}"
+        return _rule("closed-before", closed_before)
     last = session.last_at
     if idle_before is not None and last is not None and last < idle_before:
-        return f"idle-before {idle_before.astimezone(UTC).isoformat()}"
+        return _rule("idle-before", idle_before)
     return ""
 
 

@@ -54,6 +54,11 @@ __all__ = ["SqliteStore"]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
+def _exists(db: sqlite3.Connection, name: str) -> bool:
+    """Whether the file has a table or view of that name."""
+    return bool(db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchall())
+
+
 class SqliteStore(SqlitePruning, EventStore):
     """An event store in one SQLite file (created if missing, unless ``read_only``).
 
@@ -89,16 +94,12 @@ class SqliteStore(SqlitePruning, EventStore):
         except BaseException:
             self._db.close()
             raise
-        self._rows_table = "log" if self._has("log") else "events"
+        self._rows_table = "log" if _exists(self._db, "log") else "events"
         """Where the rows are: ``log`` (layout 3) or ``events`` (layouts 1 and 2)."""
         self._known_names: dict[int, str] = {}
         self._writes = Writes(
             self._db, self._lock, self._error, self.path, keyed=self._rows_table == "log"
         )
-
-    def _has(self, table: str) -> bool:
-        rows = self._query("SELECT 1 FROM sqlite_master WHERE name = ?", (table,))
-        return bool(rows)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -134,7 +135,7 @@ class SqliteStore(SqlitePruning, EventStore):
             # Again under the write lock: another process may have moved it meanwhile.
             ((version,),) = db.execute("PRAGMA user_version").fetchall()
             if version < SCHEMA_VERSION:
-                if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchall():
+                if not _exists(db, "events"):
                     for statement in KEYED_ROWS:  # a new store
                         db.execute(statement)
                 for statement in SCHEMA.split(";"):

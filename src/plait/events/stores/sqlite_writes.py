@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import chain
 from pathlib import Path
 
@@ -180,13 +180,9 @@ class Writes:
                 except Exception as exc:  # refused: nothing of it is written
                     append.fail(exc)
                     continue
-                rows = prepared.rows
+                key, rows = self._as_written(stream, prepared.rows)
                 count = len(rows)
                 first = position + 1
-                key: object = stream
-                if self._keys is not None:
-                    key, keyed = self._keyed(stream, rows)
-                    rows = keyed  # type: ignore[assignment]  # the same, types by their keys
                 for start in range(0, count, _ROWS_PER_INSERT):
                     part = rows[start : start + _ROWS_PER_INSERT]
                     values = [first + start, key, *chain.from_iterable(part)]
@@ -216,12 +212,14 @@ class Writes:
         for append, prepared, first in written:
             append.succeed(prepared.placed(first))
 
-    def _keyed(
+    def _as_written(
         self, stream: str, rows: list[tuple[int, str, int, bytes, bytes]]
-    ) -> tuple[int, list[tuple[int, int, int, bytes, bytes]]]:
-        """The key of ``stream``, and ``rows`` with their types' keys (layout 3)."""
+    ) -> tuple[object, Sequence[tuple[object, ...]]]:
+        """The stream and ``rows`` as the table holds them: as they are in ``events``; in
+        ``log`` (layout 3), the keys of the stream's id and of the types' names."""
         keys = self._keys
-        assert keys is not None
+        if keys is None:
+            return stream, rows
         names = [stream, *{row[1] for row in rows}]
         new = [name for name in names if name not in keys]
         if new:
