@@ -162,7 +162,7 @@ def _said(columns: list[str | None]) -> Columns | None:
     """A chunk's JSON arrays of columns, or ``None`` if one does not hold what it should (a
     column of another type than it is declared: the careful path says where)."""
     try:
-        return _columns(b"[" + ",".join(c or "null" for c in columns).encode() + b"]")
+        return _columns(_array(columns))
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 
@@ -174,9 +174,7 @@ def _named(
     ``names``: the careful path, which reads the rows through the ``events`` view, says what
     is wrong), and how many are not of their type's current version."""
     try:
-        streams, seqs, types, versions = _keyed_columns(
-            b"[" + ",".join(c or "null" for c in columns).encode() + b"]"
-        )
+        streams, seqs, types, versions = _keyed_columns(_array(columns))
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None, 0
     keys = {*streams, *types}
@@ -187,6 +185,11 @@ def _named(
     current = CURRENT_VERSIONS
     old = sum(v != current.get(t, 1) for t, v in zip(types_named, versions, strict=True))
     return ([known[key] for key in streams], seqs, types_named, versions), old
+
+
+def _array(columns: list[str | None]) -> bytes:
+    """A chunk's JSON arrays of columns as one JSON array, to decode in one call."""
+    return b"[" + ",".join(c or "null" for c in columns).encode() + b"]"
 
 
 def _sliced(columns: Columns, i: int, j: int) -> Columns:
