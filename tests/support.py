@@ -20,9 +20,10 @@ import msgspec
 import pytest
 
 from plait.actors.model import ModelSettings
-from plait.events.codec import encode_event, event_hash
+from plait.events.codec import GENESIS_HASH, encode_event, event_hash
 from plait.events.store import EventStore, Row
 from plait.events.stores.memory import MemoryStore
+from plait.events.stores import sqlite_groups
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.types import Event, ToolCallCompleted
 from plait.runtime import Runtime
@@ -208,7 +209,103 @@ def _sqlite_tamper(path: Path) -> Tamper:
         with sqlite3.connect(path) as db:
             db.execute(sql, params)
 
-    return Tamper(execute, "?")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        found = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'groups'").fetchall()
+    return GroupsTamper(path, execute) if found else Tamper(execute, "?")
+
+
+class GroupsTamper(Tamper):
+    """The same edits on a SQLite store of layout 4, whose rows each hold an append's events
+    (docs/storage.md#one-row-per-append): an event's bytes, type or version are changed in
+    the row that holds it, packed again; a column (stream, seq, position) is the row's."""
+
+    def __init__(self, path: Path, execute: Callable[[str, tuple[Any, ...]], None]) -> None:
+        super().__init__(execute, "?")
+        self._path = path
+
+    @contextlib.contextmanager
+    def _row(self, stream: str, seq: int) -> Iterator[tuple[sqlite3.Connection, list[Any]]]:
+        """The row holding ``stream``'s event ``seq``: ``[position, key, seq, count, items,
+        hash]``, written back as the caller leaves it (deleted if it holds no event)."""
+        with contextlib.closing(sqlite3.connect(self._path)) as db, db:
+            found = db.execute(
+                "SELECT g.position, g.stream, g.seq, g.count, g.data, g.hash FROM groups AS g "
+                "JOIN names AS n ON n.key = g.stream WHERE n.name = ? AND g.seq <= ? "
+                "ORDER BY g.seq DESC LIMIT 1",
+                (stream, seq),
+            ).fetchone()
+            assert found is not None, f"no row holds {stream} seq {seq}"
+            row = [*found[:4], sqlite_groups.unpack(found[4]), found[5]]
+            position = row[0]
+            yield db, row
+            db.execute("DELETE FROM groups WHERE position = ?", (position,))
+            if row[4]:
+                db.execute(
+                    "INSERT INTO groups (position, stream, seq, count, data, hash) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (*row[:3], len(row[4]), sqlite_groups.pack_items(row[4]), row[5]),
+                )
+
+    def set_data(self, stream: str, seq: int, data: bytes, digest: bytes | None = None) -> None:
+        with self._row(stream, seq) as (_, row):
+            type_name, v, _, _ = row[4][seq - row[2]]
+            row[4][seq - row[2]] = sqlite_groups.item(type_name, v, data)
+            if digest is not None and seq == row[2] + len(row[4]) - 1:
+                row[5] = digest  # the row keeps only its last event's hash
+
+    def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
+        with self._row(stream, seq) as (_, row):
+            row[4][seq - row[2]] = (type_name, version, *row[4][seq - row[2]][2:])
+
+    def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
+        if column in ("type", "v"):
+            with self._row(stream, seq) as (_, row):
+                type_name, v, *rest = row[4][seq - row[2]]
+                changed = (value, v) if column == "type" else (type_name, value)
+                row[4][seq - row[2]] = (*changed, *rest)
+            return
+        with self._row(stream, seq) as (db, row):
+            if column == "stream":
+                db.execute("INSERT OR IGNORE INTO names (name) VALUES (?)", (value,))
+                ((value,),) = db.execute("SELECT key FROM names WHERE name = ?", (value,))
+            row[{"position": 0, "stream": 1, "seq": 2}[column]] = value
+
+    def delete(self, stream: str, seq: int) -> None:
+        with self._row(stream, seq) as (db, row):
+            at = seq - row[2]
+            before, after = row[4][:at], row[4][at + 1 :]
+            if after:  # the events after it stay as they were, in a row of their own
+                db.execute(
+                    "INSERT INTO groups (position, stream, seq, count, data, hash) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        row[0] + at + 1,
+                        row[1],
+                        seq + 1,
+                        len(after),
+                        sqlite_groups.pack_items(after),
+                        row[5],
+                    ),
+                )
+            row[4] = before
+            if before:  # the row ends with the event before it, and says its hash
+                found = db.execute(
+                    "SELECT hash FROM groups WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
+                    (row[1], row[2]),
+                ).fetchone()
+                prev = found[0] if found else GENESIS_HASH
+                for _, _, tail, cut in before:
+                    prev = event_hash(stream, sqlite_groups.whole(cut, tail, prev))
+                row[5] = prev
+
+    def truncate(self, stream: str, seq: int, digest: bytes) -> None:
+        with self._row(stream, seq) as (db, row):
+            del row[4][seq - row[2] + 1 :]
+            row[5] = digest
+            db.execute("DELETE FROM groups WHERE stream = ? AND seq > ?", (row[1], seq))
+        self._execute(
+            "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?", (seq, digest, stream)
+        )
 
 
 class StoreFactory:

@@ -38,9 +38,10 @@ from plait.events.store import (
 from plait.events.stores.sqlite_files import open_read_only, open_writable
 from plait.events.stores.sqlite_prune import SqlitePruning
 from plait.events.stores.sqlite_reads import CHUNK_SQL, KEYED_CHUNK_SQL, Chunk, batches
+from plait.events.stores.sqlite_groups import GROUPS, GroupRow, expand
 from plait.events.stores.sqlite_schema import (
     GAPS_SQL,
-    KEYED_ROWS,
+    LAST_POSITION_SQL,
     ROWS_SQL,
     SCHEMA,
     SCHEMA_VERSION,
@@ -50,6 +51,28 @@ from plait.events.subscription import Signal
 from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
+
+_LAYOUTS = ("groups", "log")
+"""The tables of rows of layouts 4 and 3, latest first; else layout 1's ``events``."""
+
+# The columns are read from the rows themselves, not from the index that finds them (SQLite
+# would read an indexed column from it), so a read checks what the rows hold.
+_GROUPS_SQL = (
+    "SELECT t.position, t.seq, t.count, t.data, t.hash "
+    "FROM groups AS i CROSS JOIN groups AS t ON t.position = i.position "
+    "WHERE i.stream = ?1 AND i.seq <= ?3 AND i.seq >= coalesce("
+    "(SELECT max(seq) FROM groups WHERE stream = ?1 AND seq <= ?2 + 1), 1) "
+    "ORDER BY i.seq LIMIT ?4"
+)
+"""A stream's rows (by its key) holding the events after seq ``?2`` up to ``?3``."""
+
+_ALL_GROUPS_SQL = (
+    "SELECT position, stream, seq, count, data, hash FROM groups WHERE position >= coalesce("
+    "(SELECT max(position) FROM groups WHERE position <= ?1 + 1), 1) ORDER BY position LIMIT ?2"
+)
+"""The rows holding the events after position ``?1``."""
+
+_PREV_GROUP_SQL = "SELECT hash FROM groups WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT 1"
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -94,12 +117,10 @@ class SqliteStore(SqlitePruning, EventStore):
         except BaseException:
             self._db.close()
             raise
-        self._rows_table = "log" if _exists(self._db, "log") else "events"
-        """Where the rows are: ``log`` (layout 3) or ``events`` (layouts 1 and 2)."""
+        self._rows_table = next((t for t in _LAYOUTS if _exists(self._db, t)), "events")
+        """Where the rows are: ``groups`` (layout 4), ``log`` (layout 3) or ``events``."""
         self._known_names: dict[int, str] = {}
-        self._writes = Writes(
-            self._db, self._lock, self._error, self.path, keyed=self._rows_table == "log"
-        )
+        self._writes = Writes(self._db, self._lock, self._error, self.path, table=self._rows_table)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -136,7 +157,7 @@ class SqliteStore(SqlitePruning, EventStore):
             ((version,),) = db.execute("PRAGMA user_version").fetchall()
             if version < SCHEMA_VERSION:
                 if not _exists(db, "events"):
-                    for statement in KEYED_ROWS:  # a new store
+                    for statement in GROUPS:  # a new store
                         db.execute(statement)
                 for statement in SCHEMA.split(";"):
                     if statement.strip():
@@ -251,23 +272,55 @@ class SqliteStore(SqlitePruning, EventStore):
         return int(seq), bytes(digest)
 
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
-        rows = self._query(
-            ROWS_SQL[self._rows_table],
-            (stream, after, upto if upto is not None else 2**62, -1 if limit is None else limit),
-        )
-        return rows
+        end = upto if upto is not None else 2**62
+        if self._rows_table != "groups":
+            return self._query(
+                ROWS_SQL[self._rows_table], (stream, after, end, -1 if limit is None else limit)
+            )
+        found = self._query("SELECT key FROM names WHERE name = ?", (stream,))
+        if not found:
+            return []
+        key = found[0][0]
+        # From the row that holds the event after ``after``, one row at least an event.
+        groups = self._query(_GROUPS_SQL, (key, after, end, -1 if limit is None else limit + 1))
+        prev = self._prev_hash(key, groups[0][1]) if groups else GENESIS_HASH
+        rows: list[Row] = []
+        for group in groups:
+            rows += [row for row in expand(stream, group, prev) if after < row[4] <= end]
+            prev = group[4]
+        return rows if limit is None else rows[:limit]
 
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
-        rows = self._query(
-            "SELECT position, data, hash, stream, seq, type, v FROM events "
-            "WHERE position > ? ORDER BY position LIMIT ?",
-            (after_position, -1 if limit is None else limit),
-        )
-        return rows
+        if self._rows_table != "groups":
+            return self._query(
+                "SELECT position, data, hash, stream, seq, type, v FROM events "
+                "WHERE position > ? ORDER BY position LIMIT ?",
+                (after_position, -1 if limit is None else limit),
+            )
+        found = self._query(_ALL_GROUPS_SQL, (after_position, -1 if limit is None else limit + 1))
+        names = self._names({key for _, key, *_ in found})
+        prevs: dict[int, bytes] = {}  # by stream key: the hash of the row before
+        rows: list[Row] = []
+        for position, key, *group in found:
+            row = cast(GroupRow, (position, *group))
+            prev = prevs.get(key)
+            if prev is None:
+                prev = self._prev_hash(key, row[1])
+            rows += [e for e in expand(names[key], row, prev) if e[0] > after_position]
+            prevs[key] = row[4]
+        return rows if limit is None else rows[:limit]
+
+    def _prev_hash(self, key: int, seq: int) -> bytes:
+        """The hash of the row of stream ``key`` before the one at ``seq`` (its last event's)."""
+        found = self._query(_PREV_GROUP_SQL, (key, seq))
+        return bytes(found[0][0]) if found else GENESIS_HASH
 
     def batches(
         self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
     ) -> Iterator[list[Event]]:
+        if self._rows_table == "groups":
+            yield from super().batches(after_position, batch=batch, resolve_blobs=resolve_blobs)
+            return
         # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``),
         # each event checked against its hash there, and against the one before it here.
         links = Links(after_position, self._accounted)
@@ -302,7 +355,7 @@ class SqliteStore(SqlitePruning, EventStore):
         return Space(total, int(free) * int(size), f"sqlite3 {self.path} VACUUM")
 
     def _last_position(self) -> int:
-        ((last,),) = self._query(f"SELECT coalesce(max(position), 0) FROM {self._rows_table}", ())
+        ((last,),) = self._query(LAST_POSITION_SQL[self._rows_table], ())
         return int(last)
 
     def _streams(self) -> list[tuple[str, int]]:
@@ -312,10 +365,11 @@ class SqliteStore(SqlitePruning, EventStore):
     def _position_gap(self) -> tuple[int, int] | None:
         # As many rows as the last position: dense (a count reads the smallest index only).
         table = self._rows_table
-        ((count, last),) = self._query(f"SELECT count(*), max(position) FROM {table}", ())
-        if count == (last or 0):
+        events = "total(count)" if table == "groups" else "count(*)"
+        ((count,),) = self._query(f"SELECT {events} FROM {table}", ())
+        if count == self._last_position():
             return None
-        found = self._query(GAPS_SQL.format(table) + " LIMIT 1", ())
+        found = self._query(GAPS_SQL[table] + " LIMIT 1", ())
         return (int(found[0][0]), int(found[0][1])) if found else None
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:

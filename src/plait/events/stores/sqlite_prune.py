@@ -61,10 +61,19 @@ def pruned_records(db: sqlite3.Connection, stream: str | None) -> list[PrunedSes
     return [record_of(row) for row in rows]
 
 
+DELETE_ROWS_SQL = {
+    "events": "DELETE FROM events WHERE stream = ?",
+    "log": "DELETE FROM events WHERE stream = ?",
+    "groups": "DELETE FROM groups WHERE stream = (SELECT key FROM names WHERE name = ?)",
+}
+"""The deletion of a stream's rows, by the table of rows (layout 3's through its view)."""
+
+
 def remove_sessions(
-    db: sqlite3.Connection, records: Sequence[PrunedSession], blobs: Sequence[str]
+    db: sqlite3.Connection, table: str, records: Sequence[PrunedSession], blobs: Sequence[str]
 ) -> None:
-    """In the caller's write transaction: remove each record's session, if its head is still
+    """In the caller's write transaction: remove each record's session from ``table`` (where
+    the rows are) and the rest, if its head is still
     the one the record names and no live lease holds it (else raise, for the caller to roll
     back), store the records, and delete ``blobs``."""
     db.execute(PRUNED_TABLE)
@@ -81,8 +90,9 @@ def remove_sessions(
         found = lease.fetchone()
         if found is not None and found[0] is not None and float(found[1]) > now:
             raise StoreError(f"session {stream}: its lease is held by {found[0]}: not pruned")
-        for table in ("events", "streams", "leases", "inbox"):
-            db.execute(f"DELETE FROM {table} WHERE stream = ?", (stream,))
+        db.execute(DELETE_ROWS_SQL[table], (stream,))
+        for kept in ("streams", "leases", "inbox"):
+            db.execute(f"DELETE FROM {kept} WHERE stream = ?", (stream,))
         db.execute(f"INSERT INTO pruned ({COLUMNS}) VALUES ({marks})", row_of(record))
     db.executemany("DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in blobs])
 
@@ -111,7 +121,7 @@ class SqlitePruning:
 
     def _position_gaps(self) -> list[tuple[int, int]]:
         with self._lock:
-            found = self._db.execute(GAPS_SQL.format(self._rows_table)).fetchall()
+            found = self._db.execute(GAPS_SQL[self._rows_table]).fetchall()
         return [(int(before), int(after)) for before, after in found]
 
     def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
@@ -123,7 +133,7 @@ class SqlitePruning:
             self._writes._forget()  # the heads it remembers, of sessions about to go
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                remove_sessions(self._db, records, blobs)
+                remove_sessions(self._db, self._rows_table, records, blobs)
             except BaseException as exc:
                 self._db.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.DatabaseError):

@@ -1,17 +1,18 @@
 """What ``SqliteStore`` keeps in its file: the tables, by layout (docs/event-log.md#stores).
 
 Layout 1 had the ``events`` table, the ``streams`` heads and the ``blobs``; layout 2 added the
-``leases`` and the ``inbox``. Layout 3 keeps a new store's events in ``log``, each row with
-its stream's id and its type's name as keys in ``names``, and shows them as layout 1's table
-did through the ``events`` view (docs/storage.md#the-bytes-of-one-turn). A store of an
-earlier layout keeps its ``events`` table, and goes on in it.
+``leases`` and the ``inbox``. Layout 3 kept events in ``log``, each row with its stream's id
+and its type's name as keys in ``names``, and shows them as layout 1's table did through the
+``events`` view (docs/storage.md#the-bytes-of-one-turn). Layout 4 keeps a new store's events
+in ``groups``, a row per append (``sqlite_groups.py``). A store of an earlier layout keeps
+its table of events, and goes on in it.
 """
 
 from __future__ import annotations
 
-__all__ = ["GAPS_SQL", "KEYED_ROWS", "ROWS_SQL", "SCHEMA", "SCHEMA_VERSION"]
+__all__ = ["GAPS_SQL", "KEYED_ROWS", "LAST_POSITION_SQL", "ROWS_SQL", "SCHEMA", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The layout a new store is made in; one of an earlier layout is brought up to this version
 (its missing tables made) but keeps its ``events`` table."""
 
@@ -82,13 +83,23 @@ CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
 """
 
 
-GAPS_SQL = (
-    "SELECT before, position FROM (SELECT position, "
-    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {}) "
+_LAST = {"events": "position", "log": "position", "groups": "position + count - 1"}
+"""The last position a row holds, by table."""
+
+GAPS_SQL = {
+    table: "SELECT before, position FROM (SELECT position, "
+    f"coalesce(lag({last}) OVER (ORDER BY position), 0) AS before FROM {table}) "
     "WHERE position != before + 1 ORDER BY position"
-)
-"""Every position that does not follow the one before it (from 0), and that one, in the
-table of rows ``{}`` (``log`` or ``events``)."""
+    for table, last in _LAST.items()
+}
+"""Every position that does not follow the one before it (from 0), and that one, by the
+table of rows."""
+
+LAST_POSITION_SQL = {
+    table: f"SELECT coalesce((SELECT {last} FROM {table} ORDER BY position DESC LIMIT 1), 0)"
+    for table, last in _LAST.items()
+}
+"""The last position stored (0: none), by the table of rows."""
 
 ROWS_SQL = {
     # The index finds the rows; their columns are read from the rows themselves (SQLite

@@ -28,6 +28,8 @@ from pathlib import Path
 from plait.errors import StoreError
 from plait.events.codec import GENESIS_HASH
 from plait.events.store import EventStore, PreparedAppend
+from plait.events.stores.sqlite_groups import pack
+from plait.events.stores.sqlite_schema import LAST_POSITION_SQL
 from plait.events.types import Event
 
 __all__ = ["Writes"]
@@ -39,6 +41,11 @@ _ROWS_PER_INSERT = 128
 
 _MOST_HEADS = 100_000
 """Stream heads remembered at most; past it they are forgotten and read again as needed."""
+
+
+_GROUP_SQL = (
+    "INSERT INTO groups (position, stream, seq, count, data, hash) VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 
 @functools.cache
@@ -75,11 +82,11 @@ class Writes:
         error: Callable[[sqlite3.DatabaseError], StoreError],
         path: Path,
         *,
-        keyed: bool = False,
+        table: str = "events",
     ) -> None:
         """``lock`` guards ``db`` (the store's); ``error`` turns SQLite's errors into the
-        store's. ``keyed``: the rows go to ``log``, with the keys of the stream's id and the
-        types' names (layout 3), not to ``events``."""
+        store's. ``table`` holds the rows: ``groups``, a row per append (layout 4); ``log``,
+        with the keys of the stream's id and the types' names (layout 3); or ``events``."""
         self._db = db
         self._lock = lock
         self._error = error
@@ -90,8 +97,8 @@ class Writes:
         self._heads: dict[str, tuple[int, bytes]] = {}
         self._position: int | None = None  # the last position, if known
         self._version: int | None = None  # data_version when they were last known good
-        self._table = "log" if keyed else "events"
-        self._keys: dict[str, int] | None = {} if keyed else None
+        self._table = table
+        self._keys: dict[str, int] | None = {} if table != "events" else None
         """The key in ``names`` of each stream id and type name written (a key, once
         committed, is for ever)."""
 
@@ -183,7 +190,12 @@ class Writes:
                 key, rows = self._as_written(stream, prepared.rows)
                 count = len(rows)
                 first = position + 1
-                for start in range(0, count, _ROWS_PER_INSERT):
+                if self._table == "groups":
+                    data = pack(prepared.rows, head_hash)
+                    values = [first, key, head_seq + 1, count, data, prepared.rows[-1][4]]
+                    db.execute(_GROUP_SQL, values)
+                    rows = ()
+                for start in range(0, len(rows), _ROWS_PER_INSERT):
                     part = rows[start : start + _ROWS_PER_INSERT]
                     values = [first + start, key, *chain.from_iterable(part)]
                     db.execute(_insert_sql(len(part), self._table), values)
@@ -220,7 +232,7 @@ class Writes:
         keys = self._keys
         if keys is None:
             return stream, rows
-        names = [stream, *{row[1] for row in rows}]
+        names = [stream] if self._table == "groups" else [stream, *{row[1] for row in rows}]
         new = [name for name in names if name not in keys]
         if new:
             db = self._db
@@ -228,6 +240,8 @@ class Writes:
             marks = ", ".join("?" * len(new))
             found = db.execute(f"SELECT name, key FROM names WHERE name IN ({marks})", new)
             keys.update(found.fetchall())
+        if self._table == "groups":
+            return keys[stream], rows
         return keys[stream], [(seq, keys[t], v, data, digest) for seq, t, v, data, digest in rows]
 
     def _known(self, batch: list[_Append]) -> int:
@@ -241,9 +255,7 @@ class Writes:
             self._forget()
             self._version = version
         if self._position is None:
-            (self._position,) = db.execute(
-                f"SELECT coalesce(max(position), 0) FROM {self._table}"
-            ).fetchone()
+            (self._position,) = db.execute(LAST_POSITION_SQL[self._table]).fetchone()
         unknown = [append.stream for append in batch if append.stream not in heads]
         if unknown:
             unknown = sorted(set(unknown))

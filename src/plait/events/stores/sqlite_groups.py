@@ -1,0 +1,150 @@
+"""Layout 4 of ``SqliteStore``: one row per append (docs/storage.md#one-row-per-append).
+
+A row of ``groups`` holds the events of one append: their first position and seq, how many,
+their stored bytes packed and compressed (``data``), and the hash of the last of them. Each
+event's bytes are encoding 2's (docs/event-log.md#encoding) with their ``prev_hash`` cut out:
+it is the hash of the event before, which the reader has, so 34 random bytes an event are not
+stored. ``data`` is a format byte, then the raw deflate, with a preset dictionary, of the
+msgpack array of ``[type, v, tail, bytes]`` per event (``tail``: how many bytes follow the cut).
+
+A read gives each event back as the row of earlier layouts would (``Row``): its bytes whole,
+its hash computed link by link from the row before; the last one must be the row's ``hash``,
+else every event of the row carries that stored hash, which its bytes do not match, so a
+checked read names it edited, as it would an edited row of an earlier layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Sequence
+from importlib import resources
+
+import msgspec
+
+from plait.errors import CorruptEventError
+from plait.events.codec import hasher
+
+__all__ = ["GROUPS", "GroupRow", "Item", "expand", "item", "pack", "pack_items", "unpack", "whole"]
+
+GROUPS = [
+    """CREATE TABLE groups (
+    position INTEGER PRIMARY KEY,
+    stream   INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,
+    count    INTEGER NOT NULL,
+    data     BLOB    NOT NULL,
+    hash     BLOB    NOT NULL,
+    UNIQUE (stream, seq)
+)""",
+    "CREATE TABLE names (key INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
+]
+"""How a new store keeps its events (layout 4): a row per append, the stream's id as its key
+in ``names``."""
+
+GroupRow = tuple[int, int, int, bytes, bytes]
+"""A row of ``groups`` as reads fetch it: ``(position, seq, count, data, hash)``."""
+
+_FORMAT = 1
+"""The first byte of ``data``: raw deflate with dictionary 1 (``dictionary-1.bin``)."""
+
+_DICTIONARY = (resources.files(__package__) / "dictionary-1.bin").read_bytes()
+"""What deflate may refer back to before a row's first byte: the msgpack of typical events
+(field names, type names, common values), so even a row of one event compresses."""
+
+_CUT = b"\xc4\x20"  # msgpack's header of 32 bytes of binary: the ``prev_hash`` cut out
+_LEVEL = 6
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(list[tuple[str, int, int, bytes]]).decode
+
+
+Item = tuple[str, int, int, bytes]
+"""One event in a row: its type, its version, how many bytes follow the cut (-1: none was
+made), and its stored bytes with its ``prev_hash`` cut out."""
+
+
+def pack(rows: Sequence[tuple[int, str, int, bytes, bytes]], prev: bytes) -> bytes:
+    """``data`` of the row of an append's ``(seq, type, v, bytes, hash)`` rows, the first
+    following the event of hash ``prev``."""
+    items = []
+    for _, type_name, v, data, digest in rows:
+        items.append(item(type_name, v, data, prev))
+        prev = digest
+    return pack_items(items)
+
+
+def item(type_name: str, v: int, data: bytes, prev: bytes | None = None) -> Item:
+    """The ``Item`` of an event's stored bytes, whose ``prev_hash`` is ``prev`` (found in
+    them if not given); bytes that do not hold it are kept whole."""
+    if prev is None:
+        prev = _prev_hash(data)
+    # The last place: the field follows the body, and no UTF-8 text holds 0xc4 0x20.
+    cut = data.rfind(_CUT + prev) if prev is not None else -1
+    if cut < 0:
+        return (type_name, v, -1, data)
+    return (type_name, v, len(data) - cut - 34, data[:cut] + data[cut + 34 :])
+
+
+def pack_items(items: Sequence[Item]) -> bytes:
+    """``data`` of a row of ``items``."""
+    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15, zdict=_DICTIONARY)
+    return bytes((_FORMAT,)) + packer.compress(_encode(items)) + packer.flush()
+
+
+def unpack(data: bytes) -> list[Item]:
+    """The items of a row's ``data``; raise ``ValueError`` if it is not one."""
+    if data[:1] != bytes((_FORMAT,)):
+        raise ValueError(f"unknown format {data[:1].hex() or 'of 0 bytes'}")
+    try:
+        unpacker = zlib.decompressobj(-15, zdict=_DICTIONARY)
+        return _decode(unpacker.decompress(data[1:]) + unpacker.flush())
+    except (zlib.error, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def whole(cut: bytes, tail: int, prev: bytes) -> bytes:
+    """An event's stored bytes again, from an item's ``cut`` bytes, ``tail`` and ``prev``."""
+    if tail < 0:
+        return cut
+    end = len(cut) - tail
+    return b"".join((cut[:end], _CUT, prev, cut[end:]))
+
+
+def expand(
+    stream: str, row: GroupRow, prev: bytes
+) -> list[tuple[int, bytes, bytes, str, int, str, int]]:
+    """The events of ``row`` of ``stream`` as rows of one event each (``Row``), the first
+    following the event of hash ``prev``."""
+    position, seq, count, data, stored = row
+    try:
+        items = unpack(data)
+    except ValueError as exc:
+        raise CorruptEventError(stream, seq, f"cannot unpack its row: {exc}") from None
+    compact = hasher(stream)
+    out = []
+    for i, (type_name, v, tail, cut) in enumerate(items):
+        event = whole(cut, tail, prev)
+        prev = compact(event) if event[:1] >= b"\x90" else hashlib.sha256(event).digest()
+        out.append((position + i, event, prev, stream, seq + i, type_name, v))
+    if prev != stored or len(out) != count:
+        # Edited: each event of it is shown with a hash its bytes do not match (the row's).
+        wrong = stored if prev != stored else bytes(32)
+        out = [(p, event, wrong, s, q, t, v) for p, event, _, s, q, t, v in out]
+    return out
+
+
+def _prev_hash(data: bytes) -> bytes | None:
+    """The ``prev_hash`` stored bytes hold, if they are an event's (either encoding)."""
+    try:
+        raw = msgspec.msgpack.decode(data)
+    except msgspec.DecodeError:
+        return None
+    found = (
+        raw.get("prev_hash")
+        if isinstance(raw, dict)
+        else raw[5]
+        if isinstance(raw, list) and len(raw) > 5
+        else None
+    )
+    return found if isinstance(found, bytes) and len(found) == 32 else None
