@@ -122,8 +122,10 @@ def ours_appends(path: Path, events: list[ev.NewEvent], per_commit: int) -> floa
 
 
 def stored_rows(path: Path) -> list[StoredRow]:
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        return db.execute(f"SELECT {COLUMNS} FROM events ORDER BY position").fetchall()
+    """The store's events as rows of one event each (``COLUMNS``), whatever its layout."""
+    with ev.SqliteStore(path, read_only=True) as store:
+        rows, _, _ = store.as_stored("session-1")
+    return [(p, s, q, t, v, d, h) for p, d, h, s, q, t, v in rows]
 
 
 def raw_appends(path: Path, rows: list[StoredRow], per_commit: int) -> float:

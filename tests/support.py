@@ -25,6 +25,7 @@ from plait.events.store import EventStore, Row
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores import sqlite_groups
 from plait.events.stores.sqlite import SqliteStore
+from plait.events.stores.sqlite_schema import SCHEMA
 from plait.events.types import Event, ToolCallCompleted
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer
@@ -204,7 +205,7 @@ def _postgres_tamper(schema: str) -> Tamper:
     return Tamper(execute, "%s")
 
 
-def _sqlite_tamper(path: Path) -> Tamper:
+def sqlite_tamper(path: Path) -> Tamper:
     def execute(sql: str, params: tuple[Any, ...]) -> None:
         with sqlite3.connect(path) as db:
             db.execute(sql, params)
@@ -308,6 +309,59 @@ class GroupsTamper(Tamper):
         )
 
 
+LAYOUT_3 = [
+    # Each stream's id and each type's name once, in ``names``; a row holds their keys.
+    """CREATE TABLE log (
+    position INTEGER PRIMARY KEY,
+    stream   INTEGER NOT NULL,
+    seq      INTEGER NOT NULL,
+    type     INTEGER NOT NULL,
+    v        INTEGER NOT NULL,
+    data     BLOB    NOT NULL,
+    hash     BLOB    NOT NULL,
+    UNIQUE (stream, seq)
+)""",
+    "CREATE TABLE names (key INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
+    # What the rows say, with the stream's id and the type's name, as layout 1's table.
+    """CREATE VIEW events AS
+SELECT l.position, s.name AS stream, l.seq, t.name AS type, l.v, l.data, l.hash
+FROM log AS l JOIN names AS s ON s.key = l.stream JOIN names AS t ON t.key = l.type""",
+    # Writing to the view writes the rows (what an operator's SQL, or a prune, does).
+    """CREATE TRIGGER events_insert INSTEAD OF INSERT ON events BEGIN
+    INSERT OR IGNORE INTO names (name) VALUES (NEW.stream), (NEW.type);
+    INSERT INTO log (position, stream, seq, type, v, data, hash) VALUES (NEW.position,
+        (SELECT key FROM names WHERE name = NEW.stream), NEW.seq,
+        (SELECT key FROM names WHERE name = NEW.type), NEW.v, NEW.data, NEW.hash);
+END""",
+    """CREATE TRIGGER events_update INSTEAD OF UPDATE ON events BEGIN
+    INSERT OR IGNORE INTO names (name) VALUES (NEW.stream), (NEW.type);
+    UPDATE log SET position = NEW.position,
+        stream = (SELECT key FROM names WHERE name = NEW.stream), seq = NEW.seq,
+        type = (SELECT key FROM names WHERE name = NEW.type), v = NEW.v, data = NEW.data,
+        hash = NEW.hash
+    WHERE position = OLD.position;
+END""",
+    """CREATE TRIGGER events_delete INSTEAD OF DELETE ON events BEGIN
+    DELETE FROM log WHERE position = OLD.position;
+END""",
+]
+"""How a store of layout 3 keeps its events (plait made new stores so before layout 4): a
+stream's id and a type's name as keys in ``names``, the ``events`` view reading as layout 1's
+table did, writing to it writing ``log``."""
+
+
+def layout_3(path: Path) -> Path:
+    """Make ``path`` an empty store of layout 3, as plait made it then (``SqliteStore``
+    opens it and goes on in its ``log``)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        for statement in [*LAYOUT_3, *SCHEMA.split(";")]:
+            if statement.strip():
+                db.execute(statement)
+        db.execute("PRAGMA user_version=3")
+        db.commit()
+    return path
+
+
 class StoreFactory:
     """Opens stores of one backend, all on the same underlying database."""
 
@@ -356,7 +410,7 @@ class StoreFactory:
             assert self._memory is not None
             return MemoryTamper(self._memory)
         if self.backend == "sqlite":
-            return _sqlite_tamper(self.path)
+            return sqlite_tamper(self.path)
         return _postgres_tamper(self.schema)
 
     def close(self) -> None:

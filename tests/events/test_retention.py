@@ -114,7 +114,12 @@ def test_a_gap_no_record_accounts_for_is_still_refused(stores: StoreFactory) -> 
     prune(store, closed_before=DAY)
     stores.tamper.delete("kept", 2)  # a row deleted by hand: nothing accounts for it
     fresh = stores.open()
-    with pytest.raises(TamperedError, match=r"kept seq 3: at position 6, where 5 was next"):
+    # Where a row does not keep its first event's prev_hash (SQLite's layout 4), the row after
+    # the gap no longer chains to the row before it, and that is found first.
+    gap = "at position 6, where 5 was next"
+    if stores.backend == "sqlite":
+        gap = "stored bytes do not match their hash"
+    with pytest.raises(TamperedError, match=f"kept seq 3: {gap}"):
         fresh.read_all(limit=None)
     with pytest.raises(TamperedError, match="kept seq 3"):
         list(fresh.iter_all())

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import read_only_dir
+from support import layout_3, read_only_dir, sqlite_tamper
 
 from plait.errors import (
     ConcurrencyError,
@@ -23,7 +23,7 @@ from plait.errors import (
     StoreUnavailableError,
 )
 from plait.events import SqliteStore, ToolCallCompleted, TurnStarted
-from plait.events.stores import sqlite_reads
+from plait.events.stores import sqlite_groups, sqlite_reads
 
 WRITER = textwrap.dedent(
     """
@@ -192,6 +192,14 @@ def test_a_store_sees_the_heads_another_connection_moved(tmp_path: Path) -> None
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlite_reads, "_CHUNK", 8)  # many chunks, several batches each
+    monkeypatch.setattr(sqlite_groups, "_ROWS_READ", 2)  # layout 4's: rows, of 7 events here
+
+
+@pytest.fixture(params=[3, 4])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A new store's file, of layout 3 (a row per event) or 4 (a row per append)."""
+    path = tmp_path / "s.db"
+    return layout_3(path) if request.param == 3 else path
 
 
 def _mixed_log(store: SqliteStore) -> None:
@@ -205,10 +213,10 @@ def _mixed_log(store: SqliteStore) -> None:
 
 @pytest.mark.parametrize("ahead", [True, False])
 def test_a_rebuild_reads_every_event_as_rows_read_them(
-    tmp_path: Path, small_chunks: None, ahead: bool, monkeypatch: pytest.MonkeyPatch
+    db: Path, small_chunks: None, ahead: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sqlite_reads, "READ_AHEAD", ahead)
-    with SqliteStore(tmp_path / "s.db") as store:
+    with SqliteStore(db) as store:
         _mixed_log(store)
         every = store.read_all(limit=None)
         assert len(every) == 70
@@ -222,16 +230,17 @@ def test_a_rebuild_reads_every_event_as_rows_read_them(
         assert all(0 < len(b) <= 3 for b in batches)
 
 
-def test_a_rebuild_names_a_row_that_does_not_decode(tmp_path: Path, small_chunks: None) -> None:
-    with SqliteStore(tmp_path / "s.db") as store:
+def test_a_rebuild_names_a_row_that_does_not_decode(db: Path, small_chunks: None) -> None:
+    with SqliteStore(db) as store:
         _mixed_log(store)
-        store._db.execute("UPDATE events SET data = X'c1' WHERE stream = 'b' AND seq = 30")
-        with pytest.raises(CorruptEventError, match="stream b seq 30"):
+        # Seq 29 begins an append: in layout 4, an edit is found at the row that holds it.
+        sqlite_tamper(db).set_data("b", 29, b"\xc1")
+        with pytest.raises(CorruptEventError, match="stream b seq 29"):
             list(store.iter_all())
 
 
-def test_a_rebuild_stopped_early_stops_its_reader(tmp_path: Path, small_chunks: None) -> None:
-    with SqliteStore(tmp_path / "s.db") as store:
+def test_a_rebuild_stopped_early_stops_its_reader(db: Path, small_chunks: None) -> None:
+    with SqliteStore(db) as store:
         _mixed_log(store)
         batches = store.batches(batch=2)
         assert len(next(batches)) == 2

@@ -36,9 +36,10 @@ from plait.events.store import (
     utc_now,
 )
 from plait.events.stores.sqlite_files import open_read_only, open_writable
+from plait.events.stores.sqlite_groups import GROUPS, GroupRow, expand
+from plait.events.stores.sqlite_groups import batches as group_batches
 from plait.events.stores.sqlite_prune import SqlitePruning
 from plait.events.stores.sqlite_reads import CHUNK_SQL, KEYED_CHUNK_SQL, Chunk, batches
-from plait.events.stores.sqlite_groups import GROUPS, GroupRow, expand
 from plait.events.stores.sqlite_schema import (
     GAPS_SQL,
     LAST_POSITION_SQL,
@@ -319,7 +320,18 @@ class SqliteStore(SqlitePruning, EventStore):
         self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
     ) -> Iterator[list[Event]]:
         if self._rows_table == "groups":
-            yield from super().batches(after_position, batch=batch, resolve_blobs=resolve_blobs)
+            links = Links(after_position, self._accounted)
+            for events in group_batches(
+                lambda after, limit: self._query(_ALL_GROUPS_SQL, (after, limit)),
+                self._names,
+                self._prev_hash,
+                lambda rows: self._decode_all(rows, resolve_blobs),
+                self._resolve_all if resolve_blobs else None,
+                after_position,
+                batch,
+            ):
+                links.check(events)
+                yield events
             return
         # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``),
         # each event checked against its hash there, and against the one before it here.

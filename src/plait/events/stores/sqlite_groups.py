@@ -17,15 +17,30 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
+from itertools import accumulate
 
 import msgspec
 
 from plait.errors import CorruptEventError
-from plait.events.codec import hasher
+from plait.events.checks import columns_agree
+from plait.events.codec import BLOB_MARK, CURRENT_VERSIONS, decode_joined, hasher
+from plait.events.store import Row
+from plait.events.types import Event
 
-__all__ = ["GROUPS", "GroupRow", "Item", "expand", "item", "pack", "pack_items", "unpack", "whole"]
+__all__ = [
+    "GROUPS",
+    "GroupRow",
+    "Item",
+    "batches",
+    "expand",
+    "item",
+    "pack",
+    "pack_items",
+    "unpack",
+    "whole",
+]
 
 GROUPS = [
     """CREATE TABLE groups (
@@ -51,6 +66,9 @@ _FORMAT = 1
 _DICTIONARY = (resources.files(__package__) / "dictionary-1.bin").read_bytes()
 """What deflate may refer back to before a row's first byte: the msgpack of typical events
 (field names, type names, common values), so even a row of one event compresses."""
+
+_ROWS_READ = 64
+"""Rows a rebuild reads at a time."""
 
 _CUT = b"\xc4\x20"  # msgpack's header of 32 bytes of binary: the ``prev_hash`` cut out
 _LEVEL = 6
@@ -111,27 +129,101 @@ def whole(cut: bytes, tail: int, prev: bytes) -> bytes:
     return b"".join((cut[:end], _CUT, prev, cut[end:]))
 
 
-def expand(
-    stream: str, row: GroupRow, prev: bytes
-) -> list[tuple[int, bytes, bytes, str, int, str, int]]:
+def expand(stream: str, row: GroupRow, prev: bytes) -> list[Row]:
     """The events of ``row`` of ``stream`` as rows of one event each (``Row``), the first
     following the event of hash ``prev``."""
+    return _expanded(stream, row, prev)[0]
+
+
+def _expanded(stream: str, row: GroupRow, prev: bytes) -> tuple[list[Row], bool]:
+    """``expand``, and whether the row's hash is its last event's, as the chain computes it
+    (else each of its events is given a hash its bytes do not match: the row's)."""
     position, seq, count, data, stored = row
     try:
         items = unpack(data)
     except ValueError as exc:
         raise CorruptEventError(stream, seq, f"cannot unpack its row: {exc}") from None
     compact = hasher(stream)
-    out = []
+    out: list[Row] = []
     for i, (type_name, v, tail, cut) in enumerate(items):
         event = whole(cut, tail, prev)
-        prev = compact(event) if event[:1] >= b"\x90" else hashlib.sha256(event).digest()
+        prev = compact(event) if event[0] >> 4 == 9 else hashlib.sha256(event).digest()
         out.append((position + i, event, prev, stream, seq + i, type_name, v))
-    if prev != stored or len(out) != count:
-        # Edited: each event of it is shown with a hash its bytes do not match (the row's).
-        wrong = stored if prev != stored else bytes(32)
-        out = [(p, event, wrong, s, q, t, v) for p, event, _, s, q, t, v in out]
-    return out
+    if prev == stored and len(out) == count:
+        return out, True
+    wrong = stored if prev != stored else bytes(32)
+    return [(p, event, wrong, s, q, t, v) for p, event, _, s, q, t, v in out], False
+
+
+def batches(
+    read: Callable[[int, int], list[tuple[int, int, int, int, bytes, bytes]]],
+    names: Callable[[set[int]], dict[int, str]],
+    prev_hash: Callable[[int, int], bytes],
+    careful: Callable[[list[Row]], list[Event]],
+    resolve_all: Callable[[list[Event], list[Event]], list[Event]] | None,
+    after_position: int,
+    batch: int,
+) -> Iterator[list[Event]]:
+    """Yield every event after ``after_position`` in lists of ``batch`` (the last shorter):
+    a rebuild's read of layout 4.
+
+    ``read(after, limit)`` returns up to ``limit`` rows ``(position, stream key, seq, count,
+    data, hash)`` holding the events after position ``after``; ``names`` names stream keys;
+    ``prev_hash(key, seq)`` is the hash of the row of that stream before seq. A row checked
+    whole, its events all of their current versions, is decoded in one call; any other goes
+    the careful way (``careful``: ``decode_rows``), which names what is wrong.
+    ``resolve_all(events, held)`` brings back the blobs of those ``held``.
+    """
+    prevs: dict[int, bytes] = {}  # by stream key: the hash of its last row read
+    current = CURRENT_VERSIONS
+    out: list[Event] = []
+    after = after_position
+    while True:
+        rows = read(after, _ROWS_READ)
+        for position, key, seq, count, data, stored in rows:
+            if position + count - 1 <= after:
+                continue  # read before: the row that held the position before ``after``
+            stream = names({key})[key]
+            prev = prevs.get(key)
+            if prev is None:
+                prev = prev_hash(key, seq)
+            prevs[key] = stored
+            expanded, sound = _expanded(stream, (position, seq, count, data, stored), prev)
+            fresh = [row for row in expanded if row[0] > after]
+            if not fresh:
+                continue
+            events = None
+            if sound and all(current.get(row[5]) == row[6] for row in fresh):
+                joined = b"".join(row[1] for row in fresh)
+                events = decode_joined(
+                    joined,
+                    [row[0] for row in fresh],
+                    b"".join(row[2] for row in fresh),
+                    [0, *accumulate(len(row[1]) for row in fresh)],
+                    [stream] * len(fresh),
+                    hashed=True,
+                )
+                said = (
+                    [stream] * len(fresh),
+                    [row[4] for row in fresh],
+                    [row[5] for row in fresh],
+                    [row[6] for row in fresh],
+                )
+                if events is not None and not columns_agree(events, said):
+                    events = None
+                elif events is not None and resolve_all is not None and BLOB_MARK in joined:
+                    events = resolve_all(events, [e for e in events if e.body.BLOB_FIELDS])
+            if events is None:
+                events = careful(fresh)
+            out += events
+            after = position + count - 1
+            while len(out) >= batch:
+                yield out[:batch]
+                out = out[batch:]
+        if len(rows) < _ROWS_READ:
+            break
+    if out:
+        yield out
 
 
 def _prev_hash(data: bytes) -> bytes | None:

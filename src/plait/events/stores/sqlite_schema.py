@@ -10,51 +10,11 @@ its table of events, and goes on in it.
 
 from __future__ import annotations
 
-__all__ = ["GAPS_SQL", "KEYED_ROWS", "LAST_POSITION_SQL", "ROWS_SQL", "SCHEMA", "SCHEMA_VERSION"]
+__all__ = ["GAPS_SQL", "LAST_POSITION_SQL", "ROWS_SQL", "SCHEMA", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 4
 """The layout a new store is made in; one of an earlier layout is brought up to this version
 (its missing tables made) but keeps its ``events`` table."""
-
-KEYED_ROWS = [
-    # Each stream's id and each type's name once, in ``names``; a row holds their keys.
-    """CREATE TABLE log (
-    position INTEGER PRIMARY KEY,
-    stream   INTEGER NOT NULL,
-    seq      INTEGER NOT NULL,
-    type     INTEGER NOT NULL,
-    v        INTEGER NOT NULL,
-    data     BLOB    NOT NULL,
-    hash     BLOB    NOT NULL,
-    UNIQUE (stream, seq)
-)""",
-    "CREATE TABLE names (key INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
-    # What the rows say, with the stream's id and the type's name, as layout 1's table.
-    """CREATE VIEW events AS
-SELECT l.position, s.name AS stream, l.seq, t.name AS type, l.v, l.data, l.hash
-FROM log AS l JOIN names AS s ON s.key = l.stream JOIN names AS t ON t.key = l.type""",
-    # Writing to the view writes the rows (what an operator's SQL, or a prune, does).
-    """CREATE TRIGGER events_insert INSTEAD OF INSERT ON events BEGIN
-    INSERT OR IGNORE INTO names (name) VALUES (NEW.stream), (NEW.type);
-    INSERT INTO log (position, stream, seq, type, v, data, hash) VALUES (NEW.position,
-        (SELECT key FROM names WHERE name = NEW.stream), NEW.seq,
-        (SELECT key FROM names WHERE name = NEW.type), NEW.v, NEW.data, NEW.hash);
-END""",
-    """CREATE TRIGGER events_update INSTEAD OF UPDATE ON events BEGIN
-    INSERT OR IGNORE INTO names (name) VALUES (NEW.stream), (NEW.type);
-    UPDATE log SET position = NEW.position,
-        stream = (SELECT key FROM names WHERE name = NEW.stream), seq = NEW.seq,
-        type = (SELECT key FROM names WHERE name = NEW.type), v = NEW.v, data = NEW.data,
-        hash = NEW.hash
-    WHERE position = OLD.position;
-END""",
-    """CREATE TRIGGER events_delete INSTEAD OF DELETE ON events BEGIN
-    DELETE FROM log WHERE position = OLD.position;
-END""",
-]
-"""How a new store keeps its events (layout 3): a stream's id and a type's name as small
-numbers in each row and in the ``(stream, seq)`` index, not as text (about 85 bytes less an
-event). The ``events`` view reads as layout 1's table did, and writing to it writes ``log``."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS streams (
