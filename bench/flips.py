@@ -5,9 +5,9 @@ helper conversation, ``conv_list`` and ``conv_history`` calls; tool outputs over
 stored as blob rows). Candidate offsets are drawn from every page of the file; each is
 sorted into the region it changes by reading the flipped file's rows with ``sqlite3`` beside
 the original's (``event data``, ``event hash``, ``event envelope`` for the other columns of an
-event row, ``blob rows``, ``streams table``, ``names table`` (a new store's stream ids and
-type names), ``other rows``) or, when no row reads
-differently, by where it lies (``file header``, ``schema page``, ``index pages``, ``table
+event's row (an append's, in a store of layout 4), ``blob rows``, ``streams table``, ``names
+table`` (a store's stream ids, and in layout 3 its type names), ``other rows``) or, when no
+row reads differently, by where it lies (``file header``, ``schema page``, ``index pages``, ``table
 interior pages``, ``table leaf, no row changed``, ``other pages``; ``unreadable`` when
 ``sqlite3`` cannot read the tables at all). The flips are then chosen a page at a time and
 a region at a time, and each flipped file goes through every reader of the command line:
@@ -165,7 +165,7 @@ class File:
                 changed |= {(table, c) for c, x, y in zip(columns, a, b, strict=True) if x != y}
         if changed:
             tables = {t for t, _ in changed}
-            held = {"events", "log"} & tables  # layouts 1 and 2; layout 3
+            held = {"events", "log", "groups"} & tables  # layouts 1 and 2; 3; 4
             if held:
                 columns = {c for t, c in changed if t in held}
                 if columns == {"data"}:

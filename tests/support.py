@@ -22,8 +22,8 @@ import pytest
 from plait.actors.model import ModelSettings
 from plait.events.codec import GENESIS_HASH, encode_event, event_hash
 from plait.events.store import EventStore, Row
-from plait.events.stores.memory import MemoryStore
 from plait.events.stores import sqlite_groups
+from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.stores.sqlite_schema import SCHEMA
 from plait.events.types import Event, ToolCallCompleted
@@ -291,7 +291,8 @@ class GroupsTamper(Tamper):
             row[4] = before
             if before:  # the row ends with the event before it, and says its hash
                 found = db.execute(
-                    "SELECT hash FROM groups WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
+                    "SELECT hash FROM groups WHERE stream = ? AND seq < ? "
+                    "ORDER BY seq DESC LIMIT 1",
                     (row[1], row[2]),
                 ).fetchone()
                 prev = found[0] if found else GENESIS_HASH

@@ -65,7 +65,8 @@ def test_the_wheel_holds_the_package_and_nothing_else(tmp_path: Path) -> None:
     expected = sorted(
         str(path.relative_to(PACKAGE.parent))
         for path in PACKAGE.rglob("*")
-        if path.is_file() and (path.suffix == ".py" or path.name == "py.typed")
+        if path.is_file()
+        and (path.suffix == ".py" or path.name == "py.typed" or path.match("dictionary-*.bin"))
     )
     assert package == expected
     assert all(n.startswith("plait/") or n.startswith("plait-") for n in names), names

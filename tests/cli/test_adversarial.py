@@ -30,6 +30,7 @@ from scripted import call
 
 from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
+from plait.events.stores.sqlite_groups import unpack
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -66,21 +67,23 @@ class Recorded:
         with sqlite3.connect(store) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             rows = conn.execute(
-                "SELECT e.stream, e.type, e.data, e.hash, l.seq, l.type, l.v "
-                "FROM events AS e JOIN log AS l USING (position)"
+                "SELECT n.name, g.seq, g.count, g.data, g.hash "
+                "FROM groups AS g JOIN names AS n ON n.key = g.stream"
             ).fetchall()
         conn.close()
         self.bytes = store.read_bytes()
-        # the first model reply: its row's columns, each located in the file
-        stream, kind, data, digest, seq, key, v = next(r for r in rows if r[1] == "ModelResponded")
+        # The row of the append that holds the first model reply, each column in the file.
+        stream, seq, count, data, digest = next(
+            row for row in rows if any(item[0] == "ModelResponded" for item in unpack(row[3]))
+        )
         self.data_at = self.bytes.index(data)
         self.hash_at = self.bytes.index(digest)
-        # A new store's row holds its stream's and type's keys; their text is in ``names``
-        # (docs/event-log.md#stores), each a record of a key and one text column.
-        self.type_at = self.bytes.index(_names_record(kind))
+        # A row holds its stream's key; the id's text is in ``names`` (docs/event-log.md#stores),
+        # a record of a key and one text column.
         self.stream_at = self.bytes.index(_names_record(stream))
-        assert 1 < key < 128 and 1 < seq < 128 and v == 1  # one byte each, v none (a constant)
-        self.seq_at = self.data_at - 2  # the row's values: stream, seq, type, v (none), data
+        assert 1 < seq < 128 and 1 < count < 128  # one byte each
+        self.seq_at = self.data_at - 2  # the row's values: stream, seq, count, data, hash
+        self.count_at = self.data_at - 1
         # A prompt is kept apart from its event, in a blob (docs/storage.md#erasure).
         self.prompt_at = self.bytes.index(b"How many?")
 
@@ -88,11 +91,11 @@ class Recorded:
         """The file with one byte changed at ``where``."""
         offset, mask = {
             "data text": (self.prompt_at, 0x20),  # "How many?" -> "how many?"
-            "data head": (self.data_at, 0x01),  # the msgpack map's header
+            "data head": (self.data_at, 0x01),  # the row's format
             "hash": (self.hash_at + 7, 0x01),
             "stream": (self.stream_at + 3, 0x01),
             "seq": (self.seq_at, 0x01),
-            "type": (self.type_at + 5, 0x20),
+            "count": (self.count_at, 0x01),
         }[where]
         data = bytearray(self.bytes)
         data[offset] ^= mask
@@ -161,7 +164,7 @@ def test_every_reader_reads_the_unchanged_file(
 
 
 @pytest.mark.parametrize("reader", READERS)
-@pytest.mark.parametrize("where", ["data text", "data head", "hash", "stream", "seq", "type"])
+@pytest.mark.parametrize("where", ["data text", "data head", "hash", "stream", "seq", "count"])
 def test_a_flipped_byte_is_one_line_from_every_reader(
     recorded: Recorded, where: str, reader: str, tmp_path: Path
 ) -> None:

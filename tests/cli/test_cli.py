@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import sqlite_tamper
+
+from plait.events import SqliteStore
 
 
 def plait(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -73,12 +75,12 @@ def test_verify_passes_then_names_the_tampered_seq(demo_dir: Path, tmp_path: Pat
     ok = plait(demo_dir, "verify", session)
     assert ok.returncode == 0 and ok.stdout.startswith("ok: 35 events")
     shutil.copytree(demo_dir / ".plait", tmp_path / ".plait")  # the others read the original
-    with sqlite3.connect(tmp_path / ".plait" / "plait.db") as db:
-        seq, data = db.execute(  # the first event that names the tool: the model's call
-            "SELECT seq, data FROM events WHERE instr(data, ?) > 0 ORDER BY seq", (b"conv_create",)
-        ).fetchone()
-        edited = data.replace(b"conv_create", b"conv_CREATE")
-        db.execute("UPDATE events SET data = ? WHERE seq = ?", (edited, seq))
+    copy = tmp_path / ".plait" / "plait.db"
+    with SqliteStore(copy, read_only=True) as store:
+        rows, _, _ = store.as_stored(session)
+    # The first event that names the tool, the model's call: it begins the append of the reply.
+    seq, data = next((row[4], row[1]) for row in rows if b"conv_create" in row[1])
+    sqlite_tamper(copy).set_data(session, seq, data.replace(b"conv_create", b"conv_CREATE"))
     bad = plait(tmp_path, "verify", session)
     assert bad.returncode == 1
     assert bad.stdout.startswith(f"tampered: seq {seq}: stored bytes do not match their hash")

@@ -5,7 +5,6 @@ wrong (a bad configuration, an unknown session, a locked store) is one line."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from scripted import runtime_for
+from support import sqlite_tamper
 
 from plait.cli import main
 from plait.cli.parser import build_parser
@@ -263,10 +263,7 @@ def test_every_command_has_help_with_an_example(
 def test_every_reader_exits_1_when_a_rows_columns_disagree_with_its_bytes(cli: Cli) -> None:
     session = cli.record("col")
     assert cli("show", session).returncode == 0
-    with contextlib.closing(sqlite3.connect(cli.store)) as db, db:  # the bytes stay as written
-        db.execute(
-            "UPDATE events SET type = 'TaskDropped' WHERE stream = ? AND seq = 3", (session,)
-        )
+    sqlite_tamper(cli.store).set_type(session, 3, "TaskDropped", 1)  # the bytes as written
     said = "seq 3: the row's type column says 'TaskDropped', its bytes 'TaskEnqueued' (edited)"
     for reader in ("show", "log", "history", "audit", "replay"):
         done = cli(reader, session)

@@ -23,6 +23,7 @@ from plait.events import (
     GENESIS_HASH,
     AgentMessageDelta,
     BlobRef,
+    Body,
     ConversationOpened,
     EventStore,
     NewEvent,

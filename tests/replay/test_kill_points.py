@@ -55,6 +55,7 @@ CHILD = textwrap.dedent(
     from plait.actors.model import ModelSettings
     from plait.actors.pool import McpLimits
     from plait.events.stores.sqlite import SqliteStore
+    from plait.events.stores.sqlite_groups import unpack
     from plait.runtime import Runtime
     from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
@@ -72,8 +73,12 @@ CHILD = textwrap.dedent(
         def execute(self, sql, *args):
             if sql == "COMMIT" and self.armed is not None:
                 stream, head_seq = self.armed  # what the transaction inserted, uncommitted
-                query = "SELECT seq, type FROM events WHERE stream = ? AND seq > ? ORDER BY seq"
-                die(self.db.execute(query, (stream, head_seq)).fetchall())
+                query = (
+                    "SELECT g.seq, g.data FROM groups AS g JOIN names AS n ON n.key = g.stream "
+                    "WHERE n.name = ? AND g.seq > ? ORDER BY g.seq"
+                )
+                rows = self.db.execute(query, (stream, head_seq)).fetchall()
+                die([(seq + i, it[0]) for seq, data in rows for i, it in enumerate(unpack(data))])
             return self.db.execute(sql, *args)
 
         def __getattr__(self, name):

@@ -36,7 +36,7 @@ from plait.events.store import (
     utc_now,
 )
 from plait.events.stores.sqlite_files import open_read_only, open_writable
-from plait.events.stores.sqlite_groups import GROUPS, GroupRow, expand
+from plait.events.stores.sqlite_groups import GROUPS, all_rows, stream_rows
 from plait.events.stores.sqlite_groups import batches as group_batches
 from plait.events.stores.sqlite_prune import SqlitePruning
 from plait.events.stores.sqlite_reads import CHUNK_SQL, KEYED_CHUNK_SQL, Chunk, batches
@@ -56,24 +56,6 @@ __all__ = ["SqliteStore"]
 _LAYOUTS = ("groups", "log")
 """The tables of rows of layouts 4 and 3, latest first; else layout 1's ``events``."""
 
-# The columns are read from the rows themselves, not from the index that finds them (SQLite
-# would read an indexed column from it), so a read checks what the rows hold.
-_GROUPS_SQL = (
-    "SELECT t.position, t.seq, t.count, t.data, t.hash "
-    "FROM groups AS i CROSS JOIN groups AS t ON t.position = i.position "
-    "WHERE i.stream = ?1 AND i.seq <= ?3 AND i.seq >= coalesce("
-    "(SELECT max(seq) FROM groups WHERE stream = ?1 AND seq <= ?2 + 1), 1) "
-    "ORDER BY i.seq LIMIT ?4"
-)
-"""A stream's rows (by its key) holding the events after seq ``?2`` up to ``?3``."""
-
-_ALL_GROUPS_SQL = (
-    "SELECT position, stream, seq, count, data, hash FROM groups WHERE position >= coalesce("
-    "(SELECT max(position) FROM groups WHERE position <= ?1 + 1), 1) ORDER BY position LIMIT ?2"
-)
-"""The rows holding the events after position ``?1``."""
-
-_PREV_GROUP_SQL = "SELECT hash FROM groups WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT 1"
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -278,18 +260,7 @@ class SqliteStore(SqlitePruning, EventStore):
             return self._query(
                 ROWS_SQL[self._rows_table], (stream, after, end, -1 if limit is None else limit)
             )
-        found = self._query("SELECT key FROM names WHERE name = ?", (stream,))
-        if not found:
-            return []
-        key = found[0][0]
-        # From the row that holds the event after ``after``, one row at least an event.
-        groups = self._query(_GROUPS_SQL, (key, after, end, -1 if limit is None else limit + 1))
-        prev = self._prev_hash(key, groups[0][1]) if groups else GENESIS_HASH
-        rows: list[Row] = []
-        for group in groups:
-            rows += [row for row in expand(stream, group, prev) if after < row[4] <= end]
-            prev = group[4]
-        return rows if limit is None else rows[:limit]
+        return stream_rows(self._query, stream, after, end, limit)
 
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         if self._rows_table != "groups":
@@ -298,23 +269,7 @@ class SqliteStore(SqlitePruning, EventStore):
                 "WHERE position > ? ORDER BY position LIMIT ?",
                 (after_position, -1 if limit is None else limit),
             )
-        found = self._query(_ALL_GROUPS_SQL, (after_position, -1 if limit is None else limit + 1))
-        names = self._names({key for _, key, *_ in found})
-        prevs: dict[int, bytes] = {}  # by stream key: the hash of the row before
-        rows: list[Row] = []
-        for position, key, *group in found:
-            row = cast(GroupRow, (position, *group))
-            prev = prevs.get(key)
-            if prev is None:
-                prev = self._prev_hash(key, row[1])
-            rows += [e for e in expand(names[key], row, prev) if e[0] > after_position]
-            prevs[key] = row[4]
-        return rows if limit is None else rows[:limit]
-
-    def _prev_hash(self, key: int, seq: int) -> bytes:
-        """The hash of the row of stream ``key`` before the one at ``seq`` (its last event's)."""
-        found = self._query(_PREV_GROUP_SQL, (key, seq))
-        return bytes(found[0][0]) if found else GENESIS_HASH
+        return all_rows(self._query, self._names, after_position, limit)
 
     def batches(
         self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
@@ -322,9 +277,8 @@ class SqliteStore(SqlitePruning, EventStore):
         if self._rows_table == "groups":
             links = Links(after_position, self._accounted)
             for events in group_batches(
-                lambda after, limit: self._query(_ALL_GROUPS_SQL, (after, limit)),
+                self._query,
                 self._names,
-                self._prev_hash,
                 lambda rows: self._decode_all(rows, resolve_blobs),
                 self._resolve_all if resolve_blobs else None,
                 after_position,

@@ -20,12 +20,18 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from itertools import accumulate
+from typing import Any
 
 import msgspec
 
-from plait.errors import CorruptEventError
 from plait.events.checks import columns_agree
-from plait.events.codec import BLOB_MARK, CURRENT_VERSIONS, decode_joined, hasher
+from plait.events.codec import (
+    BLOB_MARK,
+    CURRENT_VERSIONS,
+    GENESIS_HASH,
+    decode_joined,
+    hasher,
+)
 from plait.events.store import Row
 from plait.events.types import Event
 
@@ -33,11 +39,13 @@ __all__ = [
     "GROUPS",
     "GroupRow",
     "Item",
+    "all_rows",
     "batches",
     "expand",
     "item",
     "pack",
     "pack_items",
+    "stream_rows",
     "unpack",
     "whole",
 ]
@@ -59,6 +67,35 @@ in ``names``."""
 
 GroupRow = tuple[int, int, int, bytes, bytes]
 """A row of ``groups`` as reads fetch it: ``(position, seq, count, data, hash)``."""
+
+Query = Callable[[str, tuple[object, ...]], list[tuple[Any, ...]]]
+"""The store's connection, asked one statement: its rows."""
+
+# The columns are read from the rows themselves, not from the index that finds them (SQLite
+# would read an indexed column from it), so a read checks what the rows hold.
+_GROUPS_SQL = (
+    "SELECT t.position, t.seq, t.count, t.data, t.hash "
+    "FROM groups AS i CROSS JOIN groups AS t ON t.position = i.position "
+    "WHERE i.stream = ?1 AND i.seq <= ?3 AND i.seq >= coalesce("
+    "(SELECT max(seq) FROM groups WHERE stream = ?1 AND seq <= ?2 + 1), 1) "
+    "ORDER BY i.seq LIMIT ?4"
+)
+"""A stream's rows (by its key) holding the events after seq ``?2`` up to ``?3``."""
+
+_ALL_GROUPS_SQL = (
+    "SELECT position, stream, seq, count, data, hash FROM groups WHERE position >= coalesce("
+    "(SELECT max(position) FROM groups WHERE position <= ?1 + 1), 1) ORDER BY position LIMIT ?2"
+)
+"""The rows holding the events after position ``?1``."""
+
+_KEY_SQL = (
+    "SELECT t.key FROM names AS i CROSS JOIN names AS t ON t.key = i.key "
+    "WHERE i.name = ?1 AND t.name = ?1"
+)
+"""A stream's key, found by the index and vouched for by the row (which reads across streams
+name the rows by)."""
+
+_PREV_GROUP_SQL = "SELECT hash FROM groups WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT 1"
 
 _FORMAT = 1
 """The first byte of ``data``: raw deflate with dictionary 1 (``dictionary-1.bin``)."""
@@ -96,7 +133,7 @@ def item(type_name: str, v: int, data: bytes, prev: bytes | None = None) -> Item
     """The ``Item`` of an event's stored bytes, whose ``prev_hash`` is ``prev`` (found in
     them if not given); bytes that do not hold it are kept whole."""
     if prev is None:
-        prev = _prev_hash(data)
+        prev = _held_prev_hash(data)
     # The last place: the field follows the body, and no UTF-8 text holds 0xc4 0x20.
     cut = data.rfind(_CUT + prev) if prev is not None else -1
     if cut < 0:
@@ -116,7 +153,10 @@ def unpack(data: bytes) -> list[Item]:
         raise ValueError(f"unknown format {data[:1].hex() or 'of 0 bytes'}")
     try:
         unpacker = zlib.decompressobj(-15, zdict=_DICTIONARY)
-        return _decode(unpacker.decompress(data[1:]) + unpacker.flush())
+        packed = unpacker.decompress(data[1:]) + unpacker.flush()
+        if not unpacker.eof or unpacker.unused_data:  # raw deflate has no check of its own
+            raise ValueError("the deflate stream does not end where the row does")
+        return _decode(packed)
     except (zlib.error, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValueError(str(exc)) from None
 
@@ -141,8 +181,10 @@ def _expanded(stream: str, row: GroupRow, prev: bytes) -> tuple[list[Row], bool]
     position, seq, count, data, stored = row
     try:
         items = unpack(data)
-    except ValueError as exc:
-        raise CorruptEventError(stream, seq, f"cannot unpack its row: {exc}") from None
+    except ValueError:
+        # Changed where deflate can tell: its first event is shown with bytes (the row's)
+        # that do not match a hash, as an edited row of a layout of a row an event is.
+        return [(position, data, bytes(32), stream, seq, "?", 0)], False
     compact = hasher(stream)
     out: list[Row] = []
     for i, (type_name, v, tail, cut) in enumerate(items):
@@ -155,10 +197,50 @@ def _expanded(stream: str, row: GroupRow, prev: bytes) -> tuple[list[Row], bool]
     return [(p, event, wrong, s, q, t, v) for p, event, _, s, q, t, v in out], False
 
 
+def stream_rows(query: Query, stream: str, after: int, end: int, limit: int | None) -> list[Row]:
+    """``stream``'s events with ``after < seq <= end``, at most ``limit``, as ``Row``s."""
+    found = query(_KEY_SQL, (stream,))
+    if not found:
+        return []
+    key = found[0][0]
+    # From the row that holds the event after ``after``: each row holds an event at least.
+    groups = query(_GROUPS_SQL, (key, after, end, -1 if limit is None else limit + 1))
+    prev = _prev_hash(query, key, groups[0][1]) if groups else GENESIS_HASH
+    rows: list[Row] = []
+    for group in groups:
+        rows += [row for row in expand(stream, group, prev) if after < row[4] <= end]
+        prev = group[4]
+    return rows if limit is None else rows[:limit]
+
+
+def all_rows(
+    query: Query, names: Callable[[set[int]], dict[int, str]], after: int, limit: int | None
+) -> list[Row]:
+    """The events of every stream after position ``after``, at most ``limit``, as ``Row``s;
+    ``names`` names the streams' keys."""
+    found = query(_ALL_GROUPS_SQL, (after, -1 if limit is None else limit + 1))
+    named = names({key for _, key, *_ in found})
+    prevs: dict[int, bytes] = {}  # by stream key: the hash of the row before
+    rows: list[Row] = []
+    for position, key, seq, count, data, stored in found:
+        prev = prevs.get(key)
+        if prev is None:
+            prev = _prev_hash(query, key, seq)
+        group = (position, seq, count, data, stored)
+        rows += [row for row in expand(named[key], group, prev) if row[0] > after]
+        prevs[key] = stored
+    return rows if limit is None else rows[:limit]
+
+
+def _prev_hash(query: Query, key: int, seq: int) -> bytes:
+    """The hash of the row of stream ``key`` before the one at ``seq`` (its last event's)."""
+    found = query(_PREV_GROUP_SQL, (key, seq))
+    return bytes(found[0][0]) if found else GENESIS_HASH
+
+
 def batches(
-    read: Callable[[int, int], list[tuple[int, int, int, int, bytes, bytes]]],
+    query: Query,
     names: Callable[[set[int]], dict[int, str]],
-    prev_hash: Callable[[int, int], bytes],
     careful: Callable[[list[Row]], list[Event]],
     resolve_all: Callable[[list[Event], list[Event]], list[Event]] | None,
     after_position: int,
@@ -167,9 +249,7 @@ def batches(
     """Yield every event after ``after_position`` in lists of ``batch`` (the last shorter):
     a rebuild's read of layout 4.
 
-    ``read(after, limit)`` returns up to ``limit`` rows ``(position, stream key, seq, count,
-    data, hash)`` holding the events after position ``after``; ``names`` names stream keys;
-    ``prev_hash(key, seq)`` is the hash of the row of that stream before seq. A row checked
+    ``names`` names stream keys. A row checked
     whole, its events all of their current versions, is decoded in one call; any other goes
     the careful way (``careful``: ``decode_rows``), which names what is wrong.
     ``resolve_all(events, held)`` brings back the blobs of those ``held``.
@@ -179,14 +259,14 @@ def batches(
     out: list[Event] = []
     after = after_position
     while True:
-        rows = read(after, _ROWS_READ)
+        rows = query(_ALL_GROUPS_SQL, (after, _ROWS_READ))
         for position, key, seq, count, data, stored in rows:
             if position + count - 1 <= after:
                 continue  # read before: the row that held the position before ``after``
             stream = names({key})[key]
             prev = prevs.get(key)
             if prev is None:
-                prev = prev_hash(key, seq)
+                prev = _prev_hash(query, key, seq)
             prevs[key] = stored
             expanded, sound = _expanded(stream, (position, seq, count, data, stored), prev)
             fresh = [row for row in expanded if row[0] > after]
@@ -226,7 +306,7 @@ def batches(
         yield out
 
 
-def _prev_hash(data: bytes) -> bytes | None:
+def _held_prev_hash(data: bytes) -> bytes | None:
     """The ``prev_hash`` stored bytes hold, if they are an event's (either encoding)."""
     try:
         raw = msgspec.msgpack.decode(data)
