@@ -223,29 +223,41 @@ class GroupsTamper(Tamper):
     def __init__(self, path: Path, execute: Callable[[str, tuple[Any, ...]], None]) -> None:
         super().__init__(execute, "?")
         self._path = path
+        self._later: list[list[Any]] = []  # the rows after the one ``_row`` gives
 
     @contextlib.contextmanager
     def _row(self, stream: str, seq: int) -> Iterator[tuple[sqlite3.Connection, list[Any]]]:
         """The row holding ``stream``'s event ``seq``: ``[position, key, seq, count, items,
-        hash]``, written back as the caller leaves it (deleted if it holds no event)."""
+        hash]``, written back as the caller leaves it (deleted if it holds no event), with
+        every row of the stream after it packed again (each standing alone: a row is
+        compressed after the rows before it in its chain)."""
         with contextlib.closing(sqlite3.connect(self._path)) as db, db:
             found = db.execute(
-                "SELECT g.position, g.stream, g.seq, g.count, g.data, g.hash FROM groups AS g "
-                "JOIN names AS n ON n.key = g.stream WHERE n.name = ? AND g.seq <= ? "
-                "ORDER BY g.seq DESC LIMIT 1",
-                (stream, seq),
-            ).fetchone()
-            assert found is not None, f"no row holds {stream} seq {seq}"
-            row = [*found[:4], sqlite_groups.unpack(found[4]), found[5]]
-            position = row[0]
-            yield db, row
-            db.execute("DELETE FROM groups WHERE position = ?", (position,))
-            if row[4]:
-                db.execute(
-                    "INSERT INTO groups (position, stream, seq, count, data, hash) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (*row[:3], len(row[4]), sqlite_groups.pack_items(row[4]), row[5]),
+                "SELECT g.position, g.stream, g.seq, g.count, g.base, g.data, g.hash "
+                "FROM groups AS g JOIN names AS n ON n.key = g.stream WHERE n.name = ? "
+                "ORDER BY g.seq",
+                (stream,),
+            ).fetchall()
+            unpacked = sqlite_groups.stream_items((row[4], row[5]) for row in found)
+            rows = [
+                [position, key, first, count, items, digest]
+                for (position, key, first, count, _, _, digest), items in zip(
+                    found, unpacked, strict=True
                 )
+            ]
+            at = max(i for i, row in enumerate(rows) if row[2] <= seq)
+            self._later = rows[at + 1 :]
+            written = [row[0] for row in rows[at:]]
+            yield db, rows[at]
+            db.executemany("DELETE FROM groups WHERE position = ?", [(p,) for p in written])
+            for row in rows[at:]:
+                if row[4]:
+                    data, _ = sqlite_groups.pack_items(row[4])
+                    db.execute(
+                        "INSERT INTO groups (position, stream, seq, count, data, hash) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (*row[:3], len(row[4]), data, row[5]),
+                    )
 
     def set_data(self, stream: str, seq: int, data: bytes, digest: bytes | None = None) -> None:
         with self._row(stream, seq) as (_, row):
@@ -284,7 +296,7 @@ class GroupsTamper(Tamper):
                         row[1],
                         seq + 1,
                         len(after),
-                        sqlite_groups.pack_items(after),
+                        sqlite_groups.pack_items(after)[0],
                         row[5],
                     ),
                 )
@@ -301,10 +313,11 @@ class GroupsTamper(Tamper):
                 row[5] = prev
 
     def truncate(self, stream: str, seq: int, digest: bytes) -> None:
-        with self._row(stream, seq) as (db, row):
+        with self._row(stream, seq) as (_, row):
             del row[4][seq - row[2] + 1 :]
             row[5] = digest
-            db.execute("DELETE FROM groups WHERE stream = ? AND seq > ?", (row[1], seq))
+            for later in self._later:
+                later[4] = []  # deleted, not written back
         self._execute(
             "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?", (seq, digest, stream)
         )

@@ -30,7 +30,7 @@ from scripted import call
 
 from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
-from plait.events.stores.sqlite_groups import unpack
+from plait.events.stores.sqlite_groups import stream_items
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -67,14 +67,18 @@ class Recorded:
         with sqlite3.connect(store) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             rows = conn.execute(
-                "SELECT n.name, g.seq, g.count, g.data, g.hash "
-                "FROM groups AS g JOIN names AS n ON n.key = g.stream"
+                "SELECT n.name, g.seq, g.count, g.base, g.data, g.hash "
+                "FROM groups AS g JOIN names AS n ON n.key = g.stream ORDER BY n.name, g.seq"
             ).fetchall()
         conn.close()
         self.bytes = store.read_bytes()
-        # The row of the append that holds the first model reply, each column in the file.
-        stream, seq, count, data, digest = next(
-            row for row in rows if any(item[0] == "ModelResponded" for item in unpack(row[3]))
+        # The row of the append that holds the first model reply, each column in the file
+        # (one session here: its rows in seq order).
+        unpacked = stream_items((row[3], row[4]) for row in rows)
+        stream, seq, count, _, data, digest = next(
+            row
+            for row, items in zip(rows, unpacked, strict=True)
+            if any(item[0] == "ModelResponded" for item in items)
         )
         self.data_at = self.bytes.index(data)
         self.hash_at = self.bytes.index(digest)
@@ -82,7 +86,8 @@ class Recorded:
         # a record of a key and one text column.
         self.stream_at = self.bytes.index(_names_record(stream))
         assert 1 < seq < 128 and 1 < count < 128  # one byte each
-        self.seq_at = self.data_at - 2  # the row's values: stream, seq, count, data, hash
+        # The row's values: stream, seq, count, base (none: the first of its chain), data.
+        self.seq_at = self.data_at - 2
         self.count_at = self.data_at - 1
         # A prompt is kept apart from its event, in a blob (docs/storage.md#erasure).
         self.prompt_at = self.bytes.index(b"How many?")

@@ -90,8 +90,9 @@ def test_every_flipped_byte_of_a_stored_log_is_found(tmp_path: Path, layout: int
     # Layout 4 keeps the append in one row: a flip anywhere in it is found at its first event.
     table = "log" if layout == 3 else "groups"
     rows = db.execute(f"SELECT seq, position, data, hash FROM {table}").fetchall()
-    flips = 0
+    flips = ignored = 0
     with SqliteStore(path) as store:
+        events = store.read("s")
         for seq, position, data, digest in rows:
             for column, original in (("data", data), ("hash", digest)):
                 for i in range(len(original)):
@@ -101,7 +102,11 @@ def test_every_flipped_byte_of_a_stored_log_is_found(tmp_path: Path, layout: int
                     db.execute(sql, (changed, position))
                     db.commit()
                     result = verify(store, "s")
-                    assert not result.ok and result.first_bad_seq == seq, (column, seq, i)
+                    if result.ok:  # deflate ignores the bits after a row's last code
+                        assert layout == 4 and store.read("s") == events, (column, seq, i)
+                        ignored += 1
+                    else:
+                        assert result.first_bad_seq == seq, (column, seq, i)
                     flips += 1
                 db.execute(
                     f"UPDATE {table} SET {column} = ? WHERE position = ?", (original, position)
@@ -109,3 +114,4 @@ def test_every_flipped_byte_of_a_stored_log_is_found(tmp_path: Path, layout: int
                 db.commit()
         assert verify(store, "s").ok
     assert flips == sum(len(data) + len(digest) for _, _, data, digest in rows) > 100
+    assert ignored <= len(rows)  # in a row's last byte, at most

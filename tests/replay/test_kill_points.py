@@ -55,7 +55,7 @@ CHILD = textwrap.dedent(
     from plait.actors.model import ModelSettings
     from plait.actors.pool import McpLimits
     from plait.events.stores.sqlite import SqliteStore
-    from plait.events.stores.sqlite_groups import unpack
+    from plait.events.stores.sqlite_groups import stream_items
     from plait.runtime import Runtime
     from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
@@ -74,11 +74,17 @@ CHILD = textwrap.dedent(
             if sql == "COMMIT" and self.armed is not None:
                 stream, head_seq = self.armed  # what the transaction inserted, uncommitted
                 query = (
-                    "SELECT g.seq, g.data FROM groups AS g JOIN names AS n ON n.key = g.stream "
-                    "WHERE n.name = ? AND g.seq > ? ORDER BY g.seq"
+                    "SELECT g.seq, g.base, g.data FROM groups AS g "
+                    "JOIN names AS n ON n.key = g.stream WHERE n.name = ? ORDER BY g.seq"
                 )
-                rows = self.db.execute(query, (stream, head_seq)).fetchall()
-                die([(seq + i, it[0]) for seq, data in rows for i, it in enumerate(unpack(data))])
+                rows = self.db.execute(query, (stream,)).fetchall()
+                items = stream_items((base, data) for _, base, data in rows)
+                found = [
+                    (seq + i, it[0])
+                    for (seq, _, _), row in zip(rows, items)
+                    for i, it in enumerate(row)
+                ]
+                die([(seq, kind) for seq, kind in found if seq > head_seq])
             return self.db.execute(sql, *args)
 
         def __getattr__(self, name):

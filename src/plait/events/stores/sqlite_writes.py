@@ -28,7 +28,7 @@ from pathlib import Path
 from plait.errors import StoreError
 from plait.events.codec import GENESIS_HASH
 from plait.events.store import EventStore, PreparedAppend
-from plait.events.stores.sqlite_groups import pack
+from plait.events.stores.sqlite_groups import CHAIN, pack
 from plait.events.stores.sqlite_schema import LAST_POSITION_SQL
 from plait.events.types import Event
 
@@ -44,8 +44,11 @@ _MOST_HEADS = 100_000
 
 
 _GROUP_SQL = (
-    "INSERT INTO groups (position, stream, seq, count, data, hash) VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO groups (position, stream, seq, count, base, data, hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+_WINDOW = 32_768
+"""Bytes of a row that the next is compressed after, at most (what deflate refers back to)."""
 
 
 @functools.cache
@@ -101,6 +104,9 @@ class Writes:
         self._keys: dict[str, int] | None = {} if table != "events" else None
         """The key in ``names`` of each stream id and type name written (a key, once
         committed, is for ever)."""
+        self._chains: dict[str, tuple[int, list[bytes], int, int]] = {}
+        """Layout 4: each stream's chain of rows this object wrote last (its first row's seq,
+        the last rows' bytes a next row is compressed after, how many, the last seq)."""
 
     def append(
         self, stream: str, expected_seq: int, prepare: Prepare, epoch: int | None
@@ -191,9 +197,7 @@ class Writes:
                 count = len(rows)
                 first = position + 1
                 if self._table == "groups":
-                    data = pack(prepared.rows, head_hash)
-                    values = [first, key, head_seq + 1, count, data, prepared.rows[-1][4]]
-                    db.execute(_GROUP_SQL, values)
+                    self._write_group(stream, key, first, head_seq, head_hash, prepared)
                     rows = ()
                 for start in range(0, len(rows), _ROWS_PER_INSERT):
                     part = rows[start : start + _ROWS_PER_INSERT]
@@ -223,6 +227,37 @@ class Writes:
         self._position = position
         for append, prepared, first in written:
             append.succeed(prepared.placed(first))
+
+    def _write_group(
+        self,
+        stream: str,
+        key: object,
+        first: int,
+        head_seq: int,
+        head_hash: bytes,
+        prepared: PreparedAppend,
+    ) -> None:
+        """Write ``prepared`` as one row of ``groups`` (layout 4), compressed after the rows
+        before it in its stream's chain if this object wrote them and the chain is not full
+        (``sqlite_groups.CHAIN``); else it begins a chain."""
+        chain = self._chains.get(stream)
+        if chain is None or chain[3] != head_seq or chain[2] >= CHAIN:
+            chain = None
+        data, raw = pack(prepared.rows, head_hash, b"".join(chain[1]) if chain else b"")
+        seq, last = head_seq + 1, prepared.rows[-1]
+        base = chain[0] if chain else None
+        self._db.execute(_GROUP_SQL, (first, key, seq, len(prepared.rows), base, data, last[4]))
+        if len(self._chains) > _MOST_HEADS:
+            self._chains.clear()
+        if chain is None:
+            self._chains[stream] = (seq, [raw[-_WINDOW:]], 1, last[0])
+        else:
+            self._chains[stream] = (
+                chain[0],
+                [*chain[1], raw[-_WINDOW:]][-2:],
+                chain[2] + 1,
+                last[0],
+            )
 
     def _as_written(
         self, stream: str, rows: list[tuple[int, str, int, bytes, bytes]]
@@ -283,6 +318,7 @@ class Writes:
 
     def _forget(self) -> None:
         self._heads.clear()
+        self._chains.clear()
         self._position = None
         if self._keys is not None:
             self._keys.clear()  # one made in a transaction rolled back is not there
