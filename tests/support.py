@@ -279,7 +279,7 @@ class GroupsTamper(Tamper):
             return
         with self._row(stream, seq) as (db, row):
             if column == "stream":
-                db.execute("INSERT OR IGNORE INTO names (name) VALUES (?)", (value,))
+                db.execute(sqlite_groups.NAME_SQL, (value,))
                 ((value,),) = db.execute("SELECT key FROM names WHERE name = ?", (value,))
             row[{"position": 0, "stream": 1, "seq": 2}[column]] = value
 

@@ -124,9 +124,9 @@ class Recorded:
 
 
 def _names_record(name: str) -> bytes:
-    """The start of a ``names`` row's record holding ``name``: its header (its size, the key's
-    type, none: it is the rowid; the text's type), then the text."""
-    return bytes([3, 0, 2 * len(name.encode()) + 13]) + name.encode()
+    """The start of a ``names`` row's record holding ``name``: its header (its size, the
+    text's type, the key's: one byte), then the text."""
+    return bytes([3, 2 * len(name.encode()) + 13, 1]) + name.encode()
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,8 @@ from plait.events.store import (
     Waiter,
     utc_now,
 )
+from plait.events.stores.sqlite_content import delete as delete_content
+from plait.events.stores.sqlite_content import find as find_content
 from plait.events.stores.sqlite_files import open_read_only, open_writable
 from plait.events.stores.sqlite_groups import GROUPS, all_rows, stream_rows
 from plait.events.stores.sqlite_groups import batches as group_batches
@@ -346,7 +348,7 @@ class SqliteStore(SqlitePruning, EventStore):
             (sha256,),
         )
         if not rows:
-            return None
+            return find_content(self._query, sha256) if self._rows_table == "groups" else None
         key, size, data = rows[0]
         if key != sha256 or (data is not None and size != len(data)):
             raise StoreError(
@@ -355,16 +357,26 @@ class SqliteStore(SqlitePruning, EventStore):
         return REDACTED if data is None else bytes(data)
 
     def _redact(self, sha256: str) -> bool:
+        with self._transaction() as db:
+            found = db.execute("UPDATE blobs SET data = NULL WHERE sha256 = ?", (sha256,))
+            deleted = found.rowcount > 0
+            if not deleted and self._rows_table == "groups":
+                deleted = delete_content(db, sha256)
         with self._lock, self._errors():
-            cur = self._db.execute("UPDATE blobs SET data = NULL WHERE sha256 = ?", (sha256,))
             # Its old pages leave the write-ahead log too, so the file no longer holds it.
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            return cur.rowcount > 0
+        return deleted
 
     def _redact_all(self, sha256s: list[str]) -> int:
         with self._transaction() as db:
             sql = "UPDATE blobs SET data = NULL WHERE sha256 = ? AND data IS NOT NULL"
-            return sum(db.execute(sql, (sha256,)).rowcount for sha256 in sha256s)
+            deleted = 0
+            for sha256 in sha256s:
+                found = db.execute(sql, (sha256,)).rowcount > 0
+                if not found and self._rows_table == "groups":
+                    found = delete_content(db, sha256)
+                deleted += found
+            return deleted
 
     def scrub(self) -> str | None:
         # secure_delete zeroed the deleted content in the pages written since; the old pages

@@ -34,6 +34,7 @@ def open_writable(path: Path, busy_timeout_sec: float) -> sqlite3.Connection:
             path.parent.mkdir(parents=True, exist_ok=True)
         db = _connect(str(path), busy_timeout_sec)
         if new:  # before WAL mode writes the header: a prune can give pages back then
+            db.execute("PRAGMA page_size=2048")
             db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (docs/storage.md#retention)
     except (OSError, sqlite3.Error) as exc:
         raise StoreUnavailableError(f"{path}: cannot open the SQLite store: {exc}") from exc

@@ -32,9 +32,13 @@ from plait.events.types import Event
 
 __all__ = [
     "CHAIN",
+    "CONTEXT_ROWS",
+    "DICTIONARY",
     "GROUPS",
+    "NAME_SQL",
     "GroupRow",
     "Item",
+    "Query",
     "all_rows",
     "batches",
     "item",
@@ -55,13 +59,20 @@ GROUPS = [
     base     INTEGER,
     data     BLOB    NOT NULL,
     hash     BLOB    NOT NULL,
+    content  BLOB,
     UNIQUE (stream, seq)
 )""",
-    "CREATE TABLE names (key INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
+    # One b-tree, by name: the keys are given in order under the write lock (``NAME_SQL``).
+    "CREATE TABLE names (name TEXT PRIMARY KEY, key INTEGER NOT NULL) WITHOUT ROWID",
+    # Where a row's small content is found: the first 8 bytes of a blob's sha-256 (as a
+    # signed integer), and the position of the row that keeps it (``sqlite_content.py``).
+    "CREATE TABLE contents (key INTEGER NOT NULL, position INTEGER NOT NULL, "
+    "PRIMARY KEY (key, position)) WITHOUT ROWID",
 ]
 """How a new store keeps its events (layout 4): a row per append, the stream's id as its key
 in ``names``; ``base``, the seq of the row of the stream from which this row's compression
-goes on (``NULL``: the row stands alone)."""
+goes on (``NULL``: the row stands alone); ``content``, the small blobs the append made
+(``sqlite_content.py``)."""
 
 GroupRow = tuple[int, int, int, int | None, bytes, bytes]
 """A row of ``groups`` as reads fetch it: ``(position, seq, count, base, data, hash)``."""
@@ -69,11 +80,11 @@ GroupRow = tuple[int, int, int, int | None, bytes, bytes]
 Query = Callable[[str, tuple[object, ...]], list[tuple[Any, ...]]]
 """The store's connection, asked one statement: its rows."""
 
-CHAIN = 16
+CHAIN = 64
 """Rows at most in a chain of rows compressed one after the other: a read from the middle of
 a stream starts at the first of its chain."""
 
-_CONTEXT_ROWS = 2
+CONTEXT_ROWS = 2
 """Rows before it whose bytes a row's compression may refer back to (a turn's two appends)."""
 
 # The columns are read from the rows themselves, not from the index that finds them (SQLite
@@ -95,12 +106,11 @@ _ALL_GROUPS_SQL = (
 )
 """The rows holding the events after position ``?1``."""
 
-_KEY_SQL = (
-    "SELECT t.key FROM names AS i CROSS JOIN names AS t ON t.key = i.key "
-    "WHERE i.name = ?1 AND t.name = ?1"
-)
-"""A stream's key, found by the index and vouched for by the row (which reads across streams
-name the rows by)."""
+_KEY_SQL = "SELECT key FROM names WHERE name = ?"
+"""A stream's key."""
+
+NAME_SQL = "INSERT OR IGNORE INTO names (name, key) SELECT ?, coalesce(max(key), 0) + 1 FROM names"
+"""Give a name the next key (an insert at a time, in a write transaction)."""
 
 _PREV_GROUP_SQL = "SELECT hash FROM groups WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT 1"
 
@@ -109,7 +119,7 @@ _FORMAT = b"\x01"
 (``dictionary-1.bin``) then the bytes of the rows of its chain before it, of the packed
 events with their ids and digests made binary (``_binary``)."""
 
-_DICTIONARY = (resources.files(__package__) / "dictionary-1.bin").read_bytes()
+DICTIONARY = (resources.files(__package__) / "dictionary-1.bin").read_bytes()
 """What deflate may refer back to before a row's first byte: the msgpack of typical events
 (field names, type names, common values), so even a row of one event compresses."""
 
@@ -119,7 +129,7 @@ _ROWS_READ = 64
 
 _CUT = b"\xc4\x20"  # msgpack's header of 32 bytes of binary: a ``prev_hash``
 _EMPTIED = b"\xc4\x00"  # and of none: the ``prev_hash`` as stored
-_LEVEL = 6
+_LEVEL = 9
 
 _encode = msgspec.msgpack.Encoder().encode
 _header = msgspec.msgpack.Decoder(list[tuple[str, int, int, int]]).decode
@@ -215,7 +225,7 @@ def stream_items(rows: Iterable[tuple[int | None, bytes]]) -> Iterator[list[Item
         if base is None:
             context = []
         items, raw = unpack(data, b"".join(context))
-        context = [*context, raw][-_CONTEXT_ROWS:]
+        context = [*context, raw][-CONTEXT_ROWS:]
         yield items
 
 
@@ -239,7 +249,7 @@ def _unpacked(data: bytes, context: bytes) -> tuple[list[tuple[str, int, int, in
 
 
 def _zdict(context: bytes) -> bytes:
-    return (_DICTIONARY + context)[-_WINDOW:] if context else _DICTIONARY
+    return (DICTIONARY + context)[-_WINDOW:] if context else DICTIONARY
 
 
 def whole(cut: bytes, tail: int, prev: bytes) -> bytes:
@@ -275,7 +285,7 @@ class _Chain:
         except ValueError:
             before, self.context, self.prev = self.prev, [], stored
             return [], data, [], before
-        self.context = [*self.context, raw][-_CONTEXT_ROWS:]
+        self.context = [*self.context, raw][-CONTEXT_ROWS:]
         before = prev = self.prev
         started = self.started
         hashes = []

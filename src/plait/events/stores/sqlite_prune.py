@@ -9,6 +9,7 @@ keeps them free inside it until ``VACUUM``.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -64,7 +65,8 @@ def pruned_records(db: sqlite3.Connection, stream: str | None) -> list[PrunedSes
 DELETE_ROWS_SQL = {
     "events": "DELETE FROM events WHERE stream = ?",
     "log": "DELETE FROM events WHERE stream = ?",
-    "groups": "DELETE FROM groups WHERE stream = (SELECT key FROM names WHERE name = ?)",
+    "groups": "DELETE FROM groups WHERE stream = (SELECT key FROM names WHERE name = ?) "
+    "RETURNING position",
 }
 """The deletion of a stream's rows, by the table of rows (layout 3's through its view)."""
 
@@ -90,7 +92,11 @@ def remove_sessions(
         found = lease.fetchone()
         if found is not None and found[0] is not None and float(found[1]) > now:
             raise StoreError(f"session {stream}: its lease is held by {found[0]}: not pruned")
-        db.execute(DELETE_ROWS_SQL[table], (stream,))
+        gone = db.execute(DELETE_ROWS_SQL[table], (stream,)).fetchall()
+        if table == "groups":  # and where their content was found
+            positions = json.dumps([position for (position,) in gone])
+            sql = "DELETE FROM contents WHERE position IN (SELECT value FROM json_each(?))"
+            db.execute(sql, (positions,))
         for kept in ("streams", "leases", "inbox"):
             db.execute(f"DELETE FROM {kept} WHERE stream = ?", (stream,))
         db.execute(f"INSERT INTO pruned ({COLUMNS}) VALUES ({marks})", row_of(record))

@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS streams (
     last_seq  INTEGER NOT NULL,
     last_hash BLOB    NOT NULL,
     created   INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blobs (
     sha256 TEXT    PRIMARY KEY,
     size   INTEGER NOT NULL,
@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS leases (
     owner   TEXT,
     epoch   INTEGER NOT NULL,
     expires REAL    NOT NULL
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS inbox (
     id     INTEGER PRIMARY KEY AUTOINCREMENT,
     stream TEXT    NOT NULL,

@@ -28,7 +28,9 @@ from pathlib import Path
 from plait.errors import StoreError
 from plait.events.codec import GENESIS_HASH
 from plait.events.store import EventStore, PreparedAppend
-from plait.events.stores.sqlite_groups import CHAIN, pack
+from plait.events.stores.sqlite_content import pack_content, split
+from plait.events.stores.sqlite_content import write as write_content
+from plait.events.stores.sqlite_groups import CHAIN, CONTEXT_ROWS, NAME_SQL, pack
 from plait.events.stores.sqlite_schema import LAST_POSITION_SQL
 from plait.events.types import Event
 
@@ -43,9 +45,12 @@ _MOST_HEADS = 100_000
 """Stream heads remembered at most; past it they are forgotten and read again as needed."""
 
 
+_NAME_SQL = "INSERT OR IGNORE INTO names (name) VALUES (?)"
+"""Layout 3's: its ``names`` gives the key (its rowid)."""
+
 _GROUP_SQL = (
-    "INSERT INTO groups (position, stream, seq, count, base, data, hash) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO groups (position, stream, seq, count, base, data, hash, content) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _WINDOW = 32_768
 """Bytes of a row that the next is compressed after, at most (what deflate refers back to)."""
@@ -196,8 +201,9 @@ class Writes:
                 key, rows = self._as_written(stream, prepared.rows)
                 count = len(rows)
                 first = position + 1
+                made = prepared.blobs
                 if self._table == "groups":
-                    self._write_group(stream, key, first, head_seq, head_hash, prepared)
+                    made = self._write_group(stream, key, first, head_seq, head_hash, prepared)
                     rows = ()
                 for start in range(0, len(rows), _ROWS_PER_INSERT):
                     part = rows[start : start + _ROWS_PER_INSERT]
@@ -208,8 +214,8 @@ class Writes:
                 heads[stream] = (last[0], last[4])
                 if stream not in moved:
                     moved[stream] = first
-                if prepared.blobs:
-                    blobs.update(prepared.blobs)
+                if made:
+                    blobs.update(made)
                 written.append((append, prepared, first))
             if blobs:
                 _write_blobs(db, blobs)
@@ -236,28 +242,31 @@ class Writes:
         head_seq: int,
         head_hash: bytes,
         prepared: PreparedAppend,
-    ) -> None:
+    ) -> dict[str, bytes]:
         """Write ``prepared`` as one row of ``groups`` (layout 4), compressed after the rows
         before it in its stream's chain if this object wrote them and the chain is not full
-        (``sqlite_groups.CHAIN``); else it begins a chain."""
+        (``sqlite_groups.CHAIN``), else beginning a chain, with its small blobs; return the
+        blobs left for ``blobs``."""
         chain = self._chains.get(stream)
         if chain is None or chain[3] != head_seq or chain[2] >= CHAIN:
             chain = None
         data, raw = pack(prepared.rows, head_hash, b"".join(chain[1]) if chain else b"")
         seq, last = head_seq + 1, prepared.rows[-1]
         base = chain[0] if chain else None
-        self._db.execute(_GROUP_SQL, (first, key, seq, len(prepared.rows), base, data, last[4]))
+        apart, kept = split(prepared.blobs)
+        content = pack_content(stream, list(kept.values())) if kept else None
+        count = len(prepared.rows)
+        self._db.execute(_GROUP_SQL, (first, key, seq, count, base, data, last[4], content))
+        if kept:
+            write_content(self._db, first, kept)
         if len(self._chains) > _MOST_HEADS:
             self._chains.clear()
         if chain is None:
             self._chains[stream] = (seq, [raw[-_WINDOW:]], 1, last[0])
-        else:
-            self._chains[stream] = (
-                chain[0],
-                [*chain[1], raw[-_WINDOW:]][-2:],
-                chain[2] + 1,
-                last[0],
-            )
+            return apart
+        bytes_before = [*chain[1], raw[-_WINDOW:]][-CONTEXT_ROWS:]
+        self._chains[stream] = (chain[0], bytes_before, chain[2] + 1, last[0])
+        return apart
 
     def _as_written(
         self, stream: str, rows: list[tuple[int, str, int, bytes, bytes]]
@@ -271,7 +280,9 @@ class Writes:
         new = [name for name in names if name not in keys]
         if new:
             db = self._db
-            db.executemany("INSERT OR IGNORE INTO names (name) VALUES (?)", [(n,) for n in new])
+            insert = NAME_SQL if self._table == "groups" else _NAME_SQL
+            for name in new:  # one at a time: each key after the one before
+                db.execute(insert, (name,))
             marks = ", ".join("?" * len(new))
             found = db.execute(f"SELECT name, key FROM names WHERE name IN ({marks})", new)
             keys.update(found.fetchall())

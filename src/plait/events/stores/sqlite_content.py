@@ -1,0 +1,114 @@
+"""Layout 4's small content: kept in the row of the append that made it, not in ``blobs``
+(docs/storage.md#one-row-per-append).
+
+A blob of at most ``INLINE_MAX`` bytes made by an append (a prompt, a reply, a short tool
+output: content a session may be asked to erase) goes in its row's ``content``: the raw
+deflate, with dictionary 1 then the stream's id, of the msgpack array of its blobs. A blob
+deleted (expired, erased) leaves its sha-256 there in its place: a tombstone. ``contents``
+finds a blob's row by the first 8 bytes of its sha-256. The events' hashes do not cover
+``content``, so deleting content leaves the chain as it was, as deleting a row of ``blobs``
+does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import zlib
+from collections.abc import Sequence
+
+import msgspec
+
+from plait.events.blobstore import REDACTED, RedactedMarker
+from plait.events.stores.sqlite_groups import DICTIONARY, Query
+
+__all__ = ["INLINE_MAX", "delete", "find", "pack_content", "split", "write"]
+
+INLINE_MAX = 4096
+"""Bytes at most of a blob kept in its append's row."""
+
+_LEVEL = 9
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(list[bytes | tuple[bytes]]).decode
+
+_FIND_SQL = (
+    "SELECT g.position, n.name, g.content FROM contents AS c "
+    "JOIN groups AS g ON g.position = c.position JOIN names AS n ON n.key = g.stream "
+    "WHERE c.key = ? ORDER BY g.position"
+)
+
+
+def key(sha256: str) -> int:
+    """The key in ``contents`` of a blob of that (hex) sha-256."""
+    return int.from_bytes(bytes.fromhex(sha256[:8]), "big", signed=True)
+
+
+def split(blobs: dict[str, bytes]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """``blobs`` of an append: those for ``blobs``, and those kept in its row."""
+    small = {sha: data for sha, data in blobs.items() if len(data) <= INLINE_MAX}
+    return {sha: data for sha, data in blobs.items() if sha not in small}, small
+
+
+def pack_content(stream: str, blobs: Sequence[bytes | tuple[bytes]]) -> bytes:
+    """A row's ``content``: its blobs (a deleted one as the 1-tuple of its sha-256)."""
+    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15, zdict=_zdict(stream))
+    return packer.compress(_encode(list(blobs))) + packer.flush()
+
+
+def _unpack_content(stream: str, content: bytes) -> list[bytes | tuple[bytes]]:
+    unpacker = zlib.decompressobj(-15, zdict=_zdict(stream))
+    return _decode(unpacker.decompress(content) + unpacker.flush())
+
+
+def _zdict(stream: str) -> bytes:
+    return DICTIONARY + stream.encode()  # a blob's scope begins with its stream's id
+
+
+def write(db: sqlite3.Connection, position: int, blobs: dict[str, bytes]) -> None:
+    """Make ``contents`` find ``blobs``, kept in the row at ``position``."""
+    db.executemany(
+        "INSERT OR IGNORE INTO contents (key, position) VALUES (?, ?)",
+        [(key(sha), position) for sha in blobs],
+    )
+
+
+def find(query: Query, sha256: str) -> bytes | RedactedMarker | None:
+    """The blob of ``sha256`` kept in a row, ``REDACTED`` if it was deleted, ``None`` if no
+    row keeps it."""
+    digest = bytes.fromhex(sha256)
+    for _, stream, content in query(_FIND_SQL, (key(sha256),)):
+        if content is None:
+            continue
+        try:
+            blobs = _unpack_content(stream, content)
+        except (zlib.error, msgspec.DecodeError, msgspec.ValidationError):
+            continue  # damaged: the event that refers to it finds it missing
+        for blob in blobs:
+            if isinstance(blob, tuple):
+                if blob[0] == digest:
+                    return REDACTED
+            elif hashlib.sha256(blob).digest() == digest:
+                return blob
+    return None
+
+
+def delete(db: sqlite3.Connection, sha256: str) -> bool:
+    """Delete the blob of ``sha256`` from every row that keeps it, leaving its tombstone;
+    return whether one held it."""
+    digest = bytes.fromhex(sha256)
+    deleted = False
+    for position, stream, content in db.execute(_FIND_SQL, (key(sha256),)).fetchall():
+        if content is None:
+            continue
+        blobs = _unpack_content(stream, content)
+        kept = [
+            (digest,) if not isinstance(b, tuple) and hashlib.sha256(b).digest() == digest else b
+            for b in blobs
+        ]
+        if kept != blobs:
+            deleted = True
+            db.execute(
+                "UPDATE groups SET content = ? WHERE position = ?",
+                (pack_content(stream, kept), position),
+            )
+    return deleted
