@@ -111,7 +111,10 @@ def rows(
         try:
             out = {}
             for table in tables:
-                cursor = conn.execute(f"SELECT rowid, * FROM {table} ORDER BY rowid")
+                try:
+                    cursor = conn.execute(f"SELECT rowid, * FROM {table} ORDER BY rowid")
+                except sqlite3.OperationalError:  # WITHOUT ROWID: its key is its first column
+                    cursor = conn.execute(f"SELECT * FROM {table}")
                 out[table] = ([d[0] for d in cursor.description], cursor.fetchall())
             return out
         finally:

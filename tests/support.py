@@ -22,7 +22,7 @@ import pytest
 from plait.actors.model import ModelSettings
 from plait.events.codec import GENESIS_HASH, encode_event, event_hash
 from plait.events.store import EventStore, Row
-from plait.events.stores import sqlite_groups
+from plait.events.stores import sqlite_content, sqlite_groups
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.stores.sqlite_schema import SCHEMA
@@ -321,6 +321,31 @@ class GroupsTamper(Tamper):
         self._execute(
             "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?", (seq, digest, stream)
         )
+
+
+def kept_forms(path: Path, text: bytes) -> list[bytes]:
+    """The bytes in which the SQLite store at ``path`` keeps ``text`` now: a store of layout 4
+    keeps small content compressed in its rows' ``content``, so each such column that holds
+    it (whose bytes on disk show whether a copy is left after it is deleted); else ``text``."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'groups'").fetchall():
+            return [text]
+        rows = db.execute(
+            "SELECT n.name, g.content FROM groups AS g JOIN names AS n ON n.key = g.stream "
+            "WHERE g.content IS NOT NULL"
+        ).fetchall()
+    return [
+        content
+        for stream, content in rows
+        if any(isinstance(b, bytes) and text in b for b in sqlite_content.unpack(stream, content))
+    ] or [text]
+
+
+def on_disk(path: Path, forms: list[bytes]) -> bool:
+    """Whether any of ``forms`` is in the files of the SQLite store at ``path`` (its write-ahead
+    log too), as they are on disk."""
+    files = b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+    return any(form in files for form in forms)
 
 
 LAYOUT_3 = [

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from scripted import call
+from support import kept_forms
 
 from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
@@ -89,13 +90,15 @@ class Recorded:
         # The row's values: stream, seq, count, base (none: the first of its chain), data.
         self.seq_at = self.data_at - 2
         self.count_at = self.data_at - 1
-        # A prompt is kept apart from its event, in a blob (docs/storage.md#erasure).
-        self.prompt_at = self.bytes.index(b"How many?")
+        # A prompt is kept apart from its event (docs/storage.md#erasure): in layout 4,
+        # compressed in the ``content`` of its append's row.
+        (content,) = kept_forms(store, b"How many?")
+        self.prompt_at = self.bytes.index(content) + len(content) // 2
 
     def flipped(self, where: str) -> bytes:
         """The file with one byte changed at ``where``."""
         offset, mask = {
-            "data text": (self.prompt_at, 0x20),  # "How many?" -> "how many?"
+            "data text": (self.prompt_at, 0x20),  # in the prompt's compressed content
             "data head": (self.data_at, 0x01),  # the row's format
             "hash": (self.hash_at + 7, 0x01),
             "stream": (self.stream_at + 3, 0x01),
@@ -125,8 +128,8 @@ class Recorded:
 
 def _names_record(name: str) -> bytes:
     """The start of a ``names`` row's record holding ``name``: its header (its size, the
-    text's type, the key's: one byte), then the text."""
-    return bytes([3, 2 * len(name.encode()) + 13, 1]) + name.encode()
+    text's type, the key's: 1, a constant of no bytes), then the text."""
+    return bytes([3, 2 * len(name.encode()) + 13, 9]) + name.encode()
 
 
 @pytest.fixture(scope="module")

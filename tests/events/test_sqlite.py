@@ -250,7 +250,7 @@ def test_a_rebuild_stopped_early_stops_its_reader(db: Path, small_chunks: None) 
 
 def test_a_blob_row_that_no_longer_says_what_it_holds_stops_every_read(tmp_path: Path) -> None:
     path = tmp_path / "p.db"
-    output = "the tool's long answer " * 10
+    output = "the tool's long answer " * 200  # too long to be kept in its row (layout 4)
     with SqliteStore(path, blob_threshold=64) as store:
         store.append("s", [TurnStarted(turn=1), ToolCallCompleted(call_id="c", output=output)], 0)
         (key,) = store._db.execute("SELECT sha256 FROM blobs").fetchone()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from scripted import assert_histories_valid, call, runtime_for
+from support import kept_forms, on_disk
 
 from plait.errors import ContentUnavailableError
 from plait.events import (
@@ -54,9 +55,9 @@ def run(tmp_path: Path, policy: StoragePolicy) -> tuple[str, list[Event], Script
         return session.session_id, store.read(session.session_id), server
 
 
-def on_disk(tmp_path: Path) -> bytes:
-    """Every byte of the store's files, the write-ahead log included."""
-    return b"".join(p.read_bytes() for p in tmp_path.glob("plait.db*"))
+def keeps(tmp_path: Path, text: bytes) -> bool:
+    """Whether the store keeps ``text`` (compressed, in a store of layout 4), on disk."""
+    return on_disk(tmp_path / "plait.db", kept_forms(tmp_path / "plait.db", text))
 
 
 def kinds(events: list[Event]) -> list[str]:
@@ -69,7 +70,7 @@ def sha256(text: str) -> str:
 
 def test_full_keeps_every_event_with_its_content(tmp_path: Path) -> None:
     _, events, _ = run(tmp_path, StoragePolicy())
-    assert b"SECRET sub answer" in on_disk(tmp_path)
+    assert keeps(tmp_path, b"SECRET sub answer")
     assert len([e for e in events if e.conversation_id == "full-4"]) > 2  # the sub-conversation
 
 
@@ -77,7 +78,7 @@ def test_headers_only_keeps_every_event_and_no_content(tmp_path: Path) -> None:
     _, full, _ = run(tmp_path / "full", StoragePolicy())
     session_id, events, server = run(tmp_path, StoragePolicy("headers_only"))
     assert kinds(events) == kinds(full)
-    assert b"SECRET" not in on_disk(tmp_path)
+    assert not keeps(tmp_path, b"SECRET")
     requested = next(e.body for e in events if isinstance(e.body, ToolCallRequested))
     assert requested.tool == "conv_create"  # names, ids, outcomes and sizes stay
     assert requested.arguments == Redacted(sha256(ARGUMENTS), len(ARGUMENTS))
@@ -91,7 +92,7 @@ def test_headers_only_keeps_every_event_and_no_content(tmp_path: Path) -> None:
 
 def test_none_keeps_only_starts_ends_and_errors(tmp_path: Path) -> None:
     session_id, events, _ = run(tmp_path, StoragePolicy("none"))
-    assert b"SECRET" not in on_disk(tmp_path)
+    assert not keeps(tmp_path, b"SECRET")
     kept = {type(e.body) for e in events if e.conversation_id is not None}
     assert kept <= KEPT_BY_NONE
     assert kinds([e for e in events if e.conversation_id == "none-4"]) == [
@@ -126,12 +127,15 @@ def test_ttl_content_expires_and_the_chain_still_verifies(tmp_path: Path) -> Non
         assert "SECRET sub answer" in json.dumps([str(e.body) for e in store.read(full_id)])
         with pytest.raises(ContentUnavailableError, match=r"seq \d+ .*expired"):
             replay(store, ttl_id, timeout=5)
-    assert b"SECRET" in on_disk(tmp_path)  # the full session's
+    assert keeps(tmp_path, b"SECRET")  # the full session's
     alone = tmp_path / "alone"
     ttl_id, events, _ = run(alone, StoragePolicy("ttl", 3600))
+    forms = kept_forms(alone / "plait.db", b"SECRET")
+    assert on_disk(alone / "plait.db", forms)
     with SqliteStore(alone / "plait.db") as store:
         Expiry(store).sweep(events[-1].at + timedelta(hours=2))
-    assert b"SECRET" not in on_disk(alone)  # deleted from the file, not only unlinked
+    assert not on_disk(alone / "plait.db", forms)  # deleted from the file, not only unlinked
+    assert not keeps(alone, b"SECRET")
 
 
 def test_what_needs_content_the_policy_did_not_keep_says_so(tmp_path: Path) -> None:

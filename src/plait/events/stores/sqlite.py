@@ -99,11 +99,12 @@ class SqliteStore(SqlitePruning, EventStore):
                     self._db.execute(f"PRAGMA synchronous={synchronous}")
                 self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_sec * 1000)}")
                 self._migrate()
+                self._rows_table = next((t for t in _LAYOUTS if _exists(self._db, t)), "events")
+                """Where the rows are: ``groups`` (layout 4), ``log`` (layout 3), or
+                ``events``."""
         except BaseException:
             self._db.close()
             raise
-        self._rows_table = next((t for t in _LAYOUTS if _exists(self._db, t)), "events")
-        """Where the rows are: ``groups`` (layout 4), ``log`` (layout 3) or ``events``."""
         self._known_names: dict[int, str] = {}
         self._writes = Writes(self._db, self._lock, self._error, self.path, table=self._rows_table)
 

@@ -22,7 +22,7 @@ import msgspec
 from plait.events.blobstore import REDACTED, RedactedMarker
 from plait.events.stores.sqlite_groups import DICTIONARY, Query
 
-__all__ = ["INLINE_MAX", "delete", "find", "pack_content", "split", "write"]
+__all__ = ["INLINE_MAX", "delete", "find", "pack_content", "split", "unpack", "write"]
 
 INLINE_MAX = 4096
 """Bytes at most of a blob kept in its append's row."""
@@ -55,7 +55,8 @@ def pack_content(stream: str, blobs: Sequence[bytes | tuple[bytes]]) -> bytes:
     return packer.compress(_encode(list(blobs))) + packer.flush()
 
 
-def _unpack_content(stream: str, content: bytes) -> list[bytes | tuple[bytes]]:
+def unpack(stream: str, content: bytes) -> list[bytes | tuple[bytes]]:
+    """The blobs of a row's ``content`` (a deleted one as the 1-tuple of its sha-256)."""
     unpacker = zlib.decompressobj(-15, zdict=_zdict(stream))
     return _decode(unpacker.decompress(content) + unpacker.flush())
 
@@ -80,7 +81,7 @@ def find(query: Query, sha256: str) -> bytes | RedactedMarker | None:
         if content is None:
             continue
         try:
-            blobs = _unpack_content(stream, content)
+            blobs = unpack(stream, content)
         except (zlib.error, msgspec.DecodeError, msgspec.ValidationError):
             continue  # damaged: the event that refers to it finds it missing
         for blob in blobs:
@@ -100,7 +101,7 @@ def delete(db: sqlite3.Connection, sha256: str) -> bool:
     for position, stream, content in db.execute(_FIND_SQL, (key(sha256),)).fetchall():
         if content is None:
             continue
-        blobs = _unpack_content(stream, content)
+        blobs = unpack(stream, content)
         kept = [
             (digest,) if not isinstance(b, tuple) and hashlib.sha256(b).digest() == digest else b
             for b in blobs
