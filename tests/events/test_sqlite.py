@@ -23,7 +23,7 @@ from plait.errors import (
     StoreUnavailableError,
 )
 from plait.events import SqliteStore, ToolCallCompleted, TurnStarted
-from plait.events.stores import sqlite_groups, sqlite_reads
+from plait.events.stores import sqlite_group_reads, sqlite_reads
 
 WRITER = textwrap.dedent(
     """
@@ -192,7 +192,7 @@ def test_a_store_sees_the_heads_another_connection_moved(tmp_path: Path) -> None
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlite_reads, "_CHUNK", 8)  # many chunks, several batches each
-    monkeypatch.setattr(sqlite_groups, "_ROWS_READ", 2)  # layout 4's: rows, of 7 events here
+    monkeypatch.setattr(sqlite_group_reads, "_ROWS_READ", 2)  # layout 4's: rows, of 7 events here
 
 
 @pytest.fixture(params=[3, 4])

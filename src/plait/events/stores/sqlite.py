@@ -37,9 +37,10 @@ from plait.events.store import (
 )
 from plait.events.stores.sqlite_content import delete as delete_content
 from plait.events.stores.sqlite_content import find as find_content
-from plait.events.stores.sqlite_files import open_read_only, open_writable
-from plait.events.stores.sqlite_groups import GROUPS, all_rows, stream_rows
-from plait.events.stores.sqlite_groups import batches as group_batches
+from plait.events.stores.sqlite_files import FileWaiter, open_read_only, open_writable
+from plait.events.stores.sqlite_group_reads import all_rows, stream_rows
+from plait.events.stores.sqlite_group_reads import batches as group_batches
+from plait.events.stores.sqlite_groups import GROUPS
 from plait.events.stores.sqlite_prune import SqlitePruning
 from plait.events.stores.sqlite_reads import CHUNK_SQL, KEYED_CHUNK_SQL, Chunk, batches
 from plait.events.stores.sqlite_schema import (
@@ -50,7 +51,6 @@ from plait.events.stores.sqlite_schema import (
     SCHEMA_VERSION,
 )
 from plait.events.stores.sqlite_writes import Writes
-from plait.events.subscription import Signal
 from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
@@ -412,49 +412,15 @@ class SqliteStore(SqlitePruning, EventStore):
         return int(rows[0][0])
 
     def _waiter(self) -> Waiter:
-        return _FileWaiter(self, self._appended)
+        return FileWaiter(self._data_version, self._appended)
 
     def _inbox_waiter(self) -> Waiter:
-        return _FileWaiter(self, self._commanded)
+        return FileWaiter(self._data_version, self._commanded)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._db.close()
-
-
-class _FileWaiter(Waiter):
-    """Wakes at once when ``signal`` moves (appends, or commands, through this store object),
-    and notices other processes' commits by SQLite's ``data_version`` (SQLite has no
-    cross-process notification)."""
-
-    POLL_SEC = 0.05
-
-    def __init__(self, store: SqliteStore, signal: Signal) -> None:
-        self._store = store
-        self._signal = signal
-        self._closed = False
-
-    def token(self) -> int:
-        # Local appends move the signal; other processes' commits move data_version.
-        return self._signal.count * 2**32 + self._store._data_version()
-
-    def wait(self, token: int, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        changed = self._signal.changed
-        while not self._closed and self.token() == token:
-            step = self.POLL_SEC
-            if deadline is not None:
-                step = min(step, deadline - time.monotonic())
-                if step <= 0:
-                    return
-            with changed:
-                changed.wait_for(lambda: self._closed or self._signal.count != token // 2**32, step)
-
-    def close(self) -> None:
-        self._closed = True
-        with self._signal.changed:
-            self._signal.changed.notify_all()
 
 
 def _blob_row(sha256: str) -> str:

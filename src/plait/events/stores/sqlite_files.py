@@ -1,4 +1,5 @@
-"""How ``SqliteStore`` opens its file: for writing (created if missing), or for reading only.
+"""How ``SqliteStore`` opens its file: for writing (created if missing), or for reading only;
+and how a reader of it waits for what another process writes.
 
 A store in WAL mode is read through its write-ahead log's index, the ``-shm`` file beside it,
 which even a reader must be able to create or write. On a read-only mount or in a directory
@@ -13,11 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from plait.errors import StoreUnavailableError
+from plait.events.subscription import Signal, Waiter
 
-__all__ = ["open_read_only", "open_writable"]
+__all__ = ["FileWaiter", "open_read_only", "open_writable"]
 
 
 def _connect(target: str, busy_timeout_sec: float, *, uri: bool = False) -> sqlite3.Connection:
@@ -98,3 +102,37 @@ def open_read_only(path: Path, busy_timeout_sec: float) -> sqlite3.Connection:
     except sqlite3.DatabaseError:
         pass
     return db
+
+
+class FileWaiter(Waiter):
+    """Wakes at once when ``signal`` moves (appends, or commands, through this store object),
+    and notices other processes' commits by SQLite's ``data_version`` (SQLite has no
+    cross-process notification)."""
+
+    POLL_SEC = 0.05
+
+    def __init__(self, data_version: Callable[[], int], signal: Signal) -> None:
+        self._data_version = data_version
+        self._signal = signal
+        self._closed = False
+
+    def token(self) -> int:
+        # Local appends move the signal; other processes' commits move data_version.
+        return self._signal.count * 2**32 + self._data_version()
+
+    def wait(self, token: int, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        changed = self._signal.changed
+        while not self._closed and self.token() == token:
+            step = self.POLL_SEC
+            if deadline is not None:
+                step = min(step, deadline - time.monotonic())
+                if step <= 0:
+                    return
+            with changed:
+                changed.wait_for(lambda: self._closed or self._signal.count != token // 2**32, step)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._signal.changed:
+            self._signal.changed.notify_all()
