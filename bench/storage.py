@@ -31,10 +31,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
 from plait.actors.model import ModelSettings
-from plait.events.types import Event
+from plait.events.stores.sqlite_groups import Item, stream_items
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
@@ -145,15 +143,13 @@ def install(venv: Path) -> Path | None:
 # --- what the files hold -----------------------------------------------------------------------
 
 PLAIT_ROWS = """
-SELECT (SELECT count(*) FROM events), (SELECT sum(length(data)) FROM events),
-       count(*), coalesce(sum(length(data)), 0),
-       -- a session's blob starts with its scope: the stream, a newline, a 16-byte salt
-       coalesce(sum(instr(data, X'0A') + 16) FILTER (WHERE CAST(substr(data, 1,
-           instr(data, X'0A') - 1) AS TEXT) IN (SELECT stream FROM streams)), 0),
-       count(*) FILTER (WHERE size >= :large)
-FROM blobs"""
+SELECT (SELECT sum(count) FROM groups), (SELECT sum(length(data) + length(hash)) FROM groups),
+       (SELECT count(*) FROM blobs) + (SELECT count(*) FROM contents),
+       (SELECT coalesce(sum(length(data)), 0) FROM blobs)
+           + (SELECT coalesce(sum(length(content)), 0) FROM groups),
+       (SELECT count(*) FROM blobs WHERE size >= :large)"""
 AGENTS_ROWS = """
-SELECT count(*), sum(length(CAST(message_data AS BLOB))), 0, 0, 0,
+SELECT count(*), sum(length(CAST(message_data AS BLOB))), 0, 0,
        count(*) FILTER (WHERE length(message_data) >= :large)
 FROM agent_messages"""
 
@@ -170,9 +166,7 @@ class Size:
     """Bytes of the rows' encoded content: ``events.data``, ``agent_messages.message_data``."""
     blob_rows: int
     blobs: int
-    """Bytes of ``blobs.data`` (plait): each blob's scope prefix, then its content."""
-    prefixes: int
-    """Bytes of the blobs' scope prefixes."""
+    """Bytes of plait's content: its rows' ``content`` and ``blobs.data``."""
     large: int
     """Rows that hold the large output of section 3 (whole)."""
     vacuumed: int = 0
@@ -195,76 +189,45 @@ def measure(db: Path, plait: bool) -> Size:
     return size
 
 
-def event_types(db: Path) -> list[tuple[str, int, int]]:
+def _appends(db: Path) -> list[tuple[str, int, int, int, int, list[Item]]]:
+    """Every row of ``groups`` (an append each, layout 4) in position order: its stream, seq,
+    stored ``data`` bytes, ``content`` bytes, and its events as packed, before compression."""
     with closing(sqlite3.connect(db)) as conn:
-        query = "SELECT type, count(*), sum(length(data)) AS b FROM events GROUP BY type"
-        return conn.execute(query + " ORDER BY b DESC").fetchall()
-
-
-def one_turn(db: Path) -> list[tuple[str, str, int]]:
-    """Where the bytes of one turn of section 1 go, field by field: each event of the
-    session's middle task, its stored bytes taken apart (each field's name and value as
-    msgpack holds them; the rest is msgpack's own headers), then what its row adds beside
-    ``data`` and the blobs it brings. ``(event type, part, bytes)``, in the order written."""
-    with closing(sqlite3.connect(db)) as conn:
-        keyed = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'log'").fetchall())
-        # What the row holds beside its data: the stream's id and the type's name as text
-        # (layouts 1 and 2), or their keys (layout 3), and the hash.
-        columns = "l.stream, l.type" if keyed else "length(e.stream), length(e.type)"
         rows = conn.execute(
-            f"SELECT e.type, e.data, {columns}, length(e.hash) FROM events AS e "
-            + ("JOIN log AS l USING (position) " if keyed else "")
-            + "ORDER BY e.position"
+            "SELECT n.name, g.seq, g.base, g.data, coalesce(length(g.content), 0), g.position "
+            "FROM groups AS g JOIN names AS n ON n.key = g.stream ORDER BY n.name, g.seq"
         ).fetchall()
-        blobs = dict(conn.execute("SELECT sha256, length(data) FROM blobs").fetchall())
-    enqueued = [i for i, row in enumerate(rows) if row[0] == "TaskEnqueued"]
-    middle = enqueued[len(enqueued) // 2]
-    end = next(i for i in range(middle, len(rows)) if rows[i][0] == "TaskCompleted")
-    out: list[tuple[str, str, int]] = []
-    seen: set[str] = set()
-    for kind, data, stream, type_, digest in rows[middle : end + 1]:
-        raw = msgspec.msgpack.decode(data)
-        if isinstance(raw, dict):  # encoding 1: each field's name, then its value
-            parts = [(name, _packed(name) + _packed(value)) for name, value in raw.items()]
-        else:  # encoding 2: the values, in the order of Event's fields
-            raw = dict(zip(Event.__struct_fields__, raw, strict=True))
-            parts = [(name, _packed(value)) for name, value in raw.items()]
-        fields = [(f"body.{k}", _packed(k) + _packed(v)) for k, v in raw["body"].items()]
-        parts = [part for part in parts if part[0] != "body"] + fields
-        parts.append(("msgpack headers", len(data) - sum(b for _, b in parts)))
-        if keyed:
-            row = _int_bytes(stream) + _int_bytes(type_) + digest
-            parts.append(("row: stream and type keys, hash", row))
-        else:
-            parts.append(("row: stream, type, hash", stream + type_ + digest))
-        for ref in _refs(raw):
-            if ref not in seen:
-                seen.add(ref)
-                parts.append(("blob: scope + content", blobs.get(ref, 0)))
-                parts.append(("blob: hex key, table + index", 2 * len(ref)))
-        out.extend((kind, name, size) for name, size in parts)
-    return out
+    items = stream_items((base, data) for _, _, base, data, _, _ in rows)  # one stream here
+    found = [
+        (row[5], (row[0], row[1], len(row[3]), row[4], row_items))
+        for row, row_items in zip(rows, items, strict=True)
+    ]
+    return [append for _, append in sorted(found)]
 
 
-def _int_bytes(value: int) -> int:
-    """The bytes of an integer in a SQLite record (0 and 1 take none: its type says them)."""
-    if value in (0, 1):
-        return 0
-    return next(n for n in (1, 2, 3, 4, 6, 8) if -(1 << (8 * n - 1)) <= value < 1 << (8 * n - 1))
+def event_types(db: Path) -> list[tuple[str, int, int]]:
+    """Each event type: how many, and their bytes as packed, before compression."""
+    totals: dict[str, list[int]] = {}
+    for *_, items in _appends(db):
+        for kind, _, _, cut in items:
+            totals.setdefault(kind, [0, 0])
+            totals[kind][0] += 1
+            totals[kind][1] += len(cut)
+    return sorted(((k, n, b) for k, (n, b) in totals.items()), key=lambda t: -t[2])
 
 
-def _packed(value: object) -> int:
-    return len(msgspec.msgpack.encode(value))
-
-
-def _refs(value: object) -> list[str]:
-    if isinstance(value, dict):
-        if value.get("kind") == "blob":
-            return [str(value["sha256"])]
-        return [ref for item in value.values() for ref in _refs(item)]
-    if isinstance(value, list):
-        return [ref for item in value for ref in _refs(item)]
-    return []
+def one_turn(db: Path) -> list[list[str]]:
+    """The rows of the middle turn of section 1, each an append: its events, their bytes
+    before and after compression, and the content kept beside them."""
+    appends = _appends(db)
+    starts = [i for i, a in enumerate(appends) if any(it[0] == "TaskEnqueued" for it in a[4])]
+    middle = starts[len(starts) // 2]
+    rows = [["row (an append)", "events", "packed B", "stored B", "hash B", "content B"]]
+    for _, _, data, content, items in appends[middle : middle + 2]:
+        kinds = ", ".join(kind for kind, *_ in items)
+        packed = sum(len(cut) for *_, cut in items)
+        rows.append([kinds, str(len(items)), f"{packed:,}", f"{data:,}", "32", f"{content:,}"])
+    return rows
 
 
 # --- output ------------------------------------------------------------------------------------
@@ -285,8 +248,8 @@ def section(title: str, ours: Size, base: Size | None, turns: int) -> None:
     for label, mine, theirs in [
         ("file as left (db+wal after checkpoint)", ours.left, base and base.left),
         ("file after VACUUM", ours.vacuumed, base and base.vacuumed),
-        ("row data (events.data / message_data)", ours.data, base and base.data),
-        ("row data + plait's blobs.data", ours.data + ours.blobs, base and base.data),
+        ("row data (events and hashes / message_data)", ours.data, base and base.data),
+        ("row data + plait's content", ours.data + ours.blobs, base and base.data),
     ]:
         if theirs:
             baseline = [f"{theirs:,}", f"{mine / theirs:.2f}x", f"{theirs / turns:,.0f}"]
@@ -295,20 +258,20 @@ def section(title: str, ours: Size, base: Size | None, turns: int) -> None:
         rows.append([label, f"{mine:,}", *baseline[:2], f"{mine / turns:,.0f}", baseline[2]])
     show(rows)
     agents_rows = f"{base.rows:,} message rows" if base else "openai-agents not run"
-    print(
-        f"  rows: plait {ours.rows:,} events, {ours.blob_rows:,} blobs ({ours.prefixes:,} B "
-        f"of them scope prefixes); {agents_rows}"
-    )
+    print(f"  rows: plait {ours.rows:,} events, {ours.blob_rows:,} blobs; {agents_rows}")
 
 
 def breakdown(db: Path, ours: Size, turns: int) -> None:
-    print(f"\n   plait's event data by type ({turns} turns; blobs hold the content apart)")
-    rows = [["type", "events", "data B", "B/turn", "share"]]
-    for kind, count, data in event_types(db):
+    print(f"\n   plait's events by type ({turns} turns), packed, before compression")
+    rows = [["type", "events", "packed B", "B/turn", "share"]]
+    types = event_types(db)
+    packed = sum(data for _, _, data in types)
+    for kind, count, data in types:
         rows.append(
-            [kind, f"{count:,}", f"{data:,}", f"{data / turns:,.0f}", f"{data / ours.data:.0%}"]
+            [kind, f"{count:,}", f"{data:,}", f"{data / turns:,.0f}", f"{data / packed:.0%}"]
         )
     show(rows)
+    print(f"  {packed:,} B packed; stored compressed, with their hashes: {ours.data:,} B")
     print("\n   plait's file after VACUUM by table and index (dbstat pages)")
     pages = sorted(ours.pages.items(), key=lambda kv: -kv[1])
     show(
@@ -317,24 +280,9 @@ def breakdown(db: Path, ours: Size, turns: int) -> None:
             *([name, f"{size:,}", f"{size / turns:,.0f}"] for name, size in pages),
         ]
     )
-    parts = one_turn(db)
-    print("\n   one turn (the middle one), part by part: its events' stored bytes, rows, blobs")
-    totals: dict[str, list[int]] = {}
-    for kind, name, size in parts:
-        key = f"{kind}.{name[5:]}" if name.startswith("body.") else name
-        totals.setdefault(key, []).append(size)
-    rows = [["part", "B", "share", "how"]]
-    total = sum(size for _, _, size in parts)
-    for key, sizes in sorted(totals.items(), key=lambda kv: -sum(kv[1])):
-        how = f"{len(sizes)} x {sizes[0]}" if len(set(sizes)) == 1 else " + ".join(map(str, sizes))
-        rows.append([key, f"{sum(sizes):,}", f"{sum(sizes) / total:.0%}", how])
-    show(rows)
-    index = max(ours.pages.get(f"sqlite_autoindex_{t}_1", 0) for t in ("events", "log"))
-    print(
-        f"  {total:,} B; besides, SQLite's (stream, seq) index ~{index / ours.rows:.0f} B an "
-        "event and "
-        f"row and page headers: the file holds {ours.vacuumed / turns:,.0f} B a turn in all"
-    )
+    print("\n   one turn (the middle one), its two rows (docs/storage.md#the-bytes-of-one-turn)")
+    show(one_turn(db))
+    print(f"  the file holds {ours.left / turns:,.0f} B a turn in all (rows, indexes, pages)")
 
 
 def main() -> None:
