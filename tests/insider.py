@@ -15,17 +15,25 @@ stream back consistently: seqs dense, every ``prev_hash`` and ``hash`` recompute
 renumbered so none is missing anywhere in the store, the head row set. It imports nothing of
 plait's: no plait API writes a forgery.
 
-A SQLite store of layout 4 (it has a ``groups`` table; docs/storage.md#one-row-per-append)
-keeps a row per append instead: ``position, stream, seq, count, data, hash``, the row holding
+A SQLite store of layout 4 (it has a ``groups`` table; docs/storage.md) keeps a row per
+append instead: ``position, stream, seq, count, base, data, hash, content``, the row holding
 positions and seqs from its own on, ``count`` of them, ``stream`` a key of ``names``, ``hash``
-its last event's. Its ``data`` is the byte 1, then the raw deflate, with the preset
-dictionary ``src/plait/events/stores/dictionary-1.bin``, of the msgpack array of
-``[type, v, tail, cut]`` per event: its stored bytes with the 34 of ``prev_hash`` (``c4 20``
-and the hash) cut out, ``tail`` bytes from their end (-1: none cut), to be put back from the
-hash of the event before (the row before's ``hash``, for a row's first). The insider reads
-and writes those rows the same way: a stream it rewrites is laid out in rows of as many events
-as its old rows held (any more in one row after them), a row whose events it did not change
-kept as it was.
+its last event's. Its ``data`` is the byte 1, then the raw deflate of its "raw" bytes, with as
+preset dictionary ``src/plait/events/stores/dictionary-1.bin`` followed by the raw bytes of
+the rows before it of its chain (at most two, the last 32 KiB; none for a row whose ``base``,
+the seq its chain starts at, is NULL). The raw bytes, with lowercase hex digests and UUIDs
+made binary (0xc1 escapes), are a 4-byte big-endian length, the msgpack of ``[type, v, tail,
+length]`` per event, then the events' stored bytes end to end, each with its ``prev_hash``
+emptied (``c4 00`` where ``c4 20`` and the hash were, ``tail`` bytes from their end; -1: kept
+whole), to be put back from the hash of the event before (the row before's ``hash``, for a
+row's first). Its ``content`` is the raw deflate (dictionary, then the stream's id) of the
+msgpack array of the small blobs (4096 bytes at most) its append made, a deleted one as the
+array of its sha-256; ``contents`` finds a row's blob by the first 4 bytes of its sha-256 (a
+signed integer); bigger blobs are in ``blobs`` as before. The insider reads and writes those
+rows the same way: a stream it rewrites is laid out in rows of as many events as its old
+rows held (any more in one row after them), each keeping its old row's content; its rows
+as they were up to the first it changed, each after it standing alone (base NULL). A blob it
+makes small enough goes in the content of the first row whose events name it.
 
 What it cannot do is sign with the session's key. It can sign with a key of its own
 (``AttackerKey``), over the bytes that page describes, and it can edit the witness file of
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import zlib
 from collections.abc import Callable, Iterator
@@ -64,8 +73,8 @@ map whose ``type`` names it), ``prev_hash``, and ``conversation_id``/``task_id``
 
 Row = tuple[Any, ...]
 """A row of the table of events: ``(position, stream, seq, type, v, data, hash)`` of
-``events``; ``(position, stream, seq, count, data, hash)`` of layout 4's ``groups``, its
-``stream`` a key of ``names``."""
+``events``; ``(position, stream, seq, count, base, data, hash, content)`` of layout 4's
+``groups``, its ``stream`` a key of ``names``."""
 
 Event = tuple[int, str, int, bytes, bytes]
 """One event as a stream's log holds it: seq, type, v, its stored bytes, their hash."""
@@ -124,24 +133,85 @@ def _hash(stream: str, data: bytes) -> bytes:
 _DICTIONARY = (
     Path(__file__).resolve().parents[1] / "src/plait/events/stores/dictionary-1.bin"
 ).read_bytes()
-"""The preset dictionary of format 1 of a ``groups`` row's ``data``."""
+"""The preset dictionary of format 1 of a ``groups`` row's ``data`` (and of its content)."""
 
 _FORMAT = b"\x01"
-_CUT = b"\xc4\x20"  # msgpack's header of 32 bytes of binary: the ``prev_hash`` cut out
+_CUT = b"\xc4\x20"  # msgpack's header of 32 bytes of binary: a ``prev_hash``
+_EMPTIED = b"\xc4\x00"  # and of none: the ``prev_hash`` as a row keeps it
+_WINDOW = 32_768  # what deflate can refer back to
+_CONTEXT_ROWS = 2  # rows before it in its chain a row is compressed after
+_INLINE_MAX = 4096  # bytes at most of a blob kept in its append's row
+
+# Hex digests and UUIDs as msgpack strings, kept as their bytes after an escape byte 0xc1
+# (never a msgpack type; a 0xc1 of the bytes themselves is escaped too).
+_TO_BINARY = re.compile(
+    rb"\xd9\x40([0-9a-f]{64})|\xd9\x24([0-9a-f]{8})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{4})-"
+    rb"([0-9a-f]{12})|\xc1"
+)
+_FROM_BINARY = re.compile(rb"\xc1(?:\x00|\x01([\x00-\xff]{32})|\x02([\x00-\xff]{16}))")
 
 
-def _unpack(data: bytes) -> list[list[Any]]:
-    """A ``groups`` row's ``data`` as its items, ``[type, v, tail, cut]`` each."""
+def _binary(match: re.Match[bytes]) -> bytes:
+    if match.group(1):
+        return b"\xc1\x01" + bytes.fromhex(match.group(1).decode())
+    if match.group(2):
+        return b"\xc1\x02" + bytes.fromhex(b"".join(match.group(2, 3, 4, 5, 6)).decode())
+    return b"\xc1\x00"
+
+
+def _text(match: re.Match[bytes]) -> bytes:
+    if match.group(1) is not None:
+        return b"\xd9\x40" + match.group(1).hex().encode()
+    if match.group(2) is not None:
+        h = match.group(2).hex()
+        return b"\xd9\x24" + f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}".encode()
+    return b"\xc1"
+
+
+def _zdict(context: bytes) -> bytes:
+    return (_DICTIONARY + context)[-_WINDOW:] if context else _DICTIONARY
+
+
+def _unpack(data: bytes, context: bytes) -> tuple[list[list[Any]], bytes]:
+    """A ``groups`` row's ``data``, compressed after ``context``, as its items ``[type, v,
+    tail, cut]``, and its raw bytes (what a row after it in its chain is compressed after)."""
     assert data[:1] == _FORMAT, f"a row's data of format {data[:1].hex()}"
-    inflate = zlib.decompressobj(-15, zdict=_DICTIONARY)
-    items: list[list[Any]] = msgspec.msgpack.decode(inflate.decompress(data[1:]) + inflate.flush())
-    return items
+    inflate = zlib.decompressobj(-15, zdict=_zdict(context))
+    raw = inflate.decompress(data[1:]) + inflate.flush()
+    assert inflate.eof and not inflate.unused_data, "a row's data that does not inflate whole"
+    packed = _FROM_BINARY.sub(_text, raw)
+    size = int.from_bytes(packed[:4], "big")
+    header = msgspec.msgpack.decode(packed[4 : 4 + size])
+    items, at = [], 4 + size
+    for type_name, v, tail, length in header:
+        items.append([type_name, v, tail, packed[at : at + length]])
+        at += length
+    assert at == len(packed), "a row's events' lengths do not add up to its bytes"
+    return items, raw
 
 
 def _pack(items: list[list[Any]]) -> bytes:
-    """The ``data`` of a ``groups`` row of ``items``."""
-    deflate = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15, zdict=_DICTIONARY)
-    return _FORMAT + deflate.compress(msgspec.msgpack.encode(items)) + deflate.flush()
+    """The ``data`` of a ``groups`` row of ``items``, standing alone (its ``base`` NULL)."""
+    header = msgspec.msgpack.encode([[t, v, tail, len(cut)] for t, v, tail, cut in items])
+    packed = b"".join([len(header).to_bytes(4, "big"), header, *(cut for *_, cut in items)])
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, zdict=_DICTIONARY)
+    return _FORMAT + deflate.compress(_TO_BINARY.sub(_binary, packed)) + deflate.flush()
+
+
+def _stream_items(rows: list[Row]) -> list[list[list[Any]]]:
+    """The items of each of a stream's ``groups`` rows (in seq order), each unpacked after
+    the rows before it of its chain: those since the last row of ``base`` NULL whose ``base``
+    is that row's seq (a row of another ``base`` stands alone)."""
+    out: list[list[list[Any]]] = []
+    context: list[bytes] = []
+    chain: int | None = None
+    for _, _, seq, _, base, data, *_ in rows:
+        if base is None or base != chain:
+            context, chain = [], seq if base is None else None
+        items, raw = _unpack(data, b"".join(context))
+        context = [*context, raw][-_CONTEXT_ROWS:]
+        out.append(items)
+    return out
 
 
 def _whole(cut: bytes, tail: int, prev: bytes) -> bytes:
@@ -149,63 +219,80 @@ def _whole(cut: bytes, tail: int, prev: bytes) -> bytes:
     if tail < 0:
         return cut
     end = len(cut) - tail
-    return cut[:end] + _CUT + prev + cut[end:]
+    return cut[: end - 2] + _CUT + prev + cut[end:]
 
 
 def _item(type_name: str, v: int, data: bytes, prev: bytes) -> list[Any]:
     """The item of an event's stored bytes whose ``prev_hash`` is ``prev``: the last place
-    they hold it (it follows the body) cut out."""
+    they hold it (it follows the body) emptied."""
     at = data.rfind(_CUT + prev)
     if at < 0:
         return [type_name, v, -1, data]
-    return [type_name, v, len(data) - at - 34, data[:at] + data[at + 34 :]]
+    return [type_name, v, len(data) - at - 34, data[:at] + _EMPTIED + data[at + 34 :]]
 
 
 def _events(stream: str, rows: list[Row]) -> list[Event]:
     """The events of ``stream``'s ``groups`` rows (in seq order), each with its bytes whole."""
     events: list[Event] = []
     prev = GENESIS
-    for _, _, seq, _, data, digest in rows:
-        for i, (type_name, v, tail, cut) in enumerate(_unpack(data)):
+    for row, items in zip(rows, _stream_items(rows), strict=True):
+        for i, (type_name, v, tail, cut) in enumerate(items):
             whole = _whole(cut, tail, prev)
             prev = _hash(stream, whole)
-            events.append((seq + i, type_name, v, whole, prev))
-        prev = digest  # what the next row's first event follows, as the row says
+            events.append((row[2] + i, type_name, v, whole, prev))
+        prev = row[6]  # what the next row's first event follows, as the row says
     return events
 
 
-def _grouped(key: int, events: list[Event], sizes: list[int]) -> list[Row]:
-    """``groups`` rows of stream ``key``'s ``events`` (positions left 0): as many in each as
-    ``sizes`` says, in turn, and any left after them in one more row."""
-    rows: list[Row] = []
-    prev, at = GENESIS, 0
-    for size in [*sizes, len(events)]:
-        part = events[at : at + size]
-        if not part:
-            continue
-        items = []
-        for _, type_name, v, data, digest in part:
-            items.append(_item(type_name, v, data, prev))
-            prev = digest
-        rows.append((0, key, part[0][0], len(part), items, prev))
-        at += len(part)
-    return rows
+Blob = bytes | list[bytes]
+"""A blob a row's ``content`` keeps: its bytes, or (deleted) ``[its sha-256]``."""
+
+
+def _content(stream: str, content: bytes) -> list[Blob]:
+    """The blobs a row of ``stream`` keeps in its ``content``."""
+    inflate = zlib.decompressobj(-15, zdict=_DICTIONARY + stream.encode())
+    blobs: list[Blob] = msgspec.msgpack.decode(inflate.decompress(content) + inflate.flush())
+    return blobs
+
+
+def _pack_content(stream: str, blobs: list[Blob]) -> bytes:
+    """The ``content`` of a row of ``stream`` keeping ``blobs``."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, zdict=_DICTIONARY + stream.encode())
+    return deflate.compress(msgspec.msgpack.encode(blobs)) + deflate.flush()
+
+
+def _digest(blob: Blob) -> bytes:
+    """The sha-256 of a blob a row keeps (a deleted one's, as it says)."""
+    return blob[0] if isinstance(blob, list) else hashlib.sha256(blob).digest()
+
+
+def _content_key(digest: bytes) -> int:
+    """The key in ``contents`` of a blob of that sha-256: its first 4 bytes, signed."""
+    return int.from_bytes(digest[:4], "big", signed=True)
 
 
 # --- the insider -------------------------------------------------------------------------------
 
 
 class Saved(NamedTuple):
-    """A store's rows of events (``events``, or ``groups`` of layout 4), ``streams`` and
-    ``blobs``, as ``Insider.save`` read them."""
+    """A store's rows of events (``events``, or ``groups`` of layout 4), ``streams``,
+    ``blobs`` and (layout 4) ``contents``, as ``Insider.save`` read them."""
 
     rows: list[Row]
     heads: list[tuple[Any, ...]]
     blobs: list[tuple[Any, ...]]
+    contents: list[tuple[Any, ...]]
 
 
 _COLUMNS = "position, stream, seq, type, v, data, hash"
-_GROUP_COLUMNS = "position, stream, seq, count, data, hash"
+_GROUP_COLUMNS = "position, stream, seq, count, base, data, hash, content"
+
+_KEPT_IN_SQL = (
+    "SELECT g.position, n.name, g.content FROM contents AS c "
+    "JOIN groups AS g ON g.position = c.position JOIN names AS n ON n.key = g.stream "
+    "WHERE c.key = ? ORDER BY g.position"
+)
+"""The rows of layout 4 whose content may keep a blob (by its key in ``contents``)."""
 
 
 class Insider:
@@ -222,8 +309,12 @@ class Insider:
             ("groups", _GROUP_COLUMNS) if self._groups else ("events", _COLUMNS)
         )
         self._kept = 0
-        """The first rows, as many, are as ``save`` read them (``rewrite`` lowers it)."""
+        """The first rows, as many, are as ``save`` read them (``rewrite`` and
+        ``delete_content`` lower it)."""
         self._blobs_changed = False
+        self._made: dict[str, bytes] = {}
+        """Layout 4: the blobs ``with_text`` made small enough to be kept in a row's content,
+        by sha-256, until ``rewrite`` puts each in the row of the first event naming it."""
 
     @classmethod
     @contextmanager
@@ -278,29 +369,37 @@ class Insider:
         return int(rows[-1][0]) + (int(rows[-1][3]) - 1 if self._groups else 0)
 
     def save(self) -> Saved:
-        """Every row of the table of events, ``streams`` and ``blobs``, to ``restore`` later."""
+        """Every row of the table of events, ``streams``, ``blobs`` and ``contents``, to
+        ``restore`` later."""
         rows = self._rows()
         heads = self._query(
             "SELECT stream, last_seq, last_hash, created FROM streams ORDER BY stream"
         )
         blobs = self._query("SELECT sha256, size, data FROM blobs ORDER BY sha256")
-        self._kept, self._blobs_changed = len(rows), False
-        return Saved(rows, heads, blobs)
+        contents: list[tuple[Any, ...]] = []
+        if self._groups:
+            contents = self._query("SELECT key, position FROM contents ORDER BY position, key")
+        self._kept, self._blobs_changed, self._made = len(rows), False, {}
+        return Saved(rows, heads, blobs, contents)
 
     def restore(self, saved: Saved) -> None:
-        """Put back the rows ``save`` read, as they were (those ``rewrite`` changed since)."""
+        """Put back the rows ``save`` read, as they were (those changed since: by ``rewrite``,
+        or a row's content by ``delete_content``)."""
         kept = min(self._kept, len(saved.rows))
+        end = self._end(saved.rows[:kept])
         with self._transaction() as execute:
-            execute(
-                f"DELETE FROM {self._table} WHERE position > ?", (self._end(saved.rows[:kept]),)
-            )
+            execute(f"DELETE FROM {self._table} WHERE position > ?", (end,))
             execute("DELETE FROM streams", ())
             self._insert(self._table, self._columns, saved.rows[kept:])
             self._insert("streams", "stream, last_seq, last_hash, created", saved.heads)
+            if self._groups:
+                execute("DELETE FROM contents WHERE position > ?", (end,))
+                contents = [kept for kept in saved.contents if kept[1] > end]
+                self._insert("contents", "key, position", contents)
             if self._blobs_changed:
                 execute("DELETE FROM blobs", ())
                 self._insert("blobs", "sha256, size, data", saved.blobs)
-        self._kept, self._blobs_changed = len(saved.rows), False
+        self._kept, self._blobs_changed, self._made = len(saved.rows), False, {}
 
     def _insert(self, table: str, columns: str, rows: list[tuple[Any, ...]]) -> None:
         """Insert ``rows`` into ``table`` (its ``columns``, comma-separated)."""
@@ -316,36 +415,83 @@ class Insider:
             for row in rows:
                 copy.write_row(row)
 
+    def _kept_in(self, sha256: str) -> list[tuple[int, str, list[Blob]]]:
+        """Layout 4: the rows whose content may keep the blob of ``sha256`` (its position,
+        its stream and the blobs it keeps), as ``contents`` finds them."""
+        if not self._groups:
+            return []
+        key = _content_key(bytes.fromhex(sha256))
+        return [
+            (position, stream, _content(stream, content))
+            for position, stream, content in self._query(_KEPT_IN_SQL, (key,))
+            if content is not None
+        ]
+
+    def _blob(self, sha256: str) -> bytes | None:
+        """The bytes of the blob of ``sha256``: one ``with_text`` made, in ``blobs``, or kept
+        in a row's content (layout 4); ``None`` if deleted or nowhere."""
+        if sha256 in self._made:
+            return self._made[sha256]
+        found = self._query("SELECT data FROM blobs WHERE sha256 = ?", (sha256,))
+        if found:  # as the store reads it: a blob's row first
+            return None if found[0][0] is None else bytes(found[0][0])
+        digest = bytes.fromhex(sha256)
+        for _, _, blobs in self._kept_in(sha256):
+            for blob in blobs:
+                if isinstance(blob, bytes) and _digest(blob) == digest:
+                    return blob
+        return None
+
     def text(self, value: Content) -> str:
         """The text of a content field: inline, or in the blob it names."""
         if isinstance(value, str):
             return value
-        ((data,),) = self._query("SELECT data FROM blobs WHERE sha256 = ?", (value["sha256"],))
-        return bytes(data[value.get("skip", 0) :]).decode()
+        blob = self._blob(value["sha256"])
+        assert blob is not None, f"blob {value['sha256']}: its content is gone"
+        return blob[value.get("skip", 0) :].decode()
 
     def with_text(self, value: Content, text: str) -> Content:
         """``value`` holding ``text`` instead: inline, as it was, or a new blob with the old
-        one's scope (written now), as a new reference."""
+        one's scope, as a new reference: written now to ``blobs``, or (layout 4, small
+        enough) put by ``rewrite`` in the row of the first event naming it."""
         if isinstance(value, str):
             return text
         skip = value.get("skip", 0)
-        ((old,),) = self._query("SELECT data FROM blobs WHERE sha256 = ?", (value["sha256"],))
-        blob = bytes(old[:skip]) + text.encode()
+        old = self._blob(value["sha256"])
+        assert old is not None, f"blob {value['sha256']}: its content is gone"
+        blob = old[:skip] + text.encode()
         sha256 = hashlib.sha256(blob).hexdigest()
-        self._blobs_changed = True
-        with self._transaction() as execute:
-            execute(
-                "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
-                "ON CONFLICT (sha256) DO NOTHING",
-                (sha256, len(blob), blob),
-            )
+        if self._groups and len(blob) <= _INLINE_MAX:
+            self._made[sha256] = blob
+        else:
+            self._blobs_changed = True
+            with self._transaction() as execute:
+                execute(
+                    "INSERT INTO blobs (sha256, size, data) VALUES (?, ?, ?) "
+                    "ON CONFLICT (sha256) DO NOTHING",
+                    (sha256, len(blob), blob),
+                )
         return {**value, "sha256": sha256, "size": len(text.encode())}
 
     def delete_content(self, sha256: str) -> None:
-        """Delete a blob's content and keep its row, as an erasure or an expiry does."""
+        """Delete a blob's content and keep its key, as an erasure or an expiry does: its
+        ``blobs`` row's data, or (layout 4) the blob in each row's content that keeps it,
+        its sha-256 left in its place."""
         self._blobs_changed = True
+        self._made.pop(sha256, None)
+        digest = bytes.fromhex(sha256)
         with self._transaction() as execute:
             execute("UPDATE blobs SET data = NULL WHERE sha256 = ?", (sha256,))
+            for position, stream, blobs in self._kept_in(sha256):
+                left = [[digest] if _digest(blob) == digest else blob for blob in blobs]
+                if left == blobs:
+                    continue
+                content = _pack_content(stream, left)
+                execute("UPDATE groups SET content = ? WHERE position = ?", (content, position))
+                ((before,),) = self._query(
+                    "SELECT count(*) FROM groups WHERE position < ?", (position,)
+                )
+                self._kept = min(self._kept, int(before))  # restored from this row on
 
     def _key(self, stream: str) -> int | None:
         """``stream``'s key in ``names`` (layout 4), if it has one."""
@@ -372,7 +518,8 @@ class Insider:
         ones were (those past them right after its last), positions renumbered from 1 with
         no gap; the head row set to the last event. ``sign`` re-signs each ``HeadSigned``
         over the event before it; without it, they are left as they were (no key). In
-        layout 4, ``stream``'s events go in rows of as many as its old rows held, in turn."""
+        layout 4, ``stream``'s events go in rows of as many as its old rows held, in turn,
+        and ``contents`` finds the content of each row written again where it is now."""
         prev, events = GENESIS, []
         for seq, record in enumerate(records, start=1):
             record = {**record, "stream": stream, "seq": seq, "prev_hash": prev}
@@ -394,34 +541,81 @@ class Insider:
                 "SELECT min(g.position) FROM groups AS g JOIN names AS n ON n.key = g.stream "
                 "WHERE n.name = streams.stream"
             )
+        end = self._end(laid[:first])
         with self._transaction() as execute:
-            execute(f"DELETE FROM {self._table} WHERE position > ?", (self._end(laid[:first]),))
+            execute(f"DELETE FROM {self._table} WHERE position > ?", (end,))
             self._insert(self._table, self._columns, laid[first:])
+            if self._groups:
+                execute("DELETE FROM contents WHERE position > ?", (end,))
+                self._insert("contents", "key, position", self._contents(laid[first:]))
             execute(
                 "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?",
                 (len(events), prev, stream),
             )
             execute(f"UPDATE streams SET created = ({created})", ())
 
+    def _contents(self, rows: list[Row]) -> list[tuple[Any, ...]]:
+        """The ``contents`` rows ``(key, position)`` of the blobs ``groups`` ``rows`` keep
+        (a deleted one's too, as the store leaves it)."""
+        names = dict(self._query("SELECT key, name FROM names"))
+        found = {
+            (_content_key(_digest(blob)), row[0])
+            for row in rows
+            if row[7] is not None
+            for blob in _content(names[row[1]], row[7])
+        }
+        return sorted(found, key=lambda kept: (kept[1], kept[0]))
+
     def _new_rows(self, stream: str, events: list[Event]) -> tuple[object, list[Row]]:
         """What the table's rows call ``stream``, and its rows of ``events`` (positions left
-        0). In layout 4, as many events go in each row as in its old rows, in turn, and a row
-        whose events are as they were keeps its bytes."""
+        0). In layout 4, as many events go in each row as in its old rows, in turn; the rows
+        whose events are as they were, and all before them, keep their bytes (and ``base``),
+        the rest stand alone; each keeps the content of its old row (those of old rows left
+        over go in the last), plus the blobs ``with_text`` made that its events first name."""
         if not self._groups:
             return stream, [(0, stream, *event) for event in events]
         if (key := self._key(stream)) is None:
             with self._transaction() as execute:
-                execute("INSERT INTO names (name) VALUES (?)", (stream,))
+                execute(
+                    "INSERT OR IGNORE INTO names (name, key) "
+                    "SELECT ?, coalesce(max(key), 0) + 1 FROM names",
+                    (stream,),
+                )
             key = self._key(stream)
         assert key is not None
         mine = self._stream_rows(key)
-        was = {row[2]: (row[3], _unpack(row[4]), row[4]) for row in mine}
-        rows: list[Row] = []
-        for _, _, seq, count, items, digest in _grouped(key, events, [row[3] for row in mine]):
-            same = was.get(seq, (0, [], b""))
-            data = same[2] if same[:2] == (count, items) else _pack(items)
-            rows.append((0, key, seq, count, data, digest))
-        return key, rows
+        was = _stream_items(mine)
+        rows: list[list[Any]] = []
+        added: list[list[Blob]] = []
+        prev, at, same = GENESIS, 0, True
+        for size in [*(row[3] for row in mine), len(events)]:
+            part = events[at : at + size]
+            if not part:
+                continue
+            items = []
+            for _, type_name, v, data, digest in part:
+                items.append(_item(type_name, v, data, prev))
+                prev = digest
+            i = len(rows)
+            old = mine[i] if i < len(mine) else None
+            # A row's bytes are compressed after those of the rows before it in its chain:
+            # kept only while every row before it is.
+            same = same and old is not None and old[2:4] == (part[0][0], len(part))
+            same = same and was[i] == items
+            base, data = (old[4], old[5]) if same and old is not None else (None, _pack(items))
+            rows.append([0, key, part[0][0], len(part), base, data, prev, old and old[7]])
+            named = [sha for sha in self._made if any(_named(sha, e[3]) for e in part)]
+            added.append([self._made.pop(sha) for sha in named])
+            at += len(part)
+        if rows:  # a blob stays when its event goes, as a row of ``blobs`` does
+            for old in mine[len(rows) :]:
+                if old[7] is not None:
+                    added[-1] = [*_content(stream, old[7]), *added[-1]]
+        for row, blobs in zip(rows, added, strict=True):
+            if blobs:
+                had = [] if row[7] is None else _content(stream, row[7])
+                row[7] = _pack_content(stream, [*had, *blobs])
+        return key, [tuple(row) for row in rows]
 
     def _lay_out(self, old: list[Row], key: object, new: list[Row]) -> list[Row]:
         """The store's rows with stream ``key``'s replaced by ``new`` slot for slot (the rest
@@ -444,6 +638,11 @@ class Insider:
             laid.append((position, *row[1:]))
             position += row[3] if self._groups else 1
         return laid
+
+
+def _named(sha256: str, data: bytes) -> bool:
+    """Whether an event's stored bytes name the blob of ``sha256`` (as a msgpack string)."""
+    return b"\xd9\x40" + sha256.encode() in data
 
 
 def head_message(stream: str, seq: int, head_hash: bytes, fingerprint: str) -> bytes:

@@ -228,20 +228,20 @@ class GroupsTamper(Tamper):
     @contextlib.contextmanager
     def _row(self, stream: str, seq: int) -> Iterator[tuple[sqlite3.Connection, list[Any]]]:
         """The row holding ``stream``'s event ``seq``: ``[position, key, seq, count, items,
-        hash]``, written back as the caller leaves it (deleted if it holds no event), with
-        every row of the stream after it packed again (each standing alone: a row is
-        compressed after the rows before it in its chain)."""
+        hash, content]``, written back as the caller leaves it (deleted if it holds no event),
+        with every row of the stream after it packed again (each standing alone: a row is
+        compressed after the rows before it in its chain), each with the content it kept."""
         with contextlib.closing(sqlite3.connect(self._path)) as db, db:
             found = db.execute(
-                "SELECT g.position, g.stream, g.seq, g.count, g.base, g.data, g.hash "
+                "SELECT g.position, g.stream, g.seq, g.count, g.base, g.data, g.hash, g.content "
                 "FROM groups AS g JOIN names AS n ON n.key = g.stream WHERE n.name = ? "
                 "ORDER BY g.seq",
                 (stream,),
             ).fetchall()
             unpacked = sqlite_groups.stream_items((row[4], row[5]) for row in found)
             rows = [
-                [position, key, first, count, items, digest]
-                for (position, key, first, count, _, _, digest), items in zip(
+                [position, key, first, count, items, digest, content]
+                for (position, key, first, count, _, _, digest, content), items in zip(
                     found, unpacked, strict=True
                 )
             ]
@@ -254,9 +254,9 @@ class GroupsTamper(Tamper):
                 if row[4]:
                     data, _ = sqlite_groups.pack_items(row[4])
                     db.execute(
-                        "INSERT INTO groups (position, stream, seq, count, data, hash) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (*row[:3], len(row[4]), data, row[5]),
+                        "INSERT INTO groups (position, stream, seq, count, data, hash, content) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (*row[:3], len(row[4]), data, row[5], row[6]),
                     )
 
     def set_data(self, stream: str, seq: int, data: bytes, digest: bytes | None = None) -> None:
@@ -288,9 +288,12 @@ class GroupsTamper(Tamper):
             at = seq - row[2]
             before, after = row[4][:at], row[4][at + 1 :]
             if after:  # the events after it stay as they were, in a row of their own
+                # with the row's content if no event is left before it (the content stays,
+                # as a blob does when its event is deleted)
+                content = None if before else row[6]
                 db.execute(
-                    "INSERT INTO groups (position, stream, seq, count, data, hash) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO groups (position, stream, seq, count, data, hash, content) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
                         row[0] + at + 1,
                         row[1],
@@ -298,8 +301,14 @@ class GroupsTamper(Tamper):
                         len(after),
                         sqlite_groups.pack_items(after)[0],
                         row[5],
+                        content,
                     ),
                 )
+                if content is not None:
+                    db.execute(
+                        "UPDATE contents SET position = ? WHERE position = ?",
+                        (row[0] + at + 1, row[0]),
+                    )
             row[4] = before
             if before:  # the row ends with the event before it, and says its hash
                 found = db.execute(
