@@ -5,7 +5,7 @@ A blob of at most ``INLINE_MAX`` bytes made by an append (a prompt, a reply, a s
 output: content a session may be asked to erase) goes in its row's ``content``: the raw
 deflate, with dictionary 1 then the stream's id, of the msgpack array of its blobs. A blob
 deleted (expired, erased) leaves its sha-256 there in its place: a tombstone. ``contents``
-finds a blob's row by the first 8 bytes of its sha-256. The events' hashes do not cover
+finds a blob's row by the first 4 bytes of its sha-256. The events' hashes do not cover
 ``content``, so deleting content leaves the chain as it was, as deleting a row of ``blobs``
 does.
 """

@@ -56,7 +56,7 @@ GROUPS = [
 )""",
     # One b-tree, by name: the keys are given in order under the write lock (``NAME_SQL``).
     "CREATE TABLE names (name TEXT PRIMARY KEY, key INTEGER NOT NULL) WITHOUT ROWID",
-    # Where a row's small content is found: the first 8 bytes of a blob's sha-256 (as a
+    # Where a row's small content is found: the first 4 bytes of a blob's sha-256 (as a
     # signed integer), and the position of the row that keeps it (``sqlite_content.py``).
     "CREATE TABLE contents (key INTEGER NOT NULL, position INTEGER NOT NULL, "
     "PRIMARY KEY (key, position)) WITHOUT ROWID",
