@@ -27,7 +27,7 @@ __all__ = ["INLINE_MAX", "delete", "find", "pack_content", "split", "unpack", "w
 INLINE_MAX = 4096
 """Bytes at most of a blob kept in its append's row."""
 
-_LEVEL = 9
+_LEVEL = 6
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[bytes | tuple[bytes]]).decode
 
@@ -51,7 +51,7 @@ def split(blobs: dict[str, bytes]) -> tuple[dict[str, bytes], dict[str, bytes]]:
 
 def pack_content(stream: str, blobs: Sequence[bytes | tuple[bytes]]) -> bytes:
     """A row's ``content``: its blobs (a deleted one as the 1-tuple of its sha-256)."""
-    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15, zdict=_zdict(stream))
+    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -13, 6, zdict=_zdict(stream))
     return packer.compress(_encode(list(blobs))) + packer.flush()
 
 
