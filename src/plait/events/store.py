@@ -335,6 +335,12 @@ class EventStore(Ownership, BlobStore, Pruning, ABC):
         """List every stream, oldest first."""
         return [StreamInfo(stream, last) for stream, last in self._streams()]
 
+    def stored_bytes(self, stream: str) -> int | None:
+        """The bytes ``stream``'s rows take as stored, where they are not an event a row with
+        its data and hash (a SQLite store of layout 4 compresses an append in a row); ``None``
+        where they are (``usage`` adds up the rows)."""
+        return None
+
     def as_stored(self, stream: str) -> tuple[list[Row], tuple[int, bytes], BlobState]:
         """``stream``'s rows as stored, unchecked, its head (seq, hash), and the store's blobs
         (``BlobState``): what an evidence bundle copies byte for byte (``events/bundle.py``)."""

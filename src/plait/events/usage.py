@@ -26,7 +26,8 @@ class TypeUsage(msgspec.Struct, frozen=True):
     events: int
     """How many."""
     bytes: int
-    """Their stored data and hashes, in bytes."""
+    """Their stored data and hashes, in bytes; where a row holds an append, compressed (a
+    SQLite store of layout 4), their bytes before compression."""
 
 
 class SessionUsage(msgspec.Struct, frozen=True):
@@ -36,7 +37,8 @@ class SessionUsage(msgspec.Struct, frozen=True):
     events: int
     """Events in its log."""
     bytes: int
-    """Their stored data and hashes, in bytes (the blobs apart)."""
+    """Their stored data and hashes, in bytes (the blobs apart; in a SQLite store of layout 4,
+    its rows as stored: compressed, with the small content kept in them)."""
     by_type: list[TypeUsage]
     """By body type, the most bytes first."""
     blobs: int
@@ -71,7 +73,9 @@ def usage(store: EventStore, sessions: Sequence[str] | None = None) -> list[Sess
         refs[stream] = found
         if stream in wanted:
             kinds = [TypeUsage(t, counts[t], n) for t, n in by_type.most_common()]
-            sizes[stream] = (len(rows), sum(by_type.values()), kinds)
+            stored = store.stored_bytes(stream)
+            total = sum(by_type.values()) if stored is None else stored
+            sizes[stream] = (len(rows), total, kinds)
     holders: Counter[str] = Counter(sha for found in refs.values() for sha in found)
     result = []
     for stream in (s for s in every if s in wanted):

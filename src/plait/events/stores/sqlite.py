@@ -55,6 +55,12 @@ from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
 
+_STORED_SQL = (
+    "SELECT coalesce(sum(length(data) + length(hash) + coalesce(length(content), 0)), 0) "
+    "FROM groups WHERE stream = (SELECT key FROM names WHERE name = ?)"
+)
+"""The bytes of a stream's rows in layout 4: their events, hashes and content."""
+
 _LAYOUTS = ("groups", "log")
 """The tables of rows of layouts 4 and 3, latest first; else layout 1's ``events``."""
 
@@ -322,6 +328,12 @@ class SqliteStore(SqlitePruning, EventStore):
         wal = self.path.with_name(self.path.name + "-wal")
         total = int(pages) * int(size) + (wal.stat().st_size if wal.exists() else 0)
         return Space(total, int(free) * int(size), f"sqlite3 {self.path} VACUUM")
+
+    def stored_bytes(self, stream: str) -> int | None:
+        if self._rows_table != "groups":
+            return None
+        ((stored,),) = self._query(_STORED_SQL, (stream,))
+        return int(stored)
 
     def _last_position(self) -> int:
         ((last,),) = self._query(LAST_POSITION_SQL[self._rows_table], ())
