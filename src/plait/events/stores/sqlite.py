@@ -112,6 +112,8 @@ class SqliteStore(SqlitePruning, EventStore):
             self._db.close()
             raise
         self._known_names: dict[int, str] = {}
+        self._read_chains = threading.local()
+        """Layout 4: each thread's chains of rows read across streams (a live tail's)."""
         self._writes = Writes(self._db, self._lock, self._error, self.path, table=self._rows_table)
 
     @contextlib.contextmanager
@@ -278,7 +280,10 @@ class SqliteStore(SqlitePruning, EventStore):
                 "WHERE position > ? ORDER BY position LIMIT ?",
                 (after_position, -1 if limit is None else limit),
             )
-        return all_rows(self._query, self._names, after_position, limit)
+        known = getattr(self._read_chains, "known", None)
+        if known is None:
+            known = self._read_chains.known = {}
+        return all_rows(self._query, self._names, after_position, limit, known)
 
     def batches(
         self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True

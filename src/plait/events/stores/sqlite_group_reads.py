@@ -22,10 +22,14 @@ from plait.events.stores.sqlite_groups import (
 )
 from plait.events.types import Event
 
-__all__ = ["all_rows", "batches", "stream_rows"]
+__all__ = ["Chain", "all_rows", "batches", "stream_rows"]
 
 _ROWS_READ = 64
 """Rows a rebuild reads at a time."""
+
+_WINDOW = 32_768  # what deflate can refer back to: a row's bytes kept for the next
+_KNOWN = 256
+"""Streams' chains kept between reads across streams, at most."""
 
 _CUT = b"\xc4\x20"  # msgpack's header of 32 bytes of binary: a ``prev_hash``
 _many = msgspec.msgpack.Decoder(list[Event]).decode
@@ -60,24 +64,26 @@ _KEY_SQL = "SELECT key FROM names WHERE name = ?"
 _PREV_GROUP_SQL = "SELECT hash FROM groups WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT 1"
 
 
-class _Chain:
+class Chain:
     """What a reader of a stream's rows in seq order knows of the rows before: the hash of
     the last event, and the bytes of the rows of its chain a row may be compressed after."""
 
-    __slots__ = ("base", "context", "prev", "started", "stream")
+    __slots__ = ("base", "context", "next", "prev", "started", "stream")
 
     def __init__(self, stream: str, prev: bytes) -> None:
         self.stream = stream
         self.prev = prev
         self.base: int | None = None  # the seq of the row the chain read starts at
         self.context: list[bytes] = []
+        self.next = 0  # the seq after the last row read
         self.started = hashlib.sha256(_encode(stream))
 
     def read(self, row: GroupRow) -> _Read:
         """The header, body and computed hashes of ``row``'s events (none if it cannot be
         unpacked), and the hash before its first; the chain moves past it, to the hash the
         row keeps."""
-        _, seq, _, base, data, stored = row
+        _, seq, count, base, data, stored = row
+        self.next = seq + count
         if base is None or base != self.base:  # a chain starts (or is not the one read)
             self.context, self.base = [], seq if base is None else None
         try:
@@ -85,7 +91,7 @@ class _Chain:
         except ValueError:
             before, self.context, self.prev = self.prev, [], stored
             return [], data, [], before
-        self.context = [*self.context, raw][-CONTEXT_ROWS:]
+        self.context = [*self.context, raw[-_WINDOW:]][-CONTEXT_ROWS:]
         before = prev = self.prev
         started = self.started
         hashes = []
@@ -195,7 +201,7 @@ def stream_rows(query: Query, stream: str, after: int, end: int, limit: int | No
     holding = query(_START_SQL, (key, after + 1))
     start = (holding[0][1] or holding[0][0]) if holding else 1
     most = -1 if limit is None else limit + 1 + CHAIN
-    chain = _Chain(stream, _prev_hash(query, key, start))
+    chain = Chain(stream, _prev_hash(query, key, start))
     rows: list[Row] = []
     for group in query(_GROUPS_SQL, (key, start, end, most)):
         rows += [row for row in chain.rows(group) if after < row[4] <= end]
@@ -205,30 +211,48 @@ def stream_rows(query: Query, stream: str, after: int, end: int, limit: int | No
 
 
 class _Chains:
-    """The chains of the streams a read across streams (in position order) has met."""
+    """The chains of the streams a read across streams (in position order) has met, kept in
+    ``known`` (by stream key) for the next read, if given: a live tail reads a row or two at
+    a time, and would otherwise read each one's chain again."""
 
-    def __init__(self, query: Query, names: Callable[[set[int]], dict[int, str]]) -> None:
+    def __init__(
+        self,
+        query: Query,
+        names: Callable[[set[int]], dict[int, str]],
+        known: dict[int, Chain] | None = None,
+    ) -> None:
         self.query, self.names = query, names
-        self.chains: dict[int, _Chain] = {}
+        self.chains: dict[int, Chain] = {}
+        self.known = {} if known is None else known
+        if len(self.known) > _KNOWN:
+            self.known.clear()
 
-    def of(self, key: int, seq: int, base: int | None) -> _Chain:
-        """The chain of stream ``key`` at its row of ``seq``, read from its start if met now."""
+    def of(self, key: int, seq: int, base: int | None) -> Chain:
+        """The chain of stream ``key`` at its row of ``seq``: this read's, or one an earlier
+        read left at that row, or read from its start."""
         chain = self.chains.get(key)
-        if chain is None:
+        if chain is not None:
+            return chain
+        chain = self.known.get(key)
+        if chain is None or chain.next != seq or (base is not None and base != chain.base):
             start = seq if base is None else base
-            chain = _Chain(self.names({key})[key], _prev_hash(self.query, key, start))
+            chain = Chain(self.names({key})[key], _prev_hash(self.query, key, start))
             for group in self.query(_GROUPS_SQL, (key, start, seq - 1, -1)):
                 chain.read(group)  # rows before it in its chain: their bytes, their hash
-            self.chains[key] = chain
+        self.chains[key] = self.known[key] = chain
         return chain
 
 
 def all_rows(
-    query: Query, names: Callable[[set[int]], dict[int, str]], after: int, limit: int | None
+    query: Query,
+    names: Callable[[set[int]], dict[int, str]],
+    after: int,
+    limit: int | None,
+    known: dict[int, Chain] | None = None,
 ) -> list[Row]:
     """The events of every stream after position ``after``, at most ``limit``, as ``Row``s;
-    ``names`` names the streams' keys."""
-    chains = _Chains(query, names)
+    ``names`` names the streams' keys; ``known`` keeps the chains read (``_Chains``)."""
+    chains = _Chains(query, names, known)
     rows: list[Row] = []
     for position, key, seq, count, base, data, stored in query(
         _ALL_GROUPS_SQL, (after, -1 if limit is None else limit + 1)
