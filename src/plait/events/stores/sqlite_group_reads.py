@@ -93,25 +93,25 @@ class Chain:
             return [], data, [], before
         self.context = [*self.context, raw[-_WINDOW:]][-CONTEXT_ROWS:]
         before = prev = self.prev
-        started = self.started
-        hashes = []
+        copy = self.started.copy
+        hashes: list[bytes] = []
+        keep = hashes.append
         view = memoryview(body)
         start = 0
         for _, _, tail, length in header:
             end = start + length
             if tail >= 0 and length and body[start] >> 4 == 9:
                 emptied = end - tail - 2
-                running = started.copy()
+                running = copy()
                 running.update(view[start:emptied])
-                running.update(_CUT)
-                running.update(prev)
+                running.update(_CUT + prev)  # one call: the hot loop of a rebuild
                 running.update(view[emptied + 2 : end])
             else:  # kept whole, or of encoding 1 (whose hash is of its bytes alone)
                 event = whole(body[start:end], tail, prev)
-                running = started.copy() if event[:1] >= b"\x90" else hashlib.sha256()
+                running = copy() if event[:1] >= b"\x90" else hashlib.sha256()
                 running.update(event)
             prev = running.digest()
-            hashes.append(prev)
+            keep(prev)
             start = end
         self.prev = stored
         return header, body, hashes, before
@@ -158,28 +158,24 @@ class Chain:
         header, body, hashes, prev = read
         if not header or _wrong(hashes, count, stored):
             return None
-        current = CURRENT_VERSIONS
-        if any(current.get(t) != v or tail < 0 for t, v, tail, _ in header):
-            return None
+        types = [t for t, *_ in header]
+        versions = [v for _, v, *_ in header]
+        if list(map(CURRENT_VERSIONS.get, types)) != versions or min(h[2] for h in header) < 0:
+            return None  # an old version (lifted the careful way), or bytes kept whole
         try:
             events = _many(b"".join((b"\xdd", len(header).to_bytes(4, "big"), body)))
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
-        stream = self.stream
-        for i, event in enumerate(events):
+        stream, set_ = self.stream, _set
+        for event, digest in zip(events, hashes, strict=True):
             if event.stream or event.prev_hash:
                 return None
-            _set(event, "stream", stream)
-            _set(event, "prev_hash", prev)
-            _set(event, "position", position + i)
-            prev = hashes[i]
-            _set(event, "hash", prev)
-        said = (
-            [stream] * len(header),
-            list(range(seq, seq + len(header))),
-            [t for t, *_ in header],
-            [v for _, v, *_ in header],
-        )
+            set_(event, "stream", stream)
+            set_(event, "prev_hash", prev)
+            set_(event, "position", position)
+            set_(event, "hash", digest)
+            prev, position = digest, position + 1
+        said = ([stream] * len(types), list(range(seq, seq + len(types))), types, versions)
         return events if columns_agree(events, said) else None
 
 
