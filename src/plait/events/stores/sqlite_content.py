@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-import zlib
 from collections.abc import Sequence
 
 import msgspec
 
 from plait.events.blobstore import REDACTED, RedactedMarker
-from plait.events.stores.sqlite_groups import DICTIONARY, Query
+from plait.events.stores.sqlite_groups import DICTIONARY, Query, deflated, inflated
 
 __all__ = ["INLINE_MAX", "delete", "find", "pack_content", "split", "unpack", "write"]
 
 INLINE_MAX = 4096
 """Bytes at most of a blob kept in its append's row."""
 
-_LEVEL = 6
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[bytes | tuple[bytes]]).decode
 
@@ -51,14 +49,12 @@ def split(blobs: dict[str, bytes]) -> tuple[dict[str, bytes], dict[str, bytes]]:
 
 def pack_content(stream: str, blobs: Sequence[bytes | tuple[bytes]]) -> bytes:
     """A row's ``content``: its blobs (a deleted one as the 1-tuple of its sha-256)."""
-    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -13, 6, zdict=_zdict(stream))
-    return packer.compress(_encode(list(blobs))) + packer.flush()
+    return deflated(_encode(list(blobs)), _zdict(stream))
 
 
 def unpack(stream: str, content: bytes) -> list[bytes | tuple[bytes]]:
     """The blobs of a row's ``content`` (a deleted one as the 1-tuple of its sha-256)."""
-    unpacker = zlib.decompressobj(-15, zdict=_zdict(stream))
-    return _decode(unpacker.decompress(content) + unpacker.flush())
+    return _decode(inflated(content, _zdict(stream)))
 
 
 def _zdict(stream: str) -> bytes:
@@ -82,7 +78,7 @@ def find(query: Query, sha256: str) -> bytes | RedactedMarker | None:
             continue
         try:
             blobs = unpack(stream, content)
-        except (zlib.error, msgspec.DecodeError, msgspec.ValidationError):
+        except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
             continue  # damaged: the event that refers to it finds it missing
         for blob in blobs:
             if isinstance(blob, tuple):

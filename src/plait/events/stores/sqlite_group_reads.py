@@ -98,7 +98,8 @@ class Chain:
         keep = hashes.append
         view = memoryview(body)
         start = 0
-        for _, _, tail, length in header:
+        _, _, tails, lengths = zip(*header, strict=True) if header else ((),) * 4
+        for tail, length in zip(tails, lengths, strict=True):
             end = start + length
             if tail >= 0 and length and body[start] >> 4 == 9:
                 emptied = end - tail - 2
@@ -158,9 +159,8 @@ class Chain:
         header, body, hashes, prev = read
         if not header or _wrong(hashes, count, stored):
             return None
-        types = [t for t, *_ in header]
-        versions = [v for _, v, *_ in header]
-        if list(map(CURRENT_VERSIONS.get, types)) != versions or min(h[2] for h in header) < 0:
+        types, versions, tails, _ = map(list, zip(*header, strict=True))
+        if list(map(CURRENT_VERSIONS.get, types)) != versions or min(tails) < 0:
             return None  # an old version (lifted the careful way), or bytes kept whole
         try:
             events = _many(b"".join((b"\xdd", len(header).to_bytes(4, "big"), body)))

@@ -17,6 +17,7 @@ edited, as it would an edited row of an earlier layout.
 from __future__ import annotations
 
 import functools
+import operator
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,9 +32,12 @@ __all__ = [
     "DICTIONARY",
     "GROUPS",
     "NAME_SQL",
+    "WINDOW",
     "GroupRow",
     "Item",
     "Query",
+    "deflated",
+    "inflated",
     "item",
     "pack",
     "pack_items",
@@ -92,12 +96,17 @@ DICTIONARY = (resources.files(__package__) / "dictionary-1.bin").read_bytes()
 """What deflate may refer back to before a row's first byte: the msgpack of typical events
 (field names, type names, common values), so even a row of one event compresses."""
 
-_WINDOW = 32_768  # what deflate can refer back to
+_WINDOW = 32_768  # what deflate can refer back to, reading
+_WINDOW_BITS = 13
+WINDOW = 1 << _WINDOW_BITS
+"""What a row's deflate refers back to, written: 8 KiB (a row of a turn, and the two before
+it), so that writing it starts fast; reading, any window up to 32 KiB is read alike."""
 
 _CUT = b"\xc4\x20"  # msgpack's header of 32 bytes of binary: a ``prev_hash``
 _EMPTIED = b"\xc4\x00"  # and of none: the ``prev_hash`` as stored
 _LEVEL = 6
 
+_LENGTH = operator.itemgetter(3)  # of an event, in a row's header
 _encode = msgspec.msgpack.Encoder().encode
 _header = msgspec.msgpack.Decoder(list[tuple[str, int, int, int]]).decode
 
@@ -173,8 +182,26 @@ def pack_items(items: Sequence[Item], context: bytes = b"") -> tuple[bytes, byte
     header = _encode([(t, v, tail, len(cut)) for t, v, tail, cut in items])
     packed = b"".join((len(header).to_bytes(4, "big"), header, *(cut for *_, cut in items)))
     raw = _binary_of(packed)
-    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -13, 6, zdict=_zdict(context))
-    return _FORMAT + packer.compress(raw) + packer.flush(), raw
+    return _FORMAT + deflated(raw, _zdict(context)), raw
+
+
+def deflated(data: bytes, zdict: bytes) -> bytes:
+    """``data`` as raw deflate, after ``zdict`` (what layout 4 stores, its rows and content)."""
+    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -_WINDOW_BITS, 6, zdict=zdict)
+    return packer.compress(data) + packer.flush()
+
+
+def inflated(data: bytes, zdict: bytes) -> bytes:
+    """What ``deflated`` made of ``data`` after ``zdict``; raise ``ValueError`` if it is not
+    one whole deflate stream."""
+    try:
+        unpacker = zlib.decompressobj(-15, zdict=zdict)  # reads any window up to 32 KiB
+        found = unpacker.decompress(data) + unpacker.flush()
+    except zlib.error as exc:
+        raise ValueError(str(exc)) from None
+    if not unpacker.eof or unpacker.unused_data:  # raw deflate has no check of its own
+        raise ValueError("the deflate stream does not end where the row does")
+    return found
 
 
 def unpack(data: bytes, context: bytes = b"") -> tuple[list[Item], bytes]:
@@ -206,18 +233,15 @@ def unpacked(data: bytes, context: bytes) -> tuple[list[tuple[str, int, int, int
     compressed after; raise ``ValueError`` if it is not one."""
     if data[:1] != _FORMAT:
         raise ValueError(f"unknown format {data[:1].hex() or 'of 0 bytes'}")
+    raw = inflated(data[1:], _zdict(context))
     try:
-        unpacker = zlib.decompressobj(-15, zdict=_zdict(context))
-        raw = unpacker.decompress(data[1:]) + unpacker.flush()
-        if not unpacker.eof or unpacker.unused_data:  # raw deflate has no check of its own
-            raise ValueError("the deflate stream does not end where the row does")
         packed = _FROM_BINARY.sub(_text, raw) if b"\xc1" in raw else raw
         size = int.from_bytes(packed[:4], "big")
         header = _header(packed[4 : 4 + size])
-    except (zlib.error, msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValueError(str(exc)) from None
     body = packed[4 + size :]
-    if sum(length for *_, length in header) != len(body):
+    if sum(map(_LENGTH, header)) != len(body):
         raise ValueError("its events' lengths do not add up to its bytes")
     return header, body, raw
 

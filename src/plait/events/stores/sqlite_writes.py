@@ -30,7 +30,7 @@ from plait.events.codec import GENESIS_HASH
 from plait.events.store import EventStore, PreparedAppend
 from plait.events.stores.sqlite_content import pack_content, split
 from plait.events.stores.sqlite_content import write as write_content
-from plait.events.stores.sqlite_groups import CHAIN, CONTEXT_ROWS, NAME_SQL, pack
+from plait.events.stores.sqlite_groups import CHAIN, CONTEXT_ROWS, NAME_SQL, WINDOW, pack
 from plait.events.stores.sqlite_schema import LAST_POSITION_SQL
 from plait.events.types import Event
 
@@ -52,8 +52,9 @@ _GROUP_SQL = (
     "INSERT INTO groups (position, stream, seq, count, base, data, hash, content) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_WINDOW = 32_768
-"""Bytes of a row that the next is compressed after, at most (what deflate refers back to)."""
+_MOST_CHAINS = 1_000
+"""Streams whose last rows are remembered to compress the next after, at most; past it they
+are forgotten, and a stream's next row begins a chain (a worker's sessions, each bytes only)."""
 
 
 @functools.cache
@@ -259,12 +260,12 @@ class Writes:
         self._db.execute(_GROUP_SQL, (first, key, seq, count, base, data, last[4], content))
         if kept:
             write_content(self._db, first, kept)
-        if len(self._chains) > _MOST_HEADS:
+        if len(self._chains) > _MOST_CHAINS:
             self._chains.clear()
         if chain is None:
-            self._chains[stream] = (seq, [raw[-_WINDOW:]], 1, last[0])
+            self._chains[stream] = (seq, [raw[-WINDOW:]], 1, last[0])
             return apart
-        bytes_before = [*chain[1], raw[-_WINDOW:]][-CONTEXT_ROWS:]
+        bytes_before = [*chain[1], raw[-WINDOW:]][-CONTEXT_ROWS:]
         self._chains[stream] = (chain[0], bytes_before, chain[2] + 1, last[0])
         return apart
 
