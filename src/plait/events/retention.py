@@ -189,6 +189,8 @@ def _scan(store: EventStore, stream: str) -> _Session:
         elif isinstance(body, SessionStarted) and body.forked_from is not None:
             session.forked_from = body.forked_from.stream
     session.last_at = events[-1].at if events else None
+    stored = store.stored_bytes(stream)  # compressed, where the store does (layout 4)
+    session.size = session.size if stored is None else stored
     return session
 
 

@@ -336,9 +336,9 @@ class EventStore(Ownership, BlobStore, Pruning, ABC):
         return [StreamInfo(stream, last) for stream, last in self._streams()]
 
     def stored_bytes(self, stream: str) -> int | None:
-        """The bytes ``stream``'s rows take as stored, where they are not an event a row with
-        its data and hash (a SQLite store of layout 4 compresses an append in a row); ``None``
-        where they are (``usage`` adds up the rows)."""
+        """The bytes ``stream``'s events take as stored (their content apart), where they are
+        not an event a row with its data and hash (a SQLite store of layout 4 compresses an
+        append in a row); ``None`` where they are (``usage`` adds up the rows)."""
         return None
 
     def as_stored(self, stream: str) -> tuple[list[Row], tuple[int, bytes], BlobState]:

@@ -38,7 +38,7 @@ class SessionUsage(msgspec.Struct, frozen=True):
     """Events in its log."""
     bytes: int
     """Their stored data and hashes, in bytes (the blobs apart; in a SQLite store of layout 4,
-    its rows as stored: compressed, with the small content kept in them)."""
+    as its rows keep them, compressed)."""
     by_type: list[TypeUsage]
     """By body type, the most bytes first."""
     blobs: int

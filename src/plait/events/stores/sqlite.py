@@ -56,10 +56,10 @@ from plait.events.types import Event
 __all__ = ["SqliteStore"]
 
 _STORED_SQL = (
-    "SELECT coalesce(sum(length(data) + length(hash) + coalesce(length(content), 0)), 0) "
-    "FROM groups WHERE stream = (SELECT key FROM names WHERE name = ?)"
+    "SELECT coalesce(sum(length(data) + length(hash)), 0) FROM groups "
+    "WHERE stream = (SELECT key FROM names WHERE name = ?)"
 )
-"""The bytes of a stream's rows in layout 4: their events, hashes and content."""
+"""The bytes of a stream's events in layout 4, as its rows keep them (their content apart)."""
 
 _LAYOUTS = ("groups", "log")
 """The tables of rows of layouts 4 and 3, latest first; else layout 1's ``events``."""
