@@ -273,8 +273,6 @@ def decode_joined(
     hashes: bytes,
     ends: list[int],
     streams: list[str],
-    *,
-    hashed: bool = False,
 ) -> list[Event] | None:
     """Decode the stored bytes of ``len(positions)`` events of the current versions laid end
     to end, and give them their positions and their hashes (32 bytes each, end to end): the
@@ -284,8 +282,7 @@ def decode_joined(
     against its hash; ``streams`` are the rows' (encoding 2 leaves the stream to the row).
     Return ``None`` when one does not match, the events are not all of one encoding, or they
     do not decode as current events (the careful path of ``decode_rows`` then says which and
-    why). ``hashed``: the hashes are the bytes' own, computed by the caller (a row of layout
-    4 is checked whole, ``sqlite_groups.py``), and are not computed again.
+    why).
     """
     count = len(positions)
     if len(hashes) != 32 * count or not count:
@@ -294,16 +291,12 @@ def decode_joined(
     cuts = list(pairwise(ends))
     # All of one encoding, as the first says: else a digest does not match (careful path).
     compact = is_compact(data[: cuts[0][1]])
-    if hashed:
-        if any((data[a] >> 4 == 9) is not compact for a, _ in cuts):
-            return None
-        digests = [hashes[32 * i : 32 * i + 32] for i in range(count)]
-    elif compact:
+    if compact:
         hashers = {stream: hasher(stream) for stream in set(streams)}
         digests = [hashers[s](data[a:b]) for (a, b), s in zip(cuts, streams, strict=True)]
     else:
         digests = [sha256(data[a:b]).digest() for a, b in cuts]
-    if not hashed and b"".join(digests) != hashes:
+    if b"".join(digests) != hashes:
         return None  # the careful path names the row
     # One msgpack array (a 32-bit length, then the events) decodes in one call.
     joined = b"".join((b"\xdd", count.to_bytes(4, "big"), data))
