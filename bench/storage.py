@@ -197,7 +197,7 @@ def _appends(db: Path) -> list[tuple[str, int, int, int, int, list[Item]]]:
             "SELECT n.name, g.seq, g.base, g.data, coalesce(length(g.content), 0), g.position "
             "FROM groups AS g JOIN names AS n ON n.key = g.stream ORDER BY n.name, g.seq"
         ).fetchall()
-    items = stream_items((base, data) for _, _, base, data, _, _ in rows)  # one stream here
+    items = stream_items((base, data) for _, _, base, data, _, _ in rows)  # by stream, by seq
     found = [
         (row[5], (row[0], row[1], len(row[3]), row[4], row_items))
         for row, row_items in zip(rows, items, strict=True)

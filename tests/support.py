@@ -223,14 +223,15 @@ class GroupsTamper(Tamper):
     def __init__(self, path: Path, execute: Callable[[str, tuple[Any, ...]], None]) -> None:
         super().__init__(execute, "?")
         self._path = path
-        self._later: list[list[Any]] = []  # the rows after the one ``_row`` gives
 
     @contextlib.contextmanager
-    def _row(self, stream: str, seq: int) -> Iterator[tuple[sqlite3.Connection, list[Any]]]:
+    def _row(
+        self, stream: str, seq: int
+    ) -> Iterator[tuple[sqlite3.Connection, list[Any], list[list[Any]]]]:
         """The row holding ``stream``'s event ``seq``: ``[position, key, seq, count, items,
-        hash, content]``, written back as the caller leaves it (deleted if it holds no event),
-        with every row of the stream after it packed again (each standing alone: a row is
-        compressed after the rows before it in its chain), each with the content it kept."""
+        hash, content]``, and the rows after it, all written back as the caller leaves them:
+        a row that holds no event deleted, each other packed again, standing alone (a row is
+        compressed after the rows before it in its chain), with the content it kept."""
         with contextlib.closing(sqlite3.connect(self._path)) as db, db:
             found = db.execute(
                 "SELECT g.position, g.stream, g.seq, g.count, g.base, g.data, g.hash, g.content "
@@ -246,9 +247,8 @@ class GroupsTamper(Tamper):
                 )
             ]
             at = max(i for i, row in enumerate(rows) if row[2] <= seq)
-            self._later = rows[at + 1 :]
             written = [row[0] for row in rows[at:]]
-            yield db, rows[at]
+            yield db, rows[at], rows[at + 1 :]
             db.executemany("DELETE FROM groups WHERE position = ?", [(p,) for p in written])
             for row in rows[at:]:
                 if row[4]:
@@ -260,31 +260,31 @@ class GroupsTamper(Tamper):
                     )
 
     def set_data(self, stream: str, seq: int, data: bytes, digest: bytes | None = None) -> None:
-        with self._row(stream, seq) as (_, row):
+        with self._row(stream, seq) as (_, row, _):
             type_name, v, _, _ = row[4][seq - row[2]]
             row[4][seq - row[2]] = sqlite_groups.item(type_name, v, data)
             if digest is not None and seq == row[2] + len(row[4]) - 1:
                 row[5] = digest  # the row keeps only its last event's hash
 
     def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
-        with self._row(stream, seq) as (_, row):
+        with self._row(stream, seq) as (_, row, _):
             row[4][seq - row[2]] = (type_name, version, *row[4][seq - row[2]][2:])
 
     def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
         if column in ("type", "v"):
-            with self._row(stream, seq) as (_, row):
+            with self._row(stream, seq) as (_, row, _):
                 type_name, v, *rest = row[4][seq - row[2]]
                 changed = (value, v) if column == "type" else (type_name, value)
                 row[4][seq - row[2]] = (*changed, *rest)
             return
-        with self._row(stream, seq) as (db, row):
+        with self._row(stream, seq) as (db, row, _):
             if column == "stream":
                 db.execute(sqlite_groups.NAME_SQL, (value,))
                 ((value,),) = db.execute("SELECT key FROM names WHERE name = ?", (value,))
             row[{"position": 0, "stream": 1, "seq": 2}[column]] = value
 
     def delete(self, stream: str, seq: int) -> None:
-        with self._row(stream, seq) as (db, row):
+        with self._row(stream, seq) as (db, row, _):
             at = seq - row[2]
             before, after = row[4][:at], row[4][at + 1 :]
             if after:  # the events after it stay as they were, in a row of their own
@@ -322,10 +322,10 @@ class GroupsTamper(Tamper):
                 row[5] = prev
 
     def truncate(self, stream: str, seq: int, digest: bytes) -> None:
-        with self._row(stream, seq) as (_, row):
+        with self._row(stream, seq) as (_, row, after):
             del row[4][seq - row[2] + 1 :]
             row[5] = digest
-            for later in self._later:
+            for later in after:
                 later[4] = []  # deleted, not written back
         self._execute(
             "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?", (seq, digest, stream)

@@ -38,7 +38,7 @@ from plait.events.store import (
 from plait.events.stores.sqlite_content import delete as delete_content
 from plait.events.stores.sqlite_content import find as find_content
 from plait.events.stores.sqlite_files import FileWaiter, open_read_only, open_writable
-from plait.events.stores.sqlite_group_reads import all_rows, stream_rows
+from plait.events.stores.sqlite_group_reads import all_rows, stored_bytes, stream_rows
 from plait.events.stores.sqlite_group_reads import batches as group_batches
 from plait.events.stores.sqlite_groups import GROUPS
 from plait.events.stores.sqlite_prune import SqlitePruning
@@ -54,12 +54,6 @@ from plait.events.stores.sqlite_writes import Writes
 from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
-
-_STORED_SQL = (
-    "SELECT coalesce(sum(length(data) + length(hash)), 0) FROM groups "
-    "WHERE stream = (SELECT key FROM names WHERE name = ?)"
-)
-"""The bytes of a stream's events in layout 4, as its rows keep them (their content apart)."""
 
 _LAYOUTS = ("groups", "log")
 """The tables of rows of layouts 4 and 3, latest first; else layout 1's ``events``."""
@@ -335,10 +329,7 @@ class SqliteStore(SqlitePruning, EventStore):
         return Space(total, int(free) * int(size), f"sqlite3 {self.path} VACUUM")
 
     def stored_bytes(self, stream: str) -> int | None:
-        if self._rows_table != "groups":
-            return None
-        ((stored,),) = self._query(_STORED_SQL, (stream,))
-        return int(stored)
+        return stored_bytes(self._query, stream) if self._rows_table == "groups" else None
 
     def _last_position(self) -> int:
         ((last,),) = self._query(LAST_POSITION_SQL[self._rows_table], ())
@@ -376,10 +367,7 @@ class SqliteStore(SqlitePruning, EventStore):
 
     def _redact(self, sha256: str) -> bool:
         with self._transaction() as db:
-            found = db.execute("UPDATE blobs SET data = NULL WHERE sha256 = ?", (sha256,))
-            deleted = found.rowcount > 0
-            if not deleted and self._rows_table == "groups":
-                deleted = delete_content(db, sha256)
+            deleted = self._delete(db, "UPDATE blobs SET data = NULL WHERE sha256 = ?", sha256)
         with self._lock, self._errors():
             # Its old pages leave the write-ahead log too, so the file no longer holds it.
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -388,13 +376,14 @@ class SqliteStore(SqlitePruning, EventStore):
     def _redact_all(self, sha256s: list[str]) -> int:
         with self._transaction() as db:
             sql = "UPDATE blobs SET data = NULL WHERE sha256 = ? AND data IS NOT NULL"
-            deleted = 0
-            for sha256 in sha256s:
-                found = db.execute(sql, (sha256,)).rowcount > 0
-                if not found and self._rows_table == "groups":
-                    found = delete_content(db, sha256)
-                deleted += found
-            return deleted
+            return sum(self._delete(db, sql, sha256) for sha256 in sha256s)
+
+    def _delete(self, db: sqlite3.Connection, sql: str, sha256: str) -> bool:
+        """Delete a blob's content by ``sql`` in ``blobs``, else (layout 4) in the row that
+        keeps it; return whether either held it."""
+        if db.execute(sql, (sha256,)).rowcount > 0:
+            return True
+        return self._rows_table == "groups" and delete_content(db, sha256)
 
     def scrub(self) -> str | None:
         # secure_delete zeroed the deleted content in the pages written since; the old pages

@@ -14,20 +14,19 @@ from plait.events.codec import BLOB_MARK, CURRENT_VERSIONS, GENESIS_HASH
 from plait.events.store import Row
 from plait.events.stores.sqlite_groups import (
     CHAIN,
-    CONTEXT_ROWS,
     GroupRow,
     Query,
+    follow,
     unpacked,
     whole,
 )
 from plait.events.types import Event
 
-__all__ = ["Chain", "all_rows", "batches", "stream_rows"]
+__all__ = ["Chain", "all_rows", "batches", "stored_bytes", "stream_rows"]
 
 _ROWS_READ = 64
 """Rows a rebuild reads at a time."""
 
-_WINDOW = 32_768  # what deflate can refer back to: a row's bytes kept for the next
 _KNOWN = 256
 """Streams' chains kept between reads across streams, at most."""
 
@@ -63,6 +62,11 @@ _KEY_SQL = "SELECT key FROM names WHERE name = ?"
 
 _PREV_GROUP_SQL = "SELECT hash FROM groups WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT 1"
 
+_STORED_SQL = (
+    "SELECT coalesce(sum(length(data) + length(hash)), 0) FROM groups "
+    "WHERE stream = (SELECT key FROM names WHERE name = ?)"
+)
+
 
 class Chain:
     """What a reader of a stream's rows in seq order knows of the rows before: the hash of
@@ -91,7 +95,7 @@ class Chain:
         except ValueError:
             before, self.context, self.prev = self.prev, [], stored
             return [], data, [], before
-        self.context = [*self.context, raw[-_WINDOW:]][-CONTEXT_ROWS:]
+        self.context = follow(self.context, raw)
         before = prev = self.prev
         copy = self.started.copy
         hashes: list[bytes] = []
@@ -258,6 +262,12 @@ def all_rows(
         if limit is not None and len(rows) >= limit:
             break
     return rows if limit is None else rows[:limit]
+
+
+def stored_bytes(query: Query, stream: str) -> int:
+    """The bytes of ``stream``'s events as its rows keep them (their content apart)."""
+    ((stored,),) = query(_STORED_SQL, (stream,))
+    return int(stored)
 
 
 def _prev_hash(query: Query, key: int, seq: int) -> bytes:

@@ -37,6 +37,7 @@ __all__ = [
     "Item",
     "Query",
     "deflated",
+    "follow",
     "inflated",
     "item",
     "pack",
@@ -224,8 +225,15 @@ def stream_items(rows: Iterable[tuple[int | None, bytes]]) -> Iterator[list[Item
         if base is None:
             context = []
         items, raw = unpack(data, b"".join(context))
-        context = [*context, raw][-CONTEXT_ROWS:]
+        context = follow(context, raw)
         yield items
+
+
+def follow(context: list[bytes], raw: bytes, keep: int = _WINDOW) -> list[bytes]:
+    """What the row after one of bytes ``raw`` is compressed after, the rows before it in
+    its chain having been ``context``: the last ``CONTEXT_ROWS`` rows' bytes, each cut to the
+    ``keep`` bytes deflate can refer back to (``WINDOW`` written, 32 KiB read)."""
+    return [*context, raw[-keep:]][-CONTEXT_ROWS:]
 
 
 def unpacked(data: bytes, context: bytes) -> tuple[list[tuple[str, int, int, int]], bytes, bytes]:
@@ -264,11 +272,8 @@ def _held_prev_hash(data: bytes) -> bytes | None:
         raw = msgspec.msgpack.decode(data)
     except msgspec.DecodeError:
         return None
-    found = (
-        raw.get("prev_hash")
-        if isinstance(raw, dict)
-        else raw[5]
-        if isinstance(raw, list) and len(raw) > 5
-        else None
-    )
+    if isinstance(raw, dict):  # encoding 1: a map by field name
+        found = raw.get("prev_hash")
+    else:  # encoding 2: the envelope's fields in order, ``prev_hash`` the sixth
+        found = raw[5] if isinstance(raw, list) and len(raw) > 5 else None
     return found if isinstance(found, bytes) and len(found) == 32 else None

@@ -30,7 +30,7 @@ from plait.events.codec import GENESIS_HASH
 from plait.events.store import EventStore, PreparedAppend
 from plait.events.stores.sqlite_content import pack_content, split
 from plait.events.stores.sqlite_content import write as write_content
-from plait.events.stores.sqlite_groups import CHAIN, CONTEXT_ROWS, NAME_SQL, WINDOW, pack
+from plait.events.stores.sqlite_groups import CHAIN, NAME_SQL, WINDOW, follow, pack
 from plait.events.stores.sqlite_schema import LAST_POSITION_SQL
 from plait.events.types import Event
 
@@ -200,17 +200,16 @@ class Writes:
                     append.fail(exc)
                     continue
                 key, rows = self._as_written(stream, prepared.rows)
-                count = len(rows)
                 first = position + 1
-                made = prepared.blobs
                 if self._table == "groups":
                     made = self._write_group(stream, key, first, head_seq, head_hash, prepared)
-                    rows = ()
-                for start in range(0, len(rows), _ROWS_PER_INSERT):
-                    part = rows[start : start + _ROWS_PER_INSERT]
-                    values = [first + start, key, *chain.from_iterable(part)]
-                    db.execute(_insert_sql(len(part), self._table), values)
-                position += count
+                else:
+                    made = prepared.blobs
+                    for start in range(0, len(rows), _ROWS_PER_INSERT):
+                        part = rows[start : start + _ROWS_PER_INSERT]
+                        values = [first + start, key, *chain.from_iterable(part)]
+                        db.execute(_insert_sql(len(part), self._table), values)
+                position += len(rows)
                 last = prepared.rows[-1]
                 heads[stream] = (last[0], last[4])
                 if stream not in moved:
@@ -248,12 +247,13 @@ class Writes:
         before it in its stream's chain if this object wrote them and the chain is not full
         (``sqlite_groups.CHAIN``), else beginning a chain, with its small blobs; return the
         blobs left for ``blobs``."""
+        seq, last = head_seq + 1, prepared.rows[-1]
         chain = self._chains.get(stream)
         if chain is None or chain[3] != head_seq or chain[2] >= CHAIN:
-            chain = None
-        data, raw = pack(prepared.rows, head_hash, b"".join(chain[1]) if chain else b"")
-        seq, last = head_seq + 1, prepared.rows[-1]
-        base = chain[0] if chain else None
+            chain, base = (seq, [], 0, 0), None  # it begins one
+        else:
+            base = chain[0]
+        data, raw = pack(prepared.rows, head_hash, b"".join(chain[1]))
         apart, kept = split(prepared.blobs)
         content = pack_content(stream, list(kept.values())) if kept else None
         count = len(prepared.rows)
@@ -262,11 +262,7 @@ class Writes:
             write_content(self._db, first, kept)
         if len(self._chains) > _MOST_CHAINS:
             self._chains.clear()
-        if chain is None:
-            self._chains[stream] = (seq, [raw[-WINDOW:]], 1, last[0])
-            return apart
-        bytes_before = [*chain[1], raw[-WINDOW:]][-CONTEXT_ROWS:]
-        self._chains[stream] = (chain[0], bytes_before, chain[2] + 1, last[0])
+        self._chains[stream] = (chain[0], follow(chain[1], raw, WINDOW), chain[2] + 1, last[0])
         return apart
 
     def _as_written(
