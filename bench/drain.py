@@ -1,14 +1,20 @@
-"""How long SIGTERM takes to stop a ``plait worker`` that runs N tasks at once.
+"""How long SIGTERM (or SIGINT) takes to stop a ``plait worker`` that runs N tasks at once.
 
 One ``plait worker --concurrency N --drain-sec S`` takes over N sessions, each with a task
 whose reply streams for minutes (so none reaches a checkpoint by itself); once every task
 runs, the worker is sent SIGTERM. Printed: the time from the signal to the worker's exit,
 beside the goal (``S`` + 1 s: the drain is one deadline for all sessions, not ``S`` each);
-then, right after its exit, how many leases are still live (goal: 0), how many tasks have their
-end recorded (goal: N) and whether every session's chain verifies.
+then, right after its exit, how many leases are still live (goal: 0), how many of its MCP
+servers still run (goal: 0), how many tasks have their end recorded (goal: N) and whether
+every session's chain verifies.
+
+With ``--mcp M``, each session has M stdio MCP servers (``tests/mcp/server.py``); with
+``--call``, each task is in a minute-long call of one when the signal comes; with
+``--early``, the signal comes as the tasks start, while their servers start.
 
     python bench/drain.py                 # 8 sessions, --drain-sec 5, SQLite in a temp dir
     python bench/drain.py --sessions 4 --drain-sec 2
+    python bench/drain.py --drain-sec 3 --mcp 2 --early --signal SIGINT
     python bench/drain.py --store postgresql://postgres@127.0.0.1:5432/test?schema=plait_drain
 """
 
@@ -116,7 +122,7 @@ def main() -> None:
     print(f"  MCP servers still running after exit: {left} (goal: 0)")
     print(f"  tasks with their end recorded: {ended} of {args.sessions}")
     print(f"  every chain verifies: {verified}")
-    if code < 0:
+    if code < 0:  # it died of a signal: all it said
         print(said)
     print(f"  its line: {said.strip().splitlines()[-1] if said.strip() else '(none)'}"[:200])
 
