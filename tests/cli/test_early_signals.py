@@ -29,7 +29,7 @@ MARKS = (10, 60, 200, 350)
 first few (``plait``, ``plait.cli.lifetime``, ``plait.cli``, what they import) come before the
 program's first line (``plait.cli.run``) puts its handlers in; ``main`` runs after about 380."""
 
-DELAYS_SEC = (0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.13, 0.2)
+DELAYS_SEC = (0.0, 0.01, 0.02, 0.04, 0.1, 0.3)
 """How long after the answer's line the two SIGTERMs come, round after round, until one comes
 after the process's exit (its end takes a few tens of milliseconds here, more when busy)."""
 

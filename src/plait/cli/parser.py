@@ -356,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_arguments(sys.argv[1:] if argv is None else argv)
     except PlaitError as exc:
+        LIFETIME.end(1)
         err(f"plait: {exc}")
         return 1
     args = build_parser().parse_args(argv)
