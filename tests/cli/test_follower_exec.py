@@ -1,15 +1,17 @@
-"""``plait exec --session S`` while another process runs S (docs/processes.md#following): a
-real ``plait worker`` owns S, the follower is another real ``plait`` process. It submits its
-task through the owner's inbox at once, whatever MCP servers its configuration names (the
-owner runs them), prints its own task's answer as the owner records it, and exits with its
-task's outcome, on both stores."""
+"""``plait exec --session S`` while another process runs S
+(docs/processes.md#following-from-the-command-line): a real ``plait worker`` owns S, the
+follower is another real ``plait`` process. It submits its task through the owner's inbox at
+once, whatever MCP servers its configuration names (the owner runs them), prints its own
+task's answer as the owner records it, and exits with its task's outcome, on both stores."""
 
 from __future__ import annotations
 
+import io
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,8 +19,21 @@ import pytest
 from support import StoreFactory
 
 from plait.actors.model import ModelSettings
-from plait.events import Event, TaskCompleted, TaskEnqueued, TaskStarted, TurnAborted
+from plait.cli.output import ExecPrinter
+from plait.events import (
+    AgentMessageDelta,
+    Body,
+    Event,
+    ModelRequested,
+    ModelResponded,
+    TaskCompleted,
+    TaskEnqueued,
+    TaskStarted,
+    Transient,
+    TurnAborted,
+)
 from plait.events.subscription import Subscription
+from plait.events.values import Closure, TaskPlan
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -137,3 +152,66 @@ def test_a_follower_exec_prints_its_own_tasks_answer_and_no_other(
     events = front.store.read(session)
     (done,) = [e for e in events if e.task_id == mine.task_id and isinstance(e.body, TaskCompleted)]
     assert done.body.last_assistant_message == "Second,\nin two lines."
+
+
+# What the printer shows of a feed, item by item: the owner's (text deltas, then the recorded
+# reply), a follower's (the recorded reply alone), and other tasks' (nothing).
+
+
+def event(seq: int, task: str | None, body: Body, conversation: str = "root") -> Event:
+    return Event("s", seq, datetime(2026, 1, 1, tzinfo=UTC), 1, body, b"", conversation, task)
+
+
+def shown(*items: Event | Transient) -> tuple[str, str]:
+    """What ``plait exec`` prints of ``items`` once it submitted task ``mine`` to the root
+    conversation: its stdout and its stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    printer = ExecPrinter("root", out, err, json=False)
+    printer.follow("mine")
+    for item in items:
+        printer(item)
+    printer.end_line()
+    return out.getvalue(), err.getvalue()
+
+
+def delta(text: str, task: str = "mine") -> AgentMessageDelta:
+    return AgentMessageDelta("root", task, text)
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [[], ["Hel", "lo."], ["Hel"]],
+    ids=["follower", "owner", "owner-whose-feed-fell-behind"],
+)
+def test_each_reply_is_printed_once_whatever_of_it_streamed(deltas: list[str]) -> None:
+    replies = [event(2, "mine", ModelResponded("Hello.")), event(3, "mine", TaskCompleted())]
+    out, _ = shown(event(1, "mine", TaskStarted()), *map(delta, deltas), *replies)
+    assert out == "Hello.\n"
+
+
+def test_other_tasks_and_summaries_are_not_the_answer() -> None:
+    out, err = shown(
+        delta("Not yours.", "other"),
+        event(1, "other", ModelResponded("Not yours.")),
+        event(2, "mine", ModelRequested("m", "t", "i", purpose="compact")),
+        event(3, "mine", ModelResponded("A summary.")),
+        event(4, "mine", ModelRequested("m", "t", "i")),
+        event(5, "mine", ModelResponded("Mine.")),
+    )
+    assert (out, err) == ("Mine.\n", "[compacting the history...]\n")
+
+
+def test_the_tasks_a_conv_create_leads_to_are_shown() -> None:
+    target = TaskPlan("target", "helper")
+    closure = Closure("call_1", "conv_create", target_task_id="target")
+    out, err = shown(
+        event(1, "mine", ModelResponded("Asking.")),
+        event(2, "mine", TurnAborted("replaced", "replaced", awaiting_call_ids=["call_1"])),
+        event(3, "target", TaskEnqueued(target, front=True), "helper"),
+        event(4, "goes-on", TaskEnqueued(TaskPlan("goes-on", "root", closure=closure), True)),
+        event(5, "target", ModelResponded("Two."), "helper"),
+        event(6, "goes-on", ModelResponded("It says two.")),
+        event(7, "other", ModelResponded("Not yours.")),
+    )
+    assert out == "Asking.\nIt says two.\n"
+    assert err == "  [helper] Two.\n"

@@ -222,10 +222,10 @@ class ExecPrinter:
     Once told the task (``follow``), only its chain is shown, and each reply's text is also
     taken from its ``ModelResponded``, as it is recorded: a follower gets no text deltas (they
     reach only the owner's feeds), and what the deltas showed is not shown twice
-    (docs/processes.md#following). With ``json``: every event (as ``plait log --json``
-    prints it) and every text delta (``{"type": "AgentMessageDelta", ...}``) goes to ``out``,
-    one JSON object a line. An event at or below ``last_seq`` was printed already and is
-    skipped.
+    (docs/processes.md#following-from-the-command-line). With ``json``: every event (as
+    ``plait log --json`` prints it) and every text delta (``{"type": "AgentMessageDelta",
+    ...}``) goes to ``out``, one JSON object a line. An event at or below ``last_seq`` was
+    printed already and is skipped.
     """
 
     def __init__(

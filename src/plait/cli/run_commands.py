@@ -168,7 +168,7 @@ def _run(
 ) -> TaskOutcome:
     """Submit ``prompt`` to conversation ``cid`` and wait until its task and its
     continuations end, handing ``on_item`` every item of the session meanwhile; ``printer``
-    shows only that task's (docs/processes.md#following)."""
+    shows only that task's (docs/processes.md#following-from-the-command-line)."""
     from plait.runtime.outcome import await_outcome
 
     with handle.subscribe() as feed:  # before the submit: nothing of the task is missed
