@@ -110,8 +110,8 @@ def test_a_follower_exec_submits_at_once_whatever_servers_its_config_names(
     server.push(Step(text="First."), Step(text="Hello there."), Step(status=500))
     session, worker = owned_by_a_worker(cli, front, "first")
     try:
-        code, _, said = exited(cli.spawn("exec", "--session", session, "hello"))
-        assert code == 0, said
+        code, answer, said = exited(cli.spawn("exec", "--session", session, "hello"))
+        assert (code, answer) == (0, "Hello there.\n"), said
         assert said[0].startswith(f"session {session} followed (run by "), said
         *_, done = [e for e in front.store.read(session) if isinstance(e.body, TaskCompleted)]
         assert done.body.last_assistant_message == "Hello there."
