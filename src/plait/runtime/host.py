@@ -188,7 +188,7 @@ class SessionHost:
                 return ack()
             assert self.actor is not None  # woken, under the lock
             self.acks.add(ack)
-            self.actor.tell(Enqueue((plan,), ack))
+            self.actor.tell(Enqueue((plan,), ack, once=True))  # docs/processes.md#the-inbox
 
     def queue(self, plan: TaskPlan) -> str:
         """``tell`` ``plan``, and return its id once it is durable."""
