@@ -64,8 +64,8 @@ class TaskQueue(msgspec.Struct):
     """How finished tasks that a continuation waits for ended, by task id."""
     known: set[str] = set()
     """Every task id the session has enqueued, whatever became of the task: a command that
-    names one again is not queued twice (docs/processes.md#the-inbox). A few dozen bytes a
-    task, beside the histories that hold at least its input."""
+    names one again is not queued twice. A few dozen bytes a task, beside the histories that
+    hold at least its input (docs/processes.md#each-command-takes-effect-once)."""
 
     def snapshot(self) -> QueueSnapshot:
         """A frozen copy of what runs and waits, safe to hand to another thread."""

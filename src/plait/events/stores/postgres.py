@@ -51,6 +51,7 @@ from plait.events.store import (
     Waiter,
     utc_now,
 )
+from plait.events.stores.postgres_inbox import PostgresInbox
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
@@ -100,7 +101,7 @@ SCRUB_WAIT_SEC = 30.0
 """How long ``scrub`` waits for older transactions to end before it says it could not."""
 
 
-class PostgresStore(PostgresPruning, EventStore):
+class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
     """An event store in one PostgreSQL schema (created with its tables if missing).
 
     ``url`` is a libpq URL or conninfo string. The schema is the ``schema`` argument, else the
@@ -390,60 +391,6 @@ class PostgresStore(PostgresPruning, EventStore):
             lambda conn: conn.execute(self._sql["leases"], {"stream": stream}).fetchall()
         )
         return [_lease(row) for row in rows]
-
-    def _put_command(self, stream: str, data: bytes) -> int:
-        sent: list[tuple[int, int, int]] = []  # (id, transaction, server pid), once answered
-
-        def put(conn: Connection) -> int:
-            sent.clear()
-            with conn.transaction():
-                found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
-                assert found is not None
-                sent.append((int(found[0]), int(found[1]), int(found[2])))
-                conn.execute(self._sql["notify"], (self.inbox_channel, str(found[0])))
-            return int(found[0])
-
-        def landed(conn: Connection) -> int | None:
-            # The insert answered, so its COMMIT may have been sent: whether that transaction
-            # committed is the answer, however soon the owner took the command and deleted it
-            # (docs/processes.md#each-command-takes-effect-once).
-            if sent:
-                command_id, xact, pid = sent[0]
-                committed = self._committed(conn, stream, xact, pid)
-                if committed is not None:
-                    return command_id if committed else None
-            # Not answered: nothing of this try committed; the same bytes (a command is unique
-            # by its task's id or its key, and its sender) are another try's.
-            found = conn.execute(self._sql["command_of"], (stream, data)).fetchone()
-            return None if found is None else int(found[0])
-
-        command_id = self._run(put, landed)
-        self._commanded.notify()
-        return command_id
-
-    def _committed(self, conn: Connection, stream: str, xact: int, pid: int) -> bool | None:
-        """Whether transaction ``xact``, run by server process ``pid`` on a connection since
-        cut, committed (``None``: the server no longer knows, it is that old)."""
-        for _ in range(2):
-            ((status,),) = conn.execute(self._sql["xact_status"], (xact,)).fetchall()
-            if status != "in progress":
-                return None if status is None else status == "committed"
-            # The server has not yet seen the connection go: end its process, and ask again.
-            conn.execute(self._sql["end_xact"], (pid, xact))
-        raise StoreError(
-            f"{self.url} (schema {self.schema}): session {stream}: cannot tell whether a "
-            f"command was stored: its transaction {xact} (server process {pid}) still runs"
-        )
-
-    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
-        def commands(conn: Connection) -> list[tuple[int, str, bytes]]:
-            rows = conn.execute(self._sql["commands"], {"stream": stream}, binary=True)
-            return [(int(i), str(s), bytes(d)) for i, s, d in rows]
-
-        return self._run(commands)
-
-    def _drop_commands(self, ids: list[int]) -> None:
-        self._run(lambda conn: conn.execute(self._sql["drop_commands"], (ids,)))
 
     def _waiter(self) -> Waiter:
         return self._listener(self.channel)
