@@ -6,7 +6,8 @@ thread of its own, so that nothing slow delays it), and tells a session whose le
 process took that it is lost. A lease whose holder it proves dead (a process of this machine
 that no longer runs, ``liveness``) counts as lapsed at once. Its inbox thread takes the
 commands of the sessions it owns, in order, as the store signals them, and hands each to its
-session."""
+session: a task its session holds is not queued again, an interrupt whose key it acted on is
+not acted on again (docs/processes.md#each-command-takes-effect-once)."""
 
 from __future__ import annotations
 
