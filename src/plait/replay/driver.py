@@ -47,6 +47,7 @@ from plait.events.types import (
     SessionReopened,
     SessionStarted,
     StopRequested,
+    TaskCompleted,
     TaskEnqueued,
     ToolApprovalDecided,
     ToolApprovalRequested,
@@ -122,11 +123,13 @@ class _RecordedTime(MemoryStore):
         after, now = expected_seq + kept, utc_now()
         return stored + [d.unstored(stream, after + i, now) for i, d in enumerate(unheard, 1)]
 
-    def release(self) -> None:
-        """The program was stopped where the process stopped: let the resumed one record."""
+    def release(self, stream: str) -> None:
+        """The program was stopped where the process stopped: let the resumed one record.
+        (A stop on purpose stops it before any crash point: those ahead still hold.)"""
         with self._halt_lock:
             self._halted = False
-            if self._halts:
+            reached = self.last_seq(stream) + 1
+            while self._halts and self._halts[0] <= reached:
                 self._halts.pop(0)
 
     def _prepare(
@@ -216,7 +219,10 @@ class Driver:
         self.requests = 0  # model requests the program made, as the log numbers them
         self.tail: Subscription | None = None
         self.held: deque[Event] = deque()  # produced before a submission that came in first
-        self.handed_back: str | None = None  # the task a stop cut: the next process goes on
+        # A stop on purpose (docs/replay.md#stops): the task it found running, until its end
+        # is recorded; then the task whose end was the stopped process's last record.
+        self.stopping: str | None = None
+        self.handed_back: str | None = None
 
     def run(self) -> ReplayResult:
         try:
@@ -303,6 +309,10 @@ class Driver:
             self.asked.discard(body.call_id)
         elif isinstance(body, ModelRequested):
             self.requests += 1
+        if self.stopping is not None and event.task_id == self.stopping and _ends_task(body):
+            # The stopped task ended, as the live run resolved the stop (by itself within the
+            # grace, at a checkpoint, or cut): the process handed the session back there.
+            self.stopping, self.handed_back = None, event.task_id
 
     # --- what came from outside ----------------------------------------------------------------
 
@@ -340,9 +350,10 @@ class Driver:
             self.model.attempt_failed(self.requests - 1, failed, wait)
         elif isinstance(body, StopRequested):  # the task ends at its next checkpoint, as it did
             self._actor().tell(Stop(body.detail, at_checkpoint=True))
+            self.stopping = event.task_id
         elif isinstance(body, TurnAborted) and body.cause == "shutdown":
             self._actor().tell(Stop(body.detail))  # nothing starts after it, here
-            self.handed_back = event.task_id
+            self.stopping = event.task_id
         elif isinstance(body, TurnAborted) and body.cause == "model":
             self.model.fail(self.requests - 1, body.detail, wait, body.model_error)
         elif isinstance(body, ToolCallCompleted) and self._is_mcp(body.call_id):
@@ -400,7 +411,7 @@ class Driver:
         self.read.abandon()  # a read stuck as the recorded one was gives up, as the actors stop
         self.host.crash(timeout=2.0)
         self.model.abandon(self.requests)
-        self.store.release()
+        self.store.release(self.session_id)
 
     def _actor(self) -> Recipient:
         """The replayed session's actor (it runs while the log is fed in)."""
@@ -426,6 +437,13 @@ class Driver:
     def _destroy_open(self) -> bool:
         """Whether a ``conv_destroy`` call is open (its destroy is the program's own)."""
         return "conv_destroy" in self.open_calls.values()
+
+
+def _ends_task(body: Body) -> bool:
+    """Whether ``body`` is a task's end (completed, or aborted for good: not replaced)."""
+    return isinstance(body, TaskCompleted) or (
+        isinstance(body, TurnAborted) and body.reason != "replaced"
+    )
 
 
 def _before_offer(recorded: list[Event], seq: int) -> int:

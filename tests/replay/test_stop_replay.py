@@ -1,0 +1,232 @@
+"""A session stopped on purpose, then gone on with by another process, replays clean.
+
+Each case stops the session's runtime as ``plait exec`` and ``plait worker`` do on SIGTERM or
+SIGINT (``Runtime.drain`` with a grace period and the signal's reason, what
+``cli/stopping.py`` calls: the same events), wherever the stop finds it: a reply streaming
+that ends within the grace, a reply cut at the grace, a tool call running, nothing running,
+work queued behind the running task. Another runtime on the same store (another process's, as
+``plait exec --session S "go on"`` is) then goes on with the session, and the whole log must
+verify and replay clean (docs/replay.md#stops).
+
+The model server holds a reply after its first chunk, and the tool waits, until the test lets
+them go: where the stop lands is decided by the test, not by a race.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from scripted import assert_histories_valid, call, crash
+from support import StoreFactory, wait_for_event
+
+import plait
+from plait.actors.model import ModelSettings
+from plait.events import (
+    AgentMessageDelta,
+    Event,
+    SessionResumed,
+    StopRequested,
+    TaskCompleted,
+    TaskStarted,
+    ToolCallStarted,
+    TurnAborted,
+)
+from plait.events.store import EventStore
+from plait.replay import replay
+from plait.runtime import Runtime
+from plait.testing import ScriptedModelServer, Step
+
+REASON = "stopped by the operator (SIGTERM)"
+"""What ``plait exec`` records for a SIGTERM (``cli/stopping.py``)."""
+LONG_GRACE_SEC = 60.0
+"""A grace the stopped task ends well within: it ends when the test lets it."""
+SHORT_GRACE_SEC = 0.2
+"""A grace the held task does not end within: it is cut."""
+WAIT_SEC = 30.0
+
+
+class HeldServer(ScriptedModelServer):
+    """A scripted model server that streams the start of the one reply with a
+    ``chunk_delay`` (its role, then its first text), then holds the rest until ``let_go``."""
+
+    def __init__(self, steps: list[Step]) -> None:
+        super().__init__(steps)
+        self.gate = threading.Event()
+        self._between = 0  # chunk boundaries passed
+
+    def paused(self, delay: float) -> bool:
+        self._between += 1
+        if self._between > 1:  # the first text chunk is out
+            self.gate.wait(WAIT_SEC)
+        return super().paused(0)
+
+    def let_go(self) -> None:
+        self.gate.set()
+
+
+HELD = Step(text="Counting: one two three four.", chunk_chars=10, chunk_delay=0.01)
+"""A reply held after its first chunk."""
+
+tool_gate = threading.Event()
+
+
+@plait.tool
+def lookup(key: str) -> str:
+    """Look a key up (waits until the test lets it go)."""
+    tool_gate.wait(WAIT_SEC)
+    return f"{key}: found"
+
+
+@pytest.fixture(autouse=True)
+def _closed_tool_gate() -> Iterator[None]:
+    tool_gate.clear()
+    yield
+    tool_gate.set()  # a call cut at the grace runs on in its thread: let it end
+
+
+def runtime(stores: StoreFactory, server: ScriptedModelServer) -> Runtime:
+    """A runtime on the factory's database, as one process opens it."""
+    settings = ModelSettings(base_url=server.base_url, api_key="x", model="m", backoff_sec=0.01)
+    return Runtime(stores.open(), model=settings, tools=[lookup], lease_sec=60.0)
+
+
+def stop(first: Runtime, grace_sec: float, let_go: Callable[[], None] | None = None) -> None:
+    """Stop ``first`` as ``plait exec`` does on SIGTERM; with ``let_go``, once the stop is
+    asked (``StopRequested``), let what runs end, within the grace."""
+    stopping = threading.Thread(
+        target=first.drain, args=(5.0,), kwargs={"grace_sec": grace_sec, "reason": REASON}
+    )
+    (session_id,) = first.owned
+    seq = first.store.last_seq(session_id)
+    stopping.start()
+    if let_go is not None:
+        wait_for_event(first.store, session_id, StopRequested, after=seq, timeout=WAIT_SEC)
+        let_go()
+    stopping.join(WAIT_SEC)
+    assert not stopping.is_alive()
+    first.close()
+
+
+def streaming(session: plait.SessionHandle, text: str) -> str:
+    """Submit ``text`` and return its task once its reply streams."""
+    with session.subscribe() as feed:
+        task = session.submit(text)
+        while (item := feed.get(timeout=WAIT_SEC)) is not None:
+            if isinstance(item, AgentMessageDelta):
+                return task
+    raise AssertionError(f"the reply of task {task} did not stream within {WAIT_SEC} s")
+
+
+def go_on(stores: StoreFactory, server: ScriptedModelServer, session_id: str) -> None:
+    """Another process goes on with the session, as ``plait exec --session S "go on"``."""
+    with runtime(stores, server) as second:
+        outcome = second.resume(session_id).run("go on", timeout=WAIT_SEC)
+    assert outcome.ok and outcome.last_assistant_message == "Going on."
+
+
+def assert_replays(store: EventStore, session_id: str) -> list[Event]:
+    assert store.verify(session_id).ok
+    result = replay(store, session_id, timeout=5)
+    assert result.ok, result.divergence and result.divergence.message()
+    events = store.read(session_id)
+    assert_histories_valid(events)
+    return events
+
+
+def ends(events: list[Event], task: str) -> list[Event]:
+    return [
+        e for e in events if e.task_id == task and isinstance(e.body, TaskCompleted | TurnAborted)
+    ]
+
+
+def test_a_reply_that_ends_within_the_grace(durable_stores: StoreFactory) -> None:
+    with HeldServer([HELD, Step(text="Going on.")]) as server:
+        first = runtime(durable_stores, server)
+        session = first.start_session()
+        task = streaming(session, "Count.")
+        stop(first, LONG_GRACE_SEC, server.let_go)
+        go_on(durable_stores, server, session.session_id)
+    events = assert_replays(durable_stores.open(), session.session_id)
+    kinds = [type(e.body) for e in events if e.task_id == task]
+    assert StopRequested in kinds  # asked mid-reply; the task ended by itself first
+    assert [type(e.body) for e in ends(events, task)] == [TaskCompleted]
+
+
+def test_a_reply_cut_at_the_grace(durable_stores: StoreFactory) -> None:
+    with HeldServer([HELD, Step(text="Going on.")]) as server:
+        first = runtime(durable_stores, server)
+        session = first.start_session()
+        task = streaming(session, "Count.")
+        stop(first, SHORT_GRACE_SEC)
+        server.let_go()
+        go_on(durable_stores, server, session.session_id)
+    events = assert_replays(durable_stores.open(), session.session_id)
+    (cut,) = ends(events, task)
+    assert isinstance(cut.body, TurnAborted) and cut.body.cause == "shutdown"
+
+
+@pytest.mark.parametrize("grace_sec", [LONG_GRACE_SEC, SHORT_GRACE_SEC], ids=["ends", "cut"])
+def test_a_tool_call_running(durable_stores: StoreFactory, grace_sec: float) -> None:
+    script = [Step(tool_calls=[call("lookup", key="k")]), Step(text="Going on.")]
+    with ScriptedModelServer(script) as server:
+        first = runtime(durable_stores, server)
+        session = first.start_session()
+        task = session.submit("Look it up.")
+        wait_for_event(first.store, session.session_id, ToolCallStarted, timeout=WAIT_SEC)
+        stop(first, grace_sec, tool_gate.set if grace_sec == LONG_GRACE_SEC else None)
+        go_on(durable_stores, server, session.session_id)
+    events = assert_replays(durable_stores.open(), session.session_id)
+    (cut,) = ends(events, task)
+    assert isinstance(cut.body, TurnAborted) and cut.body.cause == "shutdown"
+
+
+def test_nothing_running(durable_stores: StoreFactory) -> None:
+    with ScriptedModelServer([Step(text="Done."), Step(text="Going on.")]) as server:
+        first = runtime(durable_stores, server)
+        session = first.start_session()
+        assert session.run("Do it.", timeout=WAIT_SEC).ok
+        stop(first, LONG_GRACE_SEC)
+        go_on(durable_stores, server, session.session_id)
+    assert_replays(durable_stores.open(), session.session_id)
+
+
+@pytest.mark.parametrize("grace_sec", [LONG_GRACE_SEC, SHORT_GRACE_SEC], ids=["ends", "cut"])
+def test_work_queued_behind_the_running_task(
+    durable_stores: StoreFactory, grace_sec: float
+) -> None:
+    script = [HELD, Step(text="The queued one."), Step(text="Going on.")]
+    with HeldServer(script) as server:
+        first = runtime(durable_stores, server)
+        session = first.start_session()
+        task = streaming(session, "Count.")
+        queued = session.submit("Then this.")
+        stop(first, grace_sec, server.let_go if grace_sec == LONG_GRACE_SEC else None)
+        server.let_go()
+        go_on(durable_stores, server, session.session_id)
+    events = assert_replays(durable_stores.open(), session.session_id)
+    assert StopRequested in [type(e.body) for e in events if e.task_id == task]
+    started = [e.task_id for e in events if isinstance(e.body, TaskStarted)]
+    assert started[:2] == [task, queued]  # the stop started nothing; the next process ran it
+
+
+def test_a_stop_then_a_crash_of_the_next_process(durable_stores: StoreFactory) -> None:
+    script = [
+        HELD,
+        Step(tool_calls=[call("lookup", key="k")]),  # the next process is killed in it
+        Step(text="Going on."),
+    ]
+    with HeldServer(script) as server:
+        first = runtime(durable_stores, server)
+        session = first.start_session()
+        streaming(session, "Count.")
+        stop(first, LONG_GRACE_SEC, server.let_go)
+        second = runtime(durable_stores, server)
+        resumed = second.resume(session.session_id)
+        resumed.submit("Look it up.")
+        wait_for_event(second.store, session.session_id, ToolCallStarted, timeout=WAIT_SEC)
+        crash(second, resumed)
+        go_on(durable_stores, server, session.session_id)
+    events = assert_replays(durable_stores.open(), session.session_id)
+    assert [type(e.body) for e in events].count(SessionResumed) == 1
