@@ -89,12 +89,20 @@ class _RecordedTime(MemoryStore):
 
     It also stops the program where the recorded process stopped: from a crash point on,
     nothing is stored (the program runs on, unheard) until ``release`` lets the resumed
-    program record its recovery there.
+    program record its recovery there. A task submitted from outside that the log recorded
+    before the crash point still lands: where it lands among the program's events is a race
+    (the program may run ahead of it, as the killed process did not), so the program's own
+    events stop short of the crash point by the submissions still to land
+    (docs/replay.md#crashes).
     """
 
     writes_ahead = False  # each append passes ``append``, where the program is stopped
 
-    def __init__(self, recorded: list[Event], crash_points: list[int]) -> None:
+    def __init__(
+        self, recorded: list[Event], crash_points: list[int], submissions: dict[int, str]
+    ) -> None:
+        """``crash_points`` and the keys of ``submissions`` (each a task submitted from
+        outside) are where the log recorded them, as seqs of the program's log."""
         super().__init__()
         self._program = [e.at for e in recorded if not recorded_only(e.body)]
         self._servers = [(e.body, e.at) for e in recorded if is_lifecycle(e.body)]
@@ -102,6 +110,8 @@ class _RecordedTime(MemoryStore):
         self._halts = list(crash_points)
         self._halted = False
         self._halt_lock = threading.Lock()
+        self._submissions = submissions
+        self._landed: set[str] = set()  # the submitted tasks stored
 
     def append(
         self,
@@ -112,16 +122,48 @@ class _RecordedTime(MemoryStore):
         epoch: int | None = None,
     ) -> list[Event]:
         with self._halt_lock:
-            last = expected_seq + len(events)
-            halt = next((seq for seq in self._halts if expected_seq < seq <= last), None)
-            if self._halted or halt is None:
-                kept = 0 if self._halted else len(events)
+            if self._halted:  # the program's own events go unheard; a submission lands
+                kept = [item for item in events if self._due(_submitted_task(item))]
+                at = self.last_seq(stream)
             else:
-                kept, self._halted = halt - expected_seq - 1, True
-        stored = super().append(stream, events[:kept], expected_seq, epoch=epoch) if kept else []
-        unheard = [self._draft(stream, item) for item in events[kept:]]
-        after, now = expected_seq + kept, utc_now()
+                kept, at = list(events[: self._before_halt(events, expected_seq)]), expected_seq
+            self._landed.update(task for item in kept if (task := _submitted_task(item)))
+        stored = super().append(stream, kept, at, epoch=epoch) if kept else []
+        heard = {id(item) for item in kept}
+        unheard = [self._draft(stream, item) for item in events if id(item) not in heard]
+        after, now = (stored[-1].seq if stored else expected_seq), utc_now()
         return stored + [d.unstored(stream, after + i, now) for i, d in enumerate(unheard, 1)]
+
+    def _before_halt(self, events: Sequence[Body | NewEvent], expected_seq: int) -> int:
+        """How many of ``events``, to follow seq ``expected_seq``, come before the next crash
+        point (halting the program if not all: hold the lock)."""
+        halt = next((seq for seq in self._halts if seq > expected_seq), None)
+        if halt is None:
+            return len(events)
+        ours = {_submitted_task(item) for item in events}
+        due = sum(
+            1
+            for seq, task in self._submissions.items()
+            if expected_seq < seq < halt and task not in self._landed and task not in ours
+        )
+        stop = halt - due  # the program's own events end there: the rest is for submissions
+        if stop > expected_seq + len(events):
+            return len(events)
+        self._halted = True
+        return stop - expected_seq - 1
+
+    def _due(self, task: str | None) -> bool:
+        """Whether ``task`` was submitted before the crash point the program is stopped at,
+        and has not landed yet (hold the lock)."""
+        halt = self._halts[0] if self._halts else None
+        return (
+            task is not None
+            and task not in self._landed
+            and any(
+                submitted == task and (halt is None or seq < halt)
+                for seq, submitted in self._submissions.items()
+            )
+        )
 
     def release(self, stream: str) -> None:
         """The program was stopped where the process stopped: let the resumed one record.
@@ -195,7 +237,12 @@ class Driver:
         points = {_before_offer(recorded, c) for c in crash_points(recorded, closing)}
         self.crash_points = {seq for seq in points if seq > self.given}
         halts = {program_seq(recorded, self.given, s) for s in self.crash_points | set(self.forced)}
-        self.store = _RecordedTime(recorded, sorted(halts))
+        submissions = {
+            program_seq(recorded, self.given, e.seq): e.body.plan.task_id
+            for e in recorded[self.given :]
+            if isinstance(e.body, TaskEnqueued) and submitted(e.body)
+        }
+        self.store = _RecordedTime(recorded, sorted(halts), submissions)
         self.runtime = Runtime(
             self.store,
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
@@ -437,6 +484,12 @@ class Driver:
     def _destroy_open(self) -> bool:
         """Whether a ``conv_destroy`` call is open (its destroy is the program's own)."""
         return "conv_destroy" in self.open_calls.values()
+
+
+def _submitted_task(item: Body | NewEvent) -> str | None:
+    """The task ``item`` queues, if it is a task submitted from outside."""
+    body = item.body if isinstance(item, NewEvent) else item
+    return body.plan.task_id if isinstance(body, TaskEnqueued) and submitted(body) else None
 
 
 def _ends_task(body: Body) -> bool:
