@@ -9,13 +9,19 @@ work queued behind the running task. Another runtime on the same store (another 
 verify and replay clean (docs/replay.md#stops).
 
 The model server holds a reply after its first chunk, and the tool waits, until the test lets
-them go: where the stop lands is decided by the test, not by a race.
+them go: where the stop lands is decided by the test, not by a race. The case as reported
+(issue 47, item 1) is also run as a user runs it: real ``plait`` processes and real signals.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from scripted import assert_histories_valid, call, crash
@@ -27,6 +33,7 @@ from plait.events import (
     AgentMessageDelta,
     Event,
     SessionResumed,
+    SqliteStore,
     StopRequested,
     TaskCompleted,
     TaskStarted,
@@ -230,3 +237,48 @@ def test_a_stop_then_a_crash_of_the_next_process(durable_stores: StoreFactory) -
         go_on(durable_stores, server, session.session_id)
     events = assert_replays(durable_stores.open(), session.session_id)
     assert [type(e.body) for e in events].count(SessionResumed) == 1
+
+
+def plait(cwd: Path, *args: str) -> subprocess.Popen[str]:
+    """Start ``plait ARGS`` in ``cwd`` as a user runs it (none of the test's ``PLAIT_`` or
+    ``OPENAI_`` variables)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAIT_", "OPENAI_"))}
+    return subprocess.Popen(
+        [sys.executable, "-m", "plait", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_plait_exec_stopped_as_its_reply_ends_then_gone_on_with(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """The case as reported: a signal to ``plait exec`` while the reply streams, early enough
+    that it ends within the grace; ``plait exec --session S "go on"``; ``plait replay S``."""
+    held = Step(text="Counting:\none two three.\n", chunk_chars=10, chunk_delay=0.01)
+    with HeldServer([held, Step(text="Going on.")]) as server:
+        (tmp_path / "plait.toml").write_text(
+            f'[model]\nbase_url = "{server.base_url}"\nmodel = "m"\nmax_attempts = 1\n'
+        )
+        first = plait(tmp_path, "exec", "--grace-sec", "60", "Count.")
+        assert first.stdout is not None and first.stderr is not None
+        assert first.stdout.readline() == "Counting:\n"  # the reply streams, and is held
+        session = first.stderr.readline().split()[1]  # "session ID started (...)"
+        first.send_signal(sig)
+        with SqliteStore(tmp_path / ".plait" / "plait.db") as store:
+            asked = wait_for_event(store, session, StopRequested, timeout=WAIT_SEC)
+        server.let_go()
+        _, err = first.communicate(timeout=WAIT_SEC)
+        assert first.returncode == 128 + sig, err
+        assert f"task {asked.task_id} ended" in err  # by itself, within the grace: not cut
+        again = plait(tmp_path, "exec", "--session", session, "go on")
+        out, err = again.communicate(timeout=WAIT_SEC)
+        assert (again.returncode, out) == (0, "Going on.\n"), err
+    for command in (["verify", session], ["replay", session]):
+        done = plait(tmp_path, *command)
+        out, err = done.communicate(timeout=WAIT_SEC)
+        assert done.returncode == 0, out + err
