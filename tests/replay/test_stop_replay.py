@@ -36,6 +36,7 @@ from plait.events import (
     SqliteStore,
     StopRequested,
     TaskCompleted,
+    TaskEnqueued,
     TaskStarted,
     ToolCallStarted,
     TurnAborted,
@@ -239,6 +240,9 @@ def test_a_stop_then_a_crash_of_the_next_process(durable_stores: StoreFactory) -
     assert [type(e.body) for e in events].count(SessionResumed) == 1
 
 
+QUEUED_IDS = ["once", "twice", "twice-with-work-queued"]
+
+
 def plait(cwd: Path, *args: str) -> subprocess.Popen[str]:
     """Start ``plait ARGS`` in ``cwd`` as a user runs it (none of the test's ``PLAIT_`` or
     ``OPENAI_`` variables)."""
@@ -254,13 +258,19 @@ def plait(cwd: Path, *args: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_plait_exec_stopped_as_its_reply_ends_then_gone_on_with(
-    tmp_path: Path, sig: signal.Signals
+@pytest.mark.parametrize(
+    ("second", "queued"), [(False, False), (True, False), (True, True)], ids=QUEUED_IDS
+)
+def test_plait_exec_stopped_as_its_reply_streams_then_gone_on_with(
+    tmp_path: Path, sig: signal.Signals, second: bool, queued: bool
 ) -> None:
     """The case as reported: a signal to ``plait exec`` while the reply streams, early enough
-    that it ends within the grace; ``plait exec --session S "go on"``; ``plait replay S``."""
+    that it ends within the grace; ``plait exec --session S "go on"``; ``plait replay S``.
+    A second signal while the task stops exits at once: the next process ends it ``crashed``
+    (and runs first what another process queued meanwhile)."""
     held = Step(text="Counting:\none two three.\n", chunk_chars=10, chunk_delay=0.01)
-    with HeldServer([held, Step(text="Going on.")]) as server:
+    script = [held, *([Step(text="The queued one.")] if queued else []), Step(text="Going on.")]
+    with HeldServer(script) as server:
         (tmp_path / "plait.toml").write_text(
             f'[model]\nbase_url = "{server.base_url}"\nmodel = "m"\nmax_attempts = 1\n'
         )
@@ -268,16 +278,27 @@ def test_plait_exec_stopped_as_its_reply_ends_then_gone_on_with(
         assert first.stdout is not None and first.stderr is not None
         assert first.stdout.readline() == "Counting:\n"  # the reply streams, and is held
         session = first.stderr.readline().split()[1]  # "session ID started (...)"
+        db = tmp_path / ".plait" / "plait.db"
+        if queued:  # through the inbox, from another process
+            settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
+            with Runtime(str(db), model=settings, owner_id="front") as front:
+                before = front.store.last_seq(session)
+                front.follow(session).submit("Then this.")
+                wait_for_event(front.store, session, TaskEnqueued, after=before, timeout=WAIT_SEC)
         first.send_signal(sig)
-        with SqliteStore(tmp_path / ".plait" / "plait.db") as store:
+        with SqliteStore(db) as store:
             asked = wait_for_event(store, session, StopRequested, timeout=WAIT_SEC)
+        if second:
+            first.send_signal(sig)
+            first.wait(WAIT_SEC)
         server.let_go()
         _, err = first.communicate(timeout=WAIT_SEC)
         assert first.returncode == 128 + sig, err
-        assert f"task {asked.task_id} ended" in err  # by itself, within the grace: not cut
+        said = "stopped at once by a second signal" if second else f"task {asked.task_id} ended"
+        assert said in err  # ended by itself, within the grace: not cut
         again = plait(tmp_path, "exec", "--session", session, "go on")
         out, err = again.communicate(timeout=WAIT_SEC)
-        assert (again.returncode, out) == (0, "Going on.\n"), err
+        assert again.returncode == 0 and out.endswith("Going on.\n"), err
     for command in (["verify", session], ["replay", session]):
         done = plait(tmp_path, *command)
         out, err = done.communicate(timeout=WAIT_SEC)

@@ -12,6 +12,7 @@ the same seq.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -111,6 +112,8 @@ class _RecordedTime(MemoryStore):
         self._halted = False
         self._halt_lock = threading.Lock()
         self._submissions = submissions
+        self._submitted = sorted(submissions)  # where, in order
+        self._at = {task: seq for seq, task in submissions.items()}
         self._landed: set[str] = set()  # the submitted tasks stored
 
     def append(
@@ -138,16 +141,24 @@ class _RecordedTime(MemoryStore):
         """How many of ``events``, to follow seq ``expected_seq``, come before the next crash
         point (halting the program if not all: hold the lock)."""
         halt = next((seq for seq in self._halts if seq > expected_seq), None)
+        last = expected_seq + len(events)
         if halt is None:
             return len(events)
+        between = range(
+            bisect.bisect_right(self._submitted, expected_seq),
+            bisect.bisect_left(self._submitted, halt),
+        )
+        if halt - len(between) > last:
+            return len(events)  # far from the crash point, whatever lands before it
         ours = {_submitted_task(item) for item in events}
         due = sum(
             1
-            for seq, task in self._submissions.items()
-            if expected_seq < seq < halt and task not in self._landed and task not in ours
+            for i in between
+            if (task := self._submissions[self._submitted[i]]) not in self._landed
+            and task not in ours
         )
         stop = halt - due  # the program's own events end there: the rest is for submissions
-        if stop > expected_seq + len(events):
+        if stop > last:
             return len(events)
         self._halted = True
         return stop - expected_seq - 1
@@ -155,15 +166,8 @@ class _RecordedTime(MemoryStore):
     def _due(self, task: str | None) -> bool:
         """Whether ``task`` was submitted before the crash point the program is stopped at,
         and has not landed yet (hold the lock)."""
-        halt = self._halts[0] if self._halts else None
-        return (
-            task is not None
-            and task not in self._landed
-            and any(
-                submitted == task and (halt is None or seq < halt)
-                for seq, submitted in self._submissions.items()
-            )
-        )
+        seq = None if task is None or task in self._landed else self._at.get(task)
+        return seq is not None and (not self._halts or seq < self._halts[0])
 
     def release(self, stream: str) -> None:
         """The program was stopped where the process stopped: let the resumed one record.
@@ -368,6 +372,8 @@ class Driver:
         body, wait = event.body, self.timeout
         crash = event.seq in self.crash_points
         offered = body if isinstance(body, McpServersOffered) else None
+        if crash:
+            self.stopping = None  # the stopping process was killed: the next one ends its task
         if self.handed_back is not None and (crash or event.task_id != self.handed_back):
             self.handed_back = None  # what follows a stop's records is the next process's
             if not crash:  # (docs/processes.md#stopping)
