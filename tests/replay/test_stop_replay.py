@@ -303,3 +303,32 @@ def test_plait_exec_stopped_as_its_reply_streams_then_gone_on_with(
         done = plait(tmp_path, *command)
         out, err = done.communicate(timeout=WAIT_SEC)
         assert done.returncode == 0, out + err
+
+
+def test_a_call_waiting_for_its_approval(durable_stores: StoreFactory) -> None:
+    asked = threading.Event()
+
+    def approver(request: plait.ApprovalRequest) -> plait.ApprovalDecision:
+        asked.set()
+        tool_gate.wait(WAIT_SEC)  # decides nothing before the stop
+        return plait.ApprovalDecision(approved=False, reason="too late")
+
+    script = [Step(tool_calls=[call("lookup", key="k")]), Step(text="Going on.")]
+    with ScriptedModelServer(script) as server:
+        settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
+        first = Runtime(
+            durable_stores.open(),
+            model=settings,
+            tools=[lookup],
+            approval_policy="untrusted",
+            approver=approver,
+            lease_sec=60.0,
+        )
+        session = first.start_session()
+        task = session.submit("Look it up.")
+        assert asked.wait(WAIT_SEC)
+        stop(first, LONG_GRACE_SEC)
+        go_on(durable_stores, server, session.session_id)
+    events = assert_replays(durable_stores.open(), session.session_id)
+    (cut,) = ends(events, task)
+    assert isinstance(cut.body, TurnAborted) and cut.body.cause == "shutdown"

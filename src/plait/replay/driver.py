@@ -90,20 +90,20 @@ class _RecordedTime(MemoryStore):
 
     It also stops the program where the recorded process stopped: from a crash point on,
     nothing is stored (the program runs on, unheard) until ``release`` lets the resumed
-    program record its recovery there. A task submitted from outside that the log recorded
-    before the crash point still lands: where it lands among the program's events is a race
-    (the program may run ahead of it, as the killed process did not), so the program's own
-    events stop short of the crash point by the submissions still to land
-    (docs/replay.md#crashes).
+    program record its recovery there. What came from outside and landed among the program's
+    events where it happened to (a task submitted, what an MCP server did) and that the log
+    recorded before the crash point still lands: the program may run ahead of it, as the
+    killed process did not, so the program's own events stop short of the crash point by what
+    is still to land (docs/replay.md#crashes).
     """
 
     writes_ahead = False  # each append passes ``append``, where the program is stopped
 
     def __init__(
-        self, recorded: list[Event], crash_points: list[int], submissions: dict[int, str]
+        self, recorded: list[Event], crash_points: list[int], racing: Mapping[int, Body]
     ) -> None:
-        """``crash_points`` and the keys of ``submissions`` (each a task submitted from
-        outside) are where the log recorded them, as seqs of the program's log."""
+        """``crash_points`` and the keys of ``racing`` (what came from outside, as recorded)
+        are seqs of the program's log."""
         super().__init__()
         self._program = [e.at for e in recorded if not recorded_only(e.body)]
         self._servers = [(e.body, e.at) for e in recorded if is_lifecycle(e.body)]
@@ -111,10 +111,8 @@ class _RecordedTime(MemoryStore):
         self._halts = list(crash_points)
         self._halted = False
         self._halt_lock = threading.Lock()
-        self._submissions = submissions
-        self._submitted = sorted(submissions)  # where, in order
-        self._at = {task: seq for seq, task in submissions.items()}
-        self._landed: set[str] = set()  # the submitted tasks stored
+        self._racing = racing
+        self._pending = sorted(racing)  # the seqs of those not stored yet
 
     def append(
         self,
@@ -125,12 +123,16 @@ class _RecordedTime(MemoryStore):
         epoch: int | None = None,
     ) -> list[Event]:
         with self._halt_lock:
-            if self._halted:  # the program's own events go unheard; a submission lands
-                kept = [item for item in events if self._due(_submitted_task(item))]
+            if self._halted:  # the program's own events go unheard; what raced in lands
+                claimed = self._claim(events, self._halts[0] if self._halts else None)
+                kept = [item for item in events if id(item) in claimed]
                 at = self.last_seq(stream)
             else:
+                claimed = self._claim(events, None)
                 kept, at = list(events[: self._before_halt(events, expected_seq)]), expected_seq
-            self._landed.update(task for item in kept if (task := _submitted_task(item)))
+            for item in kept:
+                if (seq := claimed.get(id(item))) is not None:
+                    del self._pending[bisect.bisect_left(self._pending, seq)]
         stored = super().append(stream, kept, at, epoch=epoch) if kept else []
         heard = {id(item) for item in kept}
         unheard = [self._draft(stream, item) for item in events if id(item) not in heard]
@@ -144,38 +146,38 @@ class _RecordedTime(MemoryStore):
         last = expected_seq + len(events)
         if halt is None:
             return len(events)
-        between = range(
-            bisect.bisect_right(self._submitted, expected_seq),
-            bisect.bisect_left(self._submitted, halt),
-        )
-        if halt - len(between) > last:
-            return len(events)  # far from the crash point, whatever lands before it
-        ours = {_submitted_task(item) for item in events}
-        due = sum(
-            1
-            for i in between
-            if (task := self._submissions[self._submitted[i]]) not in self._landed
-            and task not in ours
-        )
-        stop = halt - due  # the program's own events end there: the rest is for submissions
+        waiting = bisect.bisect_left(self._pending, halt)  # to land before the crash point
+        if halt - waiting > last:
+            return len(events)  # far from it, whatever lands meanwhile
+        stop = halt - waiting + len(self._claim(events, halt))  # the program's own end there
         if stop > last:
             return len(events)
         self._halted = True
         return stop - expected_seq - 1
 
-    def _due(self, task: str | None) -> bool:
-        """Whether ``task`` was submitted before the crash point the program is stopped at,
-        and has not landed yet (hold the lock)."""
-        seq = None if task is None or task in self._landed else self._at.get(task)
-        return seq is not None and (not self._halts or seq < self._halts[0])
+    def _claim(self, events: Sequence[Body | NewEvent], before: int | None) -> dict[int, int]:
+        """The recorded seq of each of ``events`` that came from outside, by the item's id:
+        the first such not stored yet (and before seq ``before``) (hold the lock)."""
+        claimed: dict[int, int] = {}
+        for item in events:
+            body = item.body if isinstance(item, NewEvent) else item
+            if not (is_lifecycle(body) or _submitted_task(body) is not None):
+                continue
+            for seq in self._pending:
+                if before is not None and seq >= before:
+                    break
+                if seq not in claimed.values() and self._racing[seq] == body:
+                    claimed[id(item)] = seq
+                    break
+        return claimed
 
-    def release(self, stream: str) -> None:
+    def release(self, *, at_halt: bool) -> None:
         """The program was stopped where the process stopped: let the resumed one record.
-        (A stop on purpose stops it before any crash point: those ahead still hold.)"""
+        ``at_halt``: at the crash point (or forced close) it was halted at, which is passed;
+        else where a stop on purpose handed the session back (every crash point still holds)."""
         with self._halt_lock:
             self._halted = False
-            reached = self.last_seq(stream) + 1
-            while self._halts and self._halts[0] <= reached:
+            if at_halt and self._halts:
                 self._halts.pop(0)
 
     def _prepare(
@@ -241,12 +243,12 @@ class Driver:
         points = {_before_offer(recorded, c) for c in crash_points(recorded, closing)}
         self.crash_points = {seq for seq in points if seq > self.given}
         halts = {program_seq(recorded, self.given, s) for s in self.crash_points | set(self.forced)}
-        submissions = {
-            program_seq(recorded, self.given, e.seq): e.body.plan.task_id
+        racing = {  # fed in: where each lands among the program's events is a race
+            program_seq(recorded, self.given, e.seq): e.body
             for e in recorded[self.given :]
-            if isinstance(e.body, TaskEnqueued) and submitted(e.body)
+            if is_lifecycle(e.body) or _submitted_task(e.body) is not None
         }
-        self.store = _RecordedTime(recorded, sorted(halts), submissions)
+        self.store = _RecordedTime(recorded, sorted(halts), racing)
         self.runtime = Runtime(
             self.store,
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
@@ -377,7 +379,7 @@ class Driver:
         if self.handed_back is not None and (crash or event.task_id != self.handed_back):
             self.handed_back = None  # what follows a stop's records is the next process's
             if not crash:  # (docs/processes.md#stopping)
-                self._crash_and_resume(offered)
+                self._crash_and_resume(offered, at_halt=False)
                 if offered is not None:
                     return  # the next process's servers: given to it as it resumed
         if crash:  # first: its answers look like results otherwise
@@ -441,15 +443,18 @@ class Driver:
 
     def _force_close(self, group: list[Event]) -> None:
         """Stop the program where the close found it stuck, and record what the close did."""
-        self._stop_here()
+        self._stop_here(True)
         self.host.journal.record_last(
             [NewEvent(e.body, e.conversation_id, e.task_id) for e in group]
         )
 
-    def _crash_and_resume(self, offered: McpServersOffered | None = None) -> None:
+    def _crash_and_resume(
+        self, offered: McpServersOffered | None = None, *, at_halt: bool = True
+    ) -> None:
         """Stop the replayed session as the process stopped, and resume it as it was resumed
-        (with the servers it ``offered``, if the new process recorded them first)."""
-        self._stop_here()
+        (with the servers it ``offered``, if the new process recorded them first); not
+        ``at_halt``: it handed the session back, before any crash point."""
+        self._stop_here(at_halt)
         if offered is not None:  # in the log before the resumed program starts, as recorded
             self.store.append(self.session_id, [offered], self.store.last_seq(self.session_id))
         # What was sent before the crash gets no answer from outside: the resumed program
@@ -458,13 +463,14 @@ class Driver:
         self.handle = self.runtime.resume(self.session_id)
         self.host = self.runtime.hosts[self.session_id]
 
-    def _stop_here(self) -> None:
-        """Stop the replayed session where the recorded one stopped; what it records next is
-        what the log recorded there."""
+    def _stop_here(self, at_halt: bool) -> None:
+        """Stop the replayed session where the recorded one stopped (``at_halt``: at the crash
+        point or forced close it is halted at); what it records next is what the log recorded
+        there."""
         self.read.abandon()  # a read stuck as the recorded one was gives up, as the actors stop
         self.host.crash(timeout=2.0)
         self.model.abandon(self.requests)
-        self.store.release(self.session_id)
+        self.store.release(at_halt=at_halt)
 
     def _actor(self) -> Recipient:
         """The replayed session's actor (it runs while the log is fed in)."""
