@@ -164,6 +164,11 @@ class Enqueue(msgspec.Struct, frozen=True):
     """In order."""
     ack: Callable[[BaseException | None], object] | None = None
     """Called once their ``TaskEnqueued`` is durable (with ``None``), or with why it is not."""
+    once: bool = False
+    """Skip a plan whose task id the session already holds (a command from the inbox or a
+    submit naming its task, made again); the ``ack`` is then called once that task's
+    ``TaskEnqueued`` is durable. A replay leaves it off: it queues what the log recorded,
+    duplicates of an older plait included (docs/processes.md#each-command-takes-effect-once)."""
 
 
 class TaskEnded(msgspec.Struct, frozen=True):

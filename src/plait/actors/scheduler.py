@@ -95,8 +95,11 @@ class Scheduler:
         """Handle one of ``MESSAGES``; what it raises stops the session (the Session reports
         it, docs/failures.md#supervision), and fails the ``Enqueue``'s ack with it."""
         match message:
-            case Enqueue(plans=plans, ack=ack):
-                recorded = self._enqueue(plans)
+            case Enqueue(plans=plans, ack=ack, once=once):
+                if once:
+                    with self.tasks() as queue:
+                        plans = tuple(p for p in plans if p.task_id not in queue.known)
+                recorded = self._enqueue(plans) if plans else True  # held: durable with it
                 if ack is not None and recorded:
                     self._when_durable(ack)  # acknowledged once durable, never before
                 elif ack is not None:

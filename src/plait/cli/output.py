@@ -15,6 +15,7 @@ from plait.cli.live import awaited, history_line
 from plait.cli.plan_view import plan_block, show_plans
 from plait.cli.spinner import Spinner
 from plait.cli.style import PLAIN, Style
+from plait.cli.task_chain import TaskChain
 from plait.cli.words import count
 from plait.events.codec import to_jsonl
 from plait.events.ownership import Lease
@@ -32,6 +33,7 @@ from plait.events.types import (
     Event,
     McpServerFailed,
     McpServerReady,
+    ModelRequested,
     ModelRequestFailed,
     ModelResponded,
     PlanUpdated,
@@ -217,9 +219,13 @@ class ExecPrinter:
 
     For people: the assistant text of the task's conversation goes to ``out`` as it streams,
     each reply ending its line; tool calls, MCP servers and other conversations go to ``err``.
-    With ``json``: every event (as ``plait log --json`` prints it) and every text delta
-    (``{"type": "AgentMessageDelta", ...}``) goes to ``out``, one JSON object a line. An
-    event at or below ``last_seq`` was printed already and is skipped.
+    Once told the task (``follow``), only its chain is shown, and each reply's text is also
+    taken from its ``ModelResponded``, as it is recorded: a follower gets no text deltas (they
+    reach only the owner's feeds), and what the deltas showed is not shown twice
+    (docs/processes.md#following-from-the-command-line). With ``json``: every event (as
+    ``plait log --json`` prints it) and every text delta (``{"type": "AgentMessageDelta",
+    ...}``) goes to ``out``, one JSON object a line. An event at or below ``last_seq`` was
+    printed already and is skipped.
     """
 
     def __init__(
@@ -243,8 +249,16 @@ class ExecPrinter:
         """What moves on the terminal while nothing is printed (off on a pipe)."""
         self.last_seq = 0
         """The last event printed."""
+        self.chain: TaskChain | None = None
+        """The task shown, with the tasks it leads to (``None``: every task)."""
         self._open_line = False  # text went to ``out`` without its newline yet
         self._waiting: str | None = None  # what the spinner says is awaited
+        self._streamed = ""  # the text deltas showed of the reply being recorded
+        self._compacting = False  # the reply awaited is a summary, not an answer
+
+    def follow(self, task_id: str) -> None:
+        """Show only task ``task_id`` and the tasks it leads to from now on."""
+        self.chain = TaskChain(task_id)
 
     def waiting(self, what: str | None) -> None:
         """Say, with the spinner, what is awaited now (``None``: nothing)."""
@@ -260,6 +274,10 @@ class ExecPrinter:
             if item.seq <= self.last_seq:
                 return
             self.last_seq = item.seq
+            if self.chain is not None and not self.chain.see(item) and not self.json:
+                return
+        elif isinstance(item, AgentMessageDelta) and not self._shown(item.task_id):
+            return
         self.spinner.clear()
         self._print(item)
         self.waiting(awaited(item, self._waiting))
@@ -270,17 +288,38 @@ class ExecPrinter:
             self.out.flush()
         elif isinstance(item, AgentMessageDelta):
             if item.conversation_id == self.conversation_id and item.text:
-                self.out.write(item.text)
-                self.out.flush()
-                self._open_line = not item.text.endswith("\n")
+                self._streamed += item.text
+                self._write(item.text)
         elif isinstance(item, Event):
             mine = item.conversation_id == self.conversation_id
+            if mine and isinstance(item.body, ModelRequested):
+                self._compacting = item.body.purpose == "compact"
+            if mine and isinstance(item.body, ModelResponded) and not self._compacting:
+                text = item.body.text
+                self._recorded(text if isinstance(text, str) else "")  # not kept: not shown
             if mine and isinstance(item.body, ModelResponded | TurnAborted | TaskCompleted):
                 self.end_line()
+                self._streamed = ""
             line = self._progress(item, mine, self.style)
             if line is not None:
                 self.err.write(line + "\n")
                 self.err.flush()
+
+    def _shown(self, task_id: str) -> bool:
+        """Whether the items of task ``task_id`` are shown."""
+        return self.json or self.chain is None or task_id in self.chain
+
+    def _recorded(self, text: str) -> None:
+        """Show what a reply recorded with ``text`` adds to what its deltas showed: all of it
+        on a follower, the rest of it on an owner whose feed fell behind."""
+        if text.startswith(self._streamed):
+            self._write(text[len(self._streamed) :])
+
+    def _write(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            self.out.flush()
+            self._open_line = not text.endswith("\n")
 
     def end_line(self) -> None:
         """End the streamed text's line, if it is open."""

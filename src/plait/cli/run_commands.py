@@ -41,7 +41,10 @@ from plait.config import Config
 from plait.errors import McpError, PlaitError, SessionFailedError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from plait.events.store import EventStore
+    from plait.events.types import Event, Transient
     from plait.runtime import Runtime, SessionHandle, TaskOutcome
 
 __all__ = ["cmd_chat", "cmd_compact", "cmd_demo", "cmd_exec", "cmd_mcp_server", "cmd_recover"]
@@ -117,8 +120,10 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
             shown = Unrecorded(cid)  # what the log did not take, if the session fails
             try:
                 with signals.interruptible():
-                    _await_servers(handle, config, printer, before, server_report(config, since))
-                    outcome = handle.run(prompt, conversation_id=cid, on_item=shown.then(printer))
+                    if not handle.followed:  # the owner runs the servers, and waits for them
+                        report = server_report(config, since)
+                        _await_servers(handle, config, printer, before, report)
+                    outcome = _run(handle, prompt, cid, shown.then(printer), printer)
             except SessionFailedError:
                 printer.end_line()
                 if shown.text and not args.json:
@@ -152,6 +157,24 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
     if not outcome.ok:
         raise PlaitError(render.failure_line(outcome, config.model.api_key_env))
     return 0
+
+
+def _run(
+    handle: SessionHandle,
+    prompt: str,
+    cid: str,
+    on_item: Callable[[Event | Transient], object],
+    printer: render.ExecPrinter,
+) -> TaskOutcome:
+    """Submit ``prompt`` to conversation ``cid`` and wait until its task and its
+    continuations end, handing ``on_item`` every item of the session meanwhile; ``printer``
+    shows only that task's (docs/processes.md#following-from-the-command-line)."""
+    from plait.runtime.outcome import await_outcome
+
+    with handle.subscribe() as feed:  # before the submit: nothing of the task is missed
+        task_id = handle.submit(prompt, conversation_id=cid)
+        printer.follow(task_id)
+        return await_outcome(feed, task_id, None, on_item=on_item)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -10,7 +10,8 @@ former owner that wakes after its lease was taken cannot add a single event.
 
 The **inbox** holds commands for a session that any process may store (durably, in order): a
 task, an interrupt, a conversation's destruction. The owner takes them in order and deletes
-each once what it leads to is in the log. See ``docs/processes.md``.
+each once what it leads to is in the log; a task is queued once by its id, an interrupt acted
+on once by its key. See ``docs/processes.md``.
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ class SubmitTask(msgspec.Struct, frozen=True, tag="submit"):
 
 class InterruptTask(msgspec.Struct, frozen=True, tag="interrupt"):
     """Interrupt the session's running task (if any, when the owner takes the command)."""
+
+    key: str = ""
+    """Unique to this interrupt (a random id; ``""``: one stored by an older plait): the owner
+    acts on a key once, however often it is stored
+    (docs/processes.md#each-command-takes-effect-once)."""
 
 
 class DestroyConversation(msgspec.Struct, frozen=True, tag="destroy"):
@@ -166,7 +172,9 @@ class Ownership(ABC):
         return found[0] if found else None
 
     def put_command(self, stream: str, command: Command) -> int:
-        """Store ``command`` for ``stream``'s owner; return its id once it is durable."""
+        """Store ``command`` for ``stream``'s owner; return its id once it is durable. Made
+        again after a lost answer, it is stored once
+        (docs/processes.md#each-command-takes-effect-once)."""
         return self._put_command(stream, _encode(command))
 
     def commands(self, stream: str | None = None) -> list[StoredCommand]:

@@ -12,10 +12,8 @@ the same seq.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping
 
 import msgspec
 
@@ -28,8 +26,6 @@ from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
 from plait.actors.pool import McpLimits
 from plait.actors.seams import Recipient
 from plait.errors import ReplayError
-from plait.events.store import PreparedAppend, utc_now
-from plait.events.stores.memory import MemoryStore
 from plait.events.subscription import Subscription
 from plait.events.types import (
     Body,
@@ -47,6 +43,7 @@ from plait.events.types import (
     SessionReopened,
     SessionStarted,
     StopRequested,
+    TaskCompleted,
     TaskEnqueued,
     ToolApprovalDecided,
     ToolApprovalRequested,
@@ -74,76 +71,13 @@ from plait.replay.inference import (
     outside_destroy,
     program_seq,
     read_instructions,
-    recorded_only,
     submitted,
+    submitted_task,
 )
+from plait.replay.recorded_store import RecordedStore
 from plait.runtime.runtime import Outside, Runtime
 
 __all__ = ["Driver", "Program"]
-
-
-class _RecordedTime(MemoryStore):
-    """A memory store whose clock is the log's: the n-th event of the program gets the time
-    the n-th was recorded at, and a server's event the time it was recorded at.
-
-    It also stops the program where the recorded process stopped: from a crash point on,
-    nothing is stored (the program runs on, unheard) until ``release`` lets the resumed
-    program record its recovery there.
-    """
-
-    writes_ahead = False  # each append passes ``append``, where the program is stopped
-
-    def __init__(self, recorded: list[Event], crash_points: list[int]) -> None:
-        super().__init__()
-        self._program = [e.at for e in recorded if not recorded_only(e.body)]
-        self._servers = [(e.body, e.at) for e in recorded if is_lifecycle(e.body)]
-        self._count = 0
-        self._halts = list(crash_points)
-        self._halted = False
-        self._halt_lock = threading.Lock()
-
-    def append(
-        self,
-        stream: str,
-        events: Sequence[Body | NewEvent],
-        expected_seq: int,
-        *,
-        epoch: int | None = None,
-    ) -> list[Event]:
-        with self._halt_lock:
-            last = expected_seq + len(events)
-            halt = next((seq for seq in self._halts if expected_seq < seq <= last), None)
-            if self._halted or halt is None:
-                kept = 0 if self._halted else len(events)
-            else:
-                kept, self._halted = halt - expected_seq - 1, True
-        stored = super().append(stream, events[:kept], expected_seq, epoch=epoch) if kept else []
-        unheard = [self._draft(stream, item) for item in events[kept:]]
-        after, now = expected_seq + kept, utc_now()
-        return stored + [d.unstored(stream, after + i, now) for i, d in enumerate(unheard, 1)]
-
-    def release(self) -> None:
-        """The program was stopped where the process stopped: let the resumed one record."""
-        with self._halt_lock:
-            self._halted = False
-            if self._halts:
-                self._halts.pop(0)
-
-    def _prepare(
-        self, stream: str, drafts: list[NewEvent], head_seq: int, head_hash: bytes
-    ) -> PreparedAppend:
-        timed = [msgspec.structs.replace(draft, at=self._time(draft.body)) for draft in drafts]
-        return super()._prepare(stream, timed, head_seq, head_hash)
-
-    def _time(self, body: Body) -> datetime | None:
-        if is_lifecycle(body):
-            for i, (recorded, at) in enumerate(self._servers):
-                if recorded == body:
-                    del self._servers[i]
-                    return at
-            return None
-        self._count += 1
-        return self._program[self._count - 1] if self._count <= len(self._program) else None
 
 
 class Program(msgspec.Struct, frozen=True):
@@ -192,7 +126,12 @@ class Driver:
         points = {_before_offer(recorded, c) for c in crash_points(recorded, closing)}
         self.crash_points = {seq for seq in points if seq > self.given}
         halts = {program_seq(recorded, self.given, s) for s in self.crash_points | set(self.forced)}
-        self.store = _RecordedTime(recorded, sorted(halts))
+        racing = {  # fed in: where each lands among the program's events is a race
+            program_seq(recorded, self.given, e.seq): e.body
+            for e in recorded[self.given :]
+            if is_lifecycle(e.body) or submitted_task(e.body) is not None
+        }
+        self.store = RecordedStore(recorded, sorted(halts), racing)
         self.runtime = Runtime(
             self.store,
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
@@ -216,7 +155,10 @@ class Driver:
         self.requests = 0  # model requests the program made, as the log numbers them
         self.tail: Subscription | None = None
         self.held: deque[Event] = deque()  # produced before a submission that came in first
-        self.handed_back: str | None = None  # the task a stop cut: the next process goes on
+        # A stop on purpose (docs/replay.md#stops): the task it found running, until its end
+        # is recorded; then the task whose end was the stopped process's last record.
+        self.stopping: str | None = None
+        self.handed_back: str | None = None
 
     def run(self) -> ReplayResult:
         try:
@@ -303,6 +245,10 @@ class Driver:
             self.asked.discard(body.call_id)
         elif isinstance(body, ModelRequested):
             self.requests += 1
+        if self.stopping is not None and event.task_id == self.stopping and _ends_task(body):
+            # The stopped task ended, as the live run resolved the stop (by itself within the
+            # grace, at a checkpoint, or cut): the process handed the session back there.
+            self.stopping, self.handed_back = None, event.task_id
 
     # --- what came from outside ----------------------------------------------------------------
 
@@ -311,10 +257,12 @@ class Driver:
         body, wait = event.body, self.timeout
         crash = event.seq in self.crash_points
         offered = body if isinstance(body, McpServersOffered) else None
+        if crash:
+            self.stopping = None  # the stopping process was killed: the next one ends its task
         if self.handed_back is not None and (crash or event.task_id != self.handed_back):
             self.handed_back = None  # what follows a stop's records is the next process's
             if not crash:  # (docs/processes.md#stopping)
-                self._crash_and_resume(offered)
+                self._crash_and_resume(offered, at_halt=False)
                 if offered is not None:
                     return  # the next process's servers: given to it as it resumed
         if crash:  # first: its answers look like results otherwise
@@ -340,9 +288,10 @@ class Driver:
             self.model.attempt_failed(self.requests - 1, failed, wait)
         elif isinstance(body, StopRequested):  # the task ends at its next checkpoint, as it did
             self._actor().tell(Stop(body.detail, at_checkpoint=True))
+            self.stopping = event.task_id
         elif isinstance(body, TurnAborted) and body.cause == "shutdown":
             self._actor().tell(Stop(body.detail))  # nothing starts after it, here
-            self.handed_back = event.task_id
+            self.stopping = event.task_id
         elif isinstance(body, TurnAborted) and body.cause == "model":
             self.model.fail(self.requests - 1, body.detail, wait, body.model_error)
         elif isinstance(body, ToolCallCompleted) and self._is_mcp(body.call_id):
@@ -377,15 +326,18 @@ class Driver:
 
     def _force_close(self, group: list[Event]) -> None:
         """Stop the program where the close found it stuck, and record what the close did."""
-        self._stop_here()
+        self._stop_here(True)
         self.host.journal.record_last(
             [NewEvent(e.body, e.conversation_id, e.task_id) for e in group]
         )
 
-    def _crash_and_resume(self, offered: McpServersOffered | None = None) -> None:
+    def _crash_and_resume(
+        self, offered: McpServersOffered | None = None, *, at_halt: bool = True
+    ) -> None:
         """Stop the replayed session as the process stopped, and resume it as it was resumed
-        (with the servers it ``offered``, if the new process recorded them first)."""
-        self._stop_here()
+        (with the servers it ``offered``, if the new process recorded them first); not
+        ``at_halt``: it handed the session back, before any crash point."""
+        self._stop_here(at_halt)
         if offered is not None:  # in the log before the resumed program starts, as recorded
             self.store.append(self.session_id, [offered], self.store.last_seq(self.session_id))
         # What was sent before the crash gets no answer from outside: the resumed program
@@ -394,13 +346,14 @@ class Driver:
         self.handle = self.runtime.resume(self.session_id)
         self.host = self.runtime.hosts[self.session_id]
 
-    def _stop_here(self) -> None:
-        """Stop the replayed session where the recorded one stopped; what it records next is
-        what the log recorded there."""
+    def _stop_here(self, at_halt: bool) -> None:
+        """Stop the replayed session where the recorded one stopped (``at_halt``: at the crash
+        point or forced close it is halted at); what it records next is what the log recorded
+        there."""
         self.read.abandon()  # a read stuck as the recorded one was gives up, as the actors stop
         self.host.crash(timeout=2.0)
         self.model.abandon(self.requests)
-        self.store.release()
+        self.store.release(at_halt=at_halt)
 
     def _actor(self) -> Recipient:
         """The replayed session's actor (it runs while the log is fed in)."""
@@ -426,6 +379,13 @@ class Driver:
     def _destroy_open(self) -> bool:
         """Whether a ``conv_destroy`` call is open (its destroy is the program's own)."""
         return "conv_destroy" in self.open_calls.values()
+
+
+def _ends_task(body: Body) -> bool:
+    """Whether ``body`` is a task's end (completed, or aborted for good: not replaced)."""
+    return isinstance(body, TaskCompleted) or (
+        isinstance(body, TurnAborted) and body.reason != "replaced"
+    )
 
 
 def _before_offer(recorded: list[Event], seq: int) -> int:

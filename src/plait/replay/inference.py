@@ -29,6 +29,7 @@ from plait.events.types import (
     McpServersOffered,
     McpToolsRefreshed,
     McpToolWithheld,
+    NewEvent,
     SessionResumed,
     TaskCompleted,
     TaskDropped,
@@ -56,6 +57,7 @@ __all__ = [
     "read_instructions",
     "recorded_only",
     "submitted",
+    "submitted_task",
 ]
 
 LIFECYCLE = (
@@ -78,6 +80,12 @@ def is_lifecycle(body: Body) -> bool:
 def submitted(body: TaskEnqueued) -> bool:
     """Whether the task was submitted from outside (the program queues the others first)."""
     return not body.front and body.plan.closure is None
+
+
+def submitted_task(item: Body | NewEvent) -> str | None:
+    """The task ``item`` queues, if it is a task submitted from outside."""
+    body = item.body if isinstance(item, NewEvent) else item
+    return body.plan.task_id if isinstance(body, TaskEnqueued) and submitted(body) else None
 
 
 def cut_off(body: Body) -> bool:

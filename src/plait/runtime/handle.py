@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -89,33 +90,46 @@ class SessionHandle(SessionViews):
         """Seconds since the session was last used or recorded anything."""
         return self._host.idle_for()
 
-    def _placed_tell(self, prompt: str | Sequence[InputItem], cid: str | None, ack: Ack) -> None:
+    def _placed_tell(
+        self, prompt: str | Sequence[InputItem], cid: str | None, task_id: str | None, ack: Ack
+    ) -> None:
         """``_tell``, once the session has a place (``asubmit``); the id is made off the loop."""
         host = self._host
         with host.lock:
             if host.closed:  # closed while it waited: it needs no place
                 self.runtime.admission.leave(host)
             host.wake()
-        plan = self._plan(prompt, cid)
+        plan = self._plan(prompt, cid, task_id)
         ack.task_id = plan.task_id
         self._host.tell(plan, ack)
 
-    def _plan(self, prompt: str | Sequence[InputItem], cid: str | None) -> TaskPlan:
+    def _plan(
+        self, prompt: str | Sequence[InputItem], cid: str | None, task_id: str | None = None
+    ) -> TaskPlan:
         items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
-        return TaskPlan(self.runtime.new_id(), cid or self.root_conversation_id, items)
+        return TaskPlan(task_id or self.runtime.new_id(), cid or self.root_conversation_id, items)
 
     def submit(
-        self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
+        self,
+        prompt: str | Sequence[InputItem],
+        *,
+        conversation_id: str | None = None,
+        task_id: str | None = None,
     ) -> str:
         """Queue a task in a conversation (the root by default); return its task id once the
         task is in the log (``TaskEnqueued``, durable).
+
+        ``task_id`` names the task (by default a new id): a submit made again with the id of a
+        task the session holds, by this process or another after a crash or a lost answer,
+        queues nothing and returns once that task is in the log
+        (docs/processes.md#each-command-takes-effect-once).
 
         Raises ``UnknownConversationError`` when the session has no such live conversation,
         ``SessionClosedError`` once it is closed, ``InvalidInputError`` for text UTF-8 cannot
         encode (a lone surrogate).
         """
-        check_inputs(prompt=prompt, conversation_id=conversation_id)
-        return self._host.queue(self._plan(prompt, conversation_id))
+        check_inputs(prompt=prompt, conversation_id=conversation_id, task_id=task_id)
+        return self._host.queue(self._plan(prompt, conversation_id, task_id))
 
     def run(
         self,
@@ -147,15 +161,19 @@ class SessionHandle(SessionViews):
             return await await_outcome_async(feed, task_id, timeout)
 
     async def asubmit(
-        self, prompt: str | Sequence[InputItem], *, conversation_id: str | None = None
+        self,
+        prompt: str | Sequence[InputItem],
+        *,
+        conversation_id: str | None = None,
+        task_id: str | None = None,
     ) -> str:
         """``submit`` for asyncio code: it waits on the loop, holding no thread, for a place
         (``max_active_sessions``) and for the task to be durable; the rest runs off the loop."""
-        check_inputs(prompt=prompt, conversation_id=conversation_id)
+        check_inputs(prompt=prompt, conversation_id=conversation_id, task_id=task_id)
         if self._host.passive:
             await self.runtime.admission.aenter(self._host)
         ack = Ack(self._host.acks)
-        placed = functools.partial(self._placed_tell, prompt, conversation_id, ack)
+        placed = functools.partial(self._placed_tell, prompt, conversation_id, task_id, ack)
         self.runtime.off_loop.send(placed, ack)
         await ack.arrived()
         return ack.task_id
@@ -232,7 +250,9 @@ class SessionHandle(SessionViews):
         host = self._host
         with host.lock:
             if host.followed:
-                self.runtime.owner.send(self.session_id, InterruptTask())
+                # A key of its own: the owner acts on it once, however often it is stored.
+                key = uuid.uuid4().hex
+                self.runtime.owner.send(self.session_id, InterruptTask(key))
             elif host.actor is not None:  # a passive session has nothing to interrupt
                 host.actor.tell(Interrupt())
 

@@ -188,7 +188,9 @@ class SessionHost:
                 return ack()
             assert self.actor is not None  # woken, under the lock
             self.acks.add(ack)
-            self.actor.tell(Enqueue((plan,), ack))
+            # A task id it holds is not queued again
+            # (docs/processes.md#each-command-takes-effect-once).
+            self.actor.tell(Enqueue((plan,), ack, once=True))
 
     def queue(self, plan: TaskPlan) -> str:
         """``tell`` ``plan``, and return its id once it is durable."""

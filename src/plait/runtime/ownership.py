@@ -6,13 +6,15 @@ thread of its own, so that nothing slow delays it), and tells a session whose le
 process took that it is lost. A lease whose holder it proves dead (a process of this machine
 that no longer runs, ``liveness``) counts as lapsed at once. Its inbox thread takes the
 commands of the sessions it owns, in order, as the store signals them, and hands each to its
-session."""
+session: a task its session holds is not queued again, an interrupt whose key it acted on is
+not acted on again (docs/processes.md#each-command-takes-effect-once)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -37,9 +39,13 @@ if TYPE_CHECKING:
     from plait.runtime.host import SessionHost
     from plait.runtime.runtime import Runtime
 
-__all__ = ["Owner", "default_owner_id"]
+__all__ = ["REMEMBERED_INTERRUPTS", "Owner", "default_owner_id"]
 
 log = logging.getLogger("plait")
+
+REMEMBERED_INTERRUPTS = 4096
+"""How many interrupt keys an owner remembers (about 100 bytes each): far more interrupts than
+can be stored again while their sender retries after a lost answer (``outage_sec``)."""
 
 
 def default_owner_id() -> str:
@@ -60,6 +66,9 @@ class Owner:
         self._lock = threading.Lock()
         self._held: dict[str, tuple[int, float]] = {}  # stream -> epoch, when it was taken
         self._taken: set[int] = set()  # commands handed to a session, not yet dropped
+        # Keys of the interrupts it acted on lately, oldest first (a stored one again is not
+        # acted on: docs/processes.md#each-command-takes-effect-once).
+        self._interrupted: OrderedDict[str, None] = OrderedDict()
         self._stopping = threading.Event()
         self._waiter = self._store._inbox_waiter()
         self._thread: threading.Thread | None = None
@@ -275,7 +284,8 @@ class Owner:
                     log.warning("task %s from the inbox not run: %s", body.plan.task_id, exc)
             elif isinstance(body, InterruptTask):
                 self._store.drop_commands([stored.id])  # at most once
-                host.handle.interrupt()
+                if self._first_time(body.key):
+                    host.handle.interrupt()
             elif isinstance(body, DestroyConversation):
                 self._store.drop_commands([stored.id])
                 host.handle.destroy(body.conversation_id)
@@ -285,6 +295,18 @@ class Owner:
         self._store.drop_commands([stored.id])
         self._taken.discard(stored.id)
         return None
+
+    def _first_time(self, key: str) -> bool:
+        """Whether the interrupt of ``key`` was not acted on lately (and note it was now)."""
+        if not key:  # stored by an older plait: it has none
+            return True
+        if key in self._interrupted:
+            log.info("an interrupt taken already (key %s) was stored again: not acted on", key)
+            return False
+        self._interrupted[key] = None
+        if len(self._interrupted) > REMEMBERED_INTERRUPTS:
+            self._interrupted.popitem(last=False)
+        return True
 
     def drop_taken(self, stream: str, past: list[Event]) -> None:
         """Drop ``stream``'s queued commands whose task ``past`` already holds: a former owner

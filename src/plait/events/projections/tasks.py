@@ -62,6 +62,10 @@ class TaskQueue(msgspec.Struct):
     """Where the next front-enqueued plan goes (plans of one interrupt keep their order)."""
     results: dict[str, TaskResult] = {}
     """How finished tasks that a continuation waits for ended, by task id."""
+    known: set[str] = set()
+    """Every task id the session has enqueued, whatever became of the task: a command that
+    names one again is not queued twice. A few dozen bytes a task, beside the histories that
+    hold at least its input (docs/processes.md#each-command-takes-effect-once)."""
 
     def snapshot(self) -> QueueSnapshot:
         """A frozen copy of what runs and waits, safe to hand to another thread."""
@@ -103,6 +107,7 @@ class TaskQueueProjection(Projection[TaskQueue]):
 def _enqueued(state: TaskQueue, event: Event) -> None:
     body = event.body
     assert isinstance(body, TaskEnqueued)
+    state.known.add(body.plan.task_id)
     if body.front:
         state.pending.insert(state.front, body.plan)
         state.front += 1

@@ -51,6 +51,7 @@ from plait.events.store import (
     Waiter,
     utc_now,
 )
+from plait.events.stores.postgres_inbox import PostgresInbox
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
@@ -100,7 +101,7 @@ SCRUB_WAIT_SEC = 30.0
 """How long ``scrub`` waits for older transactions to end before it says it could not."""
 
 
-class PostgresStore(PostgresPruning, EventStore):
+class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
     """An event store in one PostgreSQL schema (created with its tables if missing).
 
     ``url`` is a libpq URL or conninfo string. The schema is the ``schema`` argument, else the
@@ -390,33 +391,6 @@ class PostgresStore(PostgresPruning, EventStore):
             lambda conn: conn.execute(self._sql["leases"], {"stream": stream}).fetchall()
         )
         return [_lease(row) for row in rows]
-
-    def _put_command(self, stream: str, data: bytes) -> int:
-        def put(conn: Connection) -> int:
-            with conn.transaction():
-                found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
-                assert found is not None
-                conn.execute(self._sql["notify"], (self.inbox_channel, str(found[0])))
-            return int(found[0])
-
-        def landed(conn: Connection) -> int | None:
-            # A command is unique (its task's id, its sender): the same bytes are this one.
-            found = conn.execute(self._sql["command_of"], (stream, data)).fetchone()
-            return None if found is None else int(found[0])
-
-        command_id = self._run(put, landed)
-        self._commanded.notify()
-        return command_id
-
-    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
-        def commands(conn: Connection) -> list[tuple[int, str, bytes]]:
-            rows = conn.execute(self._sql["commands"], {"stream": stream}, binary=True)
-            return [(int(i), str(s), bytes(d)) for i, s, d in rows]
-
-        return self._run(commands)
-
-    def _drop_commands(self, ids: list[int]) -> None:
-        self._run(lambda conn: conn.execute(self._sql["drop_commands"], (ids,)))
 
     def _waiter(self) -> Waiter:
         return self._listener(self.channel)

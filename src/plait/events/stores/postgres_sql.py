@@ -143,7 +143,15 @@ QUERIES = {
     "AND l.expires <> 0 RETURNING l.stream, l.epoch",
     "release": "UPDATE {s}.leases SET owner = %s, expires = 0 "
     "WHERE stream = %s AND owner = %s AND epoch = %s",
-    "put_command": "INSERT INTO {s}.inbox (stream, data) VALUES (%s, %s) RETURNING id",
+    # With its transaction and server process: what a retry asks about if the answer to its
+    # COMMIT was lost (docs/processes.md#each-command-takes-effect-once).
+    "put_command": "INSERT INTO {s}.inbox (stream, data) VALUES (%s, %s) "
+    "RETURNING id, pg_current_xact_id()::text::int8, pg_backend_pid()",
+    "xact_status": "SELECT pg_xact_status(%s::int8::text::xid8)",
+    # The process of a cut connection, if it still runs that transaction (its pid alone might
+    # be another's by now): its transaction then commits or aborts, now.
+    "end_xact": "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+    "WHERE pid = %s AND backend_xid = (%s::int8 %% 4294967296)::text::xid",
     "commands": "SELECT id, stream, data FROM {s}.inbox "
     "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY id",
     "command_of": "SELECT id FROM {s}.inbox WHERE stream = %s AND data = %s",
