@@ -4,65 +4,150 @@
 # imports `cli`. This module is the documented surface: every type a public signature uses.
 """plait: replayable, auditable, crash-safe LLM agent sessions."""
 
-from plait.actors.approvals import ApprovalDecision, ApprovalRequest, Approver
-from plait.actors.feed import Feed
-from plait.actors.mcp.config import McpServerConfig
-from plait.actors.mcp.functions import FunctionTool, tool
-from plait.actors.model import ModelSettings
-from plait.actors.pool import McpLimits
-from plait.errors import (
-    ConcurrencyError,
-    ConfigError,
-    ContentUnavailableError,
-    CorruptEventError,
-    DivergenceError,
-    ErasureError,
-    InvalidInputError,
-    KeyFileError,
-    McpError,
-    ModelError,
-    ModelErrorKind,
-    NotFoundError,
-    PlaitError,
-    ReplayError,
-    SessionClosedError,
-    StoreError,
-    StoreUnavailableError,
-    TamperedError,
-    TelemetryError,
-    ToolError,
-    UnknownConversationError,
-    UnknownSessionError,
-)
-from plait.events.projections.history import ConversationInfo
-from plait.events.projections.stats import ConversationStats
-from plait.events.signing import Signer
-from plait.events.store import EventStore
-from plait.events.stores import open_store
-from plait.events.stores.memory import MemoryStore
-from plait.events.stores.sqlite import SqliteStore
-from plait.events.types import AbortCause, Event, FeedLagged, Transient
-from plait.events.values import (
-    ApprovalPolicy,
-    FunctionCallOutput,
-    HistorySettings,
-    InputImage,
-    InputItem,
-    InputText,
-    StoragePolicy,
-    ToolPrefs,
-)
-from plait.jsonvalue import JsonObject, JsonValue
-from plait.runtime import (
-    KEEP,
-    KeepType,
-    Recovery,
-    Runtime,
-    SessionHandle,
-    Status,
-    TaskOutcome,
-)
-from plait.telemetry import TelemetrySettings
+import importlib
+
+TYPE_CHECKING = False  # as typing has it, without importing typing (25 ms)
+
+# Each name is imported where it is first used, so that ``import plait`` costs nothing: the
+# ``plait`` command handles signals from its first line, before its heavy imports
+# (docs/processes.md#stopping). Type checkers read the imports below.
+if TYPE_CHECKING:
+    from plait.actors.approvals import ApprovalDecision, ApprovalRequest, Approver
+    from plait.actors.feed import Feed
+    from plait.actors.mcp.config import McpServerConfig
+    from plait.actors.mcp.functions import FunctionTool, tool
+    from plait.actors.model import ModelSettings
+    from plait.actors.pool import McpLimits
+    from plait.errors import (
+        ConcurrencyError,
+        ConfigError,
+        ContentUnavailableError,
+        CorruptEventError,
+        DivergenceError,
+        ErasureError,
+        InvalidInputError,
+        KeyFileError,
+        McpError,
+        ModelError,
+        ModelErrorKind,
+        NotFoundError,
+        PlaitError,
+        ReplayError,
+        SessionClosedError,
+        StoreError,
+        StoreUnavailableError,
+        TamperedError,
+        TelemetryError,
+        ToolError,
+        UnknownConversationError,
+        UnknownSessionError,
+    )
+    from plait.events.projections.history import ConversationInfo
+    from plait.events.projections.stats import ConversationStats
+    from plait.events.signing import Signer
+    from plait.events.store import EventStore
+    from plait.events.stores import open_store
+    from plait.events.stores.memory import MemoryStore
+    from plait.events.stores.sqlite import SqliteStore
+    from plait.events.types import AbortCause, Event, FeedLagged, Transient
+    from plait.events.values import (
+        ApprovalPolicy,
+        FunctionCallOutput,
+        HistorySettings,
+        InputImage,
+        InputItem,
+        InputText,
+        StoragePolicy,
+        ToolPrefs,
+    )
+    from plait.jsonvalue import JsonObject, JsonValue
+    from plait.runtime import (
+        KEEP,
+        KeepType,
+        Recovery,
+        Runtime,
+        SessionHandle,
+        Status,
+        TaskOutcome,
+    )
+    from plait.telemetry import TelemetrySettings
+
+_PUBLIC: dict[str, tuple[str, ...]] = {
+    "plait.actors.approvals": (
+        "ApprovalDecision",
+        "ApprovalRequest",
+        "Approver",
+    ),
+    "plait.actors.feed": ("Feed",),
+    "plait.actors.mcp.config": ("McpServerConfig",),
+    "plait.actors.mcp.functions": (
+        "FunctionTool",
+        "tool",
+    ),
+    "plait.actors.model": ("ModelSettings",),
+    "plait.actors.pool": ("McpLimits",),
+    "plait.errors": (
+        "ConcurrencyError",
+        "ConfigError",
+        "ContentUnavailableError",
+        "CorruptEventError",
+        "DivergenceError",
+        "ErasureError",
+        "InvalidInputError",
+        "KeyFileError",
+        "McpError",
+        "ModelError",
+        "ModelErrorKind",
+        "NotFoundError",
+        "PlaitError",
+        "ReplayError",
+        "SessionClosedError",
+        "StoreError",
+        "StoreUnavailableError",
+        "TamperedError",
+        "TelemetryError",
+        "ToolError",
+        "UnknownConversationError",
+        "UnknownSessionError",
+    ),
+    "plait.events.projections.history": ("ConversationInfo",),
+    "plait.events.projections.stats": ("ConversationStats",),
+    "plait.events.signing": ("Signer",),
+    "plait.events.store": ("EventStore",),
+    "plait.events.stores": ("open_store",),
+    "plait.events.stores.memory": ("MemoryStore",),
+    "plait.events.stores.sqlite": ("SqliteStore",),
+    "plait.events.types": (
+        "AbortCause",
+        "Event",
+        "FeedLagged",
+        "Transient",
+    ),
+    "plait.events.values": (
+        "ApprovalPolicy",
+        "FunctionCallOutput",
+        "HistorySettings",
+        "InputImage",
+        "InputItem",
+        "InputText",
+        "StoragePolicy",
+        "ToolPrefs",
+    ),
+    "plait.jsonvalue": (
+        "JsonObject",
+        "JsonValue",
+    ),
+    "plait.runtime": (
+        "KEEP",
+        "KeepType",
+        "Recovery",
+        "Runtime",
+        "SessionHandle",
+        "Status",
+        "TaskOutcome",
+    ),
+    "plait.telemetry": ("TelemetrySettings",),
+}
 
 __all__ = [
     "KEEP",
@@ -128,3 +213,20 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+_WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    """Import a public name on its first use."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'plait' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next use finds it at once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})

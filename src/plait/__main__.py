@@ -2,6 +2,6 @@
 
 import sys
 
-from plait.cli import main
+from plait.cli import run
 
-sys.exit(main())
+sys.exit(run())

@@ -8,11 +8,14 @@ import os
 import signal
 import sys
 import time
+import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from terminal import CTRL_C, Terminal, clean_env
 
+from plait.actors.model import ModelSettings
 from plait.events import (
     Event,
     SessionClosed,
@@ -22,10 +25,15 @@ from plait.events import (
     TurnAborted,
 )
 from plait.events.subscription import Subscription
+from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 if TYPE_CHECKING:
     from conftest import Cli
+    from support import StoreFactory
+
+TEST_SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
+"""The stdio MCP server of the tests."""
 
 SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
 """A reply whose first line streams at once, and whose rest takes 80 s."""
@@ -278,3 +286,67 @@ def test_sigterm_to_a_worker_running_eight_tasks_stops_them_all_within_the_drain
             assert cut == [(True, "shutdown")]
     for session in sessions:
         assert cli("verify", session).returncode == 0
+
+
+def mcp_processes(mark: str) -> list[int]:
+    """The pids of the running processes with ``mark`` in their command line."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if mark.encode() in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:  # it ended meanwhile
+            continue
+    return pids
+
+
+def test_a_worker_stopped_as_its_mcp_servers_start_leaves_nothing_running(
+    cli: Cli, server: ScriptedModelServer, durable_stores: StoreFactory
+) -> None:
+    # Issue 47 item 8: a worker whose sessions' MCP servers were still starting took seconds
+    # past its grace to stop (a close found no start to cut). What a user checks after the
+    # stop: every task's end recorded, every lease released, no server left running; the
+    # time it takes is bench/drain.py's (--mcp 2 --early). SIGINT on one store, SIGTERM on
+    # the other: both stop the worker the same way.
+    sig = signal.SIGINT if durable_stores.backend == "sqlite" else signal.SIGTERM
+    mark = f"plait-stop-{uuid.uuid4().hex[:8]}"  # in the servers' command lines
+    servers = "".join(
+        f'[mcp_servers.s{i}]\ncommand = "{sys.executable}"\nargs = ["{TEST_SERVER}", "--name", '
+        f'"{mark}"]\n'
+        for i in range(2)
+    )
+    cli.configure(server.base_url, servers)
+    url = durable_stores.url
+    settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+    with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+        sessions = []
+        for _ in range(3):
+            handle = front.start_session()
+            sessions.append(handle.session_id)
+            handle.release()
+        server.push(*[SLOW] * 3)
+        worker = cli.spawn("worker", "--store", url, "--concurrency", "3", "--grace-sec", "3")
+        with front.store.subscribe() as tail:
+            tasks = {front.follow(s).submit("How many?") for s in sessions}
+            running: set[str] = set()
+            while running != tasks:  # started: each waits for its servers, which start
+                event = tail.get(timeout=30)
+                assert event is not None, f"{len(tasks - running)} tasks never started"
+                if isinstance(event.body, TaskStarted) and event.task_id in tasks:
+                    running.add(str(event.task_id))
+        code, err = worker.stop(sig)
+        left = mcp_processes(mark)  # right after its exit
+        live = [s for s in sessions if (lease := front.store.lease(s)) and lease.live]
+        ends = {
+            e.task_id
+            for s in sessions
+            for e in front.store.read(s)
+            if isinstance(e.body, TaskCompleted | TurnAborted)
+        }
+    assert code == 128 + sig, err
+    assert "Traceback" not in err, err
+    line = err.splitlines()[-1]
+    assert line.startswith(f"plait: worker stopped by {signal.Signals(sig).name}: "), line
+    assert left == [], f"MCP servers left running: {left}"
+    assert live == []
+    assert ends >= tasks

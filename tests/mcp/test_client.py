@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import shlex
@@ -183,6 +184,27 @@ def test_close_stops_the_whole_process_group(loop, gone) -> None:
     assert not gone(grandchild)
     loop.run(conn.close())
     assert gone(grandchild)
+
+
+def test_a_close_before_the_start_goes_on_spawns_nothing(loop, tmp_path: Path) -> None:
+    # A worker stopped as its sessions' servers start: the close came before the start had
+    # spawned its server. The start ends there, rather than spawn the server and wait for
+    # its initialize (seconds under load, up to startup_timeout_sec) to stop it after.
+    seen = tmp_path / "seen"
+    script = f"import sys; open({str(seen)!r}, 'w').write(sys.stdin.readline())"
+    config = McpServerConfig(command=sys.executable, args=["-c", script], startup_timeout_sec=60)
+    conn = McpConnection("late", config)
+
+    async def start_then_close() -> str:
+        starting = asyncio.ensure_future(conn.start())
+        await asyncio.sleep(0)  # the start has made its runner, which has not run yet
+        await conn.close()
+        with pytest.raises(McpError) as caught:
+            await starting
+        return str(caught.value)
+
+    assert loop.run(start_then_close()) == "MCP server 'late': closed while starting"
+    assert not seen.exists(), f"the server was spawned and sent {seen.read_text()!r}"
 
 
 # --- streamable HTTP -------------------------------------------------------------------------

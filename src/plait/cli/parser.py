@@ -27,6 +27,7 @@ from plait.cli.flags import (
 )
 from plait.cli.inputs import check_arguments
 from plait.cli.keys import cmd_keygen
+from plait.cli.lifetime import LIFETIME
 from plait.cli.log_commands import (
     cmd_audit,
     cmd_conversations,
@@ -355,27 +356,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_arguments(sys.argv[1:] if argv is None else argv)
     except PlaitError as exc:
+        LIFETIME.end(1)
         err(f"plait: {exc}")
         return 1
     args = build_parser().parse_args(argv)
     _log_to_stderr(args.verbose)
+    # Each way the command ends tells LIFETIME its code before its line is said: a signal
+    # from there on exits with that code, and says nothing more (docs/processes.md#stopping).
+    LIFETIME.run()
     try:
         code: int = args.func(args)
     except BrokenPipeError:
+        LIFETIME.end(0)
         reader_left()  # `plait log | head`: end quietly, with no error at exit
         return 0
     except KeyboardInterrupt:
+        LIFETIME.end(130)
         err(f"{_after_ctrl_c()}plait: interrupted")
         return 130
     except Stopped as stopped:  # SIGTERM or SIGINT: the command says what it stopped
+        LIFETIME.end(stopped.code)
         fresh = stopped.fresh_line or stopped.code != 128 + signal.SIGINT
         err(f"{'' if fresh else _after_ctrl_c()}plait: {stopped.line}")
         return stopped.code
     except (PlaitError, OSError) as exc:
+        LIFETIME.end(1)
         if args.debug:
             raise
         err(f"plait: {_one_line(exc)}")
         return 1
+    LIFETIME.end(code)
     return code
 
 

@@ -127,31 +127,43 @@ class McpConnection:
         except asyncio.CancelledError:
             self._closing = True
             self._wake.set()
-            if self._startup is not None:
-                self._startup.cancel()
+            self._cut_start()
             raise
 
     async def close(self) -> None:
         """Stop the server (or end the HTTP session) and wait until nothing is left. Idempotent."""
         self._closing = True
         self._wake.set()
-        if self._startup is not None:
-            self._startup.cancel()
+        if self._ready is not None and not self._ready.done():
+            self._cut_start()
         for task in list(self._background):
             task.cancel()
         if self._runner is not None:
             await asyncio.shield(self._runner)
 
+    def _cut_start(self) -> None:
+        """End a start under way: no more of ``initialize``, and no wait for a server that
+        never started to exit by itself (a stop waits for none, docs/processes.md#stopping).
+        The runner checks ``_closing`` as it reaches ``initialize``, for a close before."""
+        if self._startup is not None:
+            self._startup.cancel()
+        if self._child is not None:
+            self._child.exit_grace_sec = 0.0
+
     async def _run(self, ready: asyncio.Future[list[McpToolSnapshot]]) -> None:
         timeout = self.config.startup_timeout_sec
         failure: str | None = None
         try:
+            if self._closing:  # closed before it began: nothing is spawned
+                return
             async with (
                 self._transport() as (read, write),
                 ClientSession(read, write, message_handler=self._on_message) as session,
             ):
                 tools: list[McpToolSnapshot] | None = None
                 with anyio.move_on_after(timeout) as self._startup:
+                    if self._closing:  # closed as it spawned: ``close`` found no start to cut
+                        self._cut_start()
                     try:
                         await session.initialize()
                         tools = await self._list(session)

@@ -50,6 +50,10 @@ class ChildProcess:
     def __init__(self, process: anyio.abc.Process) -> None:
         self._process = process
         self._tail = bytearray()
+        self.exit_grace_sec = EXIT_GRACE_SEC
+        """How long it is given to exit once its stdin is closed, before it is signalled (none
+        when closed as it starts: it has nothing of ours to shut down, and reads its stdin
+        only once started, seconds later under load)."""
 
     @property
     def pid(self) -> int:
@@ -122,7 +126,7 @@ async def stdio_transport(
             with anyio.CancelScope(shield=True):
                 await write_stream.aclose()
                 await read_stream.aclose()
-                await _stop(process)
+                await _stop(process, child.exit_grace_sec)
             tasks.cancel_scope.cancel()
 
 
@@ -273,12 +277,12 @@ def _failed_answer(line: bytes, error: ValueError) -> SessionMessage | None:
     return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=failed))
 
 
-async def _stop(process: anyio.abc.Process) -> None:
-    """Close stdin, give the server time to exit, then stop its whole process group."""
+async def _stop(process: anyio.abc.Process, grace_sec: float) -> None:
+    """Close stdin, give the server ``grace_sec`` to exit, then stop its whole process group."""
     assert process.stdin is not None and process.stdout is not None
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdin.aclose()
-    await _wait_exit(process, EXIT_GRACE_SEC)
+    await _wait_exit(process, grace_sec)
     if _group_alive(process.pid):
         # The leader is still up, or it left children behind in its group: stop them all.
         await terminate_posix_process_tree(process, KILL_GRACE_SEC)

@@ -1,0 +1,152 @@
+"""Signals from the process's first line to its exit (docs/processes.md#stopping): SIGTERM and
+SIGINT to ``plait exec`` and ``plait worker`` as they start, while their imports run, and as a
+task ends. Real processes, real signals; each case is sent a few times, at moments spread over
+the stretch it covers, and every outcome is checked: one line and the signal's code, or the
+command's own end when the signal came after it."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from plait.events import SqliteStore
+from plait.testing import ScriptedModelServer, Step
+
+if TYPE_CHECKING:
+    from conftest import Cli
+
+IMPORTED = "import time:"
+"""How ``python -X importtime`` begins each line it writes to stderr, a module imported."""
+
+MARKS = (10, 60, 200, 350)
+"""After how many imports, counted from the first of plait's modules, a signal is sent. The
+first few (``plait``, ``plait.cli.lifetime``, ``plait.cli``, what they import) come before the
+program's first line (``plait.cli.run``) puts its handlers in; ``main`` runs after about 380."""
+
+DELAYS_SEC = (0.0, 0.01, 0.02, 0.04, 0.1, 0.3)
+"""How long after the answer's line the two SIGTERMs come, round after round, until one comes
+after the process's exit (its end takes a few tens of milliseconds here, more when busy)."""
+
+SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
+"""A reply that streams for minutes, should a command get that far."""
+
+
+def start(cli: Cli, *args: str) -> subprocess.Popen[str]:
+    """Start ``python -X importtime -m plait ARGS``: stderr says each module as it is imported."""
+    return subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "plait", *args],
+        cwd=cli.cwd,
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def said(err: str) -> list[str]:
+    """What the command wrote to stderr, without importtime's lines."""
+    return [line for line in err.splitlines() if not line.startswith(IMPORTED)]
+
+
+def imports_of_plait(lines: list[str]) -> int:
+    """How many modules ``lines`` say were imported, counted from the first of plait's."""
+    names = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith(IMPORTED)]
+    first = next((i for i, name in enumerate(names) if name.split(".")[0] == "plait"), None)
+    return 0 if first is None else len(names) - first
+
+
+def no_lease_live(cli: Cli) -> bool:
+    """Whether every session of the directory's store has its lease released (or none)."""
+    if not cli.store.exists():
+        return True
+    with SqliteStore(cli.store) as store:
+        leases = [store.lease(info.stream) for info in store.streams()]
+    return all(lease is None or not lease.live for lease in leases)
+
+
+def assert_stopped_with_one_line(code: int, err: str, sig: int) -> None:
+    """The signal's code, and one line saying so, its last; no traceback."""
+    name = signal.Signals(sig).name
+    lines = said(err)
+    assert "Traceback" not in err, err[-2000:]
+    assert code == 128 + sig, f"exit code {code}: {lines}"
+    stop = rf"plait: (worker )?stopped (by {name}\b|at once by a second signal \({name}, )"
+    assert re.match(stop, lines[-1]), lines
+    assert [line for line in lines if line.startswith("plait:")] == [lines[-1]], lines
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("command", ["exec", "worker"])
+def test_a_signal_as_the_command_starts_stops_it_with_one_line(
+    cli: Cli, server: ScriptedModelServer, command: str, sig: int
+) -> None:
+    # Issue 47 item 4: in the first 0.6 s (imports), SIGINT printed a KeyboardInterrupt
+    # traceback (rc -2) and SIGTERM ended the command with no line (rc -15).
+    cli.configure(server.base_url)
+    server.push(*[SLOW] * (len(MARKS) + 1))
+    args = ["exec", "--grace-sec", "0", "How many?"] if command == "exec" else ["worker"]
+
+    # Right after it is started: most often the interpreter has not run plait's first line
+    # yet, and the system's default ends it (nothing is held then); past that line, the
+    # stop is plait's.
+    process = start(cli, *args)
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=60)
+    if process.returncode == -sig:  # then it had not run its first line: no import after it
+        names = [line.rsplit("|", 1)[-1].strip() for line in err.splitlines()]
+        assert "plait.cli" not in names or names[-1] == "plait.cli", said(err)
+    else:
+        assert_stopped_with_one_line(process.returncode, err, sig)
+
+    # While its imports run, at moments spread over them.
+    for mark in MARKS:
+        process = start(cli, *args)
+        assert process.stderr is not None
+        seen: list[str] = []
+        while imports_of_plait(seen) < mark:
+            line = process.stderr.readline()
+            assert line, f"it ended before {mark} imports: {said(''.join(seen))}"
+            seen.append(line)
+        process.send_signal(sig)
+        _, rest = process.communicate(timeout=60)
+        assert_stopped_with_one_line(process.returncode, "".join(seen) + rest, sig)
+        assert no_lease_live(cli)
+
+
+def test_two_sigterms_as_a_task_ends_exit_with_one_line(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    # Issue 47 item 5: two SIGTERMs 1 ms apart as a task ended gave rc -15 and no line: the
+    # command's handlers were gone as it tore down. Sent at moments spread over its end (from
+    # the answer's line to past the process's exit), they stop it with one line, or, once the
+    # command has ended, leave it its own end.
+    cli.configure(server.base_url)
+    outcomes: list[int] = []
+    for delay in DELAYS_SEC:
+        if 0 in outcomes:  # they came after its exit: later ones would too
+            break
+        server.push(Step(text="Done."))
+        running = cli.spawn("exec", "How many?")
+        process = running.process
+        assert running.out.next() == "Done.\n"  # the task has ended; its command ends
+        time.sleep(delay)  # not a wait for something: where in its end they land
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.001)
+        process.send_signal(signal.SIGTERM)
+        assert process.stderr is not None
+        with process.stderr as stderr:
+            err = stderr.read()
+        code = process.wait(60)
+        running.out.close()
+        outcomes.append(code)
+        if code == 0:  # the command had ended, and said nothing of the signals
+            assert not [line for line in said(err) if line.startswith("plait:")], err
+        else:  # the second exits at once, as after a crash: its lease lapses
+            assert_stopped_with_one_line(code, err, signal.SIGTERM)
+    assert set(outcomes) <= {0, 143}, outcomes
