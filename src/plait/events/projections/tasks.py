@@ -62,10 +62,11 @@ class TaskQueue(msgspec.Struct):
     """Where the next front-enqueued plan goes (plans of one interrupt keep their order)."""
     results: dict[str, TaskResult] = {}
     """How finished tasks that a continuation waits for ended, by task id."""
-    known: set[str] = set()
+    known: dict[str, None] = {}
     """Every task id the session has enqueued, whatever became of the task: a command that
     names one again is not queued twice. A few dozen bytes a task, beside the histories that
-    hold at least its input (docs/processes.md#each-command-takes-effect-once)."""
+    hold at least its input (docs/processes.md#each-command-takes-effect-once). A dict, not a
+    set, for its order: a saved state is the same bytes however its events were folded."""
 
     def snapshot(self) -> QueueSnapshot:
         """A frozen copy of what runs and waits, safe to hand to another thread."""
@@ -107,7 +108,7 @@ class TaskQueueProjection(Projection[TaskQueue]):
 def _enqueued(state: TaskQueue, event: Event) -> None:
     body = event.body
     assert isinstance(body, TaskEnqueued)
-    state.known.add(body.plan.task_id)
+    state.known[body.plan.task_id] = None
     if body.front:
         state.pending.insert(state.front, body.plan)
         state.front += 1
