@@ -142,14 +142,21 @@ class Owner:
         return held is not None and now < max(self._renewed_at, held[1]) + self._safe_sec
 
     def release(self, stream: str, *, idle: bool = True) -> None:
-        """Give ``stream``'s lease back (``idle``: nothing waits in it)."""
+        """Give ``stream``'s lease back (``idle``: nothing waits in it). It is held, and
+        renewed, until the store has answered: a release that a signal cut (``Stopped``)
+        can be made again (docs/processes.md#stopping)."""
         with self._lock:
-            held = self._held.pop(stream, None)
-        if held is not None:
-            try:
-                self._store.release_lease(stream, self.id, held[0], idle=idle)
-            except PlaitError as exc:  # it lapses on its own
-                log.warning("session %s: releasing its lease failed: %s", stream, exc)
+            held = self._held.get(stream)
+        if held is None:
+            return
+        try:
+            if not self._store.release_lease(stream, self.id, held[0], idle=idle):
+                log.info("session %s: its lease was no longer held at epoch %d", stream, held[0])
+        except PlaitError as exc:  # it lapses on its own
+            log.warning("session %s: releasing its lease failed: %s", stream, exc)
+        with self._lock:
+            if self._held.get(stream) == held:  # not taken anew meanwhile
+                del self._held[stream]
 
     def forget(self, stream: str) -> None:
         """Stop renewing ``stream``'s lease (another process took it)."""
