@@ -19,8 +19,9 @@ reply) and one MCP server, ``fx``: this file run with ``--effects-server``, whos
 Then, as ``kill_loop.check`` counts them: every acknowledged task enqueued exactly once (a
 duplicate ``TaskEnqueued`` has its own column) and ended exactly once, no key in the effects
 file twice, every log verifies and replays clean. One table, a row per store and process
-kind, with the continuations' median and max, and how many took over ``SLOW_SEC``; exit 1 if
-any count that must be 0 is not.
+kind, with the continuations' median and max, and how many took over ``SLOW_SEC`` (each shown
+with the events it recorded, at their times: a flag, not a failure); exit 1 if any count that
+must be 0 is not.
 
     python bench/stop_loop.py                        # 8 rounds of each kind, each store: ~5 min
     python bench/stop_loop.py --rounds 3 --store sqlite --kind exec
@@ -93,11 +94,9 @@ class StopRow(Row):
     """The longest time a stopped process took to exit after its first signal (seconds)."""
 
     def failed(self) -> bool:
-        return (
-            super().failed()
-            or bool(self.held_after_handed_back or self.failed_continuations)
-            or self.slow() > 0
-        )
+        """Also: a lease held after ``handed back``, a continuation that failed (a slow one is
+        flagged, not failed: a busy machine takes seconds to start a process)."""
+        return super().failed() or bool(self.held_after_handed_back or self.failed_continuations)
 
     def slow(self) -> int:
         """Continuations over ``SLOW_SEC``."""
@@ -112,7 +111,7 @@ COLUMNS: list[kill_loop.Column] = [
     *kill_loop.COLUMNS[2:-1],
     ("held after 'handed back' (0)", lambda r: str(r.held_after_handed_back)),
     ("continuation median/max s", lambda r: _times(r.continuations)),
-    (f"over {SLOW_SEC:g} s (0)", lambda r: str(r.slow())),
+    (f"over {SLOW_SEC:g} s", lambda r: str(r.slow())),
     ("continuations failed (0)", lambda r: str(r.failed_continuations)),
     ("seconds", lambda r: f"{r.seconds:.0f}"),
 ]
@@ -227,9 +226,9 @@ class Loop:
             raise SystemExit(f"starting a session failed ({code}):\n{errors.read_text()}")
         return first[1]
 
-    def stop(self, process: subprocess.Popen[str], moment: str, tail: Tail, session: str) -> None:
+    def stop(self, process: subprocess.Popen[str], moment: str, tail: Tail) -> None:
         """Wait for ``moment``, then stop ``process`` (a signal, sometimes a second, sometimes
-        SIGKILL); wait for its exit; check its lease if it said it handed it back."""
+        SIGKILL); wait for its exit, and kill what it left in its process group."""
         rng = self.rng
         if moment == "start":
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -313,7 +312,7 @@ class Loop:
                     errors = self.tmp / f"exec-{n}.err"
                     args = ("exec", "--grace-sec", f"{GRACE_SEC:g}", "--session", session)
                     process = self.project.spawn(*args, f"task {n}", errors=errors)
-                    self.stop(process, moment, tail, session)
+                    self.stop(process, moment, tail)
                     self.check_leases(errors)
                     self.go_on(session, n)
                     _progress(self.row, rounds)
@@ -357,7 +356,7 @@ class Loop:
                             "worker", "--grace-sec", f"{GRACE_SEC:g}", errors=errors
                         )
                         submitting.set()
-                        self.stop(process, MOMENTS[n % len(MOMENTS)], tail, sessions[0])
+                        self.stop(process, MOMENTS[n % len(MOMENTS)], tail)
                         self.check_leases(errors)
                         _progress(self.row, rounds)
                 finally:
