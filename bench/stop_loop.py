@@ -23,7 +23,7 @@ kind, with the continuations' median and max, and how many took over ``SLOW_SEC`
 with the events it recorded, at their times: a flag, not a failure); exit 1 if any count that
 must be 0 is not.
 
-    python bench/stop_loop.py                        # 8 rounds of each kind, each store: ~5 min
+    python bench/stop_loop.py                        # 6 stops of each kind on each store, ~5 min
     python bench/stop_loop.py --rounds 3 --store sqlite --kind exec
     python bench/stop_loop.py --store postgresql://postgres@127.0.0.1:5432/test
 """
@@ -438,7 +438,7 @@ def main() -> None:
         serve_effects()
         return
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=8, help="stops per store and kind (8)")
+    parser.add_argument("--rounds", type=int, default=6, help="stops per store and kind (6)")
     parser.add_argument(
         "--store",
         action="append",
