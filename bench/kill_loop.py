@@ -297,7 +297,7 @@ def check(
             if not replayed.ok:
                 row.replay_failures += 1
                 assert replayed.divergence is not None
-                print(f"session {sid}: {replayed.divergence.message()}", file=sys.stderr)
+                print(replayed.divergence.message(), file=sys.stderr)  # names the session
     row.acknowledged = len(acknowledged)
     row.lost = sum(1 for t in acknowledged if enqueued[t] == 0)
     row.duplicate_enqueues = sum(1 for n in enqueued.values() if n > 1)
