@@ -7,10 +7,12 @@ at a random moment (1.2 to 3 s in). Every task's first model reply calls ``side_
 function tool that is not idempotent: each run of it appends a line to a file, keyed by the
 call's id (the model puts its call id in the arguments). After the last round a process runs
 what is left. Then every id a submit returned must be in the log exactly once and have ended
-exactly once (completed, or aborted ``crashed`` by the recovery), no key may be in the
-effects file twice (a call run again after a crash), and every log must verify and replay
-clean. One table, a row per store. ``run_store`` is one store's loop; the moment of each kill is
-its parameter (``tests/replay/test_kill_loop.py`` runs a few kills, at events it waits for).
+exactly once (completed, or aborted ``crashed`` by the recovery), no task id may be enqueued
+twice (counted in a column of its own, not as lost), no key may be in the effects file twice
+(a call run again after a crash), and every log must verify and replay clean. One table, a
+row per store; ``bench/stop_loop.py`` uses its check and its table. ``run_store`` is one
+store's loop; the moment of each kill is its parameter (``tests/replay/test_kill_loop.py`` runs
+a few kills, at events it waits for).
 
     python bench/kill_loop.py                       # 50 kills on SQLite, 50 on PostgreSQL
     python bench/kill_loop.py --kills 5 --store sqlite
@@ -32,14 +34,15 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).parent))
+if str(Path(__file__).parent) not in sys.path:  # last: bench/mcp.py is named like the package
+    sys.path.append(str(Path(__file__).parent))
 from paced_model import _HEAD, PacedModelServer
 
 import plait
@@ -86,13 +89,16 @@ class ToolModel(PacedModelServer):
     """To a user's message, a call of ``side_effect`` keyed by its own fresh call id; to the
     tool's output, ``REPLY``."""
 
+    tool = "side_effect"
+    """The tool's name on the wire (an MCP server's is ``server__side_effect``)."""
+
     async def _reply(self, body: dict[str, Any], size: int, writer: asyncio.StreamWriter) -> None:
         self.served += 1
         step, ids = REPLY, []
         if (body.get("messages") or [{}])[-1].get("role") != "tool":
             call_id = f"call_{uuid.uuid4().hex[:12]}"
             arguments = msgspec.json.encode({"key": call_id}).decode()
-            call = ScriptedToolCall(name="side_effect", arguments=arguments, id=call_id)
+            call = ScriptedToolCall(name=self.tool, arguments=arguments, id=call_id)
             step, ids = Step(text="Running it.", tool_calls=[call], chunk_delay=0.03), [call_id]
         head = {"id": f"chatcmpl-{self.served}", "object": "chat.completion.chunk"}
         head |= {"created": 0, "model": body.get("model", "scripted")}
@@ -131,6 +137,8 @@ class Row(msgspec.Struct):
     kills: int = 0
     acknowledged: int = 0
     lost: int = 0
+    duplicate_enqueues: int = 0
+    """Task ids enqueued more than once (a submit that took effect twice)."""
     unended: int = 0
     calls_run: int = 0
     unknown: int = 0
@@ -138,6 +146,12 @@ class Row(msgspec.Struct):
     verify_failures: int = 0
     replay_failures: int = 0
     seconds: float = 0.0
+
+    def failed(self) -> bool:
+        """Whether anything was lost, enqueued or run twice, left unended, or fails to verify
+        or replay."""
+        counts = (self.lost, self.duplicate_enqueues, self.unended, self.duplicates)
+        return any(counts) or bool(self.verify_failures or self.replay_failures)
 
 
 class Child:
@@ -251,8 +265,16 @@ def run_store(
     return row
 
 
-def check(url: str, ids: list[str], acknowledged: list[str], effects: Path, row: Row) -> None:
-    """Count lost and unended tasks, calls run twice, verify and replay failures into ``row``."""
+def check(
+    url: str,
+    ids: list[str],
+    acknowledged: list[str],
+    effects: Path,
+    row: Row,
+    tools: Iterable[Any] = TOOLS,
+) -> None:
+    """Count lost, doubly enqueued and unended tasks, calls run twice, verify and replay
+    failures into ``row`` (``tools``: the function tools the sessions were run with)."""
     enqueued: collections.Counter[str] = collections.Counter()
     ended: collections.Counter[str] = collections.Counter()
     with open_store(url) as store:
@@ -271,41 +293,47 @@ def check(url: str, ids: list[str], acknowledged: list[str], effects: Path, row:
             if not verified.ok:
                 row.verify_failures += 1
                 print(f"session {sid}: verify: {verified}", file=sys.stderr)
-            replayed = replay(store, sid, timeout=30, tools=TOOLS)
+            replayed = replay(store, sid, timeout=30, tools=list(tools))
             if not replayed.ok:
                 row.replay_failures += 1
                 assert replayed.divergence is not None
-                print(f"session {sid}: {replayed.divergence.message()}", file=sys.stderr)
+                print(replayed.divergence.message(), file=sys.stderr)  # names the session
     row.acknowledged = len(acknowledged)
-    row.lost = sum(1 for t in acknowledged if enqueued[t] != 1)
+    row.lost = sum(1 for t in acknowledged if enqueued[t] == 0)
+    row.duplicate_enqueues = sum(1 for n in enqueued.values() if n > 1)
+    for task, n in enqueued.items():
+        if n > 1:
+            print(f"task {task}: enqueued {n} times", file=sys.stderr)
     row.unended = sum(1 for t in acknowledged if ended[t] != 1)
     runs = collections.Counter(effects.read_text().split())
     row.calls_run = len(runs)
     row.duplicates = sum(n - 1 for n in runs.values() if n > 1)
 
 
-def table(rows: list[Row]) -> str:
-    """The rows as one aligned table, a column per count."""
-    heads = ["store", "kills", "acknowledged", "lost (0)", "not ended once (0)"]
-    heads += ["tool calls run", "cut by a kill", "run twice (0)", "verify failures (0)"]
-    heads += ["replay failures (0)", "seconds"]
-    cells = [heads] + [
-        [
-            r.store,
-            str(r.kills),
-            str(r.acknowledged),
-            str(r.lost),
-            str(r.unended),
-            str(r.calls_run),
-            str(r.unknown),
-            str(r.duplicates),
-            str(r.verify_failures),
-            str(r.replay_failures),
-            f"{r.seconds:.0f}",
-        ]
-        for r in rows
-    ]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(heads))]
+Column = tuple[str, Callable[[Any], str]]
+"""A table's column: its heading (with the value it must have, if any) and its cell of a row."""
+
+COLUMNS: list[Column] = [
+    ("store", lambda r: r.store),
+    ("kills", lambda r: str(r.kills)),
+    ("acknowledged", lambda r: str(r.acknowledged)),
+    ("lost (0)", lambda r: str(r.lost)),
+    ("duplicate enqueues (0)", lambda r: str(r.duplicate_enqueues)),
+    ("not ended once (0)", lambda r: str(r.unended)),
+    ("tool calls run", lambda r: str(r.calls_run)),
+    ("cut by a kill", lambda r: str(r.unknown)),
+    ("run twice (0)", lambda r: str(r.duplicates)),
+    ("verify failures (0)", lambda r: str(r.verify_failures)),
+    ("replay failures (0)", lambda r: str(r.replay_failures)),
+    ("seconds", lambda r: f"{r.seconds:.0f}"),
+]
+"""The kill loop's table."""
+
+
+def table(rows: list[Any], columns: list[Column] = COLUMNS) -> str:
+    """The rows as one aligned table, a column per count (the first left-aligned)."""
+    cells = [[head for head, _ in columns]] + [[cell(r) for _, cell in columns] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join(
         " | ".join(
             c.ljust(w) if i == 0 else c.rjust(w)
@@ -345,11 +373,7 @@ def main() -> None:
                 with psycopg.connect(store, autocommit=True) as conn:
                     conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     print(table(rows))  # the table, once every store is done
-    bad = [
-        r.store
-        for r in rows
-        if r.lost or r.unended or r.duplicates or r.verify_failures or r.replay_failures
-    ]
+    bad = [r.store for r in rows if r.failed()]
     if bad:
         raise SystemExit(f"FAILED on {', '.join(bad)}")
 

@@ -87,6 +87,7 @@ def test_three_kills_lose_nothing_acknowledged_and_run_no_call_twice(
     assert row.kills == KILLS and row.acknowledged > 0, shown
     failures = {
         "lost": row.lost,
+        "duplicate enqueues": row.duplicate_enqueues,
         "not ended once": row.unended,
         "run twice": row.duplicates,
         "verify failures": row.verify_failures,

@@ -36,6 +36,7 @@ from plait.runtime import supervision
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.life import Life, State
 from plait.runtime.recovery import OpenCalls, Rerun, forced_close
+from plait.runtime.steps import every_step
 
 if TYPE_CHECKING:
     from plait.events.values import TaskPlan
@@ -288,8 +289,12 @@ class SessionHost:
 
     def drain(self) -> bool:
         """Take no more work (``drain``); return whether it was owned (a followed session is
-        only no longer followed: ``hand_back``)."""
+        only no longer followed: ``hand_back``). A session draining already is owned still:
+        a hand-back that a signal cut (``Stopped`` raised in its wait) is taken up again by
+        the stop's own (docs/processes.md#stopping), or its lease would be left held."""
         with self.lock:
+            if self.life.state is State.DRAINING:
+                return True
             if self.closed:
                 return False
             if self.followed:
@@ -312,20 +317,26 @@ class SessionHost:
     def hand_back(self, timeout: float, *, end_stuck: bool = False) -> bool:
         """Stop the actors and release the lease (``hand_back``); return whether nothing was
         left waiting (what was is in the log, for the next owner). ``end_stuck``: a task an
-        actor did not end is ended here, as a stuck close's is."""
+        actor did not end is ended here, as a stuck close's is.
+
+        Each step runs even if a signal cuts one before it (``Stopped``, raised once in a
+        process), and the session leaves ``draining`` only once its lease is released: a
+        hand-back cut half-way is finished by the stop's (docs/processes.md#stopping)."""
         with self.lock:
-            if self.actor is not None:
-                self.stop_actors(timeout)
-            if end_stuck and (
-                ended := forced_close(self.runtime.store.read(self.session_id), timeout, "stop")
-            ):
-                with contextlib.suppress(LeaseLostError):
-                    self.journal.record_last(ended)
+            every_step(
+                lambda: self.stop_actors(timeout) if self.actor is not None else None,
+                lambda: self._end_stuck(timeout) if end_stuck else None,
+                lambda: self.runtime.owner.release(self.session_id, idle=self.journal.idle),
+            )
             self.life.move_if_can("hand_back")  # unless it failed meanwhile
-        idle = self.journal.idle
         self._ended(self)
-        self.runtime.owner.release(self.session_id, idle=idle)
-        return idle
+        return self.journal.idle
+
+    def _end_stuck(self, timeout: float) -> None:
+        """End a task an actor did not end, as a stuck close's is."""
+        if ended := forced_close(self.runtime.store.read(self.session_id), timeout, "stop"):
+            with contextlib.suppress(LeaseLostError):
+                self.journal.record_last(ended)
 
     def begin_close(self, timeout: float) -> QueueSnapshot | None:
         """``close``, interrupting the running task; ``None`` if it was closed already (or
@@ -401,20 +412,36 @@ class SessionHost:
         self.runtime.admission.leave(self)
         self.journal.seal()  # an actor stuck past the timeout cannot write after this
         stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
-        if actor is not None:
-            with contextlib.suppress(*stuck):
-                actor.stop(timeout=timeout)
-        self.journal.flush()  # what an actor made ahead is written before the log is read
-        self.runtime.gate.leave(self.session_id)  # its run slot, once its end is written
-        for ack in list(self.acks):  # what the stopped actor did not take: not in the log
-            ack(error or SessionClosedError(self.session_id))
-        if self.pool is not None:
-            with contextlib.suppress(*stuck):
-                self.pool.stop(timeout=timeout)  # closes every server: nothing is left running
-        if self.rerun is not None:
-            with contextlib.suppress(*stuck):
-                self.rerun.stop(timeout=timeout)
-            self.rerun = None
+
+        def stop_actor() -> None:
+            if actor is not None:
+                with contextlib.suppress(*stuck):
+                    actor.stop(timeout=timeout)
+
+        def tell_acks() -> None:
+            for ack in list(self.acks):  # what the stopped actor did not take: not in the log
+                ack(error or SessionClosedError(self.session_id))
+
+        def stop_pool() -> None:
+            if self.pool is not None:
+                with contextlib.suppress(*stuck):
+                    self.pool.stop(timeout=timeout)  # closes every server: none is left running
+
+        def stop_rerun() -> None:
+            rerun, self.rerun = self.rerun, None
+            if rerun is not None:
+                with contextlib.suppress(*stuck):
+                    rerun.stop(timeout=timeout)
+
+        # Every step, even after a signal cut a wait of one (a hand-back goes on: see it).
+        every_step(
+            stop_actor,
+            self.journal.flush,  # what an actor made ahead is written before the log is read
+            lambda: self.runtime.gate.leave(self.session_id),  # its run slot, its end written
+            tell_acks,
+            stop_pool,
+            stop_rerun,
+        )
 
 
 _CLOSED = (State.DRAINING, State.CLOSING, State.CLOSED, State.FAILED, State.LOST)

@@ -66,6 +66,7 @@ class Owner:
         self._lock = threading.Lock()
         self._held: dict[str, tuple[int, float]] = {}  # stream -> epoch, when it was taken
         self._taken: set[int] = set()  # commands handed to a session, not yet dropped
+        self._releasing: set[str] = set()  # leases being released: not lost if not renewed
         # Keys of the interrupts it acted on lately, oldest first (a stored one again is not
         # acted on: docs/processes.md#each-command-takes-effect-once).
         self._interrupted: OrderedDict[str, None] = OrderedDict()
@@ -142,14 +143,26 @@ class Owner:
         return held is not None and now < max(self._renewed_at, held[1]) + self._safe_sec
 
     def release(self, stream: str, *, idle: bool = True) -> None:
-        """Give ``stream``'s lease back (``idle``: nothing waits in it)."""
+        """Give ``stream``'s lease back (``idle``: nothing waits in it). It is held, and
+        renewed, until the store has answered: a release that a signal cut (``Stopped``)
+        can be made again (docs/processes.md#stopping)."""
         with self._lock:
-            held = self._held.pop(stream, None)
-        if held is not None:
+            held = self._held.get(stream)
+            if held is None:
+                return
+            self._releasing.add(stream)
+        try:
             try:
-                self._store.release_lease(stream, self.id, held[0], idle=idle)
+                if not self._store.release_lease(stream, self.id, held[0], idle=idle):
+                    log.info("session %s: its lease was not held at epoch %d", stream, held[0])
             except PlaitError as exc:  # it lapses on its own
                 log.warning("session %s: releasing its lease failed: %s", stream, exc)
+            with self._lock:  # answered (not cut): renewed no more
+                if self._held.get(stream) == held:  # not taken anew meanwhile
+                    del self._held[stream]
+        finally:
+            with self._lock:
+                self._releasing.discard(stream)
 
     def forget(self, stream: str) -> None:
         """Stop renewing ``stream``'s lease (another process took it)."""
@@ -218,8 +231,8 @@ class Owner:
             if renewed.get(stream) == epoch:
                 continue
             with self._lock:
-                if self._held.get(stream) != held:  # released or taken anew meanwhile
-                    continue
+                if self._held.get(stream) != held or stream in self._releasing:
+                    continue  # released (or being released), or taken anew meanwhile
                 del self._held[stream]
             host = self._runtime.hosts.get(stream)
             if host is not None:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 
 from plait.errors import StoreError, StoreUnavailableError
 
@@ -124,6 +125,13 @@ class Link:
                     unsure = True
                     backoff = self._back_off(exc, backoff)
                     continue
+                except BaseException:
+                    # Cut mid-statement (a signal's ``Stopped``; psycopg cancels the statement
+                    # only for ``KeyboardInterrupt``): the connection still waits for its
+                    # answer, and would refuse every later call. The next call opens a new one.
+                    if self._conn.pgconn.transaction_status != TransactionStatus.IDLE:
+                        self._conn.close()
+                    raise
                 if self._down_since is not None:
                     away = time.monotonic() - self._down_since
                     log.info("%s: connected again after %.1f s", self.url, away)
@@ -131,7 +139,7 @@ class Link:
                 return result
 
     def _live(self) -> Connection:
-        if self._conn.broken:
+        if self._conn.broken or self._conn.closed:  # lost, or closed as a call was cut
             self._conn.close()
             self._conn = self.connect()
         return self._conn
