@@ -40,6 +40,7 @@ class PacedModelServer:
         self._stop: asyncio.Event | None = None
         self.port = 0
         self.served = 0
+        self._connections: set[asyncio.Task[None]] = set()
 
     @property
     def base_url(self) -> str:
@@ -69,18 +70,30 @@ class PacedModelServer:
         self._ready.set()
         async with server:
             await self._stop.wait()
+        # The connections still open (a client that was killed, or keeps its connection
+        # alive): closed before the loop is, or their sockets are left for the collector.
+        for task in self._connections:
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        await asyncio.sleep(0)  # the transports' closing callbacks run
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                raw = await reader.readexactly(length)
-                await self._reply(msgspec.json.decode(raw), len(raw), writer)
-        writer.close()
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+                while head := await reader.readuntil(b"\r\n\r\n"):
+                    length = 0
+                    for line in head.split(b"\r\n"):
+                        name, _, value = line.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value)
+                    raw = await reader.readexactly(length)
+                    await self._reply(msgspec.json.decode(raw), len(raw), writer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
 
     async def _reply(self, body: dict[str, Any], size: int, writer: asyncio.StreamWriter) -> None:
         self.served += 1
