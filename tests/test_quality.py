@@ -282,3 +282,28 @@ def test_the_actors_and_the_runtime_hold_little_any() -> None:
                     where = f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}"
                     found += [where] * len(ANY.findall(line))
     assert len(found) <= ANY_LIMIT, "\n".join([f"{len(found)} > {ANY_LIMIT}:", *found])
+
+
+def test_the_public_names_are_listed_alike_where_plait_names_them() -> None:
+    """``plait`` imports its public names on first use: the type checkers' imports, the table
+    it imports from and ``__all__`` name the same names, and each of them resolves."""
+    import ast
+
+    import plait
+
+    tree = ast.parse((ROOT / "src" / "plait" / "__init__.py").read_text())
+    (checking,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+        if node.test.id == "TYPE_CHECKING"
+    ]
+    typed = {
+        alias.asname or alias.name
+        for node in checking.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert typed == set(plait._WHERE) == set(plait.__all__)
+    for name in plait.__all__:
+        assert getattr(plait, name) is not None, name
