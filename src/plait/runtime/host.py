@@ -14,7 +14,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pykka
 
@@ -413,35 +413,32 @@ class SessionHost:
         self.journal.seal()  # an actor stuck past the timeout cannot write after this
         stuck = (pykka.ActorDeadError, pykka.Timeout)  # a stuck actor is left behind, not waited
 
-        def stop_actor() -> None:
-            if actor is not None:
+        rerun, self.rerun = self.rerun, None
+
+        def stop(ref: _Stoppable | None) -> None:
+            if ref is not None:
                 with contextlib.suppress(*stuck):
-                    actor.stop(timeout=timeout)
+                    ref.stop(timeout=timeout)
 
         def tell_acks() -> None:
             for ack in list(self.acks):  # what the stopped actor did not take: not in the log
                 ack(error or SessionClosedError(self.session_id))
 
-        def stop_pool() -> None:
-            if self.pool is not None:
-                with contextlib.suppress(*stuck):
-                    self.pool.stop(timeout=timeout)  # closes every server: none is left running
-
-        def stop_rerun() -> None:
-            rerun, self.rerun = self.rerun, None
-            if rerun is not None:
-                with contextlib.suppress(*stuck):
-                    rerun.stop(timeout=timeout)
-
         # Every step, even after a signal cut a wait of one (a hand-back goes on: see it).
         every_step(
-            stop_actor,
+            lambda: stop(actor),
             self.journal.flush,  # what an actor made ahead is written before the log is read
             lambda: self.runtime.gate.leave(self.session_id),  # its run slot, its end written
             tell_acks,
-            stop_pool,
-            stop_rerun,
+            lambda: stop(self.pool),  # closes every server: none is left running
+            lambda: stop(rerun),
         )
+
+
+class _Stoppable(Protocol):
+    """An actor (or the session's MCP pool) that ``stop_actors`` stops."""
+
+    def stop(self, *, timeout: float | None) -> object: ...
 
 
 _CLOSED = (State.DRAINING, State.CLOSING, State.CLOSED, State.FAILED, State.LOST)
