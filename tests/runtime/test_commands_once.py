@@ -258,6 +258,15 @@ class Held:
             gate.set()
 
 
+def ran_once_and_replays(noted: Noted, stores: StoreFactory, sid: str) -> None:
+    """The noting tool ran once, and session ``sid`` verifies and replays clean."""
+    assert noted.lines() == ["once"]
+    check = stores.open()
+    assert check.verify(sid).ok
+    result = replay(check, sid, timeout=10, tools=[noted.tool])
+    assert result.divergence is None, result.divergence
+
+
 # --- a submit -------------------------------------------------------------------------------
 
 
@@ -293,11 +302,7 @@ def test_a_submit_whose_commit_answer_was_lost_runs_once(
         assert of_kind(store, sid, TaskEnqueued) == [task_id, later]
         assert of_kind(store, sid, TaskCompleted) == [task_id, later]
         assert store.commands(sid) == []
-    assert noted.lines() == ["once"]
-    check = postgres.open()
-    assert check.verify(sid).ok
-    result = replay(check, sid, timeout=10, tools=[noted.tool])
-    assert result.divergence is None, result.divergence
+    ran_once_and_replays(noted, postgres, sid)
 
 
 def test_an_owner_never_queues_a_task_its_session_holds(
@@ -382,11 +387,7 @@ def test_a_submit_made_again_by_a_new_process_after_a_kill_runs_once(
         inbox_emptied(store, sid)
         assert of_kind(store, sid, TaskEnqueued) == ["task-1", later]
         assert of_kind(store, sid, TaskCompleted) == ["task-1", later]
-    assert noted.lines() == ["once"]
-    check = durable_stores.open()
-    assert check.verify(sid).ok
-    result = replay(check, sid, timeout=10, tools=[noted.tool])
-    assert result.divergence is None, result.divergence
+    ran_once_and_replays(noted, durable_stores, sid)
 
 
 # --- an interrupt ---------------------------------------------------------------------------
