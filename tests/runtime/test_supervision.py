@@ -237,8 +237,8 @@ def test_a_recovery_that_breaks_fails_the_session_which_records_the_task_failed(
     server.push(Step(tool_calls=[call("sync_inventory", sku="abc")]))
     runtime = runtime_for(server, tmp_path, tools=[inventory_tool(hold=True)])
     session = runtime.start_session()
-    sid, task = session.session_id, session.submit("sync the stock")
-    with session.subscribe(transient=False) as feed:
+    with session.subscribe(transient=False) as feed:  # before the submit: nothing is missed
+        sid, task = session.session_id, session.submit("sync the stock")
         while not isinstance(getattr(feed.get(timeout=WAIT), "body", None), ToolCallStarted):
             pass
     crash(runtime, session)  # the process dies while the call runs
