@@ -194,7 +194,7 @@ def _anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-WINGS = ["events", "actors", "runtime", "replay", "cli"]
+WINGS = ["events", "actors", "telemetry", "runtime", "replay", "cli"]
 """The wings, lowest first: each may import those before it, never one after it."""
 
 

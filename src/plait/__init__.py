@@ -1,7 +1,8 @@
 # plait: an event-sourced actor runtime for LLM agent sessions.
-# Layers: `events` (the log) <- `actors` (sessions as actors) <- `runtime` (the embedding API,
-# crash recovery) <- `replay` (replay, fork, audit) <- `cli`. Nothing points back; nothing
-# imports `cli`. This module is the documented surface: every type a public signature uses.
+# Layers: `events` (the log) <- `actors` (sessions as actors) <- `telemetry` (spans from the
+# log) <- `runtime` (the embedding API, crash recovery) <- `replay` (replay, fork, audit) <-
+# `cli`. Nothing points back; nothing imports `cli`. This module is the documented surface:
+# every type a public signature uses.
 """plait: replayable, auditable, crash-safe LLM agent sessions."""
 
 import importlib
