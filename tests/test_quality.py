@@ -119,10 +119,10 @@ def test_importing_plait_leaves_the_heavy_clients_unloaded() -> None:
 def test_the_readme_event_reference_is_current() -> None:
     from plait.events.reference import replace_reference
 
-    readme = (ROOT / "README.md").read_text()
-    assert replace_reference(readme) == readme, (
-        "the event reference in README.md is stale: "
-        "run `python -m plait.events.reference --write README.md`"
+    page = (ROOT / "docs" / "events.md").read_text()
+    assert replace_reference(page) == page, (
+        "the event reference in docs/events.md is stale: "
+        "run `python -m plait.events.reference --write docs/events.md`"
     )
 
 

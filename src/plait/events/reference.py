@@ -1,7 +1,7 @@
 """The event reference, written from the event types themselves so it cannot drift.
 
-``python -m plait.events.reference`` prints it as Markdown; ``--write README.md`` puts it
-between the ``<!-- event reference -->`` markers of that file (a test checks it is current).
+``python -m plait.events.reference`` prints it as Markdown; ``--write docs/events.md`` puts
+it between the ``<!-- event reference -->`` markers of that page (a test checks it is current).
 Each body type gives its docstring, its version and its fields with their types, defaults and
 the docstrings written under them in ``types.py``.
 """
@@ -23,7 +23,7 @@ from plait.events.types import Event
 
 __all__ = ["BEGIN", "END", "event_reference", "replace_reference"]
 
-BEGIN = "<!-- event reference: `python -m plait.events.reference --write README.md` -->"
+BEGIN = "<!-- event reference: `python -m plait.events.reference --write docs/events.md` -->"
 END = "<!-- end of event reference -->"
 
 
