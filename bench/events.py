@@ -1,6 +1,7 @@
 """Event-store benchmarks, each printed beside a raw SQLite / msgspec baseline.
 
-Run from the repository root: ``python bench/events.py [--quick] [--profile]`` (see README.md).
+Run from the repository root: ``python bench/events.py [--quick] [--profile]``
+(see bench/README.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``plait sessions`` on a store of many sessions, some of them long.
 
-Run from the repository root: ``python bench/listing.py [--quick]`` (see README.md). The store
+Run from the repository root: ``python bench/listing.py [--quick]`` (see bench/README.md). The store
 holds 200 sessions: 180 of one task of 3 turns (17 events), 20 of 5,000 events, of which 4 are
 running a task of 1,000 events with a live lease, 4 were cut in one (a lapsed lease: crashed),
 and the last 12 idle with their owner gone without handing them back (a lapsed lease: the one

@@ -1,7 +1,7 @@
 """What a tool call through plait costs beyond the MCP call itself.
 
 Run from the repository root: ``python bench/mcp.py [--quick] [--model-process]`` (see
-README.md).
+bench/README.md).
 """
 
 from __future__ import annotations

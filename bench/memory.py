@@ -1,6 +1,6 @@
 """Peak memory for one large item on its way to the store: a prompt, a tool result, a resume.
 
-Run from the repository root: ``python bench/memory.py [--quick] [--trace]`` (see README.md).
+Run from the repository root: ``python bench/memory.py [--quick] [--trace]`` (see bench/README.md).
 
 Each case runs in a fresh Python process (so one case's peak is not another's), on a SQLite
 store in a temporary directory, against a ``ScriptedModelServer`` in a process of its own (its

@@ -1,7 +1,7 @@
 """Export recorded sessions as OpenTelemetry spans into Arize Phoenix, and read them back.
 
 Run from the repository root: ``python bench/otel.py [--turns N] [--phoenix-venv DIR]``
-(see README.md). The first run installs Phoenix into a virtualenv of its own (minutes); later
+(see bench/README.md). The first run installs Phoenix into a virtualenv of its own (minutes); later
 runs reuse it. Exits 1 if Phoenix holds fewer spans than were sent, or other span ids.
 """
 

@@ -1,6 +1,6 @@
 """How a turn's prompt build time grows with the history.
 
-Run from the repository root: ``python bench/prompt.py [--quick]`` (see README.md).
+Run from the repository root: ``python bench/prompt.py [--quick]`` (see bench/README.md).
 
 A conversation gains one message a turn. For each history length, the time to build the
 turn's ``messages`` JSON is measured three ways:

@@ -1,6 +1,6 @@
 """How much faster a session replays than it ran.
 
-Run from the repository root: ``python bench/replay.py [--quick]`` (see README.md).
+Run from the repository root: ``python bench/replay.py [--quick]`` (see bench/README.md).
 """
 
 from __future__ import annotations

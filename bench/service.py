@@ -1,6 +1,6 @@
 """examples/service.py under load: C clients, each with a session, its event stream and a task.
 
-Run from the repository root: ``python bench/service.py [--quick]`` (see README.md).
+Run from the repository root: ``python bench/service.py [--quick]`` (see bench/README.md).
 
 Three processes, so that none takes another's GIL: the scripted model server; the service
 (examples/service.py's app under uvicorn, on a SQLite log in a temporary directory); and this

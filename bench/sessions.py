@@ -1,6 +1,6 @@
 """Many sessions in one process: N concurrent ``await session.arun`` beside N threads.
 
-Run from the repository root: ``python bench/sessions.py [--quick]`` (see README.md). The
+Run from the repository root: ``python bench/sessions.py [--quick]`` (see bench/README.md). The
 scripted model server of the N concurrent tasks runs in a process of its own (as a real one
 would), so that its threads do not take this process's GIL.
 """
@@ -47,7 +47,7 @@ async def on_the_loop(n: int, tmp: Path, freeze: bool = True) -> tuple[float, fl
     late a 10 ms timer on the same loop fired, at most), and this process's CPU seconds.
 
     With ``freeze``, the objects of the open sessions are moved out of the garbage collector's
-    way first (``gc.freeze()``, as the README advises a process holding many sessions):
+    way first (``gc.freeze()``, as docs/embedding.md#many-sessions-in-one-process advises):
     CPython stops every thread for a full collection, for a time that grows with the objects
     the process tracks (about 100 ms with 1,000 sessions open here), and the run makes one due.
     """

@@ -1,6 +1,6 @@
 """Bytes on disk per turn: plait's SQLite log beside openai-agents' ``SQLiteSession``.
 
-Run from the repository root: ``python bench/storage.py [--quick]`` (see README.md).
+Run from the repository root: ``python bench/storage.py [--quick]`` (see bench/README.md).
 
 The same turns, scripted by ``ScriptedModelServer`` (a fresh one per session), are recorded by
 plait (``Runtime`` on a SQLite file) and by openai-agents (``Agent`` + ``Runner.run`` with a

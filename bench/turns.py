@@ -1,6 +1,6 @@
 """Per-turn wall time of a durable plait turn, beside the ``openai`` SDK making the same requests.
 
-Run from the repository root: ``python bench/turns.py [--quick] [--profile]`` (see README.md).
+Run from the repository root: ``python bench/turns.py [--quick] [--profile]`` (see bench/README.md).
 """
 
 from __future__ import annotations

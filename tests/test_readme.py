@@ -1,8 +1,9 @@
-"""The README runs as written: its embedding example, and every command it shows.
+"""The README and the docs run as written: the embedding example, and every command they show.
 
-Command blocks follow a ``<!-- commands: run by tests/test_readme.py ... -->`` marker; each
-line runs in a shell, in order, with ``SESSION`` replaced by the session the block is about.
-A ``"quoted"`` text in a line's comment is what the command prints: it is checked too.
+Command blocks follow a ``<!-- commands: run by tests/test_readme.py ... -->`` marker, in
+README.md or a page of docs/; each line runs in a shell, in order, with ``SESSION`` replaced
+by the session the block is about. A ``"quoted"`` text in a line's comment is what the command
+prints: it is checked too. The README's map of the code is checked against the tree.
 """
 
 from __future__ import annotations
@@ -19,17 +20,22 @@ from scripted import call
 
 from plait.testing import ScriptedModelServer, Step
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+PAGES = [README, *(page.read_text() for page in sorted((ROOT / "docs").glob("*.md")))]
+"""The README, then every page of docs/: where the blocks that run are looked for."""
 MARKER = "<!-- commands: run by tests/test_readme.py"
+EMBEDDING = "<!-- embedding: run by tests/test_readme.py -->"
 
 
 def blocks_after(marker: str, language: str) -> list[str]:
-    """The fenced ``language`` blocks that follow ``marker`` in the README."""
+    """The fenced ``language`` blocks that follow ``marker`` in the README and the docs."""
     found = []
-    for part in README.split(marker)[1:]:
-        match = re.match(rf"[^\n]*\n```{language}\n(.*?)```", part, re.S)
-        assert match, f"no ```{language} block right after {marker!r}"
-        found.append(match.group(1))
+    for text in PAGES:
+        for part in text.split(marker)[1:]:
+            match = re.match(rf"[^\n]*\n```{language}\n(.*?)```", part, re.S)
+            assert match, f"no ```{language} block right after {marker!r}"
+            found.append(match.group(1))
     return found
 
 
@@ -66,10 +72,11 @@ def only_session(cwd: Path, env: dict[str, str]) -> str:
 
 
 def test_the_embedding_example_runs_as_written(tmp_path: Path) -> None:
-    code = re.search(r"## Embedding\n.*?```python\n(.*?)```", README, re.S)
-    assert code is not None
+    examples = blocks_after(EMBEDDING, "python")
+    assert len(examples) == 2  # the README's and docs/embedding.md's, the same
+    assert EMBEDDING in README and len(set(examples)) == 1
     result = subprocess.run(
-        [sys.executable, "-c", code.group(1)],
+        [sys.executable, "-c", examples[0]],
         cwd=tmp_path,
         env=environment(),
         capture_output=True,
@@ -81,6 +88,20 @@ def test_the_embedding_example_runs_as_written(tmp_path: Path) -> None:
         "completed Two issues are open.",
         "None were closed.Yes.",
     ]
+
+
+def test_every_block_that_runs_is_found() -> None:
+    # A block whose marker is lost would run nowhere, silently: count them, and their lines.
+    kinds = ["", " against a scripted server", " (proof)", " (telemetry)", " (storage)"]
+    commands = [
+        len(block.strip().splitlines())
+        for kind in kinds
+        for block in blocks_after(f"{MARKER}{kind} -->", "sh")
+    ]
+    assert commands == [16, 3, 8, 4, 5]
+    every = sum(text.count(MARKER) for text in PAGES)
+    assert every == len(commands)
+    assert len(blocks_after("<!-- config: used by tests/test_readme.py", "toml")) == 1
 
 
 def test_every_command_after_the_demo_runs(tmp_path: Path) -> None:
@@ -136,3 +157,20 @@ def test_the_configured_servers_run_as_shown(git_repo: Path) -> None:
     assert "the last commit is the first one" in printed[0]
     assert printed[2].split()[2] == "git__git_log"  # the audit: the call and its outcome
     assert " ok " in printed[2]
+
+
+def test_the_code_map_matches_the_tree() -> None:
+    from test_quality import WINGS
+
+    section = README.split("\n## The code\n")[1].split("\n## ")[0]
+    named = re.findall(r"`(src/plait/[\w/.]+)`", section)
+    assert [path for path in named if not (ROOT / path).exists()] == []
+    package = ROOT / "src" / "plait"
+    wings = sorted(path.name for path in package.iterdir() if (path / "__init__.py").exists())
+    assert sorted(WINGS) == wings  # the layering test knows every wing
+    rows = [path for path in named if path.count("/") == 3 and path.endswith("/")]
+    assert rows == [f"src/plait/{wing}/" for wing in WINGS]  # each named, in layer order
+
+
+def test_the_readme_is_short() -> None:
+    assert len(README.splitlines()) <= 200

@@ -1,4 +1,4 @@
-"""The README's fork example, as a user runs it on the demo's session."""
+"""The fork example of docs/cli.md, as a user runs it on the demo's session."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_the_demo_forked_between_its_hand_off_and_the_answer_goes_on(
     assert cli("demo").returncode == 0
     session = json.loads(cli("sessions", "--json").stdout)["session_id"]
     log = [json.loads(line) for line in cli("log", session, "--json").stdout.splitlines()]
-    cut = log[11]["body"]  # seq 12, where the README forks it: the root handed its task on
+    cut = log[11]["body"]  # seq 12, where docs/cli.md forks it: the root handed its task on
     assert (cut["type"], cut["reason"]) == ("TurnAborted", "replaced")
 
     forked = cli("fork", session, "--at", "12")

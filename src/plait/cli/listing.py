@@ -6,7 +6,7 @@ of each: every session's last event (to order them, as ``--last`` picks one), th
 sessions shown only, a few events at its head (the title) and at its tail (the task in flight,
 found by widening the tail until it holds a task's start or end). A whole log is folded only
 where neither can tell whether tasks wait: no live owner, none handed it back idle, and no
-task was cut (README.md#the-command-line gives the figures).
+task was cut (docs/cli.md#reading-a-session gives the figures).
 """
 
 from __future__ import annotations

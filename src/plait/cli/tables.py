@@ -44,7 +44,7 @@ __all__ = [
 def wants_header(args: Any, stream: TextIO) -> bool:
     """Whether a table printed to ``stream`` starts with a line naming its columns: on a
     terminal, for people; never with ``--json``, nor on a pipe or in a file, whose lines are
-    rows only, for ``grep``, ``awk`` and ``wc -l`` (README.md#the-command-line)."""
+    rows only, for ``grep``, ``awk`` and ``wc -l`` (docs/cli.md#output)."""
     if getattr(args, "json", False):
         return False
     try:

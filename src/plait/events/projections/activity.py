@@ -1,6 +1,6 @@
 """What a session is about and what it is doing: its title (the first prompt of its root
 conversation), the task in flight, the approvals that task awaits, the tasks waiting, and
-whether it is closed. ``plait sessions`` shows it (README.md#the-command-line).
+whether it is closed. ``plait sessions`` shows it (docs/cli.md#reading-a-session).
 
 Folded from the whole log it is exact. Folded from a tail of the log it still says which task
 is in flight, once the tail holds a task's start or end (``bounded``), and what that task
