@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,17 @@ NEXT_WITHIN_SEC = 4.0
 
 ANOTHER_WORKER_WITHIN_SEC = 2.0
 """A worker takes over a session another worker handed back within this: it looks every second."""
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_a_shell_gives_it() -> Iterator[None]:
+    """Start the test's processes with SIGINT's default action, as a user's shell does. A test
+    run that a script started in the background ignores SIGINT (POSIX: so does every job a
+    shell without job control starts so), and hands that down to each process it starts: a
+    Ctrl-C would not end the `cat` that plait's answer is piped to."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def started_task(tail: Subscription, task_id: str) -> Event | None:
@@ -119,7 +131,9 @@ def test_after_ctrl_c_the_line_said_stands_on_its_own_line(
     # whose reader the Ctrl-C ended too (its newline then never reaches the terminal).
     cli.configure(server.base_url)
     server.push(Step(text="Counting: " + "word " * 2000, chunk_chars=5, chunk_delay=0.1))
-    command = f"{sys.executable} -m plait exec 'How many?'" + (" | cat" if piped else "")
+    command = f"{sys.executable} -m plait exec 'How many?'"
+    if piped:  # the pipeline's own code is cat's: the shell exits with plait's
+        command += " | cat; exit ${PIPESTATUS[0]}"
     term = Terminal(["/bin/bash", "-c", command], cli.cwd, {**clean_env(), "TERM": "dumb"})
     term.expect("word word ")  # mid-reply
     term.send(CTRL_C)
