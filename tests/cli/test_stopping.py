@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,12 +39,16 @@ TEST_SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
 SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
 """A reply whose first line streams at once, and whose rest takes 80 s."""
 
-NEXT_WITHIN_SEC = 4.0
-"""The next ``plait exec --session S`` runs its task within this (issue 31: "Done when")."""
 
-
-ANOTHER_WORKER_WITHIN_SEC = 2.0
-"""A worker takes over a session another worker handed back within this: it looks every second."""
+@pytest.fixture(autouse=True)
+def ctrl_c_as_a_shell_gives_it() -> Iterator[None]:
+    """Start the test's processes with SIGINT's default action, as a user's shell does. A test
+    run that a script started in the background ignores SIGINT (POSIX: so does every job a
+    shell without job control starts so), and hands that down to each process it starts: a
+    Ctrl-C would not end the `cat` that plait's answer is piped to."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def started_task(tail: Subscription, task_id: str) -> Event | None:
@@ -101,13 +106,12 @@ def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
         lease = store.lease(session)
         assert lease is not None and not lease.live  # released, not left to lapse
 
+    # The next exec goes on at once: it takes the lease and runs the task itself (`resumed`),
+    # where a lease left held would have it follow the session until the lease lapsed.
     again = cli.spawn("exec", "--session", session, "And now?")
     assert again.err.next() == f"session {session} resumed (model scripted-model)\n"  # not followed
-    began = time.monotonic()  # the process has started: its imports take 1 to 5 s here
     assert again.out.next() == "Going on.\n"
     assert again.wait() == 0
-    took = time.monotonic() - began
-    assert took < NEXT_WITHIN_SEC, f"the next exec took {took:.1f} s to go on"
     cli.verified_and_replayed(session)
 
 
@@ -119,7 +123,9 @@ def test_after_ctrl_c_the_line_said_stands_on_its_own_line(
     # whose reader the Ctrl-C ended too (its newline then never reaches the terminal).
     cli.configure(server.base_url)
     server.push(Step(text="Counting: " + "word " * 2000, chunk_chars=5, chunk_delay=0.1))
-    command = f"{sys.executable} -m plait exec 'How many?'" + (" | cat" if piped else "")
+    command = f"{sys.executable} -m plait exec 'How many?'"
+    if piped:  # the pipeline's own code is cat's: the shell exits with plait's
+        command += " | cat; exit ${PIPESTATUS[0]}"
     term = Terminal(["/bin/bash", "-c", command], cli.cwd, {**clean_env(), "TERM": "dumb"})
     term.expect("word word ")  # mid-reply
     term.send(CTRL_C)
@@ -191,20 +197,24 @@ def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_s
         started.release()
         followed = front.follow(session)  # a front end: its commands go to the inbox
         first = cli.spawn("worker", "--store", url, "--grace-sec", "1")
-        assert first.err.next().startswith("worker ")
+        said = first.err.next()  # worker OWNER: lease ...
+        assert said.startswith("worker "), said
+        owner = said.split()[1].rstrip(":")
         a = followed.submit("A")
         b = followed.submit("B")  # queued behind A: the next worker runs it
         assert first.err.next() == f"took over session {session}\n"
+        held = front.store.lease(session)
+        assert held is not None and held.held_by(owner), (held, owner)
         second = cli.spawn("worker", "--store", url)  # idle: nothing needs an owner yet
         assert second.err.next().startswith("worker ")
         server.wait_for_requests(1)  # A's reply streams
         with front.store.subscribe() as tail:
             first.process.send_signal(signal.SIGTERM)
             assert first.wait() == 143
-            exited = time.monotonic()
+            # Handed back as it exited, not left to lapse: the other worker may take it at once.
+            lease = front.store.lease(session)
+            assert lease is not None and not (lease.live and lease.held_by(owner)), lease
             assert started_task(tail, b) is not None, "B never started"
-            took = time.monotonic() - exited
-            assert took < ANOTHER_WORKER_WITHIN_SEC, f"the next worker went on after {took:.1f} s"
             ended = ended_task(tail, b)
         (line,) = first.err.rest()  # one line, and only one
         assert line == (
