@@ -38,7 +38,7 @@ class Command:
         return run
 
     def __call__(self, args: argparse.Namespace) -> int:
-        """Run the command (``plait chat``'s ``/log``, say: ``main`` loads it first)."""
+        """Import the command's module and run it (``plait chat``'s ``/log`` does)."""
         return self.load()(args)
 
 
