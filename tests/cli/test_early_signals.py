@@ -25,10 +25,21 @@ if TYPE_CHECKING:
 IMPORTED = "import time:"
 """How ``python -X importtime`` begins each line it writes to stderr, a module imported."""
 
-MARKS = (10, 60, 200, 350)
+MARKS = (10, 40, 100, 200, 350, 700)
 """After how many imports, counted from the first of plait's modules, a signal is sent. The
 first few (``plait``, ``plait.cli.lifetime``, ``plait.cli``, what they import) come before the
-program's first line (``plait.cli.run``) puts its handlers in; ``main`` runs after about 380."""
+program's first line (``plait.cli.run``) puts its handlers in; the parser's are done after about
+55; then ``main`` imports the command's module (``plait worker``'s after about 115, ``plait
+exec``'s about 210) and runs it, and the command imports the runtime (about 350) and the model's
+client (openai, about 1,000) under its own handlers. Each case checks which of these stretches
+its marks fell in (``STRETCHES``)."""
+
+COMMAND_MODULE = {"exec": "plait.cli.run_commands", "worker": "plait.cli.worker"}
+"""The module ``main`` imports to run each command."""
+
+STRETCHES = ("the parser's imports", "the command's imports", "the command running")
+"""Where a signal sent at a mark can fall, as the imports seen so far tell; a case's marks fall
+in every one."""
 
 DELAYS_SEC = (0.0, 0.01, 0.02, 0.04, 0.1, 0.3)
 """How long after the answer's line the two SIGTERMs come, round after round, until one comes
@@ -85,11 +96,24 @@ def said(err: str) -> list[str]:
     return [line for line in err.splitlines() if not line.startswith(IMPORTED)]
 
 
+def imported(lines: list[str]) -> list[str]:
+    """The modules ``lines`` say were imported, in the order their imports ended."""
+    return [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith(IMPORTED)]
+
+
 def imports_of_plait(lines: list[str]) -> int:
     """How many modules ``lines`` say were imported, counted from the first of plait's."""
-    names = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith(IMPORTED)]
+    names = imported(lines)
     first = next((i for i, name in enumerate(names) if name.split(".")[0] == "plait"), None)
     return 0 if first is None else len(names) - first
+
+
+def stretch(lines: list[str], command: str) -> str:
+    """Which of ``STRETCHES`` the process is in, as the imports ``lines`` name tell."""
+    names = imported(lines)
+    if COMMAND_MODULE[command] in names:  # main has imported it: it runs the command
+        return STRETCHES[2]
+    return STRETCHES[1] if "plait.cli.parser" in names else STRETCHES[0]
 
 
 def no_lease_live(cli: Cli) -> bool:
@@ -139,7 +163,9 @@ def test_a_signal_as_the_command_starts_stops_it_with_one_line(
     else:
         assert_stopped_with_one_line(process.returncode, err, sig)
 
-    # While its imports run, at moments spread over them.
+    # While its imports run, at moments spread over them: the parser's, then those main
+    # makes to run the command, then the command's own as it starts.
+    stretches = []
     for mark in MARKS:
         process = start(*args)
         assert process.stderr is not None
@@ -149,9 +175,11 @@ def test_a_signal_as_the_command_starts_stops_it_with_one_line(
             assert line, f"it ended before {mark} imports: {said(''.join(seen))}"
             seen.append(line)
         process.send_signal(sig)
+        stretches.append(stretch(seen, command))
         _, rest = process.communicate(timeout=60)
         assert_stopped_with_one_line(process.returncode, "".join(seen) + rest, sig)
         assert no_lease_live(cli)
+    assert set(stretches) == set(STRETCHES), list(zip(MARKS, stretches, strict=True))
 
 
 def test_two_sigterms_as_a_task_ends_exit_with_one_line(

@@ -7,10 +7,12 @@ printed). Every command reads the configuration: ``plait.toml``, ``mcp.json``, t
 environment, then the flags (``plait.config``). An error a user can cause is one line,
 ``plait: ...``, and exit code 1; a traceback only with ``--debug``. Heavy imports (openai,
 mcp) happen inside the commands that need them, and none before ``run`` has put in the
-process's signal handlers (``lifetime.py``): importing this package costs nothing.
+process's signal handlers (``lifetime.py``): importing this package costs nothing. The parser
+imports none of the commands' code: ``main`` imports the module of the one it runs.
 
     lifetime.py      SIGTERM and SIGINT from the process's first line to its exit
     parser.py        every command and flag, and ``main``
+    commands.py      what each command does (its help) and where the code that runs it is
     common.py        the configuration, the store, a session by prefix, the runtime
     run_commands.py  exec, chat, compact, recover, demo, mcp-server: the commands that run tasks
     log_commands.py  sessions, history, log, audit, replay, fork...: the ones that read the log

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from dataclasses import dataclass
 
-__all__ = ["SHELLS", "completion_script"]
+__all__ = ["SHELLS", "cmd_completion", "completion_script"]
 
 SHELLS = ("bash", "zsh", "fish")
 """The shells a script is made for."""
@@ -29,6 +30,14 @@ class _Command:
     options: list[_Option]
     values: list[str]
     """What its argument may be, where the parser names the choices (``completion``'s shells)."""
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """Print the shell's completion script (``plait completion``)."""
+    from plait.cli.parser import build_parser
+
+    sys.stdout.write(completion_script(build_parser(), args.shell))
+    return 0
 
 
 def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:

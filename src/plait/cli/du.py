@@ -26,8 +26,7 @@ def size(count: int | None) -> str:
 
 
 def cmd_du(args: argparse.Namespace) -> int:
-    """Show what the store takes and each session's share: events and bytes by type, blobs
-    held and shared, and what a vacuum would give back."""
+    """Show what the store takes and each session's share (``plait du``)."""
     from plait.events.usage import usage
 
     with existing_store(args, read_only=True) as store:

@@ -24,9 +24,7 @@ __all__ = ["cmd_forget"]
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    """Erase a session's content (prompts, replies, reasoning, instructions, tool arguments and
-    outputs, attachments) for good, or only that of --conversation; the events, their hashes
-    and signatures, and the audit of every call stay, and the erasure is recorded."""
+    """Erase a session's content, or a conversation's, for good (``plait forget``)."""
     from plait.events.erasure import forget
     from plait.events.types import ConversationOpened
 

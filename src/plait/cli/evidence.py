@@ -19,9 +19,7 @@ __all__ = ["check_bundle", "cmd_export"]
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Write a session's evidence bundle to one file (-o, never over another): its rows byte
-    for byte, its blobs and tombstones, the witness's lines of it; check it anywhere with
-    ``plait verify --bundle FILE --public-key KEY.pub``."""
+    """Write a session's evidence bundle to one file (``plait export``)."""
     from plait.events.bundle import export_bundle
     from plait.events.signing import PublicKey
     from plait.events.witness import Witness

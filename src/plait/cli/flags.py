@@ -1,5 +1,8 @@
-"""The flags several ``plait`` commands share (``--config``, ``--store``, ``-v``..., the
-model's options, ``--grace-sec``) and the argument types that say what they expected."""
+"""The flags of ``plait``'s commands beyond their few own: those several commands share
+(``--config``, ``--store``, ``-v``..., the model's options, ``--grace-sec``), the larger sets
+of one (``replay --live``, ``trace``, ``prune``), and the argument types that say what they
+expected. The parser reads them at every start: this module imports nothing of plait's heavy
+parts (docs/processes.md#stopping)."""
 
 from __future__ import annotations
 
@@ -8,15 +11,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from plait.cli.stopping import DEFAULT_GRACE_SEC
 from plait.cli.style import CHOICES
-from plait.events.values import DURATION_UNITS, duration_sec
 
 __all__ = [
+    "DEFAULT_GRACE_SEC",
     "MODEL",
     "add_grace",
     "add_model_flags",
+    "add_prune_flags",
+    "add_rerun_flags",
     "add_shared",
+    "add_trace_flags",
     "non_negative_int",
     "port",
     "positive",
@@ -25,6 +30,8 @@ __all__ = [
 ]
 
 Parser = argparse.ArgumentParser
+DEFAULT_GRACE_SEC = 5.0
+"""How long a running task may take to end once the command is told to stop."""
 MODEL = "the model name (default $PLAIT_MODEL, else [model] model)"
 """The help of ``--model``, wherever a command takes it."""
 
@@ -132,6 +139,8 @@ def add_grace(cmd: Parser, signals: str = "SIGTERM or SIGINT") -> None:
 
 def since(text: str, now: datetime | None = None) -> datetime:
     """``--since``: ``30m``, ``2h``, ``7d`` ago, or an ISO 8601 time (UTC unless it says)."""
+    from plait.events.values import DURATION_UNITS, duration_sec  # imports plait.events
+
     try:
         if text.strip()[-1:] in DURATION_UNITS:  # an ISO time ends in a digit or a zone
             return (now or datetime.now(UTC)) - timedelta(seconds=duration_sec(text))
@@ -141,3 +150,87 @@ def since(text: str, now: datetime | None = None) -> datetime:
             f"{text!r}: not a time: give 30m, 2h, 7d or an ISO 8601 time (2026-11-20T09:00)"
         ) from None
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def add_rerun_flags(replay: argparse.ArgumentParser) -> None:
+    """The options of ``plait replay --live``."""
+    add_model_flags(replay)  # the model the tasks are sent to now
+    live = replay.add_argument_group("live rerun (--live)")
+    live.add_argument(
+        "--live",
+        action="store_true",
+        help="run the session's tasks again against the model configured now, its tool calls "
+        "answered from the log, and report what changed (exit 1 if anything did)",
+    )
+    live.add_argument(
+        "--tools",
+        choices=["log", "live"],
+        default="log",
+        help="a call the original never made: answered 'not recorded' (log), or run (live)",
+    )
+    live.add_argument(
+        "--fail-on",
+        choices=["tools", "answers", "any"],
+        default="any",
+        help="what makes the exit code 1: changed tool calls, answers, or either",
+    )
+    live.add_argument("--no-save", action="store_true", help="keep nothing of the rerun")
+    live.add_argument("--all", action="store_true", help="every session (not reruns)")
+    live.add_argument(
+        "--since", type=since, metavar="WHEN", help="with --all: sessions started since WHEN"
+    )
+    live.add_argument("--limit", type=int, metavar="N", help="with --all: the N newest")
+    live.add_argument(
+        "--concurrency", type=int, default=4, metavar="N", help="sessions rerun at once"
+    )
+    live.add_argument(
+        "--timeout", type=float, default=300.0, metavar="SEC", help="the longest a task may run"
+    )
+
+
+def add_trace_flags(trace: argparse.ArgumentParser) -> None:
+    """The arguments of ``plait trace``."""
+    trace.add_argument(
+        "session",
+        nargs="*",
+        help="session ids (a unique prefix is enough); none: every session (--since)",
+    )
+    where = trace.add_mutually_exclusive_group()
+    where.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="the OTLP/HTTP base URL to send the spans to (default: [telemetry] otlp_endpoint, "
+        "else OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    where.add_argument(
+        "--json", action="store_true", help="print the spans as OTLP JSON instead of sending"
+    )
+    trace.add_argument(
+        "--since",
+        type=since,
+        metavar="WHEN",
+        help="only spans that ended since WHEN: 30m, 2h, 7d ago, or an ISO 8601 time",
+    )
+    trace.add_argument(
+        "--content",
+        action="store_true",
+        help="put messages, arguments and results on the spans (what the log still holds)",
+    )
+
+
+def add_prune_flags(cmd: argparse.ArgumentParser) -> None:
+    """The flags of ``plait prune``."""
+    cmd.add_argument(
+        "--closed-before",
+        type=since,
+        metavar="DATE",
+        help="sessions closed before DATE (2026-01-01, or 30d: that long ago)",
+    )
+    cmd.add_argument(
+        "--idle-before",
+        type=since,
+        metavar="DATE",
+        help="sessions, closed or not, whose last event is before DATE; never one a live "
+        "process owns",
+    )
+    cmd.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")

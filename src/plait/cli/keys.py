@@ -18,9 +18,7 @@ __all__ = ["cmd_keygen", "misused", "proof_failed", "proof_of", "signed_line"]
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    """Make an Ed25519 signing key: the private key at --out (mode 600), the public key at
-    --out's path with .pub; set ``[audit] signing_key`` to the first, give ``plait verify
-    --public-key`` the second."""
+    """Make an Ed25519 signing key (``plait keygen``)."""
     from plait.events.signing import generate_key
 
     fingerprint = generate_key(args.out)

@@ -53,8 +53,7 @@ __all__ = [
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    """List the sessions in the store, the one active last first: id, last activity, events,
-    state (idle, running, waiting, crashed, closed, owned by another process) and title."""
+    """List the sessions in the store, the one active last first (``plait sessions``)."""
     from plait.cli.listing import listing, session_table
 
     limit = args.limit or None  # 0: all of them
@@ -85,7 +84,7 @@ def session_rows(store: EventStore) -> Iterator[dict[str, Any]]:
 
 
 def cmd_conversations(args: argparse.Namespace) -> int:
-    """List a session's live conversations: who created each, messages, last activity."""
+    """List a session's live conversations (``plait conversations``)."""
     from plait.events.projections import HistoryProjection, conversation_index
 
     with existing_store(args, read_only=True) as store:
@@ -97,7 +96,7 @@ def cmd_conversations(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    """Print a conversation's history as chat messages (the root's by default)."""
+    """Print a conversation's history as chat messages (``plait history``)."""
     with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         _, rows = history_rows(store, session, args.conversation, args.limit, args.reasoning)
@@ -136,7 +135,7 @@ def history_rows(
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    """Print every event of a session: seq, time, type, conversation, task, body."""
+    """Print every event of a session (``plait log``)."""
     style = Style.for_args(args, sys.stdout)
     row = render.event_json if args.json else partial(tables.event_row, style=style)
     with existing_store(args, read_only=True) as store:
@@ -164,8 +163,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Show a session's conversations, histories, audit and chain check; exit 1 if the
-    check finds anything edited."""
+    """Show a session's conversations, histories, audit and chain check (``plait show``)."""
     with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
         # read refuses what fails its hash or chain; verify adds the columns, blobs and head
@@ -180,8 +178,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    """Draw a session's conversations as a tree (who created whom), each task with its
-    start, duration, tool calls and outcome."""
+    """Draw a session's conversations as a tree, with their tasks (``plait tree``)."""
     from plait.cli.tree import tree_lines
 
     with existing_store(args, read_only=True) as store:
@@ -192,9 +189,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Check a session's rows (hash chain, columns, blobs), its signed heads and witness, and
-    the store's file, or an evidence bundle (--bundle); exit 1 if anything was edited or is
-    damaged."""
+    """Check a session's rows, signed heads and store, or a bundle (``plait verify``)."""
     from plait.cli.evidence import check_bundle
     from plait.cli.keys import misused, proof_failed, proof_of, signed_line
 
@@ -247,9 +242,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    """Replay a session from its log, no network or key; exit 1 at the first difference.
-    A live session (another process owns it) replays the events written so far, and says so.
-    With --live, rerun sessions against the model configured now and report what changed."""
+    """Replay a session from its log, no network or key (``plait replay``)."""
     from plait.cli.listing import live_replay_line, live_state
     from plait.replay import replay
 
@@ -279,7 +272,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    """List every tool call of a session: tool, server, outcome, size, duration."""
+    """List every tool call of a session (``plait audit``)."""
     from plait.replay import audit
 
     with existing_store(args, read_only=True) as store:
@@ -315,8 +308,7 @@ def _model_errors(args: argparse.Namespace, session: str) -> str:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Show what each conversation of a session did: tasks, turns, tokens, tool calls, MCP
-    latency, cancellations, failures; then each MCP server that failed for good."""
+    """Show what each conversation of a session did (``plait stats``)."""
     from plait.events.projections import StatsProjection
     from plait.events.types import McpServerFailed, McpServerReady
 
@@ -352,7 +344,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    """Copy a session's events up to a seq into a new session; print the new session's id."""
+    """Copy a session's events up to a seq into a new session (``plait fork``)."""
     from plait.replay import fork
 
     config = config_of(args, mcp_servers=False)
@@ -366,7 +358,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_expire(args: argparse.Namespace) -> int:
-    """Delete the content of ``ttl`` conversations that is due; print how many blobs."""
+    """Delete the content of ``ttl`` conversations that is due (``plait expire``)."""
     # What Runtime.expire_content does, without the model client a Runtime insists on.
     from plait.events.storage import Expiry
 

@@ -9,58 +9,29 @@ import logging
 import signal
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from plait.cli.common import err, reader_left
-from plait.cli.completion import SHELLS, completion_script
-from plait.cli.du import cmd_du
-from plait.cli.erase import cmd_forget
-from plait.cli.evidence import cmd_export
+from plait.cli.commands import COMMANDS, Command
+from plait.cli.completion import SHELLS
 from plait.cli.flags import (
     MODEL,
     add_grace,
     add_model_flags,
+    add_prune_flags,
+    add_rerun_flags,
     add_shared,
+    add_trace_flags,
     non_negative_int,
     port,
     positive,
 )
 from plait.cli.inputs import check_arguments
-from plait.cli.keys import cmd_keygen
 from plait.cli.lifetime import LIFETIME
-from plait.cli.log_commands import (
-    cmd_audit,
-    cmd_conversations,
-    cmd_expire,
-    cmd_fork,
-    cmd_history,
-    cmd_log,
-    cmd_replay,
-    cmd_sessions,
-    cmd_show,
-    cmd_stats,
-    cmd_tree,
-    cmd_verify,
-)
-from plait.cli.prune import add_prune_flags, cmd_prune
-from plait.cli.rerun import add_rerun_flags
-from plait.cli.run_commands import (
-    cmd_chat,
-    cmd_compact,
-    cmd_demo,
-    cmd_exec,
-    cmd_mcp_server,
-    cmd_recover,
-)
-from plait.cli.stopping import Stopped
-from plait.cli.trace import add_trace_flags, cmd_trace
 from plait.cli.version import VersionAction
-from plait.cli.worker import cmd_worker
 from plait.errors import PlaitError, StoreError
 
 __all__ = ["build_parser", "main"]
 
-Command = Callable[[argparse.Namespace], int]
 Parser = argparse.ArgumentParser
 SESSION = "session id (a unique prefix is enough)"
 PLAN_TOOL = "offer the model update_plan: a plan of its work, shown as it changes (a new session)"
@@ -77,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=VersionAction, help="print plait's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, fn: Command, *examples: str, json: str | None = None) -> Parser:
-        doc = " ".join((fn.__doc__ or "").split()).replace("``", "`")
+    def add(name: str, *examples: str, json: str | None = None) -> Parser:
+        command = COMMANDS[name]  # its module is imported when it runs, not here
+        doc = command.doc.replace("``", "`")
         cmd = sub.add_parser(
             name,
             help=doc.split(";")[0].rstrip("."),
@@ -86,20 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
             epilog="example: " + "\n         ".join(examples),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        cmd.set_defaults(func=fn)
+        cmd.set_defaults(func=command)
         add_shared(cmd, top=False)
         if json is not None:
             cmd.add_argument("--json", action="store_true", help=json)
         return cmd
 
-    def reader(name: str, fn: Command, *examples: str, json: str = "JSON Lines") -> Parser:
-        cmd = add(name, fn, *examples, json=json)
+    def reader(name: str, *examples: str, json: str = "JSON Lines") -> Parser:
+        cmd = add(name, *examples, json=json)
         cmd.add_argument("session", help=SESSION)
         return cmd
 
     run = add(
         "exec",
-        cmd_exec,
         'plait exec "Summarise the open issues."',
         'plait exec --session 3f2a "And the closed ones?"',
         "plait exec --json - < prompt.txt | jq -c 'select(.body.type == \"ToolCallRequested\")'",
@@ -115,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(run)
     run.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
     add_grace(run, "SIGTERM (SIGINT interrupts the task)")
-    talk = add("chat", cmd_chat, "plait chat", "plait chat --session 3f2a")
+    talk = add("chat", "plait chat", "plait chat --session 3f2a")
     talk.add_argument("--session", help="go on with this session (default: a new one)")
     talk.add_argument(
         "--last", action="store_true", help="go on with the session active last in the store"
@@ -123,14 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(talk)
     talk.add_argument("--plan-tool", action="store_true", help=PLAN_TOOL)
     add_grace(talk, "SIGTERM")
-    again = add("resume", _resume, "plait resume 3f2a", "plait resume --last")
+    again = add("resume", "plait resume 3f2a", "plait resume --last")
     again.add_argument("session", nargs="?", help=SESSION)
     again.add_argument("--last", action="store_true", help="the session active last in the store")
     add_model_flags(again)
     add_grace(again, "SIGTERM")
     serve = add(
         "mcp-server",
-        cmd_mcp_server,
         "plait mcp-server",
         "plait mcp-server --http 8765 --model gpt-4o-mini",
     )
@@ -145,14 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_grace(serve)
     compact = reader(
         "compact",
-        cmd_compact,
         "plait compact 3f2a",
         "plait compact 3f2a --conversation 9c1d --json",
         json="the HistoryCompacted event as JSON",
     )
     compact.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
     compact.add_argument("--model", help=MODEL)
-    sessions = add("sessions", cmd_sessions, "plait sessions --limit 5", json="JSON Lines")
+    sessions = add("sessions", "plait sessions --limit 5", json="JSON Lines")
     sessions.add_argument(
         "--limit",
         type=non_negative_int,
@@ -160,14 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the N active last (20; 0: all)",
     )
-    reader("conversations", cmd_conversations, "plait conversations 3f2a")
-    history = reader("history", cmd_history, "plait history 3f2a --conversation 9c1d --limit 10")
+    reader("conversations", "plait conversations 3f2a")
+    history = reader("history", "plait history 3f2a --conversation 9c1d --limit 10")
     history.add_argument("--conversation", help="a conversation id or prefix (default: the root)")
     history.add_argument("--limit", type=positive, metavar="N", help="only the last N messages")
     history.add_argument(
         "--reasoning", action="store_true", help="show the model's reasoning, where it sent any"
     )
-    log = reader("log", cmd_log, "plait log 3f2a", "plait log 3f2a --follow --json")
+    log = reader("log", "plait log 3f2a", "plait log 3f2a --follow --json")
     log.add_argument("--follow", action="store_true", help="go on printing events as they come")
     log.add_argument(
         "--unverified",
@@ -176,22 +145,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reader(
         "show",
-        cmd_show,
         "plait show 3f2a",
         "plait show 3f2a --json | jq .plans",
         json="a summary as one JSON object: id, model, state, conversations, tasks, tool "
         "calls, tokens, plans",
     )
-    audit = reader("audit", cmd_audit, "plait audit 3f2a --outcome error")
+    audit = reader("audit", "plait audit 3f2a --outcome error")
     audit.add_argument("--tool", help="a tool name, or a server prefix such as git__")
     audit.add_argument("--conversation", help="a conversation id")
     outcomes = ["ok", "error", "timeout", "refused", "unknown", "cancelled", "aborted", "pending"]
     audit.add_argument("--outcome", choices=outcomes)
-    add("tree", cmd_tree, "plait tree 3f2a").add_argument("session", help=SESSION)
-    reader("stats", cmd_stats, "plait stats 3f2a", "plait stats 3f2a --json")
+    add("tree", "plait tree 3f2a").add_argument("session", help=SESSION)
+    reader("stats", "plait stats 3f2a", "plait stats 3f2a --json")
     verify = add(
         "verify",
-        cmd_verify,
         "plait verify 3f2a",
         "plait verify 3f2a --public-key audit.key.pub",
         "plait verify --bundle 3f2a.zip --public-key audit.key.pub",
@@ -217,13 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the witness of signed heads to check the log against (default: PATH.heads "
         "beside PATH.pub, if there)",
     )
-    du = add(
-        "du", cmd_du, "plait du", "plait du 3f2a", "plait du --json | jq -s .", json="JSON Lines"
-    )
+    du = add("du", "plait du", "plait du 3f2a", "plait du --json | jq -s .", json="JSON Lines")
     du.add_argument("session", nargs="*", help=f"{SESSION}; none: every session")
     trace = add(
         "trace",
-        cmd_trace,
         "plait trace 3f2a --endpoint http://127.0.0.1:4318",
         "plait trace --since 2h",
         "plait trace 3f2a --json | jq '.resourceSpans[].scopeSpans[].spans[].name'",
@@ -231,7 +195,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_trace_flags(trace)
     replay = add(
         "replay",
-        cmd_replay,
         "plait replay 3f2a",
         "plait replay 3f2a --live --model gpt-4o",
         "plait replay --live --all --since 7d --concurrency 8 --fail-on tools",
@@ -244,13 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay as if the program had this limit (default: as the session recorded)",
     )
     add_rerun_flags(replay)
-    fork = reader("fork", cmd_fork, "plait fork 3f2a --at 41", json="the ids as JSON")
+    fork = reader("fork", "plait fork 3f2a --at 41", json="the ids as JSON")
     fork.add_argument("--at", type=int, required=True, metavar="SEQ", help="the last seq copied")
-    recover = add("recover", cmd_recover, "plait recover", json="JSON Lines, one per session")
+    recover = add("recover", "plait recover", json="JSON Lines, one per session")
     recover.add_argument("--model", help=MODEL)
     worker = add(
         "worker",
-        cmd_worker,
         "plait worker --store postgresql://db/plait",
         "plait worker --concurrency 50 --lease-sec 5",
     )
@@ -280,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="hand back a session idle this long, for any worker to take (default 60)",
     )
-    export = add("export", cmd_export, "plait export 3f2a -o 3f2a.zip")
+    export = add("export", "plait export 3f2a -o 3f2a.zip")
     export.add_argument("session", help=SESSION)
     export.add_argument(
         "-o", "--out", required=True, metavar="FILE", help="the bundle to write (not overwritten)"
@@ -296,12 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="verify the session with this public key first; the manifest says what it found",
     )
-    keygen = add("keygen", cmd_keygen, "plait keygen --out ~/.plait/audit.key")
+    keygen = add("keygen", "plait keygen --out ~/.plait/audit.key")
     keygen.add_argument("--out", required=True, metavar="PATH", help="where the private key goes")
-    add("expire", cmd_expire, "plait expire", json="the count as JSON")
+    add("expire", "plait expire", json="the count as JSON")
     forget = reader(
         "forget",
-        cmd_forget,
         'plait forget 3f2a --by "privacy desk" --reason "request 1142"',
         "plait forget 3f2a --conversation 9c1e --yes",
         json="what was erased as JSON",
@@ -318,37 +279,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_prune_flags(
         add(
             "prune",
-            cmd_prune,
             "plait prune --closed-before 2026-01-01",
             "plait prune --idle-before 90d --dry-run",
             json="the report as one JSON object",
         )
     )
-    add("demo", cmd_demo, "plait demo")
+    add("demo", "plait demo")
     complete = add(
         "completion",
-        _completion,
         "plait completion fish > ~/.config/fish/completions/plait.fish",
         'eval "$(plait completion bash)"  # in ~/.bashrc; zsh: in ~/.zshrc',
     )
     complete.add_argument("shell", choices=SHELLS)
     return parser
-
-
-def _resume(args: argparse.Namespace) -> int:
-    """Go on with a stored session in chat, as ``plait chat --session`` does (``--last``: the
-    session active last)."""
-    if (args.session is None) == (not args.last):
-        raise PlaitError(
-            "plait resume takes a SESSION (see `plait sessions`) or --last: one of them"
-        )
-    return cmd_chat(args)
-
-
-def _completion(args: argparse.Namespace) -> int:
-    """Print the shell's completion script: every command and option of plait."""
-    sys.stdout.write(completion_script(build_parser(), args.shell))
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -357,15 +300,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_arguments(sys.argv[1:] if argv is None else argv)
     except PlaitError as exc:
         LIFETIME.end(1)
-        err(f"plait: {exc}")
+        sys.stderr.write(f"plait: {exc}\n")
         return 1
     args = build_parser().parse_args(argv)
     _log_to_stderr(args.verbose)
+    # The command's code is imported only now (not for --help or --version), and before it
+    # runs: a signal meanwhile ends the process with its one line, as during every import.
+    command: Command = args.func
+    run = command.load()
+    from plait.cli.common import err, reader_left
+    from plait.cli.stopping import Stopped
+
     # Each way the command ends tells LIFETIME its code before its line is said: a signal
     # from there on exits with that code, and says nothing more (docs/processes.md#stopping).
     LIFETIME.run()
     try:
-        code: int = args.func(args)
+        code = run(args)
     except BrokenPipeError:
         LIFETIME.end(0)
         reader_left()  # `plait log | head`: end quietly, with no error at exit

@@ -11,34 +11,13 @@ import msgspec
 from plait.cli import output as render
 from plait.cli.common import config_of, err, out, store_of
 from plait.cli.du import size
-from plait.cli.flags import since
 from plait.cli.words import count
 
-__all__ = ["add_prune_flags", "cmd_prune"]
-
-
-def add_prune_flags(cmd: argparse.ArgumentParser) -> None:
-    """The flags of ``plait prune``."""
-    cmd.add_argument(
-        "--closed-before",
-        type=since,
-        metavar="DATE",
-        help="sessions closed before DATE (2026-01-01, or 30d: that long ago)",
-    )
-    cmd.add_argument(
-        "--idle-before",
-        type=since,
-        metavar="DATE",
-        help="sessions, closed or not, whose last event is before DATE; never one a live "
-        "process owns",
-    )
-    cmd.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
+__all__ = ["cmd_prune"]
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    """Remove whole sessions closed (or idle) before a date: their events, heads, leases,
-    inboxes and the blobs only they refer to; record each so verify and every read account
-    for the gap; give the room back."""
+    """Remove whole sessions closed (or idle) before a date (``plait prune``)."""
     from plait.events.retention import prune
 
     if args.closed_before is None and args.idle_before is None:

@@ -12,14 +12,13 @@ import msgspec
 
 from plait.cli import output as render
 from plait.cli.common import config_of, err, existing_store, find_session, model_settings, out
-from plait.cli.flags import add_model_flags, since
 from plait.cli.instructions import session_instructions
 from plait.errors import ConfigError
 from plait.events.store import EventStore
 from plait.events.types import SessionStarted
 from plait.replay.rerun_report import FailOn, RerunReport, TaskReport
 
-__all__ = ["add_rerun_flags", "cmd_rerun"]
+__all__ = ["cmd_rerun"]
 
 
 def _sessions(store: EventStore, args: argparse.Namespace) -> list[str]:
@@ -175,39 +174,3 @@ def _summary(
         differing = sum(t.differs(fail_on) for t in report.tasks)
         result = "differs" if differing else "same"
         out(f"{session[:8]:<10} {len(report.tasks):>5} {differing:>6}  {result}")
-
-
-def add_rerun_flags(replay: argparse.ArgumentParser) -> None:
-    """The options of ``plait replay --live``."""
-    add_model_flags(replay)  # the model the tasks are sent to now
-    live = replay.add_argument_group("live rerun (--live)")
-    live.add_argument(
-        "--live",
-        action="store_true",
-        help="run the session's tasks again against the model configured now, its tool calls "
-        "answered from the log, and report what changed (exit 1 if anything did)",
-    )
-    live.add_argument(
-        "--tools",
-        choices=["log", "live"],
-        default="log",
-        help="a call the original never made: answered 'not recorded' (log), or run (live)",
-    )
-    live.add_argument(
-        "--fail-on",
-        choices=["tools", "answers", "any"],
-        default="any",
-        help="what makes the exit code 1: changed tool calls, answers, or either",
-    )
-    live.add_argument("--no-save", action="store_true", help="keep nothing of the rerun")
-    live.add_argument("--all", action="store_true", help="every session (not reruns)")
-    live.add_argument(
-        "--since", type=since, metavar="WHEN", help="with --all: sessions started since WHEN"
-    )
-    live.add_argument("--limit", type=int, metavar="N", help="with --all: the N newest")
-    live.add_argument(
-        "--concurrency", type=int, default=4, metavar="N", help="sessions rerun at once"
-    )
-    live.add_argument(
-        "--timeout", type=float, default=300.0, metavar="SEC", help="the longest a task may run"
-    )

@@ -47,7 +47,15 @@ if TYPE_CHECKING:
     from plait.events.types import Event, Transient
     from plait.runtime import Runtime, SessionHandle, TaskOutcome
 
-__all__ = ["cmd_chat", "cmd_compact", "cmd_demo", "cmd_exec", "cmd_mcp_server", "cmd_recover"]
+__all__ = [
+    "cmd_chat",
+    "cmd_compact",
+    "cmd_demo",
+    "cmd_exec",
+    "cmd_mcp_server",
+    "cmd_recover",
+    "cmd_resume",
+]
 
 SIGINT_CODE = 130
 """The exit code of a command stopped by SIGINT (Ctrl-C)."""
@@ -57,7 +65,7 @@ SERVER_MARGIN_SEC = 30.0
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    """Run one task to its end, streaming the answer; exit 1 if it does not complete."""
+    """Run one task to its end, streaming the answer (``plait exec``)."""
     # Before anything else: a signal while it starts stops it before its first lease. Only
     # its waits are cut where they are: taking, releasing a lease, closing are never cut.
     with Signals(raising=False) as signals:
@@ -177,10 +185,17 @@ def _run(
         return await_outcome(feed, task_id, None, on_item=on_item)
 
 
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Go on with a stored session in chat (``plait resume``)."""
+    if (args.session is None) == (not args.last):
+        raise PlaitError(
+            "plait resume takes a SESSION (see `plait sessions`) or --last: one of them"
+        )
+    return cmd_chat(args)
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
-    """Talk with a session on the terminal, one task per line (/help lists the commands);
-    Ctrl-C interrupts the running task, a second Ctrl-C or Ctrl-D leaves; SIGTERM hands the
-    session back."""
+    """Talk with a session on the terminal, one task per line (``plait chat``)."""
     from pathlib import Path
 
     from plait.cli.chat import TerminalApprover, chat
@@ -228,16 +243,14 @@ def _take_last(args: argparse.Namespace, config: Config) -> None:
 
 
 def cmd_mcp_server(args: argparse.Namespace) -> int:
-    """Serve plait as an MCP server, over stdio (or streamable HTTP with --http PORT): its
-    tools run tasks in sessions (run, reply, interrupt) and read the log (history, audit,
-    sessions); approvals are asked of the client."""
+    """Serve plait as an MCP server, over stdio or streamable HTTP (``plait mcp-server``)."""
     from plait.cli.mcp_server import serve  # imports mcp: only this command pays for it
 
     return serve(args)
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    """Summarise a conversation's older history with the model, keeping the latest messages."""
+    """Summarise a conversation's older history with the model (``plait compact``)."""
     config = config_of(args)
     model = model_settings(config)
     with store_of(config, create=False) as store:
@@ -342,9 +355,7 @@ def _server_failed(server: str, reason: str, config: Config) -> None:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    """Resume every session a stopped process left with a task running or waiting, and run
-    its waiting tasks; a session another live process owns is left to it, said on one line
-    (docs/processes.md#failover)."""
+    """Resume every session a stopped process left running or waiting (``plait recover``)."""
     from plait.runtime import in_flight
 
     config = config_of(args)
@@ -413,8 +424,7 @@ def _await_idle(handle: SessionHandle) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run a session offline (a scripted model, a bundled MCP server), then show what its log
-    holds and replay it."""
+    """Run a session offline, then show what its log holds and replay it (``plait demo``)."""
     from plait.cli.demo import replay_check, run_demo
 
     config = config_of(args)

@@ -24,10 +24,7 @@ from plait.cli.common import reader_left
 if TYPE_CHECKING:
     from plait.runtime import Runtime
 
-__all__ = ["DEFAULT_GRACE_SEC", "Signals", "Stopped", "end_line", "stop_runtimes"]
-
-DEFAULT_GRACE_SEC = 5.0
-"""How long a running task may take to end once the command is told to stop."""
+__all__ = ["Signals", "Stopped", "end_line", "stop_runtimes"]
 
 STOP_TIMEOUT_SEC = 5.0
 """How long a cut task's actors may take to record its end, once cut."""

@@ -9,18 +9,15 @@ import json
 import msgspec
 
 from plait.cli.common import config_of, existing_store, find_session, telemetry_of
-from plait.cli.flags import since
 from plait.errors import ConfigError
 from plait.telemetry import Span, spans_of
 from plait.telemetry.otlp import export, otlp_json, require_sdk
 
-__all__ = ["add_trace_flags", "cmd_trace"]
+__all__ = ["cmd_trace"]
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    """Export recorded sessions as OpenTelemetry GenAI spans over OTLP (--endpoint, else
-    [telemetry] otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT), or print them as OTLP JSON
-    (--json); the spans are the ones a live export sent, with the same ids."""
+    """Export recorded sessions as OpenTelemetry spans, or print them (``plait trace``)."""
     settings = telemetry_of(config_of(args, mcp_servers=False), endpoint=args.endpoint)
     if args.content:
         settings = msgspec.structs.replace(settings, content=True)
@@ -58,33 +55,3 @@ def cmd_trace(args: argparse.Namespace) -> int:
         if count or args.session:
             print(f"{session}: {count} spans sent to {settings.traces_endpoint()}")
     return 0
-
-
-def add_trace_flags(trace: argparse.ArgumentParser) -> None:
-    """The arguments of ``plait trace``."""
-    trace.add_argument(
-        "session",
-        nargs="*",
-        help="session ids (a unique prefix is enough); none: every session (--since)",
-    )
-    where = trace.add_mutually_exclusive_group()
-    where.add_argument(
-        "--endpoint",
-        metavar="URL",
-        help="the OTLP/HTTP base URL to send the spans to (default: [telemetry] otlp_endpoint, "
-        "else OTEL_EXPORTER_OTLP_ENDPOINT)",
-    )
-    where.add_argument(
-        "--json", action="store_true", help="print the spans as OTLP JSON instead of sending"
-    )
-    trace.add_argument(
-        "--since",
-        type=since,
-        metavar="WHEN",
-        help="only spans that ended since WHEN: 30m, 2h, 7d ago, or an ISO 8601 time",
-    )
-    trace.add_argument(
-        "--content",
-        action="store_true",
-        help="put messages, arguments and results on the spans (what the log still holds)",
-    )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 __all__ = ["VersionAction", "plait_version"]
@@ -14,6 +13,8 @@ __all__ = ["VersionAction", "plait_version"]
 
 def plait_version() -> str:
     """The installed ``plait`` package's version (``unknown`` when it runs uninstalled)."""
+    from importlib.metadata import PackageNotFoundError, version  # 20 ms: only when asked
+
     try:
         return version("plait")
     except PackageNotFoundError:

@@ -33,7 +33,7 @@ owner's thread (docs/processes.md#capacity)."""
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """Run sessions that need an owner until SIGTERM, then hand them back."""
+    """Run sessions that need an owner until SIGTERM, then hand them back (``plait worker``)."""
     # Before anything else: a signal while it starts stops it before its first lease.
     signals = Signals(raising=False)  # the loop looks at ``first``; a second exits
     with signals:
