@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,18 @@ def no_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         for name in [name for name in os.environ if name.startswith("OTEL_")]:
             patch.delenv(name)  # a machine's collector gets none of the tests' sessions
         yield empty
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ctrl_c_as_a_shell_gives_it() -> Iterator[None]:
+    """Start the tests' processes with SIGINT's default action, as a user's shell starts a
+    command. A test run that a script started in the background ignores SIGINT (POSIX: so does
+    every job a shell without job control starts), hands that down to each process it starts,
+    and ``plait`` keeps an ignored SIGINT ignored (docs/processes.md#stopping): the tests that
+    send one would see it do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

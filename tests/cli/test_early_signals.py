@@ -52,17 +52,6 @@ SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
 Start = Callable[..., subprocess.Popen[str]]
 
 
-@pytest.fixture(autouse=True)
-def ctrl_c_as_a_shell_gives_it() -> Iterator[None]:
-    """Start the test's processes with SIGINT's default action, as a user's shell does. A test
-    run that a script started in the background ignores SIGINT (POSIX: so does every job a
-    shell without job control starts so), and hands that down to each process it starts: a
-    SIGINT before plait's first line would be ignored, not end it."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 @pytest.fixture
 def start(cli: Cli) -> Iterator[Start]:
     """Start ``python -X importtime -m plait ARGS`` in ``cli``'s directory: stderr says each

@@ -9,7 +9,6 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,17 +37,6 @@ TEST_SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
 
 SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
 """A reply whose first line streams at once, and whose rest takes 80 s."""
-
-
-@pytest.fixture(autouse=True)
-def ctrl_c_as_a_shell_gives_it() -> Iterator[None]:
-    """Start the test's processes with SIGINT's default action, as a user's shell does. A test
-    run that a script started in the background ignores SIGINT (POSIX: so does every job a
-    shell without job control starts so), and hands that down to each process it starts: a
-    Ctrl-C would not end the `cat` that plait's answer is piped to."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 def started_task(tail: Subscription, task_id: str) -> Event | None:
@@ -183,6 +171,26 @@ def test_a_second_signal_exits_at_once_with_one_line(cli: Cli, server: ScriptedM
     second = "SIGINT" if first == "SIGTERM" else "SIGTERM"
     assert code in (130, 143)
     assert line.startswith(f"plait: stopped at once by a second signal ({first}, then {second})")
+
+
+def test_a_background_jobs_ignored_sigint_stays_ignored(
+    cli: Cli, server: ScriptedModelServer
+) -> None:
+    # A script's `plait exec ... &` starts with SIGINT ignored, so that a Ctrl-C meant for the
+    # command in front leaves it running; plait keeps it so, and SIGTERM still stops it.
+    cli.configure(server.base_url)
+    server.push(SLOW)
+    shell = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts a background job
+    try:
+        running = cli.spawn("exec", "--grace-sec", "0", "How many?")
+    finally:
+        signal.signal(signal.SIGINT, shell)
+    assert running.out.next() == "Counting:\n"
+    running.process.send_signal(signal.SIGINT)  # ignored: had it counted, it came first
+    code, err = running.stop(signal.SIGTERM)
+    _, line = err.splitlines()
+    assert code == 143, err
+    assert line.startswith("plait: stopped by SIGTERM: task "), line
 
 
 def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_second(

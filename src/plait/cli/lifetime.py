@@ -48,9 +48,13 @@ class Lifetime:
         """The command's exit code, once it has ended."""
 
     def start(self) -> None:
-        """Handle the signals from here on: the first thing the program does."""
+        """Handle the signals from here on: the first thing the program does.
+
+        A SIGINT its starter ignores stays ignored, for the whole run: a shell starts a
+        background job so (``plait worker &`` in a script), that a Ctrl-C meant for the
+        command in front leaves it running (docs/processes.md#stopping)."""
         self.phase = "starting"
-        for signum in STOPS:
+        for signum in handled():
             signal.signal(signum, self._handle)
 
     def run(self) -> None:
@@ -64,7 +68,7 @@ class Lifetime:
             return
         self.phase, self.code = "ending", code
         signal.set_wakeup_fd(-1)  # a command's watcher of the signals: its part is over
-        for signum in STOPS:
+        for signum in handled():
             signal.signal(signum, self._handle)  # over the command's own, kept by a stop
 
     def quiet(self) -> None:
@@ -86,6 +90,16 @@ class Lifetime:
         with contextlib.suppress(OSError):
             os.write(2, f"plait: stopped by {signal.Signals(signum).name}\n".encode())
         os._exit(128 + signum)  # nothing is held that a clean-up would release
+
+
+def handled() -> tuple[int, ...]:
+    """The signals of ``STOPS`` this process handles: not a SIGINT it ignores (one its starter
+    made it ignore, as a shell does a background job's)."""
+    return tuple(
+        signum
+        for signum in STOPS
+        if signum != signal.SIGINT or signal.getsignal(signum) is not signal.SIG_IGN
+    )
 
 
 LIFETIME = Lifetime()

@@ -90,7 +90,8 @@ class Signals:
         self._wakeup = (read, write)
         self._previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         for signum in self.signals:
-            self._previous[signum] = signal.signal(signum, self._handle)
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # a background job's SIGINT
+                self._previous[signum] = signal.signal(signum, self._handle)
         threading.Thread(
             target=self._watch, args=(read,), name="plait-signals", daemon=True
         ).start()
