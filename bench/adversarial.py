@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.append(sys.path.pop(0))  # bench/mcp.py is named like the mcp package
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the insider and its forgeries
 from forgeries import FORGERIES
+from pg_server import problem
 from scripted import HttpServer
 from signed_sessions import Lab, World, record_honest
 
@@ -160,6 +161,8 @@ def main() -> None:
         "--postgres", default=POSTGRES, help="the PostgreSQL server (default PLAIT_TEST_POSTGRES)"
     )
     args = parser.parse_args()
+    if "postgres" in (args.store or ["postgres"]) and (found := problem(args.postgres)):
+        parser.error(f"PostgreSQL at {args.postgres} does not answer: {found.splitlines()[0]}")
     rows: list[Row] = []
     started = time.monotonic()
     tools = HttpServer()

@@ -197,13 +197,16 @@ def main() -> None:
         "commit's WAL flush (which others' disk load makes noisy)",
     )
     args = parser.parse_args()
+    try:
+        raw = psycopg.connect(args.url, autocommit=True)
+    except psycopg.OperationalError as exc:
+        parser.error(f"PostgreSQL at {args.url} does not answer: {str(exc).splitlines()[0]}")
     schemas = {
         name: f"plait_bench_{name}_{uuid.uuid4().hex[:8]}" for name in ("before", "after", "raw")
     }
     before = BeforeStore(args.url, schema=schemas["before"])
     after = PostgresStore(args.url, schema=schemas["after"])
     cold = PostgresStore(args.url, schema=schemas["after"])  # its heads forgotten each time
-    raw = psycopg.connect(args.url, autocommit=True)
     raw_table = f'"{schemas["raw"]}".events'
     if args.no_wait_flush:
         for conn in (before._conn, after._conn, cold._conn, raw):

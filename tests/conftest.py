@@ -8,11 +8,44 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import pg_server
 import pytest
+import support
 from support import BACKENDS, StoreFactory
 
 from plait.events.store import EventStore
 from plait.testing import ScriptedModelServer
+
+_POSTGRES = pytest.StashKey[tuple[pg_server.OwnServer | None, str, pytest.MonkeyPatch]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Choose the run's PostgreSQL server once, in the run's first process (tests/pg_server.py):
+    xdist starts its workers after this, with the URL in their environment."""
+    if hasattr(config, "workerinput"):
+        return
+    try:
+        url, own, header = pg_server.choose()
+    except pg_server.Unusable as exc:
+        raise pytest.UsageError(str(exc)) from None
+    patch = pytest.MonkeyPatch()
+    patch.setenv("PLAIT_TEST_POSTGRES", url)
+    patch.setattr(support, "POSTGRES_URL", url)  # imported by this file, before the choice
+    if own is not None:
+        patch.setenv(pg_server.DATA_VARIABLE, str(own.data))
+    config.stash[_POSTGRES] = (own, header, patch)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _POSTGRES in config.stash:
+        own, _, patch = config.stash[_POSTGRES]
+        patch.undo()
+        if own is not None:
+            own.stop()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [config.stash[_POSTGRES][1]] if _POSTGRES in config.stash else []
 
 
 @pytest.fixture(scope="session", autouse=True)

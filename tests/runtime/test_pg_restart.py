@@ -3,17 +3,20 @@ which keeps its sessions (same owner, same epoch) and goes on; another process s
 A worker whose task is mid-reply when the server restarts runs it to its end, and a front end's
 submit made during the restart runs too (docs/failures.md#the-store-blinks).
 
-It restarts the machine's PostgreSQL server, so it runs alone, by hand:
+It restarts the tests' PostgreSQL server (the machine's, or the one the run started:
+tests/pg_server.py), so it runs alone, by hand:
 ``pytest -m pg_restart -n0 tests/runtime/test_pg_restart.py``.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pg_server
 import pytest
 from blinks import Blinks, worker_through
 from support import POSTGRES_URL, StoreFactory
@@ -26,6 +29,10 @@ pytestmark = pytest.mark.pg_restart
 
 
 def restart_postgres() -> None:
+    own = os.environ.get(pg_server.DATA_VARIABLE)
+    if own:
+        pg_server.restart(Path(own))
+        return
     (version,) = [p.name for p in Path("/etc/postgresql").iterdir()]
     subprocess.run(
         ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
