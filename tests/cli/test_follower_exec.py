@@ -136,8 +136,8 @@ def test_a_follower_exec_prints_its_own_tasks_answer_and_no_other(
     followed = front.follow(session)
     try:
         with front.store.subscribe() as tail:
+            past = front.store.last_seq(session)  # before the submit: its start comes after
             running = followed.submit("the other task")
-            past = front.store.last_seq(session)
             began = next_of(tail, session, TaskStarted, past)  # it streams, and never ends
             assert began.task_id == running
             second = cli.spawn("exec", "--session", session, "second task")
