@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -200,3 +201,23 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Cli:
     cli = Cli(tmp_path_factory.mktemp("recorded"), tmp_path_factory.mktemp("config"))
     cli.record("rec")
     return cli
+
+
+@pytest.fixture(scope="session")
+def demo_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A directory where ``plait demo`` ran, once per test process, and what it printed.
+    Tests only read it: one that needs a store with the demo's session to write to copies
+    it (``demo_here``) rather than run the demo again, which takes seconds."""
+    cli = Cli(tmp_path_factory.mktemp("demo"), tmp_path_factory.mktemp("config"))
+    ran = cli("demo")
+    assert ran.returncode == 0, ran.stderr
+    return cli.cwd, ran
+
+
+@pytest.fixture
+def demo_here(cli: Cli, demo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """Leave in ``cli``'s directory what ``plait demo`` run there leaves: a copy of the
+    demo's store, the test's own."""
+    shutil.copytree(demo_run[0] / ".plait", cli.store.parent)

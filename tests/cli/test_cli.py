@@ -20,18 +20,10 @@ def plait(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """A directory where `plait demo` ran, and what it printed; tests only read its store."""
-    cwd = tmp_path_factory.mktemp("demo")
-    result = plait(cwd, "demo")
-    assert result.returncode == 0, result.stderr
-    return cwd, result
-
-
 @pytest.fixture
-def demo_dir(demo: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
-    return demo[0]
+def demo_dir(demo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
+    """Where `plait demo` ran, once for the test process (conftest.py); tests only read it."""
+    return demo_run[0]
 
 
 def session_id(cwd: Path) -> str:
@@ -41,9 +33,9 @@ def session_id(cwd: Path) -> str:
 
 
 def test_demo_runs_a_session_through_the_runtime_and_shows_its_log(
-    demo: tuple[Path, subprocess.CompletedProcess[str]],
+    demo_run: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
-    cwd, result = demo
+    cwd, result = demo_run
     assert (cwd / ".plait" / "plait.db").exists()
     assert "(model: scripted, offline)" in result.stderr
     out = result.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import pytest
 from chat_rules import assert_chat_valid
 
 from plait.runtime.handoffs import FORK_CUT
@@ -14,10 +15,10 @@ if TYPE_CHECKING:
     from conftest import Cli
 
 
+@pytest.mark.usefixtures("demo_here")
 def test_the_demo_forked_between_its_hand_off_and_the_answer_goes_on(
     cli: Cli, server: ScriptedModelServer
 ) -> None:
-    assert cli("demo").returncode == 0
     session = json.loads(cli("sessions", "--json").stdout)["session_id"]
     log = [json.loads(line) for line in cli("log", session, "--json").stdout.splitlines()]
     cut = log[11]["body"]  # seq 12, where docs/cli.md forks it: the root handed its task on

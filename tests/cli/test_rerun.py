@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import msgspec
+import pytest
 
 from plait.cli.demo import demo_script
 from plait.testing import ScriptedModelServer, Step
@@ -23,8 +24,9 @@ args = ["-m", "plait.cli.demo_tools"]
 """The demo's MCP server, configured as a user would to rerun the demo's session."""
 
 
-def demo_session(cli: Cli, server: ScriptedModelServer) -> str:
-    assert cli("demo").returncode == 0
+@pytest.fixture
+def demo_session(demo_here: None, cli: Cli, server: ScriptedModelServer) -> str:
+    """The demo's session, in ``cli``'s store, configured to be rerun against ``server``."""
     cli.configure(server.base_url, top=RELEASE.strip() + "\n\n")
     listed = cli("sessions", "--json")
     [row] = [json.loads(line) for line in listed.stdout.splitlines()]
@@ -38,9 +40,9 @@ def changed_script() -> list[Step]:
 
 
 def test_the_demo_rerun_against_the_same_model_is_the_same(
-    cli: Cli, server: ScriptedModelServer
+    cli: Cli, server: ScriptedModelServer, demo_session: str
 ) -> None:
-    session = demo_session(cli, server)
+    session = demo_session
     server.push(*demo_script())
     done = cli("replay", session, "--live")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -59,9 +61,9 @@ def test_the_demo_rerun_against_the_same_model_is_the_same(
 
 
 def test_the_demo_rerun_against_a_changed_model_exits_1_and_shows_both_answers(
-    cli: Cli, server: ScriptedModelServer
+    cli: Cli, server: ScriptedModelServer, demo_session: str
 ) -> None:
-    session = demo_session(cli, server)
+    session = demo_session
     server.push(*changed_script())
     done = cli("replay", session, "--live", "--no-save")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -82,9 +84,9 @@ def test_the_demo_rerun_against_a_changed_model_exits_1_and_shows_both_answers(
 
 
 def test_replay_live_needs_sessions_and_says_which_failed(
-    cli: Cli, server: ScriptedModelServer
+    cli: Cli, server: ScriptedModelServer, demo_session: str
 ) -> None:
-    session = demo_session(cli, server)
+    session = demo_session
     nothing = cli("replay", "--live")
     assert nothing.returncode == 1
     assert nothing.stderr == "plait: plait replay --live: name a session, or give --all\n"

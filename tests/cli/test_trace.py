@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 from scripted import call, record_session
 
@@ -140,8 +141,8 @@ def test_the_demo_exported_live_and_later_is_the_same_spans_in_the_genai_convent
         assert not set(CONTENT_KEYS) & set(span.attributes), span.name
 
 
+@pytest.mark.usefixtures("demo_here")
 def test_the_content_switch_puts_messages_arguments_and_results_on_the_spans(cli: Cli) -> None:
-    assert cli("demo").returncode == 0
     session = only_session(cli)
     switch = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
     spans = {s["name"] + s["spanId"]: s for s in traced_json(cli, "trace", session, env=switch)}
@@ -222,8 +223,8 @@ def test_content_a_storage_policy_kept_out_of_the_log_is_out_of_the_spans(
     assert MARKER not in json.dumps(spans)
 
 
+@pytest.mark.usefixtures("demo_here")
 def test_trace_says_what_it_needs(cli: Cli) -> None:
-    assert cli("demo").returncode == 0
     session = only_session(cli)
     nowhere = cli("trace", session)
     assert nowhere.returncode == 1
@@ -258,8 +259,8 @@ def test_trace_says_what_it_needs(cli: Cli) -> None:
     assert gone.returncode == 2 and "'yesterday': not a time" in gone.stderr
 
 
+@pytest.mark.usefixtures("demo_here")
 def test_without_the_sdk_an_endpoint_gives_one_line_naming_the_extra(cli: Cli) -> None:
-    assert cli("demo").returncode == 0
     session = only_session(cli)
     hidden = cli.cwd / "hidden"
     hidden.mkdir()

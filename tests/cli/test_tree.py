@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+import pytest
 from scripted import call, record_session
 
 from plait.cli.style import Style
@@ -58,8 +59,8 @@ def test_the_tree_in_colour_paints_outcomes_and_says_the_same() -> None:
     assert plain == tree_lines(events)
 
 
+@pytest.mark.usefixtures("demo_here")
 def test_plait_tree_draws_the_demo_session(cli: Cli) -> None:
-    assert cli("demo").returncode == 0
     session = cli("sessions", "--json").stdout.split('"session_id":"')[1][:8]
     result = cli("tree", session)
     assert result.returncode == 0, result.stderr
