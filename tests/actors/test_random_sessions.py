@@ -1,6 +1,7 @@
-"""200 randomly scripted sessions through the real runtime: whatever the model does, the log
-stays consistent — valid histories, one task at a time, every task ended once, an intact chain,
-and live projections equal to a rebuild from the log."""
+"""Randomly scripted sessions through the real runtime: whatever the model does, the log stays
+consistent — valid histories, one task at a time, every task ended once, an intact chain, and
+live projections equal to a rebuild from the log. The suite runs 50; ``bench/random_sessions.py``
+runs the same check on as many as it is asked for (1,000 by default)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ from plait.events.projections.tasks import TASKS, TaskQueue
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer
 
-SESSIONS = 200
+SESSIONS = 50
+SEED = 20261123
 
 
 def assert_one_task_at_a_time(events: list[Event]) -> None:
@@ -65,12 +67,15 @@ def assert_rebuilds_agree(events: list[Event], cut: int) -> None:
         assert projection.fold(events[cut:], resumed) == projection.fold(events)
 
 
-def test_random_scripted_sessions_keep_the_log_consistent(tmp_path: Path) -> None:
-    rng = random.Random(20261123)
-    store = SqliteStore(tmp_path / "random.db")
+def check_random_sessions(count: int, seed: int, path: Path) -> tuple[int, int]:
+    """Run ``count`` sessions, each scripted at random from ``seed``, in the SQLite store at
+    ``path``, and assert each one's log consistent; return how many tasks completed and how
+    many failed on the model's errors."""
+    rng = random.Random(seed)
+    store = SqliteStore(path)
     counter = itertools.count(1)
     failures = completions = 0
-    for number in range(SESSIONS):
+    for number in range(count):
         with ScriptedModelServer(random_script(rng)) as server:
             settings = ModelSettings(
                 base_url=server.base_url, api_key="test", backoff_sec=0.001, max_attempts=2
@@ -95,5 +100,10 @@ def test_random_scripted_sessions_keep_the_log_consistent(tmp_path: Path) -> Non
             for cid, conv in rebuilt.conversations.items()
         }
         assert_rebuilds_agree(events, rng.randint(0, len(events)))
-    assert completions > SESSIONS // 4 and failures > 0  # the scripts reach both ends
     store.close()
+    return completions, failures
+
+
+def test_random_scripted_sessions_keep_the_log_consistent(tmp_path: Path) -> None:
+    completions, failures = check_random_sessions(SESSIONS, SEED, tmp_path / "random.db")
+    assert completions > SESSIONS // 4 and failures > 0  # the scripts reach both ends
