@@ -30,9 +30,11 @@ def test_ruff_lint_and_format() -> None:
 
 
 @pytest.mark.timeout(300)  # a cold mypy on a loaded machine takes minutes
-def test_mypy_strict(tmp_path: Path) -> None:
+def test_mypy_strict() -> None:
     # pyproject.toml names the package and where it lives (`src/`): plain `mypy` checks it.
-    result = run(str(BIN / "mypy"), "--cache-dir", str(tmp_path / ".mypy_cache"))
+    # A cold run, and no cache written: mypy's docs give `--cache-dir=/dev/null` for that
+    # (writing the cache of a run nobody reuses cost 15 % of its CPU here).
+    result = run(str(BIN / "mypy"), "--cache-dir", "/dev/null")
     assert result.returncode == 0, result.stdout
 
 
