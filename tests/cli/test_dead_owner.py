@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from support import wait_for_event
 
-from plait.events import ModelRequested, SqliteStore, TaskCompleted, TurnAborted
+from plait.events import ModelRequested, SqliteStore, TaskCompleted, TaskEnqueued, TurnAborted
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ ENDLESS = Step(text="slow " * 2000, chunk_chars=5, chunk_delay=0.1)
 @contextlib.contextmanager
 def owner(cli: Cli, server: ScriptedModelServer) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """A process that owns a session whose first task is in flight (its model request is
-    recorded and sent); yields it and the session's id, and kills it at the end if alive."""
+    recorded and sent) and whose second waits behind it (enqueued: a kill before that would
+    leave no task waiting); yields it and the session's id, and kills it at the end if alive."""
     cli.store.parent.mkdir(exist_ok=True)
     server.push(ENDLESS)
     process = subprocess.Popen(
@@ -64,6 +65,8 @@ def owner(cli: Cli, server: ScriptedModelServer) -> Iterator[tuple[subprocess.Po
         assert owner_id.startswith(f"{socket.gethostname()}:{process.pid}:")
         with SqliteStore(cli.store) as store:
             wait_for_event(store, session, ModelRequested)
+            first = wait_for_event(store, session, TaskEnqueued)
+            wait_for_event(store, session, TaskEnqueued, after=first.seq)  # "second", behind it
         server.wait_for_requests(1, timeout=60)
         yield process, session
     finally:
