@@ -52,7 +52,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Run twice as many test processes as there are cores for ``-n auto`` (pyproject.toml's
     addopts): most tests wait, on the ``plait`` processes and servers they start and on their
     timers, so a worker per core left the cores idle a third of the time."""
-    return 2 * len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 2 * (cores or 1)
 
 
 @pytest.fixture(scope="session", autouse=True)
