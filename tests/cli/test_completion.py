@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from plait.cli.completion import SHELLS
+from plait.cli.flags import SHELLS
 from plait.cli.parser import build_parser
 
 if TYPE_CHECKING:

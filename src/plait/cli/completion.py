@@ -8,10 +8,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-__all__ = ["SHELLS", "cmd_completion", "completion_script"]
-
-SHELLS = ("bash", "zsh", "fish")
-"""The shells a script is made for."""
+__all__ = ["cmd_completion", "completion_script"]
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from plait.cli.style import CHOICES
 __all__ = [
     "DEFAULT_GRACE_SEC",
     "MODEL",
+    "SHELLS",
     "add_grace",
     "add_model_flags",
     "add_prune_flags",
@@ -28,6 +29,9 @@ __all__ = [
     "seconds",
     "since",
 ]
+
+SHELLS = ("bash", "zsh", "fish")
+"""The shells ``plait completion`` makes a script for."""
 
 Parser = argparse.ArgumentParser
 DEFAULT_GRACE_SEC = 5.0

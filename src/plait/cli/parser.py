@@ -12,9 +12,9 @@ import textwrap
 from collections.abc import Sequence
 
 from plait.cli.commands import COMMANDS, Command
-from plait.cli.completion import SHELLS
 from plait.cli.flags import (
     MODEL,
+    SHELLS,
     add_grace,
     add_model_flags,
     add_prune_flags,
