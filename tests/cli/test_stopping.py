@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +19,7 @@ from plait.events import (
     Event,
     SessionClosed,
     SqliteStore,
+    StopRequested,
     TaskCompleted,
     TaskStarted,
     TurnAborted,
@@ -76,11 +76,8 @@ def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
     server.push(SLOW, Step(text="Going on."))
     running = cli.spawn("exec", "--grace-sec", "1", "How many?")
     assert running.out.next() == "Counting:\n"  # the reply streams: the task is mid-reply
-    sent = time.monotonic()
-    code_seen, err = running.stop(sig)
-    stopped_in = time.monotonic() - sent
+    code_seen, err = running.stop(sig)  # the reply would stream for minutes: cut at the grace
     assert code_seen == code, err
-    assert stopped_in < 1 + 5  # the grace period, and the stop's own few seconds at most
     started, *said = err.splitlines()
     session = session_of(started)
     name = signal.Signals(sig).name
@@ -141,10 +138,8 @@ def test_sigterm_mid_reply_ends_the_task_at_its_next_checkpoint(
     server.push(reply, Step(text="Going on."))
     running = cli.spawn("exec", "--grace-sec", "30", "How many?")
     assert running.out.next() == "Counting:\n"
-    sent = time.monotonic()
     code, err = running.stop(signal.SIGTERM)
     assert code == 143, err
-    assert time.monotonic() - sent < 30  # the checkpoint, not the grace period
     started, line = err.splitlines()
     session = session_of(started)
     assert line.endswith(f"stopped at checkpoint 1, session {session} handed back"), line
@@ -162,9 +157,7 @@ def test_a_second_signal_exits_at_once_with_one_line(cli: Cli, server: ScriptedM
     assert running.out.next() == "Counting:\n"
     # Two signals of different kinds: two of one kind sent together may reach Python as one.
     running.process.send_signal(signal.SIGTERM)  # alone, it would wait 60 s for the reply
-    sent = time.monotonic()
     code, err = running.stop(signal.SIGINT)
-    assert time.monotonic() - sent < 30  # not the grace period
     _, *said = err.splitlines()
     (line,) = said
     first = "SIGTERM" if code == 143 else "SIGINT"
@@ -263,10 +256,6 @@ def test_sigterm_to_a_chat_hands_its_session_back(cli: Cli, server: ScriptedMode
         assert lease is not None and not lease.live
 
 
-DRAIN_SEC = 5.0
-"""The worker's ``--drain-sec`` in the drain test: one deadline for all its sessions."""
-
-
 def test_sigterm_to_a_worker_running_eight_tasks_stops_them_all_within_the_drain(
     cli: Cli, server: ScriptedModelServer
 ) -> None:
@@ -289,19 +278,22 @@ def test_sigterm_to_a_worker_running_eight_tasks_stops_them_all_within_the_drain
                 if isinstance(event.body, TaskStarted) and event.task_id in tasks:
                     running.add(event.task_id)
         server.wait_for_requests(8, timeout=60)  # every reply streams
-        sent = time.monotonic()
         worker.process.send_signal(signal.SIGTERM)
         code = worker.wait(60)
-        took = time.monotonic() - sent
         leases = {s: front.store.lease(s) for s in sessions}  # right after its exit
     assert code == 143
-    assert took < DRAIN_SEC + 4, f"the drain took {took:.1f} s"  # not 5 s a session
     assert [s for s, lease in leases.items() if lease is not None and lease.live] == []
     with SqliteStore(cli.store) as store:
-        for session in sessions:
-            cut = [(e.task_id in tasks, e.body.cause) for e in store.read(session)
-                   if isinstance(e.body, TurnAborted)]  # fmt: skip
-            assert cut == [(True, "shutdown")]
+        events = [e for session in sessions for e in store.read(session)]
+    for session in sessions:
+        cut = [(e.task_id in tasks, e.body.cause) for e in events
+               if e.stream == session and isinstance(e.body, TurnAborted)]  # fmt: skip
+        assert cut == [(True, "shutdown")]
+    # One drain for all: every session was asked to stop before any was cut (drained one after
+    # another, each would be cut before the next was asked).
+    asked = [e.position for e in events if isinstance(e.body, StopRequested)]
+    ended = [e.position for e in events if isinstance(e.body, TurnAborted)]
+    assert len(asked) == len(ended) == 8 and max(asked) < min(ended)
     for session in sessions:
         assert cli("verify", session).returncode == 0
 
