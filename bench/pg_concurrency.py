@@ -1,0 +1,202 @@
+"""PostgreSQL appends of many sessions at once, beside raw inserts on the same server.
+
+Run from the repository root: ``python bench/pg_concurrency.py [--url URL] [--writers 1,2,4]
+[--seconds 4]``. For each K, K threads append for the same time, each with a connection of its
+own to a session of its own, one small event per append, fenced by its lease epoch as an owner
+appends; then K threads do the same with raw psycopg: one ``INSERT`` of a row of the same bytes
+and its ``COMMIT``. Each variant has a schema of its own, dropped at the end.
+
+While plait's writers run, a sampler reads ``pg_stat_activity`` every 20 ms and counts what
+their backends wait on (``Lock:advisory``, ``IO:WALSync``..., ``CPU`` for none): the average
+number of backends in each state says where appends queue. Sessions that wait on each other
+show as lock waits that grow with K, and appends/s that stay flat while raw inserts grow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from report import Line, table
+
+from plait.events import TurnStarted
+from plait.events.codec import GENESIS_HASH
+from plait.events.store import EventStore
+from plait.events.stores.postgres import PostgresStore
+
+URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+APP = f"plait-bench-{uuid.uuid4().hex[:6]}"
+"""The ``application_name`` of plait's writers, which the sampler looks for."""
+GOALS = {1: 0.6, 16: 0.8}
+"""The ratio to raw each K should reach (issue: one round trip alone; no global serial point)."""
+
+
+def run_threads(k: int, seconds: float, make: Callable[[int], Callable[[], None]]) -> int:
+    """Run ``k`` threads, each calling the append ``make(i)`` gives for ``seconds``; return how
+    many appends they made in all."""
+    appenders = [make(i) for i in range(k)]  # connected before the clock starts
+    counts = [0] * k
+    start = threading.Barrier(k + 1)
+    stop = threading.Event()
+
+    def work(i: int) -> None:
+        append = appenders[i]
+        start.wait()
+        while not stop.is_set():
+            append()
+            counts[i] += 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(k)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    time.sleep(seconds)  # the measured stretch
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return sum(counts)
+
+
+def plait_writer(url: str, schema: str, stores: list[PostgresStore]) -> Callable[[int], Any]:
+    """A maker of appenders: a store of its own each, one session, fenced appends of one event."""
+
+    def make(i: int) -> Callable[[], None]:
+        store = PostgresStore(f"{url}?application_name={APP}", schema=schema)
+        stores.append(store)
+        stream = f"s-{i}-{uuid.uuid4().hex[:8]}"
+        epoch = store.acquire_lease(stream, f"bench-{i}", 600).epoch
+        seq = 0
+
+        def append() -> None:
+            nonlocal seq
+            seq = store.append(stream, [TurnStarted(turn=seq)], seq, epoch=epoch)[-1].seq
+
+        return append
+
+    return make
+
+
+def raw_writer(url: str, table_name: str, conns: list[psycopg.Connection[Any]]) -> Any:
+    """A maker of appenders: a connection of its own each, one row and its commit per append."""
+    maker = PostgresStore.__new__(PostgresStore)
+    EventStore.__init__(maker)
+    (row,) = EventStore.prepare(maker, "s", [TurnStarted(turn=1)], 0, GENESIS_HASH).rows
+    data, digest = row[3], row[4]
+
+    def make(i: int) -> Callable[[], None]:
+        conn = psycopg.connect(url, autocommit=True)
+        conns.append(conn)
+        stream = f"s-{i}-{uuid.uuid4().hex[:8]}"
+        query = f"INSERT INTO {table_name} (stream, seq, data, hash) VALUES (%s, %s, %s, %s)"
+        seq = 0
+
+        def append() -> None:
+            nonlocal seq
+            seq += 1
+            conn.execute(query, (stream, seq, data, digest))
+
+        return append
+
+    return make
+
+
+class Sampler:
+    """Counts, every 20 ms, what plait's writers' backends wait on."""
+
+    def __init__(self, url: str) -> None:
+        self._conn = psycopg.connect(url, autocommit=True)
+        self.samples = 0
+        self.waits: collections.Counter[str] = collections.Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+
+    def _run(self) -> None:
+        query = (
+            "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity "
+            "WHERE application_name = %s AND state = 'active'"
+        )
+        while not self._stop.wait(0.02):
+            rows = self._conn.execute(query, (APP,)).fetchall()
+            self.samples += 1
+            self.waits.update(str(row[0]) for row in rows)
+
+    def summary(self) -> str:
+        """The average number of backends in each state, the most common first."""
+        n = max(self.samples, 1)
+        return ", ".join(f"{name} {count / n:.1f}" for name, count in self.waits.most_common(4))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
+    parser.add_argument("--url", default=URL)
+    parser.add_argument("--writers", default="1,2,4,8,16", help="the K to run, comma-separated")
+    parser.add_argument("--seconds", type=float, default=4.0, help="how long each K appends")
+    args = parser.parse_args()
+    try:
+        admin = psycopg.connect(args.url, autocommit=True)
+    except psycopg.OperationalError as exc:
+        parser.error(f"PostgreSQL at {args.url} does not answer: {str(exc).splitlines()[0]}")
+    ours, raw = (f"plait_bench_{name}_{uuid.uuid4().hex[:8]}" for name in ("ours", "raw"))
+    raw_table = f'"{raw}".events'
+    admin.execute(f'CREATE SCHEMA "{raw}"')
+    admin.execute(
+        f"CREATE TABLE {raw_table} (stream TEXT NOT NULL, seq BIGINT NOT NULL, "
+        "data BYTEA NOT NULL, hash BYTEA NOT NULL, PRIMARY KEY (stream, seq))"
+    )
+    PostgresStore(args.url, schema=ours).close()  # its tables made once, before the clock
+    lines: list[Line] = []
+    waits: list[str] = []
+    stores: list[PostgresStore] = []
+    conns: list[psycopg.Connection[Any]] = []
+    try:
+        for k in (int(part) for part in args.writers.split(",")):
+            with Sampler(args.url) as sampler:
+                made = run_threads(k, args.seconds, plait_writer(args.url, ours, stores))
+            floor = run_threads(k, args.seconds, raw_writer(args.url, raw_table, conns))
+            for closing in (*stores, *conns):
+                closing.close()
+            stores.clear()
+            conns.clear()
+            ratio = made / floor
+            goal = GOALS.get(k)
+            writers = f"{k} writer{'s' if k > 1 else ''}"
+            lines.append(
+                (
+                    f"{writers}: appends/s",
+                    f"{made / args.seconds:,.0f}",
+                    f"{floor / args.seconds:,.0f}",
+                    f"{ratio:.2f}x",
+                    "" if goal is None else f"≥ {goal}x {'met' if ratio >= goal else 'not met'}",
+                )
+            )
+            waits.append(f"   {writers:>10}, backends waiting on average: {sampler.summary()}")
+    finally:
+        for schema in (ours, raw):
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        admin.close()
+    table(
+        f"PostgreSQL appends of K sessions at once, one event each, {args.seconds:g} s per K",
+        lines,
+        "raw: one INSERT of a row of the same bytes and its COMMIT, a connection per writer",
+    )
+    print("\n".join(waits))
+
+
+if __name__ == "__main__":
+    main()
