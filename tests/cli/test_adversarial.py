@@ -209,22 +209,21 @@ SLOW = Step(text="Counting:\n" + "one " * 2000, chunk_chars=10, chunk_delay=0.1)
 """A reply whose first line streams at once, and whose rest takes 80 s."""
 
 STOP_WITHIN_SEC = 1 + 10.0
-"""A stop ends within the grace period (1 s here) and a generous margin on a busy machine."""
+"""How long a stop may take before the test calls it a hang: the grace period (1 s here) and
+a generous margin on a busy machine."""
 
 
-def stopped(running: Running, sigs: tuple[int, ...]) -> tuple[int, list[str], float]:
-    """Send ``sigs`` back to back (``os.kill``, no wait between); return the exit code, what
-    it said on stderr after its first line (if any), and how long it took to exit."""
+def stopped(running: Running, sigs: tuple[int, ...]) -> tuple[int, list[str]]:
+    """Send ``sigs`` back to back (``os.kill``, no wait between); return the exit code and
+    what it said on stderr after its first line (if any)."""
     assert running.process.stderr is not None
-    sent = time.monotonic()
     for sig in sigs:
         os.kill(running.process.pid, sig)
     code = running.process.wait(STOP_WITHIN_SEC)  # raises on a hang
-    took = time.monotonic() - sent
     said = running.process.stderr.read().splitlines()
     running.process.stderr.close()
     running.out.close()
-    return code, said, took
+    return code, said
 
 
 def no_live_lease(cli: Cli, session: str | None = None) -> None:
@@ -258,7 +257,7 @@ def test_two_signals_at_once_mid_reply_stop_exec_never_hanging(
         server.push(SLOW)
         running = cli.spawn("exec", "--grace-sec", "1", "How many?")
         assert running.out.next() == "Counting:\n"  # mid-reply
-        code, said, took = stopped(running, sigs)
+        code, said = stopped(running, sigs)
         started, *lines = said
         assert started.startswith("session "), said
         (line,) = lines  # one line, and only one
@@ -272,7 +271,6 @@ def test_two_signals_at_once_mid_reply_stop_exec_never_hanging(
             names = line[len(at_once) :].split(")")[0].split(", then ")
             assert names[0] == signal.Signals(code - 128).name, line
             assert sorted(names) == sorted([first, second]), line
-            assert took < STOP_WITHIN_SEC - 1  # not the grace period
             continue
         # Two of one kind sent together may reach the process as one (the kernel keeps one
         # of a kind pending): that one gives the clean stop. Two kinds always arrive as two.

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,7 +63,6 @@ def test_a_session_released_with_work_waiting_is_taken_over_while_its_releaser_l
         cut = session.submit("Take your time.")
         wait_for(a.store, sid, ModelRequested)
         waiting = session.submit("And then this.")  # acknowledged: its TaskEnqueued is durable
-        released = time.monotonic()
         assert not session.release(timeout=30, grace_sec=0.1)  # handed back, work waiting
         # One heartbeat round of a, now rather than in a third of LEASE_SEC: it renews the
         # lease a still holds, and not the one it released.
@@ -72,11 +70,9 @@ def test_a_session_released_with_work_waiting_is_taken_over_while_its_releaser_l
         lease = a.store.lease(sid)
         assert lease is not None and lease.held_by("a") and not lease.live
         assert b.adopt() == [sid]
-        ended = wait_for(a.store, sid, TaskCompleted)
-        took = time.monotonic() - released
+        ended = wait_for(a.store, sid, TaskCompleted)  # b took it at once: it was not live
         assert ended.task_id == waiting
         assert ended.body.last_assistant_message == "run by b"
-        assert took < LEASE_SEC / 2, f"taken over {took:.1f} s after the release"
         aborted = [e for e in a.store.read(sid) if isinstance(e.body, TurnAborted)]
         assert [(e.task_id, e.body.cause) for e in aborted] == [(cut, "shutdown")]
         lease = a.store.lease(sid)
@@ -97,13 +93,13 @@ def test_a_worker_takes_over_what_a_drained_process_left_waiting_while_it_lives(
         session.submit("Take your time.")
         wait_for(a.store, sid, ModelRequested)
         waiting = session.submit("And then this.")
-        drained = time.monotonic()
         a.drain(grace_sec=0.1)  # handed back, work waiting; a lives on, its heartbeat too
         assert not a.owner.still_owns(sid)  # a heartbeat round now: it renews nothing
+        lease = a.store.lease(sid)
+        assert lease is not None and not lease.live  # lapsed now, not in LEASE_SEC
         with worker(durable_stores, server, tmp_path):
-            ended = wait_for(a.store, sid, TaskCompleted, timeout=LEASE_SEC)
-            took = time.monotonic() - drained
+            # Well before the lease would have lapsed had it been left to: taken over at once.
+            ended = wait_for(a.store, sid, TaskCompleted, timeout=LEASE_SEC / 2)
         assert ended.task_id == waiting and ended.body.last_assistant_message == "run by the worker"
-        assert took < LEASE_SEC / 2, f"taken over {took:.1f} s after the drain"
         lease = a.store.lease(sid)
         assert lease is not None and lease.epoch == 2  # the worker's, handed back as it stopped
