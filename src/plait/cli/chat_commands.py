@@ -118,7 +118,7 @@ class ChatCommands:
         parsed.func(parsed)
 
     def _compact(self, args: list[str], out: TextIO, err: TextIO) -> None:
-        from plait.cli.run_commands import report_compaction
+        from plait.cli.compacting import report_compaction
 
         cid = self.session.root_conversation_id
         if args:

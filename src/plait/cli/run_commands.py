@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -29,6 +29,7 @@ from plait.cli.common import (
     store_of,
     telemetry_of,
 )
+from plait.cli.compacting import report_compaction
 from plait.cli.inputs import read_prompt
 from plait.cli.instructions import session_instructions
 from plait.cli.plan_view import tool_prefs
@@ -43,7 +44,6 @@ from plait.errors import McpError, PlaitError, SessionFailedError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from plait.events.store import EventStore
     from plait.events.types import Event, Transient
     from plait.runtime import Runtime, SessionHandle, TaskOutcome
 
@@ -270,32 +270,6 @@ def cmd_compact(args: argparse.Namespace) -> int:
             store, session_id, cid, before, outcome, sys.stdout, sys.stderr, args.json
         )
     return 0
-
-
-def report_compaction(
-    store: EventStore,
-    session_id: str,
-    cid: str,
-    before: int,
-    outcome: TaskOutcome,
-    stdout: TextIO,
-    stderr: TextIO,
-    json: bool = False,
-) -> None:
-    """Say what the compaction of conversation ``cid`` queued after seq ``before`` did
-    (``plait compact``, and chat's ``/compact``)."""
-    from plait.events.types import HistoryCompacted
-
-    if not outcome.ok:
-        raise PlaitError(f"compaction of conversation {cid} {outcome.status}: {outcome.detail}")
-    done = [e for e in store.read(session_id, after=before) if e.conversation_id == cid]
-    compacted = next((e.body for e in done if isinstance(e.body, HistoryCompacted)), None)
-    if compacted is None:
-        stderr.write(f"conversation {cid}: nothing to compact (its history is already short)\n")
-        return
-    row = {"conversation_id": cid, **msgspec.structs.asdict(compacted)}
-    text = render.json_line(row) if json else render.compaction_row(cid, compacted)
-    stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 def _await_servers(
