@@ -39,6 +39,7 @@ port = {port}
 unix_socket_directories = ''
 fsync = off
 full_page_writes = off
+max_connections = 200
 """
 
 
