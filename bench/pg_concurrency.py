@@ -1,10 +1,13 @@
 """PostgreSQL appends of many sessions at once, beside raw inserts on the same server.
 
 Run from the repository root: ``python bench/pg_concurrency.py [--url URL] [--writers 1,2,4]
-[--seconds 4]``. For each K, K threads append for the same time, each with a connection of its
-own to a session of its own, one small event per append, fenced by its lease epoch as an owner
-appends; then K threads do the same with raw psycopg: one ``INSERT`` of a row of the same bytes
-and its ``COMMIT``. Each variant has a schema of its own, dropped at the end.
+[--seconds 4] [--processes]``. For each K, K threads append for the same time, each with a
+connection of its own to a session of its own, one small event per append, fenced by its lease
+epoch as an owner appends; then K threads do the same with raw psycopg: one ``INSERT`` of a row
+of the same bytes and its ``COMMIT``. Each variant has a schema of its own, dropped at the end.
+Threads of one Python process share its interpreter lock, so past a few writers they measure
+the client's CPU as much as the database; ``--processes`` runs each writer in a process of its
+own (as workers of a service run), for both variants.
 
 While plait's writers run, a sampler reads ``pg_stat_activity`` every 20 ms and counts what
 their backends wait on (``Lock:advisory``, ``IO:WALSync``..., ``CPU`` for none): the average
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import multiprocessing
 import os
 import threading
 import time
@@ -62,6 +66,41 @@ def run_threads(k: int, seconds: float, make: Callable[[int], Callable[[], None]
     for thread in threads:
         thread.join()
     return sum(counts)
+
+
+def run_processes(k: int, seconds: float, kind: str, url: str, target: str) -> int:
+    """Run ``k`` processes, each appending as ``kind``'s writer (``plait`` or ``raw``, into
+    ``target``) for ``seconds``; return how many appends they made in all."""
+    spawn = multiprocessing.get_context("spawn")
+    start, counts = spawn.Barrier(k + 1), spawn.Queue()
+    processes = [
+        spawn.Process(target=_writer_process, args=(kind, url, target, i, seconds, start, counts))
+        for i in range(k)
+    ]
+    for process in processes:
+        process.start()
+    start.wait(120)  # every writer connected: the clock starts
+    total = sum(counts.get(timeout=seconds + 120) for _ in processes)
+    for process in processes:
+        process.join()
+    return int(total)
+
+
+def _writer_process(
+    kind: str, url: str, target: str, i: int, seconds: float, start: Any, counts: Any
+) -> None:
+    stores: list[PostgresStore] = []
+    conns: list[psycopg.Connection[Any]] = []
+    make = plait_writer(url, target, stores) if kind == "plait" else raw_writer(url, target, conns)
+    append, appended = make(i), 0
+    start.wait(120)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        append()
+        appended += 1
+    counts.put(appended)
+    for closing in (*stores, *conns):
+        closing.close()
 
 
 def plait_writer(url: str, schema: str, stores: list[PostgresStore]) -> Callable[[int], Any]:
@@ -147,6 +186,9 @@ def main() -> None:
     parser.add_argument("--url", default=URL)
     parser.add_argument("--writers", default="1,2,4,8,16", help="the K to run, comma-separated")
     parser.add_argument("--seconds", type=float, default=4.0, help="how long each K appends")
+    parser.add_argument(
+        "--processes", action="store_true", help="each writer a process, not a thread"
+    )
     args = parser.parse_args()
     try:
         admin = psycopg.connect(args.url, autocommit=True)
@@ -167,8 +209,14 @@ def main() -> None:
     try:
         for k in (int(part) for part in args.writers.split(",")):
             with Sampler(args.url) as sampler:
-                made = run_threads(k, args.seconds, plait_writer(args.url, ours, stores))
-            floor = run_threads(k, args.seconds, raw_writer(args.url, raw_table, conns))
+                if args.processes:
+                    made = run_processes(k, args.seconds, "plait", args.url, ours)
+                else:
+                    made = run_threads(k, args.seconds, plait_writer(args.url, ours, stores))
+            if args.processes:
+                floor = run_processes(k, args.seconds, "raw", args.url, raw_table)
+            else:
+                floor = run_threads(k, args.seconds, raw_writer(args.url, raw_table, conns))
             for closing in (*stores, *conns):
                 closing.close()
             stores.clear()
@@ -190,8 +238,10 @@ def main() -> None:
         for schema in (ours, raw):
             admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         admin.close()
+    each = "process" if args.processes else "thread"
     table(
-        f"PostgreSQL appends of K sessions at once, one event each, {args.seconds:g} s per K",
+        f"PostgreSQL appends of K sessions at once, one event each, a {each} per writer, "
+        f"{args.seconds:g} s per K",
         lines,
         "raw: one INSERT of a row of the same bytes and its COMMIT, a connection per writer",
     )

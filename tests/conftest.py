@@ -114,6 +114,15 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFact
     factory.close()
 
 
+@pytest.fixture(params=["memory", "sqlite"])
+def dense_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """A factory of stores of each backend whose positions are dense (not PostgreSQL's:
+    docs/event-log.md#streams-seq-and-position), cleaned up after the test."""
+    factory = StoreFactory(request.param, tmp_path)
+    yield factory
+    factory.close()
+
+
 @pytest.fixture
 def store(stores: StoreFactory) -> EventStore:
     """An empty store of each backend."""

@@ -7,12 +7,14 @@ envelope: a map (encoding 1) or, as plait writes now, an array of its fields in 
 the stream, position and hash left empty (encoding 2); its ``hash`` the sha-256 of those
 bytes (encoding 2: of the msgpack of its stream, then them), its
 ``prev_hash`` the hash of the event before it (32 zero bytes for seq 1), positions dense from
-1 across the store; and what
+1 across the store (in SQLite; in PostgreSQL, its transaction's id shifted left 20 bits, plus
+the event's index in its append); and what
 docs/storage.md says of content kept apart, in ``blobs`` rows (``sha256, size, data``) that an
 event names by the sha-256 of their bytes. It reads the rows with plain SQL (``sqlite3`` on the
 file, ``psycopg`` on the schema), decodes the msgpack, changes what it likes, then writes the
 stream back consistently: seqs dense, every ``prev_hash`` and ``hash`` recomputed, positions
-renumbered so none is missing anywhere in the store, the head row set. It imports nothing of
+renumbered so none is missing anywhere in the store (in PostgreSQL, kept in order), the head
+row set. It imports nothing of
 plait's: no plait API writes a forgery.
 
 A SQLite store of layout 4 (it has a ``groups`` table; docs/storage.md) keeps a row per
@@ -619,7 +621,9 @@ class Insider:
 
     def _lay_out(self, old: list[Row], key: object, new: list[Row]) -> list[Row]:
         """The store's rows with stream ``key``'s replaced by ``new`` slot for slot (the rest
-        right after its last slot, or at the end), positions renumbered from 1 with no gap."""
+        right after its last slot, or at the end), positions renumbered from 1 with no gap
+        (PostgreSQL's, not a count, stay: a new row takes its slot's, those past the last slot
+        the ones after it)."""
         mine = [i for i, row in enumerate(old) if row[1] == key]
         last = mine[-1] if mine else len(old) - 1
         rows: list[Row] = []
@@ -633,11 +637,21 @@ class Insider:
                 rows.extend(taken)
         if not old:
             rows.extend(taken)
+        if self._p == "%s":  # PostgreSQL: positions are not a count, so each slot keeps its own
+            slots = [row[0] for row in old if row[1] == key] or [_last_position(old) + 1]
+            ours = [*slots, *range(slots[-1] + 1, slots[-1] + 1 + len(new) - len(slots))]
+            places = iter(ours)
+            return [(next(places), *row[1:]) if row[1] == key else row for row in rows]
         position, laid = 1, []
         for row in rows:
             laid.append((position, *row[1:]))
             position += row[3] if self._groups else 1
         return laid
+
+
+def _last_position(rows: list[Row]) -> int:
+    """The last position of the rows of table ``events`` (0: none)."""
+    return int(rows[-1][0]) if rows else 0
 
 
 def _named(sha256: str, data: bytes) -> bool:

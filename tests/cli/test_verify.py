@@ -4,6 +4,8 @@ each durable backend, through the command, one line naming where, exit 1."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -55,20 +57,28 @@ def test_a_blob_deleted_from_a_full_session_is_tampering(
         )
 
 
+@pytest.fixture
+def sqlite_stores(tmp_path: Path) -> Iterator[StoreFactory]:
+    """SQLite stores, whose positions are dense (docs/event-log.md#streams-seq-and-position)."""
+    factory = StoreFactory("sqlite", tmp_path)
+    yield factory
+    factory.close()
+
+
 def test_a_gap_in_positions_is_tampering_whichever_session_is_verified(
-    cli: Cli, durable_stores: StoreFactory
+    cli: Cli, sqlite_stores: StoreFactory
 ) -> None:
-    store = durable_stores.open()
+    store = sqlite_stores.open()
     store.append("s1", session(StoragePolicy()), 0)
     store.append("s2", [TurnStarted(turn=1), TurnStarted(turn=2)], 0)
     store.append("s3", [TurnStarted(turn=1)], 0)
     for seq in (1, 2):  # a whole session gone, its head too: only its positions are missed
-        durable_stores.tamper.delete("s2", seq)
-    durable_stores.tamper.delete_head("s2")
+        sqlite_stores.tamper.delete("s2", seq)
+    sqlite_stores.tamper.delete_head("s2")
     gap = (
         "positions jump from 3 to 6 (stream s3 seq 1): 4 to 5 missing; positions are dense "
         "from 1, so a row moved or was lost\n"
     )
-    assert cli("--store", durable_stores.url, "verify", "s3").stdout == f"tampered: seq 1: {gap}"
-    done = cli("--store", durable_stores.url, "verify", "s1")
+    assert cli("--store", sqlite_stores.url, "verify", "s3").stdout == f"tampered: seq 1: {gap}"
+    done = cli("--store", sqlite_stores.url, "verify", "s1")
     assert (done.returncode, done.stdout) == (1, f"tampered: {gap}")

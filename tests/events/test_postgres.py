@@ -15,7 +15,7 @@ from plait.events import TurnStarted
 from plait.events.codec import GENESIS_HASH
 from plait.events.stores import open_store
 from plait.events.stores.postgres import PostgresStore
-from plait.events.stores.postgres_sql import APPEND_SIGNATURE
+from plait.events.stores.postgres_sql import APPEND_SIGNATURE, POSITION_BITS
 
 
 @pytest.fixture
@@ -70,6 +70,39 @@ def test_an_older_store_gets_the_append_function_when_opened(schema: str) -> Non
         assert store.verify("s").ok
 
 
+def test_a_store_of_dense_positions_takes_new_events_after_them(schema: str) -> None:
+    with PostgresStore(POSTGRES_URL, schema=schema) as store:
+        store.append("s", [TurnStarted(turn=1), TurnStarted(turn=2)], 0)
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:  # as layout 3 left it
+        conn.execute(f'UPDATE "{schema}".events SET position = seq')
+        conn.execute(f'UPDATE "{schema}".streams SET created = 1')
+        conn.execute(f"DELETE FROM \"{schema}\".meta WHERE key = 'position_base'")
+        conn.execute(f"UPDATE \"{schema}\".meta SET value = '3' WHERE key = 'schema_version'")
+    drop_append_function(schema)
+    with PostgresStore(POSTGRES_URL, schema=schema) as store:
+        store.append("t", [TurnStarted(turn=3)], 0)
+        store.append("s", [TurnStarted(turn=4)], 2)
+        read = store.read_all()
+        assert [(e.stream, e.seq) for e in read] == [("s", 1), ("s", 2), ("t", 1), ("s", 3)]
+        assert [e.position for e in read][:2] == [1, 2]
+        assert store.verify("s").ok and store.verify("t").ok
+
+
+def test_a_store_restored_into_a_younger_server_goes_on_after_its_positions(
+    schema: str,
+) -> None:
+    with PostgresStore(POSTGRES_URL, schema=schema) as store:
+        (first,) = store.append("s", [TurnStarted(turn=1)], 0)
+    ahead = first.position + (10**9 << POSITION_BITS)  # written by a server 10**9 xids older
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{schema}".events SET position = %s', (ahead,))
+    with PostgresStore(POSTGRES_URL, schema=schema) as store:
+        (second,) = store.append("s", [TurnStarted(turn=2)], 1)
+        assert second.position > ahead
+        assert [e.seq for e in store.read_all()] == [1, 2]
+        assert store.verify("s").ok
+
+
 def test_processes_opening_an_older_store_at_once_all_open_it(schema: str) -> None:
     PostgresStore(POSTGRES_URL, schema=schema).close()
     drop_append_function(schema)
@@ -105,7 +138,7 @@ def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:
             "s", [TurnStarted(turn=1)], 0, GENESIS_HASH
         ).rows
         # a's append, its transaction kept open before the commit
-        args = ("s", 0, GENESIS_HASH, a.epoch, store._key, store.channel, [kind], [v], [data])
+        args = ("s", 0, GENESIS_HASH, a.epoch, [kind], [v], [data])
         held.execute(store._sql["append"], (*args, [digest], [], [], []))
         taken: list[int] = []
         thread = threading.Thread(

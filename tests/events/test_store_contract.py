@@ -395,22 +395,22 @@ def test_every_read_checks_the_columns_against_the_bytes(
     assert store.read("s2")[0].body == TurnStarted(turn=1)  # other streams read as ever
 
 
-def test_a_read_across_streams_finds_a_moved_position(stores: StoreFactory) -> None:
-    store = stores.open()
+def test_a_read_across_streams_finds_a_moved_position(dense_stores: StoreFactory) -> None:
+    store = dense_stores.open()
     store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
     store.append("s2", [TurnStarted(turn=1)], 0)
-    stores.tamper.set_column("s2", 1, "position", 9)  # the last row: the order is kept
+    dense_stores.tamper.set_column("s2", 1, "position", 9)  # the last row: the order is kept
     moved = r"stream s2 seq 1: at position 9, where 3 was next"
     for read in (store.read_all, lambda: list(store.batches(batch=2))):
         with pytest.raises(TamperedError, match=moved):
             read()
 
 
-def test_verify_finds_a_moved_position(stores: StoreFactory) -> None:
-    store = stores.open()
+def test_verify_finds_a_moved_position(dense_stores: StoreFactory) -> None:
+    store = dense_stores.open()
     store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
     store.append("s2", [TurnStarted(turn=1)], 0)
-    stores.tamper.set_column("s2", 1, "position", 9)  # its order, chain and head are kept
+    dense_stores.tamper.set_column("s2", 1, "position", 9)  # its order, chain and head are kept
     gap = "positions jump from 2 to 9 (stream s2 seq 1): 3 to 8 missing; positions are dense"
     for stream, at in (("s2", 1), ("s1", None)):  # every stream's reads across streams stop
         report = store.verify(stream)
@@ -418,21 +418,22 @@ def test_verify_finds_a_moved_position(stores: StoreFactory) -> None:
         assert report.reason.startswith(gap), report.reason
 
 
-def test_verify_finds_a_stream_lost_whole(stores: StoreFactory) -> None:
-    # Its rows and its head gone: nothing of the stream is left to miss, but its positions.
-    store = stores.open()
+def test_verify_finds_a_stream_lost_whole(dense_stores: StoreFactory) -> None:
+    # Its rows and its head gone: nothing of the stream is left to miss, but its positions
+    # (where they are not dense, only a witness of signed heads can say: test_witness).
+    store = dense_stores.open()
     store.append("s1", [TurnStarted(turn=1)], 0)
     store.append("s2", [TurnStarted(turn=1), TaskStarted()], 0)
     store.append("s3", [TurnStarted(turn=1)], 0)
-    stores.tamper.delete("s2", 1)
-    stores.tamper.delete("s2", 2)
-    stores.tamper.delete_head("s2")
+    dense_stores.tamper.delete("s2", 1)
+    dense_stores.tamper.delete("s2", 2)
+    dense_stores.tamper.delete_head("s2")
     assert [info.stream for info in store.streams()] == ["s1", "s3"]
     report = store.verify("s3")
     assert (report.ok, report.first_bad_seq) == (False, 1)
     assert report.reason.startswith("positions jump from 1 to 4 (stream s3 seq 1): 2 to 3 missing")
-    stores.tamper.delete("s1", 1)
-    stores.tamper.delete_head("s1")
+    dense_stores.tamper.delete("s1", 1)
+    dense_stores.tamper.delete_head("s1")
     assert store.verify("s3").reason.startswith("positions start at 4 (stream s3 seq 1): 1 to 3")
 
 
@@ -440,10 +441,11 @@ def test_verify_finds_a_position_out_of_its_streams_order(stores: StoreFactory) 
     store = stores.open()
     _one_by_one(store, "s1", [TurnStarted(turn=1), TaskStarted()])
     store.append("s2", [TurnStarted(turn=1)], 0)
+    first = store.read("s1")[0].position
     stores.tamper.set_column("s1", 2, "position", 0)  # dense no more, and before seq 1
     report = store.verify("s1")
     assert (report.ok, report.first_bad_seq) == (False, 2)
-    assert report.reason == "at position 0, not after seq 1's (1): a row moved"
+    assert report.reason == f"at position 0, not after seq 1's ({first}): a row moved"
 
 
 def test_a_read_to_the_head_checks_the_heads_hash(stores: StoreFactory) -> None:

@@ -214,6 +214,22 @@ def test_a_log_cut_back_to_an_earlier_signed_head_verifies_but_not_against_the_w
     assert report.signatures is not None and report.signatures.witness_seq == last_head - 1
 
 
+def test_a_session_deleted_whole_is_caught_by_the_witness(
+    durable_stores: StoreFactory, key: Path
+) -> None:
+    """Its rows and its head gone: PostgreSQL's positions, not a count, show no jump
+    (docs/event-log.md#streams-seq-and-position); the witness still holds its head."""
+    store = durable_stores.open()
+    session = record(store, "wit", Signer.from_key_file(key))
+    witness, public = Witness(f"{key}.heads"), PublicKey.from_file(f"{key}.pub")
+    for event in reversed(store.read(session)):
+        durable_stores.tamper.delete(session, event.seq)
+    durable_stores.tamper.delete_head(session)
+    assert session not in [info.stream for info in store.streams()]
+    report = store.verify(session, public_key=public, witness=witness)
+    assert not report.ok and report.reason.startswith("truncated: the witness holds"), report
+
+
 def test_a_log_cut_back_and_written_on_unsigned_is_caught_where_the_witnessed_head_was(
     durable_stores: StoreFactory, key: Path
 ) -> None:

@@ -115,32 +115,45 @@ _seq, _v, _stream, _body = map(attrgetter, ("seq", "v", "stream", "body"))
 class Links:
     """The last event seen of each stream in a read across streams (global order), so that
     each next one is checked against it; a stream's first event links to the genesis hash.
-    Positions are dense (docs/event-log.md#streams-seq-and-position): the read's first event
-    is at ``after_position + 1`` and each next one right after the one before, but where
+    Where positions are dense (docs/event-log.md#streams-seq-and-position), the read's first
+    event is at ``after_position + 1`` and each next one right after the one before, but where
     ``pruned(first, last)`` says a prune accounts for the positions skipped
-    (docs/storage.md#retention)."""
+    (docs/storage.md#retention); where they are not (``dense=False``: PostgreSQL), each is
+    after the one before."""
 
     def __init__(
-        self, after_position: int = 0, pruned: Callable[[int, int], bool] | None = None
+        self,
+        after_position: int = 0,
+        pruned: Callable[[int, int], bool] | None = None,
+        *,
+        dense: bool = True,
     ) -> None:
         self._last: dict[str, Event] = {}
         self._position = after_position
         self._pruned = pruned
+        self._dense = dense
 
     def check(self, events: Iterable[Event]) -> None:
         """Check ``events`` (in global order) against what came before them in this read."""
         last = self._last
         get = last.get
         position = self._position
+        dense = self._dense
         for event in events:
             position += 1
             if event.position != position:
                 if not (
                     event.position > position
-                    and self._pruned is not None
-                    and self._pruned(position, event.position - 1)
+                    and (
+                        not dense
+                        or (self._pruned is not None and self._pruned(position, event.position - 1))
+                    )
                 ):
-                    where = f"at position {event.position}, where {position} was next"
+                    where = (
+                        f"at position {event.position}, where {position} was next"
+                        if dense
+                        else f"at position {event.position}, not after {position - 1}"
+                    )
                     why = f"{where} (a row moved or is lost)"
                     raise TamperedError(event.stream, event.seq, why)
                 position = event.position  # past what a prune removed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 
@@ -24,9 +24,10 @@ from plait.errors import (
 )
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize
 from plait.events.blobstore import REDACTED, BlobStore, RedactedMarker
-from plait.events.checks import Links, Verification, first_gap, link, misplaced, verify
+from plait.events.checks import Verification, first_gap, link, misplaced, verify
 from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event, hasher
 from plait.events.erased import mark_erased
+from plait.events.global_order import GlobalOrder
 from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
 from plait.events.proof import Proof
@@ -80,7 +81,7 @@ class StreamInfo(msgspec.Struct, frozen=True):
     """Its last event's seq."""
 
 
-class EventStore(Ownership, BlobStore, Pruning, ABC):
+class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
     """An append-only log of event streams with content-addressed blobs (``BlobStore``), and
     the leases and inbox of the processes sharing it (``Ownership``), and the records of the
     sessions a prune removed (``Pruning``).
@@ -274,39 +275,6 @@ class EventStore(Ownership, BlobStore, Pruning, ABC):
                 raise TamperedError(stream, head, why)
         return events
 
-    def read_all(
-        self, after_position: int = 0, *, limit: int | None = 1000, resolve_blobs: bool = True
-    ) -> list[Event]:
-        """Return events of every stream after ``after_position``, in global order (each
-        checked against its hash, its columns, its link to the one before it in the same read
-        and its position, right after the one before)."""
-        events = self._decode_all(self._all_rows(after_position, limit), resolve_blobs)
-        Links(after_position, self._accounted).check(events)
-        return events
-
-    def iter_all(
-        self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
-    ) -> Iterator[Event]:
-        """Iterate over every stored event in global order, reading ``batch`` at a time."""
-        for events in self.batches(after_position, batch=batch, resolve_blobs=resolve_blobs):
-            yield from events
-
-    def batches(
-        self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
-    ) -> Iterator[list[Event]]:
-        """Iterate over every stored event in global order as lists of up to ``batch``
-        (the fastest way to rebuild a projection: ``projection.fold(events, state)`` each)."""
-        links = Links(after_position, self._accounted)
-        while True:
-            rows = self._all_rows(after_position, batch)
-            events = self._decode_all(rows, resolve_blobs)
-            links.check(events)
-            if events:
-                yield events
-            if len(events) < batch:
-                return
-            after_position = events[-1].position
-
     def _decode_all(self, rows: list[Row], resolve_blobs: bool, check: bool = True) -> list[Event]:
         if not resolve_blobs:
             return decode_rows(rows, None, check=check)
@@ -327,10 +295,6 @@ class EventStore(Ownership, BlobStore, Pruning, ABC):
         """Return how much room the store takes, and what a vacuum would give back."""
         return Space(None, None)
 
-    def last_position(self) -> int:
-        """Return the global position of the last event stored (0: none)."""
-        return self._last_position()
-
     def streams(self) -> list[StreamInfo]:
         """List every stream, oldest first."""
         return [StreamInfo(stream, last) for stream, last in self._streams()]
@@ -346,11 +310,7 @@ class EventStore(Ownership, BlobStore, Pruning, ABC):
         (``BlobState``): what an evidence bundle copies byte for byte (``events/bundle.py``)."""
         return self._rows(stream, 0, None, None), self._head(stream), self._blob
 
-    # --- live tails -------------------------------------------------------------------------
-
-    def subscribe(self, from_position: int = 0) -> Subscription:
-        """Return a live iterator over every event after ``from_position``, each exactly once."""
-        return Subscription(self, from_position, self._waiter())
+    # --- taps -------------------------------------------------------------------------------
 
     def tap(self, listener: Callable[[list[Event]], object]) -> Callable[[], None]:
         """Hand ``listener`` each group appended through this object once durable, on the
@@ -410,14 +370,6 @@ class EventStore(Ownership, BlobStore, Pruning, ABC):
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
         """Return a stream's rows with ``after < seq <= upto`` in seq order, their columns as
         the rows hold them (not as an index repeats them)."""
-
-    @abstractmethod
-    def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
-        """Return rows of all streams after ``after_position`` in position order."""
-
-    @abstractmethod
-    def _last_position(self) -> int:
-        """Return the last position stored, 0 when there is none."""
 
     @abstractmethod
     def _streams(self) -> list[tuple[str, int]]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from plait.events.types import Event
 
 if TYPE_CHECKING:
-    from plait.events.store import EventStore
+    from plait.events.global_order import GlobalOrder
 
 __all__ = ["ConditionWaiter", "Signal", "Subscription", "Waiter"]
 
@@ -76,7 +76,7 @@ class ConditionWaiter(Waiter):
 class Subscription(Iterator[Event]):
     """Every event after a position, in global order, each once; blocks for new ones."""
 
-    def __init__(self, store: EventStore, after_position: int, waiter: Waiter) -> None:
+    def __init__(self, store: GlobalOrder, after_position: int, waiter: Waiter) -> None:
         self._store = store
         self._after = after_position
         self._waiter = waiter
@@ -98,7 +98,7 @@ class Subscription(Iterator[Event]):
                 self._handed = event.position
                 return event
             token = self._waiter.token()
-            batch = self._store.read_all(self._after, limit=500)
+            batch = self._store.read_all(self._after, limit=500, settled=True)
             if batch:
                 self._buffer.extend(batch)
                 self._after = batch[-1].position

@@ -3,23 +3,25 @@
 * One autocommit connection per store object, guarded by a lock, serves every thread; each
   append is one transaction. A lost connection is reopened with backoff and the call made
   again, safely, while the server is away less than ``outage_sec`` (``postgres_link``).
-* Appends to *all* streams commit one at a time, under a transaction-scoped advisory lock keyed
-  on the schema. Positions are assigned as ``max + 1`` under that lock, so they are dense and in
-  commit order: a live reader of ``position > N`` can never see N+2 committed before N+1 and skip
-  N+1 for good (as a sequence with concurrent writers would allow). The ``streams`` head is read
-  under the same lock, so a lost race is a ``ConcurrencyError``, never a fork of the chain.
-  Serializing writers costs throughput, which a store of agent sessions can afford.
+* Appends of different streams take no lock in common, so they commit side by side and
+  PostgreSQL's group commit serves them all. A stream's head row is moved only if it is still
+  the event the append follows; a second writer waits on that row, then finds it moved: a
+  ``ConcurrencyError``, never a fork of the chain.
+* Positions order events across streams without a counter every append waits on: an event's
+  position is its transaction's id, shifted, plus its index in its append
+  (``postgres_sql.POSITION_BITS``). They are not dense and not in commit order, so a
+  subscription reads only below the first position a transaction still running may hold
+  (``position_bound_v1``): having handed out position N, it never misses one below it later.
 * An append is one call of a server-side function (``postgres_sql``) in an implicit
-  transaction: one round trip, commit included. It checks the lease, the lock and the head as
-  above and raises an error of its own SQLSTATE when refusing. ``append_prepared`` knows its
-  rows before it starts; ``append`` must chain its events to the head: it reads it first (one
-  more round trip, no lock held while it encodes), unless this object wrote that head itself.
-* Each append ``NOTIFY``s a channel named after the schema inside its transaction; PostgreSQL
-  delivers it only once the events are committed and visible. Subscriptions ``LISTEN`` on a
-  connection of their own, so appends from any process wake them at once, with no table polling.
-* Tables and the function are created on open (``IF NOT EXISTS``, ``OR REPLACE``, under the
-  same advisory lock so two processes opening a fresh database do not race); a complete schema
-  is left alone, so a role without ``CREATE`` rights can use one an administrator prepared.
+  transaction: one round trip, commit included. It checks the lease and the head as above and
+  raises an error of its own SQLSTATE when refusing. ``append_prepared`` knows its rows before
+  it starts; ``append`` must chain its events to the head: it reads it first (one more round
+  trip, no lock held while it encodes), unless this object wrote that head itself.
+* Appends are announced on a channel named after the schema once committed, by the store's
+  ``Announcer`` (a ``NOTIFY`` inside the append would serialise every commit). Subscriptions
+  ``LISTEN`` on a connection of their own, so appends from any process wake them at once; they
+  also look every ``POLL_SEC``, for rows held below a bound and announcements lost to a kill.
+* Tables and functions are created on open when missing (``postgres_schema``).
 """
 
 from __future__ import annotations
@@ -51,14 +53,16 @@ from plait.events.store import (
     Waiter,
     utc_now,
 )
+from plait.events.stores.postgres_announce import Announcer
+from plait.events.stores.postgres_arrays import BytesArray, Int4Array, Int8Array, TextArray
 from plait.events.stores.postgres_inbox import PostgresInbox
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
+from plait.events.stores.postgres_schema import open_schema
 from plait.events.stores.postgres_sql import (
-    APPEND_SIGNATURE,
-    DDL,
     LEASE_LOST,
+    POSITION_BITS,
     QUERIES,
     SCHEMA_VERSION,
     STREAM_MOVED,
@@ -97,6 +101,12 @@ def _public_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=user.partition(":")[0] + at + host, query=query))
 
 
+POLL_SEC = 1.0
+"""How often a subscription looks for appends no announcement told it of (a writer killed
+between its commit and its announcement; a transaction of another kind holding rows back)."""
+HELD_POLL_SEC = 0.02
+"""How soon a subscription looks again when committed rows wait above the bound."""
+
 SCRUB_WAIT_SEC = 30.0
 """How long ``scrub`` waits for older transactions to end before it says it could not."""
 
@@ -109,6 +119,8 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
     ``?outage_sec=S``, else 30) is how long a call waits for a server that went away
     (docs/failures.md#the-store-blinks).
     """
+
+    dense_positions = False
 
     def __init__(
         self,
@@ -139,9 +151,11 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         self.inbox_channel = self.channel.removesuffix("_events") + "_inbox"
         """The channel announcing inbox commands (apart: owners are not woken by appends)."""
         s = sql.Identifier(self.schema)
-        self._sql = {name: sql.SQL(text).format(s=s) for name, text in QUERIES.items()}
+        # Rendered once: a statement composed anew for each call costs an append 5% more.
+        self._sql = {name: sql.SQL(text).format(s=s).as_bytes() for name, text in QUERIES.items()}
         self._waiters: weakref.WeakSet[NotifyWaiter] = weakref.WeakSet()
         self._heads: dict[str, tuple[int, bytes]] = {}  # heads this object wrote, by stream
+        self._held = False  # whether the last settled read left committed rows above it
         try:
             outage = float(ours.get("outage_sec", DEFAULT_OUTAGE_SEC))
         except ValueError:
@@ -149,6 +163,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
                 f"{self.url}: outage_sec={ours['outage_sec']!r} is not a number of seconds"
             ) from None
         self._link = Link(conninfo, self.url, outage if outage_sec is None else outage_sec)
+        self._announcer = Announcer(self._link.connect, self.channel)
         try:
             version = self._link.once(self._open, "cannot open the store")
             if int(version) > SCHEMA_VERSION:
@@ -167,16 +182,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         return self._link.outage_sec
 
     def _open(self, conn: Connection) -> str:
-        """Create what is missing of the schema; return its layout's version."""
-        args = {"schema": self.schema, "function": APPEND_SIGNATURE}
-        found = conn.execute(self._sql["layout"], args).fetchone()
-        if found != (6, True):
-            with conn.transaction():
-                conn.execute(self._sql["lock"], (self._key,))
-                for statement in DDL:
-                    conn.execute(sql.SQL(statement).format(s=sql.Identifier(self.schema)))
-        (version,) = conn.execute(self._sql["version"]).fetchone() or ("0",)
-        return str(version)
+        return open_schema(conn, self.schema, self._key, self._sql)
 
     def _run(
         self,
@@ -244,14 +250,31 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         )
         blobs = prepared.blobs
         sizes = [len(blob) for blob in blobs.values()]
-        args = (stream, after, prev, epoch, self._key, self.channel, types, versions, data)
+        if len(hashes) > 1 << POSITION_BITS:
+            raise StoreError(
+                f"{self.url}: stream {stream}: cannot append {len(hashes)} events at once "
+                f"(at most {1 << POSITION_BITS})"
+            )
+        args = (
+            stream,
+            after,
+            prev,
+            epoch,
+            TextArray(types),
+            Int4Array(versions),
+            BytesArray(data),
+            BytesArray(hashes),
+        )
+        blob_columns = (
+            TextArray(list(blobs)),
+            Int8Array(sizes),
+            BytesArray(list(blobs.values())),
+        )
         head = (after + len(hashes), hashes[-1])  # once written
 
         def write(conn: Connection) -> int:
             try:
-                found = conn.execute(
-                    self._sql["append"], (*args, hashes, list(blobs), sizes, list(blobs.values()))
-                ).fetchone()
+                found = conn.execute(self._sql["append"], (*args, *blob_columns)).fetchone()
             except psycopg.Error as exc:
                 self._heads.pop(stream, None)
                 detail = exc.diag.message_detail or ""
@@ -270,7 +293,9 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
                 return None  # not there: the first try did not commit
             return self._wrote(stream, int(found[0]) - len(hashes) + 1, head)
 
-        return prepared.placed(self._run(write, landed))
+        events = prepared.placed(self._run(write, landed))
+        self._announcer.announce()
+        return events
 
     def _wrote(self, stream: str, first: int, head: tuple[int, bytes]) -> int:
         """Note ``head``, which this object wrote; return ``first``, the position of the
@@ -293,6 +318,12 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
 
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
         return [_row(row) for row in self._query("all", (after_position, limit))]
+
+    def _settled_rows(self, after_position: int, limit: int | None) -> list[Row]:
+        rows = [_row(row) for row in self._query("settled", (after_position, limit))]
+        if limit is None or len(rows) < limit:
+            ((self._held,),) = self._query("held")
+        return rows
 
     def space(self) -> Space:
         rows = self._run(
@@ -317,11 +348,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         return [(str(stream), int(last)) for stream, last in self._query("streams")]
 
     def _position_gap(self) -> tuple[int, int] | None:
-        ((count, last),) = self._query("dense")
-        if count == last:
-            return None
-        found = self._query("gap")
-        return (int(found[0][0]), int(found[0][1])) if found else None
+        return None  # positions are not dense here: nothing to tell from a jump
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         rows = self._query("blob", (sha256,))
@@ -393,14 +420,20 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         return [_lease(row) for row in rows]
 
     def _waiter(self) -> Waiter:
-        return self._listener(self.channel)
+        return self._listener(self.channel, poll=self._poll)
+
+    def _poll(self) -> float:
+        """How soon a subscription must look again without an announcement."""
+        return HELD_POLL_SEC if self._held else POLL_SEC
 
     def _inbox_waiter(self) -> Waiter:
         return self._listener(self.inbox_channel, self._commanded)
 
-    def _listener(self, channel: str, local: Signal | None = None) -> NotifyWaiter:
+    def _listener(
+        self, channel: str, local: Signal | None = None, poll: Callable[[], float] | None = None
+    ) -> NotifyWaiter:
         """A waiter on ``channel`` (and ``local``), closed with the store."""
-        waiter = NotifyWaiter(self._link.connect, self.url, channel, local)
+        waiter = NotifyWaiter(self._link.connect, self.url, channel, local, poll)
         self._waiters.add(waiter)
         return waiter
 
@@ -409,6 +442,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         if self.closed:
             return
         super().close()
+        self._announcer.close()
         self._link.close()
         for waiter in list(self._waiters):
             waiter.close()

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from psycopg import sql
-
 from plait.errors import StoreError
 from plait.events.stores.postgres_link import Connection
 from plait.events.subscription import Signal
@@ -24,9 +22,7 @@ from plait.events.subscription import Signal
 __all__ = ["PostgresInbox", "committed"]
 
 
-def committed(
-    conn: Connection, queries: Mapping[str, sql.Composed], xact: int, pid: int
-) -> bool | None:
+def committed(conn: Connection, queries: Mapping[str, bytes], xact: int, pid: int) -> bool | None:
     """Whether transaction ``xact``, run by server process ``pid`` on a connection since cut,
     committed (``None``: the server no longer knows, it is that old). One the server still
     runs (it has not yet seen the connection go) is ended first: it then commits or aborts
@@ -48,7 +44,7 @@ class PostgresInbox:
     url: str
     schema: str
     inbox_channel: str
-    _sql: dict[str, sql.Composed]
+    _sql: dict[str, bytes]
     _run: Callable[..., Any]
     _commanded: Signal
 

@@ -6,6 +6,8 @@ It ``LISTEN``s on a connection of its own. A lost connection is opened again on 
 wait, and until it is, every wait counts as a notification: notifications may have been lost
 meanwhile, so the reader reads again, and the store's reads wait for the server as their own
 calls do (docs/failures.md#the-store-blinks). The waiter never raises for a lost connection.
+Given ``poll``, a wait also ends after the seconds it says, so the reader looks again for what
+no notification announced.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ class NotifyWaiter(Waiter):
         url: str,
         channel: str,
         local: Signal | None = None,
+        poll: Callable[[], float] | None = None,
     ) -> None:
         self._connect = connect
         self._url = url
         self._channel = channel
         self._local = local  # moved in this process (``Owner.wake``): seen within STEP_SEC
+        self._poll = poll
         self._io = threading.Lock()
         self._closed = False
         self._count = 0
@@ -99,7 +103,10 @@ class NotifyWaiter(Waiter):
         return self._count + (self._local.count if self._local is not None else 0)
 
     def wait(self, token: int, timeout: float | None) -> None:
-        """Block until a notification arrives after ``token``, ``timeout`` passes, or close."""
+        """Block until a notification arrives after ``token``, ``timeout`` passes (or the
+        waiter's ``poll`` time), or close."""
+        if self._poll is not None:
+            timeout = self._poll() if timeout is None else min(timeout, self._poll())
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._closed and self._seen() == token:
             step = self.STEP_SEC

@@ -1,8 +1,9 @@
 """How ``PostgresStore`` removes pruned sessions (docs/storage.md#retention);
 ``plait.events.retention`` decides what goes.
 
-The deletion and the records that account for it are one transaction, under the advisory
-lock that appends take: no append lands between the check of a session's head and its removal.
+The deletion and the records that account for it are one transaction, holding each session's
+head and lease rows: no append of it lands between the check of its head and its removal, and
+two prunes take turns (an advisory lock).
 PostgreSQL keeps deleted rows in its tables' files until a vacuum; the report says which.
 """
 
@@ -114,8 +115,7 @@ class PostgresPruning:
     _query: Callable[[str], list[tuple[Any, ...]]]
 
     def _position_gaps(self) -> list[tuple[int, int]]:
-        found = self._query("gaps")
-        return [(int(before), int(after)) for before, after in found]
+        return []  # positions are not dense here
 
     def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
         found: list[PrunedSession] = self._run(

@@ -1,25 +1,38 @@
 """The SQL of ``PostgresStore``: its tables, its append function and its statements.
 
 Texts name the store's schema ``{s}`` (filled in with ``psycopg.sql``). An append is one call
-of the server-side function ``append_v1``, so it costs one round trip, its commit riding with
-it (``docs/event-log.md#appending``). The function is created with the tables and brought to an
-older store when it opens; a change of its body or arguments takes a new name (``append_v2``),
-so processes of either plait sharing a store each find the one they call.
+of the server-side function ``append_v2``, so it costs one round trip, its commit riding with
+it (``docs/event-log.md#appending``). The functions are created with the tables and brought to
+an older store when it opens; a change of a function's body or arguments takes a new name
+(``append_v3``), so processes of either plait sharing a store each find the one they call.
+
+Appends of different sessions take no lock in common. A position is the appending
+transaction's id, shifted left by ``POSITION_BITS`` and plus the event's index in its append:
+it grows with the transaction id, not with the commit, so a reader that goes on from a position
+(a subscription) reads only below ``position_bound_v1()``, the first position a transaction
+still running may hold (docs/event-log.md#streams-seq-and-position).
 """
 
 from __future__ import annotations
 
-__all__ = ["APPEND_SIGNATURE", "DDL", "LEASE_LOST", "QUERIES", "SCHEMA_VERSION", "STREAM_MOVED"]
+__all__ = [
+    "APPEND_SIGNATURE",
+    "DDL",
+    "LEASE_LOST",
+    "POSITION_BITS",
+    "QUERIES",
+    "SCHEMA_VERSION",
+    "STREAM_MOVED",
+    "functions",
+]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the table layout; a store written by a newer plait is refused, not misread (3:
-events in encoding 2, docs/event-log.md#encoding, which an earlier plait cannot read)."""
+events in encoding 2, docs/event-log.md#encoding, which an earlier plait cannot read; 4:
+positions from transaction ids, which an earlier plait would take for rows lost)."""
 
-_GAPS = (
-    "SELECT before, position FROM (SELECT position, "
-    "coalesce(lag(position) OVER (ORDER BY position), 0) AS before FROM {s}.events) AS p "
-    "WHERE position != before + 1 ORDER BY position"
-)
+POSITION_BITS = 20
+"""An append holds at most ``2**POSITION_BITS`` events; the bits of its transaction's id above."""
 
 LEASE_LOST = "PLA01"
 """SQLSTATE of an append refused for its epoch; the detail is the lease ``[owner, epoch]``
@@ -29,28 +42,28 @@ STREAM_MOVED = "PLA02"
 detail is the head's seq."""
 
 APPEND_SIGNATURE = (
-    "append_v1(text, bigint, bytea, bigint, bigint, text, text[], integer[], bytea[], bytea[], "
+    "append_v2(text, bigint, bytea, bigint, text[], integer[], bytea[], bytea[], "
     "text[], bigint[], bytea[])"
 )
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 """Lease times are the database server's clock: one clock for every process, wherever it runs."""
+_GENESIS = f"'\\x{bytes(32).hex()}'::bytea"
 
 # In order: the lease row FOR SHARE (a takeover, which updates it, waits for this append to
-# commit), the advisory lock that makes commits one at a time (positions are max + 1 under it:
-# dense and in commit order), the head (so a lost race is refused, never a fork of the chain),
-# then rows, blobs, head and the NOTIFY that PostgreSQL delivers once the commit is visible.
-_APPEND = f"""CREATE OR REPLACE FUNCTION {{s}}.append_v1(
-    p_stream text, p_after bigint, p_prev bytea, p_epoch bigint, p_key bigint, p_channel text,
+# commit); the head, moved only if it is still the event this append follows (the row lock
+# makes a second writer of the stream wait, then find it moved: refused, never a fork of the
+# chain); then rows and blobs. Nothing here is shared by two sessions' appends.
+_APPEND = f"""CREATE OR REPLACE FUNCTION {{s}}.append_v2(
+    p_stream text, p_after bigint, p_prev bytea, p_epoch bigint,
     p_type text[], p_v integer[], p_data bytea[], p_hash bytea[],
     p_blob text[], p_size bigint[], p_blob_data bytea[]
 ) RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
     v_owner text;
     v_epoch bigint;
-    v_seq bigint := 0;
-    v_hash bytea := '\\x{bytes(32).hex()}'::bytea;
-    v_first bigint;
+    v_seq bigint;
     v_count integer := cardinality(p_data);
+    v_first bigint := (pg_current_xact_id()::text::bigint + @BASE@) << {POSITION_BITS};
 BEGIN
     IF p_epoch IS NOT NULL THEN
         SELECT owner, epoch INTO v_owner, v_epoch FROM {{s}}.leases
@@ -62,18 +75,21 @@ BEGIN
                     ELSE 'null' END;
         END IF;
     END IF;
-    PERFORM pg_advisory_xact_lock(p_key);
-    SELECT last_seq, last_hash INTO v_seq, v_hash FROM {{s}}.streams WHERE stream = p_stream;
+    IF p_after = 0 AND p_prev = {_GENESIS} THEN
+        INSERT INTO {{s}}.streams (stream, last_seq, last_hash, created)
+            VALUES (p_stream, v_count, p_hash[v_count], v_first)
+            ON CONFLICT (stream) DO NOTHING;
+    ELSE
+        UPDATE {{s}}.streams SET last_seq = p_after + v_count, last_hash = p_hash[v_count]
+            WHERE stream = p_stream AND last_seq = p_after AND last_hash = p_prev;
+    END IF;
     IF NOT FOUND THEN
-        v_seq := 0;
-        v_hash := '\\x{bytes(32).hex()}'::bytea;
-    END IF;
-    IF v_seq <> p_after OR v_hash <> p_prev THEN
+        SELECT last_seq INTO v_seq FROM {{s}}.streams WHERE stream = p_stream;
         RAISE EXCEPTION USING ERRCODE = '{STREAM_MOVED}',
-            MESSAGE = format('stream %s: expected seq %s, found %s', p_stream, p_after, v_seq),
-            DETAIL = v_seq::text;
+            MESSAGE = format('stream %s: expected seq %s, found %s', p_stream, p_after,
+                coalesce(v_seq, 0)),
+            DETAIL = coalesce(v_seq, 0)::text;
     END IF;
-    SELECT coalesce(max(position), 0) + 1 INTO v_first FROM {{s}}.events;
     INSERT INTO {{s}}.events (position, stream, seq, type, v, data, hash)
         SELECT v_first + r.o - 1, p_stream, p_after + r.o, r.type, r.v, r.data, r.hash
         FROM unnest(p_type, p_v, p_data, p_hash) WITH ORDINALITY AS r(type, v, data, hash, o);
@@ -82,14 +98,32 @@ BEGIN
             SELECT * FROM unnest(p_blob, p_size, p_blob_data)
             ON CONFLICT (sha256) DO UPDATE SET data = excluded.data WHERE b.data IS NULL;
     END IF;
-    INSERT INTO {{s}}.streams (stream, last_seq, last_hash, created)
-        VALUES (p_stream, p_after + v_count, p_hash[v_count], v_first)
-        ON CONFLICT (stream) DO UPDATE
-        SET last_seq = excluded.last_seq, last_hash = excluded.last_hash;
-    PERFORM pg_notify(p_channel, (v_first + v_count - 1)::text);
     RETURN v_first;
 END
 $fn$"""
+
+# Every transaction older than the snapshot's xmin has ended, so no row below this position
+# can appear any more; one at or above it may (its transaction still runs, or began later).
+_BOUND = f"""CREATE OR REPLACE FUNCTION {{s}}.position_bound_v1() RETURNS bigint
+LANGUAGE sql STABLE AS $fn$
+SELECT (pg_snapshot_xmin(pg_current_snapshot())::text::bigint + @BASE@) << {POSITION_BITS}
+$fn$"""
+
+
+def functions(base: int) -> list[str]:
+    """The store's functions, positions counted from transaction id ``-base`` (non-zero once
+    the store was restored into a server whose transaction ids are younger than its rows)."""
+    return [
+        f"INSERT INTO {{s}}.meta AS m VALUES ('position_base', '{base}') "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        _APPEND.replace("@BASE@", str(base)),
+        _BOUND.replace("@BASE@", str(base)),
+        # What an earlier plait appends with, positions dense: gone, so that one still running
+        # fails loudly instead of writing positions that readers would take for rows lost.
+        "DROP FUNCTION IF EXISTS {s}.append_v1(text, bigint, bytea, bigint, bigint, text, "
+        "text[], integer[], bytea[], bytea[], text[], bigint[], bytea[])",
+    ]
+
 
 DDL = [
     "CREATE SCHEMA IF NOT EXISTS {s}",
@@ -108,15 +142,14 @@ DDL = [
     "CREATE INDEX IF NOT EXISTS inbox_stream ON {s}.inbox (stream, id)",
     f"INSERT INTO {{s}}.meta AS m VALUES ('schema_version', '{SCHEMA_VERSION}') "
     f"ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE m.value::int < {SCHEMA_VERSION}",
-    _APPEND,
 ]
-"""What opening a store creates when anything is missing (under the advisory lock)."""
+"""What opening a store creates when anything is missing (under the advisory lock), before
+``functions``."""
 
 QUERIES = {
     "lock": "SELECT pg_advisory_xact_lock(%s)",
-    "append": "SELECT {s}.append_v1(%b::text, %b::int8, %b::bytea, %b::int8, %b::int8, %b::text, "
-    "%b::text[], %b::int4[], "
-    "%b::bytea[], %b::bytea[], %b::text[], %b::int8[], %b::bytea[])",
+    "append": "SELECT {s}.append_v2(%b::text, %b::int8, %b::bytea, %b::int8, "
+    "%b::text[], %b::int4[], %b::bytea[], %b::bytea[], %b::text[], %b::int8[], %b::bytea[])",
     # What an append needs before it can chain its events: the head, and the lease (an epoch
     # found stale here stays stale: epochs only grow, and a released lease is taken anew).
     "peek": "SELECT h.last_seq, h.last_hash, l.stream IS NOT NULL, l.owner, l.epoch "
@@ -160,12 +193,20 @@ QUERIES = {
     "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",
     "all": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
     "WHERE position > %s ORDER BY position LIMIT %s",
+    # Only below the bound: a row above it may yet be joined by one below it.
+    "settled": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
+    "WHERE position > %s AND position < {s}.position_bound_v1() ORDER BY position LIMIT %s",
+    # Whether a row stands at or above the bound (committed, but not yet readable in order).
+    "held": "SELECT coalesce(max(position), 0) >= {s}.position_bound_v1() FROM {s}.events",
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
-    "last_position": "SELECT coalesce(max(position), 0) FROM {s}.events",
-    "dense": "SELECT count(*), coalesce(max(position), 0) FROM {s}.events",
-    # Every position that does not follow the one before it (from 0), and that one; the first.
-    "gaps": _GAPS,
-    "gap": _GAPS + " LIMIT 1",
+    # The last position a subscription can start after now (the last settled).
+    "last_position": "SELECT coalesce(max(position), 0) FROM {s}.events "
+    "WHERE position < {s}.position_bound_v1()",
+    # The base the functions count from, the next transaction's id, and the last position:
+    # a store restored into a younger server needs a larger base (``functions``).
+    "positions": "SELECT (SELECT value::int8 FROM {s}.meta WHERE key = 'position_base'), "
+    "pg_snapshot_xmax(pg_current_snapshot())::text::int8, "
+    "(SELECT coalesce(max(position), 0) FROM {s}.events)",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "blobs": "SELECT sha256, data FROM {s}.blobs WHERE sha256 = ANY(%s)",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",

@@ -283,7 +283,7 @@ class SqliteStore(SqlitePruning, EventStore):
         self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
     ) -> Iterator[list[Event]]:
         if self._rows_table == "groups":
-            links = Links(after_position, self._accounted)
+            links = Links(after_position, self._accounted, dense=self.dense_positions)
             for events in group_batches(
                 self._query,
                 self._names,
@@ -297,7 +297,7 @@ class SqliteStore(SqlitePruning, EventStore):
             return
         # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``),
         # each event checked against its hash there, and against the one before it here.
-        links = Links(after_position, self._accounted)
+        links = Links(after_position, self._accounted, dense=self.dense_positions)
         for events in batches(
             self._chunk,
             lambda after, limit: self.read_all(after, limit=limit, resolve_blobs=resolve_blobs),

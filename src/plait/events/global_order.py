@@ -1,0 +1,104 @@
+"""Every stream in one order: reads across streams, and the live tail that follows them.
+
+``EventStore`` inherits it; a backend provides ``_all_rows`` and ``_last_position`` and, where
+positions are not in commit order (PostgreSQL), ``_settled_rows`` and ``dense_positions``
+(docs/event-log.md#streams-seq-and-position).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from plait.events.checks import Links
+from plait.events.subscription import Subscription, Waiter
+
+if TYPE_CHECKING:
+    from plait.events.store import Row
+    from plait.events.types import Event
+
+__all__ = ["GlobalOrder"]
+
+
+class GlobalOrder(ABC):
+    """Reads of every stream in global order, checked as they go, and subscriptions."""
+
+    dense_positions = True
+    """Whether positions run from 1 without a gap but where a prune removed sessions, so a
+    jump is a row lost (docs/event-log.md#streams-seq-and-position)."""
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        *,
+        limit: int | None = 1000,
+        resolve_blobs: bool = True,
+        settled: bool = False,
+    ) -> list[Event]:
+        """Return events of every stream after ``after_position``, in global order (each
+        checked against its hash, its columns, its link to the one before it in the same read
+        and its position, right after the one before). ``settled``: only those no commit to
+        come can precede, so that a reader going on after the last never misses one (where
+        positions are not in commit order: docs/event-log.md#streams-seq-and-position)."""
+        rows = (self._settled_rows if settled else self._all_rows)(after_position, limit)
+        events = self._decode_all(rows, resolve_blobs)
+        Links(after_position, self._accounted, dense=self.dense_positions).check(events)
+        return events
+
+    def iter_all(
+        self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
+    ) -> Iterator[Event]:
+        """Iterate over every stored event in global order, reading ``batch`` at a time."""
+        for events in self.batches(after_position, batch=batch, resolve_blobs=resolve_blobs):
+            yield from events
+
+    def batches(
+        self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
+    ) -> Iterator[list[Event]]:
+        """Iterate over every stored event in global order as lists of up to ``batch``
+        (the fastest way to rebuild a projection: ``projection.fold(events, state)`` each)."""
+        links = Links(after_position, self._accounted, dense=self.dense_positions)
+        while True:
+            rows = self._all_rows(after_position, batch)
+            events = self._decode_all(rows, resolve_blobs)
+            links.check(events)
+            if events:
+                yield events
+            if len(events) < batch:
+                return
+            after_position = events[-1].position
+
+    def last_position(self) -> int:
+        """Return the global position of the last event stored (0: none); of the last one
+        settled (``read_all``), where positions are not in commit order."""
+        return self._last_position()
+
+    # --- live tails -------------------------------------------------------------------------
+
+    def subscribe(self, from_position: int = 0) -> Subscription:
+        """Return a live iterator over every event after ``from_position``, each exactly once."""
+        return Subscription(self, from_position, self._waiter())
+
+    @abstractmethod
+    def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
+        """Return rows of all streams after ``after_position`` in position order."""
+
+    def _settled_rows(self, after_position: int, limit: int | None) -> list[Row]:
+        """Return rows as ``_all_rows`` does, but only those no later commit can precede."""
+        return self._all_rows(after_position, limit)
+
+    @abstractmethod
+    def _last_position(self) -> int:
+        """Return the last position stored, 0 when there is none."""
+
+    @abstractmethod
+    def _decode_all(
+        self, rows: list[Row], resolve_blobs: bool, check: bool = True
+    ) -> list[Event]: ...
+
+    @abstractmethod
+    def _accounted(self, first: int, last: int) -> bool: ...
+
+    @abstractmethod
+    def _waiter(self) -> Waiter: ...

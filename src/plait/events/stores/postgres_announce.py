@@ -1,0 +1,84 @@
+"""``Announcer``: tells a ``PostgresStore``'s subscribers, by ``NOTIFY``, that appends committed.
+
+This is an internal part of ``PostgresStore``, not part of the public API.
+
+A ``NOTIFY`` inside an append's transaction would make every append of every session commit
+one at a time: PostgreSQL holds one lock per database from a notifying transaction's
+pre-commit to its end, to keep its queue in commit order. So appends are announced after they
+commit, by a thread of the store with a connection of its own, at most one every ``GAP_SEC``:
+appends that commit meanwhile share the next one. (An announcement is a transaction, and takes
+that lock: one per append would cost each append a second commit.) A process killed between a
+commit and its announcement leaves it to subscribers' periodic look (``NotifyWaiter``'s
+``poll``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import psycopg
+
+from plait.errors import StoreUnavailableError
+from plait.events.stores.postgres_link import Connection
+
+__all__ = ["GAP_SEC", "Announcer"]
+
+GAP_SEC = 0.005
+"""The least time between two announcements of one store object: what it adds, at most, to
+the time a subscriber takes to see an append."""
+
+
+class Announcer:
+    """Sends ``NOTIFY channel`` once after each run of ``announce`` calls; closed with its
+    store. Failures are dropped: a subscriber looks again within its ``poll_sec``."""
+
+    def __init__(self, connect: Callable[[], Connection], channel: str) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._due = threading.Event()
+        self._closing = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+
+    def announce(self) -> None:
+        """Have the appends committed so far announced (soon, on the announcer's thread)."""
+        if self._thread is None:
+            with self._start:
+                if self._thread is None and not self._closed:
+                    self._thread = threading.Thread(
+                        target=self._run, name="plait-announcer", daemon=True
+                    )
+                    self._thread.start()
+        self._due.set()
+
+    def _run(self) -> None:
+        conn: Connection | None = None
+        try:
+            while True:
+                self._due.wait()
+                self._due.clear()
+                if self._closed:
+                    return
+                try:
+                    conn = conn if conn is not None and not conn.broken else self._connect()
+                    conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+                except (psycopg.Error, StoreUnavailableError):
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                self._closing.wait(GAP_SEC)  # appends committing meanwhile share the next
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def close(self) -> None:
+        """Stop the thread (an announcement on its way is sent first); idempotent."""
+        with self._start:
+            self._closed = True
+            thread = self._thread
+        self._closing.set()
+        self._due.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()

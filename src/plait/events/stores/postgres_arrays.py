@@ -1,0 +1,89 @@
+"""An append's columns, sent to PostgreSQL as binary arrays packed at once.
+
+This is an internal part of ``PostgresStore``, not part of the public API.
+
+psycopg adapts a list element by element, in Python, looking for the type of each: for an
+append of one event, that was most of what the client spent on it. The columns of an append
+are lists of one known type, so they are packed here in PostgreSQL's binary array format (one
+dimension, no NULL, lower bound 1) in one pass.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import psycopg
+from psycopg import adapt
+from psycopg.abc import Buffer
+from psycopg.pq import Format
+
+__all__ = ["BytesArray", "Int4Array", "Int8Array", "TextArray"]
+
+_HEADER = struct.Struct("!iiIii")  # dimensions, has NULLs, element type, length, lower bound
+_LENGTH = struct.Struct("!i")
+
+
+class _Array:
+    """A one-dimensional array, none of it NULL."""
+
+    __slots__ = ("items",)
+    element = 0
+    """The element type's oid."""
+
+    def __init__(self, items: Sequence[object]) -> None:
+        self.items = items
+
+    def packed(self) -> bytes:
+        """The array in PostgreSQL's binary format."""
+        return _HEADER.pack(1, 0, self.element, len(self.items), 1) + self._elements()
+
+    def _elements(self) -> bytes:
+        parts: list[bytes] = []
+        for item in self.items:
+            data = item.encode() if isinstance(item, str) else item
+            assert isinstance(data, bytes)
+            parts += (_LENGTH.pack(len(data)), data)
+        return b"".join(parts)
+
+
+class TextArray(_Array):
+    __slots__ = ()
+    element = 25
+
+
+class BytesArray(_Array):
+    __slots__ = ()
+    element = 17
+
+
+class Int4Array(_Array):
+    __slots__ = ()
+    element = 23
+
+    def _elements(self) -> bytes:
+        return struct.pack(f"!{2 * len(self.items)}i", *(n for i in self.items for n in (4, i)))
+
+
+class Int8Array(_Array):
+    __slots__ = ()
+    element = 20
+
+    def _elements(self) -> bytes:
+        return b"".join(struct.pack("!iq", 8, item) for item in self.items)
+
+
+def _dumper(array_oid: int) -> type[adapt.Dumper]:
+    class Dumper(adapt.Dumper):
+        format = Format.BINARY
+        oid = array_oid
+
+        def dump(self, obj: _Array) -> Buffer:
+            return obj.packed()
+
+    return Dumper
+
+
+# The classes are plait's: registering them changes nothing of anyone else's use of psycopg.
+for _class, _oid in ((TextArray, 1009), (BytesArray, 1001), (Int4Array, 1007), (Int8Array, 1016)):
+    psycopg.adapters.register_dumper(_class, _dumper(_oid))
