@@ -4,11 +4,9 @@ Run from the repository root: ``python bench/pg_appends.py [--url URL] [--append
 Every variant appends N groups of 1-4 small events to one stream, fenced by its lease epoch
 (taken with ``acquire_lease`` first), in a schema of its own that is dropped at the end:
 
-* ``before``: the append as PostgresStore made it up to layout 2 (kept here, a subclass):
-  BEGIN, the lease row FOR SHARE, the advisory lock, the head, max(position), a COPY, the head
-  upsert, NOTIFY, COMMIT, one statement at a time.
-* ``after``: ``PostgresStore`` as it is now; ``head read first``: ``append`` when the store did
-  not write the stream's head itself (another process did, or it just opened).
+* ``append``, ``append_prepared``: ``PostgresStore`` as it is now; ``head read first``:
+  ``append`` when the store did not write the stream's head itself (another process did, or it
+  just opened). (bench/pg_concurrency.py measures many writers at once.)
 * ``raw``: psycopg alone, one ``INSERT ... SELECT FROM unnest`` of the same rows per append
   in autocommit (the commit rides with it): the floor of a durable append over this connection.
 
@@ -35,62 +33,12 @@ from report import Line, table
 
 from plait.events import TokensCounted, TurnStarted, Usage
 from plait.events.codec import GENESIS_HASH
-from plait.events.store import EventStore, PreparedAppend
+from plait.events.store import EventStore
 from plait.events.stores.postgres import PostgresStore
-from plait.events.types import Body, Event
+from plait.events.types import Body
 
 URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 USAGE = Usage(prompt_tokens=1834, completion_tokens=57, total_tokens=1891, cached_tokens=1536)
-_COPY_TYPES = ["int8", "text", "int8", "text", "int4", "bytea", "bytea"]
-_BEFORE = {
-    "fence": "SELECT owner, epoch FROM {s}.leases WHERE stream = %s FOR SHARE",
-    "lock": "SELECT pg_advisory_xact_lock(%s)",
-    "head": "SELECT last_seq, last_hash FROM {s}.streams WHERE stream = %s",
-    "max": "SELECT coalesce(max(position), 0) FROM {s}.events",
-    "copy": "COPY {s}.events (position, stream, seq, type, v, data, hash) FROM STDIN "
-    "(FORMAT BINARY)",
-    "put_head": "INSERT INTO {s}.streams (stream, last_seq, last_hash, created) "
-    "VALUES (%s, %s, %s, %s) ON CONFLICT (stream) DO UPDATE "
-    "SET last_seq = excluded.last_seq, last_hash = excluded.last_hash",
-    "notify": "SELECT pg_notify(%s, %s)",
-}
-
-
-class BeforeStore(PostgresStore):
-    """The append of layout 2, one statement per round trip (blobs left out: none here)."""
-
-    append_prepared = EventStore.append_prepared  # type: ignore[assignment]
-
-    def _append_rows(
-        self,
-        stream: str,
-        expected_seq: int,
-        prepare: Callable[[int, bytes], PreparedAppend],
-        epoch: int | None,
-    ) -> list[Event]:
-        q = {
-            k: psycopg.sql.SQL(v).format(s=psycopg.sql.Identifier(self.schema))
-            for k, v in _BEFORE.items()
-        }
-        with self._errors() as conn, conn.transaction(), conn.cursor(binary=True) as cur:
-            if epoch is not None:
-                lease = cur.execute(q["fence"], (stream,)).fetchone()
-                self._check_epoch(stream, epoch, None if lease is None else (lease[0], lease[1]))
-            cur.execute(q["lock"], (self._key,))
-            head = cur.execute(q["head"], (stream,)).fetchone()
-            head_seq, head_hash = (int(head[0]), bytes(head[1])) if head else (0, GENESIS_HASH)
-            self._check_expected(stream, expected_seq, head_seq)
-            prepared = prepare(head_seq, head_hash)
-            found = cur.execute(q["max"]).fetchone()
-            first = int(found[0]) + 1 if found else 1
-            with cur.copy(q["copy"]) as copy:
-                copy.set_types(_COPY_TYPES)
-                for position, row in enumerate(prepared.rows, first):
-                    copy.write_row((position, stream, *row))
-            last_seq, _, _, _, last_hash = prepared.rows[-1]
-            cur.execute(q["put_head"], (stream, last_seq, last_hash, first))
-            cur.execute(q["notify"], (self.channel, str(first + len(prepared.rows) - 1)))
-        return prepared.placed(first)
 
 
 def group(i: int) -> list[Body]:
@@ -134,13 +82,13 @@ def run_store(
         if prepared:
             made = store.prepare(stream, bodies, seq, prev)
             if i == n // 2:
-                with traced(store._conn) as counted:
+                with traced(store._link._conn) as counted:
                     events = store.append_prepared(stream, made, epoch=epoch)
                 trips[:] = counted
             else:
                 events = store.append_prepared(stream, made, epoch=epoch)
         elif i == n // 2:
-            with traced(store._conn) as counted:
+            with traced(store._link._conn) as counted:
                 events = store.append(stream, bodies, seq, epoch=epoch)
             trips[:] = counted
         else:
@@ -201,15 +149,12 @@ def main() -> None:
         raw = psycopg.connect(args.url, autocommit=True)
     except psycopg.OperationalError as exc:
         parser.error(f"PostgreSQL at {args.url} does not answer: {str(exc).splitlines()[0]}")
-    schemas = {
-        name: f"plait_bench_{name}_{uuid.uuid4().hex[:8]}" for name in ("before", "after", "raw")
-    }
-    before = BeforeStore(args.url, schema=schemas["before"])
+    schemas = {name: f"plait_bench_{name}_{uuid.uuid4().hex[:8]}" for name in ("after", "raw")}
     after = PostgresStore(args.url, schema=schemas["after"])
     cold = PostgresStore(args.url, schema=schemas["after"])  # its heads forgotten each time
     raw_table = f'"{schemas["raw"]}".events'
     if args.no_wait_flush:
-        for conn in (before._conn, after._conn, cold._conn, raw):
+        for conn in (after._link._conn, cold._link._conn, raw):
             conn.execute("SET synchronous_commit = off")
     raw.execute(f'CREATE SCHEMA "{schemas["raw"]}"')
     raw.execute(
@@ -221,11 +166,9 @@ def main() -> None:
     trips: dict[str, list[int]] = {}
     n = args.appends
     variants: dict[str, Callable[[list[int]], Iterator[float]]] = {
-        "append, before": lambda t: run_store(before, n, t, False),
-        "append, after": lambda t: run_store(after, n, t, False),
-        "append, after, head read first": lambda t: run_store(cold, n, t, False, True),
-        "append_prepared, before": lambda t: run_store(before, n, t, True),
-        "append_prepared, after": lambda t: run_store(after, n, t, True),
+        "append": lambda t: run_store(after, n, t, False),
+        "append, head read first": lambda t: run_store(cold, n, t, False, True),
+        "append_prepared": lambda t: run_store(after, n, t, True),
         "raw": lambda t: run_raw(raw, raw_table, n, t),
     }
     try:
@@ -243,7 +186,6 @@ def main() -> None:
                     (statistics.median(each), each[int(len(each) * 0.99)])
                 )
     finally:
-        before.close()
         after.close()
         cold.close()
         for schema in schemas.values():

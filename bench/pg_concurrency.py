@@ -36,8 +36,9 @@ from plait.events.store import EventStore
 from plait.events.stores.postgres import PostgresStore
 
 URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-APP = f"plait-bench-{uuid.uuid4().hex[:6]}"
-"""The ``application_name`` of plait's writers, which the sampler looks for."""
+APP = os.environ.setdefault("PLAIT_BENCH_APP", f"plait-bench-{uuid.uuid4().hex[:6]}")
+"""The ``application_name`` of plait's writers, which the sampler looks for (the same in the
+writers' processes, which inherit the environment)."""
 GOALS = {1: 0.6, 16: 0.8}
 """The ratio to raw each K should reach (issue: one round trip alone; no global serial point)."""
 
