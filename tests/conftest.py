@@ -11,6 +11,7 @@ from pathlib import Path
 import pg_server
 import pytest
 import support
+from scripted import HttpServer
 from support import BACKENDS, StoreFactory
 
 from plait.events.store import EventStore
@@ -125,6 +126,17 @@ def server() -> Iterator[ScriptedModelServer]:
     """A scripted model server; tests push the steps they need."""
     with ScriptedModelServer() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def mcp_url() -> Iterator[str]:
+    """The URL of the test MCP server (tests/mcp/server.py) over streamable HTTP, one process
+    for the module's tests, for those whose proof holds over any transport and that leave the
+    server as they found it (no ``grow``, no ``crash``): a server of their own each, over
+    stdio, costs ~0.6 s CPU a start, mostly importing ``mcp``."""
+    server = HttpServer()
+    yield server.url
+    server.close()
 
 
 @pytest.fixture(scope="module")

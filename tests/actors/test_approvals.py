@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import HttpServer, Stuck, assert_histories_valid, call, crash, runtime_for
+from scripted import Stuck, assert_histories_valid, call, crash, runtime_for
 from support import TickClock
 
 from plait import ApprovalDecision, ApprovalRequest, ConfigError
@@ -43,16 +43,12 @@ Servers = dict[str, McpServerConfig]
 
 
 @pytest.fixture(scope="module")
-def tools() -> Iterator[Servers]:
+def tools(mcp_url: str) -> Servers:
     """The test server as ``t``: ``t__echo`` read-only, ``t__note`` writes (``destructiveHint:
     false``), ``t__fail`` has no annotations (so, by MCP's defaults, may be destructive).
-
-    One process serves the module's tests: what they prove does not depend on the transport
-    or on the server's state (only ``note`` keeps any, and no test reads it back), and a
-    server of their own each, over stdio, cost ~0.6 s CPU a test, mostly importing ``mcp``."""
-    server = HttpServer()
-    yield {"t": McpServerConfig(url=server.url)}
-    server.close()
+    The module's tests share it: what they prove does not depend on the transport or on the
+    server's state (only ``note`` keeps any, and no test reads it back)."""
+    return {"t": McpServerConfig(url=mcp_url)}
 
 
 class Approver:

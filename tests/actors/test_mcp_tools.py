@@ -2,7 +2,7 @@
 
 Tests that need a server of their own (it crashes, grows its tool list, or must be gone
 when the runtime closes) start one over stdio; the others share one over streamable HTTP
-(``shared``), as none of them depends on the transport or on what another left behind."""
+(``mcp_url``), as none of them depends on the transport or on what another left behind."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from scripted import HttpServer, assert_histories_valid, call, runtime_for
+from scripted import assert_histories_valid, call, runtime_for
 
 from plait.actors.mcp import McpServerConfig
 from plait.actors.pool import McpLimits
@@ -42,15 +40,6 @@ def mcp_server(*args: str, **config: Any) -> McpServerConfig:
     return McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio", *args], **config)
 
 
-@pytest.fixture(scope="module")
-def shared() -> Iterator[str]:
-    """The URL of one test server over streamable HTTP for the module: a server each, over
-    stdio, costs ~0.6 s CPU a test, mostly importing ``mcp``."""
-    server = HttpServer()
-    yield server.url
-    server.close()
-
-
 def at(url: str, **config: Any) -> McpServerConfig:
     return McpServerConfig(url=url, **config)
 
@@ -70,12 +59,12 @@ def tool_names(request: Any) -> list[str]:
 
 
 def test_a_call_goes_to_the_server_and_its_output_back_to_the_model(
-    tmp_path: Path, shared: str
+    tmp_path: Path, mcp_url: str
 ) -> None:
     script = [Step(tool_calls=[call("t__echo", text="hello")]), Step(text="it said hello")]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
     ):
         session = runtime.start_session()
         outcome = session.run("echo hello", timeout=60)
@@ -100,13 +89,13 @@ def test_a_call_goes_to_the_server_and_its_output_back_to_the_model(
 
 
 def test_the_tool_list_and_its_hash_are_the_same_in_every_session(
-    tmp_path: Path, shared: str
+    tmp_path: Path, mcp_url: str
 ) -> None:
     hashes, lists = [], []
     for run in range(2):
         with (
             ScriptedModelServer([Step(text="ok")]) as server,
-            mcp_runtime(server, tmp_path / str(run), t=at(shared)) as runtime,
+            mcp_runtime(server, tmp_path / str(run), t=at(mcp_url)) as runtime,
         ):
             session = runtime.start_session()
             assert session.run("hi", timeout=60).ok
@@ -131,14 +120,14 @@ def test_the_tool_list_and_its_hash_are_the_same_in_every_session(
     ]
 
 
-def test_tools_outside_the_view_are_refused_and_recorded(tmp_path: Path, shared: str) -> None:
+def test_tools_outside_the_view_are_refused_and_recorded(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("t__note", key="k", text="x"), call("t__invented")]),
         Step(text="done"),
     ]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
     ):
         session = runtime.start_session(mcp_allowlist=["t__echo"])
         assert session.run("try", timeout=60).ok
@@ -150,7 +139,7 @@ def test_tools_outside_the_view_are_refused_and_recorded(tmp_path: Path, shared:
     assert_histories_valid(events)
 
 
-def test_errors_and_bad_arguments_go_back_to_the_model(tmp_path: Path, shared: str) -> None:
+def test_errors_and_bad_arguments_go_back_to_the_model(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("t__fail", message="disk full")]),
         Step(tool_calls=[call("t__add", a="one", b=2)]),
@@ -158,7 +147,7 @@ def test_errors_and_bad_arguments_go_back_to_the_model(tmp_path: Path, shared: s
     ]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
     ):
         session = runtime.start_session()
         assert session.run("go", timeout=60).ok
@@ -169,7 +158,7 @@ def test_errors_and_bad_arguments_go_back_to_the_model(tmp_path: Path, shared: s
     assert_histories_valid(events)
 
 
-def test_an_interrupt_during_a_tool_call_aborts_the_task(tmp_path: Path, shared: str) -> None:
+def test_an_interrupt_during_a_tool_call_aborts_the_task(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("t__slow", seconds=30)]),
         Step(tool_calls=[call("t__echo", text="still here")]),
@@ -177,7 +166,7 @@ def test_an_interrupt_during_a_tool_call_aborts_the_task(tmp_path: Path, shared:
     ]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
     ):
         session = runtime.start_session()
         with session.subscribe(transient=False) as feed:
@@ -225,7 +214,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_conv_create_narrows_the_view_and_normalizes_server_slash_tool(
-    tmp_path: Path, shared: str
+    tmp_path: Path, mcp_url: str
 ) -> None:
     script = [
         Step(tool_calls=[call("conv_create", user_instruction="go", mcp_allowlist=["t/echo"])]),
@@ -235,7 +224,7 @@ def test_conv_create_narrows_the_view_and_normalizes_server_slash_tool(
     ]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
     ):
         session = runtime.start_session()
         assert session.run("delegate", timeout=60).last_assistant_message == "root done"
@@ -249,7 +238,7 @@ def test_conv_create_narrows_the_view_and_normalizes_server_slash_tool(
     assert_histories_valid(events)
 
 
-def test_a_child_inherits_the_callers_view(tmp_path: Path, shared: str) -> None:
+def test_a_child_inherits_the_callers_view(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("conv_create", user_instruction="go")]),
         Step(text="child done"),
@@ -257,7 +246,7 @@ def test_a_child_inherits_the_callers_view(tmp_path: Path, shared: str) -> None:
     ]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
     ):
         session = runtime.start_session(mcp_allowlist=["t__add"])
         assert session.run("delegate", timeout=60).ok
@@ -276,12 +265,12 @@ def started_and_completed(events: list[Event]) -> list[str]:
     ]
 
 
-def test_read_only_calls_of_one_reply_run_concurrently(tmp_path: Path, shared: str) -> None:
+def test_read_only_calls_of_one_reply_run_concurrently(tmp_path: Path, mcp_url: str) -> None:
     meet = call("t__rendezvous", count=2)
     script = [Step(tool_calls=[meet, meet]), Step(text="we met")]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
     ):
         session = runtime.start_session()
         assert session.run("meet", timeout=60).ok
@@ -295,7 +284,7 @@ def test_read_only_calls_of_one_reply_run_concurrently(tmp_path: Path, shared: s
     ]
 
 
-def test_a_writing_call_makes_the_whole_reply_serial(tmp_path: Path, shared: str) -> None:
+def test_a_writing_call_makes_the_whole_reply_serial(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(
             tool_calls=[
@@ -307,7 +296,7 @@ def test_a_writing_call_makes_the_whole_reply_serial(tmp_path: Path, shared: str
     ]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
     ):
         session = runtime.start_session()
         assert session.run("go", timeout=60).ok
@@ -321,7 +310,7 @@ def test_a_writing_call_makes_the_whole_reply_serial(tmp_path: Path, shared: str
     ]
 
 
-def test_an_image_is_kept_as_an_attachment(tmp_path: Path, shared: str) -> None:
+def test_an_image_is_kept_as_an_attachment(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("t__image")]),
         Step(tool_calls=[call("conv_history", conversation_id="id-2")]),
@@ -329,7 +318,7 @@ def test_an_image_is_kept_as_an_attachment(tmp_path: Path, shared: str) -> None:
     ]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
     ):
         session = runtime.start_session()
         assert session.root_conversation_id == "id-2"
@@ -410,11 +399,11 @@ def test_a_tool_list_change_is_recorded_and_offered_next_turn(tmp_path: Path) ->
     assert [c.output for c in bodies(events, ToolCallCompleted)] == ["grown", "extra"]
 
 
-def test_a_call_past_its_timeout_is_a_timeout_for_the_model(tmp_path: Path, shared: str) -> None:
+def test_a_call_past_its_timeout_is_a_timeout_for_the_model(tmp_path: Path, mcp_url: str) -> None:
     script = [Step(tool_calls=[call("t__slow", seconds=30)]), Step(text="too slow")]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared, tool_timeout_sec=0.5)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url, tool_timeout_sec=0.5)) as runtime,
     ):
         session = runtime.start_session()
         assert session.run("wait", timeout=60).ok
@@ -423,14 +412,14 @@ def test_a_call_past_its_timeout_is_a_timeout_for_the_model(tmp_path: Path, shar
     assert timed_out.outcome == "timeout" and "timed out after 0.5s" in timed_out.output
 
 
-def test_calls_past_the_session_limit_wait_their_turn(tmp_path: Path, shared: str) -> None:
+def test_calls_past_the_session_limit_wait_their_turn(tmp_path: Path, mcp_url: str) -> None:
     meet = call("t__rendezvous", count=2, within=0.3)
     script = [Step(tool_calls=[meet, meet]), Step(text="never met")]
     with ScriptedModelServer(script) as server:
         runtime = runtime_for(
             server,
             tmp_path,
-            mcp_servers={"t": at(shared)},
+            mcp_servers={"t": at(mcp_url)},
             mcp_limits=McpLimits(per_session=1),
         )
         with runtime:
@@ -442,7 +431,7 @@ def test_calls_past_the_session_limit_wait_their_turn(tmp_path: Path, shared: st
 
 
 def test_only_conversations_that_need_a_starting_server_wait_for_it(
-    tmp_path: Path, shared: str
+    tmp_path: Path, mcp_url: str
 ) -> None:
     # "hung" reads until its stdin closes and never answers initialize; "t", running,
     # connects well within hung's timeout.
@@ -451,7 +440,7 @@ def test_only_conversations_that_need_a_starting_server_wait_for_it(
     script = [Step(text="t only"), Step(text="everything")]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=at(shared), hung=hung) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url), hung=hung) as runtime,
     ):
         narrow = runtime.start_session(mcp_allowlist=["t__echo"])
         assert narrow.run("hi", timeout=60).ok
@@ -470,12 +459,12 @@ def test_only_conversations_that_need_a_starting_server_wait_for_it(
     assert tool_names(server.requests[1])[5:] == sorted(tool_names(server.requests[1])[5:])
 
 
-def test_calls_past_a_conversations_rate_wait_for_the_window(tmp_path: Path, shared: str) -> None:
+def test_calls_past_a_conversations_rate_wait_for_the_window(tmp_path: Path, mcp_url: str) -> None:
     meet = call("t__rendezvous", count=2, within=0.3)
     script = [Step(tool_calls=[meet, meet]), Step(text="one at a time")]
     limits = McpLimits(per_conversation_rate=1, rate_window_sec=1.0)
     with ScriptedModelServer(script) as server:
-        runtime = runtime_for(server, tmp_path, mcp_servers={"t": at(shared)}, mcp_limits=limits)
+        runtime = runtime_for(server, tmp_path, mcp_servers={"t": at(mcp_url)}, mcp_limits=limits)
         with runtime:
             session = runtime.start_session()
             assert session.run("meet", timeout=60).ok
