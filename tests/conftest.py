@@ -6,6 +6,7 @@ import compileall
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,11 @@ from support import BACKENDS, StoreFactory
 import plait
 from plait.events.store import EventStore
 from plait.testing import ScriptedModelServer
+
+# Every test process rewrites and compiles each test module as it collects the whole suite
+# (~2.7 s CPU of ~5): with PYTHONDONTWRITEBYTECODE set, pytest kept none of it for the next
+# run, or for the other workers. Let it (tests/**/__pycache__, which git ignores).
+sys.dont_write_bytecode = False
 
 _POSTGRES = pytest.StashKey[tuple[pg_server.OwnServer | None, str, pytest.MonkeyPatch]]()
 
