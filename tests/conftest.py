@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import contextlib
 import os
 import signal
 import subprocess
@@ -35,11 +36,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
     # With PYTHONDONTWRITEBYTECODE (set in many container images) no process writes the
-    # bytecode of an editable install's modules, so each of the run's thousands of `plait`
-    # processes compiled ~200 of them again: ~60 ms CPU of `plait log`'s ~150. Once here
+    # bytecode of an editable install's modules, so every `plait` process the run starts
+    # compiled ~200 of them again: ~60 ms CPU of `plait log`'s ~150. Once here
     # costs ~0.2 s; a file already compiled is skipped, and Python checks each against its
-    # source's mtime and size when it loads it.
-    compileall.compile_dir(os.path.dirname(plait.__file__), quiet=2)
+    # source's mtime and size when it loads it. (An install the run cannot write to was
+    # compiled by pip.)
+    with contextlib.suppress(OSError):
+        compileall.compile_dir(os.path.dirname(plait.__file__), quiet=2)
     try:
         url, own, header = pg_server.choose()
     except pg_server.Unusable as exc:
