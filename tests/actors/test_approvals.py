@@ -1,6 +1,6 @@
 """Approvals of MCP tool calls: which calls a policy asks for, who decides, remembered keys and
-their expiry, and failing closed. A real test MCP server over stdio, a scripted model over
-HTTP, and approvers written as an embedder writes them."""
+their expiry, and failing closed. A real test MCP server over streamable HTTP, one for the
+module, a scripted model over HTTP, and approvers written as an embedder writes them."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import Stuck, assert_histories_valid, call, crash, local_mcp_servers, runtime_for
+from scripted import Stuck, assert_histories_valid, call, crash, runtime_for
 from support import TickClock
 
 from plait import ApprovalDecision, ApprovalRequest, ConfigError
+from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.events import (
     ApprovalKeyExpired,
@@ -38,9 +39,16 @@ from plait.runtime import Runtime, SessionHandle
 from plait.runtime.recovery import UNAPPROVED
 from plait.testing import ScriptedModelServer, Step
 
-TEST_SERVER = local_mcp_servers()
-"""The test server: ``t__echo`` read-only, ``t__note`` writes (``destructiveHint: false``),
-``t__fail`` has no annotations (so, by MCP's defaults, may be destructive)."""
+Servers = dict[str, McpServerConfig]
+
+
+@pytest.fixture(scope="module")
+def tools(mcp_url: str) -> Servers:
+    """The test server as ``t``: ``t__echo`` read-only, ``t__note`` writes (``destructiveHint:
+    false``), ``t__fail`` has no annotations (so, by MCP's defaults, may be destructive).
+    The module's tests share it: what they prove does not depend on the transport or on the
+    server's state (only ``note`` keeps any, and no test reads it back)."""
+    return {"t": McpServerConfig(url=mcp_url)}
 
 
 class Approver:
@@ -69,10 +77,10 @@ class AsyncApprover(Approver):
         return super().__call__(request)
 
 
-def runtime(server: ScriptedModelServer, tmp_path: Path, **kwargs: Any) -> Runtime:
+def runtime(server: ScriptedModelServer, tmp_path: Path, tools: Servers, **kwargs: Any) -> Runtime:
     ids = itertools.count(1)  # the session is id-1, its root conversation id-2
     return runtime_for(
-        server, tmp_path, mcp_servers=TEST_SERVER, new_id=lambda: f"id-{next(ids)}", **kwargs
+        server, tmp_path, mcp_servers=tools, new_id=lambda: f"id-{next(ids)}", **kwargs
     )
 
 
@@ -110,13 +118,13 @@ MIXED = [
     ],
 )
 def test_each_policy_asks_for_exactly_its_calls(
-    tmp_path: Path, policy: str, asked: list[str]
+    tmp_path: Path, tools: Servers, policy: str, asked: list[str]
 ) -> None:
     approver = Approver()
     script = [Step(tool_calls=MIXED), Step(text="done")]
     with (
         ScriptedModelServer(script) as server,
-        runtime(server, tmp_path, approval_policy=policy, approver=approver) as rt,
+        runtime(server, tmp_path, tools, approval_policy=policy, approver=approver) as rt,
     ):
         session = rt.start_session()
         assert session.run("go", timeout=60).ok
@@ -139,7 +147,7 @@ def test_each_policy_asks_for_exactly_its_calls(
 
 @pytest.mark.parametrize("kind", [Approver, AsyncApprover])
 def test_a_denied_call_is_refused_and_the_model_is_told_who_denied_it(
-    tmp_path: Path, kind: type[Approver]
+    tmp_path: Path, tools: Servers, kind: type[Approver]
 ) -> None:
     approver = kind(
         lambda r: ApprovalDecision(approved='"k2"' not in r.arguments, reason="not that one")
@@ -148,7 +156,7 @@ def test_a_denied_call_is_refused_and_the_model_is_told_who_denied_it(
     script = [Step(tool_calls=notes), Step(text="one of two")]
     with (
         ScriptedModelServer(script) as server,
-        runtime(server, tmp_path, approval_policy="on-write", approver=approver) as rt,
+        runtime(server, tmp_path, tools, approval_policy="on-write", approver=approver) as rt,
     ):
         session = rt.start_session()
         outcome = session.run("write both", timeout=60)
@@ -171,7 +179,7 @@ def test_a_denied_call_is_refused_and_the_model_is_told_who_denied_it(
     assert_histories_valid(events)
 
 
-def test_a_conversation_only_narrows_the_sessions_policy(tmp_path: Path) -> None:
+def test_a_conversation_only_narrows_the_sessions_policy(tmp_path: Path, tools: Servers) -> None:
     approver = Approver()
     script = [
         Step(tool_calls=[call("conv_create", user_instruction="wait for work")]),
@@ -184,7 +192,7 @@ def test_a_conversation_only_narrows_the_sessions_policy(tmp_path: Path) -> None
     ]
     with (
         ScriptedModelServer(script) as server,
-        runtime(server, tmp_path, approver=approver) as rt,
+        runtime(server, tmp_path, tools, approver=approver) as rt,
     ):
         session = rt.start_session(approval_policy="on-request")
         assert session.run("delegate", timeout=60).ok
@@ -207,7 +215,9 @@ def test_a_conversation_only_narrows_the_sessions_policy(tmp_path: Path) -> None
         assert result.ok, result.divergence and result.divergence.message()
 
 
-def test_a_childs_policy_is_its_parents_at_the_time_it_is_created(tmp_path: Path) -> None:
+def test_a_childs_policy_is_its_parents_at_the_time_it_is_created(
+    tmp_path: Path, tools: Servers
+) -> None:
     approver = Approver()
     script = [
         Step(tool_calls=[call("conv_create", user_instruction="echo")]),
@@ -217,7 +227,7 @@ def test_a_childs_policy_is_its_parents_at_the_time_it_is_created(tmp_path: Path
     ]
     with (
         ScriptedModelServer(script) as server,
-        runtime(server, tmp_path, approver=approver) as rt,
+        runtime(server, tmp_path, tools, approver=approver) as rt,
     ):
         session = rt.start_session()
         session.change_context(approval_policy="untrusted")
@@ -227,6 +237,7 @@ def test_a_childs_policy_is_its_parents_at_the_time_it_is_created(tmp_path: Path
 
 def test_session_keys_hold_everywhere_and_conversation_keys_only_where_given(
     tmp_path: Path,
+    tools: Servers,
 ) -> None:
     def rule(request: ApprovalRequest) -> ApprovalDecision:
         scope = "session" if request.tool == "t__note" else "conversation"
@@ -245,7 +256,7 @@ def test_session_keys_hold_everywhere_and_conversation_keys_only_where_given(
     ]
     with (
         ScriptedModelServer(script) as server,
-        runtime(server, tmp_path, approval_policy="on-write", approver=approver) as rt,
+        runtime(server, tmp_path, tools, approval_policy="on-write", approver=approver) as rt,
     ):
         session = rt.start_session()
         assert session.run("go", timeout=60).ok
@@ -273,7 +284,7 @@ def test_session_keys_hold_everywhere_and_conversation_keys_only_where_given(
     ]
 
 
-def test_an_args_pattern_limits_what_a_key_approves(tmp_path: Path) -> None:
+def test_an_args_pattern_limits_what_a_key_approves(tmp_path: Path, tools: Servers) -> None:
     approver = Approver(
         lambda r: ApprovalDecision(approved=True, scope="session", args_pattern='{"key":"a*"*')
     )
@@ -285,7 +296,7 @@ def test_an_args_pattern_limits_what_a_key_approves(tmp_path: Path) -> None:
     ]
     with (
         ScriptedModelServer(script) as server,
-        runtime(server, tmp_path, approval_policy="on-write", approver=approver) as rt,
+        runtime(server, tmp_path, tools, approval_policy="on-write", approver=approver) as rt,
     ):
         session = rt.start_session()
         assert session.run("go", timeout=60).ok
@@ -312,7 +323,9 @@ def test_keys_match_canonical_arguments_and_lapse_by_the_time_given() -> None:
     assert state.expired(soon - timedelta(microseconds=1)) == []
 
 
-def test_a_key_lapses_by_recorded_time_and_is_swept_with_an_event(tmp_path: Path) -> None:
+def test_a_key_lapses_by_recorded_time_and_is_swept_with_an_event(
+    tmp_path: Path, tools: Servers
+) -> None:
     clock = TickClock()
     approver = Approver(lambda r: ApprovalDecision(approved=True, scope="session", ttl_sec=60))
     note = call("t__note", key="k", text="v")
@@ -326,7 +339,7 @@ def test_a_key_lapses_by_recorded_time_and_is_swept_with_an_event(tmp_path: Path
         with Runtime(
             store,
             model=model,
-            mcp_servers=TEST_SERVER,
+            mcp_servers=tools,
             new_id=lambda: f"id-{next(ids)}",
             approval_policy="on-write",
             approver=approver,
@@ -358,7 +371,9 @@ def test_a_key_lapses_by_recorded_time_and_is_swept_with_an_event(tmp_path: Path
         ("nonsense", "error", "the approver returned bool, not an ApprovalDecision"),
     ],
 )
-def test_approval_fails_closed(tmp_path: Path, case: str, decided_by: str, reason: str) -> None:
+def test_approval_fails_closed(
+    tmp_path: Path, tools: Servers, case: str, decided_by: str, reason: str
+) -> None:
     def broken(request: ApprovalRequest) -> ApprovalDecision:
         raise ValueError("broken")
 
@@ -374,6 +389,7 @@ def test_approval_fails_closed(tmp_path: Path, case: str, decided_by: str, reaso
         runtime(
             server,
             tmp_path,
+            tools,
             approval_policy="on-write",
             approver=approver,
             approval_timeout_sec=0.2 if case == "timeout" else 300,
@@ -393,12 +409,12 @@ def test_approval_fails_closed(tmp_path: Path, case: str, decided_by: str, reaso
 
 
 @pytest.mark.parametrize("how", ["interrupt", "close"])
-def test_an_abort_ends_the_wait_for_a_decision(tmp_path: Path, how: str) -> None:
+def test_an_abort_ends_the_wait_for_a_decision(tmp_path: Path, tools: Servers, how: str) -> None:
     approver = Stuck()
     script = [Step(tool_calls=[call("t__note", key="k", text="v")]), Step(text="after")]
     with (
         ScriptedModelServer(script) as server,
-        runtime(server, tmp_path, approval_policy="on-write", approver=approver) as rt,
+        runtime(server, tmp_path, tools, approval_policy="on-write", approver=approver) as rt,
     ):
         session = rt.start_session()
         with session.subscribe(transient=False) as feed:
@@ -423,19 +439,19 @@ def test_an_abort_ends_the_wait_for_a_decision(tmp_path: Path, how: str) -> None
         assert replay(store, session.session_id, timeout=10).ok
 
 
-def test_keys_are_rebuilt_when_a_session_is_resumed(tmp_path: Path) -> None:
+def test_keys_are_rebuilt_when_a_session_is_resumed(tmp_path: Path, tools: Servers) -> None:
     first = Approver(lambda r: ApprovalDecision(approved=True, scope="session"))
     note = call("t__note", key="k", text="v")
     with (
         ScriptedModelServer([Step(tool_calls=[note]), Step(text="1")]) as server,
-        runtime(server, tmp_path, approval_policy="on-write", approver=first) as rt,
+        runtime(server, tmp_path, tools, approval_policy="on-write", approver=first) as rt,
     ):
         session_id = rt.start_session().session_id
         assert rt.resume(session_id).run("first", timeout=60).ok
     later = Approver()
     with (
         ScriptedModelServer([Step(tool_calls=[note]), Step(text="2")]) as server,
-        runtime_for(server, tmp_path, mcp_servers=TEST_SERVER, approver=later) as rt,
+        runtime_for(server, tmp_path, mcp_servers=tools, approver=later) as rt,
     ):
         assert rt.resume(session_id).run("second", timeout=60).ok  # still "on-write"
         events = rt.store.read(session_id)
@@ -443,13 +459,18 @@ def test_keys_are_rebuilt_when_a_session_is_resumed(tmp_path: Path) -> None:
     assert [d[2] for d in decisions(events)] == ["approver", "key"]
 
 
-def crash_while_waiting(tmp_path: Path) -> str:
+def crash_while_waiting(tmp_path: Path, tools: Servers) -> str:
     """Stop a session's process (nothing more recorded) while a call waits for approval."""
     approver = Stuck()
     script = [Step(tool_calls=[call("t__echo", text="a"), call("t__note", key="k", text="v")])]
     with ScriptedModelServer(script) as server:
         rt = runtime(
-            server, tmp_path, approval_policy="on-write", approver=approver, expire_every_sec=None
+            server,
+            tmp_path,
+            tools,
+            approval_policy="on-write",
+            approver=approver,
+            expire_every_sec=None,
         )
         session = rt.start_session()
         with session.subscribe(transient=False) as feed:
@@ -459,12 +480,14 @@ def crash_while_waiting(tmp_path: Path) -> str:
     return session.session_id
 
 
-def test_recovery_denies_a_call_that_was_waiting_for_approval(tmp_path: Path) -> None:
-    session_id = crash_while_waiting(tmp_path)
+def test_recovery_denies_a_call_that_was_waiting_for_approval(
+    tmp_path: Path, tools: Servers
+) -> None:
+    session_id = crash_while_waiting(tmp_path, tools)
     approver = Approver()
     with (
         ScriptedModelServer([Step(text="the write was denied")]) as server,
-        runtime_for(server, tmp_path, mcp_servers=TEST_SERVER, approver=approver) as rt,
+        runtime_for(server, tmp_path, mcp_servers=tools, approver=approver) as rt,
     ):
         before = rt.store.last_seq(session_id)
         [recovered] = rt.recover()
@@ -499,11 +522,13 @@ def test_recovery_denies_a_call_that_was_waiting_for_approval(tmp_path: Path) ->
     ]
 
 
-def test_a_session_keeps_its_policy_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+def test_a_session_keeps_its_policy_and_a_bad_one_is_refused(
+    tmp_path: Path, tools: Servers
+) -> None:
     with ScriptedModelServer([]) as server:
         with pytest.raises(ConfigError, match="approval policy 'sometimes'"):
-            runtime(server, tmp_path, approval_policy="sometimes")
-        with runtime(server, tmp_path, approval_policy="untrusted") as rt:
+            runtime(server, tmp_path, tools, approval_policy="sometimes")
+        with runtime(server, tmp_path, tools, approval_policy="untrusted") as rt:
             session: SessionHandle = rt.start_session()
             with pytest.raises(ConfigError, match="expected one of never, on-request"):
                 session.change_context(approval_policy="always")  # type: ignore[arg-type]

@@ -1,4 +1,8 @@
-"""MCP tools in the turn loop: a real test server over stdio, a scripted model over HTTP."""
+"""MCP tools in the turn loop: a real test server, a scripted model over HTTP.
+
+Tests that need a server of their own (it crashes, grows its tool list, or must be gone
+when the runtime closes) start one over stdio; the others share one over streamable HTTP
+(``mcp_url``), as none of them depends on the transport or on what another left behind."""
 
 from __future__ import annotations
 
@@ -36,6 +40,10 @@ def mcp_server(*args: str, **config: Any) -> McpServerConfig:
     return McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio", *args], **config)
 
 
+def at(url: str, **config: Any) -> McpServerConfig:
+    return McpServerConfig(url=url, **config)
+
+
 def mcp_runtime(server: ScriptedModelServer, tmp_path: Path, **servers: McpServerConfig) -> Runtime:
     ids = itertools.count(1)  # the session is id-1, its root conversation id-2
     servers = servers or {"t": mcp_server()}
@@ -50,9 +58,14 @@ def tool_names(request: Any) -> list[str]:
     return [tool["function"]["name"] for tool in request.body.get("tools", [])]
 
 
-def test_a_call_goes_to_the_server_and_its_output_back_to_the_model(tmp_path: Path) -> None:
+def test_a_call_goes_to_the_server_and_its_output_back_to_the_model(
+    tmp_path: Path, mcp_url: str
+) -> None:
     script = [Step(tool_calls=[call("t__echo", text="hello")]), Step(text="it said hello")]
-    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
+    ):
         session = runtime.start_session()
         outcome = session.run("echo hello", timeout=60)
         events = runtime.store.read(session.session_id)
@@ -75,12 +88,14 @@ def test_a_call_goes_to_the_server_and_its_output_back_to_the_model(tmp_path: Pa
     assert_histories_valid(events)
 
 
-def test_the_tool_list_and_its_hash_are_the_same_in_every_session(tmp_path: Path) -> None:
+def test_the_tool_list_and_its_hash_are_the_same_in_every_session(
+    tmp_path: Path, mcp_url: str
+) -> None:
     hashes, lists = [], []
     for run in range(2):
         with (
             ScriptedModelServer([Step(text="ok")]) as server,
-            mcp_runtime(server, tmp_path / str(run)) as runtime,
+            mcp_runtime(server, tmp_path / str(run), t=at(mcp_url)) as runtime,
         ):
             session = runtime.start_session()
             assert session.run("hi", timeout=60).ok
@@ -105,12 +120,15 @@ def test_the_tool_list_and_its_hash_are_the_same_in_every_session(tmp_path: Path
     ]
 
 
-def test_tools_outside_the_view_are_refused_and_recorded(tmp_path: Path) -> None:
+def test_tools_outside_the_view_are_refused_and_recorded(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("t__note", key="k", text="x"), call("t__invented")]),
         Step(text="done"),
     ]
-    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
+    ):
         session = runtime.start_session(mcp_allowlist=["t__echo"])
         assert session.run("try", timeout=60).ok
         events = runtime.store.read(session.session_id)
@@ -121,13 +139,16 @@ def test_tools_outside_the_view_are_refused_and_recorded(tmp_path: Path) -> None
     assert_histories_valid(events)
 
 
-def test_errors_and_bad_arguments_go_back_to_the_model(tmp_path: Path) -> None:
+def test_errors_and_bad_arguments_go_back_to_the_model(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("t__fail", message="disk full")]),
         Step(tool_calls=[call("t__add", a="one", b=2)]),
         Step(text="gave up"),
     ]
-    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
+    ):
         session = runtime.start_session()
         assert session.run("go", timeout=60).ok
         events = runtime.store.read(session.session_id)
@@ -137,13 +158,16 @@ def test_errors_and_bad_arguments_go_back_to_the_model(tmp_path: Path) -> None:
     assert_histories_valid(events)
 
 
-def test_an_interrupt_during_a_tool_call_aborts_the_task(tmp_path: Path) -> None:
+def test_an_interrupt_during_a_tool_call_aborts_the_task(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("t__slow", seconds=30)]),
         Step(tool_calls=[call("t__echo", text="still here")]),
         Step(text="fine"),
     ]
-    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
+    ):
         session = runtime.start_session()
         with session.subscribe(transient=False) as feed:
             session.submit("be slow")
@@ -165,10 +189,11 @@ def test_an_interrupt_during_a_tool_call_aborts_the_task(tmp_path: Path) -> None
 
 def test_closing_the_runtime_leaves_no_server_running(tmp_path: Path) -> None:
     with ScriptedModelServer([Step(text="ok")]) as server:
+        before = set(_children())  # the module's shared server, say
         with mcp_runtime(server, tmp_path) as runtime:
             session = runtime.start_session()
             assert session.run("hi", timeout=60).ok
-            pids = [int(p) for p in _children()]
+            pids = [int(p) for p in _children() if p not in before]
             assert pids, "the server process should be running"
         assert [p for p in pids if _alive(p)] == []
 
@@ -188,14 +213,19 @@ def _alive(pid: int) -> bool:
     return stat.split(")")[-1].split()[0] != "Z"
 
 
-def test_conv_create_narrows_the_view_and_normalizes_server_slash_tool(tmp_path: Path) -> None:
+def test_conv_create_narrows_the_view_and_normalizes_server_slash_tool(
+    tmp_path: Path, mcp_url: str
+) -> None:
     script = [
         Step(tool_calls=[call("conv_create", user_instruction="go", mcp_allowlist=["t/echo"])]),
         Step(text="child done"),  # the child's only turn
         Step(tool_calls=[call("conv_create", user_instruction="go", mcp_allowlist=["t__nope"])]),
         Step(text="root done"),
     ]
-    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
+    ):
         session = runtime.start_session()
         assert session.run("delegate", timeout=60).last_assistant_message == "root done"
         events = runtime.store.read(session.session_id)
@@ -208,13 +238,16 @@ def test_conv_create_narrows_the_view_and_normalizes_server_slash_tool(tmp_path:
     assert_histories_valid(events)
 
 
-def test_a_child_inherits_the_callers_view(tmp_path: Path) -> None:
+def test_a_child_inherits_the_callers_view(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("conv_create", user_instruction="go")]),
         Step(text="child done"),
         Step(text="root done"),
     ]
-    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
+    ):
         session = runtime.start_session(mcp_allowlist=["t__add"])
         assert session.run("delegate", timeout=60).ok
     assert tool_names(server.requests[0])[5:] == tool_names(server.requests[1])[5:] == ["t__add"]
@@ -232,10 +265,13 @@ def started_and_completed(events: list[Event]) -> list[str]:
     ]
 
 
-def test_read_only_calls_of_one_reply_run_concurrently(tmp_path: Path) -> None:
+def test_read_only_calls_of_one_reply_run_concurrently(tmp_path: Path, mcp_url: str) -> None:
     meet = call("t__rendezvous", count=2)
     script = [Step(tool_calls=[meet, meet]), Step(text="we met")]
-    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
+    ):
         session = runtime.start_session()
         assert session.run("meet", timeout=60).ok
         events = runtime.store.read(session.session_id)
@@ -248,7 +284,7 @@ def test_read_only_calls_of_one_reply_run_concurrently(tmp_path: Path) -> None:
     ]
 
 
-def test_a_writing_call_makes_the_whole_reply_serial(tmp_path: Path) -> None:
+def test_a_writing_call_makes_the_whole_reply_serial(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(
             tool_calls=[
@@ -258,7 +294,10 @@ def test_a_writing_call_makes_the_whole_reply_serial(tmp_path: Path) -> None:
         ),
         Step(text="alone"),
     ]
-    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
+    ):
         session = runtime.start_session()
         assert session.run("go", timeout=60).ok
         events = runtime.store.read(session.session_id)
@@ -271,13 +310,16 @@ def test_a_writing_call_makes_the_whole_reply_serial(tmp_path: Path) -> None:
     ]
 
 
-def test_an_image_is_kept_as_an_attachment(tmp_path: Path) -> None:
+def test_an_image_is_kept_as_an_attachment(tmp_path: Path, mcp_url: str) -> None:
     script = [
         Step(tool_calls=[call("t__image")]),
         Step(tool_calls=[call("conv_history", conversation_id="id-2")]),
         Step(text="seen"),
     ]
-    with ScriptedModelServer(script) as server, mcp_runtime(server, tmp_path) as runtime:
+    with (
+        ScriptedModelServer(script) as server,
+        mcp_runtime(server, tmp_path, t=at(mcp_url)) as runtime,
+    ):
         session = runtime.start_session()
         assert session.root_conversation_id == "id-2"
         assert session.run("draw", timeout=60).ok
@@ -357,11 +399,11 @@ def test_a_tool_list_change_is_recorded_and_offered_next_turn(tmp_path: Path) ->
     assert [c.output for c in bodies(events, ToolCallCompleted)] == ["grown", "extra"]
 
 
-def test_a_call_past_its_timeout_is_a_timeout_for_the_model(tmp_path: Path) -> None:
+def test_a_call_past_its_timeout_is_a_timeout_for_the_model(tmp_path: Path, mcp_url: str) -> None:
     script = [Step(tool_calls=[call("t__slow", seconds=30)]), Step(text="too slow")]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=mcp_server(tool_timeout_sec=0.5)) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url, tool_timeout_sec=0.5)) as runtime,
     ):
         session = runtime.start_session()
         assert session.run("wait", timeout=60).ok
@@ -370,14 +412,14 @@ def test_a_call_past_its_timeout_is_a_timeout_for_the_model(tmp_path: Path) -> N
     assert timed_out.outcome == "timeout" and "timed out after 0.5s" in timed_out.output
 
 
-def test_calls_past_the_session_limit_wait_their_turn(tmp_path: Path) -> None:
+def test_calls_past_the_session_limit_wait_their_turn(tmp_path: Path, mcp_url: str) -> None:
     meet = call("t__rendezvous", count=2, within=0.3)
     script = [Step(tool_calls=[meet, meet]), Step(text="never met")]
     with ScriptedModelServer(script) as server:
         runtime = runtime_for(
             server,
             tmp_path,
-            mcp_servers={"t": mcp_server()},
+            mcp_servers={"t": at(mcp_url)},
             mcp_limits=McpLimits(per_session=1),
         )
         with runtime:
@@ -388,14 +430,17 @@ def test_calls_past_the_session_limit_wait_their_turn(tmp_path: Path) -> None:
     assert [c.output for c in bodies(events, ToolCallCompleted)] == ["alone", "alone"]
 
 
-def test_only_conversations_that_need_a_starting_server_wait_for_it(tmp_path: Path) -> None:
-    hung = McpServerConfig(  # never answers initialize; "t" starts well within its timeout
-        command=sys.executable, args=["-c", "import time; time.sleep(60)"], startup_timeout_sec=6
-    )
+def test_only_conversations_that_need_a_starting_server_wait_for_it(
+    tmp_path: Path, mcp_url: str
+) -> None:
+    # "hung" reads until its stdin closes and never answers initialize; "t", running,
+    # connects well within hung's timeout.
+    never = "import sys; sys.stdin.buffer.read()"
+    hung = McpServerConfig(command=sys.executable, args=["-c", never], startup_timeout_sec=3)
     script = [Step(text="t only"), Step(text="everything")]
     with (
         ScriptedModelServer(script) as server,
-        mcp_runtime(server, tmp_path, t=mcp_server(), hung=hung) as runtime,
+        mcp_runtime(server, tmp_path, t=at(mcp_url), hung=hung) as runtime,
     ):
         narrow = runtime.start_session(mcp_allowlist=["t__echo"])
         assert narrow.run("hi", timeout=60).ok
@@ -414,12 +459,12 @@ def test_only_conversations_that_need_a_starting_server_wait_for_it(tmp_path: Pa
     assert tool_names(server.requests[1])[5:] == sorted(tool_names(server.requests[1])[5:])
 
 
-def test_calls_past_a_conversations_rate_wait_for_the_window(tmp_path: Path) -> None:
+def test_calls_past_a_conversations_rate_wait_for_the_window(tmp_path: Path, mcp_url: str) -> None:
     meet = call("t__rendezvous", count=2, within=0.3)
     script = [Step(tool_calls=[meet, meet]), Step(text="one at a time")]
     limits = McpLimits(per_conversation_rate=1, rate_window_sec=1.0)
     with ScriptedModelServer(script) as server:
-        runtime = runtime_for(server, tmp_path, mcp_servers={"t": mcp_server()}, mcp_limits=limits)
+        runtime = runtime_for(server, tmp_path, mcp_servers={"t": at(mcp_url)}, mcp_limits=limits)
         with runtime:
             session = runtime.start_session()
             assert session.run("meet", timeout=60).ok

@@ -1,15 +1,18 @@
 """Live reruns: a recorded session's tasks sent to a model again, its calls answered from the
-log, and the report of what changed (docs/replay.md#live-reruns)."""
+log, and the report of what changed (docs/replay.md#live-reruns). The test MCP server is the
+module's, over streamable HTTP (``mcp_url``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from scripted import call, crash, local_mcp_servers
+import pytest
+from scripted import call, crash
 from support import wait_for_event
 
 from plait import ApprovalDecision, ApprovalRequest
+from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
 from plait.events.store import EventStore
@@ -28,6 +31,13 @@ from plait.runtime import Runtime
 from plait.testing import RecordedRequest, ScriptedModelServer, Step
 
 PROMPTS = ["Count the apples.", "And the pears?"]
+Servers = dict[str, McpServerConfig]
+
+
+@pytest.fixture(scope="module")
+def servers(mcp_url: str) -> Servers:
+    """The test server as ``t``, for the original and its reruns."""
+    return {"t": McpServerConfig(url=mcp_url)}
 
 
 def stock(item: str) -> str:
@@ -59,13 +69,13 @@ def approve(request: ApprovalRequest) -> ApprovalDecision:
     return ApprovalDecision(approved=True, reason="fine")
 
 
-def record(store_path: Path) -> str:
+def record(store_path: Path, servers: Servers) -> str:
     with (
         ScriptedModelServer(script()) as server,
         Runtime(
             store_path,
             model=settings(server),
-            mcp_servers=local_mcp_servers(),
+            mcp_servers=servers,
             tools=[stock],
             expire_every_sec=None,
             approval_policy="untrusted",
@@ -80,7 +90,7 @@ def record(store_path: Path) -> str:
 
 
 def run_again(
-    store: EventStore, session_id: str, steps: list[Step], **options: Any
+    store: EventStore, session_id: str, steps: list[Step], servers: Servers, **options: Any
 ) -> tuple[RerunReport, list[RecordedRequest]]:
     """Rerun ``session_id`` against a model that answers ``steps``; return the report and
     what the model was sent."""
@@ -89,17 +99,19 @@ def run_again(
             store,
             session_id,
             model=settings(server),
-            mcp_servers=local_mcp_servers(),
+            mcp_servers=servers,
             tools=[stock],
             **options,
         )
         return report, server.requests
 
 
-def test_the_same_model_reruns_the_session_with_no_difference(tmp_path: Path) -> None:
-    session_id = record(tmp_path / "plait.db")
+def test_the_same_model_reruns_the_session_with_no_difference(
+    tmp_path: Path, servers: Servers
+) -> None:
+    session_id = record(tmp_path / "plait.db", servers)
     with SqliteStore(tmp_path / "plait.db") as store:
-        report, _ = run_again(store, session_id, script())
+        report, _ = run_again(store, session_id, script(), servers)
         assert not report.differs()
         assert [t.same_answer and t.same_tools for t in report.tasks] == [True, True]
         first, second = report.tasks
@@ -125,12 +137,14 @@ def test_the_same_model_reruns_the_session_with_no_difference(tmp_path: Path) ->
         assert replayed.ok, replayed.divergence and replayed.divergence.message()
 
 
-def test_a_model_whose_answers_change_is_reported_task_by_task(tmp_path: Path) -> None:
-    session_id = record(tmp_path / "plait.db")
+def test_a_model_whose_answers_change_is_reported_task_by_task(
+    tmp_path: Path, servers: Servers
+) -> None:
+    session_id = record(tmp_path / "plait.db", servers)
     changed = script()
     changed[-1] = Step(text="Two pears, in fact.")
     with SqliteStore(tmp_path / "plait.db") as store:
-        report, _ = run_again(store, session_id, changed)
+        report, _ = run_again(store, session_id, changed, servers)
     assert report.differs("answers") and report.differs() and not report.differs("tools")
     first, second = report.tasks
     assert first.same_answer and not second.same_answer
@@ -143,14 +157,14 @@ def test_a_model_whose_answers_change_is_reported_task_by_task(tmp_path: Path) -
 
 
 def test_a_call_the_original_never_made_is_added_and_answered_not_recorded(
-    tmp_path: Path,
+    tmp_path: Path, servers: Servers
 ) -> None:
-    session_id = record(tmp_path / "plait.db")
+    session_id = record(tmp_path / "plait.db", servers)
     other = script()
     other[-1] = Step(tool_calls=[call("t__echo", text="pears")])
     other.append(Step(text="Still no pears."))
     with SqliteStore(tmp_path / "plait.db") as store:
-        report, requests = run_again(store, session_id, other, save=False)
+        report, requests = run_again(store, session_id, other, servers, save=False)
         assert report.rerun_session_id is None
         assert len(store.streams()) == 1  # nothing kept
     second = report.tasks[1]
@@ -161,14 +175,16 @@ def test_a_call_the_original_never_made_is_added_and_answered_not_recorded(
     assert shown[-1]["content"].startswith(NOT_RECORDED)
 
 
-def test_with_live_tools_a_call_the_original_never_made_runs(tmp_path: Path) -> None:
-    session_id = record(tmp_path / "plait.db")
+def test_with_live_tools_a_call_the_original_never_made_runs(
+    tmp_path: Path, servers: Servers
+) -> None:
+    session_id = record(tmp_path / "plait.db", servers)
     other = script()
     other[-1] = Step(tool_calls=[call("t__echo", text="pears")])
     other.append(Step(text="Echoed."))
     with SqliteStore(tmp_path / "plait.db") as store:
         report, requests = run_again(
-            store, session_id, other, live_tools=True, approver=approve, save=False
+            store, session_id, other, servers, live_tools=True, approver=approve, save=False
         )
     assert report.tasks[1].not_recorded == 1
     shown = [m for m in requests[-1].body["messages"] if m.get("role") == "tool"]

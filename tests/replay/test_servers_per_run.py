@@ -2,7 +2,8 @@
 
 A session resumed with servers added or removed, or passivated and woken again, replays clean:
 the log says which servers each run offered (``McpServersOffered``), and the replay follows it
-(docs/replay.md#mcp-servers-per-run).
+(docs/replay.md#mcp-servers-per-run). Every server is the test MCP server, the module's, over
+streamable HTTP (``mcp_url``): the runs differ by the servers they are given, by name.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripted import TEST_SERVER_PY, call, crash, runtime_for
+from scripted import call, crash, runtime_for
 
 from plait.actors.mcp import McpServerConfig
 from plait.events import SqliteStore
@@ -27,9 +28,9 @@ from plait.replay import replay
 from plait.testing import ScriptedModelServer, Step
 
 
-def stdio_server() -> McpServerConfig:
-    """The repository's test MCP server over stdio (its tools are ``echo``, ``add``...)."""
-    return McpServerConfig(command=sys.executable, args=[str(TEST_SERVER_PY), "stdio"])
+def server_at(url: str) -> McpServerConfig:
+    """The repository's test MCP server (its tools are ``echo``, ``add``...) at ``url``."""
+    return McpServerConfig(url=url)
 
 
 def offered(request_tools: list[dict[str, object]] | None) -> set[str]:
@@ -51,7 +52,9 @@ def replay_cli(store_path: Path, session_id: str) -> subprocess.CompletedProcess
     )
 
 
-def test_a_session_resumed_with_servers_added_and_removed_replays_clean(tmp_path: Path) -> None:
+def test_a_session_resumed_with_servers_added_and_removed_replays_clean(
+    tmp_path: Path, mcp_url: str
+) -> None:
     script = [
         Step(tool_calls=[call("a__echo", text="one")]),
         Step(text="a answered"),
@@ -61,9 +64,9 @@ def test_a_session_resumed_with_servers_added_and_removed_replays_clean(tmp_path
         Step(text="b answered"),
     ]
     runs = [
-        {"a": stdio_server()},
-        {"a": stdio_server(), "b": stdio_server()},
-        {"b": stdio_server()},
+        {"a": server_at(mcp_url)},
+        {"a": server_at(mcp_url), "b": server_at(mcp_url)},
+        {"b": server_at(mcp_url)},
     ]
     session_id = ""
     with ScriptedModelServer(script) as server:
@@ -93,7 +96,9 @@ def test_a_session_resumed_with_servers_added_and_removed_replays_clean(tmp_path
     assert report["events"] == report["total"] == len(events), report
 
 
-def test_sessions_passivated_and_woken_with_a_server_replay_clean(tmp_path: Path) -> None:
+def test_sessions_passivated_and_woken_with_a_server_replay_clean(
+    tmp_path: Path, mcp_url: str
+) -> None:
     rounds = 2
     script = []
     for number in range(rounds * 2):
@@ -101,7 +106,7 @@ def test_sessions_passivated_and_woken_with_a_server_replay_clean(tmp_path: Path
     with (
         ScriptedModelServer(script) as server,
         runtime_for(
-            server, tmp_path, mcp_servers={"t": stdio_server()}, max_active_sessions=1
+            server, tmp_path, mcp_servers={"t": server_at(mcp_url)}, max_active_sessions=1
         ) as runtime,
     ):
         # One place for two sessions: each task wakes its session and passivates the other.
@@ -123,11 +128,13 @@ def test_sessions_passivated_and_woken_with_a_server_replay_clean(tmp_path: Path
             assert result.events == result.total == len(events)
 
 
-def test_a_session_taken_over_with_a_server_added_replays_clean(tmp_path: Path) -> None:
+def test_a_session_taken_over_with_a_server_added_replays_clean(
+    tmp_path: Path, mcp_url: str
+) -> None:
     # A task is cut off by a crash with another waiting; the process that takes the session
     # over has one more server, which the waiting task uses.
     with ScriptedModelServer([Step(tool_calls=[call("a__slow", seconds=0.5)])]) as server:
-        runtime = runtime_for(server, tmp_path, mcp_servers={"a": stdio_server()})
+        runtime = runtime_for(server, tmp_path, mcp_servers={"a": server_at(mcp_url)})
         session = runtime.start_session()
         with session.subscribe(transient=False) as feed:
             session.submit("cut off")
@@ -142,7 +149,7 @@ def test_a_session_taken_over_with_a_server_added_replays_clean(tmp_path: Path) 
         Step(text="waited, then used b"),
         Step(text="and once more"),
     ]
-    servers = {"a": stdio_server(), "b": stdio_server()}
+    servers = {"a": server_at(mcp_url), "b": server_at(mcp_url)}
     with (
         ScriptedModelServer(script) as server,
         runtime_for(server, tmp_path, mcp_servers=servers) as runtime,

@@ -14,11 +14,9 @@ import json
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from plait.actors.approvals import ApprovalGate, ApprovalRequest
 from plait.actors.mcp.calls import CallResult
-from plait.actors.seams import McpServersLike
 from plait.events.projections.approvals import canonical_arguments
 from plait.events.types import (
     Event,
@@ -29,6 +27,10 @@ from plait.events.types import (
     ToolCallRequested,
 )
 from plait.jsonvalue import JsonValue
+
+if TYPE_CHECKING:  # their modules bring asyncio, which `plait audit` and `fork` do without
+    from plait.actors.approvals import ApprovalGate, ApprovalRequest
+    from plait.actors.seams import McpServersLike
 
 __all__ = ["NOT_RECORDED", "CallKey", "LoggedApprovals", "LoggedServers", "RecordedCalls"]
 

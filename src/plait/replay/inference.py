@@ -41,7 +41,6 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.events.values import as_text
-from plait.runtime.recovery import records_resumes
 
 __all__ = [
     "LIFECYCLE",
@@ -126,6 +125,8 @@ def crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[in
     crash. The events of a forced close
     (``closing``) look alike and are not a crash.
     """
+    from plait.runtime.recovery import records_resumes  # the runtime: only when replaying
+
     if records_resumes(recorded):
         return [e.seq for e in recorded if isinstance(e.body, SessionResumed)]
     points: list[int] = []

@@ -12,10 +12,8 @@ compared: the measured ``duration_ms`` of a call.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from plait.actors.mcp.functions import FunctionTool, as_tools
-from plait.actors.pool import McpLimits
 from plait.errors import (
     ContentUnavailableError,
     DivergenceError,
@@ -26,7 +24,10 @@ from plait.events.store import EventStore
 from plait.events.types import SessionStarted
 from plait.events.values import RuntimeSettings
 from plait.replay.compare import Divergence, ReplayResult
-from plait.replay.driver import Driver, Program
+
+if TYPE_CHECKING:
+    from plait.actors.mcp.functions import FunctionTool
+    from plait.actors.pool import McpLimits
 
 __all__ = ["Divergence", "ReplayResult", "replay"]
 
@@ -54,6 +55,12 @@ def replay(
     ``raise_on_divergence`` a difference raises ``DivergenceError`` (its ``divergence``
     attribute holds the report) instead of being returned.
     """
+    # Here, not at the top: the driver brings the runtime, the actors and asyncio (~60 ms),
+    # which `plait audit`, `fork` and `verify` do without, importing this package.
+    from plait.actors.mcp.functions import as_tools
+    from plait.actors.pool import McpLimits
+    from plait.replay.driver import Driver, Program
+
     recorded = store.read(session_id)
     if not recorded or not isinstance(recorded[0].body, SessionStarted):
         raise UnknownSessionError(session_id)

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from plait.actors.approvals import ApprovalGate, Approver
 from plait.actors.mcp.config import McpServerConfig
-from plait.actors.mcp.functions import FunctionTool, as_tools
-from plait.actors.mcp.servers import McpServers, Report
-from plait.actors.model import ModelSettings
 from plait.errors import PlaitError, UnknownSessionError
 from plait.events.store import EventStore
 from plait.events.stores.memory import MemoryStore
@@ -34,8 +30,12 @@ from plait.replay.answers import LoggedApprovals, LoggedServers, RecordedCalls
 from plait.replay.fork import fork
 from plait.replay.inference import submitted
 from plait.replay.rerun_report import Chain, RerunReport, chains, compare
-from plait.runtime import Runtime
-from plait.runtime.outside import Outside
+
+if TYPE_CHECKING:
+    from plait.actors.approvals import Approver
+    from plait.actors.mcp.functions import FunctionTool
+    from plait.actors.mcp.servers import Report
+    from plait.actors.model import ModelSettings
 
 __all__ = ["rerun", "rerun_each"]
 
@@ -76,6 +76,14 @@ def rerun(
     context change before the first task, which starts the history afresh
     (docs/replay.md#live-reruns).
     """
+    # Here, not at the top: the runtime and asyncio (~50 ms to import), which `plait audit`,
+    # `fork` and `verify` do without, importing this package.
+    from plait.actors.approvals import ApprovalGate
+    from plait.actors.mcp.functions import as_tools
+    from plait.actors.mcp.servers import McpServers
+    from plait.runtime import Runtime
+    from plait.runtime.outside import Outside
+
     original = store.read(session_id)
     if not original or not isinstance(original[0].body, SessionStarted):
         raise UnknownSessionError(session_id)

@@ -1,7 +1,8 @@
 # The MCP part of the actors wing: server configs, tool names and lists, connections, servers.
 # `config`, `names`, `calls` and `servers` import no `mcp`; `client`, `stdio` and `streamable`
 # do (or its HTTP client), and are loaded only when a server starts, so a session without MCP
-# servers never imports `mcp`.
+# servers never imports `mcp`. `servers` (and with it asyncio) loads on first use too: every
+# command reads its MCP servers' config through this package, and most run none.
 """MCP servers for plait sessions: configs, fully-qualified tool names, connections."""
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from plait.actors.mcp.names import (
     snapshot,
     tool_list_hash,
 )
-from plait.actors.mcp.servers import Backoff, McpServers, Report, Status
 
 if TYPE_CHECKING:
     from plait.actors.mcp.client import McpConnection
+    from plait.actors.mcp.servers import Backoff, McpServers, Report, Status
 
 __all__ = [
     "Backoff",
@@ -48,10 +49,18 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> type[McpConnection]:
-    # `McpConnection` lives beside the `mcp` import: load it on first use only.
+_SERVERS = frozenset({"Backoff", "McpServers", "Report", "Status"})
+
+
+def __getattr__(name: str) -> object:
+    # `McpConnection` lives beside the `mcp` import, `servers` beside asyncio's (~12 ms of a
+    # command's start): load them on first use only.
     if name == "McpConnection":
         from plait.actors.mcp.client import McpConnection
 
         return McpConnection
+    if name in _SERVERS:
+        from plait.actors.mcp import servers
+
+        return getattr(servers, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
