@@ -30,27 +30,36 @@ def test_prune_removes_closed_sessions_and_every_command_says_what_became_of_the
     two = record_session(store, [Step(text="Hi.")], ["Hello."], "two")
     three = record_session(store, [Step(text="Hi.")], ["Hello."], "three")
     sizes = {s: store.last_seq(s) for s in (one, two, three)}
+    # Where positions are dense (SQLite), the session holding the last one stays until another
+    # writes; PostgreSQL's never come back, so it goes with the others (docs/storage.md).
+    stays = [three] if store.dense_positions else []
+    goes = [s for s in (one, two, three) if s not in stays]
     store.close()
     where = ("--store", durable_stores.url)
 
     dry = cli(*where, "prune", "--closed-before", "2026-06-01", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
-    assert [line.split()[:2] for line in lines[:2]] == [
-        ["would", "prune"],
-        ["would", "prune"],
+    assert [line.split()[:3] for line in lines[: len(goes)]] == [
+        ["would", "prune", s[:8]] for s in goes
     ]
-    assert lines[0].split()[2] == one[:8] and f"{sizes[one]} events" in lines[0]
-    assert lines[2].startswith(f"kept {three[:8]}: it holds the store's last position")
-    assert lines[3].startswith("would prune 2 sessions") and lines[-1] == "dry run: nothing changed"
+    assert f"{sizes[one]} events" in lines[0]
+    for line in lines[len(goes) : len(goes) + len(stays)]:
+        assert line.startswith(f"kept {three[:8]}: it holds the store's last position")
+    summary = lines[len(goes) + len(stays)]
+    assert summary.startswith(f"would prune {len(goes)} sessions")
+    assert lines[-1] == "dry run: nothing changed"
     assert cli(*where, "log", one).returncode == 0
 
     done = cli(*where, "prune", "--closed-before", "2026-06-01")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert [line.split()[:2] for line in lines[:2]] == [["pruned", one[:8]], ["pruned", two[:8]]]
-    assert lines[3].startswith(f"pruned 2 sessions ({sizes[one] + sizes[two]} events")
-    assert lines[3].endswith(f"by {RULE}") and lines[4].startswith("store: ")
+    assert [line.split()[:2] for line in lines[: len(goes)]] == [["pruned", s[:8]] for s in goes]
+    events = sum(sizes[s] for s in goes)
+    summary = lines[len(goes) + len(stays)]
+    assert summary.startswith(f"pruned {len(goes)} sessions ({events} events")
+    assert summary.endswith(f"by {RULE}")
+    assert lines[len(goes) + len(stays) + 1].startswith("store: ")
 
     log = cli(*where, "log", one[:6])
     assert log.returncode == 1 and log.stdout == ""
@@ -60,22 +69,24 @@ def test_prune_removes_closed_sessions_and_every_command_says_what_became_of_the
 
     gone = cli(*where, "verify", one)
     assert gone.returncode == 0 and gone.stdout.startswith(f"pruned: session {one} was pruned")
-    kept = cli(*where, "verify", three)
-    assert kept.returncode == 0, kept.stdout
-    events = sizes[one] + sizes[two]
-    assert kept.stdout.rstrip().endswith(f"; 2 sessions pruned ({events} events), accounted for")
-    for command in ("sessions", "du", "audit"):
+    if stays:
+        kept = cli(*where, "verify", three)
+        assert kept.returncode == 0, kept.stdout
+        assert kept.stdout.rstrip().endswith(
+            f"; 2 sessions pruned ({events} events), accounted for"
+        )
+    for command in ("sessions", "du", *(["audit"] if stays else [])):
         ran = cli(*where, command, *([three] if command == "audit" else []))
         assert ran.returncode == 0, ran.stderr
         assert one[:8] not in ran.stdout
     listed = cli(*where, "sessions", "--json")
-    assert [json.loads(line)["session_id"] for line in listed.stdout.splitlines()] == [three]
+    assert [json.loads(line)["session_id"] for line in listed.stdout.splitlines()] == stays
 
     again = cli(*where, "prune", "--closed-before", "2026-06-01", "--json")
     assert again.returncode == 0, again.stderr
     report = json.loads(again.stdout)
     assert (report["pruned"], report["dry_run"], report["rule"]) == ([], False, RULE)
-    assert [k["session_id"] for k in report["kept"]] == [three]
+    assert [k["session_id"] for k in report["kept"]] == stays
 
 
 def test_prune_says_what_it_needs_on_one_line(cli: Cli, durable_stores: StoreFactory) -> None:

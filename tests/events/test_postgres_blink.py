@@ -38,7 +38,7 @@ def test_a_read_whose_connection_was_cut_is_made_again(
 ) -> None:
     rounds, store, _ = cut
     store.append("s", [TurnStarted(turn=1)], 0)
-    assert rounds.round() == 2  # the store's connection, and the one announcing its appends
+    assert rounds.round() >= 1  # the store's (and its announcer's, once it has connected)
     assert [e.seq for e in store.read("s")] == [1]
     assert store.outage_sec == 1.0
 

@@ -196,15 +196,17 @@ def test_the_session_holding_the_last_position_waits(stores: StoreFactory) -> No
     store = stores.open()
     write(store, "old", OLD)
     pruned_last = store.read("old")[-1].position
+    if not store.dense_positions:  # PostgreSQL's never come back: nothing to wait for
+        assert [r.stream for r in prune(store, closed_before=DAY).pruned] == ["old"]
+        write(store, "after", NEW, closed=False)
+        assert store.read_all(limit=None)[0].position > pruned_last
+        return
     report = prune(store, closed_before=DAY)
     assert report.pruned == [] and "last position" in report.kept[0].reason
     write(store, "next", NEW, closed=False)
     assert [r.stream for r in prune(store, closed_before=DAY).pruned] == ["old"]
     write(store, "after", NEW, closed=False)  # positions go on after the pruned ones
-    positions = [e.position for e in store.read_all(limit=None)]
-    assert positions == sorted(positions) and positions[0] > pruned_last
-    if store.dense_positions:
-        assert positions == [4, 5, 6, 7]
+    assert [e.position for e in store.read_all(limit=None)] == [4, 5, 6, 7]
 
 
 def test_a_new_sqlite_store_gets_smaller(tmp_path: Path) -> None:
@@ -242,6 +244,7 @@ def test_signed_sessions_still_verify_and_the_witness_is_checked_against_the_rec
     first = record_inventory(store, "a", signer)
     second = record_inventory(store, "b", signer)
     public, witness = PublicKey.from_file(f"{key}.pub"), Witness(f"{key}.heads")
+    store.acquire_lease(second, "another process", 600)  # so it stays, on every store
     report = prune(store, idle_before=datetime(2100, 1, 1, tzinfo=UTC))
     assert [r.stream for r in report.pruned] == [first]
     (record,) = store.pruned()

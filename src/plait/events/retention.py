@@ -9,9 +9,10 @@ pruned session says so and checks a witness's head of it against the record.
 
 What is never pruned, and said so in the report: a session whose lease a live process holds;
 a session forked from it while its fork stays (the fork names it as its source); a session
-whose log does not verify (pruning it would destroy the evidence); and the session holding the
-store's last position, since positions are given out as ``max + 1`` and a later append would
-take a pruned one again (it goes once another session writes).
+whose log does not verify (pruning it would destroy the evidence); and, where positions are
+dense, the session holding the store's last position, since positions are given out as
+``max + 1`` and a later append would take a pruned one again (it goes once another session
+writes; PostgreSQL's positions, from transaction ids, never come back).
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def _keep_sources_and_last(
 ) -> None:
     """Keep a session a staying fork names as its source, and the one holding the store's
     last position, until nothing more changes (keeping one may keep its own source)."""
-    last = store.last_position()
+    last = store.last_position() if store.dense_positions else None
     changed = True
     while changed:
         changed = False

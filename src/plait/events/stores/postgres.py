@@ -54,7 +54,7 @@ from plait.events.store import (
     utc_now,
 )
 from plait.events.stores.postgres_announce import Announcer
-from plait.events.stores.postgres_arrays import BytesArray, Int4Array, Int8Array, TextArray
+from plait.events.stores.postgres_arrays import append_columns
 from plait.events.stores.postgres_inbox import PostgresInbox
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
@@ -245,36 +245,18 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         """Write ``prepared``, which follows seq ``after`` of hash ``prev``, in one call; if the
         connection was lost before its answer came, look whether it landed before writing it
         again (its last event there, with its hash: docs/failures.md#the-store-blinks)."""
-        _, types, versions, data, hashes = (
-            list(column) for column in zip(*prepared.rows, strict=True)
-        )
-        blobs = prepared.blobs
-        sizes = [len(blob) for blob in blobs.values()]
+        hashes = [row[4] for row in prepared.rows]
         if len(hashes) > 1 << POSITION_BITS:
             raise StoreError(
                 f"{self.url}: stream {stream}: cannot append {len(hashes)} events at once "
                 f"(at most {1 << POSITION_BITS})"
             )
-        args = (
-            stream,
-            after,
-            prev,
-            epoch,
-            TextArray(types),
-            Int4Array(versions),
-            BytesArray(data),
-            BytesArray(hashes),
-        )
-        blob_columns = (
-            TextArray(list(blobs)),
-            Int8Array(sizes),
-            BytesArray(list(blobs.values())),
-        )
+        args = (stream, after, prev, epoch, *append_columns(prepared.rows, prepared.blobs))
         head = (after + len(hashes), hashes[-1])  # once written
 
         def write(conn: Connection) -> int:
             try:
-                found = conn.execute(self._sql["append"], (*args, *blob_columns)).fetchone()
+                found = conn.execute(self._sql["append"], args).fetchone()
             except psycopg.Error as exc:
                 self._heads.pop(stream, None)
                 detail = exc.diag.message_detail or ""
