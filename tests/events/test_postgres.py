@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from support import POSTGRES_URL
 
 from plait.errors import ConcurrencyError, LeaseLostError, StoreUnavailableError
-from plait.events import TurnStarted
+from plait.events import Event, TurnStarted
 from plait.events.codec import GENESIS_HASH
 from plait.events.stores import open_store
 from plait.events.stores.postgres import PostgresStore
@@ -125,6 +126,71 @@ def test_processes_opening_an_older_store_at_once_all_open_it(schema: str) -> No
     assert failed == []
     with PostgresStore(POSTGRES_URL, schema=schema) as store:
         assert sorted(info.stream for info in store.streams()) == ["s0", "s1", "s2", "s3"]
+
+
+def raw_append(conn: psycopg.Connection[Any], store: PostgresStore, stream: str) -> int:
+    """Append one event to a new ``stream`` by a call of the append function on ``conn`` (no
+    announcement: as a process killed right after its commit leaves it); return its position."""
+    ((_, kind, v, data, digest),) = store.prepare(
+        stream, [TurnStarted(turn=1)], 0, GENESIS_HASH
+    ).rows
+    args = (stream, 0, GENESIS_HASH, None, [kind], [v], [data], [digest], [], [], [])
+    found = conn.execute(store._sql["append"], args).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def test_a_subscription_waits_for_an_append_begun_earlier_and_skips_nothing(schema: str) -> None:
+    """Positions follow transaction ids, not commits (docs/event-log.md#streams-seq-and-position):
+    an append begun first and committed last takes the lower position. A plain read sees what
+    is committed; a subscription hands out nothing past it until it commits, then both, in
+    order."""
+    with (
+        PostgresStore(POSTGRES_URL, schema=schema) as store,
+        psycopg.connect(POSTGRES_URL) as held,  # not autocommit: its transaction stays open
+    ):
+        early = raw_append(held, store, "early")
+        (late,) = store.append("late", [TurnStarted(turn=2)], 0)
+        assert early < late.position
+        assert [e.stream for e in store.read_all()] == ["late"]
+        with store.subscribe() as tail:
+            assert tail.get(timeout=0.5) is None  # "late" is held back while "early" runs
+            held.commit()
+            got = [tail.get(timeout=10), tail.get(timeout=10)]
+        assert [(e.stream, e.position) for e in got if e is not None] == [
+            ("early", early),
+            ("late", late.position),
+        ]
+
+
+class WatchedStore(PostgresStore):
+    """A store that says when a subscription has read (it then waits for what comes next)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read = threading.Event()
+
+    def _settled_rows(self, after_position: int, limit: int | None) -> list[Any]:
+        rows = super()._settled_rows(after_position, limit)
+        self.read.set()
+        return rows
+
+
+def test_a_subscription_sees_an_append_no_one_announced(schema: str) -> None:
+    with (
+        WatchedStore(POSTGRES_URL, schema=schema) as store,
+        psycopg.connect(POSTGRES_URL, autocommit=True) as other,
+        store.subscribe() as tail,
+    ):
+        got: list[Event | None] = []
+        # No timeout: a get that ends at its timeout reads once more, and would find it anyway.
+        waiting = threading.Thread(target=lambda: got.append(tail.get()), daemon=True)
+        waiting.start()
+        assert store.read.wait(10)  # it read, found nothing, and waits
+        position = raw_append(other, store, "s")
+        waiting.join(15)
+        # Found by its periodic look (POLL_SEC): nothing announced it.
+        assert [(e.stream, e.position) for e in got if e is not None] == [("s", position)]
 
 
 def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:
