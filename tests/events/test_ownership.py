@@ -13,6 +13,7 @@ from plait.events.ownership import (
     Command,
     DestroyConversation,
     InterruptTask,
+    StoredCommand,
     SubmitTask,
 )
 from plait.events.values import InputText, TaskPlan
@@ -170,8 +171,13 @@ def test_the_inbox_keeps_commands_in_order_until_dropped(stores: StoreFactory) -
     assert found[0].command == Command(SubmitTask(plan), sender="p1")
     assert found[1].command.body == DestroyConversation("c1")
     assert [c.stream for c in owner.commands()] == ["s1", "s2", "s1"]
-    owner.drop_commands([ids[0], ids[0]])
+    assert [c.id for c in owner.commands("s2", "s1")] == ids  # named sessions', in order
+    assert owner.commands("s3") == []
+    owner.drop_commands([found[0], found[0]])
     assert [c.id for c in owner.commands()] == ids[1:]
+    moved = StoredCommand(ids[1], "s1", found[0].command)  # the id, named with another session
+    owner.drop_commands([moved])
+    assert [c.id for c in owner.commands()] == ids[1:]  # a command is dropped with its session
     later = sender.put_command("s1", Command(InterruptTask()))
     assert later > ids[2]  # ids are never reused: the order holds across drops
 

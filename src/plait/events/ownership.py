@@ -177,21 +177,20 @@ class Ownership(ABC):
         (docs/processes.md#each-command-takes-effect-once)."""
         return self._put_command(stream, _encode(command))
 
-    def commands(self, stream: str | None = None) -> list[StoredCommand]:
-        """The inbox in order: ``stream``'s commands, or every session's."""
-        return [
-            StoredCommand(cid, found, _decode(data)) for cid, found, data in self._commands(stream)
-        ]
+    def commands(self, *streams: str) -> list[StoredCommand]:
+        """The inbox in order: the commands of ``streams``, or (none named) every session's."""
+        rows = self._commands(list(streams) if streams else None)
+        return [StoredCommand(cid, found, _decode(data)) for cid, found, data in rows]
 
     def commands_waiter(self) -> Waiter:
         """A waiter (``token``, ``wait``) woken when any process may have stored a command."""
         return self._inbox_waiter()
 
-    def drop_commands(self, ids: Iterable[int]) -> None:
-        """Delete commands the owner has taken (an id already gone is ignored)."""
-        ids = list(ids)
-        if ids:
-            self._drop_commands(ids)
+    def drop_commands(self, commands: Iterable[StoredCommand]) -> None:
+        """Delete commands the owner has taken (one already gone is ignored)."""
+        taken = [(command.stream, command.id) for command in commands]
+        if taken:
+            self._drop_commands(taken)
 
     _commanded: Signal
 
@@ -226,7 +225,8 @@ class Ownership(ABC):
     def _put_command(self, stream: str, data: bytes) -> int: ...
 
     @abstractmethod
-    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]: ...
+    def _commands(self, streams: list[str] | None) -> list[tuple[int, str, bytes]]: ...
 
     @abstractmethod
-    def _drop_commands(self, ids: list[int]) -> None: ...
+    def _drop_commands(self, taken: list[tuple[str, int]]) -> None:
+        """Delete the commands ``(stream, id)``."""

@@ -246,7 +246,7 @@ class Owner:
         waiting: set[str] = set()  # passive, no place free: in order, after one that waits
         submitted: list[tuple[StoredCommand, Ack]] = []
         try:
-            for stored in self._store.commands():
+            for stored in self._store.commands(*sorted(held)):  # its sessions' only
                 if stored.stream not in held or stored.id in self._taken:
                     continue
                 host = self._runtime.hosts.get(stored.stream)
@@ -267,7 +267,7 @@ class Owner:
         """Drop the submissions handed to their sessions once their tasks are in the log:
         all told first, then waited for together, so that the sessions record them at once
         rather than one after the other (one worker's throughput, bench/workers.py)."""
-        done: list[int] = []
+        done: list[StoredCommand] = []
         try:
             for stored, ack in submitted:
                 try:
@@ -277,11 +277,11 @@ class Owner:
                 except (SessionClosedError, LeaseLostError):  # the next owner takes it
                     self._taken.discard(stored.id)
                     continue
-                done.append(stored.id)
+                done.append(stored)
         finally:
             if done:
                 self._store.drop_commands(done)
-            self._taken.difference_update(done)
+            self._taken.difference_update(stored.id for stored in done)
 
     def _hand(self, host: SessionHost, stored: StoredCommand) -> Ack | None:
         """Hand a command to its session; drop it once what it leads to is in the log (a
@@ -296,16 +296,16 @@ class Owner:
                 except UnknownConversationError as exc:  # destroyed since it was sent
                     log.warning("task %s from the inbox not run: %s", body.plan.task_id, exc)
             elif isinstance(body, InterruptTask):
-                self._store.drop_commands([stored.id])  # at most once
+                self._store.drop_commands([stored])  # at most once
                 if self._first_time(body.key):
                     host.handle.interrupt()
             elif isinstance(body, DestroyConversation):
-                self._store.drop_commands([stored.id])
+                self._store.drop_commands([stored])
                 host.handle.destroy(body.conversation_id)
         except (SessionClosedError, LeaseLostError):  # closed or lost: the next owner takes it
             self._taken.discard(stored.id)
             return None
-        self._store.drop_commands([stored.id])
+        self._store.drop_commands([stored])
         self._taken.discard(stored.id)
         return None
 
@@ -326,7 +326,7 @@ class Owner:
         recorded it and stopped before it dropped the command."""
         enqueued = {e.task_id for e in past if isinstance(e.body, TaskEnqueued)}
         done = [
-            stored.id
+            stored
             for stored in self._store.commands(stream)
             if isinstance(stored.command.body, SubmitTask)
             and stored.command.body.plan.task_id in enqueued

@@ -177,14 +177,16 @@ class MemoryStore(EventStore):
         self._commanded.notify()
         return cid
 
-    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
+    def _commands(self, streams: list[str] | None) -> list[tuple[int, str, bytes]]:
         with self._lock:
-            return [(i, s, d) for i, (s, d) in self._inbox.items() if stream in (None, s)]
+            inbox = self._inbox.items()
+            return [(i, s, d) for i, (s, d) in inbox if streams is None or s in streams]
 
-    def _drop_commands(self, ids: list[int]) -> None:
+    def _drop_commands(self, taken: list[tuple[str, int]]) -> None:
         with self._lock:
-            for cid in ids:
-                self._inbox.pop(cid, None)
+            for stream, cid in taken:
+                if self._inbox.get(cid, ("",))[0] == stream:
+                    del self._inbox[cid]
 
 
 def _only(leases: dict[str, Held], stream: str) -> list[tuple[str, Held]]:

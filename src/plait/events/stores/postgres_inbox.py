@@ -82,13 +82,17 @@ class PostgresInbox:
         self._commanded.notify()
         return command_id
 
-    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
+    def _commands(self, streams: list[str] | None) -> list[tuple[int, str, bytes]]:
         def commands(conn: Connection) -> list[tuple[int, str, bytes]]:
-            rows = conn.execute(self._sql["commands"], {"stream": stream}, binary=True)
+            if streams is None:
+                rows = conn.execute(self._sql["commands"], binary=True)
+            else:
+                rows = conn.execute(self._sql["commands_of"], (streams,), binary=True)
             return [(int(i), str(s), bytes(d)) for i, s, d in rows]
 
         found: list[tuple[int, str, bytes]] = self._run(commands)
         return found
 
-    def _drop_commands(self, ids: list[int]) -> None:
-        self._run(lambda conn: conn.execute(self._sql["drop_commands"], (ids,)))
+    def _drop_commands(self, taken: list[tuple[str, int]]) -> None:
+        streams, ids = (list(column) for column in zip(*taken, strict=True))
+        self._run(lambda conn: conn.execute(self._sql["drop_commands"], (streams, ids)))

@@ -185,10 +185,11 @@ QUERIES = {
     # be another's by now): its transaction then commits or aborts, now.
     "end_xact": "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
     "WHERE pid = %s AND backend_xid = (%s::int8 %% 4294967296)::text::xid",
-    "commands": "SELECT id, stream, data FROM {s}.inbox "
-    "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY id",
+    "commands": "SELECT id, stream, data FROM {s}.inbox ORDER BY id",
+    "commands_of": "SELECT id, stream, data FROM {s}.inbox WHERE stream = ANY(%s) ORDER BY id",
     "command_of": "SELECT id FROM {s}.inbox WHERE stream = %s AND data = %s",
-    "drop_commands": "DELETE FROM {s}.inbox WHERE id = ANY(%s)",
+    "drop_commands": "DELETE FROM {s}.inbox AS i USING unnest(%s::text[], %s::int8[]) AS d "
+    "(stream, id) WHERE i.stream = d.stream AND i.id = d.id",
     "rows": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
     "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",
     "all": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "

@@ -236,17 +236,16 @@ class SqliteStore(SqlitePruning, EventStore):
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def _commands(self, stream: str | None) -> list[tuple[int, str, bytes]]:
-        where = "" if stream is None else " WHERE stream = ?"
+    def _commands(self, streams: list[str] | None) -> list[tuple[int, str, bytes]]:
+        where = "" if streams is None else f" WHERE stream IN ({', '.join('?' * len(streams))})"
         rows = self._query(
-            "SELECT id, stream, data FROM inbox" + where + " ORDER BY id",
-            () if stream is None else (stream,),
+            "SELECT id, stream, data FROM inbox" + where + " ORDER BY id", tuple(streams or ())
         )
         return [(int(i), str(s), bytes(d)) for i, s, d in rows]
 
-    def _drop_commands(self, ids: list[int]) -> None:
+    def _drop_commands(self, taken: list[tuple[str, int]]) -> None:
         with self._transaction() as db:
-            db.executemany("DELETE FROM inbox WHERE id = ?", [(i,) for i in ids])
+            db.executemany("DELETE FROM inbox WHERE stream = ? AND id = ?", taken)
 
     def _query(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         with self._lock, self._errors():
