@@ -1,0 +1,193 @@
+"""How to compress a row of one append on its own: zstd against deflate, with dictionaries.
+
+The storage format planned next keeps one row per append, each compressed on its own with a
+dictionary that ships in the package; this measures the choices on the rows real sessions make.
+Run from the repository root, with the ``bench`` extra (``pip install -e '.[bench]'``):
+``python bench/row_compression.py``.
+
+It records sessions of ``bench/storage.py`` (plain turns, and turns with a tool call), once to
+train dictionaries on and once more, with other turns, to measure; it takes each append's
+events as plait encodes them, made as encoding 3 would store them: hex ids and digests as
+binary, each event's ``prev_hash`` left out (a column holds it). Each row is then compressed
+alone by:
+
+* deflate (level 6) with no dictionary, with the training rows' last 32 KiB as a preset
+  dictionary, and with the dictionary layout 4 ships (``dictionary-1.bin``);
+* zstd (level 3) with no dictionary, with the training rows as raw content, and with one
+  trained by zstd on them (4 and 16 KiB; 4 KiB at level 19 too);
+
+and beside them, as the baseline, deflate after the two rows before it of its session with
+layout 4's dictionary, as layout 4 does today (a chain, which needs a cache of each stream's
+last rows to write and to read). It prints the bytes per turn and the median time to compress
+and to read a row.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import storage  # bench/storage.py, beside this file
+import zstandard
+from report import Line, table
+
+from plait.events.prepared import PreparedAppend
+from plait.events.store import EventStore
+
+SHIPPED = Path(__file__).parents[1] / "src/plait/events/stores/dictionary-1.bin"
+_PREV = re.compile(rb"\xc4\x20[\x00-\xff]{32}(?=[\xc0\xa0-\xbf\xd9])")
+"""An event's ``prev_hash`` as encoding 2 holds it, before its conversation id or nil."""
+_HEX = re.compile(rb"\xd9(\x20|\x40)([0-9a-f]+)")
+"""A 32- or 64-character lowercase hex string (an id or a digest)."""
+
+
+def as_encoding_3(data: bytes) -> bytes:
+    """``data``, an event's bytes in encoding 2, as encoding 3 would hold them (near enough)."""
+
+    def binary(found: re.Match[bytes]) -> bytes:
+        digits = found.group(2)
+        if len(digits) != found.group(1)[0]:
+            return found.group(0)
+        return b"\xc4" + bytes([len(digits) // 2]) + bytes.fromhex(digits.decode())
+
+    return _HEX.sub(binary, _PREV.sub(b"\xc4\x00", data, count=1))
+
+
+def record(kinds: dict[str, list[range]]) -> list[tuple[str, bytes]]:
+    """Record sessions of each kind; return each append as ``(stream, row bytes)``."""
+    rows: list[tuple[str, bytes]] = []
+    original = EventStore._prepare
+
+    def spy(self: EventStore, stream: str, *args: object, **kwargs: object) -> PreparedAppend:
+        prepared = original(self, stream, *args, **kwargs)  # type: ignore[arg-type]
+        rows.append((stream, b"".join(as_encoding_3(row[3]) for row in prepared.rows)))
+        return prepared
+
+    EventStore._prepare = spy  # type: ignore[method-assign]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for kind, sessions in kinds.items():
+                storage.run_plait(Path(tmp, f"{kind}.db"), kind, sessions)
+    finally:
+        EventStore._prepare = original  # type: ignore[method-assign]
+    return rows
+
+
+Codec = tuple[Callable[[bytes, list[bytes]], bytes], Callable[[bytes, list[bytes]], bytes]]
+"""Compress and decompress a row, given the rows before it in its session."""
+
+
+def deflate(preset: bytes) -> Codec:
+    def pack(data: bytes, _: list[bytes]) -> bytes:
+        c = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=preset) if preset else None
+        c = c or zlib.compressobj(6, zlib.DEFLATED, -15)
+        return c.compress(data) + c.flush()
+
+    def unpack(data: bytes, _: list[bytes]) -> bytes:
+        d = zlib.decompressobj(-15, zdict=preset) if preset else zlib.decompressobj(-15)
+        return d.decompress(data) + d.flush()
+
+    return pack, unpack
+
+
+def chained(preset: bytes) -> Codec:
+    def window(before: list[bytes]) -> bytes:
+        return (preset + b"".join(before[-2:]))[-32768:]
+
+    def pack(data: bytes, before: list[bytes]) -> bytes:
+        c = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=window(before))
+        return c.compress(data) + c.flush()
+
+    def unpack(data: bytes, before: list[bytes]) -> bytes:
+        d = zlib.decompressobj(-15, zdict=window(before))
+        return d.decompress(data) + d.flush()
+
+    return pack, unpack
+
+
+def zstd(trained: zstandard.ZstdCompressionDict | None, level: int = 3) -> Codec:
+    packer = zstandard.ZstdCompressor(level=level, dict_data=trained, write_content_size=True)
+    unpacker = zstandard.ZstdDecompressor(dict_data=trained)
+
+    def pack(data: bytes, _: list[bytes]) -> bytes:
+        return packer.compress(data)
+
+    def unpack(data: bytes, _: list[bytes]) -> bytes:
+        return unpacker.decompress(data)
+
+    return pack, unpack
+
+
+def measure(codec: Codec, rows: list[tuple[str, bytes]]) -> tuple[int, float, float]:
+    """Bytes of ``rows`` compressed, and the median µs to compress and decompress one."""
+    pack, unpack = codec
+    before: dict[str, list[bytes]] = {}
+    packed: list[tuple[bytes, list[bytes]]] = []
+    packing: list[float] = []
+    for stream, data in rows:
+        mine = before.setdefault(stream, [])
+        t0 = time.perf_counter()
+        out = pack(data, mine)
+        packing.append(time.perf_counter() - t0)
+        packed.append((out, list(mine)))
+        mine.append(data)
+    unpacking: list[float] = []
+    for (out, mine), (_, data) in zip(packed, rows, strict=True):
+        t0 = time.perf_counter()
+        back = unpack(out, mine)
+        unpacking.append(time.perf_counter() - t0)
+        assert back == data
+    size = sum(len(out) for out, _ in packed)
+    return size, statistics.median(packing) * 1e6, statistics.median(unpacking) * 1e6
+
+
+def main() -> None:
+    train = record({"plain": [range(12)], "tool": [range(12)]})
+    test = record({"plain": [range(100, 150)], "tool": [range(200, 250)]})
+    samples = [data for _, data in train]
+    preset = b"".join(samples)[-32768:]
+    # Repeated: zstd's trainer wants more samples than a few sessions make.
+    dicts = {size: zstandard.train_dictionary(size, samples * 8) for size in (4096, 16384)}
+    content = zstandard.ZstdCompressionDict(preset, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    codecs: dict[str, Codec] = {
+        "none: the rows as they are": (lambda data, _: data, lambda data, _: data),
+        "deflate, no dictionary": deflate(b""),
+        "deflate, the training rows (32 KiB)": deflate(preset),
+        "deflate, dictionary-1.bin (layout 4's)": deflate(SHIPPED.read_bytes()),
+        "zstd, no dictionary": zstd(None),
+        "zstd, the training rows as content (32 KiB)": zstd(content),
+        "zstd, trained dictionary (4 KiB)": zstd(dicts[4096]),
+        "zstd, trained dictionary (4 KiB), level 19": zstd(dicts[4096], 19),
+        "zstd, trained dictionary (16 KiB)": zstd(dicts[16384]),
+    }
+    turns = 100
+    today, today_pack, today_unpack = measure(chained(SHIPPED.read_bytes()), test)
+    sizes: list[Line] = []
+    times: list[Line] = []
+    for name, codec in codecs.items():
+        size, pack_us, unpack_us = measure(codec, test)
+        sizes.append(
+            (name, f"{size / turns:,.0f}", f"{today / turns:,.0f}", f"{size / today:.2f}x", "")
+        )
+        for verb, ours, theirs in (
+            ("compress", pack_us, today_pack),
+            ("read", unpack_us, today_unpack),
+        ):
+            times.append(
+                (f"{name}: {verb}", f"{ours:.1f}", f"{theirs:.1f}", f"{ours / theirs:.2f}x", "")
+            )
+    table(
+        f"Bytes per turn: {len(test)} appends of {turns} turns (50 plain, 50 with a tool call)",
+        sizes,
+        "raw: layout 4 today, each row deflated after the 2 rows before it in its session",
+    )
+    table("µs per row, the median", times, "raw: layout 4 today, as above")
+
+
+if __name__ == "__main__":
+    main()
