@@ -18,21 +18,23 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
-from scripted import call
+from scripted import HELPER_SCRIPT, call
 from support import POSTGRES_URL, StoreFactory, process
 from support import wait_for_event as wait_for
 
 import plait
 from plait.actors.model import ModelSettings
 from plait.events import (
+    ConversationDestroyed,
     Event,
     EventStore,
     TaskCompleted,
     TaskEnqueued,
     TurnAborted,
 )
-from plait.events.ownership import Command, InterruptTask, SubmitTask
+from plait.events.ownership import Command, DestroyConversation, InterruptTask, SubmitTask
 from plait.events.stores.postgres import PostgresStore
 from plait.events.values import InputText, TaskPlan
 from plait.replay import replay
@@ -472,3 +474,88 @@ def test_an_interrupt_whose_commit_answer_was_lost_interrupts_once(
             assert store.commands(sid) == []
     finally:
         held.release()
+
+
+# --- a destroy ------------------------------------------------------------------------------
+
+OWNER = textwrap.dedent(
+    """
+    import sys
+    from plait.actors.model import ModelSettings
+    from plait.runtime import Runtime
+
+    url, base_url = sys.argv[1:3]
+    settings = ModelSettings(base_url=base_url, api_key="k", model="m")
+    runtime = Runtime(url, model=settings, owner_id="doomed", expire_every_sec=None)
+    session = runtime.start_session()
+    assert session.run("delegate", timeout=60).ok  # the root makes a helper, which answers
+    root = session.root_conversation_id
+    (helper,) = [c.id for c in session.conversations() if c.id != root]
+    print(session.session_id, helper, flush=True)
+    sys.stdin.read()  # owns it until killed
+    """
+)
+
+
+def test_a_destroy_whose_owner_is_killed_before_it_is_recorded_is_done_by_the_next(
+    tmp_path: Path, server: ScriptedModelServer
+) -> None:
+    """The owner takes the command and acts on it, and its record of the end waits (on the
+    session's head row, which the test holds); killed there, it leaves the command for the
+    next owner (docs/processes.md#each-command-takes-effect-once)."""
+    stores = StoreFactory("postgres", tmp_path)
+    server.push(*HELPER_SCRIPT)
+    control = stores.open()
+    assert isinstance(control, PostgresStore)
+    name = f"doomed-{stores.schema}"  # its connections, as pg_stat_activity shows them
+    url = f"{POSTGRES_URL}?schema={stores.schema}&application_name={name}"
+    command = [sys.executable, "-c", OWNER, url, server.base_url]
+    try:
+        with subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        ) as owner:
+            assert owner.stdout is not None
+            sid, helper = owner.stdout.readline().split()
+            with psycopg.connect(POSTGRES_URL) as held:  # a transaction holding the head row
+                held.execute(
+                    f'SELECT 1 FROM "{stores.schema}".streams WHERE stream = %s FOR UPDATE', (sid,)
+                )
+                control.put_command(sid, Command(DestroyConversation(helper), sender="front"))
+                waiting_on_the_row(name)
+                owner.kill()  # SIGKILL, its destroy told and its end not recorded
+                assert owner.wait(WAIT_SEC) == -signal.SIGKILL
+                # Its server processes would run the waiting append on once the row is free
+                # (a server notices a dead client only when it answers): end them, as a
+                # server that checks its clients does.
+                held.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (name,),
+                )
+        lease = control.lease(sid)
+        assert lease is not None and lease.owner == "doomed"
+        control.expire_lease(sid, lease.owner, lease.epoch)  # dead: no need to wait for it
+        with process(stores, server, "next") as runtime:
+            runtime.resume(sid)
+            wait_for(control, sid, ConversationDestroyed, timeout=WAIT_SEC)
+            inbox_emptied(control, sid)
+        ends = [e for e in control.read(sid) if isinstance(e.body, ConversationDestroyed)]
+        assert [e.conversation_id for e in ends] == [helper]
+        assert control.verify(sid).ok
+    finally:
+        stores.close()
+
+
+def waiting_on_the_row(name: str) -> None:
+    """Return once a connection named ``name`` waits on a lock in an append (on the row the
+    test holds)."""
+    deadline = time.monotonic() + WAIT_SEC
+    pause = threading.Event()
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+        "AND wait_event_type = 'Lock' AND query LIKE '%%append_v2%%'"
+    )
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as look:  # outside the held transaction
+        while not (look.execute(query, (name,)).fetchone() or (0,))[0]:
+            assert time.monotonic() < deadline, f"{name}: no append waits on the row"
+            pause.wait(0.02)  # nothing signals a wait on a lock: look again

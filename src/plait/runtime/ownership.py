@@ -29,7 +29,7 @@ from plait.events.ownership import (
     StoredCommand,
     SubmitTask,
 )
-from plait.events.types import Event, TaskEnqueued
+from plait.events.types import ConversationDestroyed, Event, TaskEnqueued
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.liveness import new_owner_id, owner_state
 from plait.runtime.timers import Timer, Timers
@@ -66,6 +66,9 @@ class Owner:
         self._lock = threading.Lock()
         self._held: dict[str, tuple[int, float]] = {}  # stream -> epoch, when it was taken
         self._taken: set[int] = set()  # commands handed to a session, not yet dropped
+        # Destroys acted on whose conversation's end is not yet in the log: the command, and
+        # the seq its session's log had before (``_drop_destroyed``).
+        self._destroying: dict[int, tuple[StoredCommand, int]] = {}
         self._releasing: set[str] = set()  # leases being released: not lost if not renewed
         # Keys of the interrupts it acted on lately, oldest first (a stored one again is not
         # acted on: docs/processes.md#each-command-takes-effect-once).
@@ -241,6 +244,7 @@ class Owner:
     def _take_commands(self) -> None:
         with self._lock:
             held = set(self._held)
+        self._drop_destroyed(held)
         if not held:
             return
         waiting: set[str] = set()  # passive, no place free: in order, after one that waits
@@ -300,14 +304,43 @@ class Owner:
                 if self._first_time(body.key):
                     host.handle.interrupt()
             elif isinstance(body, DestroyConversation):
-                self._store.drop_commands([stored])
-                host.handle.destroy(body.conversation_id)
+                # Acted on, then dropped once the conversation's end is in the log: an owner
+                # that dies before leaves it to the next, which destroys it or finds it gone.
+                before = self._store.last_seq(stored.stream)
+                done = host.handle.destroy(body.conversation_id).get("ok")
+                if done and not self._destroyed(stored.stream, body.conversation_id, before):
+                    self._destroying[stored.id] = (stored, before)
+                    return None
         except (SessionClosedError, LeaseLostError):  # closed or lost: the next owner takes it
             self._taken.discard(stored.id)
             return None
+        except PlaitError:  # the store went away mid-way: taken again on the next round
+            self._taken.discard(stored.id)
+            raise
         self._store.drop_commands([stored])
         self._taken.discard(stored.id)
         return None
+
+    def _destroyed(self, stream: str, conversation_id: str, after: int) -> bool:
+        """Whether ``stream``'s log past seq ``after`` holds ``conversation_id``'s end."""
+        return any(
+            isinstance(event.body, ConversationDestroyed)
+            and event.conversation_id == conversation_id
+            for event in self._store.read(stream, after=after, limit=None, resolve_blobs=False)
+        )
+
+    def _drop_destroyed(self, held: set[str]) -> None:
+        """Drop the destroys whose conversation's end is now in the log; let go of those of
+        sessions no longer held (the next owner takes them)."""
+        for command_id, (stored, before) in list(self._destroying.items()):
+            body = stored.command.body
+            assert isinstance(body, DestroyConversation)
+            if stored.stream in held:
+                if not self._destroyed(stored.stream, body.conversation_id, before):
+                    continue
+                self._store.drop_commands([stored])
+            del self._destroying[command_id]
+            self._taken.discard(command_id)
 
     def _first_time(self, key: str) -> bool:
         """Whether the interrupt of ``key`` was not acted on lately (and note it was now)."""
