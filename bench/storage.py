@@ -13,7 +13,10 @@ reply carries the turn's number, so no two turns' text is the same (as in a real
 3. 1,000 turns in 10 sessions of 100, each a call of ``read_log``, which returns the same
    20,000-byte text every time.
 
-``--quick`` runs 20, 20 and 2 x 50 turns.
+``--quick`` runs 20, 20 and 2 x 50 turns. ``--postgres URL`` (default: ``PLAIT_TEST_POSTGRES``,
+if set) records each case again in a schema of its own on that server and prints the bytes of
+its relations (tables, indexes, TOAST) as left and after ``VACUUM FULL``, beside the SQLite
+file.
 """
 
 from __future__ import annotations
@@ -26,12 +29,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
+
 from plait.actors.model import ModelSettings
+from plait.events.stores.postgres import PostgresStore
 from plait.events.stores.sqlite_groups import Item, stream_items
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
@@ -83,13 +90,17 @@ def steps(kind: str, turns: range) -> list[Step]:
 # --- the two recorders --------------------------------------------------------------------------
 
 
-def run_plait(db: Path, kind: str, sessions: list[range]) -> None:
-    """Record ``sessions`` (each a range of turn numbers) with plait, a runtime per session."""
+def run_plait(
+    db: Path | str, kind: str, sessions: list[range], workdir: Path | None = None
+) -> None:
+    """Record ``sessions`` (each a range of turn numbers) with plait, a runtime per session,
+    in the SQLite file ``db`` or the store at URL ``db``."""
+    workdir = workdir or Path(db).parent
     for turns in sessions:
         with ScriptedModelServer(steps(kind, turns), model=MODEL) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
             tools: list[Callable[..., object]] = [lookup, read_log]
-            with Runtime(db, model=settings, workdir=db.parent, tools=tools) as runtime:
+            with Runtime(db, model=settings, workdir=workdir, tools=tools) as runtime:
                 session = runtime.start_session()
                 for i in turns:
                     outcome = session.run(prompt(i), timeout=120)
@@ -187,6 +198,22 @@ def measure(db: Path, plait: bool) -> Size:
         size.pages = dict(conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"))
     size.vacuumed = db.stat().st_size
     return size
+
+
+def measure_postgres(url: str, kind: str, sessions: list[range], workdir: Path) -> tuple[int, int]:
+    """Record ``sessions`` in a schema of their own at ``url``; return the bytes of its
+    relations as left, and after ``VACUUM FULL`` (the schema is dropped after)."""
+    schema = f"plait_bench_storage_{uuid.uuid4().hex[:8]}"
+    tables = ", ".join(f'"{schema}".{t}' for t in ("events", "streams", "blobs", "leases"))
+    with psycopg.connect(url, autocommit=True) as admin:
+        try:
+            run_plait(f"{url}{'&' if '?' in url else '?'}schema={schema}", kind, sessions, workdir)
+            with PostgresStore(url, schema=schema) as store:
+                left = store.space().total or 0
+                admin.execute(f"VACUUM FULL {tables}")
+                return left, store.space().total or 0
+        finally:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _appends(db: Path) -> list[tuple[str, int, int, int, int, list[Item]]]:
@@ -289,6 +316,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20, 20 and 2 x 50 turns")
     parser.add_argument("--agents-venv", type=Path, default=VENV, help="openai-agents' venv")
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("PLAIT_TEST_POSTGRES"),
+        help="also record each case on this PostgreSQL server (default: $PLAIT_TEST_POSTGRES)",
+    )
     args = parser.parse_args()
     n, per, count = (20, 50, 2) if args.quick else (200, 100, 10)
     large = [range(k * per, (k + 1) * per) for k in range(count)]
@@ -319,6 +351,13 @@ def main() -> None:
                 base = measure(base_db, plait=False)
             section(title, ours, base, turns)
             print(f"  {took}")
+            if args.postgres:
+                left, packed = measure_postgres(args.postgres, kind, sessions, Path(tmp))
+                print(
+                    f"  PostgreSQL relations: {left:,} B as left ({left / turns:,.0f} B/turn, "
+                    f"{left / ours.left:.2f}x the SQLite file), {packed:,} B after VACUUM FULL "
+                    f"({packed / ours.vacuumed:.2f}x the SQLite file after VACUUM)"
+                )
             if kind == "plain":
                 breakdown(ours_db, ours, turns)
                 if base is not None:
