@@ -38,7 +38,8 @@ class GlobalOrder(ABC):
     ) -> list[Event]:
         """Return events of every stream after ``after_position``, in global order (each
         checked against its hash, its columns, its link to the one before it in the same read
-        and its position, right after the one before). ``settled``: only those no commit to
+        and its position: after the one before, right after where positions are dense).
+        ``settled``: only those no commit to
         come can precede, so that a reader going on after the last never misses one (where
         positions are not in commit order: docs/event-log.md#streams-seq-and-position)."""
         rows = (self._settled_rows if settled else self._all_rows)(after_position, limit)

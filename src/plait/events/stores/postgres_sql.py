@@ -52,7 +52,9 @@ _GENESIS = f"'\\x{bytes(32).hex()}'::bytea"
 # In order: the lease row FOR SHARE (a takeover, which updates it, waits for this append to
 # commit); the head, moved only if it is still the event this append follows (the row lock
 # makes a second writer of the stream wait, then find it moved: refused, never a fork of the
-# chain); then rows and blobs. Nothing here is shared by two sessions' appends.
+# chain); then rows and blobs. Nothing here is shared by two sessions' appends. Its positions
+# come from its transaction's id, so a transaction holds one call (the store's calls are each
+# a transaction of their own; a second in one would collide on the key, loudly).
 _APPEND = f"""CREATE OR REPLACE FUNCTION {{s}}.append_v2(
     p_stream text, p_after bigint, p_prev bytea, p_epoch bigint,
     p_type text[], p_v integer[], p_data bytea[], p_hash bytea[],
@@ -111,8 +113,9 @@ $fn$"""
 
 
 def functions(base: int) -> list[str]:
-    """The store's functions, positions counted from transaction id ``-base`` (non-zero once
-    the store was restored into a server whose transaction ids are younger than its rows)."""
+    """The store's functions, ``base`` added to the transaction ids positions come from (not 0
+    once the store was restored into a server whose transaction ids are younger than its
+    positions)."""
     return [
         f"INSERT INTO {{s}}.meta AS m VALUES ('position_base', '{base}') "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
