@@ -16,7 +16,13 @@ alone by:
 * zstd (level 3) with no dictionary, with the training rows as raw content, and with one
   trained by zstd on them (4 and 16 KiB; 4 KiB at level 19 too);
 
-and beside them, as the baseline, deflate after the two rows before it of its session with
+With ``--postgres URL``, it also writes the rows of 200 plain turns, zstd with the trained
+4 KiB dictionary, into a table of one row per append on that server (``stream, seq, count,
+position, prev_hash, hash, data``, keyed by ``stream, seq``, with an index on ``position``)
+and a head row per session, and prints the bytes of those relations: what such a layout would
+take on PostgreSQL.
+
+And beside them, as the baseline, deflate after the two rows before it of its session with
 layout 4's dictionary, as layout 4 does today (a chain, which needs a cache of each stream's
 last rows to write and to read). It prints the bytes per turn and the median time to compress
 and to read a row.
@@ -24,6 +30,8 @@ and to read a row.
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
 import statistics
 import tempfile
@@ -32,6 +40,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import storage  # bench/storage.py, beside this file
 import zstandard
 from report import Line, table
@@ -146,7 +155,58 @@ def measure(codec: Codec, rows: list[tuple[str, bytes]]) -> tuple[int, float, fl
     return size, statistics.median(packing) * 1e6, statistics.median(unpacking) * 1e6
 
 
+ROWS_DDL = [
+    "CREATE TABLE {s}.rows (stream TEXT NOT NULL, seq BIGINT NOT NULL, count INT NOT NULL, "
+    "position BIGINT NOT NULL, prev_hash BYTEA NOT NULL, hash BYTEA NOT NULL, "
+    "data BYTEA NOT NULL, PRIMARY KEY (stream, seq))",
+    "CREATE INDEX ON {s}.rows (position)",
+    "CREATE TABLE {s}.streams (stream TEXT PRIMARY KEY, last_seq BIGINT NOT NULL, "
+    "last_hash BYTEA NOT NULL)",
+]
+
+
+def postgres_rows(url: str, rows: list[tuple[str, bytes]], codec: Codec) -> int:
+    """Write ``rows`` compressed by ``codec`` as one row per append in a schema of their own
+    at ``url``; return the bytes of its relations (the schema is dropped after)."""
+    schema = f"plait_bench_rows_{os.getpid()}"
+    pack, _ = codec
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            for statement in ROWS_DDL:
+                conn.execute(statement.format(s=f'"{schema}"'))
+            seqs: dict[str, int] = {}
+            for position, (stream, data) in enumerate(rows, 1):
+                seq = seqs.get(stream, 0) + 1
+                seqs[stream] = seq
+                digest, prev = os.urandom(32), os.urandom(32)  # hashes do not compress
+                conn.execute(
+                    f'INSERT INTO "{schema}".rows VALUES (%s, %s, 1, %s, %s, %s, %s)',
+                    (stream, seq, position << 20, prev, digest, pack(data, [])),
+                )
+                conn.execute(
+                    f'INSERT INTO "{schema}".streams VALUES (%s, %s, %s) ON CONFLICT (stream) '
+                    "DO UPDATE SET last_seq = excluded.last_seq, last_hash = excluded.last_hash",
+                    (stream, seq, digest),
+                )
+            conn.execute(f'VACUUM FULL "{schema}".rows, "{schema}".streams')
+            found = conn.execute(
+                "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind = 'r'",
+                (schema,),
+            ).fetchone()
+            return int(found[0]) if found and found[0] else 0
+        finally:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
+    parser.add_argument(
+        "--postgres", default=os.environ.get("PLAIT_TEST_POSTGRES"), help="also on PostgreSQL"
+    )
+    args = parser.parse_args()
     train = record({"plain": [range(12)], "tool": [range(12)]})
     test = record({"plain": [range(100, 150)], "tool": [range(200, 250)]})
     samples = [data for _, data in train]
@@ -187,6 +247,13 @@ def main() -> None:
         "raw: layout 4 today, each row deflated after the 2 rows before it in its session",
     )
     table("µs per row, the median", times, "raw: layout 4 today, as above")
+    if args.postgres:
+        plain = record({"plain": [range(300, 500)]})
+        size = postgres_rows(args.postgres, plain, zstd(dicts[4096]))
+        print(
+            f"\n200 plain turns ({len(plain)} appends) as rows alone on PostgreSQL (zstd, "
+            f"trained 4 KiB): {size:,} B after VACUUM FULL, {size / 200:,.0f} B a turn"
+        )
 
 
 if __name__ == "__main__":
