@@ -105,7 +105,9 @@ POLL_SEC = 1.0
 """How often a subscription looks for appends no announcement told it of (a writer killed
 between its commit and its announcement; a transaction of another kind holding rows back)."""
 HELD_POLL_SEC = 0.02
-"""How soon a subscription looks again when committed rows wait above the bound."""
+"""How soon a subscription looks again when committed rows wait above the bound; doubled at
+each look that finds them still waiting, up to ``POLL_SEC`` (a transaction left open holds
+them for as long as it runs: docs/event-log.md#streams-seq-and-position)."""
 
 SCRUB_WAIT_SEC = 30.0
 """How long ``scrub`` waits for older transactions to end before it says it could not."""
@@ -155,7 +157,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         self._sql = {name: sql.SQL(text).format(s=s).as_bytes() for name, text in QUERIES.items()}
         self._waiters: weakref.WeakSet[NotifyWaiter] = weakref.WeakSet()
         self._heads: dict[str, tuple[int, bytes]] = {}  # heads this object wrote, by stream
-        self._held = False  # whether the last settled read left committed rows above it
+        self._held = 0  # how many settled reads in a row left committed rows above the bound
         try:
             outage = float(ours.get("outage_sec", DEFAULT_OUTAGE_SEC))
         except ValueError:
@@ -304,7 +306,8 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
     def _settled_rows(self, after_position: int, limit: int | None) -> list[Row]:
         rows = [_row(row) for row in self._query("settled", (after_position, limit))]
         if limit is None or len(rows) < limit:
-            ((self._held,),) = self._query("held")
+            ((held,),) = self._query("held")
+            self._held = self._held + 1 if held else 0
         return rows
 
     def space(self) -> Space:
@@ -406,7 +409,9 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
 
     def _poll(self) -> float:
         """How soon a subscription must look again without an announcement."""
-        return HELD_POLL_SEC if self._held else POLL_SEC
+        if not self._held:
+            return POLL_SEC
+        return min(POLL_SEC, HELD_POLL_SEC * float(2 ** min(self._held - 1, 16)))
 
     def _inbox_waiter(self) -> Waiter:
         return self._listener(self.inbox_channel, self._commanded)
