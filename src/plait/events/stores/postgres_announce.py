@@ -22,7 +22,10 @@ import psycopg
 from plait.errors import StoreUnavailableError
 from plait.events.stores.postgres_link import Connection
 
-__all__ = ["GAP_SEC", "Announcer"]
+__all__ = ["CLOSE_WAIT_SEC", "GAP_SEC", "Announcer"]
+
+CLOSE_WAIT_SEC = 1.0
+"""How long closing waits for an announcement on its way."""
 
 GAP_SEC = 0.005
 """The least time between two announcements of one store object: what it adds, at most, to
@@ -74,11 +77,13 @@ class Announcer:
                 conn.close()
 
     def close(self) -> None:
-        """Stop the thread (an announcement on its way is sent first); idempotent."""
+        """Stop the thread (an announcement on its way is sent first); idempotent. Waits for it
+        ``CLOSE_WAIT_SEC`` at most: one connecting to a server that went away ends on its own,
+        at its connect timeout (it holds nothing a process waits for)."""
         with self._start:
             self._closed = True
             thread = self._thread
         self._closing.set()
         self._due.set()
         if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            thread.join(CLOSE_WAIT_SEC)
