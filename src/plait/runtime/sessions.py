@@ -44,6 +44,10 @@ __all__ = ["Sessions"]
 
 log = logging.getLogger("plait")
 
+DROP_OUT_WAIT_SEC = 15.0
+"""How long resuming waits for the drop-out of a session that failed or was lost here: longer
+than the drop-out waits for its actors to stop (``supervision.STOP_SEC``)."""
+
 
 class Sessions:
     """The sessions of a ``Runtime``, and which of them are this process's to run."""
@@ -91,8 +95,8 @@ class Sessions:
         content is not in the log: its storage policy did not keep it, or it expired.
         """
         with self._resuming:  # one handle (one writer) per session, whoever calls
-            if session_id in self.hosts:
-                return self.hosts[session_id].handle
+            if (here := self._host_here(session_id)) is not None:
+                return here.handle
             if self.store.last_seq(session_id) == 0:  # no lease for a session not there
                 raise UnknownSessionError(session_id)
             self._offer(session_id, tools)
@@ -100,6 +104,17 @@ class Sessions:
             if host is None:
                 return self._follow(session_id, self._read_session(session_id)).handle
             return host.handle
+
+    def _host_here(self, session_id: str) -> SessionHost | None:
+        """The session's host in this process, if it has one. One that failed or was lost
+        leaves once its drop-out has stopped its actors: a caller told of the failure (its
+        feeds are failed first) and resuming at once waits for that, rather than be handed the
+        host that is going (docs/failures.md#supervision)."""
+        host = self.hosts.get(session_id)
+        if host is not None and host.dropping is not None:
+            host.dropping.wait(DROP_OUT_WAIT_SEC)
+            host = self.hosts.get(session_id)
+        return host
 
     def _own_if_free(self, session_id: str) -> SessionHost | None:
         """Take the session's lease and resume it, unless another live process holds it."""
@@ -144,8 +159,8 @@ class Sessions:
         inbox, for the session's owner, or for a worker to take it over (a front end that
         leaves running sessions to ``plait worker``); its events come from the log."""
         with self._resuming:
-            if session_id in self.hosts:
-                return self.hosts[session_id].handle
+            if (here := self._host_here(session_id)) is not None:
+                return here.handle
             host = self._follow(session_id, self._read_session(session_id))
             host.takes_over = False
             return host.handle
