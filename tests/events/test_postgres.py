@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +18,7 @@ from plait.events import Event, TurnStarted
 from plait.events.codec import GENESIS_HASH
 from plait.events.stores import open_store
 from plait.events.stores.postgres import PostgresStore
+from plait.events.stores.postgres_settled import Settled
 from plait.events.stores.postgres_sql import APPEND_SIGNATURE, POSITION_BITS
 
 
@@ -191,6 +194,31 @@ def test_a_subscription_sees_an_append_no_one_announced(schema: str) -> None:
         waiting.join(15)
         # Found by its periodic look (POLL_SEC): nothing announced it.
         assert [(e.stream, e.position) for e in got if e is not None] == [("s", position)]
+
+
+def test_subscriptions_held_back_long_say_by_which_transaction(
+    schema: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(Settled, "warn_sec", 0.1)  # 30 s, for a suite
+    with (
+        PostgresStore(POSTGRES_URL, schema=schema) as store,
+        psycopg.connect(POSTGRES_URL) as held,
+        caplog.at_level(logging.WARNING, logger="plait"),
+    ):
+        held.execute("SELECT pg_current_xact_id()")  # a transaction with an id, left open
+        (event,) = store.append("s", [TurnStarted(turn=1)], 0)
+        with store.subscribe() as tail:
+            deadline = time.monotonic() + 10
+            while not (said := [r.getMessage() for r in caplog.records if "wait:" in r.message]):
+                assert tail.get(timeout=0.2) is None  # held back while the transaction runs
+                assert time.monotonic() < deadline, "nothing said of what holds it back"
+            held.commit()
+            got = tail.get(timeout=10)
+        assert got is not None and got.position == event.position
+    (line,) = said  # once a spell
+    assert line.startswith(f"{store.url} (schema {schema}): subscriptions wait: events ")
+    assert "held back by the transaction of server process " in line
+    assert line.endswith("they are handed out once it ends (docs/scale.md#one-server)")
 
 
 def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:

@@ -20,7 +20,8 @@
 * Appends are announced on a channel named after the schema once committed, by the store's
   ``Announcer`` (a ``NOTIFY`` inside the append would serialise every commit). Subscriptions
   ``LISTEN`` on a connection of their own, so appends from any process wake them at once; they
-  also look every ``POLL_SEC``, for rows held below a bound and announcements lost to a kill.
+  also look on their own, for rows held above the settled bound and for announcements lost to
+  a kill (``postgres_settled``).
 * Tables and functions are created on open when missing (``postgres_schema``).
 """
 
@@ -60,6 +61,7 @@ from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Li
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
 from plait.events.stores.postgres_schema import open_schema
+from plait.events.stores.postgres_settled import HOLDER, Settled
 from plait.events.stores.postgres_sql import (
     LEASE_LOST,
     POSITION_BITS,
@@ -100,14 +102,6 @@ def _public_url(url: str) -> str:
     query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", parts.query)
     return urlunsplit(parts._replace(netloc=user.partition(":")[0] + at + host, query=query))
 
-
-POLL_SEC = 1.0
-"""How often a subscription looks for appends no announcement told it of (a writer killed
-between its commit and its announcement; a transaction of another kind holding rows back)."""
-HELD_POLL_SEC = 0.02
-"""How soon a subscription looks again when committed rows wait above the bound; doubled at
-each look that finds them still waiting, up to ``POLL_SEC`` (a transaction left open holds
-them for as long as it runs: docs/event-log.md#streams-seq-and-position)."""
 
 SCRUB_WAIT_SEC = 30.0
 """How long ``scrub`` waits for older transactions to end before it says it could not."""
@@ -157,7 +151,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         self._sql = {name: sql.SQL(text).format(s=s).as_bytes() for name, text in QUERIES.items()}
         self._waiters: weakref.WeakSet[NotifyWaiter] = weakref.WeakSet()
         self._heads: dict[str, tuple[int, bytes]] = {}  # heads this object wrote, by stream
-        self._held = 0  # how many settled reads in a row left committed rows above the bound
+        self._settled = Settled(f"{self.url} (schema {self.schema})")
         try:
             outage = float(ours.get("outage_sec", DEFAULT_OUTAGE_SEC))
         except ValueError:
@@ -307,7 +301,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         rows = [_row(row) for row in self._query("settled", (after_position, limit))]
         if limit is None or len(rows) < limit:
             ((held,),) = self._query("held")
-            self._held = self._held + 1 if held else 0
+            self._settled.note(bool(held), self._holder)
         return rows
 
     def space(self) -> Space:
@@ -409,9 +403,11 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
 
     def _poll(self) -> float:
         """How soon a subscription must look again without an announcement."""
-        if not self._held:
-            return POLL_SEC
-        return min(POLL_SEC, HELD_POLL_SEC * float(2 ** min(self._held - 1, 16)))
+        return self._settled.poll()
+
+    def _holder(self) -> tuple[Any, ...] | None:
+        """The transaction holding the settled bound back (``postgres_settled.HOLDER``)."""
+        return self._run(lambda conn: conn.execute(HOLDER).fetchone())
 
     def _inbox_waiter(self) -> Waiter:
         return self._listener(self.inbox_channel, self._commanded)
