@@ -6,22 +6,27 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
-from support import StoreFactory, process
+from support import POSTGRES_URL, StoreFactory, process
 from support import wait_for_event as wait_for
 
 from plait.errors import LeaseLostError
 from plait.events import (
+    Event,
     EventStore,
     ModelRequested,
+    SessionClosed,
     SessionResumed,
     TaskCompleted,
     TaskEnqueued,
     TurnAborted,
 )
 from plait.events.ownership import Command, SubmitTask
+from plait.events.stores.postgres import PostgresStore
 from plait.events.values import InputText, TaskPlan
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
@@ -120,6 +125,39 @@ def test_a_followed_session_is_taken_over_when_its_owner_hands_it_back(
         assert not followed.followed
         lease = b.store.lease(session.session_id)
         assert lease is not None and lease.owner == "b" and lease.epoch == 2
+
+
+def test_a_follower_misses_no_event_committed_below_where_it_began(
+    tmp_path: Path, server: ScriptedModelServer
+) -> None:
+    """On PostgreSQL an append begun before another may commit after it, below its position
+    (docs/event-log.md#streams-seq-and-position): a follower that begins after the later one
+    still gets the earlier one once it commits."""
+    stores = StoreFactory("postgres", tmp_path)
+    server.push(Step(text="x"), Step(text="y"), Step(text="x again"))
+    try:
+        with two(stores, server) as (a, b):
+            x, y = a.start_session(), a.start_session()
+            assert x.run("hi", timeout=30).ok and y.run("hi", timeout=30).ok
+            assert y.release(timeout=30)  # a writes no more to y: the test's append is its
+            store = stores.open()
+            assert isinstance(store, PostgresStore)
+            (last,) = store.read(y.session_id)[-1:]
+            ((_, kind, v, data, digest),) = store.prepare(
+                y.session_id, [SessionClosed()], last.seq, last.hash
+            ).rows
+            args = (y.session_id, last.seq, last.hash, None, [kind], [v], [data])
+            with psycopg.connect(POSTGRES_URL) as held:  # y's append, begun first, left open
+                held.execute(store._sql["append"], (*args, [digest], [], [], []))
+                assert x.run("again", timeout=30).ok  # x's, begun later, committed first
+                b.follow(x.session_id)  # b begins after x's last event
+                followed = b.follow(y.session_id)
+                with followed.subscribe(transient=False) as feed:
+                    held.commit()
+                    got = feed.get(timeout=10)
+        assert got is not None and isinstance(got, Event) and got.seq == last.seq + 1
+    finally:
+        stores.close()
 
 
 def test_commands_of_a_task_already_in_the_log_are_not_run_twice(

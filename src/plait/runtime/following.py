@@ -61,7 +61,12 @@ class Followers:
         with self._lock:
             self._hosts[host.session_id] = host
             if self._subscription is None:
-                self._subscription = self._store.subscribe(after_position)
+                # From no later than the last settled position: on PostgreSQL an append of
+                # another session begun earlier may still commit below ``after_position``
+                # (docs/event-log.md#streams-seq-and-position). What comes twice is dropped
+                # by seq (``journal.deliver``).
+                start = min(after_position, self._store.last_position())
+                self._subscription = self._store.subscribe(start)
                 self._thread = threading.Thread(target=self._run, name="plait-follow", daemon=True)
                 self._thread.start()
                 self._looking = self._timers.every(self.POLL_SEC, self._look, "take over")
