@@ -47,7 +47,7 @@ def run() -> int:
         code = main()
     except KeyboardInterrupt:  # a Ctrl-C as the command ended, before it said so
         LIFETIME.end(130)
-        sys.stderr.write("plait: interrupted\n")
+        sys.stderr.write("plait: stopped by SIGINT\n")
         code = 130
     for stream in (sys.stdout, sys.stderr):  # a signal that cuts a stuck flush exits, with code
         with contextlib.suppress(Exception):

@@ -320,9 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         LIFETIME.end(0)
         reader_left()  # `plait log | head`: end quietly, with no error at exit
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # SIGINT before the command put in its own handler, or after
         LIFETIME.end(130)
-        err(f"{_after_ctrl_c()}plait: interrupted")
+        err(f"{_after_ctrl_c()}plait: stopped by SIGINT")
         return 130
     except Stopped as stopped:  # SIGTERM or SIGINT: the command says what it stopped
         LIFETIME.end(stopped.code)
