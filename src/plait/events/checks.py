@@ -21,13 +21,13 @@ import msgspec
 from plait.errors import CorruptEventError, TamperedError
 from plait.events.blobs import blob_refs
 from plait.events.codec import BODY_TYPES, GENESIS_HASH, decode_rows
-from plait.events.pruned import PrunedSession
-from plait.events.signing import Signatures
 from plait.events.types import ContentErased, ConversationOpened, Event
+from plait.events.verification import Verification
 
 if TYPE_CHECKING:
+    from plait.events.blobstore import RedactedMarker
     from plait.events.proof import Proof
-    from plait.events.store import RedactedMarker, Row
+    from plait.events.rows import Row
 
 __all__ = [
     "Columns",
@@ -174,35 +174,6 @@ class Links:
         raise TamperedError(event.stream, event.seq, BROKEN)
 
 
-class Verification(msgspec.Struct, frozen=True):
-    """What ``verify`` found walking a stream's hash chain and blob references."""
-
-    stream: str
-    """The stream walked."""
-    ok: bool
-    """True when nothing was found edited, missing or out of place."""
-    events: int
-    """Events checked."""
-    first_bad_seq: int | None = None
-    """The first seq where a check failed."""
-    reason: str = ""
-    """What failed there, for people."""
-    blobs: int = 0
-    """Blob references checked."""
-    redacted: int = 0
-    """Blob references whose content was deleted as its conversation's ``ttl`` storage policy
-    allows, or erased on request (``ContentErased``): not an error; any other deletion is."""
-    signatures: Signatures | None = None
-    """What the session's signed heads (and the witness, given a key) say, once its chain is
-    found intact (docs/event-log.md#signed-heads); ``None``: the chain is not."""
-    pruned: PrunedSession | None = None
-    """The session's record, when a prune removed it (its events are gone, its head kept)."""
-    pruned_sessions: int = 0
-    """Sessions of the store a prune removed, whose positions the store accounts for."""
-    pruned_events: int = 0
-    """Their events."""
-
-
 def verify(
     stream: str,
     rows: Iterable[Row],
@@ -213,7 +184,7 @@ def verify(
     """Walk ``stream``'s ``rows`` (as the store holds them): hash, columns, chain, the blobs
     they name (``blob``: a blob's bytes by sha-256) and the stream's ``head`` (read last);
     then, the chain intact, its ``proof``: signed heads and witness (``plait.events.proof``)."""
-    from plait.events.store import REDACTED
+    from plait.events.blobstore import REDACTED
 
     previous = GENESIS_HASH
     position = seq = 0

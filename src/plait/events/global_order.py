@@ -15,7 +15,7 @@ from plait.events.checks import Links
 from plait.events.subscription import Subscription, Waiter
 
 if TYPE_CHECKING:
-    from plait.events.store import Row
+    from plait.events.rows import Row
     from plait.events.types import Event
 
 __all__ = ["GlobalOrder"]

@@ -18,8 +18,8 @@ from plait.events.types import Event
 from plait.events.witness import Witness, WitnessHead, latest
 
 if TYPE_CHECKING:
-    from plait.events.checks import Verification
     from plait.events.pruned import PrunedSession
+    from plait.events.verification import Verification
 
 __all__ = ["Proof", "failure_line"]
 

@@ -20,7 +20,7 @@ from plait.events.pruned import PrunedPositions, PrunedSession
 
 if TYPE_CHECKING:
     from plait.events.proof import Proof
-    from plait.events.store import Row
+    from plait.events.rows import Row
 
 __all__ = ["Pruning"]
 

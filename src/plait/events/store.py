@@ -32,6 +32,7 @@ from plait.events.ownership import Ownership
 from plait.events.prepared import PreparedAppend
 from plait.events.proof import Proof
 from plait.events.pruning import Pruning
+from plait.events.rows import Row
 from plait.events.signing import PublicKey
 from plait.events.space import Space
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
@@ -63,13 +64,6 @@ def utc_now() -> datetime:
 
 BlobState = Callable[[str], "bytes | RedactedMarker | None"]
 """A blob's bytes by sha-256, ``REDACTED`` (deleted, a tombstone left), or ``None``: unknown."""
-
-Row = tuple[int, bytes, bytes, str, int, str, int]
-"""A stored event as reads fetch it: ``(position, data, hash, stream, seq, type, v)``. The
-bytes say everything; the columns, which find rows, are checked against them.
-
-A plain tuple, straight from the database driver: a rebuild reads millions of them.
-"""
 
 
 class StreamInfo(msgspec.Struct, frozen=True):

@@ -13,14 +13,24 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from plait.events.types import Event
 
-if TYPE_CHECKING:
-    from plait.events.global_order import GlobalOrder
-
 __all__ = ["ConditionWaiter", "Signal", "Subscription", "Waiter"]
+
+
+class Settled(Protocol):
+    """What a subscription reads: a store's settled events after a position."""
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        *,
+        limit: int | None = 1000,
+        resolve_blobs: bool = True,
+        settled: bool = False,
+    ) -> list[Event]: ...
 
 
 class Waiter(ABC):
@@ -76,7 +86,7 @@ class ConditionWaiter(Waiter):
 class Subscription(Iterator[Event]):
     """Every event after a position, in global order, each once; blocks for new ones."""
 
-    def __init__(self, store: GlobalOrder, after_position: int, waiter: Waiter) -> None:
+    def __init__(self, store: Settled, after_position: int, waiter: Waiter) -> None:
         self._store = store
         self._after = after_position
         self._waiter = waiter
