@@ -79,7 +79,11 @@ class GlobalOrder(ABC):
 
     def subscribe(self, from_position: int = 0) -> Subscription:
         """Return a live iterator over every event after ``from_position``, each exactly once."""
-        return Subscription(self, from_position, self._waiter())
+        return Subscription(self._settled_batch, from_position, self._waiter())
+
+    def _settled_batch(self, after_position: int) -> list[Event]:
+        """What a subscription reads at a time: settled events after ``after_position``."""
+        return self.read_all(after_position, limit=500, settled=True)
 
     @abstractmethod
     def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:

@@ -12,25 +12,11 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator
 
 from plait.events.types import Event
 
 __all__ = ["ConditionWaiter", "Signal", "Subscription", "Waiter"]
-
-
-class Settled(Protocol):
-    """What a subscription reads: a store's settled events after a position."""
-
-    def read_all(
-        self,
-        after_position: int = 0,
-        *,
-        limit: int | None = 1000,
-        resolve_blobs: bool = True,
-        settled: bool = False,
-    ) -> list[Event]: ...
 
 
 class Waiter(ABC):
@@ -86,8 +72,10 @@ class ConditionWaiter(Waiter):
 class Subscription(Iterator[Event]):
     """Every event after a position, in global order, each once; blocks for new ones."""
 
-    def __init__(self, store: Settled, after_position: int, waiter: Waiter) -> None:
-        self._store = store
+    def __init__(
+        self, read: Callable[[int], list[Event]], after_position: int, waiter: Waiter
+    ) -> None:
+        self._read = read  # the store's settled events after a position, a batch of them
         self._after = after_position
         self._waiter = waiter
         self._buffer: deque[Event] = deque()
@@ -108,7 +96,7 @@ class Subscription(Iterator[Event]):
                 self._handed = event.position
                 return event
             token = self._waiter.token()
-            batch = self._store.read_all(self._after, limit=500, settled=True)
+            batch = self._read(self._after)
             if batch:
                 self._buffer.extend(batch)
                 self._after = batch[-1].position
