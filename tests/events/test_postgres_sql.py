@@ -14,7 +14,6 @@ SESSION_TABLES = ("events", "streams", "leases", "inbox")
 ACROSS = {
     "all": "a read of every session in order: rebuilds, audits, exports",
     "settled": "a subscription across sessions (followers, plait sessions --watch)",
-    "held": "whether a subscription across sessions must look again soon",
     "last_position": "where a subscription from now starts",
     "positions": "opening a store: the base positions count from",
     "streams": "listing every session (plait sessions)",

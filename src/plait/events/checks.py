@@ -138,25 +138,11 @@ class Links:
         last = self._last
         get = last.get
         position = self._position
-        dense = self._dense
         for event in events:
             position += 1
             if event.position != position:
-                if not (
-                    event.position > position
-                    and (
-                        not dense
-                        or (self._pruned is not None and self._pruned(position, event.position - 1))
-                    )
-                ):
-                    where = (
-                        f"at position {event.position}, where {position} was next"
-                        if dense
-                        else f"at position {event.position}, not after {position - 1}"
-                    )
-                    why = f"{where} (a row moved or is lost)"
-                    raise TamperedError(event.stream, event.seq, why)
-                position = event.position  # past what a prune removed
+                self._jumped(event, position)
+                position = event.position  # past what a prune removed, or a gap allowed
             before = get(event.stream)
             if before is not None:
                 if event.prev_hash != before.hash or event.seq != before.seq + 1:
@@ -165,6 +151,21 @@ class Links:
                 raise TamperedError(event.stream, 1, BROKEN)
             last[event.stream] = event
         self._position = position
+
+    def _jumped(self, event: Event, expected: int) -> None:
+        """Refuse ``event``, found where position ``expected`` was next, unless it is past it
+        and positions are not dense, or a prune accounts for those it skipped."""
+        if event.position > expected and (
+            not self._dense
+            or (self._pruned is not None and self._pruned(expected, event.position - 1))
+        ):
+            return
+        where = (
+            f"at position {event.position}, where {expected} was next"
+            if self._dense
+            else f"at position {event.position}, not after {expected - 1}"
+        )
+        raise TamperedError(event.stream, event.seq, f"{where} (a row moved or is lost)")
 
     @staticmethod
     def _refuse(event: Event, before: Event) -> None:

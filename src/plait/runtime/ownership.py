@@ -250,8 +250,8 @@ class Owner:
         waiting: set[str] = set()  # passive, no place free: in order, after one that waits
         submitted: list[tuple[StoredCommand, Ack]] = []
         try:
-            for stored in self._store.commands(*sorted(held)):  # its sessions' only
-                if stored.stream not in held or stored.id in self._taken:
+            for stored in self._store.commands(*held):  # its sessions' only
+                if stored.id in self._taken:
                     continue
                 host = self._runtime.hosts.get(stored.stream)
                 if host is None or host.followed or stored.stream in waiting:

@@ -298,11 +298,11 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         return [_row(row) for row in self._query("all", (after_position, limit))]
 
     def _settled_rows(self, after_position: int, limit: int | None) -> list[Row]:
-        rows = [_row(row) for row in self._query("settled", (after_position, limit))]
-        if limit is None or len(rows) < limit:
-            ((held,),) = self._query("held")
-            self._settled.note(bool(held), self._holder)
-        return rows
+        # One round trip: the rows, each with whether committed rows wait above the bound (a
+        # row of NULLs but for that, when there are none).
+        found = self._query("settled", (after_position, limit))
+        self._settled.note(bool(found[0][-1]), self._holder)
+        return [_row(row[:-1]) for row in found if row[0] is not None]
 
     def space(self) -> Space:
         rows = self._run(

@@ -57,20 +57,26 @@ class BytesArray(_Array):
     element = 17
 
 
-class Int4Array(_Array):
+class _Integers(_Array):
+    """Integers of ``size`` bytes (struct format ``code``), each after its length."""
+
+    __slots__ = ()
+    size, code = 4, "i"
+
+    def _elements(self) -> bytes:
+        pairs = (n for item in self.items for n in (self.size, item))
+        return struct.pack("!" + ("i" + self.code) * len(self.items), *pairs)
+
+
+class Int4Array(_Integers):
     __slots__ = ()
     element = 23
 
-    def _elements(self) -> bytes:
-        return struct.pack(f"!{2 * len(self.items)}i", *(n for i in self.items for n in (4, i)))
 
-
-class Int8Array(_Array):
+class Int8Array(_Integers):
     __slots__ = ()
     element = 20
-
-    def _elements(self) -> bytes:
-        return b"".join(struct.pack("!iq", 8, item) for item in self.items)
+    size, code = 8, "q"
 
 
 def _dumper(array_oid: int) -> type[adapt.Dumper]:

@@ -197,11 +197,13 @@ QUERIES = {
     "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",
     "all": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
     "WHERE position > %s ORDER BY position LIMIT %s",
-    # Only below the bound: a row above it may yet be joined by one below it.
-    "settled": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
-    "WHERE position > %s AND position < {s}.position_bound_v1() ORDER BY position LIMIT %s",
-    # Whether a row stands at or above the bound (committed, but not yet readable in order).
-    "held": "SELECT coalesce(max(position), 0) >= {s}.position_bound_v1() FROM {s}.events",
+    # Only below the bound (a row above it may yet be joined by one below it), each with
+    # whether a committed row stands at or above it, not yet readable in order.
+    "settled": "SELECT e.position, e.data, e.hash, e.stream, e.seq, e.type, e.v, b.held FROM "
+    "(SELECT bound, (SELECT coalesce(max(position), 0) FROM {s}.events) >= bound AS held "
+    "FROM (SELECT {s}.position_bound_v1() AS bound) AS x) AS b "
+    "LEFT JOIN LATERAL (SELECT * FROM {s}.events WHERE position > %s AND position < b.bound "
+    "ORDER BY position LIMIT %s) AS e ON true",
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
     # The last position a subscription can start after now (the last settled).
     "last_position": "SELECT coalesce(max(position), 0) FROM {s}.events "
