@@ -185,13 +185,19 @@ def in_thread(work: Callable[[], object]) -> tuple[threading.Thread, list[object
     return thread, result
 
 
-def inbox_emptied(store: EventStore, stream: str) -> None:
-    """Return once ``stream``'s inbox is empty (the owner took and dropped what was there)."""
+def until(done: Callable[[], object], what: str) -> None:
+    """Return once ``done()`` holds, looking every 20 ms (nothing signals it), failing with
+    ``what`` after ``WAIT_SEC``."""
     deadline = time.monotonic() + WAIT_SEC
     pause = threading.Event()
-    while store.commands(stream):
-        assert time.monotonic() < deadline, f"session {stream}: its inbox was not emptied"
-        pause.wait(0.02)  # no signal says a command was dropped: look again
+    while not done():
+        assert time.monotonic() < deadline, what
+        pause.wait(0.02)
+
+
+def inbox_emptied(store: EventStore, stream: str) -> None:
+    """Return once ``stream``'s inbox is empty (the owner took and dropped what was there)."""
+    until(lambda: not store.commands(stream), f"session {stream}: its inbox was not emptied")
 
 
 def first_of(store: EventStore, stream: str, task_id: str, *kinds: type) -> Event:
@@ -549,13 +555,12 @@ def test_a_destroy_whose_owner_is_killed_before_it_is_recorded_is_done_by_the_ne
 def waiting_on_the_row(name: str) -> None:
     """Return once a connection named ``name`` waits on a lock in an append (on the row the
     test holds)."""
-    deadline = time.monotonic() + WAIT_SEC
-    pause = threading.Event()
     query = (
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
         "AND wait_event_type = 'Lock' AND query LIKE '%%append_v2%%'"
     )
     with psycopg.connect(POSTGRES_URL, autocommit=True) as look:  # outside the held transaction
-        while not (look.execute(query, (name,)).fetchone() or (0,))[0]:
-            assert time.monotonic() < deadline, f"{name}: no append waits on the row"
-            pause.wait(0.02)  # nothing signals a wait on a lock: look again
+        until(
+            lambda: (look.execute(query, (name,)).fetchone() or (0,))[0],
+            f"{name}: no append waits on the row",
+        )
