@@ -19,7 +19,7 @@ from plait.events.types import Event, Transient
 
 if TYPE_CHECKING:
     from plait.actors.feed import Feed
-    from plait.actors.seams import Recipient
+    from plait.actors.refs import Recipient
 
 __all__ = ["Delivery"]
 

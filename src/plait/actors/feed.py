@@ -10,13 +10,13 @@ import asyncio
 import queue
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from plait.actors.bridge import Promise
 from plait.events.types import Body, Event, FeedLagged, Transient
 
 if TYPE_CHECKING:
-    from plait.actors.journal import Journal
+    from plait.events.store import EventStore
 
 __all__ = ["DEFAULT_FEED_LIMIT", "Feed", "Kinds", "Lost"]
 
@@ -39,6 +39,19 @@ DEFAULT_FEED_LIMIT = 10_000
 """How many items a feed holds for a reader that does not take them, before it lags."""
 
 
+class Source(Protocol):
+    """What a feed is fed by (a ``Journal``): its session, where it stands, the log to read
+    again from, and its list of feeds."""
+
+    store: EventStore
+    stream: str
+
+    @property
+    def last_seq(self) -> int: ...
+
+    def _unsubscribe(self, feed: Feed) -> None: ...
+
+
 class Feed(Iterator["Event | Transient"]):
     """A live view of a session: its events as they are recorded, and transient deltas.
 
@@ -51,7 +64,7 @@ class Feed(Iterator["Event | Transient"]):
 
     def __init__(
         self,
-        journal: Journal,
+        journal: Source,
         transient: bool = True,
         limit: int = DEFAULT_FEED_LIMIT,
         kinds: Kinds | None = None,

@@ -23,7 +23,7 @@ from plait.actors.messages import CatchUp
 from plait.events.types import Event
 
 if TYPE_CHECKING:
-    from plait.actors.seams import Recipient
+    from plait.actors.refs import Recipient
 
 __all__ = ["BACKLOG", "Listeners"]
 

@@ -23,7 +23,7 @@ from plait.events.types import (
 from plait.events.values import ContextChange, InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
 
 if TYPE_CHECKING:  # it imports nothing at run time: msgspec never encodes a message's ref
-    from plait.actors.seams import Recipient
+    from plait.actors.refs import Recipient
 
 __all__ = [
     "Abort",

@@ -24,7 +24,7 @@ from plait.events.types import AgentMessageDelta, ReasoningDelta, Transient
 if TYPE_CHECKING:
     from plait.actors.conversation import Conversation
     from plait.actors.model import AttemptFailed
-    from plait.actors.seams import Recipient
+    from plait.actors.refs import Recipient
     from plait.actors.stream import ModelReply
     from plait.events.projections.messages import ContentShape
 

@@ -33,6 +33,8 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from plait.actors.refs import Askable, Recipient
+
 if TYPE_CHECKING:
     from plait.actors.approvals import ApprovalRequest
     from plait.actors.feed import Feed, Kinds
@@ -69,32 +71,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-class Recipient(Protocol):
-    """An actor as others tell it things (pykka's ``ActorRef``)."""
-
-    @property
-    def actor_urn(self) -> str:
-        """The actor's unique id."""
-        ...
-
-    def tell(self, message: object) -> None:
-        """Put ``message`` in its inbox; ``pykka.ActorDeadError`` once it is stopped."""
-        ...
-
-    def is_alive(self) -> bool:
-        """Whether it is not stopped yet."""
-        ...
-
-
-class Askable(Recipient, Protocol):
-    """An actor others also ask, waiting for its answer (pykka's ``ActorRef``)."""
-
-    def ask(self, message: object, *, timeout: float | None = None) -> object:
-        """Send ``message`` and wait up to ``timeout`` seconds for what its handling returns
-        (pykka gives it no type: the caller knows what the message is answered with)."""
-        ...
 
 
 class JournalLike(Protocol):

@@ -40,7 +40,7 @@ from plait.events.store import EventStore
 from plait.events.types import Body, Event, HeadSigned, NewEvent
 
 if TYPE_CHECKING:
-    from plait.actors.seams import Recipient
+    from plait.actors.refs import Recipient
 
 __all__ = ["Writer"]
 
