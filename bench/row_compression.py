@@ -2,8 +2,7 @@
 
 The storage format planned next keeps one row per append, each compressed on its own with a
 dictionary that ships in the package; this measures the choices on the rows real sessions make.
-Run from the repository root, with the ``bench`` extra (``pip install -e '.[bench]'``):
-``python bench/row_compression.py``.
+Run from the repository root: ``python bench/row_compression.py``.
 
 It records sessions of ``bench/storage.py`` (plain turns, and turns with a tool call), once to
 train dictionaries on and once more, with other turns, to measure; it takes each append's

@@ -68,7 +68,12 @@ def test_the_wheel_holds_the_package_and_nothing_else(tmp_path: Path) -> None:
         str(path.relative_to(PACKAGE.parent))
         for path in PACKAGE.rglob("*")
         if path.is_file()
-        and (path.suffix == ".py" or path.name == "py.typed" or path.match("dictionary-*.bin"))
+        and (
+            path.suffix == ".py"
+            or path.name == "py.typed"
+            or path.match("dictionary-*.bin")
+            or path.match("zstd-*.dict")
+        )
     )
     assert package == expected
     assert all(n.startswith("plait/") or n.startswith("plait-") for n in names), names

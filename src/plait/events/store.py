@@ -29,6 +29,7 @@ from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_even
 from plait.events.erased import mark_erased
 from plait.events.global_order import GlobalOrder
 from plait.events.ownership import Ownership
+from plait.events.packing import Entry, chain, encode_entry
 from plait.events.prepared import PreparedAppend
 from plait.events.proof import Proof
 from plait.events.pruning import Pruning
@@ -85,6 +86,9 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
 
     writes_ahead = True
     """Whether a stream's writer may ``prepare`` appends before it writes them."""
+    encoding = 2
+    """The encoding of the events it writes: 3 where an append is one row
+    (``plait.events.packing``), 2 where each event is (docs/event-log.md#encoding)."""
 
     def __init__(
         self, *, blob_threshold: int = DEFAULT_BLOB_THRESHOLD, clock: Clock = utc_now
@@ -178,9 +182,10 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         prev = head_hash
         now = self.clock().astimezone(UTC)
         threshold = self.blob_threshold
-        encode, set_ = encode_event, msgspec.structs.force_setattr
+        set_ = msgspec.structs.force_setattr
         tags = BODY_TAGS
-        digest = hasher(stream)
+        packed = self.encoding == 3
+        digest, link = hasher(stream), chain(stream)
         seq = head_seq
         for draft in drafts:
             seq += 1
@@ -214,10 +219,13 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
                     stored = externalize(body, 0, blobs, self._scope(stream))
                 else:
                     stored = externalize(body, threshold, blobs)
-            # As stored (encoding 2): without its stream, which the row holds.
             conversation, task = draft.conversation_id, draft.task_id
-            data = encode(Event("", seq, at, version, stored, prev, conversation, task))  # type: ignore[arg-type]
-            prev = digest(data)
+            if packed:  # an entry of its append's row, chained to the event before
+                data = encode_entry(Entry(seq, at, version, stored, conversation, task))  # type: ignore[arg-type]
+                prev = link(prev, data)
+            else:  # encoding 2: without its stream, which the row holds
+                data = encode_event(Event("", seq, at, version, stored, prev, conversation, task))  # type: ignore[arg-type]
+                prev = digest(data)
             rows.append((seq, tags[cls], version, data, prev))
             set_(event, "hash", prev)
             out.append(event)
