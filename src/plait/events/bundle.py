@@ -21,39 +21,44 @@ import os
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, Annotated, Any
 
 import msgspec
 
 from plait.errors import BundleError
 from plait.events.blobs import blob_refs
 from plait.events.checks import Verification, verify
-from plait.events.codec import decode_rows
 from plait.events.proof import Proof
 from plait.events.signing import PublicKey, verify_signatures
 from plait.events.store import REDACTED, EventStore, RedactedMarker, Row
+from plait.events.stored import PER_APPEND, PER_EVENT, Packed, row_events
 from plait.events.witness import Witness, WitnessHead, encode_line, parse_witness
 
 __all__ = ["FORMAT", "Manifest", "export_bundle", "verify_bundle"]
 
-FORMAT = 1
-"""The bundle format this plait writes and reads."""
+FORMAT = PER_APPEND
+"""The latest bundle format, which this plait writes from a store of a row per append; it
+reads both: 1 holds a row per event, 2 a row per append (``plait.events.stored``)."""
 
 _CHECKSUM = b"plait-bundle sha256:"
 _COMMENT = len(_CHECKSUM) + 64  # the zip comment's length: the prefix and a hex sha-256
 _WHEN = (1980, 1, 1, 0, 0, 0)  # every member's time: a bundle's bytes are its content's
-_ROWS = msgspec.msgpack.Decoder(list[tuple[int, bytes, bytes, str, int, str, int]])
+_ROWS: dict[int, msgspec.msgpack.Decoder[list[Any]]] = {
+    PER_EVENT: msgspec.msgpack.Decoder(list[Row]),
+    PER_APPEND: msgspec.msgpack.Decoder(list[Packed]),
+}
+"""The rows of a bundle of each format: its store's layout (``plait.events.stored``)."""
 
 
 class Manifest(msgspec.Struct, frozen=True):
     """``manifest.json``: what a bundle holds."""
 
     format: int
-    """The bundle format (``FORMAT``)."""
+    """The bundle format: 1, a row per event; 2, a row per append (``FORMAT``)."""
     session: str
     """The session (stream) it holds."""
     events: int
@@ -89,10 +94,12 @@ def export_bundle(
     """Write the bundle of ``session`` at ``out_path`` (never over an existing file), with
     ``witness``'s lines of it; with ``public_key``, the session is verified first and what
     that said is kept in the manifest (``checked``). Return its manifest."""
-    rows, (last_seq, last_hash), blob = store.as_stored(session)
+    stored = store.as_stored(session)
+    rows, (last_seq, last_hash), blob = stored.rows, stored.head, stored.blob
     if not rows:
         raise BundleError(f"session {session}: no events in the store to export")
-    events = decode_rows(rows, check=False)  # what is there: the verifier checks it
+    # What is there: the verifier checks it.
+    events = [e for _, row in row_events(stored.layout, rows, check=False) for e in row]
     held: dict[str, bytes] = {}
     redacted: list[str] = []
     for sha256 in dict.fromkeys(ref.sha256 for e in events for ref in blob_refs(e.body)):
@@ -107,7 +114,7 @@ def export_bundle(
         report = store.verify(session, public_key=public_key, witness=witness)
         checked = "ok" if report.ok else report.reason
     manifest = Manifest(
-        FORMAT,
+        stored.layout,
         session,
         len(rows),
         last_seq,
@@ -146,13 +153,14 @@ def verify_bundle(
         return found if found is not None else REDACTED if sha256 in redacted else None
 
     head = (manifest.last_seq, bytes.fromhex(manifest.last_hash))
-    return verify(stream, rows, blob, lambda: head, proof)
+    walked = (events for _, events in row_events(manifest.format, rows))
+    return verify(stream, walked, blob, lambda: head, proof)
 
 
 def _write(
     path: Path,
     manifest: Manifest,
-    rows: list[Row],
+    rows: Sequence[Any],
     blobs: dict[str, bytes],
     lines: Iterable[WitnessHead],
 ) -> None:
@@ -205,7 +213,7 @@ def _digest(file: IO[bytes], size: int) -> str:
     return digest.hexdigest()
 
 
-def _read(path: Path) -> tuple[Manifest, list[Row], dict[str, bytes], list[WitnessHead]]:
+def _read(path: Path) -> tuple[Manifest, list[Any], dict[str, bytes], list[WitnessHead]]:
     """What the bundle at ``path`` holds, its checksum and every member checked."""
     try:
         with path.open("rb") as file:
@@ -221,11 +229,12 @@ def _read(path: Path) -> tuple[Manifest, list[Row], dict[str, bytes], list[Witne
                 )
             with zipfile.ZipFile(file) as bundle:
                 manifest = msgspec.json.decode(bundle.read("manifest.json"), type=Manifest)
-                if manifest.format != FORMAT:
+                if manifest.format not in _ROWS:
                     raise BundleError(
-                        f"bundle {path}: format {manifest.format}; this plait reads {FORMAT}"
+                        f"bundle {path}: format {manifest.format}; this plait reads "
+                        f"{' and '.join(map(str, _ROWS))}"
                     )
-                rows: list[Row] = _ROWS.decode(bundle.read("rows.msgpack"))
+                rows = _ROWS[manifest.format].decode(bundle.read("rows.msgpack"))
                 blobs = {
                     name.removeprefix("blobs/"): bundle.read(name)
                     for name in bundle.namelist()

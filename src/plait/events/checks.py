@@ -20,14 +20,13 @@ import msgspec
 
 from plait.errors import CorruptEventError, TamperedError
 from plait.events.blobs import blob_refs
-from plait.events.codec import BODY_TYPES, GENESIS_HASH, decode_rows
+from plait.events.codec import BODY_TYPES, GENESIS_HASH
 from plait.events.types import ContentErased, ConversationOpened, Event
 from plait.events.verification import Verification
 
 if TYPE_CHECKING:
     from plait.events.blobstore import RedactedMarker
     from plait.events.proof import Proof
-    from plait.events.rows import Row
 
 __all__ = [
     "Columns",
@@ -62,29 +61,29 @@ def misplaced(event: Event, stream: str, seq: int) -> str | None:
     return None if event.seq == seq else f"event missing (next stored is {event.seq})"
 
 
-def first_gap(read: Callable[[int, int], list[Row]]) -> tuple[int, int] | None:
-    """The first place where positions are not dense from 1, reading rows with ``read(after,
-    limit)``: the position before it (0: none) and the next one stored."""
+def first_gap(read: Callable[[int, int], list[Event]]) -> tuple[int, int] | None:
+    """The first place where positions are not dense from 1, reading events with
+    ``read(after, limit)``: the position before it (0: none) and the next one stored."""
     return next(position_gaps(read), None)
 
 
-def position_gaps(read: Callable[[int, int], list[Row]]) -> Iterator[tuple[int, int]]:
+def position_gaps(read: Callable[[int, int], list[Event]]) -> Iterator[tuple[int, int]]:
     """Every place where positions are not dense from 1, as ``first_gap`` gives the first."""
     after = 0
-    while rows := read(after, 10_000):
-        for row in rows:
-            if row[0] != after + 1:
-                yield after, row[0]
-            after = row[0]
+    while events := read(after, 10_000):
+        for event in events:
+            if event.position != after + 1:
+                yield after, event.position
+            after = event.position
 
 
-def position_gap(report: Verification, before: int, rows: list[Row]) -> Verification:
+def position_gap(report: Verification, before: int, after: Event) -> Verification:
     """``report`` of a stream found good, made to say that positions jump from ``before``
-    (0: none) to the one of ``rows[0]``, the first row after it: one line naming the gap and
-    the event after it (at its seq, if it is of the stream verified)."""
-    ((after, _, _, stream, seq, _, _),) = rows
-    jump = f"jump from {before} to {after}" if before else f"start at {after}"
-    gone = f"{before + 1}" if after == before + 2 else f"{before + 1} to {after - 1}"
+    (0: none) to the one of ``after``, the first event after it: one line naming the gap and
+    that event (at its seq, if it is of the stream verified)."""
+    position, stream, seq = after.position, after.stream, after.seq
+    jump = f"jump from {before} to {position}" if before else f"start at {position}"
+    gone = f"{before + 1}" if position == before + 2 else f"{before + 1} to {position - 1}"
     reason = (
         f"positions {jump} (stream {stream} seq {seq}): {gone} missing; positions are "
         "dense from 1, so a row moved or was lost"
@@ -177,14 +176,16 @@ class Links:
 
 def verify(
     stream: str,
-    rows: Iterable[Row],
+    rows: Iterable[list[Event]],
     blob: Callable[[str], bytes | RedactedMarker | None],
     head: Callable[[], tuple[int, bytes]],
     proof: Proof | None = None,
 ) -> Verification:
-    """Walk ``stream``'s ``rows`` (as the store holds them): hash, columns, chain, the blobs
-    they name (``blob``: a blob's bytes by sha-256) and the stream's ``head`` (read last);
-    then, the chain intact, its ``proof``: signed heads and witness (``plait.events.proof``)."""
+    """Walk ``stream``'s ``rows`` (each row's events as the store holds them, each row checked
+    as it is read: ``CorruptEventError`` at one that does not hold what its hash and columns
+    say): chain, the blobs they name (``blob``: a blob's bytes by sha-256) and the stream's
+    ``head`` (read last); then, the chain intact, its ``proof``: signed heads and witness
+    (``plait.events.proof``)."""
     from plait.events.blobstore import REDACTED
 
     previous = GENESIS_HASH
@@ -197,12 +198,10 @@ def verify(
     def bad(at: int, reason: str) -> Verification:
         return Verification(stream, False, seq, at, reason, blobs, redacted)
 
-    for row in rows:
+    for event in _each(rows):
         seq += 1
-        try:
-            (event,) = decode_rows([row])  # its hash, its decoding, its columns
-        except CorruptEventError as exc:
-            return bad(seq, exc.reason)
+        if isinstance(event, CorruptEventError):
+            return bad(seq, event.reason)
         if (wrong := misplaced(event, stream, seq)) is not None:
             return bad(seq, wrong)
         if event.prev_hash != previous:
@@ -243,6 +242,15 @@ def verify(
         return bad(seq, "the stream head's hash does not match the last event")
     report = Verification(stream, True, seq, None, "", blobs, redacted)
     return report if proof is None else proof.verdict(report)
+
+
+def _each(rows: Iterable[list[Event]]) -> Iterator[Event | CorruptEventError]:
+    """The events of ``rows``, then what stopped them, if anything did."""
+    try:
+        for events in rows:
+            yield from events
+    except CorruptEventError as exc:
+        yield exc
 
 
 def _covers(erasure: ContentErased, seq: int, conversation_id: str | None) -> bool:

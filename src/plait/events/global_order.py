@@ -1,7 +1,7 @@
 """Every stream in one order: reads across streams, and the live tail that follows them.
 
-``EventStore`` inherits it; a backend provides ``_all_rows`` and ``_last_position`` and, where
-positions are not in commit order (PostgreSQL), ``_settled_rows`` and ``dense_positions``
+``EventStore`` inherits it; a backend provides ``_all_events`` and ``_last_position`` and, where
+positions are not in commit order (PostgreSQL), ``dense_positions``
 (docs/event-log.md#streams-seq-and-position).
 """
 
@@ -15,7 +15,6 @@ from plait.events.checks import Links
 from plait.events.subscription import Subscription, Waiter
 
 if TYPE_CHECKING:
-    from plait.events.rows import Row
     from plait.events.types import Event
 
 __all__ = ["GlobalOrder"]
@@ -42,8 +41,7 @@ class GlobalOrder(ABC):
         ``settled``: only those no commit to
         come can precede, so that a reader going on after the last never misses one (where
         positions are not in commit order: docs/event-log.md#streams-seq-and-position)."""
-        rows = (self._settled_rows if settled else self._all_rows)(after_position, limit)
-        events = self._decode_all(rows, resolve_blobs)
+        events = self._all_events(after_position, limit, resolve_blobs, settled)
         Links(after_position, self._accounted, dense=self.dense_positions).check(events)
         return events
 
@@ -61,8 +59,7 @@ class GlobalOrder(ABC):
         (the fastest way to rebuild a projection: ``projection.fold(events, state)`` each)."""
         links = Links(after_position, self._accounted, dense=self.dense_positions)
         while True:
-            rows = self._all_rows(after_position, batch)
-            events = self._decode_all(rows, resolve_blobs)
+            events = self._all_events(after_position, batch, resolve_blobs, False)
             links.check(events)
             if events:
                 yield events
@@ -86,21 +83,16 @@ class GlobalOrder(ABC):
         return self.read_all(after_position, limit=500, settled=True)
 
     @abstractmethod
-    def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
-        """Return rows of all streams after ``after_position`` in position order."""
-
-    def _settled_rows(self, after_position: int, limit: int | None) -> list[Row]:
-        """Return rows as ``_all_rows`` does, but only those no later commit can precede."""
-        return self._all_rows(after_position, limit)
+    def _all_events(
+        self, after_position: int, limit: int | None, resolve_blobs: bool, settled: bool
+    ) -> list[Event]:
+        """Return events of every stream after ``after_position`` in position order, at most
+        ``limit``, each row checked as it is read; ``settled``: only those no later commit
+        can precede."""
 
     @abstractmethod
     def _last_position(self) -> int:
         """Return the last position stored, 0 when there is none."""
-
-    @abstractmethod
-    def _decode_all(
-        self, rows: list[Row], resolve_blobs: bool, check: bool = True
-    ) -> list[Event]: ...
 
     @abstractmethod
     def _accounted(self, first: int, last: int) -> bool: ...

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from plait.errors import CorruptEventError, TamperedError
-from plait.events.codec import decode_event
+from plait.events.codec import BLOB_MARK, decode_event
 from plait.events.types import AnyBody, Event
 from plait.events.values import UtcDateTime
 
@@ -35,6 +35,7 @@ __all__ = [
     "PackedRow",
     "chain",
     "encode_entry",
+    "is_packed",
     "pack",
     "unpack",
 ]
@@ -75,6 +76,8 @@ _encode = msgspec.msgpack.Encoder().encode
 _entries = msgspec.msgpack.Decoder(list[Entry])
 _raws = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _ENTRY_FIELDS = Entry.__struct_fields__
+_MAGIC = b"\x28\xb5\x2f\xfd"
+"""How a zstd frame starts."""
 _EDITED = (
     "stored bytes do not match the row's hash (edited: the bytes, or the row's stream or "
     "previous hash, which the hash binds)"
@@ -126,6 +129,12 @@ def _codec() -> _Zstd:
     return _zstd
 
 
+def is_packed(data: bytes | memoryview) -> bool:
+    """Whether stored bytes are a row of encoding 3 (a zstd frame), not one event of an earlier
+    encoding (a msgpack map or array)."""
+    return data[:4] == _MAGIC
+
+
 def pack(seq: int, prev_hash: bytes, entries: list[bytes], last_hash: bytes) -> PackedRow:
     """The row of an append whose entries (hashed by ``chain``, the last to ``last_hash``)
     follow ``prev_hash`` and end at ``seq``."""
@@ -140,10 +149,12 @@ def unpack(
     *,
     check: bool = True,
     digest: Callable[[bytes, bytes | memoryview], bytes] | None = None,
+    resolve: Callable[[Event], Event] | None = None,
 ) -> list[Event]:
     """The events of ``row`` of ``stream``, the first at ``position``: each checked against
     the row's chain (the hash its first follows, its last's hash) and its columns
-    (``TamperedError``), unless not ``check``; errors name the stream and the seq."""
+    (``TamperedError``), unless not ``check``; errors name the stream and the seq.
+    ``resolve`` is applied to each whose body may name a blob."""
     seq, count, prev = row.seq, row.count, row.prev_hash
     first = seq - count + 1
     zstd = _codec()
@@ -186,6 +197,8 @@ def unpack(
             raise TamperedError(stream, expected, why)
         events.append(event)
         prev = digest_of
+    if resolve is not None and BLOB_MARK in plain:
+        events = [resolve(e) if e.body.BLOB_FIELDS else e for e in events]
     return events
 
 

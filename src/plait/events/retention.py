@@ -26,9 +26,10 @@ import msgspec
 from plait.errors import CorruptEventError
 from plait.events.blobs import blob_refs
 from plait.events.checks import link
-from plait.events.codec import GENESIS_HASH, decode_rows
+from plait.events.codec import GENESIS_HASH
 from plait.events.pruned import PrunedSession, position_runs
 from plait.events.store import EventStore, utc_now
+from plait.events.stored import row_events
 from plait.events.types import (
     HeadSigned,
     SessionClosed,
@@ -36,7 +37,6 @@ from plait.events.types import (
     SessionResumed,
     SessionStarted,
 )
-from plait.events.usage import HASH_BYTES
 
 __all__ = ["Kept", "PruneReport", "prune", "rule_text"]
 
@@ -162,22 +162,24 @@ def prune(
 def _scan(store: EventStore, stream: str) -> _Session:
     """Read ``stream`` as stored: its positions, bytes, blobs, times, source and signed head,
     and whether its chain holds (what is damaged is kept, as evidence)."""
-    rows, head, _ = store.as_stored(stream)
+    stored = store.as_stored(stream)
+    head = stored.head
     session = _Session(stream, head)
     try:
-        events = decode_rows(rows)
-        link(stream, events, GENESIS_HASH)
+        rows = list(row_events(stored.layout, stored.rows))
+        link(stream, [e for _, events in rows for e in events], GENESIS_HASH)
     except CorruptEventError as exc:
         session.damage = f"its log does not verify ({exc}): kept as evidence"
-        events = decode_rows(rows, check=False)
+        rows = list(row_events(stored.layout, stored.rows, check=False))
+    events = [e for _, row in rows for e in row]
     if not session.damage and (len(events), events[-1].hash if events else GENESIS_HASH) != (
         head[0],
         head[1] if head[0] else GENESIS_HASH,
     ):
         session.damage = "its head is not its last event: kept as evidence"
-    for (position, data, *_), event in zip(rows, events, strict=True):
-        session.positions.append(position)
-        session.size += len(data) + HASH_BYTES
+    session.size = sum(size for size, _ in rows)
+    for event in events:
+        session.positions.append(event.position)
         body = event.body
         for ref in blob_refs(body):
             session.refs[ref.sha256] = ref.size
@@ -190,8 +192,8 @@ def _scan(store: EventStore, stream: str) -> _Session:
         elif isinstance(body, SessionStarted) and body.forked_from is not None:
             session.forked_from = body.forked_from.stream
     session.last_at = events[-1].at if events else None
-    stored = store.stored_bytes(stream)  # compressed, where the store does (layout 4)
-    session.size = session.size if stored is None else stored
+    compressed = store.stored_bytes(stream)  # where the store does (layout 4)
+    session.size = session.size if compressed is None else compressed
     return session
 
 

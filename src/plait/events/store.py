@@ -25,7 +25,7 @@ from plait.errors import (
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize
 from plait.events.blobstore import REDACTED, BlobStore, RedactedMarker
 from plait.events.checks import Verification, first_gap, link, misplaced, verify
-from plait.events.codec import BODY_TAGS, GENESIS_HASH, decode_rows, encode_event, hasher
+from plait.events.codec import BODY_TAGS, encode_event, hasher
 from plait.events.erased import mark_erased
 from plait.events.global_order import GlobalOrder
 from plait.events.ownership import Ownership
@@ -36,6 +36,7 @@ from plait.events.pruning import Pruning
 from plait.events.rows import Row
 from plait.events.signing import PublicKey
 from plait.events.space import Space
+from plait.events.stored import Stored, row_events
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
 from plait.events.types import Body, ContentErased, Event, NewEvent, Transient
 from plait.events.witness import Witness
@@ -255,38 +256,40 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         # The head first: a stream only grows, so every event up to it must be in the rows
         # read next, whatever is appended meanwhile.
         head, head_hash = self._head(stream)
-        rows = self._rows(stream, after, upto, limit)
-        events = self._decode_all(rows, resolve_blobs, check)
+        events, before = self._window(stream, after, upto, limit, resolve_blobs, check)
         expected = after + 1
         for event in events:
             if (wrong := misplaced(event, stream, expected)) is not None:
                 raise CorruptEventError(stream, expected, wrong)
             expected += 1
         end = head if upto is None else min(upto, head)
-        if (limit is None or len(rows) < limit) and expected <= end:
+        if (limit is None or len(events) < limit) and expected <= end:
             # A short read must be the true end of the window, not a lost tail.
             raise CorruptEventError(stream, expected, "event missing (the stream is longer)")
         if resolve_blobs and any(type(e.body) is ContentErased for e in events):
             events = mark_erased(events)  # what an erasure in this window covers
         if check and events:
-            before = self._rows(stream, after - 1, after, 1) if after else []
-            link(stream, events, before[0][2] if before else GENESIS_HASH)
+            link(stream, events, self._hash_at(stream, after) if before is None else before)
             last = head - after - 1  # the stream's head event, if this window holds it
             if 0 <= last < len(events) and events[last].hash != head_hash:
                 why = "the stream head's hash does not match its last event"
                 raise TamperedError(stream, head, why)
         return events
 
-    def _decode_all(self, rows: list[Row], resolve_blobs: bool, check: bool = True) -> list[Event]:
-        if not resolve_blobs:
-            return decode_rows(rows, None, check=check)
+    def _resolving(
+        self, decode: Callable[[Callable[[Event], Event] | None], list[Event]], resolve: bool
+    ) -> list[Event]:
+        """What ``decode`` returns, given what to call on each event that may name a blob, with
+        those blobs read (``resolve``) in one go."""
+        if not resolve:
+            return decode(None)
         held: list[Event] = []  # those whose bytes may hold a blob reference
 
         def hold(event: Event) -> Event:
             held.append(event)
             return event
 
-        events = decode_rows(rows, hold, check=check)
+        events = decode(hold)
         return self._resolve_all(events, held) if held else events
 
     def last_seq(self, stream: str) -> int:
@@ -307,10 +310,10 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         append in a row); ``None`` where they are (``usage`` adds up the rows)."""
         return None
 
-    def as_stored(self, stream: str) -> tuple[list[Row], tuple[int, bytes], BlobState]:
-        """``stream``'s rows as stored, unchecked, its head (seq, hash), and the store's blobs
-        (``BlobState``): what an evidence bundle copies byte for byte (``events/bundle.py``)."""
-        return self._rows(stream, 0, None, None), self._head(stream), self._blob
+    @abstractmethod
+    def as_stored(self, stream: str) -> Stored:
+        """``stream``'s rows as stored, unchecked, its head and the store's blobs: what
+        ``verify`` walks and an evidence bundle copies byte for byte (``events/bundle.py``)."""
 
     # --- taps -------------------------------------------------------------------------------
 
@@ -339,9 +342,10 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         log (docs/event-log.md#the-witness); then the positions of the whole store, dense
         from 1 (docs/event-log.md#streams-seq-and-position); report the first bad seq."""
         proof = Proof.of(stream, public_key, witness)
-        rows = self._rows(stream, 0, None, None)
-        if not rows and (pruned := self._pruned_report(stream, proof)) is not None:
+        stored = self.as_stored(stream)
+        if not stored.rows and (pruned := self._pruned_report(stream, proof)) is not None:
             return pruned  # its events are gone; its record says what they were
+        rows = (events for _, events in row_events(stored.layout, stored.rows))
         report = verify(stream, rows, self._blob, lambda: self._head(stream), proof)
         # Whichever stream lost the row, every read across the store stops there.
         return self._whole(report) if report.ok else report
@@ -369,9 +373,23 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         """Return ``(last_seq, last_hash)`` of a stream, ``(0, GENESIS_HASH)`` when empty."""
 
     @abstractmethod
-    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
-        """Return a stream's rows with ``after < seq <= upto`` in seq order, their columns as
-        the rows hold them (not as an index repeats them)."""
+    def _window(
+        self,
+        stream: str,
+        after: int,
+        upto: int | None,
+        limit: int | None,
+        resolve_blobs: bool,
+        check: bool,
+    ) -> tuple[list[Event], bytes | None]:
+        """Return ``stream``'s events with ``after < seq <= upto`` in seq order, at most
+        ``limit``, each row checked as it is read (unless not ``check``), and the hash of seq
+        ``after`` if the read found it (``None``: ``_hash_at`` reads it)."""
+
+    @abstractmethod
+    def _hash_at(self, stream: str, seq: int) -> bytes:
+        """Return the hash of event ``seq`` of ``stream`` as its row holds it
+        (``GENESIS_HASH`` for 0)."""
 
     @abstractmethod
     def _streams(self) -> list[tuple[str, int]]:
@@ -380,8 +398,8 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
     def _position_gap(self) -> tuple[int, int] | None:
         """The first place where positions are not dense from 1: the position before it (0
         if it is the first) and the next one stored; ``None`` if there is none. (Here by
-        reading every row; a database backend asks its database.)"""
-        return first_gap(self._all_rows)
+        reading every event; a database backend asks its database.)"""
+        return first_gap(self._unresolved)
 
     @property
     def closed(self) -> bool:

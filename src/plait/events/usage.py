@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import msgspec
 
 from plait.events.blobs import blob_refs
-from plait.events.codec import decode_event
+from plait.events.codec import BODY_TAGS
 from plait.events.store import EventStore
+from plait.events.stored import row_events
 
 __all__ = ["HASH_BYTES", "SessionUsage", "TypeUsage", "usage"]
 
@@ -26,8 +27,9 @@ class TypeUsage(msgspec.Struct, frozen=True):
     events: int
     """How many."""
     bytes: int
-    """Their stored data and hashes, in bytes; where a row holds an append, compressed (a
-    SQLite store of layout 4), their bytes before compression."""
+    """Their stored data and hashes, in bytes; where a row holds an append, its bytes shared
+    by its events (a PostgreSQL store), or their bytes before compression (a SQLite store of
+    layout 4)."""
 
 
 class SessionUsage(msgspec.Struct, frozen=True):
@@ -37,7 +39,7 @@ class SessionUsage(msgspec.Struct, frozen=True):
     events: int
     """Events in its log."""
     bytes: int
-    """Their stored data and hashes, in bytes (the blobs apart; in a SQLite store of layout 4,
+    """Their stored data and hashes, in bytes (the blobs apart; where a row holds an append,
     as its rows keep them, compressed)."""
     by_type: list[TypeUsage]
     """By body type, the most bytes first."""
@@ -59,23 +61,26 @@ def usage(store: EventStore, sessions: Sequence[str] | None = None) -> list[Sess
     refs: dict[str, dict[str, int]] = {}  # session -> blob sha256 -> content size
     sizes: dict[str, tuple[int, int, list[TypeUsage]]] = {}
     for stream in every:
-        rows, _, _ = store.as_stored(stream)
+        stored = store.as_stored(stream)
         found: dict[str, int] = {}
         by_type: Counter[str] = Counter()
         counts: Counter[str] = Counter()
-        for _, data, _, _, seq, type_name, _ in rows:
-            event = decode_event(data, stream=stream, seq=seq)
-            for ref in blob_refs(event.body):
-                found[ref.sha256] = ref.size
-            if stream in wanted:
-                by_type[type_name] += len(data) + HASH_BYTES
-                counts[type_name] += 1
+        total = events = 0
+        for size, row in row_events(stored.layout, stored.rows, check=False):
+            for index, event in enumerate(row):
+                for ref in blob_refs(event.body):
+                    found[ref.sha256] = ref.size
+                name = BODY_TAGS[type(event.body)]
+                # A row's bytes, shared by its events (a row per append: encoding 3).
+                by_type[name] += size * (index + 1) // len(row) - size * index // len(row)
+                counts[name] += 1
+            total += size
+            events += len(row)
         refs[stream] = found
         if stream in wanted:
             kinds = [TypeUsage(t, counts[t], n) for t, n in by_type.most_common()]
-            stored = store.stored_bytes(stream)
-            total = sum(by_type.values()) if stored is None else stored
-            sizes[stream] = (len(rows), total, kinds)
+            stored_bytes = store.stored_bytes(stream)
+            sizes[stream] = (events, total if stored_bytes is None else stored_bytes, kinds)
     holders: Counter[str] = Counter(sha for found in refs.values() for sha in found)
     result = []
     for stream in (s for s in every if s in wanted):

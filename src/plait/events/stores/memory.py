@@ -12,11 +12,11 @@ from plait.errors import ConcurrencyError, StoreError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Held, Lease, taken
+from plait.events.per_event import PerEventStore
 from plait.events.pruned import PrunedSession
 from plait.events.store import (
     REDACTED,
     Clock,
-    EventStore,
     PreparedAppend,
     RedactedMarker,
     Row,
@@ -27,7 +27,7 @@ from plait.events.types import Event
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(EventStore):
+class MemoryStore(PerEventStore):
     """Keeps the same encoded rows a durable store would, so it behaves the same; not durable."""
 
     def __init__(

@@ -32,9 +32,8 @@ import json
 import re
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -43,6 +42,7 @@ from plait.errors import ConcurrencyError, StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import Lease
+from plait.events.packing import pack
 from plait.events.space import Space
 from plait.events.store import (
     REDACTED,
@@ -50,16 +50,18 @@ from plait.events.store import (
     EventStore,
     PreparedAppend,
     RedactedMarker,
-    Row,
     Waiter,
     utc_now,
 )
+from plait.events.stored import PER_APPEND, Packed, Stored, decode_packed
 from plait.events.stores.postgres_announce import Announcer
-from plait.events.stores.postgres_arrays import append_columns
+from plait.events.stores.postgres_arrays import blob_columns
 from plait.events.stores.postgres_inbox import PostgresInbox
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
+from plait.events.stores.postgres_rows import after_position as after_position_
+from plait.events.stores.postgres_rows import window
 from plait.events.stores.postgres_schema import open_schema
 from plait.events.stores.postgres_settled import HOLDER, Settled
 from plait.events.stores.postgres_sql import (
@@ -69,6 +71,7 @@ from plait.events.stores.postgres_sql import (
     SCHEMA_VERSION,
     STREAM_MOVED,
 )
+from plait.events.stores.postgres_url import public_url, split_url
 from plait.events.subscription import Signal
 from plait.events.types import Event
 
@@ -76,33 +79,7 @@ __all__ = ["DEFAULT_OUTAGE_SEC", "DEFAULT_SCHEMA", "PostgresStore"]
 
 DEFAULT_SCHEMA = "plait"
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # PostgreSQL truncates at 63 bytes
-_OURS = ("schema", "outage_sec")  # URL parameters plait reads (libpq rejects them)
 T = TypeVar("T")
-
-
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    """Return ``url`` without plait's query parameters (``_OURS``), and their values."""
-    parts = urlsplit(url)
-    ours, kept = {}, []
-    for item in parts.query.split("&") if parts.scheme and parts.query else ():
-        key, _, value = item.partition("=")
-        if unquote(key) in _OURS:
-            ours[unquote(key)] = unquote(value)
-        else:
-            kept.append(item)
-    return (urlunsplit(parts._replace(query="&".join(kept))) if ours else url), ours
-
-
-def _public_url(url: str) -> str:
-    """Return ``url`` with any password masked, for messages."""
-    parts = urlsplit(url)
-    if not parts.scheme:  # a "key=value" conninfo string
-        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", url)
-    user, at, host = parts.netloc.rpartition("@")
-    query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return urlunsplit(parts._replace(netloc=user.partition(":")[0] + at + host, query=query))
-
-
 SCRUB_WAIT_SEC = 30.0
 """How long ``scrub`` waits for older transactions to end before it says it could not."""
 
@@ -117,6 +94,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
     """
 
     dense_positions = False
+    encoding = 3
 
     def __init__(
         self,
@@ -128,8 +106,8 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         outage_sec: float | None = None,
     ) -> None:
         super().__init__(blob_threshold=blob_threshold, clock=clock)
-        conninfo, ours = _split_url(url)
-        self.url = _public_url(url)
+        conninfo, ours = split_url(url)
+        self.url = public_url(url)
         """The URL, with any password masked."""
         self.schema = schema or ours.get("schema") or DEFAULT_SCHEMA
         """The PostgreSQL schema holding the tables."""
@@ -240,15 +218,17 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
     ) -> list[Event]:
         """Write ``prepared``, which follows seq ``after`` of hash ``prev``, in one call; if the
         connection was lost before its answer came, look whether it landed before writing it
-        again (its last event there, with its hash: docs/failures.md#the-store-blinks)."""
-        hashes = [row[4] for row in prepared.rows]
-        if len(hashes) > 1 << POSITION_BITS:
+        again (its row there, with its hash: docs/failures.md#the-store-blinks)."""
+        count = len(prepared.rows)
+        if count > 1 << POSITION_BITS:
             raise StoreError(
-                f"{self.url}: stream {stream}: cannot append {len(hashes)} events at once "
+                f"{self.url}: stream {stream}: cannot append {count} events at once "
                 f"(at most {1 << POSITION_BITS})"
             )
-        args = (stream, after, prev, epoch, *append_columns(prepared.rows, prepared.blobs))
-        head = (after + len(hashes), hashes[-1])  # once written
+        row = pack(after + count, prev, [r[3] for r in prepared.rows], prepared.rows[-1][4])
+        blobs = blob_columns(prepared.blobs)
+        args = (stream, after, prev, epoch, count, row.hash, row.data, *blobs)
+        head = (row.seq, row.hash)  # once written
 
         def write(conn: Connection) -> int:
             try:
@@ -269,7 +249,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
             found = conn.execute(self._sql["placed"], (stream, head[0]), binary=True).fetchone()
             if found is None or bytes(found[1]) != head[1]:
                 return None  # not there: the first try did not commit
-            return self._wrote(stream, int(found[0]) - len(hashes) + 1, head)
+            return self._wrote(stream, int(found[0]), head)
 
         events = prepared.placed(self._run(write, landed))
         self._announcer.announce()
@@ -283,26 +263,56 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         self._heads[stream] = head
         return first
 
-    def _query(self, name: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+    def _query(
+        self, name: str, params: tuple[object, ...] | Mapping[str, object] = ()
+    ) -> list[tuple[Any, ...]]:
         return self._run(lambda conn: conn.execute(self._sql[name], params, binary=True).fetchall())
 
     def _head(self, stream: str) -> tuple[int, bytes]:
         rows = self._query("head", (stream,))
         return (int(rows[0][0]), bytes(rows[0][1])) if rows else (0, GENESIS_HASH)
 
-    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
-        rows = self._query("rows", (stream, after, 2**62 if upto is None else upto, limit))
-        return [_row(row) for row in rows]
+    def _window(
+        self,
+        stream: str,
+        after: int,
+        upto: int | None,
+        limit: int | None,
+        resolve_blobs: bool,
+        check: bool,
+    ) -> tuple[list[Event], bytes | None]:
+        # One row more than events asked for: the first may hold only seqs up to ``after``.
+        rows = self._rows(stream, after, upto, None if limit is None else limit + 1)
+        events = self._decode(rows, resolve_blobs, check)
+        return window(events, after, upto, limit)
 
-    def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
-        return [_row(row) for row in self._query("all", (after_position, limit))]
+    def _hash_at(self, stream: str, seq: int) -> bytes:
+        events = self._decode(self._rows(stream, seq, seq, 1), False, True) if seq else []
+        return next((e.hash for e in events if e.seq == seq), GENESIS_HASH)
 
-    def _settled_rows(self, after_position: int, limit: int | None) -> list[Row]:
-        # One round trip: the rows, each with whether committed rows wait above the bound (a
-        # row of NULLs but for that, when there are none).
-        found = self._query("settled", (after_position, limit))
-        self._settled.note(bool(found[0][-1]), self._holder)
-        return [_row(row[:-1]) for row in found if row[0] is not None]
+    def _all_events(
+        self, after_position: int, limit: int | None, resolve_blobs: bool, settled: bool
+    ) -> list[Event]:
+        args = {"after": after_position, "limit": None if limit is None else limit + 1}
+        if settled:
+            # One round trip: the rows, each with whether committed rows wait above the bound
+            # (a row of NULLs but for that, when there are none).
+            found = self._query("settled", args)
+            self._settled.note(bool(found[0][-1]), self._holder)
+            rows = [row[:-1] for row in found if row[0] is not None]
+        else:
+            rows = self._query("all", args)
+        return after_position_(self._decode(rows, resolve_blobs), after_position, limit)
+
+    def as_stored(self, stream: str) -> Stored:
+        return Stored(PER_APPEND, self._rows(stream, 0, None, None), self._head(stream), self._blob)
+
+    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Packed]:
+        """The rows of ``stream`` holding seqs ``after`` to ``upto``, at most ``limit``."""
+        return self._query("rows", (stream, after, 2**62 if upto is None else upto, limit))
+
+    def _decode(self, rows: list[Packed], resolve_blobs: bool, check: bool = True) -> list[Event]:
+        return self._resolving(lambda hold: decode_packed(rows, hold, check=check), resolve_blobs)
 
     def space(self) -> Space:
         rows = self._run(
@@ -434,8 +444,3 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
 def _lease(row: tuple[Any, ...]) -> Lease:
     stream, owner, epoch, remaining = row
     return Lease(str(stream), owner, int(epoch), float(remaining))
-
-
-def _row(row: tuple[Any, ...]) -> Row:
-    position, data, digest, stream, seq, type_name, v = row
-    return (int(position), bytes(data), bytes(digest), stream, int(seq), type_name, int(v))

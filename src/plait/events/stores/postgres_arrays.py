@@ -18,7 +18,7 @@ from psycopg import adapt
 from psycopg.abc import Buffer
 from psycopg.pq import Format
 
-__all__ = ["BytesArray", "Int4Array", "Int8Array", "TextArray", "append_columns"]
+__all__ = ["BytesArray", "Int4Array", "Int8Array", "TextArray", "blob_columns"]
 
 _HEADER = struct.Struct("!iiIii")  # dimensions, has NULLs, element type, length, lower bound
 _LENGTH = struct.Struct("!i")
@@ -95,18 +95,10 @@ for _class, _oid in ((TextArray, 1009), (BytesArray, 1001), (Int4Array, 1007), (
     psycopg.adapters.register_dumper(_class, _dumper(_oid))
 
 
-def append_columns(
-    rows: Sequence[tuple[int, str, int, bytes, bytes]], blobs: Mapping[str, bytes]
-) -> tuple[_Array, ...]:
-    """The array arguments of the append function after its first four: the rows' ``type``,
-    ``v``, ``data`` and ``hash`` (``PreparedAppend.rows``: seq first), then the blobs'
-    sha-256, size and bytes."""
-    _, types, versions, data, hashes = zip(*rows, strict=True)
+def blob_columns(blobs: Mapping[str, bytes]) -> tuple[_Array, ...]:
+    """The array arguments of the append function after its first seven: the blobs' sha-256,
+    size and bytes."""
     return (
-        TextArray(types),
-        Int4Array(versions),
-        BytesArray(data),
-        BytesArray(hashes),
         TextArray(list(blobs)),
         Int8Array([len(blob) for blob in blobs.values()]),
         BytesArray(list(blobs.values())),

@@ -46,7 +46,7 @@ _QUERIES = {
     "blobs": "DELETE FROM {s}.blobs WHERE sha256 = ANY(%s)",
 }
 
-_TABLES = ("events", "streams", "leases", "inbox")
+_TABLES = ("appends", "streams", "leases", "inbox")
 """What a session's rows are in."""
 
 
@@ -102,7 +102,7 @@ def remove_sessions(
 
 def vacuum_hint(schema: str) -> str:
     """What gives the room of deleted rows back to the file system."""
-    return "VACUUM FULL " + ", ".join(f"{schema}.{t}" for t in ("events", "streams", "blobs"))
+    return "VACUUM FULL " + ", ".join(f"{schema}.{t}" for t in ("appends", "streams", "blobs"))
 
 
 class PostgresPruning:

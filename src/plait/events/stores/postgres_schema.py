@@ -5,8 +5,9 @@ This is an internal part of ``PostgresStore``, not part of the public API.
 Tables and functions are created when anything is missing (``IF NOT EXISTS``, ``OR REPLACE``),
 under an advisory lock so two processes opening a fresh database do not race; a complete
 schema is left alone, so a role without ``CREATE`` rights can use one an administrator
-prepared. The functions count positions from a base (``postgres_sql.functions``), raised when
-the store was restored into a server whose transaction ids are younger than its positions.
+prepared. A store of an earlier layout is brought to this one (``postgres_legacy``). The
+functions count positions from a base (``postgres_sql.functions``), raised when the store was
+restored into a server whose transaction ids are younger than its positions.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 
 from psycopg import sql
 
+from plait.events.stores.postgres_legacy import MOVE
 from plait.events.stores.postgres_link import Connection
 from plait.events.stores.postgres_sql import (
     APPEND_SIGNATURE,
@@ -31,11 +33,15 @@ def open_schema(conn: Connection, schema: str, key: int, queries: Mapping[str, b
     """Create what is missing of ``schema`` (under advisory lock ``key``); return its layout's
     version (a newer one than this plait's is left as it is, for the caller to refuse)."""
     args = {"schema": schema, "function": APPEND_SIGNATURE}
-    complete = conn.execute(queries["layout"], args).fetchone() == (6, True)
-    if not complete:
+    found = conn.execute(queries["layout"], args).fetchone()
+    assert found is not None
+    complete, legacy = found[:2] == (6, True), bool(found[2])
+    if not complete or legacy:
         with conn.transaction():
             conn.execute(queries["lock"], (key,))
             _execute(conn, schema, DDL)
+            if legacy and _still(conn, schema):
+                _execute(conn, schema, MOVE)
     (version,) = conn.execute(queries["version"]).fetchone() or ("0",)
     if int(version) <= SCHEMA_VERSION and not (complete and _base(conn, queries)[1]):
         with conn.transaction():
@@ -55,6 +61,13 @@ def _base(conn: Connection, queries: Mapping[str, bytes]) -> tuple[int, bool]:
     if base is not None and (xid + base) << POSITION_BITS > last:
         return base, True
     return max(base or 0, (last >> POSITION_BITS) + 1 - xid), False
+
+
+def _still(conn: Connection, schema: str) -> bool:
+    """Whether an earlier layout's ``events`` is still there (another process may have moved
+    it while this one waited for the lock)."""
+    found = conn.execute("SELECT to_regclass(format('%I.events', %s::text))", (schema,))
+    return (found.fetchone() or (None,))[0] is not None
 
 
 def _execute(conn: Connection, schema: str, statements: list[str]) -> None:

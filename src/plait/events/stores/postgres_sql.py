@@ -1,13 +1,14 @@
 """The SQL of ``PostgresStore``: its tables, its append function and its statements.
 
-Texts name the store's schema ``{s}`` (filled in with ``psycopg.sql``). An append is one call
-of the server-side function ``append_v2``, so it costs one round trip, its commit riding with
-it (``docs/event-log.md#appending``). The functions are created with the tables and brought to
+Texts name the store's schema ``{s}`` (filled in with ``psycopg.sql``). An append is one row
+of ``appends`` (encoding 3: ``plait.events.packing``), written by one call of the server-side
+function ``append_v3``, so it costs one round trip, its commit riding with it
+(``docs/event-log.md#appending``). The functions are created with the tables and brought to
 an older store when it opens; a change of a function's body or arguments takes a new name
 (``append_v3``), so processes of either plait sharing a store each find the one they call.
 
-Appends of different sessions take no lock in common. A position is the appending
-transaction's id, shifted left by ``POSITION_BITS`` and plus the event's index in its append:
+Appends of different sessions take no lock in common. A row's position is the appending
+transaction's id, shifted left by ``POSITION_BITS``, and its events' are that plus their index:
 it grows with the transaction id, not with the commit, so a reader that goes on from a position
 (a subscription) reads only below ``position_bound_v1()``, the first position a transaction
 still running may hold (docs/event-log.md#streams-seq-and-position).
@@ -26,10 +27,11 @@ __all__ = [
     "functions",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the table layout; a store written by a newer plait is refused, not misread (3:
 events in encoding 2, docs/event-log.md#encoding, which an earlier plait cannot read; 4:
-positions from transaction ids, which an earlier plait would take for rows lost)."""
+positions from transaction ids, which an earlier plait would take for rows lost; 5: a row per
+append in ``appends``, the ``events`` of earlier layouts moved there by ``postgres_legacy``)."""
 
 POSITION_BITS = 20
 """An append holds at most ``2**POSITION_BITS`` events; the bits of its transaction's id above."""
@@ -42,12 +44,19 @@ STREAM_MOVED = "PLA02"
 detail is the head's seq."""
 
 APPEND_SIGNATURE = (
-    "append_v2(text, bigint, bytea, bigint, text[], integer[], bytea[], bytea[], "
-    "text[], bigint[], bytea[])"
+    "append_v3(text, bigint, bytea, bigint, integer, bytea, bytea, text[], bigint[], bytea[])"
 )
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 """Lease times are the database server's clock: one clock for every process, wherever it runs."""
 _GENESIS = f"'\\x{bytes(32).hex()}'::bytea"
+_ROW = "position, stream, seq, count, prev_hash, hash, data"
+"""A row as reads take it (``postgres_rows``)."""
+_AFTER = (
+    f"position > %(after)s OR position = (%(after)s::int8 >> {POSITION_BITS}) << {POSITION_BITS} "
+    "AND position + count - 1 > %(after)s"
+)
+"""Rows holding a position after ``after``: those that start after it, and the one it is in
+(an append's positions share its first's bits above ``POSITION_BITS``)."""
 
 # In order: the lease row FOR SHARE (a takeover, which updates it, waits for this append to
 # commit); the head, moved only if it is still the event this append follows (the row lock
@@ -55,16 +64,15 @@ _GENESIS = f"'\\x{bytes(32).hex()}'::bytea"
 # chain); then rows and blobs. Nothing here is shared by two sessions' appends. Its positions
 # come from its transaction's id, so a transaction holds one call (the store's calls are each
 # a transaction of their own; a second in one would collide on the key, loudly).
-_APPEND = f"""CREATE OR REPLACE FUNCTION {{s}}.append_v2(
+_APPEND = f"""CREATE OR REPLACE FUNCTION {{s}}.append_v3(
     p_stream text, p_after bigint, p_prev bytea, p_epoch bigint,
-    p_type text[], p_v integer[], p_data bytea[], p_hash bytea[],
+    p_count integer, p_hash bytea, p_data bytea,
     p_blob text[], p_size bigint[], p_blob_data bytea[]
 ) RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
     v_owner text;
     v_epoch bigint;
     v_seq bigint;
-    v_count integer := cardinality(p_data);
     v_first bigint := (pg_current_xact_id()::text::bigint + @BASE@) << {POSITION_BITS};
 BEGIN
     IF p_epoch IS NOT NULL THEN
@@ -79,10 +87,10 @@ BEGIN
     END IF;
     IF p_after = 0 AND p_prev = {_GENESIS} THEN
         INSERT INTO {{s}}.streams (stream, last_seq, last_hash, created)
-            VALUES (p_stream, v_count, p_hash[v_count], v_first)
+            VALUES (p_stream, p_count, p_hash, v_first)
             ON CONFLICT (stream) DO NOTHING;
     ELSE
-        UPDATE {{s}}.streams SET last_seq = p_after + v_count, last_hash = p_hash[v_count]
+        UPDATE {{s}}.streams SET last_seq = p_after + p_count, last_hash = p_hash
             WHERE stream = p_stream AND last_seq = p_after AND last_hash = p_prev;
     END IF;
     IF NOT FOUND THEN
@@ -92,9 +100,8 @@ BEGIN
                 coalesce(v_seq, 0)),
             DETAIL = coalesce(v_seq, 0)::text;
     END IF;
-    INSERT INTO {{s}}.events (position, stream, seq, type, v, data, hash)
-        SELECT v_first + r.o - 1, p_stream, p_after + r.o, r.type, r.v, r.data, r.hash
-        FROM unnest(p_type, p_v, p_data, p_hash) WITH ORDINALITY AS r(type, v, data, hash, o);
+    INSERT INTO {{s}}.appends (stream, seq, count, position, prev_hash, hash, data)
+        VALUES (p_stream, p_after + p_count, p_count, v_first, p_prev, p_hash, p_data);
     IF cardinality(p_blob) > 0 THEN
         INSERT INTO {{s}}.blobs AS b (sha256, size, data)
             SELECT * FROM unnest(p_blob, p_size, p_blob_data)
@@ -121,18 +128,19 @@ def functions(base: int) -> list[str]:
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         _APPEND.replace("@BASE@", str(base)),
         _BOUND.replace("@BASE@", str(base)),
-        # What an earlier plait appends with, positions dense: gone, so that one still running
-        # fails loudly instead of writing positions that readers would take for rows lost.
-        "DROP FUNCTION IF EXISTS {s}.append_v1(text, bigint, bytea, bigint, bigint, text, "
-        "text[], integer[], bytea[], bytea[], text[], bigint[], bytea[])",
     ]
 
 
 DDL = [
     "CREATE SCHEMA IF NOT EXISTS {s}",
-    "CREATE TABLE IF NOT EXISTS {s}.events (position BIGINT PRIMARY KEY, stream TEXT NOT NULL, "
-    "seq BIGINT NOT NULL, type TEXT NOT NULL, v INT NOT NULL, data BYTEA NOT NULL, "
-    "hash BYTEA NOT NULL, UNIQUE (stream, seq))",
+    # A row per append: seq is its last event's, prev_hash the hash its first follows
+    # (empty in a row an earlier layout's event was moved to: its bytes hold it). Its data is
+    # compressed already: PostgreSQL is not to try again (STORAGE EXTERNAL).
+    "CREATE TABLE IF NOT EXISTS {s}.appends (stream TEXT NOT NULL, seq BIGINT NOT NULL, "
+    "count INT NOT NULL, position BIGINT NOT NULL, prev_hash BYTEA NOT NULL, "
+    "hash BYTEA NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (stream, seq))",
+    "ALTER TABLE {s}.appends ALTER COLUMN data SET STORAGE EXTERNAL",
+    "CREATE UNIQUE INDEX IF NOT EXISTS appends_position ON {s}.appends (position)",
     "CREATE TABLE IF NOT EXISTS {s}.streams (stream TEXT PRIMARY KEY, last_seq BIGINT NOT NULL, "
     "last_hash BYTEA NOT NULL, created BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS {s}.blobs (sha256 TEXT PRIMARY KEY, size BIGINT NOT NULL, "
@@ -151,16 +159,16 @@ DDL = [
 
 QUERIES = {
     "lock": "SELECT pg_advisory_xact_lock(%s)",
-    "append": "SELECT {s}.append_v2(%b::text, %b::int8, %b::bytea, %b::int8, "
-    "%b::text[], %b::int4[], %b::bytea[], %b::bytea[], %b::text[], %b::int8[], %b::bytea[])",
+    "append": "SELECT {s}.append_v3(%b::text, %b::int8, %b::bytea, %b::int8, "
+    "%b::int4, %b::bytea, %b::bytea, %b::text[], %b::int8[], %b::bytea[])",
     # What an append needs before it can chain its events: the head, and the lease (an epoch
     # found stale here stays stale: epochs only grow, and a released lease is taken anew).
     "peek": "SELECT h.last_seq, h.last_hash, l.stream IS NOT NULL, l.owner, l.epoch "
     "FROM (SELECT) AS one LEFT JOIN {s}.streams AS h ON h.stream = %(stream)s "
     "LEFT JOIN {s}.leases AS l ON l.stream = %(stream)s",
     "head": "SELECT last_seq, last_hash FROM {s}.streams WHERE stream = %s",
-    # Whether an append whose answer was lost landed: its last event, by its hash.
-    "placed": "SELECT position, hash FROM {s}.events WHERE stream = %s AND seq = %s",
+    # Whether an append whose answer was lost landed: its row, by its hash.
+    "placed": "SELECT position, hash FROM {s}.appends WHERE stream = %s AND seq = %s",
     "notify": "SELECT pg_notify(%s, %s)",
     # Taken when free, lapsed or already held (then renewed, its epoch kept); the row lock
     # waits for an append holding the lease FOR SHARE to commit.
@@ -193,26 +201,27 @@ QUERIES = {
     "command_of": "SELECT id FROM {s}.inbox WHERE stream = %s AND data = %s",
     "drop_commands": "DELETE FROM {s}.inbox AS i USING unnest(%s::text[], %s::int8[]) AS d "
     "(stream, id) WHERE i.stream = d.stream AND i.id = d.id",
-    "rows": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
-    "WHERE stream = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s",
-    "all": "SELECT position, data, hash, stream, seq, type, v FROM {s}.events "
-    "WHERE position > %s ORDER BY position LIMIT %s",
+    # The rows holding seqs after - 1 to upto: the first holds seq ``after`` (its hash is
+    # what the window's first event follows) unless the window starts the stream.
+    "rows": f"SELECT {_ROW} FROM {{s}}.appends "
+    "WHERE stream = %s AND seq >= %s AND seq - count < %s ORDER BY seq LIMIT %s",
+    "all": f"SELECT {_ROW} FROM {{s}}.appends WHERE {_AFTER} ORDER BY position LIMIT %(limit)s",
     # Only below the bound (a row above it may yet be joined by one below it), each with
     # whether a committed row stands at or above it, not yet readable in order.
-    "settled": "SELECT e.position, e.data, e.hash, e.stream, e.seq, e.type, e.v, b.held FROM "
-    "(SELECT bound, (SELECT coalesce(max(position), 0) FROM {s}.events) >= bound AS held "
+    "settled": "SELECT r.*, b.held FROM "
+    "(SELECT bound, (SELECT coalesce(max(position), 0) FROM {s}.appends) >= bound AS held "
     "FROM (SELECT {s}.position_bound_v1() AS bound) AS x) AS b "
-    "LEFT JOIN LATERAL (SELECT * FROM {s}.events WHERE position > %s AND position < b.bound "
-    "ORDER BY position LIMIT %s) AS e ON true",
+    f"LEFT JOIN LATERAL (SELECT {_ROW} FROM {{s}}.appends WHERE ({_AFTER}) "
+    "AND position < b.bound ORDER BY position LIMIT %(limit)s) AS r ON true",
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
     # The last position a subscription can start after now (the last settled).
-    "last_position": "SELECT coalesce(max(position), 0) FROM {s}.events "
-    "WHERE position < {s}.position_bound_v1()",
+    "last_position": "SELECT position + count - 1 FROM {s}.appends "
+    "WHERE position < {s}.position_bound_v1() ORDER BY position DESC LIMIT 1",
     # The base the functions count from, the next transaction's id, and the last position:
     # a store restored into a younger server needs a larger base (``functions``).
     "positions": "SELECT (SELECT value::int8 FROM {s}.meta WHERE key = 'position_base'), "
     "pg_snapshot_xmax(pg_current_snapshot())::text::int8, "
-    "(SELECT coalesce(max(position), 0) FROM {s}.events)",
+    "(SELECT coalesce(max(position), 0) FROM {s}.appends)",
     "blob": "SELECT data, size FROM {s}.blobs WHERE sha256 = %s",
     "blobs": "SELECT sha256, data FROM {s}.blobs WHERE sha256 = ANY(%s)",
     "redact": "UPDATE {s}.blobs SET data = NULL WHERE sha256 = %s",
@@ -228,9 +237,11 @@ QUERIES = {
     "AND backend_xmin IS NOT NULL "
     "AND age(backend_xmin) >= age((%s::bigint %% 4294967296)::text::xid) "
     "ORDER BY xact_start LIMIT 1",
-    # The tables there (6 when complete), and whether the append function is.
+    # The tables there (6 when complete), whether the append function is, and whether an
+    # earlier layout's ``events`` is (``postgres_legacy``).
     "layout": "SELECT count(to_regclass(format('%%I.%%I', %(schema)s::text, t))), "
-    "to_regprocedure(format('%%I.%%s', %(schema)s::text, %(function)s::text)) IS NOT NULL "
-    "FROM unnest(array['events', 'streams', 'blobs', 'meta', 'leases', 'inbox']) t",
+    "to_regprocedure(format('%%I.%%s', %(schema)s::text, %(function)s::text)) IS NOT NULL, "
+    "to_regclass(format('%%I.events', %(schema)s::text)) IS NOT NULL "
+    "FROM unnest(array['appends', 'streams', 'blobs', 'meta', 'leases', 'inbox']) t",
     "version": "SELECT value FROM {s}.meta WHERE key = 'schema_version'",
 }

@@ -24,11 +24,11 @@ from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.checks import Links
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Lease, taken
+from plait.events.per_event import PerEventStore
 from plait.events.space import Space
 from plait.events.store import (
     REDACTED,
     Clock,
-    EventStore,
     PreparedAppend,
     RedactedMarker,
     Row,
@@ -67,7 +67,7 @@ def _exists(db: sqlite3.Connection, name: str) -> bool:
     return bool(db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchall())
 
 
-class SqliteStore(SqlitePruning, EventStore):
+class SqliteStore(SqlitePruning, PerEventStore):
     """An event store in one SQLite file (created if missing, unless ``read_only``).
 
     ``read_only`` opens an existing file for reading only (``plait log``, ``verify``,

@@ -1,0 +1,112 @@
+"""A stream's rows as a store holds them, and how to read them back, whatever the layout.
+
+A store keeps a stream's events in rows of one of two layouts, which ``Stored`` names:
+
+* ``PER_EVENT``: a row per event, ``(position, data, hash, stream, seq, type, v)`` (``Row``),
+  its bytes of encoding 1 or 2 (``plait.events.codec``), each hashed alone;
+* ``PER_APPEND``: a row per append, ``(position, stream, seq, count, prev_hash, hash, data)``
+  (``Packed``), its events of encoding 3 (``plait.events.packing``); an event an earlier layout
+  wrote, moved in whole (``prev_hash`` empty), is a row of its own.
+
+This is what ``verify``, evidence bundles, usage and retention read: each row's events checked
+as every read checks them (docs/event-log.md#checked-reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from plait.errors import TamperedError
+from plait.events.codec import decode_rows, event_hash
+from plait.events.packing import PackedRow, chain, is_packed, unpack
+from plait.events.types import Event
+
+if TYPE_CHECKING:
+    from plait.events.blobstore import RedactedMarker
+    from plait.events.rows import Row
+
+__all__ = [
+    "PER_APPEND",
+    "PER_EVENT",
+    "Packed",
+    "Stored",
+    "decode_packed",
+    "row_events",
+]
+
+PER_EVENT: Final = 1
+PER_APPEND: Final = 2
+
+Packed = tuple[int, str, int, int, bytes, bytes, bytes]
+"""A row of ``PER_APPEND``: ``(position, stream, seq, count, prev_hash, hash, data)``."""
+
+
+class Stored(NamedTuple):
+    """A stream as stored: what an evidence bundle copies byte for byte."""
+
+    layout: int
+    """``PER_EVENT`` or ``PER_APPEND``: what ``rows`` are."""
+    rows: Sequence[Any]
+    """Its rows, unchecked, in seq order."""
+    head: tuple[int, bytes]
+    """The stream's head: its last seq and hash."""
+    blob: Callable[[str], bytes | RedactedMarker | None]
+    """The store's blobs by sha-256 (``REDACTED``: deleted, a tombstone left)."""
+
+
+def row_events(
+    layout: int, rows: Sequence[Any], *, check: bool = True
+) -> Iterator[tuple[int, list[Event]]]:
+    """Each row's bytes as stored and its events, checked (``TamperedError`` at a row that
+    does not hold what its hash and columns say) unless not ``check``."""
+    if layout == PER_EVENT:
+        for row in rows:
+            per_event: Row = row
+            yield len(per_event[1]) + len(per_event[2]), decode_rows([per_event], check=check)
+        return
+    digests: dict[str, Callable[[bytes, bytes | memoryview], bytes]] = {}
+    for row in rows:
+        packed: Packed = row
+        yield _size(packed), decode_packed([packed], digests=digests, check=check)
+
+
+def decode_packed(
+    rows: Sequence[Packed],
+    resolve: Callable[[Event], Event] | None = None,
+    *,
+    check: bool = True,
+    digests: dict[str, Callable[[bytes, bytes | memoryview], bytes]] | None = None,
+) -> list[Event]:
+    """The events of rows of ``PER_APPEND``, each row checked (unless not ``check``);
+    ``resolve`` is applied to those whose body may name a blob."""
+    out: list[Event] = []
+    digests = {} if digests is None else digests
+    for position, stream, seq, count, prev, digest, data in rows:
+        if is_packed(data):
+            link = digests.get(stream) or digests.setdefault(stream, chain(stream))
+            row = PackedRow(seq, count, bytes(prev), bytes(digest), bytes(data))
+            out += unpack(stream, position, row, check=check, digest=link, resolve=resolve)
+        else:
+            out.append(_moved(position, stream, seq, count, bytes(digest), bytes(data), check))
+            if resolve is not None and out[-1].body.BLOB_FIELDS:
+                out[-1] = resolve(out[-1])
+    return out
+
+
+def _moved(
+    position: int, stream: str, seq: int, count: int, digest: bytes, data: bytes, check: bool
+) -> Event:
+    """An event an earlier layout wrote (encoding 1 or 2), moved to a row of its own."""
+    if check:
+        if count != 1:
+            why = f"a row of an event of encoding 1 or 2 holds one, not {count} (edited)"
+            raise TamperedError(stream, seq, why)
+        if event_hash(stream, data) != digest:
+            raise TamperedError(stream, seq, "stored bytes do not match their hash (edited)")
+    (event,) = decode_rows([(position, data, digest, stream, seq, "", 0)], check=False)
+    return event
+
+
+def _size(row: Packed) -> int:
+    return len(row[4]) + len(row[5]) + len(row[6])
