@@ -125,7 +125,7 @@ def ours_appends(path: Path, events: list[ev.NewEvent], per_commit: int) -> floa
 def stored_rows(path: Path) -> list[StoredRow]:
     """The store's events as rows of one event each (``COLUMNS``), whatever its layout."""
     with ev.SqliteStore(path, read_only=True) as store:
-        rows, _, _ = store.as_stored("session-1")
+        rows = store.as_stored("session-1").rows
     return [(p, s, q, t, v, d, h) for p, d, h, s, q, t, v in rows]
 
 
@@ -228,7 +228,7 @@ def raw_copy(path: Path, raw: Path) -> Path:
     ):
         db.execute(EVENTS_DDL)
         for info in store.streams():
-            rows, _, _ = store.as_stored(info.stream)
+            rows = store.as_stored(info.stream).rows
             insert = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
             db.executemany(insert, [(p, s, q, t, v, d, h) for p, d, h, s, q, t, v in rows])
         db.commit()

@@ -142,6 +142,16 @@ def dense_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
     factory.close()
 
 
+@pytest.fixture(params=["memory", "sqlite"])
+def per_event_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """A factory of stores of each backend whose rows each hold an event, an event of
+    encoding 1 or 2 among them (not PostgreSQL's, whose rows each hold an append of encoding
+    3: an earlier layout's events are moved there when it opens, test_postgres.py)."""
+    factory = StoreFactory(request.param, tmp_path)
+    yield factory
+    factory.close()
+
+
 @pytest.fixture
 def store(stores: StoreFactory) -> EventStore:
     """An empty store of each backend."""

@@ -69,7 +69,7 @@ def test_verify_passes_then_names_the_tampered_seq(demo_dir: Path, tmp_path: Pat
     shutil.copytree(demo_dir / ".plait", tmp_path / ".plait")  # the others read the original
     copy = tmp_path / ".plait" / "plait.db"
     with SqliteStore(copy, read_only=True) as store:
-        rows, _, _ = store.as_stored(session)
+        rows = store.as_stored(session).rows  # a row per event (SQLite's layout 4 as read)
     # The first event that names the tool, the model's call: it begins the append of the reply.
     seq, data = next((row[4], row[1]) for row in rows if b"conv_create" in row[1])
     sqlite_tamper(copy).set_data(session, seq, data.replace(b"conv_create", b"conv_CREATE"))

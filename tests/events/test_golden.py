@@ -119,7 +119,7 @@ def test_an_old_store_goes_on_in_the_new_encoding_and_verifies(
             outcome = runtime.resume(session).run("Are you there?", timeout=60)
             assert outcome.ok and outcome.last_assistant_message == "Still here."
     with SqliteStore(db) as store:
-        rows, _, _ = store.as_stored(session)
+        rows = store.as_stored(session).rows
         kinds = [is_compact(row[1]) for row in rows]
         old = kinds.index(True)
         assert not any(kinds[:old]) and all(kinds[old:])  # encoding 1, then encoding 2

@@ -14,9 +14,11 @@ import pytest
 from support import POSTGRES_URL
 
 from plait.errors import ConcurrencyError, LeaseLostError, StoreUnavailableError
-from plait.events import Event, TurnStarted
+from plait.events import Body, Event, TaskStarted, TurnStarted
 from plait.events.codec import GENESIS_HASH
+from plait.events.packing import pack
 from plait.events.stores import open_store
+from plait.events.stores.memory import MemoryStore
 from plait.events.stores.postgres import PostgresStore
 from plait.events.stores.postgres_settled import Settled
 from plait.events.stores.postgres_sql import APPEND_SIGNATURE, POSITION_BITS
@@ -35,7 +37,7 @@ def test_open_store_takes_the_schema_from_the_url(schema: str) -> None:
         assert isinstance(store, PostgresStore) and store.schema == schema
         store.append("s", [TurnStarted(turn=1)], 0)
     with psycopg.connect(POSTGRES_URL) as conn:
-        (count,) = conn.execute(f'SELECT count(*) FROM "{schema}".events').fetchone() or (0,)
+        (count,) = conn.execute(f'SELECT count(*) FROM "{schema}".appends').fetchone() or (0,)
     assert count == 1
 
 
@@ -74,15 +76,73 @@ def test_an_older_store_gets_the_append_function_when_opened(schema: str) -> Non
         assert store.verify("s").ok
 
 
-def test_a_store_of_dense_positions_takes_new_events_after_them(schema: str) -> None:
+def as_layout_4(schema: str, streams: dict[str, list[Body]], dense: bool = False) -> None:
+    """Make ``schema`` a store as layouts 1 to 4 left it: a row per event in ``events``,
+    each of encoding 2 (``dense``: positions from 1, as layout 3 numbered them), its appends
+    gone with their table and function."""
+    PostgresStore(POSTGRES_URL, schema=schema).close()
+    old = store_of_encoding_2()
+    prepared = {s: old.prepare(s, bodies, 0, GENESIS_HASH) for s, bodies in streams.items()}
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"')
+        conn.execute(
+            "CREATE TABLE events (position BIGINT PRIMARY KEY, stream TEXT NOT NULL, "
+            "seq BIGINT NOT NULL, type TEXT NOT NULL, v INT NOT NULL, data BYTEA NOT NULL, "
+            "hash BYTEA NOT NULL, UNIQUE (stream, seq))"
+        )
+        position = 0
+        for stream, append in prepared.items():
+            for seq, kind, v, data, digest in append.rows:
+                position += 1
+                xid = conn.execute("SELECT pg_current_xact_id()::text::int8").fetchone()
+                assert xid is not None
+                at = position if dense else (xid[0] << POSITION_BITS) + seq
+                conn.execute(
+                    "INSERT INTO events VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    (at, stream, seq, kind, v, data, digest),
+                )
+            conn.execute(
+                "INSERT INTO streams VALUES (%s, %s, %s, %s)",
+                (stream, len(append.rows), append.rows[-1][4], position),
+            )
+        conn.execute("DROP TABLE appends")
+        conn.execute(f"DROP FUNCTION {APPEND_SIGNATURE}")
+        if dense:
+            conn.execute("DELETE FROM meta WHERE key = 'position_base'")
+        version = "3" if dense else "4"
+        conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (version,))
+
+
+def store_of_encoding_2() -> MemoryStore:
+    """A store that encodes events as layouts 1 to 4 stored them."""
+    store = MemoryStore()
+    store.encoding = 2
+    return store
+
+
+def test_a_store_of_an_earlier_layout_is_moved_once_and_verifies(schema: str) -> None:
+    as_layout_4(schema, {"s": [TurnStarted(turn=1), TurnStarted(turn=2)], "t": [TaskStarted()]})
     with PostgresStore(POSTGRES_URL, schema=schema) as store:
-        store.append("s", [TurnStarted(turn=1), TurnStarted(turn=2)], 0)
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:  # as layout 3 left it
-        conn.execute(f'UPDATE "{schema}".events SET position = seq')
-        conn.execute(f'UPDATE "{schema}".streams SET created = 1')
-        conn.execute(f"DELETE FROM \"{schema}\".meta WHERE key = 'position_base'")
-        conn.execute(f"UPDATE \"{schema}\".meta SET value = '3' WHERE key = 'schema_version'")
-    drop_append_function(schema)
+        before = store.read_all()
+        store.append("s", [TurnStarted(turn=3)], 2)
+        assert [(e.stream, e.seq) for e in store.read_all()] == [
+            *((e.stream, e.seq) for e in before),
+            ("s", 3),
+        ]
+        assert [e.body for e in store.read("s")] == [TurnStarted(turn=i) for i in (1, 2, 3)]
+        assert store.verify("s").ok and store.verify("t").ok
+        stored = store.as_stored("s")
+        assert [(row[2], row[3], bytes(row[4])) for row in stored.rows][:2] == [
+            (1, 1, b""),
+            (2, 1, b""),
+        ]  # moved as they were: their bytes hold the hash before
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        gone = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".events',)).fetchone()
+        assert gone == (None,)
+
+
+def test_a_store_of_dense_positions_takes_new_events_after_them(schema: str) -> None:
+    as_layout_4(schema, {"s": [TurnStarted(turn=1), TurnStarted(turn=2)]}, dense=True)
     with PostgresStore(POSTGRES_URL, schema=schema) as store:
         store.append("t", [TurnStarted(turn=3)], 0)
         store.append("s", [TurnStarted(turn=4)], 2)
@@ -99,7 +159,7 @@ def test_a_store_restored_into_a_younger_server_goes_on_after_its_positions(
         (first,) = store.append("s", [TurnStarted(turn=1)], 0)
     ahead = first.position + (10**9 << POSITION_BITS)  # written by a server 10**9 xids older
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f'UPDATE "{schema}".events SET position = %s', (ahead,))
+        conn.execute(f'UPDATE "{schema}".appends SET position = %s', (ahead,))
     with PostgresStore(POSTGRES_URL, schema=schema) as store:
         (second,) = store.append("s", [TurnStarted(turn=2)], 1)
         assert second.position > ahead
@@ -131,13 +191,18 @@ def test_processes_opening_an_older_store_at_once_all_open_it(schema: str) -> No
         assert sorted(info.stream for info in store.streams()) == ["s0", "s1", "s2", "s3"]
 
 
+def append_args(store: PostgresStore, stream: str, epoch: int | None = None) -> tuple[Any, ...]:
+    """The append function's arguments for one event, the first of a new ``stream``."""
+    prepared = store.prepare(stream, [TurnStarted(turn=1)], 0, GENESIS_HASH)
+    ((seq, _, _, data, digest),) = prepared.rows
+    row = pack(seq, GENESIS_HASH, [data], digest)
+    return (stream, 0, GENESIS_HASH, epoch, 1, row.hash, row.data, [], [], [])
+
+
 def raw_append(conn: psycopg.Connection[Any], store: PostgresStore, stream: str) -> int:
     """Append one event to a new ``stream`` by a call of the append function on ``conn`` (no
     announcement: as a process killed right after its commit leaves it); return its position."""
-    ((_, kind, v, data, digest),) = store.prepare(
-        stream, [TurnStarted(turn=1)], 0, GENESIS_HASH
-    ).rows
-    args = (stream, 0, GENESIS_HASH, None, [kind], [v], [data], [digest], [], [], [])
+    args = append_args(store, stream)
     found = conn.execute(store._sql["append"], args).fetchone()
     assert found is not None
     return int(found[0])
@@ -173,10 +238,10 @@ class WatchedStore(PostgresStore):
         super().__init__(*args, **kwargs)
         self.read = threading.Event()
 
-    def _settled_rows(self, after_position: int, limit: int | None) -> list[Any]:
-        rows = super()._settled_rows(after_position, limit)
+    def _settled_batch(self, after_position: int) -> list[Event]:
+        events = super()._settled_batch(after_position)
         self.read.set()
-        return rows
+        return events
 
 
 def test_a_subscription_sees_an_append_no_one_announced(schema: str) -> None:
@@ -228,12 +293,8 @@ def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:
         psycopg.connect(POSTGRES_URL) as held,
     ):
         a = store.acquire_lease("s", "a", -1.0)  # lapsed at once: anyone may take it
-        ((_, kind, v, data, digest),) = store.prepare(
-            "s", [TurnStarted(turn=1)], 0, GENESIS_HASH
-        ).rows
         # a's append, its transaction kept open before the commit
-        args = ("s", 0, GENESIS_HASH, a.epoch, [kind], [v], [data])
-        held.execute(store._sql["append"], (*args, [digest], [], [], []))
+        held.execute(store._sql["append"], append_args(store, "s", a.epoch))
         taken: list[int] = []
         thread = threading.Thread(
             target=lambda: taken.append(other.acquire_lease("s", "b", 10).epoch)
@@ -245,7 +306,7 @@ def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:
         thread.join(10)
         assert taken == [a.epoch + 1]
         assert [e.body for e in store.read("s")] == [TurnStarted(turn=1)]
-        late = store.prepare("s", [TurnStarted(turn=2)], 1, digest)
+        late = store.prepare("s", [TurnStarted(turn=2)], 1, store.read("s")[-1].hash)
         with pytest.raises(LeaseLostError, match="now epoch 2, held by b"):
             store.append_prepared("s", late, epoch=a.epoch)
 

@@ -36,6 +36,7 @@ from plait.events import (
 )
 from plait.events.ownership import Command, DestroyConversation, InterruptTask, SubmitTask
 from plait.events.stores.postgres import PostgresStore
+from plait.events.stores.postgres_sql import APPEND_SIGNATURE
 from plait.events.values import InputText, TaskPlan
 from plait.replay import replay
 from plait.runtime import Runtime
@@ -555,9 +556,10 @@ def test_a_destroy_whose_owner_is_killed_before_it_is_recorded_is_done_by_the_ne
 def waiting_on_the_row(name: str) -> None:
     """Return once a connection named ``name`` waits on a lock in an append (on the row the
     test holds)."""
+    function = APPEND_SIGNATURE.partition("(")[0]
     query = (
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-        "AND wait_event_type = 'Lock' AND query LIKE '%%append_v2%%'"
+        f"AND wait_event_type = 'Lock' AND query LIKE '%%{function}%%'"
     )
     with psycopg.connect(POSTGRES_URL, autocommit=True) as look:  # outside the held transaction
         until(

@@ -26,6 +26,7 @@ from plait.events import (
     TurnAborted,
 )
 from plait.events.ownership import Command, SubmitTask
+from plait.events.packing import pack
 from plait.events.stores.postgres import PostgresStore
 from plait.events.values import InputText, TaskPlan
 from plait.runtime import Runtime
@@ -143,12 +144,12 @@ def test_a_follower_misses_no_event_committed_below_where_it_began(
             store = stores.open()
             assert isinstance(store, PostgresStore)
             (last,) = store.read(y.session_id)[-1:]
-            ((_, kind, v, data, digest),) = store.prepare(
-                y.session_id, [SessionClosed()], last.seq, last.hash
-            ).rows
-            args = (y.session_id, last.seq, last.hash, None, [kind], [v], [data])
+            prepared = store.prepare(y.session_id, [SessionClosed()], last.seq, last.hash)
+            ((seq, _, _, data, digest),) = prepared.rows
+            row = pack(seq, last.hash, [data], digest)
+            args = (y.session_id, last.seq, last.hash, None, 1, row.hash, row.data, [], [], [])
             with psycopg.connect(POSTGRES_URL) as held:  # y's append, begun first, left open
-                held.execute(store._sql["append"], (*args, [digest], [], [], []))
+                held.execute(store._sql["append"], args)
                 assert x.run("again", timeout=30).ok  # x's, begun later, committed first
                 b.follow(x.session_id)  # b begins after x's last event
                 followed = b.follow(y.session_id)

@@ -62,7 +62,7 @@ class Manifest(msgspec.Struct, frozen=True):
     session: str
     """The session (stream) it holds."""
     events: int
-    """Its rows."""
+    """Its events."""
     last_seq: int
     """The stream's head when exported: its last seq..."""
     last_hash: str
@@ -116,7 +116,7 @@ def export_bundle(
     manifest = Manifest(
         stored.layout,
         session,
-        len(rows),
+        len(events),
         last_seq,
         last_hash.hex(),
         verify_signatures(events, None).fingerprints,

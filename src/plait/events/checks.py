@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Columns",
     "Links",
+    "Placed",
     "Verification",
     "columns_agree",
     "first_gap",
@@ -61,27 +62,31 @@ def misplaced(event: Event, stream: str, seq: int) -> str | None:
     return None if event.seq == seq else f"event missing (next stored is {event.seq})"
 
 
-def first_gap(read: Callable[[int, int], list[Event]]) -> tuple[int, int] | None:
-    """The first place where positions are not dense from 1, reading events with
+Placed = tuple[int, str, int]
+"""Where a row's event is: its position, stream and seq."""
+
+
+def first_gap(read: Callable[[int, int], list[Placed]]) -> tuple[int, int] | None:
+    """The first place where positions are not dense from 1, reading where events are with
     ``read(after, limit)``: the position before it (0: none) and the next one stored."""
     return next(position_gaps(read), None)
 
 
-def position_gaps(read: Callable[[int, int], list[Event]]) -> Iterator[tuple[int, int]]:
+def position_gaps(read: Callable[[int, int], list[Placed]]) -> Iterator[tuple[int, int]]:
     """Every place where positions are not dense from 1, as ``first_gap`` gives the first."""
     after = 0
-    while events := read(after, 10_000):
-        for event in events:
-            if event.position != after + 1:
-                yield after, event.position
-            after = event.position
+    while found := read(after, 10_000):
+        for position, _, _ in found:
+            if position != after + 1:
+                yield after, position
+            after = position
 
 
-def position_gap(report: Verification, before: int, after: Event) -> Verification:
+def position_gap(report: Verification, before: int, after: Placed) -> Verification:
     """``report`` of a stream found good, made to say that positions jump from ``before``
     (0: none) to the one of ``after``, the first event after it: one line naming the gap and
     that event (at its seq, if it is of the stream verified)."""
-    position, stream, seq = after.position, after.stream, after.seq
+    position, stream, seq = after
     jump = f"jump from {before} to {position}" if before else f"start at {position}"
     gone = f"{before + 1}" if position == before + 2 else f"{before + 1} to {position - 1}"
     reason = (

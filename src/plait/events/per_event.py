@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
+from plait.events.checks import Placed
 from plait.events.codec import GENESIS_HASH, decode_rows
 from plait.events.rows import Row
 from plait.events.store import EventStore
@@ -43,6 +44,9 @@ class PerEventStore(EventStore):
     ) -> list[Event]:
         rows = (self._settled_rows if settled else self._all_rows)(after_position, limit)
         return self._decode_all(rows, resolve_blobs)
+
+    def _placed(self, after_position: int, limit: int) -> list[Placed]:
+        return [(row[0], row[3], row[4]) for row in self._all_rows(after_position, limit)]
 
     def as_stored(self, stream: str) -> Stored:
         return Stored(PER_EVENT, self._rows(stream, 0, None, None), self._head(stream), self._blob)

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from plait.errors import StoreError
-from plait.events.checks import Verification, position_gap, position_gaps
+from plait.events.checks import Placed, Verification, position_gap, position_gaps
 from plait.events.pruned import PrunedPositions, PrunedSession
 
 if TYPE_CHECKING:
     from plait.events.proof import Proof
-    from plait.events.types import Event
 
 __all__ = ["Pruning"]
 
@@ -75,7 +74,7 @@ class Pruning(ABC):
             gaps = [gap] if not pruned.covers(gap[0] + 1, gap[1] - 1) else self._position_gaps()
             for before, after in gaps:
                 if not pruned.covers(before + 1, after - 1):
-                    return position_gap(report, before, self._after(before))
+                    return position_gap(report, before, self._placed(before, 1)[0])
         if not records:
             return report
         events = sum(record.events for record in records)
@@ -84,7 +83,7 @@ class Pruning(ABC):
     def _position_gaps(self) -> list[tuple[int, int]]:
         """Every place where positions are not dense from 1, as ``_position_gap`` gives the
         first (a prune leaves one per run of positions it removed)."""
-        return list(position_gaps(self._unresolved))
+        return list(position_gaps(self._placed))
 
     def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
         """The records (``stream``'s only, if given), oldest first."""
@@ -103,17 +102,9 @@ class Pruning(ABC):
     def _head(self, stream: str) -> tuple[int, bytes]: ...
 
     @abstractmethod
-    def _all_events(
-        self, after_position: int, limit: int | None, resolve_blobs: bool, settled: bool
-    ) -> list[Event]: ...
-
-    def _unresolved(self, after_position: int, limit: int) -> list[Event]:
-        """Events of every stream after ``after_position``, their blobs unread."""
-        return self._all_events(after_position, limit, False, False)
-
-    def _after(self, position: int) -> Event:
-        """The first event after ``position`` (there is one: a gap was found before it)."""
-        return self._unresolved(position, 1)[0]
+    def _placed(self, after_position: int, limit: int) -> list[Placed]:
+        """Where the events after ``after_position`` are (position, stream, seq), in position
+        order, as their rows say, unchecked: what a gap report names."""
 
     @abstractmethod
     def _position_gap(self) -> tuple[int, int] | None: ...

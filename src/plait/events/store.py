@@ -24,7 +24,7 @@ from plait.errors import (
 )
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize
 from plait.events.blobstore import REDACTED, BlobStore, RedactedMarker
-from plait.events.checks import Verification, first_gap, link, misplaced, verify
+from plait.events.checks import Placed, Verification, first_gap, link, misplaced, verify
 from plait.events.codec import BODY_TAGS, encode_event, hasher
 from plait.events.erased import mark_erased
 from plait.events.global_order import GlobalOrder
@@ -398,8 +398,12 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
     def _position_gap(self) -> tuple[int, int] | None:
         """The first place where positions are not dense from 1: the position before it (0
         if it is the first) and the next one stored; ``None`` if there is none. (Here by
-        reading every event; a database backend asks its database.)"""
-        return first_gap(self._unresolved)
+        reading every row; a database backend asks its database.)"""
+        return first_gap(self._placed)
+
+    def _placed(self, after_position: int, limit: int) -> list[Placed]:
+        events = self._all_events(after_position, limit, False, False)
+        return [(e.position, e.stream, e.seq) for e in events]
 
     @property
     def closed(self) -> bool:

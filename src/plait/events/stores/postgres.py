@@ -330,8 +330,8 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         return Space(int(total), int(dead), vacuum_hint(self.schema))
 
     def _last_position(self) -> int:
-        ((last,),) = self._query("last_position")
-        return int(last)
+        found = self._query("last_position")
+        return int(found[0][0]) if found else 0
 
     def _streams(self) -> list[tuple[str, int]]:
         return [(str(stream), int(last)) for stream, last in self._query("streams")]

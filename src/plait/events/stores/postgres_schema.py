@@ -66,7 +66,7 @@ def _base(conn: Connection, queries: Mapping[str, bytes]) -> tuple[int, bool]:
 def _still(conn: Connection, schema: str) -> bool:
     """Whether an earlier layout's ``events`` is still there (another process may have moved
     it while this one waited for the lock)."""
-    found = conn.execute("SELECT to_regclass(format('%I.events', %s::text))", (schema,))
+    found = conn.execute("SELECT to_regclass(format('%%I.events', %s::text))", (schema,))
     return (found.fetchone() or (None,))[0] is not None
 
 
