@@ -204,7 +204,7 @@ def measure_postgres(url: str, kind: str, sessions: list[range], workdir: Path) 
     """Record ``sessions`` in a schema of their own at ``url``; return the bytes of its
     relations as left, and after ``VACUUM FULL`` (the schema is dropped after)."""
     schema = f"plait_bench_storage_{uuid.uuid4().hex[:8]}"
-    tables = ", ".join(f'"{schema}".{t}' for t in ("events", "streams", "blobs", "leases"))
+    tables = ", ".join(f'"{schema}".{t}' for t in ("appends", "streams", "blobs", "leases"))
     with psycopg.connect(url, autocommit=True) as admin:
         try:
             run_plait(f"{url}{'&' if '?' in url else '?'}schema={schema}", kind, sessions, workdir)
