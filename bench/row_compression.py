@@ -1,19 +1,20 @@
 """How to compress a row of one append on its own: zstd against deflate, with dictionaries.
 
-The storage format planned next keeps one row per append, each compressed on its own with a
-dictionary that ships in the package; this measures the choices on the rows real sessions make.
+Encoding 3 keeps one row per append, each compressed on its own with a dictionary that ships
+in the package (``zstd-1.dict``); this measures the choices on the rows real sessions make.
 Run from the repository root: ``python bench/row_compression.py``.
 
 It records sessions of ``bench/storage.py`` (plain turns, and turns with a tool call), once to
 train dictionaries on and once more, with other turns, to measure; it takes each append's
-events as plait encodes them, made as encoding 3 would store them: hex ids and digests as
-binary, each event's ``prev_hash`` left out (a column holds it). Each row is then compressed
+entries as encoding 3 packs them (``bench/zstd_dictionary.py``). Each row is then compressed
 alone by:
 
 * deflate (level 6) with no dictionary, with the training rows' last 32 KiB as a preset
   dictionary, and with the dictionary layout 4 ships (``dictionary-1.bin``);
-* zstd (level 3) with no dictionary, with the training rows as raw content, and with one
-  trained by zstd on them (4 and 16 KiB; 4 KiB at level 19 too);
+* zstd (level 3) with no dictionary, with the training rows as raw content, with one trained
+  by zstd on them (4 and 16 KiB; 4 KiB at level 19 too), and with the one plait ships;
+* zstd with the ids and digests made binary (16 and 32 bytes for a UUID and a hex sha-256),
+  with a 4 KiB dictionary trained on rows made so: what binary ids would save.
 
 With ``--postgres URL``, it also writes the rows of 200 plain turns, zstd with the trained
 4 KiB dictionary, into a table of one row per append on that server (``stream, seq, count,
@@ -21,10 +22,10 @@ position, prev_hash, hash, data``, keyed by ``stream, seq``, with an index on ``
 and a head row per session, and prints the bytes of those relations: what such a layout would
 take on PostgreSQL.
 
-And beside them, as the baseline, deflate after the two rows before it of its session with
-layout 4's dictionary, as layout 4 does today (a chain, which needs a cache of each stream's
-last rows to write and to read). It prints the bytes per turn and the median time to compress
-and to read a row.
+And beside them, as the baseline, a chain as layout 4 keeps one: deflate after the two rows
+before it of its session, with layout 4's dictionary (which needs a cache of each stream's last
+rows to write and to read), of the same entries. It prints the bytes per turn and the median time to compress and
+to read a row.
 """
 
 from __future__ import annotations
@@ -33,29 +34,26 @@ import argparse
 import os
 import re
 import statistics
-import tempfile
 import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-import storage  # bench/storage.py, beside this file
 import zstandard
 from report import Line, table
-
-from plait.events.prepared import PreparedAppend
-from plait.events.store import EventStore
+from zstd_dictionary import record  # bench/zstd_dictionary.py, beside this file
 
 SHIPPED = Path(__file__).parents[1] / "src/plait/events/stores/dictionary-1.bin"
-_PREV = re.compile(rb"\xc4\x20[\x00-\xff]{32}(?=[\xc0\xa0-\xbf\xd9])")
-"""An event's ``prev_hash`` as encoding 2 holds it, before its conversation id or nil."""
+SHIPPED_ZSTD = Path(__file__).parents[1] / "src/plait/events/zstd-1.dict"
 _HEX = re.compile(rb"\xd9(\x20|\x40)([0-9a-f]+)")
 """A 32- or 64-character lowercase hex string (an id or a digest)."""
+_UUID = re.compile(rb"\xd9\x24([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+"""A UUID in its canonical text."""
 
 
-def as_encoding_3(data: bytes) -> bytes:
-    """``data``, an event's bytes in encoding 2, as encoding 3 would hold them (near enough)."""
+def ids_binary(data: bytes) -> bytes:
+    """``data`` with its hex ids and digests, and its UUIDs, as msgpack binary."""
 
     def binary(found: re.Match[bytes]) -> bytes:
         digits = found.group(2)
@@ -63,27 +61,10 @@ def as_encoding_3(data: bytes) -> bytes:
             return found.group(0)
         return b"\xc4" + bytes([len(digits) // 2]) + bytes.fromhex(digits.decode())
 
-    return _HEX.sub(binary, _PREV.sub(b"\xc4\x00", data, count=1))
+    def uuid(found: re.Match[bytes]) -> bytes:
+        return b"\xc4\x10" + bytes.fromhex(found.group(1).replace(b"-", b"").decode())
 
-
-def record(kinds: dict[str, list[range]]) -> list[tuple[str, bytes]]:
-    """Record sessions of each kind; return each append as ``(stream, row bytes)``."""
-    rows: list[tuple[str, bytes]] = []
-    original = EventStore._prepare
-
-    def spy(self: EventStore, stream: str, *args: object, **kwargs: object) -> PreparedAppend:
-        prepared = original(self, stream, *args, **kwargs)  # type: ignore[arg-type]
-        rows.append((stream, b"".join(as_encoding_3(row[3]) for row in prepared.rows)))
-        return prepared
-
-    EventStore._prepare = spy  # type: ignore[method-assign]
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for kind, sessions in kinds.items():
-                storage.run_plait(Path(tmp, f"{kind}.db"), kind, sessions)
-    finally:
-        EventStore._prepare = original  # type: ignore[method-assign]
-    return rows
+    return _UUID.sub(uuid, _HEX.sub(binary, data))
 
 
 Codec = tuple[Callable[[bytes, list[bytes]], bytes], Callable[[bytes, list[bytes]], bytes]]
@@ -206,13 +187,14 @@ def main() -> None:
         "--postgres", default=os.environ.get("PLAIT_TEST_POSTGRES"), help="also on PostgreSQL"
     )
     args = parser.parse_args()
-    train = record({"plain": [range(12)], "tool": [range(12)]})
+    train = record({"plain": [range(40), range(40, 60)], "tool": [range(40), range(40, 60)]})
     test = record({"plain": [range(100, 150)], "tool": [range(200, 250)]})
     samples = [data for _, data in train]
     preset = b"".join(samples)[-32768:]
-    # Repeated: zstd's trainer wants more samples than a few sessions make.
-    dicts = {size: zstandard.train_dictionary(size, samples * 8) for size in (4096, 16384)}
+    dicts = {size: zstandard.train_dictionary(size, samples) for size in (4096, 16384)}
     content = zstandard.ZstdCompressionDict(preset, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    shipped = zstandard.ZstdCompressionDict(SHIPPED_ZSTD.read_bytes())
+    binary = zstandard.train_dictionary(4096, [ids_binary(data) for data in samples])
     codecs: dict[str, Codec] = {
         "none: the rows as they are": (lambda data, _: data, lambda data, _: data),
         "deflate, no dictionary": deflate(b""),
@@ -223,13 +205,17 @@ def main() -> None:
         "zstd, trained dictionary (4 KiB)": zstd(dicts[4096]),
         "zstd, trained dictionary (4 KiB), level 19": zstd(dicts[4096], 19),
         "zstd, trained dictionary (16 KiB)": zstd(dicts[16384]),
+        "zstd, zstd-1.dict (encoding 3's)": zstd(shipped),
     }
     turns = 100
     today, today_pack, today_unpack = measure(chained(SHIPPED.read_bytes()), test)
     sizes: list[Line] = []
     times: list[Line] = []
-    for name, codec in codecs.items():
-        size, pack_us, unpack_us = measure(codec, test)
+    binary_test = [(stream, ids_binary(data)) for stream, data in test]
+    runs = [(name, codec, test) for name, codec in codecs.items()]
+    runs.append(("zstd, ids binary, a dictionary trained so (4 KiB)", zstd(binary), binary_test))
+    for name, codec, rows in runs:
+        size, pack_us, unpack_us = measure(codec, rows)
         sizes.append(
             (name, f"{size / turns:,.0f}", f"{today / turns:,.0f}", f"{size / today:.2f}x", "")
         )
@@ -243,9 +229,9 @@ def main() -> None:
     table(
         f"Bytes per turn: {len(test)} appends of {turns} turns (50 plain, 50 with a tool call)",
         sizes,
-        "raw: layout 4 today, each row deflated after the 2 rows before it in its session",
+        "raw: a chain, as layout 4's: each row deflated after the 2 before it in its session",
     )
-    table("µs per row, the median", times, "raw: layout 4 today, as above")
+    table("µs per row, the median", times, "raw: a chain, as above")
     if args.postgres:
         plain = record({"plain": [range(300, 500)]})
         size = postgres_rows(args.postgres, plain, zstd(dicts[4096]))

@@ -28,20 +28,22 @@ SIZE = 4096
 (bench/row_compression.py)."""
 
 
-def record(kinds: dict[str, list[range]]) -> list[bytes]:
-    """Record sessions of each kind; return each append's entries, end to end."""
-    seen: list[bytes] = []
+def record(kinds: dict[str, list[range]]) -> list[tuple[str, bytes]]:
+    """Record sessions of each kind; return each append's stream and entries, end to end,
+    the scripted model's name taken out."""
+    seen: list[tuple[str, bytes]] = []
     original = EventStore._prepare
 
-    def spy(self: EventStore, *args: object) -> PreparedAppend:
+    def spy(self: EventStore, stream: str, *args: object) -> PreparedAppend:
         encoding = self.encoding
         self.encoding = 3
         try:
-            packed = original(self, *args)  # type: ignore[arg-type]
+            packed = original(self, stream, *args)  # type: ignore[arg-type]
         finally:
             self.encoding = encoding
-        seen.append(b"".join(row[3] for row in packed.rows))
-        return original(self, *args)  # type: ignore[arg-type]
+        entries = b"".join(row[3] for row in packed.rows)
+        seen.append((stream, entries.replace(storage.MODEL.encode(), b"")))
+        return original(self, stream, *args)  # type: ignore[arg-type]
 
     EventStore._prepare = spy  # type: ignore[method-assign]
     try:
@@ -50,11 +52,12 @@ def record(kinds: dict[str, list[range]]) -> list[bytes]:
                 storage.run_plait(Path(tmp, f"{kind}.db"), kind, sessions)
     finally:
         EventStore._prepare = original  # type: ignore[method-assign]
-    return [sample.replace(storage.MODEL.encode(), b"") for sample in seen]
+    return seen
 
 
 def main() -> None:
-    samples = record({"plain": [range(40), range(40, 60)], "tool": [range(40), range(40, 60)]})
+    kinds = {"plain": [range(40), range(40, 60)], "tool": [range(40), range(40, 60)]}
+    samples = [entries for _, entries in record(kinds)]
     trained = zstandard.train_dictionary(SIZE, samples, dict_id=DICTIONARY_ID, level=3)
     Path(sys.argv[1]).write_bytes(trained.as_bytes())
     print(f"{len(trained.as_bytes())} bytes from {len(samples)} appends, id {trained.dict_id()}")
