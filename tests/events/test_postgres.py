@@ -16,6 +16,7 @@ from support import POSTGRES_URL
 from plait.errors import ConcurrencyError, LeaseLostError, StoreUnavailableError
 from plait.events import Event, TurnStarted
 from plait.events.codec import GENESIS_HASH
+from plait.events.packing import PackedRow, pack
 from plait.events.stores import open_store
 from plait.events.stores.postgres import PostgresStore
 from plait.events.stores.postgres_settled import Settled
@@ -35,7 +36,7 @@ def test_open_store_takes_the_schema_from_the_url(schema: str) -> None:
         assert isinstance(store, PostgresStore) and store.schema == schema
         store.append("s", [TurnStarted(turn=1)], 0)
     with psycopg.connect(POSTGRES_URL) as conn:
-        (count,) = conn.execute(f'SELECT count(*) FROM "{schema}".events').fetchone() or (0,)
+        (count,) = conn.execute(f'SELECT count(*) FROM "{schema}".appends').fetchone() or (0,)
     assert count == 1
 
 
@@ -77,8 +78,8 @@ def test_an_older_store_gets_the_append_function_when_opened(schema: str) -> Non
 def test_a_store_of_dense_positions_takes_new_events_after_them(schema: str) -> None:
     with PostgresStore(POSTGRES_URL, schema=schema) as store:
         store.append("s", [TurnStarted(turn=1), TurnStarted(turn=2)], 0)
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:  # as layout 3 left it
-        conn.execute(f'UPDATE "{schema}".events SET position = seq')
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:  # positions as layout 3's
+        conn.execute(f'UPDATE "{schema}".appends SET position = seq - count + 1')
         conn.execute(f'UPDATE "{schema}".streams SET created = 1')
         conn.execute(f"DELETE FROM \"{schema}\".meta WHERE key = 'position_base'")
         conn.execute(f"UPDATE \"{schema}\".meta SET value = '3' WHERE key = 'schema_version'")
@@ -99,7 +100,7 @@ def test_a_store_restored_into_a_younger_server_goes_on_after_its_positions(
         (first,) = store.append("s", [TurnStarted(turn=1)], 0)
     ahead = first.position + (10**9 << POSITION_BITS)  # written by a server 10**9 xids older
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f'UPDATE "{schema}".events SET position = %s', (ahead,))
+        conn.execute(f'UPDATE "{schema}".appends SET position = %s', (ahead,))
     with PostgresStore(POSTGRES_URL, schema=schema) as store:
         (second,) = store.append("s", [TurnStarted(turn=2)], 1)
         assert second.position > ahead
@@ -131,13 +132,17 @@ def test_processes_opening_an_older_store_at_once_all_open_it(schema: str) -> No
         assert sorted(info.stream for info in store.streams()) == ["s0", "s1", "s2", "s3"]
 
 
+def first_row(store: PostgresStore, stream: str) -> PackedRow:
+    """The row of an append of one event, the first of a new ``stream``."""
+    ((_, _, _, entry, digest),) = store.prepare(stream, [TurnStarted(turn=1)], 0, GENESIS_HASH).rows
+    return pack(1, GENESIS_HASH, [entry], digest)
+
+
 def raw_append(conn: psycopg.Connection[Any], store: PostgresStore, stream: str) -> int:
     """Append one event to a new ``stream`` by a call of the append function on ``conn`` (no
     announcement: as a process killed right after its commit leaves it); return its position."""
-    ((_, kind, v, data, digest),) = store.prepare(
-        stream, [TurnStarted(turn=1)], 0, GENESIS_HASH
-    ).rows
-    args = (stream, 0, GENESIS_HASH, None, [kind], [v], [data], [digest], [], [], [])
+    row = first_row(store, stream)
+    args = (stream, 0, GENESIS_HASH, None, row.count, row.hash, row.data, [], [], [])
     found = conn.execute(store._sql["append"], args).fetchone()
     assert found is not None
     return int(found[0])
@@ -173,10 +178,12 @@ class WatchedStore(PostgresStore):
         super().__init__(*args, **kwargs)
         self.read = threading.Event()
 
-    def _settled_rows(self, after_position: int, limit: int | None) -> list[Any]:
-        rows = super()._settled_rows(after_position, limit)
+    def _all_events(
+        self, after_position: int, limit: int | None, resolve_blobs: bool, settled: bool
+    ) -> list[Event]:
+        events = super()._all_events(after_position, limit, resolve_blobs, settled)
         self.read.set()
-        return rows
+        return events
 
 
 def test_a_subscription_sees_an_append_no_one_announced(schema: str) -> None:
@@ -228,12 +235,10 @@ def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:
         psycopg.connect(POSTGRES_URL) as held,
     ):
         a = store.acquire_lease("s", "a", -1.0)  # lapsed at once: anyone may take it
-        ((_, kind, v, data, digest),) = store.prepare(
-            "s", [TurnStarted(turn=1)], 0, GENESIS_HASH
-        ).rows
+        row = first_row(store, "s")
         # a's append, its transaction kept open before the commit
-        args = ("s", 0, GENESIS_HASH, a.epoch, [kind], [v], [data])
-        held.execute(store._sql["append"], (*args, [digest], [], [], []))
+        args = ("s", 0, GENESIS_HASH, a.epoch, row.count, row.hash, row.data, [], [], [])
+        held.execute(store._sql["append"], args)
         taken: list[int] = []
         thread = threading.Thread(
             target=lambda: taken.append(other.acquire_lease("s", "b", 10).epoch)
@@ -245,7 +250,7 @@ def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:
         thread.join(10)
         assert taken == [a.epoch + 1]
         assert [e.body for e in store.read("s")] == [TurnStarted(turn=1)]
-        late = store.prepare("s", [TurnStarted(turn=2)], 1, digest)
+        late = store.prepare("s", [TurnStarted(turn=2)], 1, row.hash)
         with pytest.raises(LeaseLostError, match="now epoch 2, held by b"):
             store.append_prepared("s", late, epoch=a.epoch)
 
