@@ -1,21 +1,20 @@
 """What someone with write access to a store's database can do to a session's log.
 
 This is the insider of docs/event-log.md#signed-heads, with nothing but what that page says of
-the storage format: a stream's rows (``position, stream, seq, type, v, data, hash``) and its
-head row (``streams``: ``last_seq, last_hash``), each event's ``data`` the msgpack of its
-envelope: a map (encoding 1) or, as plait writes now, an array of its fields in order with
-the stream, position and hash left empty (encoding 2); its ``hash`` the sha-256 of those
-bytes (encoding 2: of the msgpack of its stream, then them), its
-``prev_hash`` the hash of the event before it (32 zero bytes for seq 1), positions dense from
-1 across the store (in SQLite; in PostgreSQL, its transaction's id shifted left 20 bits, plus
-the event's index in its append); and what
+the storage format: a stream's rows and its head row (``streams``: ``last_seq, last_hash``);
+each event's ``prev_hash``, the hash of the event before it (32 zero bytes for seq 1); and what
 docs/storage.md says of content kept apart, in ``blobs`` rows (``sha256, size, data``) that an
 event names by the sha-256 of their bytes. It reads the rows with plain SQL (``sqlite3`` on the
-file, ``psycopg`` on the schema), decodes the msgpack, changes what it likes, then writes the
-stream back consistently: seqs dense, every ``prev_hash`` and ``hash`` recomputed, positions
-renumbered so none is missing anywhere in the store (in PostgreSQL, kept in order), the head
-row set. It imports nothing of
-plait's: no plait API writes a forgery.
+file, ``psycopg`` on the schema), decodes them, changes what it likes, then writes the stream
+back consistently: seqs dense, every hash recomputed, positions renumbered so none is missing
+anywhere in the store (SQLite; in PostgreSQL, kept in order), the head row set. It imports
+nothing of plait's: no plait API writes a forgery.
+
+A SQLite store of layouts 1 to 3 keeps a row per event, ``position, stream, seq, type, v, data,
+hash`` of ``events``, positions dense from 1 across the store, each event's ``data`` the
+msgpack of its envelope: a map (encoding 1) or, as plait writes now, an array of its fields in
+order with the stream, position and hash left empty (encoding 2); its ``hash`` the sha-256 of
+those bytes (encoding 2: of the msgpack of its stream, then them).
 
 A SQLite store of layout 4 (it has a ``groups`` table; docs/storage.md) keeps a row per
 append instead: ``position, stream, seq, count, base, data, hash, content``, the row holding
@@ -37,6 +36,21 @@ rows held (any more in one row after them), each keeping its old row's content; 
 as they were up to the first it changed, each after it standing alone (base NULL). A blob it
 makes small enough goes in the content of the first row whose events name it.
 
+A PostgreSQL store (layout 5) keeps a row per append too, in ``appends`` (encoding 3,
+docs/event-log.md#encoding-3): ``position, stream, seq, count, prev_hash, hash, data``, its
+``seq`` its last event's, ``count`` how many it holds, ``position`` its first event's (its
+transaction's id shifted left 20 bits; its events' are that plus their index), ``prev_hash``
+the hash its first event follows, ``hash`` its last event's. Its ``data`` is one zstd frame
+(level 3, its content size written, the dictionary ``src/plait/events/zstd-1.dict``, which
+the frame names) of its events' entries end to end: an entry is the msgpack array ``[seq, at,
+v, body, conversation_id, task_id]`` (plait writes the last two as nil when empty), and an
+event's hash is the sha-256 of the msgpack of its stream, then the hash it follows, then its
+entry. (A row an earlier layout's event was moved to, its ``prev_hash`` empty and its ``data``
+that event's bytes, is not read: the stores forged here are written by this plait.) A stream
+it rewrites is laid out in rows of as many events as its old rows held (any more in one row
+after them), each at its old row's position (one past them right after the last's events); a
+row that is as it was keeps its bytes. Blobs are all in ``blobs``.
+
 What it cannot do is sign with the session's key. It can sign with a key of its own
 (``AttackerKey``), over the bytes that page describes, and it can edit the witness file of
 signed heads (``witness_lines``, ``append_witness_line``) by appending to it.
@@ -51,6 +65,7 @@ import sqlite3
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -76,10 +91,12 @@ map whose ``type`` names it), ``prev_hash``, and ``conversation_id``/``task_id``
 Row = tuple[Any, ...]
 """A row of the table of events: ``(position, stream, seq, type, v, data, hash)`` of
 ``events``; ``(position, stream, seq, count, base, data, hash, content)`` of layout 4's
-``groups``, its ``stream`` a key of ``names``."""
+``groups``, its ``stream`` a key of ``names``; ``(position, stream, seq, count, prev_hash,
+hash, data)`` of PostgreSQL's ``appends``."""
 
 Event = tuple[int, str, int, bytes, bytes]
-"""One event as a stream's log holds it: seq, type, v, its stored bytes, their hash."""
+"""One event as a stream's log holds it: seq, type, v, its stored bytes (PostgreSQL's: its
+entry), their hash."""
 
 GENESIS = bytes(32)
 """``prev_hash`` of a stream's first event."""
@@ -273,12 +290,76 @@ def _content_key(digest: bytes) -> int:
     return int.from_bytes(digest[:4], "big", signed=True)
 
 
+# --- PostgreSQL's layout 5: a row per append, of encoding 3 -----------------------------------
+
+_ZSTD_DICTIONARY = (
+    Path(__file__).resolve().parents[1] / "src/plait/events/zstd-1.dict"
+).read_bytes()
+"""The dictionary an ``appends`` row's ``data`` is compressed with (the frame names it)."""
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # how a zstd frame starts
+_ENTRY = ("seq", "at", "v", "body", "conversation_id", "task_id")
+"""An entry's fields, in order (a reader takes the last two left out as empty)."""
+_RAWS = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+@cache
+def _zstd() -> tuple[Any, Any]:
+    """A compressor and a decompressor of ``appends`` rows."""
+    import zstandard
+
+    trained = zstandard.ZstdCompressionDict(
+        _ZSTD_DICTIONARY, dict_type=zstandard.DICT_TYPE_FULLDICT
+    )
+    compressor = zstandard.ZstdCompressor(
+        level=3, dict_data=trained, write_content_size=True, write_checksum=False
+    )
+    return compressor, zstandard.ZstdDecompressor(dict_data=trained)
+
+
+def _entries(data: bytes, count: int) -> list[bytes]:
+    """The ``count`` entries an ``appends`` row's ``data`` holds."""
+    assert data[:4] == _ZSTD_MAGIC, "a row of an earlier layout's event, moved whole: not read"
+    plain = _zstd()[1].decompress(data)
+    return [bytes(raw) for raw in _RAWS.decode(b"\xdd" + count.to_bytes(4, "big") + plain)]
+
+
+def _pack_entries(entries: list[bytes]) -> bytes:
+    """The ``data`` of an ``appends`` row of ``entries``."""
+    compressed: bytes = _zstd()[0].compress(b"".join(entries))
+    return compressed
+
+
+def _entry(record: Record) -> bytes:
+    """A ``Record``'s entry, its six fields all there, as plait writes them."""
+    return msgspec.msgpack.encode([record.get(name) for name in _ENTRY])
+
+
+def _chained(stream: str, prev: bytes, entry: bytes) -> bytes:
+    """The hash of an entry of ``stream`` that follows the event of hash ``prev``."""
+    return hashlib.sha256(msgspec.msgpack.encode(stream) + prev + entry).digest()
+
+
+def _appends_log(stream: str, rows: list[Row]) -> list[Record]:
+    """The events of ``stream``'s ``appends`` rows (in seq order) as ``Record``s."""
+    records: list[Record] = []
+    for _, _, _, count, prev, _, data in rows:
+        for entry in _entries(data, count):  # each follows the one before, the first the row's
+            fields = msgspec.msgpack.decode(entry)
+            fields += [None] * (len(_ENTRY) - len(fields))
+            records.append(
+                {**dict(zip(_ENTRY, fields, strict=True)), "stream": stream, "prev_hash": prev}
+            )
+            prev = _chained(stream, prev, entry)
+    return records
+
+
 # --- the insider -------------------------------------------------------------------------------
 
 
 class Saved(NamedTuple):
-    """A store's rows of events (``events``, or ``groups`` of layout 4), ``streams``,
-    ``blobs`` and (layout 4) ``contents``, as ``Insider.save`` read them."""
+    """A store's rows of events (``events``, ``groups`` of layout 4 or ``appends``),
+    ``streams``, ``blobs`` and (layout 4) ``contents``, as ``Insider.save`` read them."""
 
     rows: list[Row]
     heads: list[tuple[Any, ...]]
@@ -288,6 +369,7 @@ class Saved(NamedTuple):
 
 _COLUMNS = "position, stream, seq, type, v, data, hash"
 _GROUP_COLUMNS = "position, stream, seq, count, base, data, hash, content"
+_APPEND_COLUMNS = "position, stream, seq, count, prev_hash, hash, data"
 
 _KEPT_IN_SQL = (
     "SELECT g.position, n.name, g.content FROM contents AS c "
@@ -307,8 +389,14 @@ class Insider:
             self._query("SELECT 1 FROM sqlite_master WHERE name = 'groups'")
         )
         """Whether the store is a SQLite store of layout 4, a row per append."""
+        self._appends = param == "%s"
+        """Whether the store is a PostgreSQL store of layout 5, a row per append."""
         self._table, self._columns = (
-            ("groups", _GROUP_COLUMNS) if self._groups else ("events", _COLUMNS)
+            ("groups", _GROUP_COLUMNS)
+            if self._groups
+            else ("appends", _APPEND_COLUMNS)
+            if self._appends
+            else ("events", _COLUMNS)
         )
         self._kept = 0
         """The first rows, as many, are as ``save`` read them (``rewrite`` and
@@ -368,7 +456,7 @@ class Insider:
         """The last position ``rows`` hold (0: none)."""
         if not rows:
             return 0
-        return int(rows[-1][0]) + (int(rows[-1][3]) - 1 if self._groups else 0)
+        return int(rows[-1][0]) + (int(rows[-1][3]) - 1 if self._groups or self._appends else 0)
 
     def save(self) -> Saved:
         """Every row of the table of events, ``streams``, ``blobs`` and ``contents``, to
@@ -500,9 +588,10 @@ class Insider:
         found = self._query("SELECT key FROM names WHERE name = ?", (stream,))
         return int(found[0][0]) if found else None
 
-    def _stream_rows(self, key: int | None) -> list[Row]:
-        """The ``groups`` rows of stream ``key``, in seq order."""
-        query = f"SELECT {_GROUP_COLUMNS} FROM groups WHERE stream = ? ORDER BY seq"
+    def _stream_rows(self, key: object) -> list[Row]:
+        """The rows of stream ``key`` (of layout 4's ``groups``: its key in ``names``), in
+        seq order."""
+        query = f"SELECT {self._columns} FROM {self._table} WHERE stream = ? ORDER BY seq"
         return [] if key is None else self._query(query, (key,))
 
     def log(self, stream: str) -> list[Record]:
@@ -510,6 +599,8 @@ class Insider:
         if self._groups:
             events = _events(stream, self._stream_rows(self._key(stream)))
             return [_record(stream, data) for _, _, _, data, _ in events]
+        if self._appends:
+            return _appends_log(stream, self._stream_rows(stream))
         query = "SELECT data FROM events WHERE stream = ? ORDER BY seq"
         return [_record(stream, data) for (data,) in self._query(query, (stream,))]
 
@@ -518,16 +609,21 @@ class Insider:
         1), the stream's name and the hash of the one before it, then its bytes and their
         sha-256; the store's rows are laid out again with ``stream``'s new rows where its old
         ones were (those past them right after its last), positions renumbered from 1 with
-        no gap; the head row set to the last event. ``sign`` re-signs each ``HeadSigned``
-        over the event before it; without it, they are left as they were (no key). In
-        layout 4, ``stream``'s events go in rows of as many as its old rows held, in turn,
-        and ``contents`` finds the content of each row written again where it is now."""
+        no gap (PostgreSQL's kept in order); the head row set to the last event. ``sign``
+        re-signs each ``HeadSigned`` over the event before it; without it, they are left as
+        they were (no key). In layout 4 and PostgreSQL's, ``stream``'s events go in rows of as
+        many as its old rows held, in turn; in layout 4, ``contents`` finds the content of
+        each row written again where it is now."""
         prev, events = GENESIS, []
         for seq, record in enumerate(records, start=1):
             record = {**record, "stream": stream, "seq": seq, "prev_hash": prev}
             if sign is not None and record["body"]["type"] == "HeadSigned":
                 record["body"] = {**record["body"], **sign(stream, seq - 1, prev)}
-            data, prev = _encoded(record)
+            if self._appends:
+                data = _entry(record)
+                prev = _chained(stream, prev, data)
+            else:
+                data, prev = _encoded(record)
             events.append((seq, record["body"]["type"], record["v"], data, prev))
         old = self._rows()
         key, new = self._new_rows(stream, events)
@@ -537,7 +633,7 @@ class Insider:
             min(len(old), len(laid)),
         )
         self._kept = min(self._kept, first)
-        created = "SELECT min(position) FROM events WHERE events.stream = streams.stream"
+        created = f"SELECT min(position) FROM {self._table} AS t WHERE t.stream = streams.stream"
         if self._groups:
             created = (
                 "SELECT min(g.position) FROM groups AS g JOIN names AS n ON n.key = g.stream "
@@ -574,6 +670,8 @@ class Insider:
         whose events are as they were, and all before them, keep their bytes (and ``base``),
         the rest stand alone; each keeps the content of its old row (those of old rows left
         over go in the last), plus the blobs ``with_text`` made that its events first name."""
+        if self._appends:
+            return stream, self._append_rows(stream, events)
         if not self._groups:
             return stream, [(0, stream, *event) for event in events]
         if (key := self._key(stream)) is None:
@@ -619,11 +717,31 @@ class Insider:
                 row[7] = _pack_content(stream, [*had, *blobs])
         return key, [tuple(row) for row in rows]
 
+    def _append_rows(self, stream: str, events: list[Event]) -> list[Row]:
+        """``stream``'s ``appends`` rows of ``events`` (positions left 0): as many events in
+        each as in its old rows, in turn (any more in one row after them); a row that is as
+        it was keeps its bytes."""
+        mine = self._stream_rows(stream)
+        rows: list[Row] = []
+        prev, at = GENESIS, 0
+        for size in [*(row[3] for row in mine), len(events)]:
+            part = events[at : at + size]
+            if not part:
+                continue
+            row = (0, stream, part[-1][0], len(part), prev, part[-1][4])
+            old = mine[len(rows)] if len(rows) < len(mine) else None
+            if old is not None and old[1:6] == row[1:]:  # its hash binds its entries
+                rows.append((*row, old[6]))
+            else:
+                rows.append((*row, _pack_entries([entry for _, _, _, entry, _ in part])))
+            prev, at = part[-1][4], at + len(part)
+        return rows
+
     def _lay_out(self, old: list[Row], key: object, new: list[Row]) -> list[Row]:
         """The store's rows with stream ``key``'s replaced by ``new`` slot for slot (the rest
         right after its last slot, or at the end), positions renumbered from 1 with no gap
-        (PostgreSQL's, not a count, stay: a new row takes its slot's, those past the last slot
-        the ones after it)."""
+        (PostgreSQL's, not a count, stay: a new row takes its slot's, one past the last slot
+        the position after the last slot's events)."""
         mine = [i for i, row in enumerate(old) if row[1] == key]
         last = mine[-1] if mine else len(old) - 1
         rows: list[Row] = []
@@ -637,21 +755,22 @@ class Insider:
                 rows.extend(taken)
         if not old:
             rows.extend(taken)
-        if self._p == "%s":  # PostgreSQL: positions are not a count, so each slot keeps its own
-            slots = [row[0] for row in old if row[1] == key] or [_last_position(old) + 1]
-            ours = [*slots, *range(slots[-1] + 1, slots[-1] + 1 + len(new) - len(slots))]
-            places = iter(ours)
-            return [(next(places), *row[1:]) if row[1] == key else row for row in rows]
+        if self._appends:
+            # PostgreSQL: positions are not a count, so each slot keeps its own, and a row
+            # past the last takes the next after the row before it.
+            slots = iter([row[0] for row in old if row[1] == key])
+            end, laid = self._end(old), []
+            for row in rows:
+                if row[1] == key:
+                    position = next(slots, end + 1)
+                    row, end = (position, *row[1:]), position + row[3] - 1
+                laid.append(row)
+            return laid
         position, laid = 1, []
         for row in rows:
             laid.append((position, *row[1:]))
             position += row[3] if self._groups else 1
         return laid
-
-
-def _last_position(rows: list[Row]) -> int:
-    """The last position of the rows of table ``events`` (0: none)."""
-    return int(rows[-1][0]) if rows else 0
 
 
 def _named(sha256: str, data: bytes) -> bool:

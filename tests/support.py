@@ -10,7 +10,8 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +21,7 @@ import msgspec
 import pytest
 
 from plait.actors.model import ModelSettings
+from plait.events import packing
 from plait.events.codec import GENESIS_HASH, encode_event, event_hash
 from plait.events.store import EventStore, Row
 from plait.events.stores import sqlite_content, sqlite_groups
@@ -45,7 +47,14 @@ class TickClock:
 
 
 class Tamper:
-    """Edits a store's rows behind its back, as a disk fault or an attacker would."""
+    """Edits a store's rows behind its back, as a disk fault or an attacker would.
+
+    An event's bytes are what its layout stores of it: ``encode`` makes them, ``hash`` their
+    hash (docs/event-log.md#encoding)."""
+
+    typed = True
+    """Whether the rows say each event's type and version beside its bytes (``set_type``);
+    PostgreSQL's rows of encoding 3 do not: only the bytes say them."""
 
     def __init__(self, execute: Callable[[str, tuple[Any, ...]], None], param: str) -> None:
         self._execute = execute
@@ -54,7 +63,44 @@ class Tamper:
     def _sql(self, sql: str) -> str:
         return sql.replace("?", self._p)
 
-    def set_data(self, stream: str, seq: int, data: bytes, digest: bytes | None = None) -> None:
+    def encode(self, event: Event) -> bytes:
+        """The bytes this layout stores of ``event`` (encoding 2: its ``prev_hash`` in them)."""
+        return encode_event(event)
+
+    def hash(self, stream: str, prev: bytes, data: bytes) -> bytes:
+        """The hash of an event of ``stream`` stored as ``data``, after the event of hash
+        ``prev`` (encoding 2: ``data`` holds ``prev``)."""
+        return event_hash(stream, data)
+
+    def rechain(self, stream: str, events: Iterable[Event], prev: bytes) -> bytes:
+        """Write ``events`` to ``stream`` at their seqs as an insider who re-hashes the chain
+        does: each as this layout stores it, following the one before (the first ``prev``),
+        with its hash (and its type and version, where rows say them); return the last one's
+        hash, for the stream's head."""
+        for event in events:
+            placed = msgspec.structs.replace(
+                event, stream=stream, prev_hash=prev, position=0, hash=b""
+            )
+            data = self.encode(placed)
+            digest = self.hash(stream, prev, data)
+            self.set_data(stream, event.seq, data, digest, prev=prev)
+            if self.typed:
+                self.set_type(stream, event.seq, type(event.body).__name__, event.v)
+            prev = digest
+        return prev
+
+    def set_data(
+        self,
+        stream: str,
+        seq: int,
+        data: bytes,
+        digest: bytes | None = None,
+        *,
+        prev: bytes | None = None,
+    ) -> None:
+        """Change an event's bytes, and its hash to ``digest`` (if given) where the rows keep
+        it; ``prev``, the hash it follows, is for a layout whose rows keep that apart from
+        the bytes (``AppendsTamper``), not this one's."""
         if digest is None:
             self._execute(
                 self._sql("UPDATE events SET data = ? WHERE stream = ? AND seq = ?"),
@@ -112,16 +158,9 @@ def forge_tool_output(store: EventStore, tamper: Tamper, stream: str, output: st
     signed head cannot be made again without the key: it is re-hashed as it is."""
     events = store.read(stream, resolve_blobs=False)
     target = next(e for e in events if isinstance(e.body, ToolCallCompleted))
-    prev = events[target.seq - 2].hash
-    for event in events[target.seq - 1 :]:
-        body = event.body
-        if event.seq == target.seq:
-            body = msgspec.structs.replace(body, output=output)
-        forged = msgspec.structs.replace(event, body=body, prev_hash=prev, position=0, hash=b"")
-        data = encode_event(forged)
-        prev = event_hash(stream, data)
-        tamper.set_data(stream, event.seq, data, prev)
-    tamper.set_head_hash(stream, prev)
+    forged = msgspec.structs.replace(target.body, output=output)
+    later = [msgspec.structs.replace(target, body=forged), *events[target.seq :]]
+    tamper.set_head_hash(stream, tamper.rechain(stream, later, events[target.seq - 2].hash))
     return target.seq
 
 
@@ -153,7 +192,15 @@ class MemoryTamper(Tamper):
         rows[at] = new
         self._store._all[self._store._all.index(old)] = new
 
-    def set_data(self, stream: str, seq: int, data: bytes, digest: bytes | None = None) -> None:
+    def set_data(
+        self,
+        stream: str,
+        seq: int,
+        data: bytes,
+        digest: bytes | None = None,
+        *,
+        prev: bytes | None = None,
+    ) -> None:
         self._replace(stream, seq, data=data, **({} if digest is None else {"hash": digest}))
 
     def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
@@ -192,17 +239,6 @@ def _drop_schema(schema: str) -> None:
 
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-def _postgres_tamper(schema: str) -> Tamper:
-    import psycopg
-
-    def execute(sql: str, params: tuple[Any, ...]) -> None:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f'SET search_path TO "{schema}"')
-            conn.execute(sql, params)  # type: ignore[call-overload]
-
-    return Tamper(execute, "%s")
 
 
 def sqlite_tamper(path: Path) -> Tamper:
@@ -259,7 +295,15 @@ class GroupsTamper(Tamper):
                         (*row[:3], len(row[4]), data, row[5], row[6]),
                     )
 
-    def set_data(self, stream: str, seq: int, data: bytes, digest: bytes | None = None) -> None:
+    def set_data(
+        self,
+        stream: str,
+        seq: int,
+        data: bytes,
+        digest: bytes | None = None,
+        *,
+        prev: bytes | None = None,
+    ) -> None:
         with self._row(stream, seq) as (_, row, _):
             type_name, v, _, _ = row[4][seq - row[2]]
             row[4][seq - row[2]] = sqlite_groups.item(type_name, v, data)
@@ -330,6 +374,166 @@ class GroupsTamper(Tamper):
         self._execute(
             "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?", (seq, digest, stream)
         )
+
+
+@dataclass
+class _Append:
+    """A row of ``appends`` as ``AppendsTamper`` edits it: its entries unpacked."""
+
+    position: int
+    first: int
+    """The seq of its first event."""
+    prev_hash: bytes
+    hash: bytes
+    entries: list[bytes]
+    """Its events' bytes: entries of encoding 3, or (a row an earlier layout's event was
+    moved to, ``prev_hash`` empty) that event's bytes, kept as they are."""
+
+    def hashes(self, stream: str) -> list[bytes]:
+        """Its events' hashes, from the row's ``prev_hash``."""
+        if not self.prev_hash:
+            return [self.hash]  # a moved event: its bytes hold what it follows
+        digest, prev, out = packing.chain(stream), self.prev_hash, []
+        for entry in self.entries:
+            prev = digest(prev, entry)
+            out.append(prev)
+        return out
+
+    def insert(self, conn: Any, stream: str) -> None:
+        """Write the row to ``appends`` on ``conn``, its entries packed again."""
+        last = self.first + len(self.entries) - 1
+        data = self.entries[0]  # a moved event's bytes, as they are
+        if self.prev_hash:
+            data = packing.pack(last, self.prev_hash, self.entries, self.hash).data
+        conn.execute(
+            "INSERT INTO appends (stream, seq, count, position, prev_hash, hash, data) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (stream, last, len(self.entries), self.position, self.prev_hash, self.hash, data),
+        )
+
+
+_HOLDING = "stream = %s AND seq >= %s AND seq - count < %s"
+"""Where ``appends`` has the row holding a stream's seq."""
+
+
+class AppendsTamper(Tamper):
+    """The same edits on a PostgreSQL store of layout 5, whose rows each hold an append's
+    events (``appends``: docs/event-log.md#encoding-3): an event's bytes are an entry, changed
+    in the row that holds it, packed again; a column (stream, seq, count, position,
+    prev_hash, hash) is the row's. No column says an event's type or version."""
+
+    typed = False
+
+    def __init__(self, schema: str) -> None:
+        super().__init__(self._run, "%s")
+        self._schema = schema
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A connection to the store's schema, whose work commits as the block ends."""
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL) as conn:
+            conn.execute(f'SET search_path TO "{self._schema}"')
+            yield conn
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> None:
+        with self._connection() as conn:
+            conn.execute(sql, params)
+
+    def encode(self, event: Event) -> bytes:
+        """The entry of ``event`` (its ``prev_hash`` is its row's, or the entry before's)."""
+        fields = (event.seq, event.at, event.v, event.body, event.conversation_id, event.task_id)
+        return packing.encode_entry(packing.Entry(*fields))
+
+    def hash(self, stream: str, prev: bytes, data: bytes) -> bytes:
+        return packing.chain(stream)(prev, data)
+
+    @contextlib.contextmanager
+    def _row(self, stream: str, seq: int) -> Iterator[tuple[Any, _Append]]:
+        """The row holding ``stream``'s event ``seq``, in one transaction, written back as the
+        caller leaves it (its seq and count its entries'; none left: deleted)."""
+        with self._connection() as conn:
+            found = conn.execute(
+                f"DELETE FROM appends WHERE {_HOLDING} "
+                "RETURNING position, seq, count, prev_hash, hash, data",
+                (stream, seq, seq),
+            ).fetchone()
+            assert found is not None, f"stream {stream} has no row holding seq {seq}"
+            position, last, count, prev, digest, data = (
+                bytes(v) if isinstance(v, memoryview) else v for v in found
+            )
+            entries = [data]
+            if packing.is_packed(data):  # (else a moved event's bytes)
+                plain = packing._codec().decompress(data)
+                # One entry is all of them: it may be bytes that are no msgpack (a test's).
+                entries = [plain] if count == 1 else _split(plain, count)
+            row = _Append(position, last - count + 1, prev, digest, entries)
+            yield conn, row
+            if row.entries:
+                row.insert(conn, stream)
+
+    def set_data(
+        self,
+        stream: str,
+        seq: int,
+        data: bytes,
+        digest: bytes | None = None,
+        *,
+        prev: bytes | None = None,
+    ) -> None:
+        """Change an event's entry; ``digest``, its hash, is kept if it is its row's last,
+        and ``prev``, the hash it follows, if it is its row's first."""
+        with self._row(stream, seq) as (_, row):
+            at = seq - row.first
+            row.entries[at] = data
+            if digest is not None and at == len(row.entries) - 1:
+                row.hash = digest
+            if prev is not None and at == 0 and row.prev_hash:
+                row.prev_hash = prev
+
+    def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
+        raise AssertionError("a row of appends has no type or v column: its entries say them")
+
+    def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
+        """Change one column of the row holding ``seq``, its bytes left as they are."""
+        sql = f"UPDATE appends SET {column} = %s WHERE {_HOLDING}"
+        self._execute(sql, (value, stream, seq, seq))
+
+    def delete(self, stream: str, seq: int) -> None:
+        """Delete an event: the events before it in its row stay there, the row's hash now
+        theirs; those after it, as they were, go in a row of their own."""
+        with self._row(stream, seq) as (conn, row):
+            at = seq - row.first
+            hashes = row.hashes(stream)
+            after = _Append(
+                row.position + at + 1, seq + 1, hashes[at], row.hash, row.entries[at + 1 :]
+            )
+            if after.entries:
+                after.insert(conn, stream)
+            del row.entries[at:]
+            if at:
+                row.hash = hashes[at - 1]
+
+    def truncate(self, stream: str, seq: int, digest: bytes) -> None:
+        with self._row(stream, seq) as (conn, row):
+            conn.execute(
+                "DELETE FROM appends WHERE stream = %s AND seq - count >= %s", (stream, seq)
+            )
+            del row.entries[seq - row.first + 1 :]
+            row.hash = digest
+            conn.execute(
+                "UPDATE streams SET last_seq = %s, last_hash = %s WHERE stream = %s",
+                (seq, digest, stream),
+            )
+
+
+_RAWS = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+def _split(plain: bytes, count: int) -> list[bytes]:
+    """The ``count`` entries a row's decompressed bytes hold end to end."""
+    return [bytes(raw) for raw in _RAWS.decode(b"\xdd" + count.to_bytes(4, "big") + plain)]
 
 
 def kept_forms(path: Path, text: bytes) -> list[bytes]:
@@ -457,7 +661,7 @@ class StoreFactory:
             return MemoryTamper(self._memory)
         if self.backend == "sqlite":
             return sqlite_tamper(self.path)
-        return _postgres_tamper(self.schema)
+        return AppendsTamper(self.schema)
 
     def close(self) -> None:
         for store in self._opened:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -43,9 +44,27 @@ BIG = "x" * 20_000
 
 def _one_by_one(store: EventStore, stream: str, bodies: list[Body]) -> None:
     """Append ``bodies`` an append each: where a store keeps an append in one row (SQLite's
-    layout 4), an edit is found at the row, so each event is a row of its own here."""
+    layout 4, PostgreSQL's), an edit is found at the row, so each event is a row of its own
+    here."""
     for seq, body in enumerate(bodies):
         store.append(stream, [body], seq)
+
+
+_ROW_EDITED = (
+    "stored bytes do not match the row's hash (edited: the bytes, or the row's stream or "
+    "previous hash, which the hash binds)"
+)
+"""What a read says of a row of PostgreSQL's (encoding 3) whose bytes, stream, prev_hash or
+hash were edited: its hash binds them all."""
+
+
+def _bytes_edited(stores: StoreFactory) -> str:
+    """What a read says of an event whose bytes were edited, its hash left as it was: the
+    bytes' own hash, or, where a row holds an append's events and keeps only its last one's
+    hash (PostgreSQL's, encoding 3), the row's."""
+    if stores.backend == "postgres":
+        return re.escape(_ROW_EDITED)
+    return "stored bytes do not match their hash"
 
 
 def _chain_broken(stores: StoreFactory) -> str:
@@ -302,7 +321,7 @@ def test_verify_names_the_first_edited_event(stores: StoreFactory) -> None:
     _one_by_one(store, "s1", [TurnStarted(turn=i) for i in range(1, 6)])
     assert store.verify("s1").ok
     original = store.read("s1")[2]
-    data = encode_event(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
+    data = stores.tamper.encode(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
     stores.tamper.set_data("s1", 3, data)
     report = store.verify("s1")
     assert (report.ok, report.first_bad_seq) == (False, 3)
@@ -313,8 +332,8 @@ def test_verify_catches_an_edit_with_a_recomputed_hash(stores: StoreFactory) -> 
     store = stores.open()
     _one_by_one(store, "s1", [TurnStarted(turn=i) for i in range(1, 6)])
     original = store.read("s1")[1]
-    data = encode_event(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
-    stores.tamper.set_data("s1", 2, data, event_hash("s1", data))
+    data = stores.tamper.encode(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
+    stores.tamper.set_data("s1", 2, data, stores.tamper.hash("s1", original.prev_hash, data))
     report = store.verify("s1")
     assert (report.ok, report.first_bad_seq) == (False, 3)
     assert ("hash" if stores.backend == "sqlite" else "chain") in report.reason
@@ -325,9 +344,9 @@ def test_every_read_refuses_an_edited_event(stores: StoreFactory) -> None:
     _one_by_one(store, "s1", [TurnStarted(turn=i) for i in range(1, 6)])
     store.append("s2", [TurnStarted(turn=1)], 0)
     original = store.read("s1")[2]
-    data = encode_event(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
+    data = stores.tamper.encode(msgspec.structs.replace(original, body=TurnStarted(turn=99)))
     stores.tamper.set_data("s1", 3, data)  # the hash column left as it was
-    edited = r"stream s1 seq 3: stored bytes do not match their hash"
+    edited = f"stream s1 seq 3: {_bytes_edited(stores)}"
     for read in (
         lambda: store.read("s1"),
         lambda: store.read("s1", after=2),
@@ -339,7 +358,8 @@ def test_every_read_refuses_an_edited_event(stores: StoreFactory) -> None:
             read()
     assert store.read("s2")[0].body == TurnStarted(turn=1)  # other streams read as ever
     assert store.read("s1", check=False)[2].body == TurnStarted(turn=99)  # shown unvouched
-    stores.tamper.set_data("s1", 3, data, event_hash("s1", data))  # and a hash to match
+    digest = stores.tamper.hash("s1", original.prev_hash, data)
+    stores.tamper.set_data("s1", 3, data, digest)  # and a hash to match
     broken = f"stream s1 seq 4: {_chain_broken(stores)}"
     for read in (
         lambda: store.read("s1"),
@@ -351,6 +371,7 @@ def test_every_read_refuses_an_edited_event(stores: StoreFactory) -> None:
             read()
 
 
+@pytest.mark.parametrize("stores", ["memory", "sqlite"], indirect=True)  # a type column
 def test_verify_checks_the_columns_against_the_bytes(stores: StoreFactory) -> None:
     store = stores.open()
     store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
@@ -361,22 +382,46 @@ def test_verify_checks_the_columns_against_the_bytes(stores: StoreFactory) -> No
     assert report.reason == expected
 
 
-@pytest.mark.parametrize(
-    ("column", "said"),
-    [
-        ("stream", "stream column says 's9', its bytes 's1'"),
-        ("seq", "seq column says 9, its bytes 2"),
-        ("type", "type column says 'TaskCompleted', its bytes 'TaskStarted'"),
-        ("v", "v column says 2, its bytes 1"),
-    ],
-)
+def _column_edit(backend: str, column: str, value: object, said: str) -> object:
+    return pytest.param(backend, column, value, said, id=f"{backend}-{column}")
+
+
+_COLUMN_EDITS = [
+    # The hash binds the stream: the row is not where it was put.
+    *(
+        _column_edit(backend, "stream", "s9", f"s9 seq 2: {edited}")
+        for backend, edited in [
+            ("memory", "stored bytes do not match their hash (edited: the bytes, or the row's"),
+            ("sqlite", "stored bytes do not match their hash (edited: the bytes, or the row's"),
+            ("postgres", _ROW_EDITED),
+        ]
+    ),
+    *(
+        _column_edit(backend, column, value, f"s1 seq 2: the row's {said} (edited")
+        for backend in ("memory", "sqlite")
+        for column, value, said in [
+            ("seq", 9, "seq column says 9, its bytes 2"),
+            ("type", "TaskCompleted", "type column says 'TaskCompleted', its bytes 'TaskStarted'"),
+            ("v", 2, "v column says 2, its bytes 1"),
+        ]
+    ),
+    # A row of PostgreSQL's holds an append: no column says an event's type or version, its
+    # seq and count place its events, its prev_hash and hash are its chain's. (A count too
+    # large is named at the seq the row says it starts at.)
+    _column_edit("postgres", "seq", 9, "s1 seq 9: its row places it at seq 9, its bytes at 2"),
+    _column_edit("postgres", "count", 2, "s1 seq 1: the row does not hold 2 events as its count"),
+    _column_edit("postgres", "prev_hash", bytes(32), f"s1 seq 2: {_ROW_EDITED}"),
+    _column_edit("postgres", "hash", bytes(32), f"s1 seq 2: {_ROW_EDITED}"),
+]
+
+
+@pytest.mark.parametrize(("stores", "column", "value", "said"), _COLUMN_EDITS, indirect=["stores"])
 def test_every_read_checks_the_columns_against_the_bytes(
-    stores: StoreFactory, column: str, said: str
+    stores: StoreFactory, column: str, value: object, said: str
 ) -> None:
     store = stores.open()
     _one_by_one(store, "s1", [TurnStarted(turn=1), TaskStarted(), TaskStarted()])
     store.append("s2", [TurnStarted(turn=1)], 0)
-    value = {"stream": "s9", "seq": 9, "type": "TaskCompleted", "v": 2}[column]
     stores.tamper.set_column("s1", 2, column, value)
     reads: list[Callable[[], object]] = [
         store.read_all,
@@ -385,14 +430,30 @@ def test_every_read_checks_the_columns_against_the_bytes(
     ]
     if column not in ("stream", "seq"):  # those columns are where ``read`` finds the row
         reads.append(lambda: store.read("s1"))
-    if column == "stream":  # the hash binds it: the row is not where it was put
-        said = "stream s9 seq 2: stored bytes do not match their hash [(]edited: the bytes, or"
-    else:
-        said = f"stream s1 seq 2: the row's {said} [(]edited"
     for read in reads:
-        with pytest.raises(TamperedError, match=said):
+        with pytest.raises(TamperedError, match=re.escape(f"stream {said}")):
             read()
     assert store.read("s2")[0].body == TurnStarted(turn=1)  # other streams read as ever
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "first_bad_seq", "reason"),
+    [
+        ("count", 2, 2, "the row does not hold 2 events as its count says"),
+        ("prev_hash", bytes(32), 2, _ROW_EDITED),
+        ("hash", bytes(32), 2, _ROW_EDITED),
+    ],
+)
+@pytest.mark.parametrize("stores", ["postgres"], indirect=True)  # a row per append
+def test_verify_checks_a_rows_columns_against_its_bytes(
+    stores: StoreFactory, column: str, value: object, first_bad_seq: int, reason: str
+) -> None:
+    store = stores.open()
+    _one_by_one(store, "s1", [TurnStarted(turn=1), TaskStarted(), TaskStarted()])
+    stores.tamper.set_column("s1", 2, column, value)
+    report = store.verify("s1")
+    assert (report.ok, report.first_bad_seq) == (False, first_bad_seq)
+    assert report.reason.startswith(reason), report.reason
 
 
 def test_a_read_across_streams_finds_a_moved_position(dense_stores: StoreFactory) -> None:
@@ -495,15 +556,23 @@ def test_verify_catches_edited_and_missing_blobs(stores: StoreFactory) -> None:
 def test_corrupt_bytes_name_stream_and_seq(stores: StoreFactory) -> None:
     store = stores.open()
     _one_by_one(store, "s1", [TurnStarted(turn=i) for i in range(1, 4)])
-    stores.tamper.set_data("s1", 2, b"\xc1\x00garbage")  # its hash no longer matches
+    prev = store.read("s1")[1].prev_hash
+    # Bytes that are no event: not msgpack at all; or, where a row holds its events' entries
+    # end to end (PostgreSQL's, encoding 3), a msgpack value that is not an entry (bytes that
+    # are not msgpack do not say where an entry ends: they cannot be hashed).
+    garbage, wrong = b"\xc1\x00garbage", "cannot decode the stored event"
+    if stores.backend == "postgres":
+        garbage, wrong = msgspec.msgpack.encode("garbage"), "stored event is not an entry"
+    stores.tamper.set_data("s1", 2, garbage)  # its hash no longer matches
     with pytest.raises(TamperedError, match=r"stream s1 seq 2: stored bytes do not match"):
         store.read("s1")
     with pytest.raises(TamperedError, match=r"stream s1 seq 2"):
         store.read_all()
-    garbage = b"\xc1\x00garbage"  # written so, its hash with it: a bug, not an edit
-    stores.tamper.set_data("s1", 2, garbage, event_hash("s1", garbage))
-    with pytest.raises(CorruptEventError, match=r"stream s1 seq 2: cannot decode"):
+    # written so, its hash with it: a bug, not an edit
+    stores.tamper.set_data("s1", 2, garbage, stores.tamper.hash("s1", prev, garbage))
+    with pytest.raises(CorruptEventError, match=f"stream s1 seq 2: {wrong}") as caught:
         store.read("s1")
+    assert not isinstance(caught.value, TamperedError)
     with pytest.raises(StoreError):
         store.read_all()
 
@@ -511,17 +580,21 @@ def test_corrupt_bytes_name_stream_and_seq(stores: StoreFactory) -> None:
 def test_unknown_event_type_names_stream_and_seq(stores: StoreFactory) -> None:
     store = stores.open()
     store.append("s1", [TurnStarted(turn=1), TaskStarted()], 0)
-    raw = msgspec.msgpack.decode(encode_event(store.read("s1")[1]))  # [stream, seq, at, v, body..
-    raw[4] = {"type": "FromTheFuture", "gadget": 1}
+    event, tamper = store.read("s1")[1], stores.tamper
+    raw = msgspec.msgpack.decode(tamper.encode(event))  # its fields: [..., v, body, ...]
+    body = next(i for i, field in enumerate(raw) if isinstance(field, dict))
+    raw[body] = {"type": "FromTheFuture", "gadget": 1}
     future = msgspec.msgpack.encode(raw)  # as a newer plait would write it, hash and all
-    stores.tamper.set_data("s1", 2, future, event_hash("s1", future))
-    stores.tamper.set_type("s1", 2, "FromTheFuture", 1)
+    tamper.set_data("s1", 2, future, tamper.hash("s1", event.prev_hash, future))
+    if tamper.typed:  # and the row's columns with it
+        tamper.set_type("s1", 2, "FromTheFuture", 1)
     with pytest.raises(UnknownEventTypeError, match=r"stream s1 seq 2: unknown event type"):
         store.read("s1")
-    raw[4], raw[3] = {"type": "TaskStarted"}, 7
+    raw[body], raw[body - 1] = {"type": "TaskStarted"}, 7
     future = msgspec.msgpack.encode(raw)
-    stores.tamper.set_data("s1", 2, future, event_hash("s1", future))
-    stores.tamper.set_type("s1", 2, "TaskStarted", 7)
+    tamper.set_data("s1", 2, future, tamper.hash("s1", event.prev_hash, future))
+    if tamper.typed:
+        tamper.set_type("s1", 2, "TaskStarted", 7)
     with pytest.raises(UnknownEventTypeError, match="'TaskStarted' version 7"):
         store.read("s1")
 
