@@ -24,8 +24,8 @@ take on PostgreSQL.
 
 And beside them, as the baseline, a chain as layout 4 keeps one: deflate after the two rows
 before it of its session, with layout 4's dictionary (which needs a cache of each stream's last
-rows to write and to read), of the same entries. It prints the bytes per turn and the median time to compress and
-to read a row.
+rows to write and to read), of the same entries. It prints the bytes per turn and the median
+time to compress and to read a row.
 """
 
 from __future__ import annotations

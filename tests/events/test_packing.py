@@ -68,7 +68,7 @@ def test_the_frame_names_the_shipped_dictionary() -> None:
     [
         ({"prev_hash": bytes(31) + b"\x01"}, "do not match the row's hash"),
         ({"hash": bytes(32)}, "do not match the row's hash"),
-        ({"count": 3}, "does not hold 3 events"),
+        ({"count": 3}, "is not the 3 events its count says"),
         ({"seq": 5}, "its row places it at seq 2, its bytes at 1"),
     ],
 )

@@ -409,7 +409,7 @@ _COLUMN_EDITS = [
     # seq and count place its events, its prev_hash and hash are its chain's. (A count too
     # large is named at the seq the row says it starts at.)
     _column_edit("postgres", "seq", 9, "s1 seq 9: its row places it at seq 9, its bytes at 2"),
-    _column_edit("postgres", "count", 2, "s1 seq 1: the row does not hold 2 events as its count"),
+    _column_edit("postgres", "count", 2, "s1 seq 1: the row's data is not the 2 events its count"),
     _column_edit("postgres", "prev_hash", bytes(32), f"s1 seq 2: {_ROW_EDITED}"),
     _column_edit("postgres", "hash", bytes(32), f"s1 seq 2: {_ROW_EDITED}"),
 ]
@@ -439,7 +439,7 @@ def test_every_read_checks_the_columns_against_the_bytes(
 @pytest.mark.parametrize(
     ("column", "value", "first_bad_seq", "reason"),
     [
-        ("count", 2, 2, "the row does not hold 2 events as its count says"),
+        ("count", 2, 2, "the row's data is not the 2 events its count says"),
         ("prev_hash", bytes(32), 2, _ROW_EDITED),
         ("hash", bytes(32), 2, _ROW_EDITED),
     ],

@@ -45,9 +45,10 @@ DICTIONARY_ID = 0x504C0001
 header: a row compressed with a later one names it, and this plait refuses it by name."""
 
 
-class Entry(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True, gc=False):
+class Entry(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """An event as a row of encoding 3 holds it: what its row (stream, position) and its
-    chain (previous hash, hash) do not say."""
+    chain (previous hash, hash) do not say, every field written (``nil`` for no conversation
+    or task)."""
 
     seq: int
     at: UtcDateTime
@@ -166,7 +167,7 @@ def unpack(
     try:
         raws = _raws.decode(joined)
     except msgspec.DecodeError as exc:
-        why = f"the row does not hold {count} events as its count says: {exc}"
+        why = f"the row's data is not the {count} events its count says (edited): {exc}"
         raise TamperedError(stream, first, why) from exc
     hashes: list[bytes] = []
     digest = digest or chain(stream)
