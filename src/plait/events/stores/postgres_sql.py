@@ -52,11 +52,11 @@ _GENESIS = f"'\\x{bytes(32).hex()}'::bytea"
 _ROW = "position, stream, seq, count, prev_hash, hash, data"
 """A row as reads take it (``postgres_rows``)."""
 _AFTER = (
-    f"position > %(after)s OR position = (%(after)s::int8 >> {POSITION_BITS}) << {POSITION_BITS} "
-    "AND position + count - 1 > %(after)s"
+    "position >= (SELECT coalesce(max(position), 0) FROM {s}.appends WHERE position <= %(after)s)"
 )
-"""Rows holding a position after ``after``: those that start after it, and the one it is in
-(an append's positions share its first's bits above ``POSITION_BITS``)."""
+"""Rows holding a position after ``after``: the one it is in, found by the index, and those
+after it (the reader drops what is not after it). Both bounds come from the index: a read
+from the middle of a large store scans nothing before it."""
 
 # In order: the lease row FOR SHARE (a takeover, which updates it, waits for this append to
 # commit); the head, moved only if it is still the event this append follows (the row lock
