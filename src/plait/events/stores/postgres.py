@@ -309,7 +309,8 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
 
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Packed]:
         """The rows of ``stream`` holding seqs ``after`` to ``upto``, at most ``limit``."""
-        return self._query("rows", (stream, after, 2**62 if upto is None else upto, limit))
+        args = {"stream": stream, "after": after, "limit": limit}
+        return self._query("rows", {**args, "upto": 2**62 if upto is None else upto})
 
     def _decode(self, rows: list[Packed], resolve_blobs: bool, check: bool = True) -> list[Event]:
         return self._resolving(lambda hold: decode_packed(rows, hold, check=check), resolve_blobs)

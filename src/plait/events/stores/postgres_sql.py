@@ -201,10 +201,12 @@ QUERIES = {
     "command_of": "SELECT id FROM {s}.inbox WHERE stream = %s AND data = %s",
     "drop_commands": "DELETE FROM {s}.inbox AS i USING unnest(%s::text[], %s::int8[]) AS d "
     "(stream, id) WHERE i.stream = d.stream AND i.id = d.id",
-    # The rows holding seqs after - 1 to upto: the first holds seq ``after`` (its hash is
-    # what the window's first event follows) unless the window starts the stream.
-    "rows": f"SELECT {_ROW} FROM {{s}}.appends "
-    "WHERE stream = %s AND seq >= %s AND seq - count < %s ORDER BY seq LIMIT %s",
+    # The rows holding seqs after to upto: the first holds seq ``after`` (its hash is what
+    # the window's first event follows) unless the window starts the stream; the last is the
+    # first row to reach upto, found by the index (so is the first: no scan past either).
+    "rows": f"SELECT {_ROW} FROM {{s}}.appends WHERE stream = %(stream)s "
+    "AND seq >= %(after)s AND seq <= coalesce((SELECT min(seq) FROM {s}.appends "
+    "WHERE stream = %(stream)s AND seq >= %(upto)s), %(upto)s) ORDER BY seq LIMIT %(limit)s",
     "all": f"SELECT {_ROW} FROM {{s}}.appends WHERE {_AFTER} ORDER BY position LIMIT %(limit)s",
     # Only below the bound (a row above it may yet be joined by one below it), each with
     # whether a committed row stands at or above it, not yet readable in order.
