@@ -13,7 +13,12 @@ import psycopg
 import pytest
 from support import POSTGRES_URL
 
-from plait.errors import ConcurrencyError, LeaseLostError, StoreUnavailableError
+from plait.errors import (
+    ConcurrencyError,
+    LeaseLostError,
+    StoreUnavailableError,
+    TamperedError,
+)
 from plait.events import Body, Event, TaskStarted, TurnStarted
 from plait.events.codec import GENESIS_HASH
 from plait.events.packing import pack
@@ -139,6 +144,23 @@ def test_a_store_of_an_earlier_layout_is_moved_once_and_verifies(schema: str) ->
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         gone = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".events',)).fetchone()
         assert gone == (None,)
+
+
+def test_an_edited_event_moved_from_an_earlier_layout_is_found(schema: str) -> None:
+    as_layout_4(schema, {"s": [TurnStarted(turn=1), TurnStarted(turn=2)]})
+    PostgresStore(POSTGRES_URL, schema=schema).close()  # moved now
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(
+            # encoding 2: an array, its stream "", then its seq: made 7
+            f'UPDATE "{schema}".appends SET data = overlay(data placing %s from 3) '
+            "WHERE stream = 's' AND seq = 2",
+            (b"\x07",),
+        )
+    with PostgresStore(POSTGRES_URL, schema=schema) as store:
+        with pytest.raises(TamperedError, match="s seq 2: stored bytes do not match their hash"):
+            store.read("s")
+        report = store.verify("s")
+        assert (report.ok, report.first_bad_seq) == (False, 2)
 
 
 def test_a_store_of_dense_positions_takes_new_events_after_them(schema: str) -> None:
