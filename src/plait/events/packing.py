@@ -31,6 +31,7 @@ from plait.events.values import UtcDateTime
 
 __all__ = [
     "DICTIONARY_ID",
+    "LEVEL",
     "Entry",
     "PackedRow",
     "chain",
@@ -40,6 +41,9 @@ __all__ = [
     "unpack",
 ]
 
+LEVEL = 3
+"""zstd's level: as small as 19 within 5%, and 60 times faster to write
+(bench/row_compression.py)."""
 DICTIONARY_ID = 0x504C0001
 """The id of the dictionary plait compresses rows with (``zstd-1.dict``), in each frame's
 header: a row compressed with a later one names it, and this plait refuses it by name."""
@@ -104,18 +108,23 @@ def chain(stream: str) -> Callable[[bytes, bytes | memoryview], bytes]:
 
 
 class _Zstd(threading.local):
-    """A compressor and a decompressor per thread (neither may be shared by two at once)."""
+    """A compressor and a decompressor per thread (neither may be shared by two at once), of
+    the dictionary the first made (read and digested once, then shared)."""
+
+    _trained: Any = None
 
     def __init__(self) -> None:
         import zstandard  # ~25 ms: imported when a store first packs or unpacks a row
 
-        trained = zstandard.ZstdCompressionDict(
-            resources.files("plait.events").joinpath("zstd-1.dict").read_bytes(),
-            dict_type=zstandard.DICT_TYPE_FULLDICT,
-        )
+        trained = _Zstd._trained
+        if trained is None:
+            data = resources.files("plait.events").joinpath("zstd-1.dict").read_bytes()
+            trained = zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_FULLDICT)
+            trained.precompute_compress(level=LEVEL)
+            _Zstd._trained = trained
         self.error: type[Exception] = zstandard.ZstdError
         self.compress = zstandard.ZstdCompressor(
-            level=3, dict_data=trained, write_content_size=True, write_checksum=False
+            level=LEVEL, dict_data=trained, write_content_size=True, write_checksum=False
         ).compress
         self.decompress = zstandard.ZstdDecompressor(dict_data=trained).decompress
 
