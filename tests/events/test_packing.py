@@ -6,6 +6,7 @@ import hashlib
 
 import msgspec
 import pytest
+from support import TickClock
 
 from plait.errors import CorruptEventError, TamperedError
 from plait.events.codec import GENESIS_HASH
@@ -16,6 +17,7 @@ from plait.events.types import (
     Event,
     NewEvent,
     SessionStarted,
+    ToolCallCompleted,
     TurnAborted,
     TurnStarted,
 )
@@ -112,3 +114,28 @@ def test_an_entry_of_no_known_version_is_named() -> None:
     row = _stored("s1", [[1, at, 99, {"type": "TurnStarted", "turn": 1}]])
     with pytest.raises(CorruptEventError, match=r"stream s1 seq 1: .*TurnStarted.* 99"):
         unpack("s1", 1, row)
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_flipped_byte_is_a_corrupt_event_error_or_nothing_read_differently(check: bool) -> None:
+    """Checked or not (``plait log --unverified``), a row with any byte flipped reads as it was
+    written or stops with ``CorruptEventError``: never another error (text that is not UTF-8
+    once was a ``UnicodeDecodeError``)."""
+    store = MemoryStore(clock=TickClock())
+    store.encoding = 3
+    bodies = [NewEvent(SessionStarted(root_conversation_id="root"))]
+    bodies += [NewEvent(ToolCallCompleted("c1", "une sortie brève"), "root", "t1")]
+    events = store.prepare("s1", bodies, 0, GENESIS_HASH).events
+    row = _row(events)
+    written = unpack("s1", 1, row)
+    for at in range(len(row.data)):
+        for mask in (0x01, 0x5A, 0x80, 0xFF):
+            flipped = bytearray(row.data)
+            flipped[at] ^= mask
+            try:
+                got = unpack(
+                    "s1", 1, msgspec.structs.replace(row, data=bytes(flipped)), check=check
+                )
+            except CorruptEventError:
+                continue
+            assert not check or got == written, f"byte {at} ^ {mask:#x}"

@@ -230,7 +230,7 @@ def decode_rows(
                     set_(event, "stream", stream)
             else:
                 event = from_map(decode_map(data))
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             event = None
         if event is not None and event.v == event.body.VERSION:
             set_(event, "position", position)
@@ -350,7 +350,7 @@ def _stored(data: bytes, stream: str, seq: int) -> dict[str, Any]:
     encoding 1's map, or encoding 2's array made one, with the row's stream."""
     try:
         raw = msgspec.msgpack.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # text that is not UTF-8
         raise CorruptEventError(stream, seq, f"cannot decode the stored event: {exc}") from exc
     if isinstance(raw, list) and len(raw) == len(_EVENT_FIELDS):
         raw = dict(zip(_EVENT_FIELDS, raw, strict=True))

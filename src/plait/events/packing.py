@@ -187,7 +187,7 @@ def unpack(
         raise TamperedError(stream, first, _EDITED)
     try:
         entries: list[Entry] | None = _entries.decode(joined)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         entries = None  # an older body version, or worse: the careful path says which
     events: list[Event] = []
     prev = row.prev_hash
@@ -216,7 +216,7 @@ def _careful(data: bytes, stream: str, seq: int, prev: bytes, position: int) -> 
     """An entry that is not of the current versions, decoded field by field and upcast."""
     try:
         fields = msgspec.msgpack.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # text that is not UTF-8
         raise CorruptEventError(stream, seq, f"cannot decode the stored event: {exc}") from exc
     if not isinstance(fields, list) or not 4 <= len(fields) <= len(_ENTRY_FIELDS):
         raise CorruptEventError(stream, seq, "stored event is not an entry of encoding 3")
