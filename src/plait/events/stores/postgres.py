@@ -60,8 +60,7 @@ from plait.events.stores.postgres_inbox import PostgresInbox
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
-from plait.events.stores.postgres_rows import after_position as after_position_
-from plait.events.stores.postgres_rows import window
+from plait.events.stores.postgres_rows import beyond, window
 from plait.events.stores.postgres_schema import open_schema
 from plait.events.stores.postgres_settled import HOLDER, Settled
 from plait.events.stores.postgres_sql import (
@@ -302,7 +301,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
             rows = [row[:-1] for row in found if row[0] is not None]
         else:
             rows = self._query("all", args)
-        return after_position_(self._decode(rows, resolve_blobs), after_position, limit)
+        return beyond(self._decode(rows, resolve_blobs), after_position, limit)
 
     def as_stored(self, stream: str) -> Stored:
         return Stored(PER_APPEND, self._rows(stream, 0, None, None), self._head(stream), self._blob)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from plait.events.types import Event
 
-__all__ = ["after_position", "window"]
+__all__ = ["beyond", "window"]
 
 
 def window(
@@ -19,20 +19,12 @@ def window(
 ) -> tuple[list[Event], bytes | None]:
     """``events`` (a stream's, in seq order) with ``after < seq <= upto``, at most ``limit``,
     and the hash of seq ``after`` if they hold it."""
-    before: bytes | None = None
-    start = 0
-    for start, event in enumerate(events):  # noqa: B007 (the first after it is wanted)
-        if event.seq > after:
-            break
-        if event.seq == after:
-            before = event.hash
-    else:
-        start = len(events)
-    kept = [e for e in events[start:] if upto is None or e.seq <= upto]
+    before = next((e.hash for e in events if e.seq == after), None)
+    kept = [e for e in events if e.seq > after and (upto is None or e.seq <= upto)]
     return (kept if limit is None else kept[:limit]), before
 
 
-def after_position(events: list[Event], position: int, limit: int | None) -> list[Event]:
+def beyond(events: list[Event], position: int, limit: int | None) -> list[Event]:
     """``events`` (in position order) after ``position``, at most ``limit``."""
     kept = [e for e in events if e.position > position]
     return kept if limit is None else kept[:limit]
