@@ -7,7 +7,7 @@ from support import StoreFactory
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.stored import PER_APPEND
 from plait.events.types import SessionStarted, ToolCallCompleted
-from plait.events.usage import HASH_BYTES, usage
+from plait.events.usage import usage
 
 BIG = "x" * (DEFAULT_BLOB_THRESHOLD + 1)
 """Past the threshold: kept once, content-addressed, whoever records it."""
@@ -31,7 +31,7 @@ def test_a_blob_two_sessions_refer_to_is_shared_and_counted_once_each(
     if stored.layout == PER_APPEND:  # its hash, the hash before it, its data
         rows = sum(len(r[4]) + len(r[5]) + len(r[6]) for r in stored.rows)
     else:  # its data and its hash
-        rows = sum(len(r[1]) + HASH_BYTES for r in stored.rows)
+        rows = sum(len(r[1]) + len(r[2]) for r in stored.rows)
     if stores.backend == "sqlite":  # a row an append, compressed (layout 4): as it is stored
         assert found["c"].bytes == store.stored_bytes("c") and 0 < found["c"].bytes < rows
     else:  # a row an event, or an append (PostgreSQL): the rows' bytes and hashes

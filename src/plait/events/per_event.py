@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
-from plait.events.checks import Placed
+from plait.events.checks import Placed, first_gap
 from plait.events.codec import GENESIS_HASH, decode_rows
 from plait.events.rows import Row
 from plait.events.store import EventStore
@@ -44,6 +44,12 @@ class PerEventStore(EventStore):
     ) -> list[Event]:
         rows = (self._settled_rows if settled else self._all_rows)(after_position, limit)
         return self._decode_all(rows, resolve_blobs)
+
+    def _position_gap(self) -> tuple[int, int] | None:
+        """The first place where positions are not dense from 1: the position before it (0
+        if it is the first) and the next one stored; ``None`` if there is none. (Here by
+        reading every row; a database backend asks its database.)"""
+        return first_gap(self._placed)
 
     def _placed(self, after_position: int, limit: int) -> list[Placed]:
         return [(row[0], row[3], row[4]) for row in self._all_rows(after_position, limit)]

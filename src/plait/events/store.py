@@ -24,7 +24,7 @@ from plait.errors import (
 )
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize
 from plait.events.blobstore import REDACTED, BlobStore, RedactedMarker
-from plait.events.checks import Placed, Verification, first_gap, link, misplaced, verify
+from plait.events.checks import Verification, link, misplaced, verify
 from plait.events.codec import BODY_TAGS, encode_event, hasher
 from plait.events.erased import mark_erased
 from plait.events.global_order import GlobalOrder
@@ -186,7 +186,10 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         set_ = msgspec.structs.force_setattr
         tags = BODY_TAGS
         packed = self.encoding == 3
-        digest, link = hasher(stream), chain(stream)
+        # The hash each encoding chains its events by: of the stream, the hash before, the
+        # entry (3); of the stream and the bytes, which hold the hash before (2).
+        link = chain(stream) if packed else None
+        digest = None if packed else hasher(stream)
         seq = head_seq
         for draft in drafts:
             seq += 1
@@ -221,10 +224,11 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
                 else:
                     stored = externalize(body, threshold, blobs)
             conversation, task = draft.conversation_id, draft.task_id
-            if packed:  # an entry of its append's row, chained to the event before
+            if link is not None:  # an entry of its append's row
                 data = encode_entry(Entry(seq, at, version, stored, conversation, task))  # type: ignore[arg-type]
                 prev = link(prev, data)
             else:  # encoding 2: without its stream, which the row holds
+                assert digest is not None
                 data = encode_event(Event("", seq, at, version, stored, prev, conversation, task))  # type: ignore[arg-type]
                 prev = digest(data)
             rows.append((seq, tags[cls], version, data, prev))
@@ -394,16 +398,6 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
     @abstractmethod
     def _streams(self) -> list[tuple[str, int]]:
         """Return ``(stream, last_seq)`` for each stream, oldest first."""
-
-    def _position_gap(self) -> tuple[int, int] | None:
-        """The first place where positions are not dense from 1: the position before it (0
-        if it is the first) and the next one stored; ``None`` if there is none. (Here by
-        reading every row; a database backend asks its database.)"""
-        return first_gap(self._placed)
-
-    def _placed(self, after_position: int, limit: int) -> list[Placed]:
-        events = self._all_events(after_position, limit, False, False)
-        return [(e.position, e.stream, e.seq) for e in events]
 
     @property
     def closed(self) -> bool:

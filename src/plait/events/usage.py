@@ -13,10 +13,7 @@ from plait.events.codec import BODY_TAGS
 from plait.events.store import EventStore
 from plait.events.stored import row_events
 
-__all__ = ["HASH_BYTES", "SessionUsage", "TypeUsage", "usage"]
-
-HASH_BYTES = 32
-"""Each row's sha-256, stored beside its data."""
+__all__ = ["SessionUsage", "TypeUsage", "usage"]
 
 
 class TypeUsage(msgspec.Struct, frozen=True):

@@ -1,11 +1,11 @@
-"""An append's columns, sent to PostgreSQL as binary arrays packed at once.
+"""An append's blobs, sent to PostgreSQL as binary arrays packed at once.
 
 This is an internal part of ``PostgresStore``, not part of the public API.
 
 psycopg adapts a list element by element, in Python, looking for the type of each: for an
-append of one event, that was most of what the client spent on it. The columns of an append
-are lists of one known type, so they are packed here in PostgreSQL's binary array format (one
-dimension, no NULL, lower bound 1) in one pass.
+append of one event, that was most of what the client spent on it. The blob columns of an
+append are lists of one known type, so they are packed here in PostgreSQL's binary array
+format (one dimension, no NULL, lower bound 1) in one pass.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from psycopg import adapt
 from psycopg.abc import Buffer
 from psycopg.pq import Format
 
-__all__ = ["BytesArray", "Int4Array", "Int8Array", "TextArray", "blob_columns"]
+__all__ = ["blob_columns"]
 
 _HEADER = struct.Struct("!iiIii")  # dimensions, has NULLs, element type, length, lower bound
 _LENGTH = struct.Struct("!i")
@@ -57,26 +57,13 @@ class BytesArray(_Array):
     element = 17
 
 
-class _Integers(_Array):
-    """Integers of ``size`` bytes (struct format ``code``), each after its length."""
-
-    __slots__ = ()
-    size, code = 4, "i"
-
-    def _elements(self) -> bytes:
-        pairs = (n for item in self.items for n in (self.size, item))
-        return struct.pack("!" + ("i" + self.code) * len(self.items), *pairs)
-
-
-class Int4Array(_Integers):
-    __slots__ = ()
-    element = 23
-
-
-class Int8Array(_Integers):
+class Int8Array(_Array):
     __slots__ = ()
     element = 20
-    size, code = 8, "q"
+
+    def _elements(self) -> bytes:
+        pairs = (n for item in self.items for n in (8, item))
+        return struct.pack("!" + "iq" * len(self.items), *pairs)
 
 
 def _dumper(array_oid: int) -> type[adapt.Dumper]:
@@ -91,7 +78,7 @@ def _dumper(array_oid: int) -> type[adapt.Dumper]:
 
 
 # The classes are plait's: registering them changes nothing of anyone else's use of psycopg.
-for _class, _oid in ((TextArray, 1009), (BytesArray, 1001), (Int4Array, 1007), (Int8Array, 1016)):
+for _class, _oid in ((TextArray, 1009), (BytesArray, 1001), (Int8Array, 1016)):
     psycopg.adapters.register_dumper(_class, _dumper(_oid))
 
 

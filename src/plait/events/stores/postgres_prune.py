@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from psycopg import sql
 
 from plait.errors import ConcurrencyError, StoreError
+from plait.events.checks import Placed
 from plait.events.pruned import COLUMNS, PrunedSession, record_of, row_of
 from plait.events.stores.postgres_link import Connection
 
@@ -116,6 +117,9 @@ class PostgresPruning:
 
     def _position_gaps(self) -> list[tuple[int, int]]:
         return []  # positions are not dense here
+
+    def _placed(self, after_position: int, limit: int) -> list[Placed]:
+        return []  # no gap to name: positions are not dense here
 
     def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
         found: list[PrunedSession] = self._run(
