@@ -35,6 +35,8 @@ __all__ = [
     "Entry",
     "PackedRow",
     "chain",
+    "compressed",
+    "decompressed",
     "encode_entry",
     "is_packed",
     "pack",
@@ -137,6 +139,21 @@ def _codec() -> _Zstd:
     if _zstd is None:
         _zstd = _Zstd()
     return _zstd
+
+
+def compressed(data: bytes) -> bytes:
+    """``data`` as one zstd frame, with the row's dictionary (what a store compresses beside
+    its rows: SQLite's small content)."""
+    return _codec().compress(data)
+
+
+def decompressed(data: bytes) -> bytes:
+    """What ``compressed`` made of ``data``; raise ``ValueError`` if it is not such a frame."""
+    zstd = _codec()
+    try:
+        return zstd.decompress(data)
+    except zstd.error as exc:
+        raise ValueError(str(exc)) from None
 
 
 def is_packed(data: bytes | memoryview) -> bool:

@@ -43,24 +43,23 @@ from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import Lease
 from plait.events.packing import pack
+from plait.events.per_append import PerAppendStore
 from plait.events.space import Space
 from plait.events.store import (
     REDACTED,
     Clock,
-    EventStore,
     PreparedAppend,
     RedactedMarker,
     Waiter,
     utc_now,
 )
-from plait.events.stored import PER_APPEND, Packed, Stored, decode_packed
+from plait.events.stored import Packed
 from plait.events.stores.postgres_announce import Announcer
 from plait.events.stores.postgres_arrays import blob_columns
 from plait.events.stores.postgres_inbox import PostgresInbox
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
-from plait.events.stores.postgres_rows import beyond, window
 from plait.events.stores.postgres_schema import open_schema
 from plait.events.stores.postgres_settled import HOLDER, Settled
 from plait.events.stores.postgres_sql import (
@@ -83,7 +82,7 @@ SCRUB_WAIT_SEC = 30.0
 """How long ``scrub`` waits for older transactions to end before it says it could not."""
 
 
-class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
+class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
     """An event store in one PostgreSQL schema (created with its tables if missing).
 
     ``url`` is a libpq URL or conninfo string. The schema is the ``schema`` argument, else the
@@ -93,7 +92,6 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
     """
 
     dense_positions = False
-    encoding = 3
 
     def __init__(
         self,
@@ -271,48 +269,19 @@ class PostgresStore(PostgresPruning, PostgresInbox, EventStore):
         rows = self._query("head", (stream,))
         return (int(rows[0][0]), bytes(rows[0][1])) if rows else (0, GENESIS_HASH)
 
-    def _window(
-        self,
-        stream: str,
-        after: int,
-        upto: int | None,
-        limit: int | None,
-        resolve_blobs: bool,
-        check: bool,
-    ) -> tuple[list[Event], bytes | None]:
-        # One row more than events asked for: the first may hold only seqs up to ``after``.
-        rows = self._rows(stream, after, upto, None if limit is None else limit + 1)
-        events = self._decode(rows, resolve_blobs, check)
-        return window(events, after, upto, limit)
-
-    def _hash_at(self, stream: str, seq: int) -> bytes:
-        events = self._decode(self._rows(stream, seq, seq, 1), False, True) if seq else []
-        return next((e.hash for e in events if e.seq == seq), GENESIS_HASH)
-
-    def _all_events(
-        self, after_position: int, limit: int | None, resolve_blobs: bool, settled: bool
-    ) -> list[Event]:
-        args = {"after": after_position, "limit": None if limit is None else limit + 1}
-        if settled:
-            # One round trip: the rows, each with whether committed rows wait above the bound
-            # (a row of NULLs but for that, when there are none).
-            found = self._query("settled", args)
-            self._settled.note(bool(found[0][-1]), self._holder)
-            rows = [row[:-1] for row in found if row[0] is not None]
-        else:
-            rows = self._query("all", args)
-        return beyond(self._decode(rows, resolve_blobs), after_position, limit)
-
-    def as_stored(self, stream: str) -> Stored:
-        return Stored(PER_APPEND, self._rows(stream, 0, None, None), self._head(stream), self._blob)
+    def _all_rows(self, after_position: int, limit: int | None, settled: bool) -> list[Packed]:
+        args = {"after": after_position, "limit": limit}
+        if not settled:
+            return self._query("all", args)
+        # One round trip: the rows, each with whether committed rows wait above the bound (a
+        # row of NULLs but for that, when there are none).
+        found = self._query("settled", args)
+        self._settled.note(bool(found[0][-1]), self._holder)
+        return [row[:-1] for row in found if row[0] is not None]
 
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Packed]:
-        """The rows of ``stream`` holding seqs ``after`` to ``upto``, at most ``limit``."""
         args = {"stream": stream, "after": after, "limit": limit}
         return self._query("rows", {**args, "upto": 2**62 if upto is None else upto})
-
-    def _decode(self, rows: list[Packed], resolve_blobs: bool, check: bool = True) -> list[Event]:
-        return self._resolving(lambda hold: decode_packed(rows, hold, check=check), resolve_blobs)
 
     def space(self) -> Space:
         rows = self._run(

@@ -50,7 +50,7 @@ _NOW = "extract(epoch FROM clock_timestamp())::float8"
 """Lease times are the database server's clock: one clock for every process, wherever it runs."""
 _GENESIS = f"'\\x{bytes(32).hex()}'::bytea"
 _ROW = "position, stream, seq, count, prev_hash, hash, data"
-"""A row as reads take it (``postgres_rows``)."""
+"""A row as reads take it (``plait.events.per_append``)."""
 _AFTER = (
     "position >= (SELECT coalesce(max(position), 0) FROM {s}.appends WHERE position <= %(after)s)"
 )

@@ -1,7 +1,8 @@
 """``SqliteStore``: the embedded default; one file, WAL, durable commits.
 
-One connection per store object, guarded by a lock, serves every thread; appends made while
-another is being written are written with it (``sqlite_writes.py``). ``BEGIN IMMEDIATE``
+Its rows are a row per append, of encoding 3, as PostgreSQL's are (``sqlite_schema.py``). One
+connection per store object, guarded by a lock, serves every thread; appends made while another
+is being written are written with it (``sqlite_writes.py``). ``BEGIN IMMEDIATE``
 and SQLite's file locks serialize writers across processes, and the ``streams`` head row turns a
 lost race into a ``ConcurrencyError`` rather than a fork of the chain. Positions are assigned as
 ``max + 1`` under the write lock, so they are dense and commit-ordered.
@@ -17,57 +18,46 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
-from plait.events.checks import Links
+from plait.events.checks import Placed
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Lease, taken
-from plait.events.per_event import PerEventStore
+from plait.events.per_append import PerAppendStore
 from plait.events.space import Space
 from plait.events.store import (
     REDACTED,
     Clock,
     PreparedAppend,
     RedactedMarker,
-    Row,
     Waiter,
     utc_now,
 )
 from plait.events.stores.sqlite_content import delete as delete_content
 from plait.events.stores.sqlite_content import find as find_content
 from plait.events.stores.sqlite_files import FileWaiter, open_read_only, open_writable
-from plait.events.stores.sqlite_group_reads import all_rows, stored_bytes, stream_rows
-from plait.events.stores.sqlite_group_reads import batches as group_batches
-from plait.events.stores.sqlite_groups import GROUPS
+from plait.events.stores.sqlite_legacy import layout_of, move
 from plait.events.stores.sqlite_prune import SqlitePruning
-from plait.events.stores.sqlite_reads import CHUNK_SQL, KEYED_CHUNK_SQL, Chunk, batches
 from plait.events.stores.sqlite_schema import (
+    ALL_SQL,
     GAPS_SQL,
     LAST_POSITION_SQL,
     ROWS_SQL,
     SCHEMA,
     SCHEMA_VERSION,
+    STORED_SQL,
 )
 from plait.events.stores.sqlite_writes import Writes
 from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
 
-_LAYOUTS = ("groups", "log")
-"""The tables of rows of layouts 4 and 3, latest first; else layout 1's ``events``."""
-
-
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
-def _exists(db: sqlite3.Connection, name: str) -> bool:
-    """Whether the file has a table or view of that name."""
-    return bool(db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchall())
-
-
-class SqliteStore(SqlitePruning, PerEventStore):
+class SqliteStore(SqlitePruning, PerAppendStore):
     """An event store in one SQLite file (created if missing, unless ``read_only``).
 
     ``read_only`` opens an existing file for reading only (``plait log``, ``verify``,
@@ -99,16 +89,10 @@ class SqliteStore(SqlitePruning, PerEventStore):
                     self._db.execute(f"PRAGMA synchronous={synchronous}")
                 self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_sec * 1000)}")
                 self._migrate()
-                self._rows_table = next((t for t in _LAYOUTS if _exists(self._db, t)), "events")
-                """Where the rows are: ``groups`` (layout 4), ``log`` (layout 3), or
-                ``events``."""
         except BaseException:
             self._db.close()
             raise
-        self._known_names: dict[int, str] = {}
-        self._read_chains = threading.local()
-        """Layout 4: each thread's chains of rows read across streams (a live tail's)."""
-        self._writes = Writes(self._db, self._lock, self._error, self.path, table=self._rows_table)
+        self._writes = Writes(self._db, self._lock, self._error, self.path)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -137,16 +121,19 @@ class SqliteStore(SqlitePruning, PerEventStore):
             )
         if version == SCHEMA_VERSION:
             return
-        if self.read_only:  # an older schema is read as it is: its versions only added tables
+        if self.read_only:  # an older layout is read as it is, moved into temporary tables
             self._stand_in_for_missing_tables()
+            layout = layout_of(self._db)
+            if layout < SCHEMA_VERSION:
+                move(self._db, layout, temporary=True)
             return
         with self._transaction() as db:
             # Again under the write lock: another process may have moved it meanwhile.
             ((version,),) = db.execute("PRAGMA user_version").fetchall()
             if version < SCHEMA_VERSION:
-                if not _exists(db, "events"):
-                    for statement in GROUPS:  # a new store
-                        db.execute(statement)
+                layout = layout_of(db)
+                if layout < SCHEMA_VERSION:
+                    move(db, layout)  # (sqlite_legacy.py)
                 for statement in SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
@@ -154,8 +141,8 @@ class SqliteStore(SqlitePruning, PerEventStore):
 
     def _stand_in_for_missing_tables(self) -> None:
         """Give a read-only open of an older store an empty temporary table for each table a
-        later schema version added (the leases, the inbox): it held none of their rows, and
-        reads of them find none rather than failing (an open for writing migrates instead)."""
+        later layout added (the leases, the inbox): it held none of their rows, and reads of
+        them find none rather than failing (an open for writing moves it instead)."""
         present = {name for (name,) in self._query("SELECT name FROM sqlite_master", ())}
         for statement in SCHEMA.split(";"):
             words = statement.split()
@@ -258,66 +245,12 @@ class SqliteStore(SqlitePruning, PerEventStore):
         seq, digest = rows[0]
         return int(seq), bytes(digest)
 
-    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
-        end = upto if upto is not None else 2**62
-        if self._rows_table != "groups":
-            return self._query(
-                ROWS_SQL[self._rows_table], (stream, after, end, -1 if limit is None else limit)
-            )
-        return stream_rows(self._query, stream, after, end, limit)
+    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Any]:
+        end = 2**62 if upto is None else upto
+        return self._query(ROWS_SQL, (stream, after, end, -1 if limit is None else limit))
 
-    def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
-        if self._rows_table != "groups":
-            return self._query(
-                "SELECT position, data, hash, stream, seq, type, v FROM events "
-                "WHERE position > ? ORDER BY position LIMIT ?",
-                (after_position, -1 if limit is None else limit),
-            )
-        known = getattr(self._read_chains, "known", None)
-        if known is None:
-            known = self._read_chains.known = {}
-        return all_rows(self._query, self._names, after_position, limit, known)
-
-    def batches(
-        self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
-    ) -> Iterator[list[Event]]:
-        if self._rows_table == "groups":
-            links = Links(after_position, self._accounted, dense=self.dense_positions)
-            for events in group_batches(
-                self._query,
-                self._names,
-                lambda rows: self._decode_all(rows, resolve_blobs),
-                self._resolve_all if resolve_blobs else None,
-                after_position,
-                batch,
-            ):
-                links.check(events)
-                yield events
-            return
-        # Chunks of events in one row each, read ahead on a thread (``sqlite_reads.py``),
-        # each event checked against its hash there, and against the one before it here.
-        links = Links(after_position, self._accounted, dense=self.dense_positions)
-        for events in batches(
-            self._chunk,
-            lambda after, limit: self.read_all(after, limit=limit, resolve_blobs=resolve_blobs),
-            self._resolve if resolve_blobs else None,
-            after_position,
-            batch,
-            self._names if self._rows_table == "log" else None,
-        ):
-            links.check(events)
-            yield events
-
-    def _chunk(self, after_position: int, limit: int) -> Chunk:
-        sql = KEYED_CHUNK_SQL if self._rows_table == "log" else CHUNK_SQL
-        return cast(Chunk, self._query(sql, (after_position, limit))[0])
-
-    def _names(self, keys: set[int]) -> dict[int, str]:
-        """Layout 3's ``names`` by key: remembered, read again when one of ``keys`` is not
-        there (a key, once given, names the same for ever)."""
-        if not self._known_names.keys() >= keys:
-            self._known_names = dict(self._query("SELECT key, name FROM names", ()))
-        return self._known_names
+    def _all_rows(self, after_position: int, limit: int | None, settled: bool) -> list[Any]:
+        return self._query(ALL_SQL, (after_position, -1 if limit is None else limit))
 
     def space(self) -> Space:
         ((pages,),) = self._query("PRAGMA page_count", ())
@@ -328,10 +261,11 @@ class SqliteStore(SqlitePruning, PerEventStore):
         return Space(total, int(free) * int(size), f"sqlite3 {self.path} VACUUM")
 
     def stored_bytes(self, stream: str) -> int | None:
-        return stored_bytes(self._query, stream) if self._rows_table == "groups" else None
+        ((stored,),) = self._query(STORED_SQL, (stream,))
+        return int(stored)
 
     def _last_position(self) -> int:
-        ((last,),) = self._query(LAST_POSITION_SQL[self._rows_table], ())
+        ((last,),) = self._query(LAST_POSITION_SQL, ())
         return int(last)
 
     def _streams(self) -> list[tuple[str, int]]:
@@ -339,14 +273,20 @@ class SqliteStore(SqlitePruning, PerEventStore):
         return [(str(stream), int(last)) for stream, last in rows]
 
     def _position_gap(self) -> tuple[int, int] | None:
-        # As many rows as the last position: dense (a count reads the smallest index only).
-        table = self._rows_table
-        events = "total(count)" if table == "groups" else "count(*)"
-        ((count,),) = self._query(f"SELECT {events} FROM {table}", ())
+        # As many events as the last position: dense.
+        ((count,),) = self._query("SELECT total(count) FROM appends", ())
         if count == self._last_position():
             return None
-        found = self._query(GAPS_SQL[table] + " LIMIT 1", ())
+        found = self._query(GAPS_SQL + " LIMIT 1", ())
         return (int(found[0][0]), int(found[0][1])) if found else None
+
+    def _placed(self, after_position: int, limit: int) -> list[Placed]:
+        placed = [
+            (position + i, stream, seq - count + 1 + i)
+            for position, stream, seq, count, *_ in self._all_rows(after_position, limit, False)
+            for i in range(count)
+        ]
+        return [p for p in placed if p[0] > after_position][:limit]
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         # The key and size as the row holds them, not as the key's index repeats it.
@@ -356,7 +296,7 @@ class SqliteStore(SqlitePruning, PerEventStore):
             (sha256,),
         )
         if not rows:
-            return find_content(self._query, sha256) if self._rows_table == "groups" else None
+            return find_content(self._query, sha256)
         key, size, data = rows[0]
         if key != sha256 or (data is not None and size != len(data)):
             raise StoreError(
@@ -378,11 +318,11 @@ class SqliteStore(SqlitePruning, PerEventStore):
             return sum(self._delete(db, sql, sha256) for sha256 in sha256s)
 
     def _delete(self, db: sqlite3.Connection, sql: str, sha256: str) -> bool:
-        """Delete a blob's content by ``sql`` in ``blobs``, else (layout 4) in the row that
-        keeps it; return whether either held it."""
+        """Delete a blob's content by ``sql`` in ``blobs``, else in the row that keeps it;
+        return whether either held it."""
         if db.execute(sql, (sha256,)).rowcount > 0:
             return True
-        return self._rows_table == "groups" and delete_content(db, sha256)
+        return delete_content(db, sha256)
 
     def scrub(self) -> str | None:
         # secure_delete zeroed the deleted content in the pages written since; the old pages

@@ -1,9 +1,9 @@
-"""Layout 4's small content: kept in the row of the append that made it, not in ``blobs``
-(docs/storage.md#one-row-per-append).
+"""``SqliteStore``'s small content: kept in the row of the append that made it, not in
+``blobs`` (docs/storage.md#one-row-per-append).
 
 A blob of at most ``INLINE_MAX`` bytes made by an append (a prompt, a reply, a short tool
-output: content a session may be asked to erase) goes in its row's ``content``: the raw
-deflate, with dictionary 1 then the stream's id, of the msgpack array of its blobs. A blob
+output: content a session may be asked to erase) goes in its row's ``content``: the msgpack
+array of its blobs, compressed as rows are (``plait.events.packing.compressed``). A blob
 deleted (expired, erased) leaves its sha-256 there in its place: a tombstone. ``contents``
 finds a blob's row by the first 4 bytes of its sha-256. The events' hashes do not cover
 ``content``, so deleting content leaves the chain as it was, as deleting a row of ``blobs``
@@ -19,7 +19,8 @@ from collections.abc import Sequence
 import msgspec
 
 from plait.events.blobstore import REDACTED, RedactedMarker
-from plait.events.stores.sqlite_groups import DICTIONARY, Query, deflated, inflated
+from plait.events.packing import compressed, decompressed
+from plait.events.stores.sqlite_schema import Query
 
 __all__ = ["INLINE_MAX", "delete", "find", "pack_content", "split", "unpack", "write"]
 
@@ -30,9 +31,8 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[bytes | tuple[bytes]]).decode
 
 _FIND_SQL = (
-    "SELECT g.position, n.name, g.content FROM contents AS c "
-    "JOIN groups AS g ON g.position = c.position JOIN names AS n ON n.key = g.stream "
-    "WHERE c.key = ? ORDER BY g.position"
+    "SELECT a.position, a.content FROM contents AS c "
+    "JOIN appends AS a ON a.position = c.position WHERE c.key = ? ORDER BY a.position"
 )
 
 
@@ -47,18 +47,18 @@ def split(blobs: dict[str, bytes]) -> tuple[dict[str, bytes], dict[str, bytes]]:
     return {sha: data for sha, data in blobs.items() if sha not in small}, small
 
 
-def pack_content(stream: str, blobs: Sequence[bytes | tuple[bytes]]) -> bytes:
+def pack_content(blobs: Sequence[bytes | tuple[bytes]]) -> bytes:
     """A row's ``content``: its blobs (a deleted one as the 1-tuple of its sha-256)."""
-    return deflated(_encode(list(blobs)), _zdict(stream))
+    return compressed(_encode(list(blobs)))
 
 
-def unpack(stream: str, content: bytes) -> list[bytes | tuple[bytes]]:
-    """The blobs of a row's ``content`` (a deleted one as the 1-tuple of its sha-256)."""
-    return _decode(inflated(content, _zdict(stream)))
-
-
-def _zdict(stream: str) -> bytes:
-    return DICTIONARY + stream.encode()  # a blob's scope begins with its stream's id
+def unpack(content: bytes) -> list[bytes | tuple[bytes]]:
+    """The blobs of a row's ``content`` (a deleted one as the 1-tuple of its sha-256); raise
+    ``ValueError`` if it holds none."""
+    try:
+        return _decode(decompressed(content))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(str(exc)) from None
 
 
 def write(db: sqlite3.Connection, position: int, blobs: dict[str, bytes]) -> None:
@@ -73,12 +73,12 @@ def find(query: Query, sha256: str) -> bytes | RedactedMarker | None:
     """The blob of ``sha256`` kept in a row, ``REDACTED`` if it was deleted, ``None`` if no
     row keeps it."""
     digest = bytes.fromhex(sha256)
-    for _, stream, content in query(_FIND_SQL, (key(sha256),)):
+    for _, content in query(_FIND_SQL, (key(sha256),)):
         if content is None:
             continue
         try:
-            blobs = unpack(stream, content)
-        except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
+            blobs = unpack(content)
+        except ValueError:
             continue  # damaged: the event that refers to it finds it missing
         for blob in blobs:
             if isinstance(blob, tuple):
@@ -94,10 +94,10 @@ def delete(db: sqlite3.Connection, sha256: str) -> bool:
     return whether one held it."""
     digest = bytes.fromhex(sha256)
     deleted = False
-    for position, stream, content in db.execute(_FIND_SQL, (key(sha256),)).fetchall():
+    for position, content in db.execute(_FIND_SQL, (key(sha256),)).fetchall():
         if content is None:
             continue
-        blobs = unpack(stream, content)
+        blobs = unpack(content)
         kept = [
             (digest,) if not isinstance(b, tuple) and hashlib.sha256(b).digest() == digest else b
             for b in blobs
@@ -105,7 +105,7 @@ def delete(db: sqlite3.Connection, sha256: str) -> bool:
         if kept != blobs:
             deleted = True
             db.execute(
-                "UPDATE groups SET content = ? WHERE position = ?",
-                (pack_content(stream, kept), position),
+                "UPDATE appends SET content = ? WHERE position = ?",
+                (pack_content(kept), position),
             )
     return deleted

@@ -258,6 +258,18 @@ def _zdict(context: bytes) -> bytes:
     return (DICTIONARY + context)[-_WINDOW:] if context else DICTIONARY
 
 
+_content = msgspec.msgpack.Decoder(list[bytes | tuple[bytes]]).decode
+
+
+def unpack_content(stream: str, content: bytes) -> list[bytes | tuple[bytes]]:
+    """The blobs of a row's ``content`` of ``stream`` (a deleted one as the 1-tuple of its
+    sha-256); raise ``ValueError`` if it holds none."""
+    try:
+        return _content(inflated(content, DICTIONARY + stream.encode()))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(str(exc)) from None
+
+
 def whole(cut: bytes, tail: int, prev: bytes) -> bytes:
     """An event's stored bytes again, from an item's bytes, ``tail`` and ``prev``."""
     if tail < 0:

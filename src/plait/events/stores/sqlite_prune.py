@@ -62,21 +62,17 @@ def pruned_records(db: sqlite3.Connection, stream: str | None) -> list[PrunedSes
     return [record_of(row) for row in rows]
 
 
-DELETE_ROWS_SQL = {
-    "events": "DELETE FROM events WHERE stream = ?",
-    "log": "DELETE FROM events WHERE stream = ?",
-    "groups": "DELETE FROM groups WHERE stream = (SELECT key FROM names WHERE name = ?) "
-    "RETURNING position",
-}
-"""The deletion of a stream's rows, by the table of rows (layout 3's through its view)."""
+_DELETE_ROWS_SQL = (
+    "DELETE FROM appends WHERE stream = (SELECT key FROM names WHERE name = ?) RETURNING position"
+)
 
 
 def remove_sessions(
-    db: sqlite3.Connection, table: str, records: Sequence[PrunedSession], blobs: Sequence[str]
+    db: sqlite3.Connection, records: Sequence[PrunedSession], blobs: Sequence[str]
 ) -> None:
-    """In the caller's write transaction: remove each record's session from ``table`` (where
-    the rows are) and the rest, if its head is still
-    the one the record names and no live lease holds it (else raise, for the caller to roll
+    """In the caller's write transaction: remove each record's session (its rows, and where
+    their content was found, its head, lease and commands), if its head is still the one the
+    record names and no live lease holds it (else raise, for the caller to roll
     back), store the records, and delete ``blobs``."""
     db.execute(PRUNED_TABLE)
     now = time.time()  # lease times are the machine's wall clock (``SqliteStore``)
@@ -92,11 +88,10 @@ def remove_sessions(
         found = lease.fetchone()
         if found is not None and found[0] is not None and float(found[1]) > now:
             raise StoreError(f"session {stream}: its lease is held by {found[0]}: not pruned")
-        gone = db.execute(DELETE_ROWS_SQL[table], (stream,)).fetchall()
-        if table == "groups":  # and where their content was found
-            positions = json.dumps([position for (position,) in gone])
-            sql = "DELETE FROM contents WHERE position IN (SELECT value FROM json_each(?))"
-            db.execute(sql, (positions,))
+        gone = db.execute(_DELETE_ROWS_SQL, (stream,)).fetchall()
+        positions = json.dumps([position for (position,) in gone])
+        sql = "DELETE FROM contents WHERE position IN (SELECT value FROM json_each(?))"
+        db.execute(sql, (positions,))
         for kept in ("streams", "leases", "inbox"):
             db.execute(f"DELETE FROM {kept} WHERE stream = ?", (stream,))
         db.execute(f"INSERT INTO pruned ({COLUMNS}) VALUES ({marks})", row_of(record))
@@ -122,12 +117,11 @@ class SqlitePruning:
     _db: sqlite3.Connection
     _lock: threading.RLock
     _writes: Writes
-    _rows_table: str
     _error: Callable[[sqlite3.DatabaseError], StoreError]
 
     def _position_gaps(self) -> list[tuple[int, int]]:
         with self._lock:
-            found = self._db.execute(GAPS_SQL[self._rows_table]).fetchall()
+            found = self._db.execute(GAPS_SQL).fetchall()
         return [(int(before), int(after)) for before, after in found]
 
     def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
@@ -139,7 +133,7 @@ class SqlitePruning:
             self._writes._forget()  # the heads it remembers, of sessions about to go
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                remove_sessions(self._db, self._rows_table, records, blobs)
+                remove_sessions(self._db, records, blobs)
             except BaseException as exc:
                 self._db.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.DatabaseError):

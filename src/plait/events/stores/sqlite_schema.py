@@ -1,22 +1,57 @@
-"""What ``SqliteStore`` keeps in its file: the tables, by layout (docs/event-log.md#stores).
+"""What ``SqliteStore`` keeps in its file (docs/event-log.md#stores): layout 5.
 
-Layout 1 had the ``events`` table, the ``streams`` heads and the ``blobs``; layout 2 added the
-``leases`` and the ``inbox``. Layout 3 kept events in ``log``, each row with its stream's id
-and its type's name as keys in ``names``, and shows them as layout 1's table did through the
-``events`` view (docs/storage.md#the-bytes-of-one-turn). Layout 4 keeps a new store's events
-in ``groups``, a row per append (``sqlite_groups.py``). A store of an earlier layout keeps
-its table of events, and goes on in it.
+A row of ``appends`` holds an append's events, of encoding 3 (``plait.events.packing``), as a
+row of PostgreSQL's ``appends`` does: its first event's position, its stream (by its key in
+``names``), its last event's seq, how many events it holds, the hash its first event follows
+and its last event's hash, and its entries compressed. ``content`` keeps the small blobs the
+append made (``sqlite_content.py``), found through ``contents``. A store of an earlier layout
+is moved into this one when it is first opened for writing (``sqlite_legacy.py``).
 """
 
 from __future__ import annotations
 
-__all__ = ["GAPS_SQL", "LAST_POSITION_SQL", "ROWS_SQL", "SCHEMA", "SCHEMA_VERSION"]
+from collections.abc import Callable
+from typing import Any
 
-SCHEMA_VERSION = 4
-"""The layout a new store is made in; one of an earlier layout is brought up to this version
-(its missing tables made) but keeps its ``events`` table."""
+__all__ = [
+    "ALL_SQL",
+    "GAPS_SQL",
+    "LAST_POSITION_SQL",
+    "NAME_SQL",
+    "ROWS_SQL",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "STORED_SQL",
+    "Query",
+]
+
+Query = Callable[[str, tuple[object, ...]], list[tuple[Any, ...]]]
+"""The store's connection, asked one statement: its rows."""
+
+SCHEMA_VERSION = 5
+"""The layout of a store this plait writes; one of an earlier layout is moved into it."""
 
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS appends (
+    position  INTEGER PRIMARY KEY,
+    stream    INTEGER NOT NULL,
+    seq       INTEGER NOT NULL,
+    count     INTEGER NOT NULL,
+    prev_hash BLOB    NOT NULL,
+    hash      BLOB    NOT NULL,
+    data      BLOB    NOT NULL,
+    content   BLOB,
+    UNIQUE (stream, seq)
+);
+CREATE TABLE IF NOT EXISTS names (
+    name TEXT    PRIMARY KEY,
+    key  INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS contents (
+    key      INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    PRIMARY KEY (key, position)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS streams (
     stream    TEXT    PRIMARY KEY,
     last_seq  INTEGER NOT NULL,
@@ -41,37 +76,48 @@ CREATE TABLE IF NOT EXISTS inbox (
 );
 CREATE INDEX IF NOT EXISTS inbox_stream ON inbox (stream, id);
 """
+"""``names`` gives each stream id a key (``NAME_SQL``); ``contents`` finds the row that keeps
+a small blob by the first 4 bytes of its sha-256, as a signed integer (``sqlite_content``)."""
 
+NAME_SQL = "INSERT OR IGNORE INTO names (name, key) SELECT ?, coalesce(max(key), 0) + 1 FROM names"
+"""Give a stream id the next key (an insert at a time, in a write transaction)."""
 
-_LAST = {"events": "position", "log": "position", "groups": "position + count - 1"}
-"""The last position a row holds, by table."""
+_COLUMNS = "t.position, n.name, t.seq, t.count, t.prev_hash, t.hash, t.data"
+"""A row as reads take it (``plait.events.stored.Packed``). Its columns are read from the row
+itself, not from the index that found it (SQLite would read an indexed column from the index),
+so a read checks what the rows hold."""
 
-GAPS_SQL = {
-    table: "SELECT before, position FROM (SELECT position, "
-    f"coalesce(lag({last}) OVER (ORDER BY position), 0) AS before FROM {table}) "
+ROWS_SQL = (
+    "WITH s (key) AS (SELECT key FROM names WHERE name = ?1) "
+    f"SELECT {_COLUMNS} FROM s CROSS JOIN appends AS i "
+    "CROSS JOIN appends AS t ON t.position = i.position JOIN names AS n ON n.key = t.stream "
+    "WHERE i.stream = s.key AND i.seq >= ?2 AND i.seq <= coalesce((SELECT a.seq FROM s "
+    "CROSS JOIN appends AS a WHERE a.stream = s.key AND a.seq >= ?3 ORDER BY a.seq LIMIT 1), ?3) "
+    "ORDER BY i.seq LIMIT ?4"
+)
+"""A stream's rows holding seqs ``?2`` to ``?3``, at most ``?4``."""
+
+ALL_SQL = (
+    f"SELECT {_COLUMNS} FROM appends AS t JOIN names AS n ON n.key = t.stream "
+    "WHERE t.position >= coalesce((SELECT max(position) FROM appends WHERE position <= ?1), 0) "
+    "ORDER BY t.position LIMIT ?2"
+)
+"""The rows holding positions after ``?1`` (the row holding it too), at most ``?2``."""
+
+LAST_POSITION_SQL = (
+    "SELECT coalesce((SELECT position + count - 1 FROM appends ORDER BY position DESC LIMIT 1), 0)"
+)
+"""The last position stored (0: none)."""
+
+GAPS_SQL = (
+    "SELECT before, position FROM (SELECT position, "
+    "coalesce(lag(position + count - 1) OVER (ORDER BY position), 0) AS before FROM appends) "
     "WHERE position != before + 1 ORDER BY position"
-    for table, last in _LAST.items()
-}
-"""Every position that does not follow the one before it (from 0), and that one, by the
-table of rows."""
+)
+"""Every position that does not follow the one before it (from 0), and that one."""
 
-LAST_POSITION_SQL = {
-    table: f"SELECT coalesce((SELECT {last} FROM {table} ORDER BY position DESC LIMIT 1), 0)"
-    for table, last in _LAST.items()
-}
-"""The last position stored (0: none), by the table of rows."""
-
-ROWS_SQL = {
-    # The index finds the rows; their columns are read from the rows themselves (SQLite
-    # would read an indexed column from the index), so a read checks what the rows hold.
-    "events": "SELECT t.position, t.data, t.hash, t.stream, t.seq, t.type, t.v "
-    "FROM events AS i CROSS JOIN events AS t "
-    "ON t.position = i.position WHERE i.stream = ? AND i.seq > ? AND i.seq <= ? "
-    "ORDER BY i.seq LIMIT ?",
-    "log": "SELECT t.position, t.data, t.hash, s.name, t.seq, n.name, t.v "
-    "FROM log AS i CROSS JOIN log AS t ON t.position = i.position "
-    "JOIN names AS s ON s.key = t.stream JOIN names AS n ON n.key = t.type "
-    "WHERE i.stream = (SELECT key FROM names WHERE name = ?) AND i.seq > ? AND i.seq <= ? "
-    "ORDER BY i.seq LIMIT ?",
-}
-"""A stream's rows after a seq, in either layout."""
+STORED_SQL = (
+    "SELECT coalesce(sum(length(data) + length(prev_hash) + length(hash)), 0) FROM appends "
+    "WHERE stream = (SELECT key FROM names WHERE name = ?)"
+)
+"""The bytes of a stream's events as its rows keep them (their content apart)."""

@@ -8,12 +8,9 @@ The writer remembers each stream's head and the last position, as it wrote them.
 SQLite's write lock it asks ``PRAGMA data_version``, which moves only when another connection
 (another process) committed: then it forgets what it remembered and reads it again. So a
 transaction takes the same few statements whatever it holds: the version, one insert of each
-append's events, one upsert of the streams' heads, the commit (and, for a stream it has not
-written yet, one read of the heads; for a fenced append, one read of the leases).
-
-An append costs little more than SQLite's own insert and fsync (bench/events.py, section 1):
-its events are inserted by one statement that names the stream and the first position once,
-and every statement's text is made once per size and then found in the connection's cache.
+append's row (``plait.events.packing``: its events, one row), one upsert of the streams' heads,
+the commit (and, for a stream it has not written yet, one read of the heads; for a fenced
+append, one read of the leases).
 """
 
 from __future__ import annotations
@@ -21,52 +18,29 @@ from __future__ import annotations
 import functools
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
-from itertools import chain
+from collections.abc import Callable
 from pathlib import Path
 
 from plait.errors import StoreError
 from plait.events.codec import GENESIS_HASH
+from plait.events.packing import pack
 from plait.events.store import EventStore, PreparedAppend
 from plait.events.stores.sqlite_content import pack_content, split
 from plait.events.stores.sqlite_content import write as write_content
-from plait.events.stores.sqlite_groups import CHAIN, NAME_SQL, WINDOW, follow, pack
-from plait.events.stores.sqlite_schema import LAST_POSITION_SQL
+from plait.events.stores.sqlite_schema import LAST_POSITION_SQL, NAME_SQL
 from plait.events.types import Event
 
 __all__ = ["Writes"]
 
 Prepare = Callable[[int, bytes], PreparedAppend]
 
-_ROWS_PER_INSERT = 128
-"""Events per INSERT statement (5 values each and 2 shared: well under SQLite's limit)."""
-
 _MOST_HEADS = 100_000
 """Stream heads remembered at most; past it they are forgotten and read again as needed."""
 
-
-_NAME_SQL = "INSERT OR IGNORE INTO names (name) VALUES (?)"
-"""Layout 3's: its ``names`` gives the key (its rowid)."""
-
-_GROUP_SQL = (
-    "INSERT INTO groups (position, stream, seq, count, base, data, hash, content) "
+_APPEND_SQL = (
+    "INSERT INTO appends (position, stream, seq, count, prev_hash, hash, data, content) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_MOST_CHAINS = 1_000
-"""Streams whose last rows are remembered to compress the next after, at most; past it they
-are forgotten, and a stream's next row begins a chain (a worker's sessions, each bytes only)."""
-
-
-@functools.cache
-def _insert_sql(count: int, table: str) -> str:
-    """The INSERT of ``count`` events of one stream into ``table``: ``?1`` is the first one's
-    position, ``?2`` the stream, then ``(seq, type, v, data, hash)`` of each (in ``log``, the
-    stream's and the type's keys in ``names``)."""
-    rows = ", ".join(
-        f"(?1 + {i}, ?2, ?{3 + 5 * i}, ?{4 + 5 * i}, ?{5 + 5 * i}, ?{6 + 5 * i}, ?{7 + 5 * i})"
-        for i in range(count)
-    )
-    return f"INSERT INTO {table} (position, stream, seq, type, v, data, hash) VALUES {rows}"
 
 
 @functools.cache
@@ -90,12 +64,9 @@ class Writes:
         lock: threading.RLock,
         error: Callable[[sqlite3.DatabaseError], StoreError],
         path: Path,
-        *,
-        table: str = "events",
     ) -> None:
         """``lock`` guards ``db`` (the store's); ``error`` turns SQLite's errors into the
-        store's. ``table`` holds the rows: ``groups``, a row per append (layout 4); ``log``,
-        with the keys of the stream's id and the types' names (layout 3); or ``events``."""
+        store's."""
         self._db = db
         self._lock = lock
         self._error = error
@@ -106,13 +77,9 @@ class Writes:
         self._heads: dict[str, tuple[int, bytes]] = {}
         self._position: int | None = None  # the last position, if known
         self._version: int | None = None  # data_version when they were last known good
-        self._table = table
-        self._keys: dict[str, int] | None = {} if table != "events" else None
-        """The key in ``names`` of each stream id and type name written (a key, once
-        committed, is for ever)."""
-        self._chains: dict[str, tuple[int, list[bytes], int, int]] = {}
-        """Layout 4: each stream's chain of rows this object wrote last (its first row's seq,
-        the last rows' bytes a next row is compressed after, how many, the last seq)."""
+        self._keys: dict[str, int] = {}
+        """The key in ``names`` of each stream id written (a key, once committed, is for
+        ever)."""
 
     def append(
         self, stream: str, expected_seq: int, prepare: Prepare, epoch: int | None
@@ -199,17 +166,9 @@ class Writes:
                 except Exception as exc:  # refused: nothing of it is written
                     append.fail(exc)
                     continue
-                key, rows = self._as_written(stream, prepared.rows)
                 first = position + 1
-                if self._table == "groups":
-                    made = self._write_group(stream, key, first, head_seq, head_hash, prepared)
-                else:
-                    made = prepared.blobs
-                    for start in range(0, len(rows), _ROWS_PER_INSERT):
-                        part = rows[start : start + _ROWS_PER_INSERT]
-                        values = [first + start, key, *chain.from_iterable(part)]
-                        db.execute(_insert_sql(len(part), self._table), values)
-                position += len(rows)
+                made = self._write_row(stream, first, head_seq, head_hash, prepared)
+                position += len(prepared.rows)
                 last = prepared.rows[-1]
                 heads[stream] = (last[0], last[4])
                 if stream not in moved:
@@ -234,58 +193,30 @@ class Writes:
         for append, prepared, first in written:
             append.succeed(prepared.placed(first))
 
-    def _write_group(
-        self,
-        stream: str,
-        key: object,
-        first: int,
-        head_seq: int,
-        head_hash: bytes,
-        prepared: PreparedAppend,
+    def _write_row(
+        self, stream: str, first: int, head_seq: int, head_hash: bytes, prepared: PreparedAppend
     ) -> dict[str, bytes]:
-        """Write ``prepared`` as one row of ``groups`` (layout 4), compressed after the rows
-        before it in its stream's chain if this object wrote them and the chain is not full
-        (``sqlite_groups.CHAIN``), else beginning a chain, with its small blobs; return the
-        blobs left for ``blobs``."""
-        seq, last = head_seq + 1, prepared.rows[-1]
-        chain = self._chains.get(stream)
-        if chain is None or chain[3] != head_seq or chain[2] >= CHAIN:
-            chain, base = (seq, [], 0, 0), None  # it begins one
-        else:
-            base = chain[0]
-        data, raw = pack(prepared.rows, head_hash, b"".join(chain[1]))
+        """Write ``prepared`` as one row of ``appends``, at position ``first``, with its
+        small blobs; return the blobs left for ``blobs``."""
+        rows = prepared.rows
+        row = pack(head_seq + len(rows), head_hash, [r[3] for r in rows], rows[-1][4])
         apart, kept = split(prepared.blobs)
-        content = pack_content(stream, list(kept.values())) if kept else None
-        count = len(prepared.rows)
-        self._db.execute(_GROUP_SQL, (first, key, seq, count, base, data, last[4], content))
+        content = pack_content(list(kept.values())) if kept else None
+        values = (first, self._key(stream), row.seq, row.count, head_hash, row.hash, row.data)
+        self._db.execute(_APPEND_SQL, (*values, content))
         if kept:
             write_content(self._db, first, kept)
-        if len(self._chains) > _MOST_CHAINS:
-            self._chains.clear()
-        self._chains[stream] = (chain[0], follow(chain[1], raw, WINDOW), chain[2] + 1, last[0])
         return apart
 
-    def _as_written(
-        self, stream: str, rows: list[tuple[int, str, int, bytes, bytes]]
-    ) -> tuple[object, Sequence[tuple[object, ...]]]:
-        """The stream and ``rows`` as the table holds them: as they are in ``events``; in
-        ``log`` (layout 3), the keys of the stream's id and of the types' names."""
-        keys = self._keys
-        if keys is None:
-            return stream, rows
-        names = [stream] if self._table == "groups" else [stream, *{row[1] for row in rows}]
-        new = [name for name in names if name not in keys]
-        if new:
+    def _key(self, stream: str) -> int:
+        """The key of ``stream`` in ``names``, given it if it has none yet."""
+        key = self._keys.get(stream)
+        if key is None:
             db = self._db
-            insert = NAME_SQL if self._table == "groups" else _NAME_SQL
-            for name in new:  # one at a time: each key after the one before
-                db.execute(insert, (name,))
-            marks = ", ".join("?" * len(new))
-            found = db.execute(f"SELECT name, key FROM names WHERE name IN ({marks})", new)
-            keys.update(found.fetchall())
-        if self._table == "groups":
-            return keys[stream], rows
-        return keys[stream], [(seq, keys[t], v, data, digest) for seq, t, v, data, digest in rows]
+            db.execute(NAME_SQL, (stream,))
+            ((key,),) = db.execute("SELECT key FROM names WHERE name = ?", (stream,)).fetchall()
+            self._keys[stream] = key
+        return key
 
     def _known(self, batch: list[_Append]) -> int:
         """Return the last position, and see that ``_heads`` holds the heads of ``batch``'s
@@ -298,7 +229,7 @@ class Writes:
             self._forget()
             self._version = version
         if self._position is None:
-            (self._position,) = db.execute(LAST_POSITION_SQL[self._table]).fetchone()
+            (self._position,) = db.execute(LAST_POSITION_SQL).fetchone()
         unknown = [append.stream for append in batch if append.stream not in heads]
         if unknown:
             unknown = sorted(set(unknown))
@@ -326,10 +257,8 @@ class Writes:
 
     def _forget(self) -> None:
         self._heads.clear()
-        self._chains.clear()
         self._position = None
-        if self._keys is not None:
-            self._keys.clear()  # one made in a transaction rolled back is not there
+        self._keys.clear()  # one made in a transaction rolled back is not there
 
 
 class _Append:
