@@ -22,12 +22,12 @@ import pytest
 
 from plait.actors.model import ModelSettings
 from plait.events import packing
-from plait.events.codec import GENESIS_HASH, encode_event, event_hash
+from plait.events.codec import encode_event, event_hash
 from plait.events.store import EventStore, Row
-from plait.events.stores import sqlite_content, sqlite_groups
+from plait.events.stores import sqlite_content
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
-from plait.events.stores.sqlite_schema import SCHEMA
+from plait.events.stores.sqlite_schema import NAME_SQL, SCHEMA
 from plait.events.types import Event, ToolCallCompleted
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer
@@ -242,138 +242,8 @@ def _drop_schema(schema: str) -> None:
 
 
 def sqlite_tamper(path: Path) -> Tamper:
-    def execute(sql: str, params: tuple[Any, ...]) -> None:
-        with sqlite3.connect(path) as db:
-            db.execute(sql, params)
-
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        found = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'groups'").fetchall()
-    return GroupsTamper(path, execute) if found else Tamper(execute, "?")
-
-
-class GroupsTamper(Tamper):
-    """The same edits on a SQLite store of layout 4, whose rows each hold an append's events
-    (docs/storage.md#one-row-per-append): an event's bytes, type or version are changed in
-    the row that holds it, packed again; a column (stream, seq, position) is the row's."""
-
-    def __init__(self, path: Path, execute: Callable[[str, tuple[Any, ...]], None]) -> None:
-        super().__init__(execute, "?")
-        self._path = path
-
-    @contextlib.contextmanager
-    def _row(
-        self, stream: str, seq: int
-    ) -> Iterator[tuple[sqlite3.Connection, list[Any], list[list[Any]]]]:
-        """The row holding ``stream``'s event ``seq``: ``[position, key, seq, count, items,
-        hash, content]``, and the rows after it, all written back as the caller leaves them:
-        a row that holds no event deleted, each other packed again, standing alone (a row is
-        compressed after the rows before it in its chain), with the content it kept."""
-        with contextlib.closing(sqlite3.connect(self._path)) as db, db:
-            found = db.execute(
-                "SELECT g.position, g.stream, g.seq, g.count, g.base, g.data, g.hash, g.content "
-                "FROM groups AS g JOIN names AS n ON n.key = g.stream WHERE n.name = ? "
-                "ORDER BY g.seq",
-                (stream,),
-            ).fetchall()
-            unpacked = sqlite_groups.stream_items((row[4], row[5]) for row in found)
-            rows = [
-                [position, key, first, count, items, digest, content]
-                for (position, key, first, count, _, _, digest, content), items in zip(
-                    found, unpacked, strict=True
-                )
-            ]
-            at = max(i for i, row in enumerate(rows) if row[2] <= seq)
-            written = [row[0] for row in rows[at:]]
-            yield db, rows[at], rows[at + 1 :]
-            db.executemany("DELETE FROM groups WHERE position = ?", [(p,) for p in written])
-            for row in rows[at:]:
-                if row[4]:
-                    data, _ = sqlite_groups.pack_items(row[4])
-                    db.execute(
-                        "INSERT INTO groups (position, stream, seq, count, data, hash, content) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (*row[:3], len(row[4]), data, row[5], row[6]),
-                    )
-
-    def set_data(
-        self,
-        stream: str,
-        seq: int,
-        data: bytes,
-        digest: bytes | None = None,
-        *,
-        prev: bytes | None = None,
-    ) -> None:
-        with self._row(stream, seq) as (_, row, _):
-            type_name, v, _, _ = row[4][seq - row[2]]
-            row[4][seq - row[2]] = sqlite_groups.item(type_name, v, data)
-            if digest is not None and seq == row[2] + len(row[4]) - 1:
-                row[5] = digest  # the row keeps only its last event's hash
-
-    def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
-        with self._row(stream, seq) as (_, row, _):
-            row[4][seq - row[2]] = (type_name, version, *row[4][seq - row[2]][2:])
-
-    def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
-        if column in ("type", "v"):
-            with self._row(stream, seq) as (_, row, _):
-                type_name, v, *rest = row[4][seq - row[2]]
-                changed = (value, v) if column == "type" else (type_name, value)
-                row[4][seq - row[2]] = (*changed, *rest)
-            return
-        with self._row(stream, seq) as (db, row, _):
-            if column == "stream":
-                db.execute(sqlite_groups.NAME_SQL, (value,))
-                ((value,),) = db.execute("SELECT key FROM names WHERE name = ?", (value,))
-            row[{"position": 0, "stream": 1, "seq": 2}[column]] = value
-
-    def delete(self, stream: str, seq: int) -> None:
-        with self._row(stream, seq) as (db, row, _):
-            at = seq - row[2]
-            before, after = row[4][:at], row[4][at + 1 :]
-            if after:  # the events after it stay as they were, in a row of their own
-                # with the row's content if no event is left before it (the content stays,
-                # as a blob does when its event is deleted)
-                content = None if before else row[6]
-                db.execute(
-                    "INSERT INTO groups (position, stream, seq, count, data, hash, content) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        row[0] + at + 1,
-                        row[1],
-                        seq + 1,
-                        len(after),
-                        sqlite_groups.pack_items(after)[0],
-                        row[5],
-                        content,
-                    ),
-                )
-                if content is not None:
-                    db.execute(
-                        "UPDATE contents SET position = ? WHERE position = ?",
-                        (row[0] + at + 1, row[0]),
-                    )
-            row[4] = before
-            if before:  # the row ends with the event before it, and says its hash
-                found = db.execute(
-                    "SELECT hash FROM groups WHERE stream = ? AND seq < ? "
-                    "ORDER BY seq DESC LIMIT 1",
-                    (row[1], row[2]),
-                ).fetchone()
-                prev = found[0] if found else GENESIS_HASH
-                for _, _, tail, cut in before:
-                    prev = event_hash(stream, sqlite_groups.whole(cut, tail, prev))
-                row[5] = prev
-
-    def truncate(self, stream: str, seq: int, digest: bytes) -> None:
-        with self._row(stream, seq) as (_, row, after):
-            del row[4][seq - row[2] + 1 :]
-            row[5] = digest
-            for later in after:
-                later[4] = []  # deleted, not written back
-        self._execute(
-            "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?", (seq, digest, stream)
-        )
+    """A tamper of the SQLite store at ``path`` (layout 5: ``appends``)."""
+    return AppendsTamper(lambda: contextlib.closing(sqlite3.connect(path)), "?")
 
 
 @dataclass
@@ -388,6 +258,8 @@ class _Append:
     entries: list[bytes]
     """Its events' bytes: entries of encoding 3, or (a row an earlier layout's event was
     moved to, ``prev_hash`` empty) that event's bytes, kept as they are."""
+    content: bytes | None = None
+    """SQLite's: the small blobs it keeps."""
 
     def hashes(self, stream: str) -> list[bytes]:
         """Its events' hashes, from the row's ``prev_hash``."""
@@ -399,47 +271,45 @@ class _Append:
             out.append(prev)
         return out
 
-    def insert(self, conn: Any, stream: str) -> None:
-        """Write the row to ``appends`` on ``conn``, its entries packed again."""
+    def values(self) -> tuple[Any, ...]:
+        """Its columns but its stream's, its entries packed again: ``(seq, count, position,
+        prev_hash, hash, data)``."""
         last = self.first + len(self.entries) - 1
         data = self.entries[0]  # a moved event's bytes, as they are
         if self.prev_hash:
             data = packing.pack(last, self.prev_hash, self.entries, self.hash).data
-        conn.execute(
-            "INSERT INTO appends (stream, seq, count, position, prev_hash, hash, data) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (stream, last, len(self.entries), self.position, self.prev_hash, self.hash, data),
-        )
-
-
-_HOLDING = "stream = %s AND seq >= %s AND seq - count < %s"
-"""Where ``appends`` has the row holding a stream's seq."""
+        return (last, len(self.entries), self.position, self.prev_hash, self.hash, data)
 
 
 class AppendsTamper(Tamper):
-    """The same edits on a PostgreSQL store of layout 5, whose rows each hold an append's
-    events (``appends``: docs/event-log.md#encoding-3): an event's bytes are an entry, changed
-    in the row that holds it, packed again; a column (stream, seq, count, position,
-    prev_hash, hash) is the row's. No column says an event's type or version."""
+    """The same edits on a store of ``appends``, whose rows each hold an append's events
+    (docs/event-log.md#encoding-3): an event's bytes are an entry, changed in the row that
+    holds it, packed again; a column (stream, seq, count, position, prev_hash, hash) is the
+    row's. No column says an event's type or version. PostgreSQL's rows name their stream;
+    SQLite's give its key in ``names``, and keep their small content (``param`` ``?``)."""
 
     typed = False
 
-    def __init__(self, schema: str) -> None:
-        super().__init__(self._run, "%s")
-        self._schema = schema
+    def __init__(self, connect: Callable[[], contextlib.AbstractContextManager[Any]], param: str):
+        """``connect`` opens a connection to the store, whose work commits as it closes."""
+        super().__init__(self._run, param)
+        self._connect = connect
+        self._sqlite = param == "?"
+        self._stream = "(SELECT key FROM names WHERE name = ?)" if self._sqlite else "?"
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
-        """A connection to the store's schema, whose work commits as the block ends."""
-        import psycopg
-
-        with psycopg.connect(POSTGRES_URL) as conn:
-            conn.execute(f'SET search_path TO "{self._schema}"')
+        with self._connect() as conn:
             yield conn
+            conn.commit()
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> None:
         with self._connection() as conn:
             conn.execute(sql, params)
+
+    def _holding(self) -> str:
+        """Where ``appends`` has the row holding a stream's seq (``stream``, ``seq`` twice)."""
+        return self._sql(f"stream = {self._stream} AND seq >= ? AND seq - count < ?")
 
     def encode(self, event: Event) -> bytes:
         """The entry of ``event`` (its ``prev_hash`` is its row's, or the entry before's)."""
@@ -449,29 +319,39 @@ class AppendsTamper(Tamper):
     def hash(self, stream: str, prev: bytes, data: bytes) -> bytes:
         return packing.chain(stream)(prev, data)
 
+    def _insert(self, conn: Any, stream: str, row: _Append) -> None:
+        """Write ``row`` to ``appends`` on ``conn``, its entries packed again."""
+        columns = "stream, seq, count, position, prev_hash, hash, data"
+        values = (stream, *row.values())
+        if self._sqlite:
+            columns, values = columns + ", content", (*values, row.content)
+        marks = ", ".join([self._stream, *["?"] * (len(values) - 1)])
+        conn.execute(self._sql(f"INSERT INTO appends ({columns}) VALUES ({marks})"), values)
+
     @contextlib.contextmanager
     def _row(self, stream: str, seq: int) -> Iterator[tuple[Any, _Append]]:
         """The row holding ``stream``'s event ``seq``, in one transaction, written back as the
         caller leaves it (its seq and count its entries'; none left: deleted)."""
         with self._connection() as conn:
+            columns = "position, seq, count, prev_hash, hash, data"
             found = conn.execute(
-                f"DELETE FROM appends WHERE {_HOLDING} "
-                "RETURNING position, seq, count, prev_hash, hash, data",
+                f"DELETE FROM appends WHERE {self._holding()} RETURNING {columns}"
+                + (", content" if self._sqlite else ""),
                 (stream, seq, seq),
             ).fetchone()
             assert found is not None, f"stream {stream} has no row holding seq {seq}"
-            position, last, count, prev, digest, data = (
+            position, last, count, prev, digest, data, *content = (
                 bytes(v) if isinstance(v, memoryview) else v for v in found
             )
             entries = [data]
             if packing.is_packed(data):  # (else a moved event's bytes)
-                plain = packing._codec().decompress(data)
+                plain = packing.decompressed(data)
                 # One entry is all of them: it may be bytes that are no msgpack (a test's).
                 entries = [plain] if count == 1 else _split(plain, count)
-            row = _Append(position, last - count + 1, prev, digest, entries)
+            row = _Append(position, last - count + 1, prev, digest, entries, *content)
             yield conn, row
             if row.entries:
-                row.insert(conn, stream)
+                self._insert(conn, stream, row)
 
     def set_data(
         self,
@@ -497,8 +377,13 @@ class AppendsTamper(Tamper):
 
     def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
         """Change one column of the row holding ``seq``, its bytes left as they are."""
-        sql = f"UPDATE appends SET {column} = %s WHERE {_HOLDING}"
-        self._execute(sql, (value, stream, seq, seq))
+        with self._connection() as conn:
+            mark = "?"
+            if column == "stream" and self._sqlite:  # the key of another stream's id
+                conn.execute(NAME_SQL, (value,))
+                mark = self._stream
+            sql = self._sql(f"UPDATE appends SET {column} = {mark} WHERE ") + self._holding()
+            conn.execute(sql, (value, stream, seq, seq))
 
     def delete(self, stream: str, seq: int) -> None:
         """Delete an event: the events before it in its row stay there, the row's hash now
@@ -510,7 +395,7 @@ class AppendsTamper(Tamper):
                 row.position + at + 1, seq + 1, hashes[at], row.hash, row.entries[at + 1 :]
             )
             if after.entries:
-                after.insert(conn, stream)
+                self._insert(conn, stream, after)
             del row.entries[at:]
             if at:
                 row.hash = hashes[at - 1]
@@ -518,14 +403,31 @@ class AppendsTamper(Tamper):
     def truncate(self, stream: str, seq: int, digest: bytes) -> None:
         with self._row(stream, seq) as (conn, row):
             conn.execute(
-                "DELETE FROM appends WHERE stream = %s AND seq - count >= %s", (stream, seq)
+                self._sql(
+                    f"DELETE FROM appends WHERE stream = {self._stream} AND seq - count >= ?"
+                ),
+                (stream, seq),
             )
             del row.entries[seq - row.first + 1 :]
             row.hash = digest
             conn.execute(
-                "UPDATE streams SET last_seq = %s, last_hash = %s WHERE stream = %s",
+                self._sql("UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?"),
                 (seq, digest, stream),
             )
+
+
+def postgres_tamper(schema: str) -> AppendsTamper:
+    """A tamper of the PostgreSQL store in ``schema`` (layout 5: ``appends``)."""
+
+    @contextlib.contextmanager
+    def connect() -> Iterator[Any]:
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            yield conn
+
+    return AppendsTamper(connect, "%s")
 
 
 _RAWS = msgspec.msgpack.Decoder(list[msgspec.Raw])
@@ -537,20 +439,15 @@ def _split(plain: bytes, count: int) -> list[bytes]:
 
 
 def kept_forms(path: Path, text: bytes) -> list[bytes]:
-    """The bytes in which the SQLite store at ``path`` keeps ``text`` now: a store of layout 4
-    keeps small content compressed in its rows' ``content``, so each such column that holds
-    it (whose bytes on disk show whether a copy is left after it is deleted); else ``text``."""
+    """The bytes in which the SQLite store at ``path`` keeps ``text`` now: small content is
+    kept compressed in its rows' ``content``, so each such column that holds it (whose bytes
+    on disk show whether a copy is left after it is deleted); else ``text``."""
     with contextlib.closing(sqlite3.connect(path)) as db:
-        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'groups'").fetchall():
-            return [text]
-        rows = db.execute(
-            "SELECT n.name, g.content FROM groups AS g JOIN names AS n ON n.key = g.stream "
-            "WHERE g.content IS NOT NULL"
-        ).fetchall()
+        rows = db.execute("SELECT content FROM appends WHERE content IS NOT NULL").fetchall()
     return [
         content
-        for stream, content in rows
-        if any(isinstance(b, bytes) and text in b for b in sqlite_content.unpack(stream, content))
+        for (content,) in rows
+        if any(isinstance(b, bytes) and text in b for b in sqlite_content.unpack(content))
     ] or [text]
 
 
@@ -661,7 +558,7 @@ class StoreFactory:
             return MemoryTamper(self._memory)
         if self.backend == "sqlite":
             return sqlite_tamper(self.path)
-        return AppendsTamper(self.schema)
+        return postgres_tamper(self.schema)
 
     def close(self) -> None:
         for store in self._opened:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import layout_3, read_only_dir, sqlite_tamper
+from support import read_only_dir, sqlite_tamper
 
 from plait.errors import (
     ConcurrencyError,
@@ -23,7 +23,6 @@ from plait.errors import (
     StoreUnavailableError,
 )
 from plait.events import SqliteStore, ToolCallCompleted, TurnStarted
-from plait.events.stores import sqlite_group_reads, sqlite_reads
 
 WRITER = textwrap.dedent(
     """
@@ -190,16 +189,8 @@ def test_a_store_sees_the_heads_another_connection_moved(tmp_path: Path) -> None
 
 
 @pytest.fixture
-def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_reads, "_CHUNK", 8)  # many chunks, several batches each
-    monkeypatch.setattr(sqlite_group_reads, "_ROWS_READ", 2)  # layout 4's: rows, of 7 events here
-
-
-@pytest.fixture(params=[3, 4])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    """A new store's file, of layout 3 (a row per event) or 4 (a row per append)."""
-    path = tmp_path / "s.db"
-    return layout_3(path) if request.param == 3 else path
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "s.db"
 
 
 def _mixed_log(store: SqliteStore) -> None:
@@ -211,11 +202,7 @@ def _mixed_log(store: SqliteStore) -> None:
             store.append(stream, bodies, store.last_seq(stream))
 
 
-@pytest.mark.parametrize("ahead", [True, False])
-def test_a_rebuild_reads_every_event_as_rows_read_them(
-    db: Path, small_chunks: None, ahead: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sqlite_reads, "READ_AHEAD", ahead)
+def test_a_rebuild_reads_every_event_as_rows_read_them(db: Path) -> None:
     with SqliteStore(db) as store:
         _mixed_log(store)
         every = store.read_all(limit=None)
@@ -230,27 +217,18 @@ def test_a_rebuild_reads_every_event_as_rows_read_them(
         assert all(0 < len(b) <= 3 for b in batches)
 
 
-def test_a_rebuild_names_a_row_that_does_not_decode(db: Path, small_chunks: None) -> None:
+def test_a_rebuild_names_a_row_that_does_not_decode(db: Path) -> None:
     with SqliteStore(db) as store:
         _mixed_log(store)
-        # Seq 29 begins an append: in layout 4, an edit is found at the row that holds it.
+        # Seq 29 begins an append: an edit is found at the row that holds it.
         sqlite_tamper(db).set_data("b", 29, b"\xc1")
         with pytest.raises(CorruptEventError, match="stream b seq 29"):
             list(store.iter_all())
 
 
-def test_a_rebuild_stopped_early_stops_its_reader(db: Path, small_chunks: None) -> None:
-    with SqliteStore(db) as store:
-        _mixed_log(store)
-        batches = store.batches(batch=2)
-        assert len(next(batches)) == 2
-        batches.close()  # type: ignore[attr-defined]
-        assert not any(t.name == "plait-sqlite-reader" for t in threading.enumerate())
-
-
 def test_a_blob_row_that_no_longer_says_what_it_holds_stops_every_read(tmp_path: Path) -> None:
     path = tmp_path / "p.db"
-    output = "the tool's long answer " * 200  # too long to be kept in its row (layout 4)
+    output = "the tool's long answer " * 200  # too long to be kept in its row
     with SqliteStore(path, blob_threshold=64) as store:
         store.append("s", [TurnStarted(turn=1), ToolCallCompleted(call_id="c", output=output)], 0)
         (key,) = store._db.execute("SELECT sha256 FROM blobs").fetchone()
