@@ -22,7 +22,7 @@ import pytest
 
 from plait.actors.model import ModelSettings
 from plait.events import packing
-from plait.events.codec import encode_event, event_hash
+from plait.events.codec import GENESIS_HASH, encode_event, event_hash
 from plait.events.store import EventStore, Row
 from plait.events.stores import sqlite_content
 from plait.events.stores.memory import MemoryStore
@@ -253,19 +253,23 @@ class _Append:
     position: int
     first: int
     """The seq of its first event."""
-    prev_hash: bytes
+    prev_hash: bytes | None
+    """As the row keeps it: empty for a moved event; none (SQLite's) for the hash of the row
+    before, ``follows``."""
     hash: bytes
     entries: list[bytes]
     """Its events' bytes: entries of encoding 3, or (a row an earlier layout's event was
     moved to, ``prev_hash`` empty) that event's bytes, kept as they are."""
+    follows: bytes
+    """The hash its first event follows."""
     content: bytes | None = None
     """SQLite's: the small blobs it keeps."""
 
     def hashes(self, stream: str) -> list[bytes]:
-        """Its events' hashes, from the row's ``prev_hash``."""
-        if not self.prev_hash:
+        """Its events' hashes, from the hash its first follows."""
+        if self.prev_hash == b"":
             return [self.hash]  # a moved event: its bytes hold what it follows
-        digest, prev, out = packing.chain(stream), self.prev_hash, []
+        digest, prev, out = packing.chain(stream), self.follows, []
         for entry in self.entries:
             prev = digest(prev, entry)
             out.append(prev)
@@ -276,8 +280,8 @@ class _Append:
         prev_hash, hash, data)``."""
         last = self.first + len(self.entries) - 1
         data = self.entries[0]  # a moved event's bytes, as they are
-        if self.prev_hash:
-            data = packing.pack(last, self.prev_hash, self.entries, self.hash).data
+        if self.prev_hash != b"":
+            data = packing.pack(last, self.follows, self.entries, self.hash).data
         return (last, len(self.entries), self.position, self.prev_hash, self.hash, data)
 
 
@@ -348,7 +352,18 @@ class AppendsTamper(Tamper):
                 plain = packing.decompressed(data)
                 # One entry is all of them: it may be bytes that are no msgpack (a test's).
                 entries = [plain] if count == 1 else _split(plain, count)
-            row = _Append(position, last - count + 1, prev, digest, entries, *content)
+            follows = prev
+            if follows is None:  # the hash of the row before
+                before = conn.execute(
+                    self._sql(
+                        f"SELECT hash FROM appends WHERE stream = {self._stream} AND seq < ? "
+                    )
+                    + "ORDER BY seq DESC LIMIT 1",
+                    (stream, last - count + 1),
+                ).fetchone()
+                follows = bytes(before[0]) if before else GENESIS_HASH
+            first = last - count + 1
+            row = _Append(position, first, prev, digest, entries, follows, *content)
             yield conn, row
             if row.entries:
                 self._insert(conn, stream, row)
@@ -370,7 +385,7 @@ class AppendsTamper(Tamper):
             if digest is not None and at == len(row.entries) - 1:
                 row.hash = digest
             if prev is not None and at == 0 and row.prev_hash:
-                row.prev_hash = prev
+                row.prev_hash = row.follows = prev
 
     def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
         raise AssertionError("a row of appends has no type or v column: its entries say them")
@@ -392,7 +407,12 @@ class AppendsTamper(Tamper):
             at = seq - row.first
             hashes = row.hashes(stream)
             after = _Append(
-                row.position + at + 1, seq + 1, hashes[at], row.hash, row.entries[at + 1 :]
+                row.position + at + 1,
+                seq + 1,
+                hashes[at],
+                row.hash,
+                row.entries[at + 1 :],
+                hashes[at],
             )
             if after.entries:
                 self._insert(conn, stream, after)
@@ -443,11 +463,14 @@ def kept_forms(path: Path, text: bytes) -> list[bytes]:
     kept compressed in its rows' ``content``, so each such column that holds it (whose bytes
     on disk show whether a copy is left after it is deleted); else ``text``."""
     with contextlib.closing(sqlite3.connect(path)) as db:
-        rows = db.execute("SELECT content FROM appends WHERE content IS NOT NULL").fetchall()
+        rows = db.execute(
+            "SELECT n.name, a.content FROM appends AS a JOIN names AS n ON n.key = a.stream "
+            "WHERE a.content IS NOT NULL"
+        ).fetchall()
     return [
         content
-        for (content,) in rows
-        if any(isinstance(b, bytes) and text in b for b in sqlite_content.unpack(content))
+        for stream, content in rows
+        if any(isinstance(b, bytes) and text in b for b in sqlite_content.unpack(stream, content))
     ] or [text]
 
 

@@ -48,8 +48,9 @@ def _measure(db: Path) -> tuple[int, int, int]:
     with closing(sqlite3.connect(db)) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         ((events, data),) = conn.execute(
-            "SELECT sum(count), sum(length(data) + length(hash) + coalesce(length(content), 0)) "
-            "FROM groups"
+            "SELECT sum(count), sum(length(data) + coalesce(length(prev_hash), 0) + length(hash) "
+            "+ coalesce(length(content), 0)) "
+            "FROM appends"
         )
         ((pages, size),) = conn.execute(
             "SELECT page_count, page_size FROM pragma_page_count, pragma_page_size"

@@ -47,7 +47,7 @@ def test_a_bundle_holds_the_rows_as_stored_and_verifies_with_no_store(
     last_seq, last_hash = stored.head
     assert stored.rows[0][0] > 1  # positions are the store's
     assert (made.format, made.session, made.events, made.last_seq) == (
-        FORMAT if durable_stores.backend == "postgres" else 1,  # a row per append, or event
+        FORMAT,  # a row per append
         session,
         len(store.read(session)),
         last_seq,

@@ -281,9 +281,11 @@ class SqliteStore(SqlitePruning, PerAppendStore):
         return (int(found[0][0]), int(found[0][1])) if found else None
 
     def _placed(self, after_position: int, limit: int) -> list[Placed]:
+        # One row more than asked for: the first may hold only positions up to it.
+        rows = self._all_rows(after_position, limit + 1, False)
         placed = [
             (position + i, stream, seq - count + 1 + i)
-            for position, stream, seq, count, *_ in self._all_rows(after_position, limit, False)
+            for position, stream, seq, count, *_ in rows
             for i in range(count)
         ]
         return [p for p in placed if p[0] > after_position][:limit]

@@ -133,6 +133,6 @@ def _content(stream: str, content: bytes) -> bytes:
     """Layout 4's content of a row of ``stream``, compressed as layout 5's (kept as it is if
     it cannot be read: the blobs it held are missing either way)."""
     try:
-        return pack_content(unpack_content(stream, content))
+        return pack_content(stream, unpack_content(stream, content))
     except ValueError:
         return content

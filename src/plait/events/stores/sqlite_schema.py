@@ -3,7 +3,9 @@
 A row of ``appends`` holds an append's events, of encoding 3 (``plait.events.packing``), as a
 row of PostgreSQL's ``appends`` does: its first event's position, its stream (by its key in
 ``names``), its last event's seq, how many events it holds, the hash its first event follows
-and its last event's hash, and its entries compressed. ``content`` keeps the small blobs the
+and its last event's hash, and its entries compressed. The hash its first event follows is the
+last hash of the stream's row before it, so a row keeps none (``prev_hash`` NULL: 32 bytes an
+append, a tenth of a turn's), and a read finds it there. ``content`` keeps the small blobs the
 append made (``sqlite_content.py``), found through ``contents``. A store of an earlier layout
 is moved into this one when it is first opened for writing (``sqlite_legacy.py``).
 """
@@ -37,7 +39,7 @@ CREATE TABLE IF NOT EXISTS appends (
     stream    INTEGER NOT NULL,
     seq       INTEGER NOT NULL,
     count     INTEGER NOT NULL,
-    prev_hash BLOB    NOT NULL,
+    prev_hash BLOB,
     hash      BLOB    NOT NULL,
     data      BLOB    NOT NULL,
     content   BLOB,
@@ -82,10 +84,15 @@ a small blob by the first 4 bytes of its sha-256, as a signed integer (``sqlite_
 NAME_SQL = "INSERT OR IGNORE INTO names (name, key) SELECT ?, coalesce(max(key), 0) + 1 FROM names"
 """Give a stream id the next key (an insert at a time, in a write transaction)."""
 
-_COLUMNS = "t.position, n.name, t.seq, t.count, t.prev_hash, t.hash, t.data"
-"""A row as reads take it (``plait.events.stored.Packed``). Its columns are read from the row
-itself, not from the index that found it (SQLite would read an indexed column from the index),
-so a read checks what the rows hold."""
+_COLUMNS = (
+    "t.position, n.name, t.seq, t.count, coalesce(t.prev_hash, (SELECT p.hash FROM appends AS p "
+    "WHERE p.stream = t.stream AND p.seq < t.seq ORDER BY p.seq DESC LIMIT 1), zeroblob(32)), "
+    "t.hash, t.data"
+)
+"""A row as reads take it (``plait.events.stored.Packed``), its ``prev_hash`` the hash of its
+stream's row before it where it keeps none (``GENESIS_HASH`` for the first). Its columns are
+read from the row itself, not from the index that found it (SQLite would read an indexed column
+from the index), so a read checks what the rows hold."""
 
 ROWS_SQL = (
     "WITH s (key) AS (SELECT key FROM names WHERE name = ?1) "
@@ -117,7 +124,8 @@ GAPS_SQL = (
 """Every position that does not follow the one before it (from 0), and that one."""
 
 STORED_SQL = (
-    "SELECT coalesce(sum(length(data) + length(prev_hash) + length(hash)), 0) FROM appends "
+    "SELECT coalesce(sum(length(data) + coalesce(length(prev_hash), 0) + length(hash)), 0) "
+    "FROM appends "
     "WHERE stream = (SELECT key FROM names WHERE name = ?)"
 )
 """The bytes of a stream's events as its rows keep them (their content apart)."""

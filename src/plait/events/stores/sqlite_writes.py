@@ -201,8 +201,9 @@ class Writes:
         rows = prepared.rows
         row = pack(head_seq + len(rows), head_hash, [r[3] for r in rows], rows[-1][4])
         apart, kept = split(prepared.blobs)
-        content = pack_content(list(kept.values())) if kept else None
-        values = (first, self._key(stream), row.seq, row.count, head_hash, row.hash, row.data)
+        content = pack_content(stream, list(kept.values())) if kept else None
+        # No prev_hash: it is the hash of the row before (``sqlite_schema``).
+        values = (first, self._key(stream), row.seq, row.count, None, row.hash, row.data)
         self._db.execute(_APPEND_SQL, (*values, content))
         if kept:
             write_content(self._db, first, kept)
