@@ -30,8 +30,8 @@ from scripted import call
 from support import kept_forms
 
 from plait.actors.model import ModelSettings
-from plait.events import SqliteStore
-from plait.events.stores.sqlite_groups import stream_items
+from plait.events import SqliteStore, packing
+from plait.events.types import Event, ModelResponded
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
@@ -68,30 +68,28 @@ class Recorded:
         with sqlite3.connect(store) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             rows = conn.execute(
-                "SELECT n.name, g.seq, g.count, g.base, g.data, g.hash "
-                "FROM groups AS g JOIN names AS n ON n.key = g.stream ORDER BY n.name, g.seq"
+                "SELECT n.name, a.seq, a.count, a.prev_hash, a.hash, a.data "
+                "FROM appends AS a JOIN names AS n ON n.key = a.stream ORDER BY n.name, a.seq"
             ).fetchall()
         conn.close()
         self.bytes = store.read_bytes()
         # The row of the append that holds the first model reply, each column in the file
         # (one session here: its rows in seq order).
-        unpacked = stream_items((row[3], row[4]) for row in rows)
-        stream, seq, count, _, data, digest = next(
-            row
-            for row, items in zip(rows, unpacked, strict=True)
-            if any(item[0] == "ModelResponded" for item in items)
+        stream, seq, count, prev, digest, data = next(
+            row for row in rows if any(isinstance(e.body, ModelResponded) for e in _events(*row))
         )
-        self.data_at = self.bytes.index(data)
-        self.hash_at = self.bytes.index(digest)
+        # The row's values: stream (its key), seq, count, prev_hash, hash, data, content.
+        at = self.bytes.index(prev + digest + data)
+        assert 1 < seq < 128 and 1 < count < 128  # one byte each
+        self.seq_at = at - 2
+        self.count_at = at - 1
+        self.hash_at = at + len(prev)
+        self.data_at = self.hash_at + len(digest)
         # A row holds its stream's key; the id's text is in ``names`` (docs/event-log.md#stores),
         # a record of a key and one text column.
         self.stream_at = self.bytes.index(_names_record(stream))
-        assert 1 < seq < 128 and 1 < count < 128  # one byte each
-        # The row's values: stream, seq, count, base (none: the first of its chain), data.
-        self.seq_at = self.data_at - 2
-        self.count_at = self.data_at - 1
-        # A prompt is kept apart from its event (docs/storage.md#erasure): in layout 4,
-        # compressed in the ``content`` of its append's row.
+        # A prompt is kept apart from its event (docs/storage.md#erasure): compressed in the
+        # ``content`` of its append's row.
         (content,) = kept_forms(store, b"How many?")
         self.prompt_at = self.bytes.index(content) + len(content) // 2
 
@@ -99,7 +97,7 @@ class Recorded:
         """The file with one byte changed at ``where``."""
         offset, mask = {
             "data text": (self.prompt_at, 0x20),  # in the prompt's compressed content
-            "data head": (self.data_at, 0x01),  # the row's format
+            "data head": (self.data_at, 0x01),  # its zstd frame's magic number
             "hash": (self.hash_at + 7, 0x01),
             "stream": (self.stream_at + 3, 0x01),
             "seq": (self.seq_at, 0x01),
@@ -124,6 +122,13 @@ class Recorded:
             done.stdout.decode(errors="replace"),
             done.stderr.decode(errors="replace"),
         )
+
+
+def _events(
+    stream: str, seq: int, count: int, prev: bytes, digest: bytes, data: bytes
+) -> list[Event]:
+    """The events of a row of ``stream``."""
+    return packing.unpack(stream, 0, packing.PackedRow(seq, count, prev, digest, data))
 
 
 def _names_record(name: str) -> bytes:
