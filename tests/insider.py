@@ -145,7 +145,11 @@ def _chained(stream: str, prev: bytes, entry: bytes) -> bytes:
 def _log(stream: str, rows: list[Row]) -> list[Record]:
     """The events of ``stream``'s rows (in seq order) as ``Record``s."""
     records: list[Record] = []
-    for _, _, _, count, prev, _, data, *_ in rows:
+    last = GENESIS
+    for _, _, _, count, prev, digest, data, *_ in rows:
+        if prev is None:  # SQLite's: the hash of the row before
+            prev = last
+        last = digest
         for entry in _entries(data, count):  # each follows the one before, the first the row's
             fields = msgspec.msgpack.decode(entry)
             fields += [None] * (len(_ENTRY) - len(fields))
@@ -164,15 +168,32 @@ Blob = bytes | list[bytes]
 """A blob a row's ``content`` keeps: its bytes, or (deleted) ``[its sha-256]``."""
 
 
-def _content(content: bytes) -> list[Blob]:
-    """The blobs a row keeps in its ``content``."""
-    blobs: list[Blob] = msgspec.msgpack.decode(_decompressed(content))
+def _content(stream: str, content: bytes) -> list[Blob]:
+    """The blobs a row of ``stream`` keeps in its ``content``: a msgpack array, compressed
+    where that made it smaller, of ``[0, bytes]`` (a blob), ``[1, bytes]`` (a blob without
+    the stream id it begins with) and ``[2, sha-256]`` (a blob deleted)."""
+    plain = _decompressed(content) if content[:4] == _ZSTD_MAGIC else content
+    scope = stream.encode()
+    blobs: list[Blob] = []
+    for tag, data in msgspec.msgpack.decode(plain):
+        blobs.append([data] if tag == 2 else scope + data if tag == 1 else data)
     return blobs
 
 
-def _pack_content(blobs: list[Blob]) -> bytes:
-    """The ``content`` of a row keeping ``blobs``."""
-    return _compressed(msgspec.msgpack.encode(blobs))
+def _pack_content(stream: str, blobs: list[Blob]) -> bytes:
+    """The ``content`` of a row of ``stream`` keeping ``blobs``."""
+    scope = stream.encode()
+    items = [
+        [2, blob[0]]
+        if isinstance(blob, list)
+        else [1, blob[len(scope) :]]
+        if blob.startswith(scope)
+        else [0, blob]
+        for blob in blobs
+    ]
+    plain = msgspec.msgpack.encode(items)
+    packed = _compressed(plain)
+    return packed if len(packed) < len(plain) else plain
 
 
 def _digest(blob: Blob) -> bytes:
@@ -209,8 +230,9 @@ _NAME_SQL = "INSERT OR IGNORE INTO names (name, key) SELECT ?, coalesce(max(key)
 """Give a stream id the next key in SQLite's ``names``, as the store does."""
 
 _KEPT_IN_SQL = (
-    "SELECT a.position, a.content FROM contents AS c "
-    "JOIN appends AS a ON a.position = c.position WHERE c.key = ? ORDER BY a.position"
+    "SELECT a.position, n.name, a.content FROM contents AS c "
+    "JOIN appends AS a ON a.position = c.position JOIN names AS n ON n.key = a.stream "
+    "WHERE c.key = ? ORDER BY a.position"
 )
 """The rows of SQLite whose content may keep a blob (by its key in ``contents``)."""
 
@@ -330,15 +352,15 @@ class Insider:
             for row in rows:
                 copy.write_row(row)
 
-    def _kept_in(self, sha256: str) -> list[tuple[int, list[Blob]]]:
-        """SQLite: the rows whose content may keep the blob of ``sha256`` (its position and
-        the blobs it keeps), as ``contents`` finds them."""
+    def _kept_in(self, sha256: str) -> list[tuple[int, str, list[Blob]]]:
+        """SQLite: the rows whose content may keep the blob of ``sha256`` (its position, its
+        stream and the blobs it keeps), as ``contents`` finds them."""
         if not self._sqlite:
             return []
         key = _content_key(bytes.fromhex(sha256))
         return [
-            (position, _content(content))
-            for position, content in self._query(_KEPT_IN_SQL, (key,))
+            (position, stream, _content(stream, content))
+            for position, stream, content in self._query(_KEPT_IN_SQL, (key,))
             if content is not None
         ]
 
@@ -351,7 +373,7 @@ class Insider:
         if found:  # as the store reads it: a blob's row first
             return None if found[0][0] is None else bytes(found[0][0])
         digest = bytes.fromhex(sha256)
-        for _, blobs in self._kept_in(sha256):
+        for _, _, blobs in self._kept_in(sha256):
             for blob in blobs:
                 if isinstance(blob, bytes) and _digest(blob) == digest:
                     return blob
@@ -397,11 +419,11 @@ class Insider:
         digest = bytes.fromhex(sha256)
         with self._transaction() as execute:
             execute("UPDATE blobs SET data = NULL WHERE sha256 = ?", (sha256,))
-            for position, blobs in self._kept_in(sha256):
+            for position, stream, blobs in self._kept_in(sha256):
                 left = [[digest] if _digest(blob) == digest else blob for blob in blobs]
                 if left == blobs:
                     continue
-                content = _pack_content(left)
+                content = _pack_content(stream, left)
                 execute("UPDATE appends SET content = ? WHERE position = ?", (content, position))
                 ((before,),) = self._query(
                     "SELECT count(*) FROM appends WHERE position < ?", (position,)
@@ -462,7 +484,8 @@ class Insider:
             self._insert("appends", self._columns, laid[first:])
             if self._sqlite:
                 execute("DELETE FROM contents WHERE position > ?", (end,))
-                self._insert("contents", "key, position", _contents(laid[first:]))
+                names = dict(self._query("SELECT key, name FROM names"))
+                self._insert("contents", "key, position", _contents(laid[first:], names))
             execute(
                 "UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?",
                 (len(events), prev, stream),
@@ -488,7 +511,9 @@ class Insider:
             part = events[at : at + size]
             if not part:
                 continue
-            row: list[Any] = [0, key, part[-1][0], len(part), prev, part[-1][4]]
+            # SQLite's row keeps no prev_hash: it is the hash of the row before.
+            kept = None if self._sqlite else prev
+            row: list[Any] = [0, key, part[-1][0], len(part), kept, part[-1][4]]
             old = mine[len(rows)] if len(rows) < len(mine) else None
             if old is not None and list(old[1:6]) == row[1:]:  # its hash binds its entries
                 row.append(old[6])
@@ -503,11 +528,11 @@ class Insider:
         if self._sqlite and rows:  # a blob stays when its event goes, as a row of ``blobs`` does
             for old in mine[len(rows) :]:
                 if old[7] is not None:
-                    added[-1] = [*_content(old[7]), *added[-1]]
+                    added[-1] = [*_content(stream, old[7]), *added[-1]]
             for row, blobs in zip(rows, added, strict=True):
                 if blobs:
-                    had = [] if row[7] is None else _content(row[7])
-                    row[7] = _pack_content([*had, *blobs])
+                    had = [] if row[7] is None else _content(stream, row[7])
+                    row[7] = _pack_content(stream, [*had, *blobs])
         return key, [tuple(row) for row in rows]
 
     def _lay_out(self, old: list[Row], key: object, new: list[Row]) -> list[Row]:
@@ -545,14 +570,14 @@ class Insider:
         return laid
 
 
-def _contents(rows: list[Row]) -> list[tuple[Any, ...]]:
+def _contents(rows: list[Row], names: dict[int, str]) -> list[tuple[Any, ...]]:
     """SQLite's ``contents`` rows ``(key, position)`` of the blobs ``rows`` keep (a deleted
-    one's too, as the store leaves it)."""
+    one's too, as the store leaves it); ``names`` names their streams' keys."""
     found = {
         (_content_key(_digest(blob)), row[0])
         for row in rows
         if row[7] is not None
-        for blob in _content(row[7])
+        for blob in _content(names[row[1]], row[7])
     }
     return sorted(found, key=lambda kept: (kept[1], kept[0]))
 

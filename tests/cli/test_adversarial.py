@@ -30,7 +30,7 @@ from scripted import call
 from support import kept_forms
 
 from plait.actors.model import ModelSettings
-from plait.events import SqliteStore, packing
+from plait.events import GENESIS_HASH, SqliteStore, packing
 from plait.events.types import Event, ModelResponded
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
@@ -68,35 +68,40 @@ class Recorded:
         with sqlite3.connect(store) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             rows = conn.execute(
-                "SELECT n.name, a.seq, a.count, a.prev_hash, a.hash, a.data "
+                "SELECT n.name, a.seq, a.count, a.hash, a.data "
                 "FROM appends AS a JOIN names AS n ON n.key = a.stream ORDER BY n.name, a.seq"
             ).fetchall()
         conn.close()
+        # A row keeps no prev_hash: its first event follows the row before's last.
+        prevs = [GENESIS_HASH, *(row[3] for row in rows[:-1])]
         self.bytes = store.read_bytes()
         # The row of the append that holds the first model reply, each column in the file
         # (one session here: its rows in seq order).
-        stream, seq, count, prev, digest, data = next(
-            row for row in rows if any(isinstance(e.body, ModelResponded) for e in _events(*row))
+        stream, seq, count, digest, data = next(
+            row
+            for row, prev in zip(rows, prevs, strict=True)
+            if any(isinstance(e.body, ModelResponded) for e in _events(*row, prev))
         )
-        # The row's values: stream (its key), seq, count, prev_hash, hash, data, content.
-        at = self.bytes.index(prev + digest + data)
+        # The row's values: stream (its key), seq, count, prev_hash (NULL: no bytes), hash,
+        # data, content.
+        at = self.bytes.index(digest + data)
         assert 1 < seq < 128 and 1 < count < 128  # one byte each
         self.seq_at = at - 2
         self.count_at = at - 1
-        self.hash_at = at + len(prev)
+        self.hash_at = at
         self.data_at = self.hash_at + len(digest)
         # A row holds its stream's key; the id's text is in ``names`` (docs/event-log.md#stores),
         # a record of a key and one text column.
         self.stream_at = self.bytes.index(_names_record(stream))
-        # A prompt is kept apart from its event (docs/storage.md#erasure): compressed in the
-        # ``content`` of its append's row.
+        # A prompt is kept apart from its event (docs/storage.md#erasure): in the ``content``
+        # of its append's row.
         (content,) = kept_forms(store, b"How many?")
         self.prompt_at = self.bytes.index(content) + len(content) // 2
 
     def flipped(self, where: str) -> bytes:
         """The file with one byte changed at ``where``."""
         offset, mask = {
-            "data text": (self.prompt_at, 0x20),  # in the prompt's compressed content
+            "data text": (self.prompt_at, 0x20),  # in the prompt's content
             "data head": (self.data_at, 0x01),  # its zstd frame's magic number
             "hash": (self.hash_at + 7, 0x01),
             "stream": (self.stream_at + 3, 0x01),
@@ -125,7 +130,7 @@ class Recorded:
 
 
 def _events(
-    stream: str, seq: int, count: int, prev: bytes, digest: bytes, data: bytes
+    stream: str, seq: int, count: int, digest: bytes, data: bytes, prev: bytes
 ) -> list[Event]:
     """The events of a row of ``stream``."""
     return packing.unpack(stream, 0, packing.PackedRow(seq, count, prev, digest, data))
