@@ -5,8 +5,8 @@ helper conversation, ``conv_list`` and ``conv_history`` calls; tool outputs over
 stored as blob rows). Candidate offsets are drawn from every page of the file; each is
 sorted into the region it changes by reading the flipped file's rows with ``sqlite3`` beside
 the original's (``event data``, ``event hash``, ``event envelope`` for the other columns of an
-event's row (an append's, in a store of layout 4), ``blob rows``, ``streams table``, ``names
-table`` (a store's stream ids, and in layout 3 its type names), ``other rows``) or, when no
+event's row (an append's), ``blob rows`` (a row of ``blobs``, or the small content an append's
+row keeps), ``streams table``, ``names table`` (the store's stream ids), ``other rows``) or, when no
 row reads differently, by where it lies (``file header``, ``schema page``, ``index pages``, ``table
 interior pages``, ``table leaf, no row changed``, ``other pages``; ``unreadable`` when
 ``sqlite3`` cannot read the tables at all). The flips are then chosen a page at a time and
@@ -168,13 +168,14 @@ class File:
                 changed |= {(table, c) for c, x, y in zip(columns, a, b, strict=True) if x != y}
         if changed:
             tables = {t for t, _ in changed}
-            held = {"events", "log", "groups"} & tables  # layouts 1 and 2; 3; 4
-            if held:
-                columns = {c for t, c in changed if t in held}
+            if "appends" in tables:
+                columns = {c for t, c in changed if t == "appends"}
+                if columns == {"content"}:  # its small blobs
+                    return "blob rows"
                 if columns == {"data"}:
                     return "event data"
                 return "event hash" if columns == {"hash"} else "event envelope"
-            if "names" in tables:  # layout 3: a stream's id, a type's name, for all its rows
+            if "names" in tables:  # a stream's id, for all its rows
                 return "names table"
             if "blobs" in tables:
                 return "blob rows"

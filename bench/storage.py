@@ -35,11 +35,12 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import psycopg
 
 from plait.actors.model import ModelSettings
+from plait.events.packing import decompressed
 from plait.events.stores.postgres import PostgresStore
-from plait.events.stores.sqlite_groups import Item, stream_items
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
@@ -154,10 +155,11 @@ def install(venv: Path) -> Path | None:
 # --- what the files hold -----------------------------------------------------------------------
 
 PLAIT_ROWS = """
-SELECT (SELECT sum(count) FROM groups), (SELECT sum(length(data) + length(hash)) FROM groups),
+SELECT (SELECT sum(count) FROM appends),
+       (SELECT sum(length(data) + coalesce(length(prev_hash), 0) + length(hash)) FROM appends),
        (SELECT count(*) FROM blobs) + (SELECT count(*) FROM contents),
        (SELECT coalesce(sum(length(data)), 0) FROM blobs)
-           + (SELECT coalesce(sum(length(content)), 0) FROM groups),
+           + (SELECT coalesce(sum(length(content)), 0) FROM appends),
        (SELECT count(*) FROM blobs WHERE size >= :large)"""
 AGENTS_ROWS = """
 SELECT count(*), sum(length(CAST(message_data AS BLOB))), 0, 0,
@@ -216,30 +218,37 @@ def measure_postgres(url: str, kind: str, sessions: list[range], workdir: Path) 
             admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def _appends(db: Path) -> list[tuple[str, int, int, int, int, list[Item]]]:
-    """Every row of ``groups`` (an append each, layout 4) in position order: its stream, seq,
-    stored ``data`` bytes, ``content`` bytes, and its events as packed, before compression."""
+Entry = tuple[str, bytes]
+"""An event as its row holds it: its type, and its entry (encoding 3) before compression."""
+
+_RAWS = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+def _appends(db: Path) -> list[tuple[str, int, int, int, list[Entry]]]:
+    """Every row of ``appends`` (an append each) in position order: its stream, seq, stored
+    ``data`` bytes, ``content`` bytes, and its events' entries."""
     with closing(sqlite3.connect(db)) as conn:
         rows = conn.execute(
-            "SELECT n.name, g.seq, g.base, g.data, coalesce(length(g.content), 0), g.position "
-            "FROM groups AS g JOIN names AS n ON n.key = g.stream ORDER BY n.name, g.seq"
+            "SELECT n.name, a.seq, a.count, a.data, coalesce(length(a.content), 0) "
+            "FROM appends AS a JOIN names AS n ON n.key = a.stream ORDER BY a.position"
         ).fetchall()
-    items = stream_items((base, data) for _, _, base, data, _, _ in rows)  # by stream, by seq
-    found = [
-        (row[5], (row[0], row[1], len(row[3]), row[4], row_items))
-        for row, row_items in zip(rows, items, strict=True)
-    ]
-    return [append for _, append in sorted(found)]
+    found = []
+    for stream, seq, count, data, content in rows:
+        plain = decompressed(data)
+        raws = _RAWS.decode(b"\xdd" + count.to_bytes(4, "big") + plain)
+        entries = [(msgspec.msgpack.decode(raw)[3]["type"], bytes(raw)) for raw in raws]
+        found.append((stream, seq, len(data), content, entries))
+    return found
 
 
 def event_types(db: Path) -> list[tuple[str, int, int]]:
-    """Each event type: how many, and their bytes as packed, before compression."""
+    """Each event type: how many, and their entries' bytes, before compression."""
     totals: dict[str, list[int]] = {}
-    for *_, items in _appends(db):
-        for kind, _, _, cut in items:
+    for *_, entries in _appends(db):
+        for kind, entry in entries:
             totals.setdefault(kind, [0, 0])
             totals[kind][0] += 1
-            totals[kind][1] += len(cut)
+            totals[kind][1] += len(entry)
     return sorted(((k, n, b) for k, (n, b) in totals.items()), key=lambda t: -t[2])
 
 
@@ -247,13 +256,13 @@ def one_turn(db: Path) -> list[list[str]]:
     """The rows of the middle turn of section 1, each an append: its events, their bytes
     before and after compression, and the content kept beside them."""
     appends = _appends(db)
-    starts = [i for i, a in enumerate(appends) if any(it[0] == "TaskEnqueued" for it in a[4])]
+    starts = [i for i, a in enumerate(appends) if any(e[0] == "TaskEnqueued" for e in a[4])]
     middle = starts[len(starts) // 2]
-    rows = [["row (an append)", "events", "packed B", "stored B", "hash B", "content B"]]
-    for _, _, data, content, items in appends[middle : middle + 2]:
-        kinds = ", ".join(kind for kind, *_ in items)
-        packed = sum(len(cut) for *_, cut in items)
-        rows.append([kinds, str(len(items)), f"{packed:,}", f"{data:,}", "32", f"{content:,}"])
+    rows = [["row (an append)", "events", "entries B", "stored B", "hash B", "content B"]]
+    for _, _, data, content, entries in appends[middle : middle + 2]:
+        kinds = ", ".join(kind for kind, _ in entries)
+        packed = sum(len(entry) for _, entry in entries)
+        rows.append([kinds, str(len(entries)), f"{packed:,}", f"{data:,}", "32", f"{content:,}"])
     return rows
 
 

@@ -8,10 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from support import sqlite_tamper
 
-from plait.events import SqliteStore
+from plait.events import SqliteStore, packing
 
 
 def plait(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -69,13 +70,22 @@ def test_verify_passes_then_names_the_tampered_seq(demo_dir: Path, tmp_path: Pat
     shutil.copytree(demo_dir / ".plait", tmp_path / ".plait")  # the others read the original
     copy = tmp_path / ".plait" / "plait.db"
     with SqliteStore(copy, read_only=True) as store:
-        rows = store.as_stored(session).rows  # a row per event (SQLite's layout 4 as read)
-    # The first event that names the tool, the model's call: it begins the append of the reply.
-    seq, data = next((row[4], row[1]) for row in rows if b"conv_create" in row[1])
-    sqlite_tamper(copy).set_data(session, seq, data.replace(b"conv_create", b"conv_CREATE"))
+        events = store.read(session, resolve_blobs=False)
+        rows = store.as_stored(session).rows  # a row per append
+    # The first event that names the tool, the model's call: its entry, edited.
+    event = next(e for e in events if b"conv_create" in msgspec.msgpack.encode(e.body))
+    entry = packing.encode_entry(
+        packing.Entry(
+            event.seq, event.at, event.v, event.body, event.conversation_id, event.task_id
+        )
+    )
+    seq = event.seq
+    sqlite_tamper(copy).set_data(session, seq, entry.replace(b"conv_create", b"conv_CREATE"))
     bad = plait(tmp_path, "verify", session)
     assert bad.returncode == 1
-    assert bad.stdout.startswith(f"tampered: seq {seq}: stored bytes do not match their hash")
+    # The row's hash is its last event's: an edit is found at the row's first.
+    first = next(last - count + 1 for _, _, last, count, *_ in rows if last >= seq)
+    assert bad.stdout.startswith(f"tampered: seq {first}: stored bytes do not match the row's hash")
 
 
 def test_user_errors_are_one_line_without_traceback(demo_dir: Path, tmp_path: Path) -> None:

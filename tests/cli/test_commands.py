@@ -263,8 +263,13 @@ def test_every_command_has_help_with_an_example(
 def test_every_reader_exits_1_when_a_rows_columns_disagree_with_its_bytes(cli: Cli) -> None:
     session = cli.record("col")
     assert cli("show", session).returncode == 0
-    sqlite_tamper(cli.store).set_type(session, 3, "TaskDropped", 1)  # the bytes as written
-    said = "seq 3: the row's type column says 'TaskDropped', its bytes 'TaskEnqueued' (edited)"
+    # The last row's seq moved on by 4, its bytes as written: it places its events 4 later.
+    with SqliteStore(cli.store, read_only=True) as store:
+        *_, (_, _, last, count, *_) = store.as_stored(session).rows
+    sqlite_tamper(cli.store).set_column(session, last, "seq", last + 4)
+    first = last - count + 1
+    placed = f"its row places it at seq {first + 4}, its bytes at {first} (edited)"
+    said = f"seq {first + 4}: {placed}"
     for reader in ("show", "log", "history", "audit", "replay"):
         done = cli(reader, session)
         assert (done.returncode, done.stdout, done.stderr) == (
@@ -273,4 +278,5 @@ def test_every_reader_exits_1_when_a_rows_columns_disagree_with_its_bytes(cli: C
             f"plait: stream {session} {said}\n",
         ), reader
     verified = cli("verify", session)
-    assert verified.returncode == 1 and verified.stdout.startswith(f"tampered: {said}")
+    # (verify names the first event it could not vouch for: the row's first, as it holds it)
+    assert verified.returncode == 1 and verified.stdout == f"tampered: seq {first}: {placed}\n"

@@ -55,10 +55,12 @@ CHILD = textwrap.dedent(
     from plait.actors.model import ModelSettings
     from plait.actors.pool import McpLimits
     from plait.events.stores.sqlite import SqliteStore
-    from plait.events.stores.sqlite_groups import stream_items
+    from plait.events.packing import decompressed
+    import msgspec
     from plait.runtime import Runtime
     from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
+    RAWS = msgspec.msgpack.Decoder(list[msgspec.Raw])
     db, server_py, counter, witness, point = sys.argv[1:6]
     point = json.loads(point)
     how, kind, nth = point["how"], point["kind"], point["nth"]
@@ -74,16 +76,14 @@ CHILD = textwrap.dedent(
             if sql == "COMMIT" and self.armed is not None:
                 stream, head_seq = self.armed  # what the transaction inserted, uncommitted
                 query = (
-                    "SELECT g.seq, g.base, g.data FROM groups AS g "
-                    "JOIN names AS n ON n.key = g.stream WHERE n.name = ? ORDER BY g.seq"
+                    "SELECT a.seq, a.count, a.data FROM appends AS a "
+                    "JOIN names AS n ON n.key = a.stream WHERE n.name = ? ORDER BY a.seq"
                 )
-                rows = self.db.execute(query, (stream,)).fetchall()
-                items = stream_items((base, data) for _, base, data in rows)
-                found = [
-                    (seq + i, it[0])
-                    for (seq, _, _), row in zip(rows, items)
-                    for i, it in enumerate(row)
-                ]
+                found = []  # each event's seq and type, as its entry says it
+                for last, count, data in self.db.execute(query, (stream,)).fetchall():
+                    plain = b"\\xdd" + count.to_bytes(4, "big") + decompressed(data)
+                    for i, entry in enumerate(RAWS.decode(plain)):
+                        found.append((last - count + 1 + i, msgspec.msgpack.decode(entry)[3]["type"]))
                 die([(seq, kind) for seq, kind in found if seq > head_seq])
             return self.db.execute(sql, *args)
 
