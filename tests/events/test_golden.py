@@ -145,3 +145,23 @@ def test_an_old_store_goes_on_in_the_new_encoding_and_verifies(
         assert [e for batch in store.batches(batch=7) for e in batch] == events
         replies = [e.body for e in events if isinstance(e.body, TaskCompleted)]
         assert replies[-1].last_assistant_message == "Still here."
+
+
+@pytest.mark.parametrize(("version", "table"), [("v1", "events"), ("v3", "log"), ("v4", "groups")])
+def test_an_edit_made_before_the_move_is_found_after_it(
+    version: str, table: str, tmp_path: Path
+) -> None:
+    """An old row edited behind the store's back (a byte of its data) is moved as it is: the
+    move neither refuses the store nor vouches for the row, and ``verify`` names it as it
+    would have."""
+    db = tmp_path / "golden.sqlite"
+    shutil.copy(GOLDEN / f"{version}-demo.sqlite", db)
+    session = json.loads((GOLDEN / f"{version}-demo.expected.json").read_text())["session"]
+    with contextlib.closing(sqlite3.connect(db)) as raw, raw:
+        ((seq, data),) = raw.execute(f"SELECT seq, data FROM {table} WHERE seq = 5")
+        edited = bytearray(data)
+        edited[len(edited) // 2] ^= 0x01
+        raw.execute(f"UPDATE {table} SET data = ? WHERE seq = 5", (bytes(edited),))
+    with SqliteStore(db) as store:
+        report = store.verify(session)
+        assert (report.ok, report.first_bad_seq) == (False, 5), report

@@ -83,7 +83,8 @@ CHILD = textwrap.dedent(
                 for last, count, data in self.db.execute(query, (stream,)).fetchall():
                     plain = b"\\xdd" + count.to_bytes(4, "big") + decompressed(data)
                     for i, entry in enumerate(RAWS.decode(plain)):
-                        found.append((last - count + 1 + i, msgspec.msgpack.decode(entry)[3]["type"]))
+                        kind = msgspec.msgpack.decode(entry)[3]["type"]
+                        found.append((last - count + 1 + i, kind))
                 die([(seq, kind) for seq, kind in found if seq > head_seq])
             return self.db.execute(sql, *args)
 

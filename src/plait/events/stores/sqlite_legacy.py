@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from typing import Any
 
 from plait.events.stores.sqlite_content import pack_content
-from plait.events.stores.sqlite_group_reads import stream_rows
-from plait.events.stores.sqlite_groups import unpack_content
+from plait.events.stores.sqlite_groups import stream_events, unpack_content
 from plait.events.stores.sqlite_schema import SCHEMA
 
 __all__ = ["layout_of", "move"]
@@ -121,11 +119,8 @@ def _events(db: sqlite3.Connection, streams: list[str]) -> Iterator[tuple[object
     row that does not hold what its hash says gives each of its events a hash no bytes
     match, so ``verify`` names it as it did)."""
 
-    def query(sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
-        return db.execute(sql, params).fetchall()
-
     for stream in streams:
-        for position, data, digest, _, seq, _, _ in stream_rows(query, stream, 0, 2**62, None):
+        for position, seq, data, digest in stream_events(db, stream):
             yield position, seq, digest, data, stream
 
 
