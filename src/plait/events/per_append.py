@@ -35,6 +35,8 @@ class PerAppendStore(EventStore):
     ) -> tuple[list[Event], bytes | None]:
         # One row more than events asked for: the first may hold only seqs up to ``after``.
         rows = self._rows(stream, after, upto, None if limit is None else limit + 1)
+        if limit is not None:  # those that hold the first ``limit`` events after it only
+            rows = _holding(rows, 2, after, limit)
         return window(self._decode(rows, resolve_blobs, check), after, upto, limit)
 
     def _hash_at(self, stream: str, seq: int) -> bytes:
@@ -46,6 +48,8 @@ class PerAppendStore(EventStore):
     ) -> list[Event]:
         # One row more than events asked for: the first may hold only positions up to it.
         rows = self._all_rows(after_position, None if limit is None else limit + 1, settled)
+        if limit is not None:  # those that hold the first ``limit`` events after it only
+            rows = _holding(rows, 0, after_position, limit)
         return beyond(self._decode(rows, resolve_blobs), after_position, limit)
 
     def as_stored(self, stream: str) -> Stored:
@@ -67,6 +71,22 @@ class PerAppendStore(EventStore):
         """Return the rows of every stream holding positions after ``after_position`` (the row
         holding it too), at most ``limit``, in position order; ``settled``: only those no
         later commit can precede."""
+
+
+def _holding(rows: list[Packed], column: int, after: int, limit: int) -> list[Packed]:
+    """The first of ``rows`` (in order of ``column``: 2, their last events' seqs; 0, their
+    first events' positions, which follow each other within a row) that hold ``limit`` events
+    after ``after``, by their columns alone: a row is decoded only if it is read."""
+    kept: list[Packed] = []
+    found = 0
+    for row in rows:
+        count = row[3]
+        first = row[2] - count + 1 if column == 2 else row[0]
+        found += max(0, min(count, first + count - 1 - after))
+        kept.append(row)
+        if found >= limit:
+            break
+    return kept
 
 
 def window(

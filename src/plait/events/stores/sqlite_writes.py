@@ -38,9 +38,11 @@ _MOST_HEADS = 100_000
 """Stream heads remembered at most; past it they are forgotten and read again as needed."""
 
 _APPEND_SQL = (
-    "INSERT INTO appends (position, stream, seq, count, prev_hash, hash, data, content) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO appends (position, stream, seq, count, hash, data, content) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+"""A row of ``appends``; its ``prev_hash`` is left ``NULL``: the hash of the row before
+(``sqlite_schema``)."""
 
 
 @functools.cache
@@ -202,8 +204,7 @@ class Writes:
         row = pack(head_seq + len(rows), head_hash, [r[3] for r in rows], rows[-1][4])
         apart, kept = split(prepared.blobs)
         content = pack_content(stream, list(kept.values())) if kept else None
-        # No prev_hash: it is the hash of the row before (``sqlite_schema``).
-        values = (first, self._key(stream), row.seq, row.count, None, row.hash, row.data)
+        values = (first, self._key(stream), row.seq, row.count, row.hash, row.data)
         self._db.execute(_APPEND_SQL, (*values, content))
         if kept:
             write_content(self._db, first, kept)
