@@ -15,24 +15,28 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 from report import Line, table
 
 from plait import events as ev
+from plait.events import packing
 from plait.events.projections import HistoryProjection
+from plait.events.stores.sqlite_schema import SCHEMA
 
-# The shape of SqliteStore's ``events`` and ``streams`` tables, for the raw baseline.
-EVENTS_DDL = """CREATE TABLE events (
-    position INTEGER PRIMARY KEY, stream TEXT NOT NULL, seq INTEGER NOT NULL,
-    type TEXT NOT NULL, v INTEGER NOT NULL, data BLOB NOT NULL, hash BLOB NOT NULL,
-    UNIQUE (stream, seq))"""
-STREAMS_DDL = """CREATE TABLE streams (
-    stream TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, last_hash BLOB NOT NULL,
-    created INTEGER NOT NULL)"""
-COLUMNS = "position, stream, seq, type, v, data, hash"
+
+def _ddl(name: str) -> str:
+    """SqliteStore's own ``CREATE TABLE`` of ``name``, so the raw baseline's tables are the
+    store's, whatever its layout becomes."""
+    (ddl,) = (s.strip() for s in SCHEMA.split(";") if f"EXISTS {name} (" in s)
+    return ddl
+
+
+# The raw baseline writes what SqliteStore writes for an append: its row of ``appends`` (one
+# per append, its events one zstd frame, layout 5) and its stream's head in ``streams``.
+APPENDS_COLUMNS = "position, stream, seq, count, prev_hash, hash, data, content"
 # A stream's head (its last seq and hash) is part of what an append must write: reading it
 # is how the next append is checked (expected_seq) and chained, and how streams are listed.
 HEAD_UPSERT = (
@@ -47,7 +51,8 @@ SHORT_OUTPUT = (
     "tests/test_parser.py:41: in test_escaped_quotes\n"
     "1 failed, 118 passed in 0.84s\n"
 )
-StoredRow = tuple[int, str, int, str, int, bytes, bytes]
+AppendRow = tuple[int, int, int, int, bytes | None, bytes, bytes, bytes | None]
+"""A row of ``appends`` as stored (``APPENDS_COLUMNS``)."""
 
 
 # --- output ----------------------------------------------------------------------------------
@@ -122,28 +127,35 @@ def ours_appends(path: Path, events: list[ev.NewEvent], per_commit: int) -> floa
         return time.perf_counter() - start
 
 
-def stored_rows(path: Path) -> list[StoredRow]:
-    """The store's events as rows of one event each (``COLUMNS``), whatever its layout."""
-    with ev.SqliteStore(path, read_only=True) as store:
-        rows = store.as_stored("session-1").rows
-    return [(p, s, q, t, v, d, h) for p, d, h, s, q, t, v in rows]
+def stored_rows(path: Path) -> tuple[list[AppendRow], list[tuple[str, int]]]:
+    """The store's rows of ``appends`` as its file holds them, in position order, and its
+    ``names`` (stream id, key)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        rows = db.execute(f"SELECT {APPENDS_COLUMNS} FROM appends ORDER BY position").fetchall()
+        names = db.execute("SELECT name, key FROM names").fetchall()
+    return rows, names
 
 
-def raw_appends(path: Path, rows: list[StoredRow], per_commit: int) -> float:
-    """The floor: insert the stored rows and move the stream's head, a commit each group."""
+def raw_appends(path: Path, rows: list[AppendRow], names: list[tuple[str, int]]) -> float:
+    """The floor: insert the stored rows (an append each) and move the stream's head, a
+    commit each row."""
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
-        db.execute(EVENTS_DDL)
-        db.execute(STREAMS_DDL)
-        insert = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-        heads = [(r[1], r[2], r[6], rows[0][0]) for r in rows]  # after each row
+        for name in ("appends", "names", "streams"):
+            db.execute(_ddl(name))
+        db.executemany("INSERT INTO names (name, key) VALUES (?, ?)", names)
+        stream_of = {key: name for name, key in names}
+        insert = f"INSERT INTO appends ({APPENDS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        created: dict[int, int] = {}
+        heads = [  # after each row: (stream, last_seq, last_hash, created)
+            (stream_of[r[1]], r[2], r[5], created.setdefault(r[1], r[0])) for r in rows
+        ]
         start = time.perf_counter()
-        for i in range(0, len(rows), per_commit):
-            group = rows[i : i + per_commit]
+        for row, head in zip(rows, heads, strict=True):
             db.execute("BEGIN IMMEDIATE")
-            db.executemany(insert, group)
-            db.execute(HEAD_UPSERT, heads[i + len(group) - 1])
+            db.execute(insert, row)
+            db.execute(HEAD_UPSERT, head)
             db.execute("COMMIT")
         return time.perf_counter() - start
 
@@ -152,7 +164,8 @@ def append_rates(tmp: Path, name: str, n: int, per_commit: int) -> tuple[float, 
     """Median events/s of ours and raw over 5 interleaved repeats (which goes first
     alternates, so neither gains from a warmer disk), on fresh files."""
     events = chat_events(n)
-    rows = stored_rows(_seeded(tmp / f"{name}-seed.db", events, per_commit))
+    rows, names = stored_rows(_seeded(tmp / f"{name}-seed.db", events, per_commit))
+    assert sum(r[3] for r in rows) == n and len(rows) == n // per_commit, (len(rows), n)
     ours: list[float] = []
     raw: list[float] = []
     for rep in range(5):
@@ -161,7 +174,7 @@ def append_rates(tmp: Path, name: str, n: int, per_commit: int) -> tuple[float, 
             if who == "ours":
                 ours.append(n / ours_appends(tmp / f"{name}-{rep}.db", events, per_commit))
             else:
-                raw.append(n / raw_appends(tmp / f"{name}-{rep}-raw.db", rows, per_commit))
+                raw.append(n / raw_appends(tmp / f"{name}-{rep}-raw.db", rows, names))
     return statistics.median(ours), statistics.median(raw)
 
 
@@ -180,15 +193,26 @@ def bench_appends(tmp: Path, scale: int, profile: bool) -> None:
         ours, raw = append_rates(tmp, f"append-{per}", n, per)
         lines.append((label, num(ours), num(raw), f"{ours / raw:.2f}x", ">= 0.90x"))
     note = (
-        "raw: sqlite3 inserting the same encoded rows and moving the stream's head row, "
-        "same pragmas and table shapes"
+        "raw: sqlite3 inserting the rows ours stored (a row of appends per append, its bytes "
+        "as stored) and moving the stream's head row, a commit each; same pragmas and tables"
     )
     table("1. durable appends, events/s (WAL, synchronous=FULL; median of 5)", lines, note)
     if profile:  # appends run on the caller's thread: its profile is the whole of them
-        profiler = cProfile.Profile()
-        profiler.runcall(ours_appends, tmp / "append-profile.db", chat_events(singles), 1)
-        print(f"\n-- cProfile of ours, {singles:,} commits of 1 event (top 20 by own time)")
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+        events = chat_events(singles)
+        profiled(
+            f"ours, {singles:,} commits of 1 event",
+            lambda: ours_appends(tmp / "append-profile.db", events, 1),
+        )
+
+
+def profiled(what: str, run: Callable[[], object]) -> None:
+    """cProfile ``run``: the top 20 functions by own time, then plait's by cumulative time."""
+    profiler = cProfile.Profile()
+    profiler.runcall(run)
+    print(f"\n-- cProfile of {what} (top 20 by own time)")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+    print(f"-- cProfile of {what} (plait's code, top 20 by cumulative time)")
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(r"[/\\]plait[/\\]", 20)
 
 
 # --- 2. full rebuild of the history projection -----------------------------------------------
@@ -220,30 +244,23 @@ def rebuild_ours(path: Path, batch: int, project: bool = True) -> tuple[float, i
         return time.perf_counter() - start, n
 
 
-def raw_copy(path: Path, raw: Path) -> Path:
-    """The same stored events, a row each, in a table of the raw baseline's shape."""
-    with (
-        ev.SqliteStore(path, read_only=True) as store,
-        contextlib.closing(sqlite3.connect(raw)) as db,
-    ):
-        db.execute(EVENTS_DDL)
-        for info in store.streams():
-            rows = store.as_stored(info.stream).rows
-            insert = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-            db.executemany(insert, [(p, s, q, t, v, d, h) for p, d, h, s, q, t, v in rows])
-        db.commit()
-    return raw
+ROWS_IN_ORDER = (
+    "SELECT position, stream, seq, count, prev_hash, hash, data FROM appends ORDER BY position"
+)
+"""The columns of a row that reads take (``plait.events.stored.Packed``), as stored."""
 
 
 def rebuild_raw(path: Path) -> tuple[float, int]:
-    """Seconds to read and untyped-decode every row: the floor for any rebuild."""
-    decode = msgspec.msgpack.decode
+    """Seconds to read every row of ``appends`` in position order, decompress it and decode
+    its entries into typed ``Entry``s (as ``packing.unpack`` does), and the events decoded:
+    the floor any reader of these rows pays. No hashing, no checks, no ``Event``s."""
+    entries = msgspec.msgpack.Decoder(list[packing.Entry]).decode
+    decompressed = packing.decompressed
     with contextlib.closing(sqlite3.connect(path)) as db:
         start = time.perf_counter()
         n = 0
-        for (data,) in db.execute("SELECT data FROM events ORDER BY position"):
-            decode(data)
-            n += 1
+        for _, _, _, count, _, _, data in db.execute(ROWS_IN_ORDER):
+            n += len(entries(b"".join((b"\xdd", count.to_bytes(4, "big"), decompressed(data)))))
         return time.perf_counter() - start, n
 
 
@@ -253,9 +270,8 @@ def bench_rebuild(tmp: Path, scale: int, profile: bool) -> None:
     start = time.perf_counter()
     write_sessions(path, total)
     setup = time.perf_counter() - start
-    raw = raw_copy(path, tmp / "rebuild-raw.db")
-    rebuild_raw(raw)  # warm the page cache for both
-    raw_s, raw_n = min(rebuild_raw(raw) for _ in range(3))
+    rebuild_raw(path)  # warm the page cache for both
+    raw_s, raw_n = min(rebuild_raw(path) for _ in range(3))
     read_s, _ = min(rebuild_ours(path, batch, project=False) for _ in range(3))
     ours_s, ours_n = min(rebuild_ours(path, batch) for _ in range(3))
     assert ours_n == raw_n == total, (ours_n, raw_n, total)
@@ -275,14 +291,12 @@ def bench_rebuild(tmp: Path, scale: int, profile: bool) -> None:
                 "",
             ),
         ],
-        f"ours: store.batches + HistoryProjection.fold, batch={batch}; "
-        "raw: SELECT data + msgpack.decode",
+        f"ours: store.batches + HistoryProjection.fold, batch={batch}; raw: the same rows of "
+        "appends (SELECT in position order), zstd-decompressed with plait's dictionary, entries "
+        "msgspec-decoded typed (list[Entry]); no hashing, checks or Events",
     )
-    if profile:  # the caller's thread only: the reader thread's SQLite steps are not in it
-        profiler = cProfile.Profile()
-        profiler.runcall(rebuild_ours, path, batch)
-        print("\n-- cProfile of ours, the folding thread (top 20 by own time)")
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+    if profile:  # reads run on the caller's thread: its profile is the whole of them
+        profiled("ours, one rebuild", lambda: rebuild_ours(path, batch))
 
 
 # --- 3. bytes on disk per turn ---------------------------------------------------------------
@@ -306,19 +320,16 @@ def disk_bytes(path: Path) -> int:
     return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
-def store_stats(path: Path) -> tuple[int, int, int]:
-    """Blob rows, blob bytes, and bytes of stored events (data + hash) in the file."""
+def store_stats(path: Path) -> tuple[int, int, int, int]:
+    """Blob rows, blob bytes, bytes of the rows of ``appends`` (data + prev_hash + hash), and
+    bytes of the small content those rows keep, in the file."""
     with contextlib.closing(sqlite3.connect(path)) as db:
         blobs, blob_bytes = db.execute("SELECT count(*), sum(length(data)) FROM blobs").fetchone()
-        table = (
-            "groups"
-            if db.execute("SELECT 1 FROM pragma_table_info('groups')").fetchone()
-            else "events"
-        )
-        (event_bytes,) = db.execute(
-            f"SELECT sum(length(data) + length(hash)) FROM {table}"
+        append_bytes, content_bytes = db.execute(
+            "SELECT sum(length(data) + coalesce(length(prev_hash), 0) + length(hash)), "
+            "coalesce(sum(length(content)), 0) FROM appends"
         ).fetchone()
-    return int(blobs), int(blob_bytes), int(event_bytes)
+    return int(blobs), int(blob_bytes), int(append_bytes), int(content_bytes)
 
 
 def write_turns(path: Path, turns: int, marks: list[int]) -> tuple[list[Line], int]:
@@ -348,9 +359,10 @@ def bench_disk(tmp: Path, scale: int) -> None:
     turns = 1000 // scale
     path = tmp / "disk.db"
     lines, naive = write_turns(path, turns, [m // scale for m in (100, 250, 500, 1000)])
-    blobs, blob_bytes, event_bytes = store_stats(path)
+    blobs, blob_bytes, append_bytes, content_bytes = store_stats(path)
     lines += [
-        ("event rows: data+hash bytes/turn", num(event_bytes / turns), "", "", "small"),
+        ("appends: data+prev_hash+hash bytes/turn", num(append_bytes / turns), "", "", "small"),
+        ("appends: content bytes/turn", num(content_bytes / turns), "", "", "small"),
         ("blob rows", str(blobs), num(turns), "", "5"),
         ("blob bytes", num(blob_bytes), num(naive), f"{blob_bytes / naive:.3f}x", ""),
         ("file bytes (db + wal)", num(disk_bytes(path)), num(naive), "", ""),
