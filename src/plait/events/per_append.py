@@ -46,8 +46,7 @@ class PerAppendStore(EventStore):
     def _all_events(
         self, after_position: int, limit: int | None, resolve_blobs: bool, settled: bool
     ) -> list[Event]:
-        # One row more than events asked for: the first may hold only positions up to it.
-        rows = self._all_rows(after_position, None if limit is None else limit + 1, settled)
+        rows = self._all_rows(after_position, limit, settled)
         if limit is not None:  # those that hold the first ``limit`` events after it only
             rows = _holding(rows, 0, after_position, limit)
         return beyond(self._decode(rows, resolve_blobs), after_position, limit)
@@ -69,8 +68,9 @@ class PerAppendStore(EventStore):
     @abstractmethod
     def _all_rows(self, after_position: int, limit: int | None, settled: bool) -> list[Packed]:
         """Return the rows of every stream holding positions after ``after_position`` (the row
-        holding it too), at most ``limit``, in position order; ``settled``: only those no
-        later commit can precede."""
+        holding it too), in position order, up to those holding the first ``limit`` events
+        after it (found by the rows' columns, not by fetching more: a row may hold a thousand);
+        ``settled``: only those no later commit can precede."""
 
 
 def _holding(rows: list[Packed], column: int, after: int, limit: int) -> list[Packed]:

@@ -270,7 +270,10 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         return (int(rows[0][0]), bytes(rows[0][1])) if rows else (0, GENESIS_HASH)
 
     def _all_rows(self, after_position: int, limit: int | None, settled: bool) -> list[Packed]:
-        args = {"after": after_position, "limit": limit}
+        # At most a row more than events asked for: the first may hold only positions up to
+        # it (``postgres_sql`` keeps only those that hold the first ``limit`` after it).
+        rows = None if limit is None else limit + 1
+        args = {"after": after_position, "limit": limit, "rows": rows}
         if not settled:
             return self._query("all", args)
         # One round trip: the rows, each with whether committed rows wait above the bound (a

@@ -57,6 +57,15 @@ _AFTER = (
 """Rows holding a position after ``after``: the one it is in, found by the index, and those
 after it (the reader drops what is not after it). Both bounds come from the index: a read
 from the middle of a large store scans nothing before it."""
+_BEFORE = (
+    "sum(count) OVER w - count - greatest(%(after)s - first_value(position) OVER w + 1, 0) "
+    "AS before"
+)
+"""How many events after ``after`` the rows before a row hold (a row's positions follow each
+other from its own: those of the first row up to ``after`` are not counted)."""
+_NEEDED = "(%(limit)s::int8 IS NULL OR before < %(limit)s)"
+"""Only the rows that hold the first ``limit`` events after ``after``: a row may hold a
+thousand, and a read of 2,000 would otherwise fetch 2,001 rows."""
 
 # In order: the lease row FOR SHARE (a takeover, which updates it, waits for this append to
 # commit); the head, moved only if it is still the event this append follows (the row lock
@@ -207,14 +216,16 @@ QUERIES = {
     "rows": f"SELECT {_ROW} FROM {{s}}.appends WHERE stream = %(stream)s "
     "AND seq >= %(after)s AND seq <= coalesce((SELECT min(seq) FROM {s}.appends "
     "WHERE stream = %(stream)s AND seq >= %(upto)s), %(upto)s) ORDER BY seq LIMIT %(limit)s",
-    "all": f"SELECT {_ROW} FROM {{s}}.appends WHERE {_AFTER} ORDER BY position LIMIT %(limit)s",
+    "all": f"SELECT {_ROW} FROM (SELECT {_ROW}, {_BEFORE} FROM {{s}}.appends WHERE {_AFTER} "
+    f"WINDOW w AS (ORDER BY position) ORDER BY position LIMIT %(rows)s) AS r WHERE {_NEEDED}",
     # Only below the bound (a row above it may yet be joined by one below it), each with
     # whether a committed row stands at or above it, not yet readable in order.
     "settled": "SELECT r.*, b.held FROM "
     "(SELECT bound, (SELECT coalesce(max(position), 0) FROM {s}.appends) >= bound AS held "
     "FROM (SELECT {s}.position_bound_v1() AS bound) AS x) AS b "
-    f"LEFT JOIN LATERAL (SELECT {_ROW} FROM {{s}}.appends WHERE ({_AFTER}) "
-    "AND position < b.bound ORDER BY position LIMIT %(limit)s) AS r ON true",
+    f"LEFT JOIN LATERAL (SELECT {_ROW} FROM (SELECT {_ROW}, {_BEFORE} FROM {{s}}.appends "
+    f"WHERE ({_AFTER}) AND position < b.bound WINDOW w AS (ORDER BY position) "
+    f"ORDER BY position LIMIT %(rows)s) AS a WHERE {_NEEDED}) AS r ON true",
     "streams": "SELECT stream, last_seq FROM {s}.streams ORDER BY created, stream",
     # The last position a subscription can start after now (the last settled).
     "last_position": "SELECT position + count - 1 FROM {s}.appends "

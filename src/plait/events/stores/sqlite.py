@@ -250,7 +250,8 @@ class SqliteStore(SqlitePruning, PerAppendStore):
         return self._query(ROWS_SQL, (stream, after, end, -1 if limit is None else limit))
 
     def _all_rows(self, after_position: int, limit: int | None, settled: bool) -> list[Any]:
-        return self._query(ALL_SQL, (after_position, -1 if limit is None else limit))
+        most = (2**62, -1) if limit is None else (limit, limit + 1)
+        return self._query(ALL_SQL, (after_position, *most))
 
     def space(self) -> Space:
         ((pages,),) = self._query("PRAGMA page_count", ())
@@ -281,8 +282,7 @@ class SqliteStore(SqlitePruning, PerAppendStore):
         return (int(found[0][0]), int(found[0][1])) if found else None
 
     def _placed(self, after_position: int, limit: int) -> list[Placed]:
-        # One row more than asked for: the first may hold only positions up to it.
-        rows = self._all_rows(after_position, limit + 1, False)
+        rows = self._all_rows(after_position, limit, False)
         placed = [
             (position + i, stream, seq - count + 1 + i)
             for position, stream, seq, count, *_ in rows
