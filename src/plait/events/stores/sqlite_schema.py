@@ -105,16 +105,17 @@ ROWS_SQL = (
 """A stream's rows holding seqs ``?2`` to ``?3``, at most ``?4``."""
 
 ALL_SQL = (
-    "WITH r AS (SELECT position, sum(count) OVER w - count "
+    "WITH r AS (SELECT position, count, sum(count) OVER w - count "
     "- max(?1 - first_value(position) OVER w + 1, 0) AS before FROM (SELECT position, count "
     "FROM appends WHERE position >= coalesce((SELECT max(position) FROM appends "
     "WHERE position <= ?1), 0) ORDER BY position LIMIT ?3) WINDOW w AS (ORDER BY position)) "
     f"SELECT {_COLUMNS} FROM r CROSS JOIN appends AS t ON t.position = r.position "
-    "JOIN names AS n ON n.key = t.stream WHERE r.before < ?2 ORDER BY t.position"
+    "JOIN names AS n ON n.key = t.stream WHERE r.before < ?2 AND r.position + r.count > ?1 + 1 "
+    "ORDER BY t.position"
 )
 """The rows holding positions after ``?1`` (the row holding it too), at most ``?3``, and of
-them only those that hold the first ``?2`` events after it (``before``: how many the rows
-before a row hold; a row's positions follow each other from its own). They are chosen by
+them only those that hold some of the first ``?2`` events after it (``before``: how many the
+rows before a row hold; a row's positions follow each other from its own). They are chosen by
 their positions and counts before any row's bytes are read: a row may hold a thousand
 events."""
 
