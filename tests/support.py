@@ -47,7 +47,9 @@ class TickClock:
 
 
 class Tamper:
-    """Edits a store's rows behind its back, as a disk fault or an attacker would.
+    """Edits a store's rows behind its back, as a disk fault or an attacker would: the head
+    rows and the blobs here, the rows of events by a layout's own (``AppendsTamper``,
+    ``MemoryTamper``).
 
     An event's bytes are what its layout stores of it: ``encode`` makes them, ``hash`` their
     hash (docs/event-log.md#encoding)."""
@@ -99,29 +101,16 @@ class Tamper:
         prev: bytes | None = None,
     ) -> None:
         """Change an event's bytes, and its hash to ``digest`` (if given) where the rows keep
-        it; ``prev``, the hash it follows, is for a layout whose rows keep that apart from
-        the bytes (``AppendsTamper``), not this one's."""
-        if digest is None:
-            self._execute(
-                self._sql("UPDATE events SET data = ? WHERE stream = ? AND seq = ?"),
-                (data, stream, seq),
-            )
-        else:
-            self._execute(
-                self._sql("UPDATE events SET data = ?, hash = ? WHERE stream = ? AND seq = ?"),
-                (data, digest, stream, seq),
-            )
+        it; ``prev``, the hash it follows, where the rows keep that apart from the bytes."""
+        raise NotImplementedError
 
     def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
-        self._execute(
-            self._sql("UPDATE events SET type = ?, v = ? WHERE stream = ? AND seq = ?"),
-            (type_name, version, stream, seq),
-        )
+        """Change the type and version the rows say an event has (``typed`` rows only)."""
+        raise NotImplementedError
 
     def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
         """Change one column of a row, its bytes and hash left as they are."""
-        sql = f"UPDATE events SET {column} = ? WHERE stream = ? AND seq = ?"
-        self._execute(self._sql(sql), (value, stream, seq))
+        raise NotImplementedError
 
     def set_head_hash(self, stream: str, digest: bytes) -> None:
         """Change the hash the stream's head row says its last event has."""
@@ -130,7 +119,8 @@ class Tamper:
         )
 
     def delete(self, stream: str, seq: int) -> None:
-        self._execute(self._sql("DELETE FROM events WHERE stream = ? AND seq = ?"), (stream, seq))
+        """Delete an event from the rows."""
+        raise NotImplementedError
 
     def delete_head(self, stream: str) -> None:
         """Delete the stream's head row, as if the stream had never been."""
@@ -138,11 +128,7 @@ class Tamper:
 
     def truncate(self, stream: str, seq: int, digest: bytes) -> None:
         """Delete the stream's events after ``seq`` and set its head to ``seq``, ``digest``."""
-        self._execute(self._sql("DELETE FROM events WHERE stream = ? AND seq > ?"), (stream, seq))
-        self._execute(
-            self._sql("UPDATE streams SET last_seq = ?, last_hash = ? WHERE stream = ?"),
-            (seq, digest, stream),
-        )
+        raise NotImplementedError
 
     def set_blob(self, sha256: str, data: bytes) -> None:
         self._execute(self._sql("UPDATE blobs SET data = ? WHERE sha256 = ?"), (data, sha256))

@@ -158,7 +158,7 @@ def test_an_edit_made_before_the_move_is_found_after_it(
     shutil.copy(GOLDEN / f"{version}-demo.sqlite", db)
     session = json.loads((GOLDEN / f"{version}-demo.expected.json").read_text())["session"]
     with contextlib.closing(sqlite3.connect(db)) as raw, raw:
-        ((seq, data),) = raw.execute(f"SELECT seq, data FROM {table} WHERE seq = 5")
+        ((data,),) = raw.execute(f"SELECT data FROM {table} WHERE seq = 5")
         edited = bytearray(data)
         edited[len(edited) // 2] ^= 0x01
         raw.execute(f"UPDATE {table} SET data = ? WHERE seq = 5", (bytes(edited),))
