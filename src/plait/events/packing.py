@@ -188,7 +188,8 @@ def unpack(
     try:
         plain = zstd.decompress(row.data)
     except zstd.error as exc:
-        raise CorruptEventError(stream, first, f"cannot decompress the row: {exc}") from exc
+        why = f"cannot decompress the row (damaged, or of a newer plait's dictionary): {exc}"
+        raise CorruptEventError(stream, first, why) from exc
     joined = b"".join((b"\xdd", count.to_bytes(4, "big"), plain))
     try:
         raws = _raws.decode(joined)
