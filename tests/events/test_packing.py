@@ -71,6 +71,8 @@ def test_the_frame_names_the_shipped_dictionary() -> None:
         ({"prev_hash": bytes(31) + b"\x01"}, "do not match the row's hash"),
         ({"hash": bytes(32)}, "do not match the row's hash"),
         ({"count": 3}, "is not the 3 events its count says"),
+        ({"count": 0}, "the row's count is 0, no count of events"),
+        ({"count": -122}, "the row's count is -122, no count of events"),  # a flipped sign bit
         ({"seq": 5}, "its row places it at seq 2, its bytes at 1"),
     ],
 )

@@ -183,6 +183,8 @@ def unpack(
     (``TamperedError``), unless not ``check``; errors name the stream and the seq.
     ``resolve`` is applied to each whose body may name a blob."""
     seq, count, prev = row.seq, row.count, row.prev_hash
+    if not 0 < count < 1 << 32:
+        raise TamperedError(stream, seq, f"the row's count is {count}, no count of events (edited)")
     first = seq - count + 1
     zstd = _codec()
     try:

@@ -63,9 +63,7 @@ _BEFORE = (
 )
 """How many events after ``after`` the rows before a row hold (a row's positions follow each
 other from its own: those of the first row up to ``after`` are not counted)."""
-_NEEDED = (
-    "(%(limit)s::int8 IS NULL OR before < %(limit)s) AND position + count - 1 > %(after)s"
-)
+_NEEDED = "(%(limit)s::int8 IS NULL OR before < %(limit)s) AND position + count - 1 > %(after)s"
 """Only the rows that hold some of the first ``limit`` events after ``after``: a row may hold
 a thousand, and a read of 2,000 would otherwise fetch 2,001 rows."""
 
