@@ -36,7 +36,7 @@ class PerAppendStore(EventStore):
         # One row more than events asked for: the first may hold only seqs up to ``after``.
         rows = self._rows(stream, after, upto, None if limit is None else limit + 1)
         if limit is not None:  # those that hold the first ``limit`` events after it only
-            rows = _holding(rows, 2, after, limit)
+            rows = _holding(rows, after, limit)
         return window(self._decode(rows, resolve_blobs, check), after, upto, limit)
 
     def _hash_at(self, stream: str, seq: int) -> bytes:
@@ -47,8 +47,6 @@ class PerAppendStore(EventStore):
         self, after_position: int, limit: int | None, resolve_blobs: bool, settled: bool
     ) -> list[Event]:
         rows = self._all_rows(after_position, limit, settled)
-        if limit is not None:  # those that hold the first ``limit`` events after it only
-            rows = _holding(rows, 0, after_position, limit)
         return beyond(self._decode(rows, resolve_blobs), after_position, limit)
 
     def as_stored(self, stream: str) -> Stored:
@@ -73,16 +71,14 @@ class PerAppendStore(EventStore):
         ``settled``: only those no later commit can precede."""
 
 
-def _holding(rows: list[Packed], column: int, after: int, limit: int) -> list[Packed]:
-    """The first of ``rows`` (in order of ``column``: 2, their last events' seqs; 0, their
-    first events' positions, which follow each other within a row) that hold ``limit`` events
-    after ``after``, by their columns alone: a row is decoded only if it is read."""
+def _holding(rows: list[Packed], after: int, limit: int) -> list[Packed]:
+    """The first of a stream's ``rows`` (in seq order) that hold ``limit`` events after seq
+    ``after``, by their columns alone: a row is decoded only if it is read."""
     kept: list[Packed] = []
     found = 0
     for row in rows:
-        count = row[3]
-        first = row[2] - count + 1 if column == 2 else row[0]
-        found += max(0, min(count, first + count - 1 - after))
+        last, count = row[2], row[3]
+        found += max(0, min(count, last - after))
         kept.append(row)
         if found >= limit:
             break
