@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
+from plait.events.checks import Placed
 from plait.events.codec import GENESIS_HASH
 from plait.events.store import EventStore
 from plait.events.stored import PER_APPEND, Packed, Stored, decode_packed
@@ -48,6 +49,15 @@ class PerAppendStore(EventStore):
     ) -> list[Event]:
         rows = self._all_rows(after_position, limit, settled)
         return beyond(self._decode(rows, resolve_blobs), after_position, limit)
+
+    def _placed(self, after_position: int, limit: int) -> list[Placed]:
+        rows = self._all_rows(after_position, limit, False)
+        placed = [
+            (position + i, stream, seq - count + 1 + i)
+            for position, stream, seq, count, *_ in rows
+            for i in range(count)
+        ]
+        return [p for p in placed if p[0] > after_position][:limit]
 
     def as_stored(self, stream: str) -> Stored:
         return Stored(PER_APPEND, self._rows(stream, 0, None, None), self._head(stream), self._blob)

@@ -22,7 +22,6 @@ from typing import Any, Literal
 
 from plait.errors import StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
-from plait.events.checks import Placed
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Lease, taken
 from plait.events.per_append import PerAppendStore
@@ -280,15 +279,6 @@ class SqliteStore(SqlitePruning, PerAppendStore):
             return None
         found = self._query(GAPS_SQL + " LIMIT 1", ())
         return (int(found[0][0]), int(found[0][1])) if found else None
-
-    def _placed(self, after_position: int, limit: int) -> list[Placed]:
-        rows = self._all_rows(after_position, limit, False)
-        placed = [
-            (position + i, stream, seq - count + 1 + i)
-            for position, stream, seq, count, *_ in rows
-            for i in range(count)
-        ]
-        return [p for p in placed if p[0] > after_position][:limit]
 
     def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
         # The key and size as the row holds them, not as the key's index repeats it.
