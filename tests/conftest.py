@@ -142,17 +142,6 @@ def dense_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
     factory.close()
 
 
-@pytest.fixture(params=["memory"])
-def per_event_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
-    """A factory of stores whose rows each hold an event, an event of encoding 1 or 2 among
-    them: the memory store's (not SQLite's or PostgreSQL's, whose rows each hold an append of
-    encoding 3: an earlier layout's events are moved there when it opens, test_golden.py and
-    test_postgres.py)."""
-    factory = StoreFactory(request.param, tmp_path)
-    yield factory
-    factory.close()
-
-
 @pytest.fixture
 def store(stores: StoreFactory) -> EventStore:
     """An empty store of each backend."""

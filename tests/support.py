@@ -22,8 +22,9 @@ import pytest
 
 from plait.actors.model import ModelSettings
 from plait.events import packing
-from plait.events.codec import GENESIS_HASH, encode_event, event_hash
-from plait.events.store import EventStore, Row
+from plait.events.codec import GENESIS_HASH
+from plait.events.store import EventStore
+from plait.events.stored import Packed
 from plait.events.stores import sqlite_content
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
@@ -52,11 +53,7 @@ class Tamper:
     ``MemoryTamper``).
 
     An event's bytes are what its layout stores of it: ``encode`` makes them, ``hash`` their
-    hash (docs/event-log.md#encoding)."""
-
-    typed = True
-    """Whether the rows say each event's type and version beside its bytes (``set_type``);
-    PostgreSQL's rows of encoding 3 do not: only the bytes say them."""
+    hash (docs/event-log.md#encoding-3)."""
 
     def __init__(self, execute: Callable[[str, tuple[Any, ...]], None], param: str) -> None:
         self._execute = execute
@@ -66,19 +63,18 @@ class Tamper:
         return sql.replace("?", self._p)
 
     def encode(self, event: Event) -> bytes:
-        """The bytes this layout stores of ``event`` (encoding 2: its ``prev_hash`` in them)."""
-        return encode_event(event)
+        """The bytes this layout stores of ``event``."""
+        raise NotImplementedError
 
     def hash(self, stream: str, prev: bytes, data: bytes) -> bytes:
         """The hash of an event of ``stream`` stored as ``data``, after the event of hash
-        ``prev`` (encoding 2: ``data`` holds ``prev``)."""
-        return event_hash(stream, data)
+        ``prev``."""
+        raise NotImplementedError
 
     def rechain(self, stream: str, events: Iterable[Event], prev: bytes) -> bytes:
         """Write ``events`` to ``stream`` at their seqs as an insider who re-hashes the chain
         does: each as this layout stores it, following the one before (the first ``prev``),
-        with its hash (and its type and version, where rows say them); return the last one's
-        hash, for the stream's head."""
+        with its hash; return the last one's hash, for the stream's head."""
         for event in events:
             placed = msgspec.structs.replace(
                 event, stream=stream, prev_hash=prev, position=0, hash=b""
@@ -86,8 +82,6 @@ class Tamper:
             data = self.encode(placed)
             digest = self.hash(stream, prev, data)
             self.set_data(stream, event.seq, data, digest, prev=prev)
-            if self.typed:
-                self.set_type(stream, event.seq, type(event.body).__name__, event.v)
             prev = digest
         return prev
 
@@ -104,10 +98,6 @@ class Tamper:
         it; ``prev``, the hash it follows, where the rows keep that apart from the bytes."""
         raise NotImplementedError
 
-    def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
-        """Change the type and version the rows say an event has (``typed`` rows only)."""
-        raise NotImplementedError
-
     def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
         """Change one column of a row, its bytes and hash left as they are."""
         raise NotImplementedError
@@ -120,6 +110,12 @@ class Tamper:
 
     def delete(self, stream: str, seq: int) -> None:
         """Delete an event from the rows."""
+        raise NotImplementedError
+
+    def move_out(self, stream: str, seq: int, data: bytes, digest: bytes) -> None:
+        """Make event ``seq`` a row of its own, as a store of an earlier layout has its events
+        moved (docs/event-log.md#stores): ``data``, its bytes of encoding 1 or 2, which hold
+        the hash it follows; ``digest``, their hash."""
         raise NotImplementedError
 
     def delete_head(self, stream: str) -> None:
@@ -158,63 +154,6 @@ def cut_back(store: EventStore, tamper: Tamper, stream: str, head: int) -> int:
     events = store.read(stream, resolve_blobs=False)
     tamper.truncate(stream, head, events[head - 1].hash)
     return head
-
-
-class MemoryTamper(Tamper):
-    """The same edits on ``MemoryStore``'s lists."""
-
-    def __init__(self, store: MemoryStore) -> None:
-        self._store = store
-
-    def _index(self, stream: str, seq: int) -> int:
-        return [row[4] for row in self._store._by_stream[stream]].index(seq)
-
-    def _replace(self, stream: str, seq: int, /, **changes: Any) -> None:
-        rows = self._store._by_stream[stream]
-        at = self._index(stream, seq)
-        old = rows[at]
-        fields = ["position", "data", "hash", "stream", "seq", "type", "v"]
-        new: Row = tuple(changes.get(name, value) for name, value in zip(fields, old, strict=True))  # type: ignore[assignment]
-        rows[at] = new
-        self._store._all[self._store._all.index(old)] = new
-
-    def set_data(
-        self,
-        stream: str,
-        seq: int,
-        data: bytes,
-        digest: bytes | None = None,
-        *,
-        prev: bytes | None = None,
-    ) -> None:
-        self._replace(stream, seq, data=data, **({} if digest is None else {"hash": digest}))
-
-    def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
-        self._replace(stream, seq, type=type_name, v=version)
-
-    def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
-        self._replace(stream, seq, **{column: value})
-
-    def set_head_hash(self, stream: str, digest: bytes) -> None:
-        self._store._heads[stream] = (self._store._heads[stream][0], digest)
-
-    def delete(self, stream: str, seq: int) -> None:
-        row: Row = self._store._by_stream[stream].pop(self._index(stream, seq))
-        self._store._all.remove(row)
-
-    def delete_head(self, stream: str) -> None:
-        del self._store._heads[stream]
-
-    def truncate(self, stream: str, seq: int, digest: bytes) -> None:
-        for row in [row for row in self._store._by_stream[stream] if row[4] > seq]:
-            self.delete(stream, row[4])
-        self._store._heads[stream] = (seq, digest)
-
-    def set_blob(self, sha256: str, data: bytes) -> None:
-        self._store._blobs[sha256] = data
-
-    def delete_blob(self, sha256: str) -> None:
-        del self._store._blobs[sha256]
 
 
 BACKENDS = ["memory", "sqlite", "postgres"]
@@ -278,8 +217,6 @@ class AppendsTamper(Tamper):
     row's. No column says an event's type or version. PostgreSQL's rows name their stream;
     SQLite's give its key in ``names``, and keep their small content (``param`` ``?``)."""
 
-    typed = False
-
     def __init__(self, connect: Callable[[], contextlib.AbstractContextManager[Any]], param: str):
         """``connect`` opens a connection to the store, whose work commits as it closes."""
         super().__init__(self._run, param)
@@ -333,11 +270,7 @@ class AppendsTamper(Tamper):
             position, last, count, prev, digest, data, *content = (
                 bytes(v) if isinstance(v, memoryview) else v for v in found
             )
-            entries = [data]
-            if packing.is_packed(data):  # (else a moved event's bytes)
-                plain = packing.decompressed(data)
-                # One entry is all of them: it may be bytes that are no msgpack (a test's).
-                entries = [plain] if count == 1 else _split(plain, count)
+            entries = _entries(data, count)
             follows = prev
             if follows is None:  # the hash of the row before
                 before = conn.execute(
@@ -373,9 +306,6 @@ class AppendsTamper(Tamper):
             if prev is not None and at == 0 and row.prev_hash:
                 row.prev_hash = row.follows = prev
 
-    def set_type(self, stream: str, seq: int, type_name: str, version: int) -> None:
-        raise AssertionError("a row of appends has no type or v column: its entries say them")
-
     def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
         """Change one column of the row holding ``seq``, its bytes left as they are."""
         with self._connection() as conn:
@@ -390,21 +320,34 @@ class AppendsTamper(Tamper):
         """Delete an event: the events before it in its row stay there, the row's hash now
         theirs; those after it, as they were, go in a row of their own."""
         with self._row(stream, seq) as (conn, row):
+            self._cut(conn, stream, row, seq - row.first)
+
+    def move_out(self, stream: str, seq: int, data: bytes, digest: bytes) -> None:
+        """Put ``data`` in a row of its own in the event's place (``count`` 1, ``prev_hash``
+        empty); the events before and after it in its row stay as they were, as ``delete``
+        leaves them."""
+        with self._row(stream, seq) as (conn, row):
             at = seq - row.first
-            hashes = row.hashes(stream)
-            after = _Append(
-                row.position + at + 1,
-                seq + 1,
-                hashes[at],
-                row.hash,
-                row.entries[at + 1 :],
-                hashes[at],
-            )
-            if after.entries:
-                self._insert(conn, stream, after)
-            del row.entries[at:]
-            if at:
-                row.hash = hashes[at - 1]
+            self._insert(conn, stream, _Append(row.position + at, seq, b"", digest, [data], b""))
+            self._cut(conn, stream, row, at)
+
+    def _cut(self, conn: Any, stream: str, row: _Append, at: int) -> None:
+        """Take ``row``'s event ``at`` (its index) out of it: those before it stay, the row's
+        hash now theirs; those after it, as they were, go in a row of their own."""
+        hashes = row.hashes(stream)
+        after = _Append(
+            row.position + at + 1,
+            row.first + at + 1,
+            hashes[at],
+            row.hash,
+            row.entries[at + 1 :],
+            hashes[at],
+        )
+        if after.entries:
+            self._insert(conn, stream, after)
+        del row.entries[at:]
+        if at:
+            row.hash = hashes[at - 1]
 
     def truncate(self, stream: str, seq: int, digest: bytes) -> None:
         with self._row(stream, seq) as (conn, row):
@@ -436,7 +379,84 @@ def postgres_tamper(schema: str) -> AppendsTamper:
     return AppendsTamper(connect, "%s")
 
 
+class MemoryTamper(AppendsTamper):
+    """The same edits on ``MemoryStore``'s rows: rows of appends as PostgreSQL's are (each
+    names its stream and keeps the hash its first event follows), in lists rather than a
+    table (``_all`` in position order, ``_by_stream`` each stream's in seq order), its head
+    rows and blobs in dicts."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def _found(self, stream: str, seq: int) -> Packed:
+        """The row holding ``stream``'s event ``seq``."""
+        found = [r for r in self._store._all if r[1] == stream and r[2] >= seq > r[2] - r[3]]
+        assert found, f"stream {stream} has no row holding seq {seq}"
+        return found[0]
+
+    def _index(self, rows: list[Packed]) -> None:
+        """Make ``rows`` the store's, found as a database's indexes would find them: in
+        position order, and each stream's in seq order."""
+        store = self._store
+        store._all = sorted(rows, key=lambda row: row[0])
+        store._by_stream = {stream: [] for stream in store._by_stream}
+        for row in sorted(store._all, key=lambda row: row[2]):
+            store._by_stream.setdefault(row[1], []).append(row)
+
+    @contextlib.contextmanager
+    def _row(self, stream: str, seq: int) -> Iterator[tuple[Any, _Append]]:
+        """The row holding ``stream``'s event ``seq``, with the store's other rows (a list
+        ``_insert`` adds to), written back as the caller leaves it."""
+        found = self._found(stream, seq)
+        rows = [row for row in self._store._all if row is not found]
+        position, _, last, count, prev, digest, data = found
+        row = _Append(position, last - count + 1, prev, digest, _entries(data, count), prev)
+        yield rows, row
+        if row.entries:
+            self._insert(rows, stream, row)
+        self._index(rows)
+
+    def _insert(self, conn: Any, stream: str, row: _Append) -> None:
+        last, count, position, prev, digest, data = row.values()
+        conn.append((position, stream, last, count, prev, digest, data))
+
+    def set_column(self, stream: str, seq: int, column: str, value: object) -> None:
+        found = self._found(stream, seq)
+        at = ["position", "stream", "seq", "count", "prev_hash", "hash", "data"].index(column)
+        changed = (*found[:at], value, *found[at + 1 :])
+        self._index([changed if row is found else row for row in self._store._all])
+
+    def truncate(self, stream: str, seq: int, digest: bytes) -> None:
+        with self._row(stream, seq) as (rows, row):
+            rows[:] = [r for r in rows if r[1] != stream or r[2] - r[3] < seq]
+            del row.entries[seq - row.first + 1 :]
+            row.hash = digest
+        self._store._heads[stream] = (seq, digest)
+
+    def set_head_hash(self, stream: str, digest: bytes) -> None:
+        self._store._heads[stream] = (self._store._heads[stream][0], digest)
+
+    def delete_head(self, stream: str) -> None:
+        del self._store._heads[stream]
+
+    def set_blob(self, sha256: str, data: bytes) -> None:
+        self._store._blobs[sha256] = data
+
+    def delete_blob(self, sha256: str) -> None:
+        del self._store._blobs[sha256]
+
+
 _RAWS = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+def _entries(data: bytes, count: int) -> list[bytes]:
+    """The entries of a row of appends holding ``count`` events, as ``data`` holds them: of
+    encoding 3, or (a row an earlier layout's event was moved to) that event's bytes."""
+    if not packing.is_packed(data):
+        return [data]
+    plain = packing.decompressed(data)
+    # One entry is all of them: it may be bytes that are no msgpack (a test's).
+    return [plain] if count == 1 else _split(plain, count)
 
 
 def _split(plain: bytes, count: int) -> list[bytes]:

@@ -26,7 +26,6 @@ from plait.events.types import (
 def _prepared(n: int = 4, stream: str = "s1", after: int = 0) -> list[Event]:
     """``n`` events of ``stream`` after seq ``after``, prepared as encoding 3 stores them."""
     store = MemoryStore()
-    store.encoding = 3
     bodies = [NewEvent(SessionStarted(root_conversation_id="root"))]
     bodies += [NewEvent(ConversationOpened(), "root")]
     bodies += [NewEvent(TurnStarted(turn=i), "root", "t1") for i in range(n)]
@@ -124,7 +123,6 @@ def test_a_flipped_byte_is_a_corrupt_event_error_or_nothing_read_differently(che
     written or stops with ``CorruptEventError``: never another error (text that is not UTF-8
     once was a ``UnicodeDecodeError``)."""
     store = MemoryStore(clock=TickClock())
-    store.encoding = 3
     bodies = [NewEvent(SessionStarted(root_conversation_id="root"))]
     bodies += [NewEvent(ToolCallCompleted("c1", "une sortie brève"), "root", "t1")]
     events = store.prepare("s1", bodies, 0, GENESIS_HASH).events

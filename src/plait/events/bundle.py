@@ -33,15 +33,16 @@ from plait.errors import BundleError
 from plait.events.blobs import blob_refs
 from plait.events.checks import Verification, verify
 from plait.events.proof import Proof
+from plait.events.rows import Row
 from plait.events.signing import PublicKey, verify_signatures
-from plait.events.store import REDACTED, EventStore, RedactedMarker, Row
+from plait.events.store import REDACTED, EventStore, RedactedMarker
 from plait.events.stored import PER_APPEND, PER_EVENT, Packed, row_events
 from plait.events.witness import Witness, WitnessHead, encode_line, parse_witness
 
 __all__ = ["FORMAT", "Manifest", "export_bundle", "verify_bundle"]
 
 FORMAT = PER_APPEND
-"""The latest bundle format, which this plait writes from a store of a row per append; it
+"""The latest bundle format, which this plait writes (every store keeps a row per append); it
 reads both: 1 holds a row per event, 2 a row per append (``plait.events.stored``)."""
 
 _CHECKSUM = b"plait-bundle sha256:"

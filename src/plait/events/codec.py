@@ -190,8 +190,8 @@ def decode_rows(
     *,
     check: bool = True,
 ) -> list[Event]:
-    """Decode stored rows ``(position, data, hash, stream, seq, type, v)``; the hot path of
-    every read.
+    """Decode stored rows ``(position, data, hash, stream, seq, type, v)``, each an event of
+    encoding 1 or 2 (``plait.events.rows``).
 
     Each row's bytes are checked against its hash, and its columns against what its bytes
     say (``TamperedError``), unless not ``check`` (``plait log --unverified``). Encoding 2's

@@ -1,5 +1,5 @@
-"""``PerAppendStore``: a store that keeps a row per append (encoding 3), SQLite's and
-PostgreSQL's alike.
+"""``PerAppendStore``: a store that keeps a row per append (encoding 3): every store, in
+memory, SQLite or PostgreSQL.
 
 A row holds an append's events (``plait.events.stored.Packed``): a backend fetches whole rows
 (``_rows``, ``_all_rows``) and ``PerAppendStore`` decodes and checks each, and keeps the

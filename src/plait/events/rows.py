@@ -1,12 +1,11 @@
-"""``Row``: a stored event as a store's reads fetch it, before it is decoded and checked."""
+"""``Row``: an event of encoding 1 or 2 in a row of its own, as an evidence bundle of format 1
+holds it (and as ``plait.events.stored`` reads an event moved from an earlier layout), before
+it is decoded and checked."""
 
 from __future__ import annotations
 
 __all__ = ["Row"]
 
 Row = tuple[int, bytes, bytes, str, int, str, int]
-"""A stored event as reads fetch it: ``(position, data, hash, stream, seq, type, v)``. The
-bytes say everything; the columns, which find rows, are checked against them.
-
-A plain tuple, straight from the database driver: a rebuild reads millions of them.
-"""
+"""A stored event of encoding 1 or 2: ``(position, data, hash, stream, seq, type, v)``. The
+bytes say everything; the columns, which found the row, are checked against them."""

@@ -1,6 +1,6 @@
 """The store contract, and everything about it that does not depend on the backend.
 
-A backend stores rows ``(position, stream, seq, type, v, data, hash)`` and blobs, and provides a
+A backend stores rows (an append each: ``plait.events.per_append``) and blobs, and provides a
 few primitives (``_append_rows``, ``_rows``, ``_all_rows``...). Encoding, the hash chain, blob
 extraction, decoding, gap detection, verification and subscriptions live here, once, so every
 backend behaves the same and one contract suite tests them all.
@@ -33,7 +33,6 @@ from plait.events.packing import Entry, chain, encode_entry
 from plait.events.prepared import PreparedAppend
 from plait.events.proof import Proof
 from plait.events.pruning import Pruning
-from plait.events.rows import Row
 from plait.events.signing import PublicKey
 from plait.events.space import Space
 from plait.events.stored import Stored, row_events
@@ -48,7 +47,6 @@ __all__ = [
     "EventStore",
     "PreparedAppend",
     "RedactedMarker",
-    "Row",
     "StreamInfo",
     "Subscription",
     "Verification",

@@ -1,12 +1,14 @@
 """A stream's rows as a store holds them, and how to read them back, whatever the layout.
 
-A store keeps a stream's events in rows of one of two layouts, which ``Stored`` names:
+Rows come in one of two layouts, which ``Stored`` names:
 
 * ``PER_EVENT``: a row per event, ``(position, data, hash, stream, seq, type, v)`` (``Row``),
-  its bytes of encoding 1 or 2 (``plait.events.codec``), each hashed alone;
-* ``PER_APPEND``: a row per append, ``(position, stream, seq, count, prev_hash, hash, data)``
-  (``Packed``), its events of encoding 3 (``plait.events.packing``); an event an earlier layout
-  wrote, moved in whole (``prev_hash`` empty), is a row of its own.
+  its bytes of encoding 1 or 2 (``plait.events.codec``), each hashed alone: what no store
+  keeps any more, but an evidence bundle of format 1 holds (``plait.events.bundle``);
+* ``PER_APPEND``: a row per append, as every store keeps them, ``(position, stream, seq,
+  count, prev_hash, hash, data)`` (``Packed``), its events of encoding 3
+  (``plait.events.packing``); an event an earlier layout wrote, moved in whole (``prev_hash``
+  empty), is a row of its own.
 
 This is what ``verify``, evidence bundles, usage and retention read: each row's events checked
 as every read checks them (docs/event-log.md#checked-reads).

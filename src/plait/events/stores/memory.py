@@ -1,4 +1,11 @@
-"""``MemoryStore``: the contract in process memory, for tests and throwaway sessions."""
+"""``MemoryStore``: the contract in process memory, for tests and throwaway sessions.
+
+Its rows are a row per append, of encoding 3, as SQLite's and PostgreSQL's are
+(docs/event-log.md#encoding-3): the same ``Packed`` tuples their queries return, kept in
+position order and, per stream, in seq order, and read by the same code
+(``plait.events.per_append``). A row keeps the hash its first event follows, as PostgreSQL's
+does. Appends commit one at a time, under one lock, so positions are dense and in commit order.
+"""
 
 from __future__ import annotations
 
@@ -12,22 +19,23 @@ from plait.errors import ConcurrencyError, StoreError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Held, Lease, taken
-from plait.events.per_event import PerEventStore
+from plait.events.packing import pack
+from plait.events.per_append import PerAppendStore
 from plait.events.pruned import PrunedSession
 from plait.events.store import (
     REDACTED,
     Clock,
     PreparedAppend,
     RedactedMarker,
-    Row,
     utc_now,
 )
+from plait.events.stored import Packed
 from plait.events.types import Event
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(PerEventStore):
+class MemoryStore(PerAppendStore):
     """Keeps the same encoded rows a durable store would, so it behaves the same; not durable."""
 
     def __init__(
@@ -35,8 +43,8 @@ class MemoryStore(PerEventStore):
     ) -> None:
         super().__init__(blob_threshold=blob_threshold, clock=clock)
         self._lock = threading.Lock()
-        self._all: list[Row] = []
-        self._by_stream: dict[str, list[Row]] = {}
+        self._all: list[Packed] = []  # in position order
+        self._by_stream: dict[str, list[Packed]] = {}  # the same rows, each stream's in seq order
         self._blobs: dict[str, bytes | RedactedMarker] = {}
         self._heads: dict[str, tuple[int, bytes]] = {}
         self._held: dict[str, Held] = {}  # expires by time.monotonic
@@ -57,16 +65,15 @@ class MemoryStore(PerEventStore):
             self._check_epoch(stream, epoch, None if lease is None else lease[:2])
             self._check_expected(stream, expected_seq, head_seq)
             prepared = prepare(head_seq, head_hash)
-            first = self._all[-1][0] + 1 if self._all else 1
-            rows = self._by_stream.setdefault(stream, [])
-            for position, (seq, type_name, v, data, digest) in enumerate(prepared.rows, first):
-                row: Row = (position, data, digest, stream, seq, type_name, v)
-                self._all.append(row)
-                rows.append(row)
-            for sha, data in prepared.blobs.items():
-                self._blobs[sha] = data
-            last = prepared.rows[-1]
-            self._heads[stream] = (last[0], last[4])
+            rows = prepared.rows
+            last = head_seq + len(rows)
+            packed = pack(last, head_hash, [r[3] for r in rows], rows[-1][4])
+            first = self._last_position_locked() + 1
+            row: Packed = (first, stream, last, len(rows), head_hash, packed.hash, packed.data)
+            self._all.append(row)
+            self._by_stream.setdefault(stream, []).append(row)
+            self._blobs.update(prepared.blobs)
+            self._heads[stream] = (last, packed.hash)
             return prepared.placed(first)
 
     def _head_locked(self, stream: str) -> tuple[int, bytes]:
@@ -76,24 +83,49 @@ class MemoryStore(PerEventStore):
         with self._lock:
             return self._head_locked(stream)
 
-    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Row]:
+    def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Packed]:
         with self._lock:
             rows = self._by_stream.get(stream, [])
-            start = bisect.bisect_right(rows, after, key=_seq)
-            end = len(rows) if upto is None else bisect.bisect_right(rows, upto, key=_seq)
+            start = bisect.bisect_left(rows, after, key=_seq)  # the row holding ``after``
+            end = len(rows) if upto is None else bisect.bisect_left(rows, upto, key=_seq) + 1
             if limit is not None:
                 end = min(end, start + limit)
             return rows[start:end]
 
-    def _all_rows(self, after_position: int, limit: int | None) -> list[Row]:
+    def _all_rows(self, after_position: int, limit: int | None, settled: bool) -> list[Packed]:
+        # As SQLite's query chooses them (``sqlite_schema.ALL_SQL``): from the row holding
+        # ``after_position``, at most a row more than events asked for, and of those only the
+        # rows that hold some of the first ``limit`` events after it. Every row is settled:
+        # appends commit one at a time.
         with self._lock:
-            start = bisect.bisect_right(self._all, after_position, key=_position)
-            end = len(self._all) if limit is None else start + limit
-            return self._all[start:end]
+            start = max(bisect.bisect_right(self._all, after_position, key=_position) - 1, 0)
+            end = len(self._all) if limit is None else start + limit + 1
+            rows = self._all[start:end]
+        kept: list[Packed] = []
+        # How many events after ``after_position`` the rows before a row hold.
+        before = -max(after_position - rows[0][0] + 1, 0) if rows else 0
+        for row in rows:
+            position, count = row[0], row[3]
+            if (limit is None or before < limit) and position + count - 1 > after_position:
+                kept.append(row)
+            before += count
+        return kept
+
+    def _last_position_locked(self) -> int:
+        return self._all[-1][0] + self._all[-1][3] - 1 if self._all else 0
 
     def _last_position(self) -> int:
         with self._lock:
-            return self._all[-1][0] if self._all else 0
+            return self._last_position_locked()
+
+    def _position_gap(self) -> tuple[int, int] | None:
+        with self._lock:
+            before = 0
+            for position, _, _, count, *_ in self._all:
+                if position != before + 1:
+                    return before, position
+                before = position + count - 1
+        return None
 
     def _streams(self) -> list[tuple[str, int]]:
         with self._lock:
@@ -126,7 +158,7 @@ class MemoryStore(PerEventStore):
                     why = f"its lease is held by {owner}: not pruned"
                     raise StoreError(f"session {record.stream}: {why}")
             gone = {record.stream for record in records}
-            self._all = [row for row in self._all if row[3] not in gone]
+            self._all = [row for row in self._all if row[1] not in gone]
             for stream in gone:
                 del self._by_stream[stream], self._heads[stream]
                 self._held.pop(stream, None)
@@ -193,9 +225,9 @@ def _only(leases: dict[str, Held], stream: str) -> list[tuple[str, Held]]:
     return [(stream, leases[stream])] if stream in leases else []
 
 
-def _seq(row: Row) -> int:
-    return row[4]
+def _seq(row: Packed) -> int:
+    return row[2]
 
 
-def _position(row: Row) -> int:
+def _position(row: Packed) -> int:
     return row[0]
