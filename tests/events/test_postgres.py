@@ -22,9 +22,10 @@ from plait.errors import (
 from plait.events import Body, Event, TaskStarted, TurnStarted
 from plait.events.codec import GENESIS_HASH
 from plait.events.packing import pack
-from plait.events.stores import open_store
+from plait.events.stores import open_store, postgres_announce
 from plait.events.stores.memory import MemoryStore
 from plait.events.stores.postgres import PostgresStore
+from plait.events.stores.postgres_announce import LISTENING_SQL, Announcer, listening
 from plait.events.stores.postgres_settled import Settled
 from plait.events.stores.postgres_sql import APPEND_SIGNATURE, POSITION_BITS
 
@@ -281,6 +282,37 @@ def test_a_subscription_sees_an_append_no_one_announced(schema: str) -> None:
         waiting.join(15)
         # Found by its periodic look (POLL_SEC): nothing announced it.
         assert [(e.stream, e.position) for e in got if e is not None] == [("s", position)]
+
+
+def test_appends_are_announced_only_while_someone_listens(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_announce, "LOOK_SEC", 0.0)  # look before each announcement
+    heard: list[bool] = []
+    looked = threading.Event()
+    look = Announcer._heard
+
+    def watched(announcer: Announcer, conn: Any) -> bool:
+        heard.append(look(announcer, conn))
+        looked.set()
+        return heard[-1]
+
+    monkeypatch.setattr(Announcer, "_heard", watched)
+    with (
+        PostgresStore(POSTGRES_URL, schema=schema) as store,
+        psycopg.connect(POSTGRES_URL, autocommit=True) as other,
+    ):
+        other.execute(f'LISTEN "{store.channel}"')  # without the lock: not counted
+        store.append("s", [TurnStarted(turn=1)], 0)
+        assert looked.wait(10)
+        looked.clear()
+        other.execute(LISTENING_SQL, listening(store.channel))  # as a NotifyWaiter does
+        store.append("s", [TurnStarted(turn=2)], 1)
+        assert looked.wait(10)
+        assert heard == [False, True]
+        (notified,) = other.notifies(timeout=10, stop_after=1)
+        assert notified.channel == store.channel
+        assert not list(other.notifies(timeout=0))  # the first append was not announced
 
 
 def test_subscriptions_held_back_long_say_by_which_transaction(

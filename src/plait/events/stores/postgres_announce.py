@@ -10,11 +10,20 @@ appends that commit meanwhile share the next one. (An announcement is a transact
 that lock: one per append would cost each append a second commit.) A process killed between a
 commit and its announcement leaves it to subscribers' periodic look (``NotifyWaiter``'s
 ``poll``).
+
+Nor is a channel announced on that no one listens to: each ``NotifyWaiter`` holds a shared
+advisory lock named after its channel (``listening``) for as long as its connection lives, and
+the announcer looks for one at most every ``LOOK_SEC``. Sixteen writers with no subscriber
+would otherwise send a ``NOTIFY`` each every ``GAP_SEC``, a transaction for every two appends
+(bench/pg_concurrency.py). A subscriber that starts between two looks is woken by its own
+periodic look until the next (docs/event-log.md#subscriptions).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+import zlib
 from collections.abc import Callable
 
 import psycopg
@@ -22,7 +31,7 @@ import psycopg
 from plait.errors import StoreUnavailableError
 from plait.events.stores.postgres_link import Connection
 
-__all__ = ["CLOSE_WAIT_SEC", "GAP_SEC", "Announcer"]
+__all__ = ["CLOSE_WAIT_SEC", "GAP_SEC", "LISTENING_SQL", "LOOK_SEC", "Announcer", "listening"]
 
 CLOSE_WAIT_SEC = 1.0
 """How long closing waits for an announcement on its way."""
@@ -30,6 +39,23 @@ CLOSE_WAIT_SEC = 1.0
 GAP_SEC = 0.005
 """The least time between two announcements of one store object: what it adds, at most, to
 the time a subscriber takes to see an append."""
+LOOK_SEC = 0.25
+"""How long the announcer trusts what it last found of the channel's listeners."""
+LISTENING_SQL = "SELECT pg_advisory_lock_shared(%s, %s)"
+"""Taken by a listener, on its listening connection, for as long as it lives."""
+_LISTENED_SQL = (
+    "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+    "AND classid = %s AND objid = %s AND database = "
+    "(SELECT oid FROM pg_database WHERE datname = current_database()))"
+)
+_CLASS = 0x504C
+"""The first key of every plait listener's lock (``listening``)."""
+
+
+def listening(channel: str) -> tuple[int, int]:
+    """The keys of the advisory lock a listener on ``channel`` holds (both positive, as
+    ``pg_locks`` shows them)."""
+    return _CLASS, zlib.crc32(channel.encode()) & 0x7FFFFFFF
 
 
 class Announcer:
@@ -44,6 +70,8 @@ class Announcer:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
+        self._listened = False
+        self._looked = -LOOK_SEC  # monotonic time of the last look for listeners
 
     def announce(self) -> None:
         """Have the appends committed so far announced (soon, on the announcer's thread)."""
@@ -66,7 +94,8 @@ class Announcer:
                     return
                 try:
                     conn = conn if conn is not None and not conn.broken else self._connect()
-                    conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+                    if self._heard(conn):
+                        conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
                 except (psycopg.Error, StoreUnavailableError):
                     if conn is not None:
                         conn.close()
@@ -75,6 +104,15 @@ class Announcer:
         finally:
             if conn is not None:
                 conn.close()
+
+    def _heard(self, conn: Connection) -> bool:
+        """Whether a listener is on the channel, as found at most ``LOOK_SEC`` ago."""
+        now = time.monotonic()
+        if now - self._looked >= LOOK_SEC:
+            found = conn.execute(_LISTENED_SQL, listening(self._channel)).fetchone()
+            self._listened = bool(found and found[0])
+            self._looked = now
+        return self._listened
 
     def close(self) -> None:
         """Stop the thread (an announcement on its way is sent first); idempotent. Waits for it

@@ -82,9 +82,11 @@ for _class, _oid in ((TextArray, 1009), (BytesArray, 1001), (Int8Array, 1016)):
     psycopg.adapters.register_dumper(_class, _dumper(_oid))
 
 
-def blob_columns(blobs: Mapping[str, bytes]) -> tuple[_Array, ...]:
+def blob_columns(blobs: Mapping[str, bytes]) -> tuple[_Array | None, ...]:
     """The array arguments of the append function after its first seven: the blobs' sha-256,
-    size and bytes."""
+    size and bytes (NULL for none, which costs nothing to send)."""
+    if not blobs:
+        return (None, None, None)
     return (
         TextArray(list(blobs)),
         Int8Array([len(blob) for blob in blobs.values()]),

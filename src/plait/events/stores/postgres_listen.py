@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from plait.errors import StoreError, StoreUnavailableError
+from plait.events.stores.postgres_announce import LISTENING_SQL, listening
 from plait.events.stores.postgres_link import Connection, text_of
 from plait.events.subscription import Signal, Waiter
 
@@ -58,6 +59,7 @@ class NotifyWaiter(Waiter):
         conn = self._connect()
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            conn.execute(LISTENING_SQL, listening(self._channel))  # announcers look for it
         except psycopg.Error as exc:
             conn.close()
             raise StoreUnavailableError(f"{self._url}: cannot LISTEN: {text_of(exc)}") from exc
