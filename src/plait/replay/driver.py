@@ -35,6 +35,7 @@ from plait.events.types import (
     McpServerReady,
     McpServersOffered,
     McpToolsRefreshed,
+    McpToolWithheld,
     ModelRequested,
     ModelRequestFailed,
     ModelResponded,
@@ -71,6 +72,7 @@ from plait.replay.inference import (
     outside_destroy,
     program_seq,
     read_instructions,
+    recorded_only,
     submitted,
     submitted_task,
 )
@@ -131,7 +133,8 @@ class Driver:
             for e in recorded[self.given :]
             if is_lifecycle(e.body) or submitted_task(e.body) is not None
         }
-        self.store = RecordedStore(recorded, sorted(halts), racing)
+        reports = _reports(recorded, self.given, {*self.crash_points, *self.forced})
+        self.store = RecordedStore(recorded, sorted(halts), racing, reports, timeout)
         self.runtime = Runtime(
             self.store,
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
@@ -254,6 +257,7 @@ class Driver:
 
     def _feed_in(self, event: Event) -> None:
         """If ``event`` came from outside the program, make it happen as it did."""
+        self.store.fed(event.seq - 1)  # what came before is in: a program held for it goes on
         body, wait = event.body, self.timeout
         crash = event.seq in self.crash_points
         offered = body if isinstance(body, McpServersOffered) else None
@@ -317,6 +321,7 @@ class Driver:
                 body = msgspec.structs.replace(body, tools=functions)  # as the program has them
             if self.servers is not None:
                 self.servers.inject(body)
+            self.store.fed(event.seq)
         elif (cause := interrupt_cause(event, self._previous(event))) is not None:
             self._actor().tell(Interrupt(cause))
         elif outside_destroy(event, self._before(event), self._destroy_open()):
@@ -386,6 +391,31 @@ def _ends_task(body: Body) -> bool:
     return isinstance(body, TaskCompleted) or (
         isinstance(body, TurnAborted) and body.reason != "replaced"
     )
+
+
+def _reports(recorded: list[Event], given: int, breaks: set[int]) -> dict[int, int]:
+    """The servers' reports the program must have before it goes on: after its n-th event (as
+    the replay's store counts them), the recorded seq of the last report the log recorded
+    right after it, where nothing but reports comes between and no process ends or begins.
+
+    A report reaches the pool when the driver feeds it in, which it does as it walks the log,
+    behind the program; the program must not ask for its tools meanwhile, or it would offer
+    those of before the report where the recorded run offered those of after it."""
+    found: dict[int, int] = {}
+    count, previous = 0, None
+    for event in recorded:
+        body = event.body
+        if isinstance(body, McpServerReady | McpServerFailed | McpToolsRefreshed):
+            if previous is not None and previous > given and not {previous, event.seq} & breaks:
+                found[count] = event.seq
+            continue
+        if recorded_only(body):  # a run's servers, or a key's or a request's record, break it
+            if not isinstance(body, McpToolWithheld):  # (the pool's own record of a report)
+                previous = None
+            continue
+        count += 1
+        previous = None if submitted_task(body) is not None else event.seq  # (a race itself)
+    return found
 
 
 def _before_offer(recorded: list[Event], seq: int) -> int:

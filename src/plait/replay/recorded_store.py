@@ -31,16 +31,33 @@ class RecordedStore(MemoryStore):
     recorded before the crash point still lands: the program may run ahead of it, as the
     killed process did not, so the program's own events stop short of the crash point by what
     is still to land (docs/replay.md#crashes).
+
+    And it holds the program where the log has a server's report before its next event: that
+    event waits to be stored until the driver has fed the report in (``fed``), so the report
+    reaches the pool before anything the program does next asks it for its tools, as in the
+    recorded run (docs/replay.md#what-replay-feeds-in).
     """
 
     writes_ahead = False  # each append passes ``append``, where the program is stopped
 
     def __init__(
-        self, recorded: list[Event], crash_points: list[int], racing: Mapping[int, Body]
+        self,
+        recorded: list[Event],
+        crash_points: list[int],
+        racing: Mapping[int, Body],
+        reports: Mapping[int, int] | None = None,
+        wait_sec: float = 5.0,
     ) -> None:
         """``crash_points`` and the keys of ``racing`` (what came from outside, as recorded)
-        are seqs of the program's log."""
+        are seqs of the program's log; ``reports``: after the program's n-th event, the
+        recorded seq of the server's report to be fed in before its next is stored (held for
+        ``wait_sec`` at most)."""
         super().__init__()
+        self._reports = dict(reports or {})
+        self._fed = 0  # the recorded seq the driver has fed everything up to
+        self._feeding = threading.Condition()
+        self._wait_sec = wait_sec
+        self._driver = threading.get_ident()  # never held: it is the one that feeds
         self._program = [e.at for e in recorded if not recorded_only(e.body)]
         self._servers = [(e.body, e.at) for e in recorded if is_lifecycle(e.body)]
         self._count = 0
@@ -58,6 +75,8 @@ class RecordedStore(MemoryStore):
         *,
         epoch: int | None = None,
     ) -> list[Event]:
+        if not self._halted and not all(_reported(item) for item in events):
+            self._hold()
         with self._halt_lock:
             if self._halted:  # the program's own events go unheard; what raced in lands
                 claimed = self._claim(events, self._halts[0] if self._halts else None)
@@ -74,6 +93,21 @@ class RecordedStore(MemoryStore):
         unheard = [self._draft(stream, item) for item in events if id(item) not in heard]
         after, now = (stored[-1].seq if stored else expected_seq), utc_now()
         return stored + [d.unstored(stream, after + i, now) for i, d in enumerate(unheard, 1)]
+
+    def fed(self, seq: int) -> None:
+        """The driver has fed in what the log recorded up to ``seq``."""
+        with self._feeding:
+            if seq > self._fed:
+                self._fed = seq
+                self._feeding.notify_all()
+
+    def _hold(self) -> None:
+        """Wait for the report the log recorded before the program's next event, if any."""
+        report = self._reports.get(self._count, 0)
+        if not report or threading.get_ident() == self._driver:
+            return
+        with self._feeding:
+            self._feeding.wait_for(lambda: self._fed >= report, self._wait_sec)
 
     def _before_halt(self, events: Sequence[Body | NewEvent], expected_seq: int) -> int:
         """How many of ``events``, to follow seq ``expected_seq``, come before the next crash
@@ -131,3 +165,8 @@ class RecordedStore(MemoryStore):
             return None
         self._count += 1
         return self._program[self._count - 1] if self._count <= len(self._program) else None
+
+
+def _reported(item: Body | NewEvent) -> bool:
+    """Whether ``item`` is the pool's record of what a server did (not the program's)."""
+    return is_lifecycle(item.body if isinstance(item, NewEvent) else item)
