@@ -291,3 +291,21 @@ def test_a_read_only_store_reads_what_a_writer_commits(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailableError, match=r"nowhere\.db: no store here"):
         SqliteStore(tmp_path / "nowhere.db", read_only=True)
     assert not (tmp_path / "nowhere.db").exists()
+
+
+@pytest.mark.parametrize("call", ["lease", "append", "prune"])
+def test_a_transaction_a_signal_left_open_is_ended_by_the_next_write(
+    tmp_path: Path, call: str
+) -> None:
+    with SqliteStore(tmp_path / "s.db") as store:
+        store.append("s", [TurnStarted(turn=1)], 0)
+        # What a second SIGTERM leaves when it lands between a write's BEGIN and its end.
+        store._db.execute("BEGIN IMMEDIATE")
+        store._db.execute("DELETE FROM streams")  # never committed
+        if call == "lease":
+            assert store.acquire_lease("s", "me", 10).owner == "me"
+        elif call == "append":
+            store.append("s", [TurnStarted(turn=2)], 1)
+        else:
+            store._remove_sessions([], [])  # what pruning writes with
+        assert [e.seq for e in store.read("s")] == [1, 2][: 2 if call == "append" else 1]

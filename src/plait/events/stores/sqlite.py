@@ -36,7 +36,13 @@ from plait.events.store import (
 )
 from plait.events.stores.sqlite_content import delete as delete_content
 from plait.events.stores.sqlite_content import find as find_content
-from plait.events.stores.sqlite_files import FileWaiter, open_read_only, open_writable
+from plait.events.stores.sqlite_files import (
+    FileWaiter,
+    begin,
+    open_read_only,
+    open_writable,
+    rollback,
+)
 from plait.events.stores.sqlite_legacy import layout_of, move
 from plait.events.stores.sqlite_prune import SqlitePruning
 from plait.events.stores.sqlite_schema import (
@@ -161,11 +167,11 @@ class SqliteStore(SqlitePruning, PerAppendStore):
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE``: SQLite's write lock, across processes)."""
         with self._lock, self._errors():
-            self._db.execute("BEGIN IMMEDIATE")
             try:
+                begin(self._db)
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                rollback(self._db)
                 raise
             self._db.execute("COMMIT")
 

@@ -21,7 +21,23 @@ from pathlib import Path
 from plait.errors import StoreUnavailableError
 from plait.events.subscription import Signal, Waiter
 
-__all__ = ["FileWaiter", "open_read_only", "open_writable"]
+__all__ = ["FileWaiter", "begin", "open_read_only", "open_writable", "rollback"]
+
+
+def begin(db: sqlite3.Connection) -> None:
+    """Start a write transaction (``BEGIN IMMEDIATE``: SQLite's write lock, across processes),
+    first ending one that was left open. A store uses its connection under its lock, so a
+    transaction open here is one a call left when an exception came between its ``BEGIN`` and
+    its end: a second signal, which stops a process at once wherever it is
+    (docs/processes.md#stopping)."""
+    rollback(db)
+    db.execute("BEGIN IMMEDIATE")
+
+
+def rollback(db: sqlite3.Connection) -> None:
+    """End the transaction open on ``db``, if one is, writing nothing of it."""
+    if db.in_transaction:
+        db.execute("ROLLBACK")
 
 
 def _connect(target: str, busy_timeout_sec: float, *, uri: bool = False) -> sqlite3.Connection:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from plait.errors import ConcurrencyError, StoreError
 from plait.events.pruned import COLUMNS, PrunedSession, record_of, row_of
+from plait.events.stores.sqlite_files import begin, rollback
 from plait.events.stores.sqlite_schema import GAPS_SQL
 
 if TYPE_CHECKING:
@@ -131,11 +132,11 @@ class SqlitePruning:
     def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
         with self._lock:
             self._writes._forget()  # the heads it remembers, of sessions about to go
-            self._db.execute("BEGIN IMMEDIATE")
             try:
+                begin(self._db)
                 remove_sessions(self._db, records, blobs)
             except BaseException as exc:
-                self._db.execute("ROLLBACK")
+                rollback(self._db)
                 if isinstance(exc, sqlite3.DatabaseError):
                     raise self._error(exc) from exc
                 raise

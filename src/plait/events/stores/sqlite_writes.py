@@ -27,6 +27,7 @@ from plait.events.packing import pack
 from plait.events.store import EventStore, PreparedAppend
 from plait.events.stores.sqlite_content import pack_content, split
 from plait.events.stores.sqlite_content import write as write_content
+from plait.events.stores.sqlite_files import begin, rollback
 from plait.events.stores.sqlite_schema import LAST_POSITION_SQL, NAME_SQL
 from plait.events.types import Event
 
@@ -148,8 +149,8 @@ class Writes:
 
     def _transaction(self, batch: list[_Append]) -> None:
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
         try:
+            begin(db)
             position = self._known(batch)
             heads = self._heads  # moved as the batch is written; forgotten if it fails
             fenced = [append.stream for append in batch if append.epoch is not None]
@@ -188,8 +189,7 @@ class Writes:
             db.execute("COMMIT")
         except BaseException:
             self._forget()
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            rollback(db)
             raise
         self._position = position
         for append, prepared, first in written:
