@@ -35,15 +35,10 @@ def record(kinds: dict[str, list[range]]) -> list[tuple[str, bytes]]:
     original = EventStore._prepare
 
     def spy(self: EventStore, stream: str, *args: object) -> PreparedAppend:
-        encoding = self.encoding
-        self.encoding = 3
-        try:
-            packed = original(self, stream, *args)  # type: ignore[arg-type]
-        finally:
-            self.encoding = encoding
+        packed = original(self, stream, *args)  # type: ignore[arg-type]
         entries = b"".join(row[3] for row in packed.rows)
         seen.append((stream, entries.replace(storage.MODEL.encode(), b"")))
-        return original(self, stream, *args)  # type: ignore[arg-type]
+        return packed
 
     EventStore._prepare = spy  # type: ignore[method-assign]
     try:

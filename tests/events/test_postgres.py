@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -20,10 +21,9 @@ from plait.errors import (
     TamperedError,
 )
 from plait.events import Body, Event, TaskStarted, TurnStarted
-from plait.events.codec import GENESIS_HASH
+from plait.events.codec import BODY_TAGS, GENESIS_HASH, encode_event, hasher
 from plait.events.packing import pack
 from plait.events.stores import open_store, postgres_announce
-from plait.events.stores.memory import MemoryStore
 from plait.events.stores.postgres import PostgresStore
 from plait.events.stores.postgres_announce import LISTENING_SQL, Announcer, listening
 from plait.events.stores.postgres_settled import Settled
@@ -87,8 +87,7 @@ def as_layout_4(schema: str, streams: dict[str, list[Body]], dense: bool = False
     each of encoding 2 (``dense``: positions from 1, as layout 3 numbered them), its appends
     gone with their table and function."""
     PostgresStore(POSTGRES_URL, schema=schema).close()
-    old = store_of_encoding_2()
-    prepared = {s: old.prepare(s, bodies, 0, GENESIS_HASH) for s, bodies in streams.items()}
+    prepared = {s: rows_of_encoding_2(s, bodies) for s, bodies in streams.items()}
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"')
         conn.execute(
@@ -97,8 +96,8 @@ def as_layout_4(schema: str, streams: dict[str, list[Body]], dense: bool = False
             "hash BYTEA NOT NULL, UNIQUE (stream, seq))"
         )
         position = 0
-        for stream, append in prepared.items():
-            for seq, kind, v, data, digest in append.rows:
+        for stream, rows in prepared.items():
+            for seq, kind, v, data, digest in rows:
                 position += 1
                 xid = conn.execute("SELECT pg_current_xact_id()::text::int8").fetchone()
                 assert xid is not None
@@ -109,7 +108,7 @@ def as_layout_4(schema: str, streams: dict[str, list[Body]], dense: bool = False
                 )
             conn.execute(
                 "INSERT INTO streams VALUES (%s, %s, %s, %s)",
-                (stream, len(append.rows), append.rows[-1][4], position),
+                (stream, len(rows), rows[-1][4], position),
             )
         conn.execute("DROP TABLE appends")
         conn.execute(f"DROP FUNCTION {APPEND_SIGNATURE}")
@@ -119,11 +118,19 @@ def as_layout_4(schema: str, streams: dict[str, list[Body]], dense: bool = False
         conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (version,))
 
 
-def store_of_encoding_2() -> MemoryStore:
-    """A store that encodes events as layouts 1 to 4 stored them."""
-    store = MemoryStore()
-    store.encoding = 2
-    return store
+def rows_of_encoding_2(stream: str, bodies: list[Body]) -> list[tuple[int, str, int, bytes, bytes]]:
+    """The rows layouts 1 to 4 stored for ``bodies``, the first events of ``stream``: each
+    one's seq, type, version, bytes (encoding 2: the hash before inside, the stream not) and
+    hash."""
+    digest, prev = hasher(stream), GENESIS_HASH
+    rows = []
+    for seq, body in enumerate(bodies, 1):
+        version = type(body).VERSION
+        event = Event("", seq, datetime(2026, 1, 1, tzinfo=UTC), version, body, prev)
+        data = encode_event(event)
+        prev = digest(data)
+        rows.append((seq, BODY_TAGS[type(body)], version, data, prev))
+    return rows
 
 
 def test_a_store_of_an_earlier_layout_is_moved_once_and_verifies(schema: str) -> None:

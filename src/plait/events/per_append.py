@@ -23,8 +23,6 @@ __all__ = ["PerAppendStore", "beyond", "window"]
 class PerAppendStore(EventStore):
     """An ``EventStore`` whose rows are appends, of encoding 3 (``plait.events.packing``)."""
 
-    encoding = 3
-
     def _window(
         self,
         stream: str,

@@ -25,7 +25,7 @@ from plait.errors import (
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize
 from plait.events.blobstore import REDACTED, BlobStore, RedactedMarker
 from plait.events.checks import Verification, link, misplaced, verify
-from plait.events.codec import BODY_TAGS, encode_event, hasher
+from plait.events.codec import BODY_TAGS
 from plait.events.erased import mark_erased
 from plait.events.global_order import GlobalOrder
 from plait.events.ownership import Ownership
@@ -85,9 +85,6 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
 
     writes_ahead = True
     """Whether a stream's writer may ``prepare`` appends before it writes them."""
-    encoding = 2
-    """The encoding of the events it writes: 3 where an append is one row
-    (``plait.events.packing``), 2 where each event is (docs/event-log.md#encoding)."""
 
     def __init__(
         self, *, blob_threshold: int = DEFAULT_BLOB_THRESHOLD, clock: Clock = utc_now
@@ -183,11 +180,7 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         threshold = self.blob_threshold
         set_ = msgspec.structs.force_setattr
         tags = BODY_TAGS
-        packed = self.encoding == 3
-        # The hash each encoding chains its events by: of the stream, the hash before, the
-        # entry (3); of the stream and the bytes, which hold the hash before (2).
-        link = chain(stream) if packed else None
-        digest = None if packed else hasher(stream)
+        link = chain(stream)  # an append's events are one row (docs/event-log.md#encoding-3)
         seq = head_seq
         for draft in drafts:
             seq += 1
@@ -222,13 +215,8 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
                 else:
                     stored = externalize(body, threshold, blobs)
             conversation, task = draft.conversation_id, draft.task_id
-            if link is not None:  # an entry of its append's row
-                data = encode_entry(Entry(seq, at, version, stored, conversation, task))  # type: ignore[arg-type]
-                prev = link(prev, data)
-            else:  # encoding 2: without its stream, which the row holds
-                assert digest is not None
-                data = encode_event(Event("", seq, at, version, stored, prev, conversation, task))  # type: ignore[arg-type]
-                prev = digest(data)
+            data = encode_entry(Entry(seq, at, version, stored, conversation, task))  # type: ignore[arg-type]
+            prev = link(prev, data)
             rows.append((seq, tags[cls], version, data, prev))
             set_(event, "hash", prev)
             out.append(event)
