@@ -17,7 +17,7 @@ from plait.events.store import EventStore
 from plait.events.stored import PER_APPEND, Packed, Stored, decode_packed
 from plait.events.types import Event
 
-__all__ = ["PerAppendStore", "beyond", "window"]
+__all__ = ["PerAppendStore", "beyond", "holding", "window"]
 
 
 class PerAppendStore(EventStore):
@@ -35,7 +35,7 @@ class PerAppendStore(EventStore):
         # One row more than events asked for: the first may hold only seqs up to ``after``.
         rows = self._rows(stream, after, upto, None if limit is None else limit + 1)
         if limit is not None:  # those that hold the first ``limit`` events after it only
-            rows = _holding(rows, after, limit)
+            rows = holding(rows, after, limit)
         return window(self._decode(rows, resolve_blobs, check), after, upto, limit)
 
     def _hash_at(self, stream: str, seq: int) -> bytes:
@@ -79,13 +79,15 @@ class PerAppendStore(EventStore):
         ``settled``: only those no later commit can precede."""
 
 
-def _holding(rows: list[Packed], after: int, limit: int) -> list[Packed]:
-    """The first of a stream's ``rows`` (in seq order) that hold ``limit`` events after seq
-    ``after``, by their columns alone: a row is decoded only if it is read."""
+def holding(rows: list[Packed], after: int, limit: int, *, positions: bool = False) -> list[Packed]:
+    """The first of ``rows`` (a stream's in seq order, or with ``positions`` any streams' in
+    position order) that hold ``limit`` events after seq (position) ``after``, by their
+    columns alone: a row is decoded only if it is read."""
     kept: list[Packed] = []
     found = 0
     for row in rows:
-        last, count = row[2], row[3]
+        count = row[3]
+        last = row[0] + count - 1 if positions else row[2]
         found += max(0, min(count, last - after))
         kept.append(row)
         if found >= limit:

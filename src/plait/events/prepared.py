@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from plait.events.packing import PackedRow, pack
 from plait.events.types import Event
 
 __all__ = ["PreparedAppend"]
@@ -33,6 +34,12 @@ class PreparedAppend(NamedTuple):
         for offset, event in enumerate(self.events):
             msgspec.structs.force_setattr(event, "position", first_position + offset)
         return self.events
+
+    def packed(self) -> PackedRow:
+        """The append as its row keeps it (encoding 3): its entries compressed together, after
+        the hash its first event follows, up to its last event's."""
+        last = self.rows[-1]
+        return pack(last[0], self.events[0].prev_hash, [row[3] for row in self.rows], last[4])
 
     @staticmethod
     def joined(appends: Sequence[PreparedAppend]) -> PreparedAppend:

@@ -15,12 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from plait.errors import ConcurrencyError, StoreError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import ENDED, Held, Lease, taken
-from plait.events.packing import pack
-from plait.events.per_append import PerAppendStore
+from plait.events.per_append import PerAppendStore, holding
 from plait.events.pruned import PrunedSession
 from plait.events.store import (
     REDACTED,
@@ -65,15 +66,14 @@ class MemoryStore(PerAppendStore):
             self._check_epoch(stream, epoch, None if lease is None else lease[:2])
             self._check_expected(stream, expected_seq, head_seq)
             prepared = prepare(head_seq, head_hash)
-            rows = prepared.rows
-            last = head_seq + len(rows)
-            packed = pack(last, head_hash, [r[3] for r in rows], rows[-1][4])
+            packed = prepared.packed()
             first = self._last_position_locked() + 1
-            row: Packed = (first, stream, last, len(rows), head_hash, packed.hash, packed.data)
+            seq, count, prev, digest, data = msgspec.structs.astuple(packed)
+            row: Packed = (first, stream, seq, count, prev, digest, data)
             self._all.append(row)
             self._by_stream.setdefault(stream, []).append(row)
             self._blobs.update(prepared.blobs)
-            self._heads[stream] = (last, packed.hash)
+            self._heads[stream] = (packed.seq, packed.hash)
             return prepared.placed(first)
 
     def _head_locked(self, stream: str) -> tuple[int, bytes]:
@@ -101,15 +101,9 @@ class MemoryStore(PerAppendStore):
             start = max(bisect.bisect_right(self._all, after_position, key=_position) - 1, 0)
             end = len(self._all) if limit is None else start + limit + 1
             rows = self._all[start:end]
-        kept: list[Packed] = []
-        # How many events after ``after_position`` the rows before a row hold.
-        before = -max(after_position - rows[0][0] + 1, 0) if rows else 0
-        for row in rows:
-            position, count = row[0], row[3]
-            if (limit is None or before < limit) and position + count - 1 > after_position:
-                kept.append(row)
-            before += count
-        return kept
+        if limit is not None:
+            rows = holding(rows, after_position, limit, positions=True)
+        return [row for row in rows if row[0] + row[3] - 1 > after_position]
 
     def _last_position_locked(self) -> int:
         return self._all[-1][0] + self._all[-1][3] - 1 if self._all else 0

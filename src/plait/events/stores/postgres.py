@@ -42,7 +42,6 @@ from plait.errors import ConcurrencyError, StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
 from plait.events.ownership import Lease
-from plait.events.packing import pack
 from plait.events.per_append import PerAppendStore
 from plait.events.space import Space
 from plait.events.store import (
@@ -222,7 +221,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
                 f"{self.url}: stream {stream}: cannot append {count} events at once "
                 f"(at most {1 << POSITION_BITS})"
             )
-        row = pack(after + count, prev, [r[3] for r in prepared.rows], prepared.rows[-1][4])
+        row = prepared.packed()
         blobs = blob_columns(prepared.blobs)
         args = (stream, after, prev, epoch, count, row.hash, row.data, *blobs)
         head = (row.seq, row.hash)  # once written

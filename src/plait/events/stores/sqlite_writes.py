@@ -23,7 +23,6 @@ from pathlib import Path
 
 from plait.errors import StoreError
 from plait.events.codec import GENESIS_HASH
-from plait.events.packing import pack
 from plait.events.store import EventStore, PreparedAppend
 from plait.events.stores.sqlite_content import pack_content, split
 from plait.events.stores.sqlite_content import write as write_content
@@ -170,7 +169,7 @@ class Writes:
                     append.fail(exc)
                     continue
                 first = position + 1
-                made = self._write_row(stream, first, head_seq, head_hash, prepared)
+                made = self._write_row(stream, first, prepared)
                 position += len(prepared.rows)
                 last = prepared.rows[-1]
                 heads[stream] = (last[0], last[4])
@@ -195,13 +194,10 @@ class Writes:
         for append, prepared, first in written:
             append.succeed(prepared.placed(first))
 
-    def _write_row(
-        self, stream: str, first: int, head_seq: int, head_hash: bytes, prepared: PreparedAppend
-    ) -> dict[str, bytes]:
+    def _write_row(self, stream: str, first: int, prepared: PreparedAppend) -> dict[str, bytes]:
         """Write ``prepared`` as one row of ``appends``, at position ``first``, with its
         small blobs; return the blobs left for ``blobs``."""
-        rows = prepared.rows
-        row = pack(head_seq + len(rows), head_hash, [r[3] for r in rows], rows[-1][4])
+        row = prepared.packed()
         apart, kept = split(prepared.blobs)
         content = pack_content(stream, list(kept.values())) if kept else None
         values = (first, self._key(stream), row.seq, row.count, row.hash, row.data)
