@@ -4,6 +4,7 @@ event, until the driver has fed the report in (docs/replay.md#what-replay-feeds-
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from plait.events import McpServerReady, TurnStarted
 from plait.events.stores.memory import MemoryStore
@@ -17,14 +18,22 @@ def test_the_program_waits_for_a_report_the_log_has_before_its_next_event() -> N
     # After the program's second event, the report at seq 3 comes first.
     store = RecordedStore(log.read("x"), [], {}, {2: 3}, wait_sec=30)
     store.append("x", [TurnStarted(turn=1), TurnStarted(turn=2)], 0)  # the driver's own
-    stored = threading.Event()
+    holding, stored = threading.Event(), threading.Event()
+
+    class Watched(threading.Condition):
+        def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+            holding.set()
+            return super().wait_for(predicate, timeout)
+
+    store._feeding = Watched()
 
     def program() -> None:
         store.append("x", [TurnStarted(turn=3)], 2)
         stored.set()
 
     threading.Thread(target=program, daemon=True).start()
-    assert not stored.wait(0.2)  # held: the report is not fed in yet
+    assert holding.wait(10)  # the program waits for the report
+    assert not stored.is_set()  # and has stored nothing meanwhile
     store.fed(3)
     assert stored.wait(10)
     assert [e.body for e in store.read("x")] == [TurnStarted(turn=i) for i in (1, 2, 3)]
