@@ -7,11 +7,13 @@ the sessions over from the inbox and run them against a paced model server (each
 x ``--concurrency``, or the sessions if fewer, over one reply's time), CPU per task of the
 workers, p50/p99 task latency (submit to the end seen in the log), and where the CPU went
 (workers, PostgreSQL, this front end) on this machine's cores.
-Then the issue's case: ONE ``plait worker --concurrency 8`` with nothing else set (its store and
+Then the capacity case: ONE ``plait worker --concurrency 8`` with nothing else set (its store and
 model in ``plait.toml``), 24 sessions x 3 tasks whose replies take about 1 s, submitted by the
 front end: wall time beside the model-bound 24 x 3 x 1 / 8 = 9 s (goal: within 2x), once with
 the tasks one after the other in each session, once all submitted at once; and the most tasks
-the log shows running at once.
+the log shows running at once; first with no MCP servers, then with the two stdio servers a
+user's ``plait.toml`` has (``mcp-server-time``, ``mcp-server-git``), which no task calls: the
+worker's CPU per task and the server processes it started (goal: within 1.3x of without).
 Last, with two workers running 16 sessions, the one that owns the most is killed with SIGKILL
 while tasks run: the time from the kill to the first event the other appends in each session
 the dead one owned, beside ``lease_sec``.
@@ -35,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -54,6 +57,8 @@ URL = os.environ.get("PLAIT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:54
 REPLY = Step(text="abcdef" * 10, chunk_chars=6, chunk_delay=0.005)
 SLOW_REPLY = Step(text="abcdef" * 10, chunk_chars=6, chunk_delay=0.08)
 """The issue's case: a reply of about 1 s."""
+SCHEMAS: list[str] = []
+"""The schemas the bench made, dropped at its end."""
 CONCURRENCY = 16
 """Tasks each worker runs at once (``plait worker --concurrency``: its run slots; it keeps 8 x
 as many sessions' actors by default, docs/processes.md#capacity)."""
@@ -191,37 +196,113 @@ def running_at_once(store: EventStore, streams: set[str]) -> int:
 
 
 def capacity(args: argparse.Namespace) -> None:
-    """The issue's case: one ``plait worker --concurrency 8``, defaults otherwise."""
+    """The issue's case: one ``plait worker --concurrency 8``, defaults otherwise; without MCP
+    servers, then with the two stdio servers a user's ``plait.toml`` has (``mcp-server-time``,
+    ``mcp-server-git``), which no task calls."""
     sessions, tasks, places = 24, 3, 8
-    schema = f"plait_bench_{uuid.uuid4().hex[:10]}"
-    url = f"{URL}?schema={schema}"
-    args.schemas.append(schema)
     with tempfile.TemporaryDirectory() as tmp, PacedModelServer(SLOW_REPLY) as server:
-        cwd = Path(tmp)
-        (cwd / "plait.toml").write_text(
-            f'[model]\nbase_url = "{server.base_url}"\nmodel = "m"\n[store]\nurl = "{url}"\n'
-        )
         reply = floor(server.base_url, 1)
         bound = sessions * tasks * reply / places
         print(f"\none `plait worker --concurrency {places}`, nothing else set: {sessions} sessions"
               f" x {tasks} tasks, replies of {reply:.2f} s; model-bound {bound:.1f} s, "
               f"goal within 2x ({2 * bound:.1f} s)")  # fmt: skip
-        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        with (
-            Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front,
-            workers(1, cwd, ["--concurrency", str(places)]),
-        ):
+        walls: dict[str, float] = {}
+        for servers in ("no MCP servers", "2 stdio MCP servers"):
+            print(f"  {servers}:")
+            cwd = Path(tmp) / servers.split()[0]
+            cwd.mkdir()
+            toml = f'[model]\nbase_url = "{server.base_url}"\nmodel = "m"\n'
+            if servers != "no MCP servers":
+                toml += mcp_servers(cwd)
             for how in ("one after the other", "all at once"):
-                ids = []
-                for _ in range(sessions):
-                    session = front.start_session()
-                    session.release(10)  # free: the worker takes it when work comes
-                    ids.append(session.session_id)
-                handles = [front.follow(sid) for sid in ids]
-                wall = asyncio.run(submit(handles, tasks, together=how == "all at once"))
-                most = running_at_once(front.store, set(ids))
-                print(f"  {how:<20} {wall:6.1f} s = {wall / bound:.2f}x the bound; "
-                      f"at most {most} tasks ran at once")  # fmt: skip
+                shape = (sessions, tasks, places)
+                walls[f"{servers}, {how}"] = capacity_run(
+                    cwd, toml, server.base_url, how, shape, bound
+                )
+        for how in ("one after the other", "all at once"):
+            ratio = walls[f"2 stdio MCP servers, {how}"] / walls[f"no MCP servers, {how}"]
+            print(f"  {how}: with 2 stdio MCP servers {ratio:.2f}x the time without (goal <= 1.3x)")
+
+
+def mcp_servers(cwd: Path) -> str:
+    """The ``[mcp_servers]`` of a user's ``plait.toml``: the time and git servers (a git
+    repository of one commit for the latter)."""
+    repo = cwd / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=b", "-c", "user.email=b@b", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "README").write_text("bench\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    bin_dir = Path(sys.executable).parent
+    return (
+        f'[mcp_servers.time]\ncommand = "{bin_dir / "mcp-server-time"}"\n'
+        f'[mcp_servers.git]\ncommand = "{bin_dir / "mcp-server-git"}"\n'
+        f'args = ["--repository", "{repo}"]\n'
+    )
+
+
+def capacity_run(
+    cwd: Path, toml: str, model_url: str, how: str, shape: tuple[int, int, int], bound: float
+) -> float:
+    """One run of the capacity case in a store of its own; its wall time. Prints it with the
+    worker's CPU per task and the MCP server processes it started."""
+    sessions, tasks, places = shape
+    schema = f"plait_bench_{uuid.uuid4().hex[:10]}"
+    url = f"{URL}?schema={schema}"
+    SCHEMAS.append(schema)
+    (cwd / "plait.toml").write_text(f'{toml}[store]\nurl = "{url}"\n')
+    settings = ModelSettings(base_url=model_url, api_key="k", model="m")
+    with (
+        Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front,
+        workers(1, cwd, ["--concurrency", str(places)]) as started,
+        ServerCount(started[0].pid) as servers,
+    ):
+        ids = []
+        for _ in range(sessions):
+            session = front.start_session()
+            session.release(10)  # free: the worker takes it when work comes
+            ids.append(session.session_id)
+        handles = [front.follow(sid) for sid in ids]
+        cpu = cpu_of([started[0].pid])
+        wall = asyncio.run(submit(handles, tasks, together=how == "all at once"))
+        cpu = cpu_of([started[0].pid]) - cpu
+        most = running_at_once(front.store, set(ids))
+    per_task = cpu * 1000 / (sessions * tasks)
+    print(f"    {how:<20} {wall:6.1f} s = {wall / bound:.2f}x the bound; worker CPU "
+          f"{per_task:.1f} ms/task; {servers.seen()} MCP server processes started; "
+          f"at most {most} tasks ran at once")  # fmt: skip
+    return wall
+
+
+class ServerCount:
+    """Counts the processes a worker starts (its children), looking every 50 ms."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.children: set[int] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> ServerCount:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _watch(self) -> None:
+        while not self.stop.wait(0.05):
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit() and int(entry.name) not in self.children:
+                    with contextlib.suppress(OSError):
+                        stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                        if int(stat[1]) == self.pid:
+                            self.children.add(int(entry.name))
+
+    def seen(self) -> int:
+        return len(self.children)
 
 
 async def submit(handles: list[SessionHandle], tasks: int, together: bool) -> float:
@@ -326,7 +407,7 @@ def main() -> None:
     parts = args.part or ["throughput", "capacity", "takeover"]
     schema = f"plait_bench_{uuid.uuid4().hex[:10]}"
     args.url = f"{URL}?schema={schema}"
-    args.schemas = [schema]
+    SCHEMAS.append(schema)
     try:
         with tempfile.TemporaryDirectory() as tmp, PacedModelServer(REPLY) as server:
             args.dir, args.model_url = Path(tmp), server.base_url
@@ -350,7 +431,7 @@ def main() -> None:
                     takeover(rt, handles[:CONCURRENCY], args)
     finally:
         with psycopg.connect(URL, autocommit=True) as conn:
-            for name in args.schemas:
+            for name in SCHEMAS:
                 conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
