@@ -32,10 +32,10 @@ class RecordedStore(MemoryStore):
     killed process did not, so the program's own events stop short of the crash point by what
     is still to land (docs/replay.md#crashes).
 
-    And it holds the program where the log has a server's report before its next event: that
-    event waits to be stored until the driver has fed the report in (``fed``), so the report
-    reaches the pool before anything the program does next asks it for its tools, as in the
-    recorded run (docs/replay.md#what-replay-feeds-in).
+    And it holds the program where the log has a server's report right after one of its
+    events: the append of that event returns once the driver has fed the report in (``fed``),
+    so the report reaches the pool before anything the program does next asks it for its
+    tools, as in the recorded run (docs/replay.md#what-replay-feeds-in).
     """
 
     writes_ahead = False  # each append passes ``append``, where the program is stopped
@@ -50,7 +50,7 @@ class RecordedStore(MemoryStore):
     ) -> None:
         """``crash_points`` and the keys of ``racing`` (what came from outside, as recorded)
         are seqs of the program's log; ``reports``: after the program's n-th event, the
-        recorded seq of the server's report to be fed in before its next is stored (held for
+        recorded seq of the server's report to be fed in before its append returns (held for
         ``wait_sec`` at most)."""
         super().__init__()
         self._reports = dict(reports or {})
@@ -75,8 +75,6 @@ class RecordedStore(MemoryStore):
         *,
         epoch: int | None = None,
     ) -> list[Event]:
-        if not self._halted and not all(_reported(item) for item in events):
-            self._hold()
         with self._halt_lock:
             if self._halted:  # the program's own events go unheard; what raced in lands
                 claimed = self._claim(events, self._halts[0] if self._halts else None)
@@ -89,6 +87,8 @@ class RecordedStore(MemoryStore):
                 if (seq := claimed.get(id(item))) is not None:
                     del self._pending[bisect.bisect_left(self._pending, seq)]
         stored = super().append(stream, kept, at, epoch=epoch) if kept else []
+        if stored and not all(_reported(item) for item in kept):
+            self._hold()
         heard = {id(item) for item in kept}
         unheard = [self._draft(stream, item) for item in events if id(item) not in heard]
         after, now = (stored[-1].seq if stored else expected_seq), utc_now()
@@ -102,7 +102,8 @@ class RecordedStore(MemoryStore):
                 self._feeding.notify_all()
 
     def _hold(self) -> None:
-        """Wait for the report the log recorded before the program's next event, if any."""
+        """Wait for the report the log recorded right after the program's event just stored,
+        if any: the program goes on (and may ask for its tools) once the pool has it."""
         report = self._reports.get(self._count, 0)
         if not report or threading.get_ident() == self._driver:
             return
