@@ -185,7 +185,7 @@ def test_expire_deletes_the_content_a_ttl_policy_let_lapse(cli: Cli) -> None:
             "mcp.json: mcpServers.git: unknown key 'comand' (known: args, "
             "bearer_token_env_var, command, cwd, disabled_tools, enabled, enabled_tools, env, "
             "env_http_headers, env_vars, headers, http_headers, idempotent_tools, "
-            "read_only_tools, required, startup_timeout_ms, startup_timeout_sec, "
+            "read_only_tools, required, scope, startup_timeout_ms, startup_timeout_sec, "
             "tool_timeout_sec, type, url)",
         ),
     ],

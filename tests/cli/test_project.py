@@ -147,8 +147,15 @@ def test_verbose_names_the_files_the_store_the_model_and_each_server(
     assert f"plait.cli: model: scripted-model at {server.base_url}\n" in told.stderr
     command = shlex.join([sys.executable, str(TEST_SERVER)])
     assert f"plait.cli: MCP server t: command {command}\n" in told.stderr
-    assert re.search(r"plait\.cli: MCP server t: ready after \d+ ms, \d+ tools\n", told.stderr)
+    # The session's log lists the server's tools: it starts when first called, and says so.
+    assert (
+        "plait.cli: MCP server t: its tools as the log lists them; started when first called\n"
+        in told.stderr
+    )
     assert "POST" not in told.stderr  # the requests are -vv's
+    server.push(Step(text="Hi, new session."))
+    fresh = cli("-v", "exec", "Hello?", env=KEY)
+    assert re.search(r"plait\.cli: MCP server t: ready after \d+ ms, \d+ tools\n", fresh.stderr)
 
     server.push(Step(text="And again."))
     detailed = cli("-vv", "exec", "--last", "Hello?", env=KEY)

@@ -211,7 +211,7 @@ def test_an_actor_whose_start_raises_fails_the_session_at_once(
     def fold(self: Any, events: Any) -> None:
         raise bug
 
-    async def start(self: Any) -> None:
+    async def start(self: Any, lazy: Any = ()) -> None:
         raise bug
 
     with monkeypatch.context() as patched:

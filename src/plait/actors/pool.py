@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 import pykka
@@ -58,7 +58,18 @@ from plait.events.types import (
 )
 from plait.events.values import McpToolSnapshot
 
-__all__ = ["McpLimits", "McpPool", "PoolRef", "catalog_of", "offer_servers", "offered_of"]
+if TYPE_CHECKING:  # loaded with the servers, when the pool starts them
+    from plait.actors.mcp.shared import SharedServers
+
+__all__ = [
+    "McpLimits",
+    "McpPool",
+    "PoolRef",
+    "catalog_of",
+    "offer_servers",
+    "offered_of",
+    "started_when_needed",
+]
 
 log = logging.getLogger("plait")
 
@@ -96,6 +107,20 @@ def offered_of(events: list[Event] | tuple[Event, ...]) -> list[str] | None:
     for event in events:
         _fold(catalog, event)
     return None if catalog.offered is None else sorted(catalog.offered)
+
+
+def started_when_needed(
+    configs: Mapping[str, McpServerConfig], listed: Collection[str]
+) -> set[str]:
+    """The servers of ``configs`` a session starts at their first call rather than at once:
+    those whose tools its log lists (``listed``: ``catalog_of``'s servers), which it offers
+    until then; but the ``required`` ones, which must be up before a task runs, and its
+    function tools, which cost nothing to start (docs/tools.md#started-when-needed)."""
+    return {
+        name
+        for name, config in configs.items()
+        if name in listed and not config.required and name != FUNCTIONS
+    }
 
 
 def offer_servers(
@@ -137,12 +162,14 @@ class McpPool(Actor):
         limits: McpLimits | None = None,
         servers_factory: ServersFactory | None = None,
         functions: Sequence[FunctionTool] = (),
+        shared: SharedServers | None = None,
     ) -> None:
-        """``servers_factory(configs, report)`` makes the servers (``McpServers`` by default;
-        replay answers from the log instead). ``functions`` are served among them, as the
-        server ``FUNCTIONS``."""
+        """``servers_factory(configs, report)`` makes the servers (``McpServers`` by default,
+        on the runtime's ``shared`` servers; replay answers from the log instead).
+        ``functions`` are served among them, as the server ``FUNCTIONS``."""
         super().__init__()
         self.servers_factory = servers_factory
+        self.shared = shared
         self.functions = functions
         self.journal = journal
         self.effects = effects
@@ -175,10 +202,11 @@ class McpPool(Actor):
         limits: McpLimits | None = None,
         servers_factory: ServersFactory | None = None,
         functions: Sequence[FunctionTool] = (),
+        shared: SharedServers | None = None,
     ) -> PoolRef:
         """Start a pool; return the ref its conversations call through (pykka's own ref, and
         the pool's ``Dispatcher`` beside it)."""
-        ref = cls.start(journal, effects, configs, past, limits, servers_factory, functions)
+        ref = cls.start(journal, effects, configs, past, limits, servers_factory, functions, shared)
         return PoolRef(ref, cast(Dispatcher, ref.ask(_Calls(), timeout=30)))
 
     def startup(self) -> None:
@@ -195,8 +223,13 @@ class McpPool(Actor):
         if self.servers_factory is not None:
             self.servers = self.servers_factory(self.configs, report)
         else:
-            self.servers = McpServers(self.configs, report, functions=self.functions)
-        self.effects.submit(self.servers.start()).result(10)
+            functions, shared = self.functions, self.shared
+            self.servers = McpServers(self.configs, report, functions=functions, shared=shared)
+        # A server whose tools the log lists starts at its first call: its tools are offered
+        # from the log until then (docs/tools.md#started-when-needed).
+        offered = {server: self.configs[server] for server in self._offered()}
+        lazy = started_when_needed(offered, self.catalog.tools)
+        self.effects.submit(self.servers.start(lazy)).result(10)
         self.calls.servers = self.servers
 
     def on_stop(self) -> None:

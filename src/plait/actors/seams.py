@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -191,8 +191,9 @@ class ModelClientLike(Protocol):
 class McpServersLike(Protocol):
     """A session's MCP servers, as the pool drives them on the effect loop (``McpServers``)."""
 
-    async def start(self) -> None:
-        """Start the servers (in the background: each reports when it is ready)."""
+    async def start(self, lazy: Collection[str] = ()) -> None:
+        """Start the servers but those of ``lazy``, which start when first needed (in the
+        background: each reports when it is ready)."""
         ...
 
     async def close(self) -> None:

@@ -36,7 +36,7 @@ from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
 from plait.cli.stopping import Signals, Stopped, end_line, stop_runtimes
 from plait.cli.style import Style
-from plait.cli.verbose import ServerReport, server_report, watch_servers
+from plait.cli.verbose import ServerReport, later_servers, server_report, watch_servers
 from plait.cli.words import count
 from plait.config import Config
 from plait.errors import McpError, PlaitError, SessionFailedError
@@ -280,12 +280,16 @@ def _await_servers(
     report: ServerReport | None,
 ) -> None:
     """Print what the session recorded after seq ``before``, and wait until every MCP server
-    is ready or failed for good, showing ``report`` (``-v``'s) each event. A failed one is
-    one warning line, and the task runs without its tools; unless it is ``required``: then
-    it is an ``McpError`` (docs/tools.md#servers)."""
+    it starts now (not those whose tools its log lists) is ready or failed for good, showing
+    ``report`` (``-v``'s) each event. A failed one is one warning line, and the task runs
+    without its tools; unless it is ``required``: then it is an ``McpError``
+    (docs/tools.md#servers)."""
     from plait.events.types import Event, McpServerFailed, McpServerReady
 
-    waiting = {name for name, server in config.mcp_servers.items() if server.enabled}
+    later = later_servers(handle, config, before)
+    waiting = {name for name, s in config.mcp_servers.items() if s.enabled} - later
+    if report is not None:
+        report.later(later)
     limit = SERVER_MARGIN_SEC + max(
         (config.mcp_servers[name].startup_timeout_sec for name in waiting), default=0
     )

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from plait.config import Config
     from plait.runtime import SessionHandle
 
-__all__ = ["ServerReport", "ServerWatch", "server_report", "watch_servers"]
+__all__ = ["ServerReport", "ServerWatch", "later_servers", "server_report", "watch_servers"]
 
 log = logging.getLogger("plait.cli")
 
@@ -40,6 +40,14 @@ class ServerReport:
         self.waiting = names
         """The servers not told of yet as ready or failed for good."""
         self._since = since
+
+    def later(self, names: Iterable[str]) -> None:
+        """Say that the servers ``names`` start at their first call, their tools offered as
+        the session's log lists them until then (docs/tools.md#started-when-needed)."""
+        for name in sorted(names):
+            log.info(
+                "MCP server %s: its tools as the log lists them; started when first called", name
+            )
 
     def tell(self, event: Event) -> None:
         """Log ``event`` if it is one of a waited-for server's ``McpServerReady`` or
@@ -106,6 +114,16 @@ def server_report(config: Config, since: datetime) -> ServerReport | None:
     return ServerReport(names, since)
 
 
+def later_servers(handle: SessionHandle, config: Config, before: int) -> set[str]:
+    """The enabled MCP servers the session starts at their first call, not now: those whose
+    tools its log lists up to seq ``before`` (docs/tools.md#started-when-needed)."""
+    from plait.actors.pool import catalog_of, started_when_needed
+
+    past = handle.runtime.store.read(handle.session_id, upto=before) if before else []
+    enabled = {name: s for name, s in config.mcp_servers.items() if s.enabled}
+    return started_when_needed(enabled, catalog_of(past))
+
+
 def watch_servers(
     handle: SessionHandle, config: Config, since: datetime, before: int
 ) -> ServerWatch | None:
@@ -118,6 +136,7 @@ def watch_servers(
     limit = MARGIN_SEC + max(
         config.mcp_servers[name].startup_timeout_sec for name in report.waiting
     )
+    report.later(later_servers(handle, config, before))
     # Subscribed, then read: an event recorded in between is in one or both, never lost.
     feed = handle.subscribe(transient=False)
     seen = handle.runtime.store.read(handle.session_id, after=before)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -109,8 +109,8 @@ class LoggedServers:
         self.not_recorded: set[str] = set()
         """Call ids the original never made (answered "not recorded", or run with ``live``)."""
 
-    async def start(self) -> None:
-        await self.inner.start()
+    async def start(self, lazy: Collection[str] = ()) -> None:
+        await self.inner.start(lazy)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import Any
 
 from plait.actors.approvals import ApprovalRequest
@@ -181,7 +181,7 @@ class ReplayServers:
         """Settled when the server's status changes, for whoever waits for it."""
         self._calls: dict[str, Promise[CallResult]] = {}
 
-    async def start(self) -> None:
+    async def start(self, lazy: Collection[str] = ()) -> None:
         """Nothing starts: the servers 'start' when the driver says so."""
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -61,6 +62,9 @@ from plait.runtime.sessions import Sessions
 from plait.runtime.telemetry import live_export
 from plait.runtime.timers import Timer, Timers
 from plait.telemetry.settings import TelemetrySettings
+
+if TYPE_CHECKING:
+    from plait.actors.mcp.shared import SharedServers
 
 __all__ = ["Outside", "Runtime"]
 
@@ -171,7 +175,7 @@ class Runtime(Sessions):
         self.workdir = str(workdir)
         self.max_interrupt_chain_depth = max_interrupt_chain_depth
         self.mcp_servers = dict(mcp_servers or {})
-        """MCP servers by name; each session starts its own, in the background."""
+        """MCP servers by name; the sessions share them (docs/tools.md#shared-servers)."""
         self.mcp_limits = mcp_limits
         self.tools = as_tools(tools)
         """Function tools every session offers."""
@@ -181,6 +185,11 @@ class Runtime(Sessions):
         self._records_servers = outside.records_servers
         self._client = outside.model_client or ModelClient(self.settings)
         self._mcp_factory = outside.mcp_factory
+        self._shared_servers: SharedServers | None = None  # its MCP servers, which sessions share
+        if self.mcp_servers:  # only then: it loads what most commands never use
+            from plait.actors.mcp.shared import SharedServers
+
+            self._shared_servers = SharedServers()
         self._new_id_for: NewId = outside.new_id or (lambda _made_for: self.new_id())
         self._read_instructions: ReadInstructions = outside.read_instructions or (
             lambda _made_for, name: read_instruction_file(self.workdir, name)
@@ -277,6 +286,7 @@ class Runtime(Sessions):
             self.mcp_limits,
             self._mcp_factory,
             functions,
+            self._shared_servers,
         )
 
     def _recorded(self) -> RuntimeSettings:
@@ -424,6 +434,9 @@ class Runtime(Sessions):
         self.off_loop.close()  # what is left in it finds its session closed
         with contextlib.suppress(Exception):
             self._loop.submit(self._client.aclose()).result(timeout)
+        if self._shared_servers is not None:  # after the sessions, which used them
+            with contextlib.suppress(Exception):
+                self._loop.submit(self._shared_servers.close()).result(timeout)
         self._loop.close()
         if self.telemetry is not None:  # after the sessions' last events, before the store
             self.telemetry.close(min(timeout, 5.0))

@@ -25,7 +25,7 @@ from plait.actors.mcp.names import (
 
 if TYPE_CHECKING:
     from plait.actors.mcp.client import McpConnection
-    from plait.actors.mcp.servers import Backoff, McpServers, Report, Status
+    from plait.actors.mcp.servers import Backoff, McpServers, Report, SharedServers, Status
 
 __all__ = [
     "Backoff",
@@ -36,6 +36,7 @@ __all__ = [
     "McpServers",
     "Outcome",
     "Report",
+    "SharedServers",
     "Status",
     "canonical_sha256",
     "merge",
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 
-_SERVERS = frozenset({"Backoff", "McpServers", "Report", "Status"})
+_SERVERS = frozenset({"Backoff", "McpServers", "Report", "SharedServers", "Status"})
 
 
 def __getattr__(name: str) -> object:

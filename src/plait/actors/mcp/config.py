@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
 
@@ -71,6 +71,9 @@ class McpServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The variable whose value is sent as ``Authorization: Bearer <value>``."""
     required: bool = False
     """``plait exec`` stops when this server cannot start (otherwise it goes on without it)."""
+    scope: Literal["process", "session"] = "process"
+    """``process``: one server for every session of the runtime that uses it; ``session``:
+    one per session, for a server that keeps state per client (docs/tools.md#shared-servers)."""
 
     @property
     def transport(self) -> str:
