@@ -8,7 +8,9 @@ is in its own log, and replays clean (docs/tools.md#shared-servers).
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -217,18 +219,31 @@ def test_a_shared_servers_tool_change_and_restart_reach_every_session(
     replays_clean(store, one.session_id, two.session_id)
 
 
-def test_sessions_of_two_runtimes_on_one_store_each_replay_clean(
+def test_sessions_of_two_processes_on_one_store_each_replay_clean(
     tmp_path: Path, tag: str, store: SqliteStore
 ) -> None:
     script = [Step(tool_calls=[call("a__echo", text="x")]), Step(text="done")] * 2
-    servers = {"a": stdio(tag, "a")}
+    config = stdio(tag, "a")
     with (
         ScriptedModelServer(script) as model,
-        runtime_for(model, tmp_path, store=store, mcp_servers=servers) as left,
-        runtime_for(model, tmp_path, store=store, mcp_servers=servers) as right,
+        runtime_for(model, tmp_path, store=store, mcp_servers={"a": config}) as runtime,
     ):
-        sessions = [left.start_session(), right.start_session()]
-        for session in sessions:
-            assert session.run("echo", timeout=WAIT).ok
-        assert processes(tag) == {"a": 2}  # a runtime shares its servers with nobody else
-    replays_clean(store, *(s.session_id for s in sessions))
+        here = runtime.start_session()
+        assert here.run("echo", timeout=WAIT).ok
+        # Another process, its own servers, the same store: ``plait exec`` on its file.
+        args = ", ".join(f'"{arg}"' for arg in config.args)
+        (tmp_path / "plait.toml").write_text(
+            f'[model]\nbase_url = "{model.base_url}"\nmodel = "scripted-model"\n'
+            f'[mcp_servers.a]\ncommand = "{sys.executable}"\nargs = [{args}]\n'
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PLAIT_"))}
+        argv = [sys.executable, "-m", "plait", "exec", "--store", str(store.path), "--json"]
+        there = subprocess.run(
+            [*argv, "echo"], cwd=tmp_path, env={**env, "OPENAI_API_KEY": "k"},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert there.returncode == 0, there.stderr
+        assert processes(tag) == {"a": 1}  # the other process's were its own
+    other = json.loads(there.stdout.splitlines()[-1])["session_id"]
+    assert bodies(store, other, ToolCallCompleted)[0].output == "x"
+    replays_clean(store, here.session_id, other)
