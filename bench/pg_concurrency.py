@@ -1,13 +1,13 @@
 """PostgreSQL appends of many sessions at once, beside raw inserts on the same server.
 
 Run from the repository root: ``python bench/pg_concurrency.py [--url URL] [--writers 1,2,4]
-[--seconds 4] [--processes]``. For each K, K threads append for the same time, each with a
-connection of its own to a session of its own, one small event per append, fenced by its lease
-epoch as an owner appends; then K threads do the same with raw psycopg: one ``INSERT`` of a row
-of the same bytes and its ``COMMIT``. Each variant has a schema of its own, dropped at the end.
-Threads of one Python process share its interpreter lock, so past a few writers they measure
-the client's CPU as much as the database; ``--processes`` runs each writer in a process of its
-own (as workers of a service run), for both variants.
+[--seconds 4] [--processes] [--rounds 1]``. For each K, K threads append for the same time,
+each with a connection of its own to a session of its own, one small event per append, fenced
+by its lease epoch as an owner appends; then K threads do the same with raw psycopg: one
+``INSERT`` of a row of the same bytes and its ``COMMIT``. Each variant has a schema of its own,
+dropped at the end. Threads of one Python process share its interpreter lock, so past a few
+writers they measure the client's CPU as much as the database; ``--processes`` runs each writer
+in a process of its own (as workers of a service run), for both variants.
 
 While plait's writers run, a sampler reads ``pg_stat_activity`` every 20 ms and counts what
 their backends wait on (``Lock:advisory``, ``IO:WALSync``..., ``CPU`` for none): the average
@@ -15,6 +15,11 @@ number of backends in each state says where appends queue. Sessions that wait on
 show as lock waits that grow with K, and appends/s that stay flat while raw inserts grow. The
 WAL each variant wrote per append (``pg_current_wal_insert_lsn`` before and after) says how
 much more an append writes than a raw insert: its lease check, head and index rows.
+
+On a machine shared with other work the disk's speed swings from one second to the next, and
+``ours`` and ``raw`` run one after the other: ``--rounds N`` runs the pair N times in turn for
+each K and compares their sums, so that a slow spell falls on both
+(docs/scale.md#what-bounds-appends-here).
 """
 
 from __future__ import annotations
@@ -150,33 +155,37 @@ def raw_writer(url: str, table_name: str, conns: list[psycopg.Connection[Any]]) 
 
 
 class Sampler:
-    """Counts, every 20 ms, what plait's writers' backends wait on."""
+    """Counts, every 20 ms while it is entered (again and again: the counts add up), what
+    plait's writers' backends wait on."""
 
     def __init__(self, url: str) -> None:
-        self._conn = psycopg.connect(url, autocommit=True)
+        self._url = url
         self.samples = 0
         self.waits: collections.Counter[str] = collections.Counter()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run)
+        self._thread = threading.Thread()
 
     def __enter__(self) -> Sampler:
+        self._stop.clear()
+        conn = psycopg.connect(self._url, autocommit=True)
+        self._thread = threading.Thread(target=self._run, args=(conn,))
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self._conn.close()
 
-    def _run(self) -> None:
+    def _run(self, conn: psycopg.Connection[Any]) -> None:
         query = (
             "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity "
             "WHERE application_name = %s AND state = 'active'"
         )
-        while not self._stop.wait(0.02):
-            rows = self._conn.execute(query, (APP,)).fetchall()
-            self.samples += 1
-            self.waits.update(str(row[0]) for row in rows)
+        with conn:
+            while not self._stop.wait(0.02):
+                rows = conn.execute(query, (APP,)).fetchall()
+                self.samples += 1
+                self.waits.update(str(row[0]) for row in rows)
 
     def summary(self) -> str:
         """The average number of backends in each state, the most common first."""
@@ -199,6 +208,13 @@ def main() -> None:
     parser.add_argument(
         "--processes", action="store_true", help="each writer a process, not a thread"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="how many times each K runs both, in turn (their sums compared: on a machine "
+        "shared with other work, a slow spell of the disk then falls on both)",
+    )
     args = parser.parse_args()
     try:
         admin = psycopg.connect(args.url, autocommit=True)
@@ -218,30 +234,35 @@ def main() -> None:
     conns: list[psycopg.Connection[Any]] = []
     try:
         for k in (int(part) for part in args.writers.split(",")):
-            start = wal(admin)
-            with Sampler(args.url) as sampler:
+            made = floor = ours_bytes = raw_bytes = 0
+            sampler = Sampler(args.url)
+            for _ in range(args.rounds):
+                start = wal(admin)
+                with sampler:
+                    if args.processes:
+                        made += run_processes(k, args.seconds, "plait", args.url, ours)
+                    else:
+                        made += run_threads(k, args.seconds, plait_writer(args.url, ours, stores))
+                middle = wal(admin)
                 if args.processes:
-                    made = run_processes(k, args.seconds, "plait", args.url, ours)
+                    floor += run_processes(k, args.seconds, "raw", args.url, raw_table)
                 else:
-                    made = run_threads(k, args.seconds, plait_writer(args.url, ours, stores))
-            middle = wal(admin)
-            if args.processes:
-                floor = run_processes(k, args.seconds, "raw", args.url, raw_table)
-            else:
-                floor = run_threads(k, args.seconds, raw_writer(args.url, raw_table, conns))
-            ours_wal, raw_wal = (middle - start) / made, (wal(admin) - middle) / floor
-            for closing in (*stores, *conns):
-                closing.close()
-            stores.clear()
-            conns.clear()
+                    floor += run_threads(k, args.seconds, raw_writer(args.url, raw_table, conns))
+                ours_bytes, raw_bytes = ours_bytes + middle - start, raw_bytes + wal(admin) - middle
+                for closing in (*stores, *conns):
+                    closing.close()
+                stores.clear()
+                conns.clear()
+            seconds = args.seconds * args.rounds
+            ours_wal, raw_wal = ours_bytes / made, raw_bytes / floor
             ratio = made / floor
             goal = GOALS.get(k)
             writers = f"{k} writer{'s' if k > 1 else ''}"
             lines.append(
                 (
                     f"{writers}: appends/s",
-                    f"{made / args.seconds:,.0f}",
-                    f"{floor / args.seconds:,.0f}",
+                    f"{made / seconds:,.0f}",
+                    f"{floor / seconds:,.0f}",
                     f"{ratio:.2f}x",
                     "" if goal is None else f"≥ {goal}x {'met' if ratio >= goal else 'not met'}",
                 )
@@ -257,7 +278,7 @@ def main() -> None:
     each = "process" if args.processes else "thread"
     table(
         f"PostgreSQL appends of K sessions at once, one event each, a {each} per writer, "
-        f"{args.seconds:g} s per K",
+        f"{args.seconds:g} s per K" + (f", {args.rounds} rounds" if args.rounds > 1 else ""),
         lines,
         "raw: one INSERT of a row of the same bytes and its COMMIT, a connection per writer",
     )
