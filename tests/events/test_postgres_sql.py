@@ -8,7 +8,7 @@ import re
 
 from plait.events.stores import postgres_prune, postgres_sql
 
-SESSION_TABLES = ("events", "streams", "leases", "inbox")
+SESSION_TABLES = ("appends", "streams", "leases", "inbox")
 """Tables whose rows belong to one session each (``stream``): distributed by it."""
 
 ACROSS = {
@@ -40,7 +40,7 @@ def statements() -> dict[str, str]:
     body = append.partition("BEGIN")[2]
     for i, part in enumerate(re.split(r";\s*\n", body)):
         if re.search(r"\b(SELECT|INSERT|UPDATE|DELETE)\b", part):
-            found[f"append_v2.{i}"] = part
+            found[f"append.{i}"] = part
     return found
 
 
