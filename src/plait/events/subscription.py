@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -36,16 +37,28 @@ class Waiter(ABC):
 
 class Signal:
     """A count that moves each time something happens through a store object (an append, a
-    command stored), and the condition its waiters are told on."""
+    command stored), the condition its waiters are told on, and who else hears of it."""
 
     def __init__(self) -> None:
         self.count = 0
         self.changed = threading.Condition()
+        # Told after each move, from the moving thread; held weakly, so a waiter that is
+        # collected stops hearing (copied on write: ``notify`` reads it without the lock).
+        self._heard_by: list[weakref.WeakMethod[Callable[[], object]]] = []
 
     def notify(self) -> None:
         with self.changed:
             self.count += 1
             self.changed.notify_all()
+        for ref in self._heard_by:
+            if (hear := ref()) is not None:
+                hear()
+
+    def heard_by(self, hear: Callable[[], object]) -> None:
+        """Call ``hear`` (a bound method, held weakly) after each move, on the moving thread."""
+        with self.changed:
+            alive = [ref for ref in self._heard_by if ref() is not None]
+            self._heard_by = [*alive, weakref.WeakMethod(hear)]
 
 
 class ConditionWaiter(Waiter):
