@@ -1,8 +1,10 @@
 """``NotifyWaiter``, what a PostgreSQL subscription or owner waits on: a ``NOTIFY`` on its
-channel, or a move of this process's own signal, ends a wait at once."""
+channel, or a move of this process's own signal, ends a wait at once; an owner's, only a
+command of one of its own sessions."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ import psycopg
 import pytest
 from support import POSTGRES_URL
 
+from plait.events.stores.postgres_inbox import announced, announcement
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.subscription import Signal
 
@@ -74,3 +77,32 @@ def test_closing_ends_a_wait(waiter: NotifyWaiter) -> None:
     ended = waiting(waiter, waiter.token())
     waiter.close()
     assert ended.wait(WAIT_SEC)
+
+
+def notify(channel: str, *payloads: str) -> None:
+    """Send a ``NOTIFY`` with each payload, one transaction each, in order."""
+    with connect() as conn:
+        for payload in payloads:
+            conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+
+def test_a_waiter_for_some_sessions_is_not_woken_by_the_others_commands(
+    channel: str, long_steps: None
+) -> None:
+    mine = announced(lambda session: session == "mine")
+    with contextlib.closing(NotifyWaiter(connect, POSTGRES_URL, channel, wanted=mine)) as waiter:
+        token = waiter.token()
+        ended = waiting(waiter, token)
+        notify(channel, announcement("another"), announcement("mine"))
+        assert ended.wait(WAIT_SEC)
+        assert waiter.token() == token + 1  # its own, the other passed over
+
+
+@pytest.mark.parametrize("payload", ["", "12345"], ids=["none", "an older plait's id"])
+def test_a_command_announced_without_its_session_wakes_every_owner(payload: str) -> None:
+    mine = announced(lambda session: False)
+    assert mine is not None and mine(payload)
+
+
+def test_a_session_id_too_long_to_announce_is_announced_as_none() -> None:
+    assert announcement("s" * 5000) == "" and announcement("s") == "s"

@@ -39,12 +39,16 @@ class Signal:
     """A count that moves each time something happens through a store object (an append, a
     command stored), the condition its waiters are told on, and who else hears of it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *hearing: Signal) -> None:
+        """``hearing``: signals it moves with, each time one of them moves."""
         self.count = 0
         self.changed = threading.Condition()
         # Told after each move, from the moving thread; held weakly, so a waiter that is
         # collected stops hearing (copied on write: ``notify`` reads it without the lock).
         self._heard_by: list[weakref.WeakMethod[Callable[[], object]]] = []
+        self._hearing = hearing  # held while it is: one it hears may hear others too
+        for signal in hearing:
+            signal.heard_by(self.notify)
 
     def notify(self) -> None:
         with self.changed:
@@ -59,6 +63,11 @@ class Signal:
         with self.changed:
             alive = [ref for ref in self._heard_by if ref() is not None]
             self._heard_by = [*alive, weakref.WeakMethod(hear)]
+
+    @classmethod
+    def any_of(cls, first: Signal, *more: Signal) -> Signal:
+        """A signal that moves each time one of the signals given does (while it is used)."""
+        return cls(first, *more) if more else first
 
 
 class ConditionWaiter(Waiter):

@@ -29,6 +29,7 @@ from plait.events.ownership import (
     StoredCommand,
     SubmitTask,
 )
+from plait.events.subscription import Signal
 from plait.events.types import ConversationDestroyed, Event, TaskEnqueued
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.liveness import new_owner_id, owner_state
@@ -74,7 +75,9 @@ class Owner:
         # acted on: docs/processes.md#each-command-takes-effect-once).
         self._interrupted: OrderedDict[str, None] = OrderedDict()
         self._stopping = threading.Event()
-        self._waiter = self._store._inbox_waiter()
+        self._looks = Signal()  # ``wake``: the inbox thread reads the inbox
+        # Woken by its own sessions' commands only, where the store can tell.
+        self._waiter = self._store.commands_waiter(self._looks, self.holds)
         self._thread: threading.Thread | None = None
         self._heartbeat = Timers("plait-heartbeat")
         self._beating: Timer | None = None
@@ -179,7 +182,7 @@ class Owner:
 
     def wake(self) -> None:
         """Look at the inbox now (a session was just taken over, or a place may be free)."""
-        self._store._commanded.notify()
+        self._looks.notify()
 
     def close(self) -> None:
         """Stop the heartbeat (the leases still held lapse, unless released first)."""

@@ -7,7 +7,9 @@ wait, and until it is, every wait counts as a notification: notifications may ha
 meanwhile, so the reader reads again, and the store's reads wait for the server as their own
 calls do (docs/failures.md#the-store-blinks). The waiter never raises for a lost connection.
 Given ``poll``, a wait also ends after the seconds it says, so the reader looks again for what
-no notification announced. A move of ``local`` (this process's) ends a wait at once: the
+no notification announced. Given ``wanted``, a notification counts only if its payload is one
+``wanted`` takes (the inbox announces each command with its session: an owner is woken by its
+own sessions' commands only). A move of ``local`` (this process's) ends a wait at once: the
 waiter listens on a socket pair beside its connection, which the move writes to.
 """
 
@@ -48,12 +50,14 @@ class NotifyWaiter(Waiter):
         channel: str,
         local: Signal | None = None,
         poll: Callable[[], float] | None = None,
+        wanted: Callable[[str], bool] | None = None,
     ) -> None:
         self._connect = connect
         self._url = url
         self._channel = channel
         self._local = local  # moved in this process (``Owner.wake``): ends a wait at once
         self._poll = poll
+        self._wanted = wanted
         self._io = threading.Lock()
         self._closed = False
         self._count = 0
@@ -115,8 +119,9 @@ class NotifyWaiter(Waiter):
         one counted."""
         assert self._conn is not None
         before = self._count
-        for _ in self._conn.notifies(timeout=0):
-            self._count += 1
+        for notify in self._conn.notifies(timeout=0):
+            if self._wanted is None or self._wanted(notify.payload):
+                self._count += 1
         return self._count != before
 
     def _relisten(self, timeout: float) -> None:
