@@ -95,14 +95,24 @@ class Subscription(Iterator[Event]):
     """Every event after a position, in global order, each once; blocks for new ones."""
 
     def __init__(
-        self, read: Callable[[int], list[Event]], after_position: int, waiter: Waiter
+        self,
+        read: Callable[[int], list[Event]],
+        after_position: int,
+        waiter: Waiter,
+        whole: Callable[[list[Event]], bool] = lambda _batch: False,
     ) -> None:
-        self._read = read  # the store's settled events after a position, a batch of them
+        """``read`` returns a batch of the store's settled events after a position;
+        ``whole(batch)`` says whether it was all there was (none left unread)."""
+        self._read = read
         self._after = after_position
         self._waiter = waiter
+        self._whole = whole
         self._buffer: deque[Event] = deque()
         self._closed = False
         self._handed = after_position
+        # The token taken before a read that found all there was: the next read waits for it
+        # to move (a read right after it would find nothing, at a round trip's cost).
+        self._read_all: int | None = None
 
     @property
     def position(self) -> int:
@@ -117,12 +127,16 @@ class Subscription(Iterator[Event]):
                 event = self._buffer.popleft()
                 self._handed = event.position
                 return event
-            token = self._waiter.token()
-            batch = self._read(self._after)
-            if batch:
-                self._buffer.extend(batch)
-                self._after = batch[-1].position
-                continue
+            token, self._read_all = self._read_all, None
+            if token is None:
+                token = self._waiter.token()
+                batch = self._read(self._after)
+                if batch:
+                    self._buffer.extend(batch)
+                    self._after = batch[-1].position
+                    if self._whole(batch):
+                        self._read_all = token
+                    continue
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None

@@ -382,6 +382,9 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
     def _waiter(self) -> Waiter:
         return self._listener(self.channel, poll=self._poll)
 
+    def _held_back(self) -> bool:
+        return self._settled.holding
+
     def _poll(self) -> float:
         """How soon a subscription must look again without an announcement."""
         return self._settled.poll()
