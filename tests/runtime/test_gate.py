@@ -207,6 +207,20 @@ def test_the_gate_passes_a_slot_on_in_order_and_past_a_session_that_stopped() ->
     gate.leave("c")  # twice: nothing
 
 
+def test_a_slot_given_back_is_told_once_after_each_want() -> None:
+    told: list[str] = []
+    gate = TaskGate(2, lambda: told.append("free"))
+    assert gate.enter("a", lambda: None) and gate.enter("b", lambda: None)
+    gate.leave("a")  # nobody found no room: nobody is told
+    assert told == []
+    gate.want()  # a worker found no room for more work
+    gate.leave("b")
+    assert told == ["free"]
+    assert gate.enter("c", lambda: None)
+    gate.leave("c")  # told once per want
+    assert told == ["free"]
+
+
 def test_no_slot_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="max_running_tasks: expected at least 1, got 0"):
         TaskGate(0)

@@ -5,6 +5,7 @@ takeover (docs/processes.md). Each runtime has its own owner id, store connectio
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from plait.events.values import InputText, TaskPlan
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 
+WAIT_SEC = 30.0
 SLOW = Step(text="slow " * 40, chunk_chars=5, chunk_delay=0.05)
 """A reply that streams for about 2 s: long enough to act while it does."""
 
@@ -218,6 +220,36 @@ def test_a_front_end_submits_and_a_worker_adopts_the_session_to_run_it(
             assert followed.history()[-1] == {"role": "assistant", "content": "from the worker"}
             assert worker.adopt() == []  # it owns it now
         assert followed.followed
+
+
+def test_a_command_is_taken_while_another_sessions_task_is_being_written(
+    durable_stores: StoreFactory, server: ScriptedModelServer
+) -> None:
+    # The owner hands each command on as it comes: it does not wait for the last one's task
+    # to be durable first (one worker's throughput, bench/workers.py).
+    server.push(Step(text="slow"), Step(text="quick"))
+    with two(durable_stores, server) as (owner, front):
+        slow, quick = owner.start_session(), owner.start_session()
+        writing, go_on = threading.Event(), threading.Event()
+        append = owner.store.append_prepared
+
+        def held(stream: str, prepared: Any, **kwargs: Any) -> list[Event]:
+            if stream == slow.session_id:
+                writing.set()
+                assert go_on.wait(WAIT_SEC)
+            return append(stream, prepared, **kwargs)
+
+        owner.store.append_prepared = held  # type: ignore[method-assign]
+        try:
+            front.follow(slow.session_id).submit("slow")
+            assert writing.wait(WAIT_SEC)  # its task's TaskEnqueued is being written, held
+            task_id = front.follow(quick.session_id).submit("quick")
+            enqueued = wait_for(owner.store, quick.session_id, TaskEnqueued, timeout=WAIT_SEC)
+            assert enqueued.task_id == task_id
+        finally:
+            go_on.set()
+        wait_for(owner.store, slow.session_id, TaskCompleted, timeout=WAIT_SEC)
+        wait_for(owner.store, quick.session_id, TaskCompleted, timeout=WAIT_SEC)
 
 
 def test_asyncio_callers_submit_to_and_follow_a_session_owned_elsewhere(

@@ -18,11 +18,17 @@ away does not stop it: it waits for the store, then takes up the sessions it los
 from __future__ import annotations
 
 import argparse
+import functools
 import time
+from typing import TYPE_CHECKING
 
 from plait.cli.common import config_of, err, make_runtime, model_settings, store_of
 from plait.cli.stopping import Signals, stop_runtimes
 from plait.errors import StoreUnavailableError
+
+if TYPE_CHECKING:
+    from plait.events.subscription import Waiter
+    from plait.runtime import Runtime
 
 __all__ = ["ACTIVE_PER_SLOT", "cmd_worker"]
 
@@ -40,7 +46,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
         config = config_of(args)
         with store_of(config, create=True) as store:
             signals.check()  # before the runtime's imports (openai: a second or more)
-            commands = store.commands_waiter()  # a command for a session nobody owns wakes it
             runtime = make_runtime(
                 config,
                 model_settings(config),
@@ -49,8 +54,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 max_running_tasks=args.concurrency,
                 max_active_sessions=active_sessions(args),
             )
-            signals.on_first = runtime.owner.wake  # the loop's wait ends at the signal
+            # A command for a session it does not run, or room come free, wakes it; those of
+            # the sessions it runs are its owner's thread's alone.
+            others = functools.partial(_not_taken_by, runtime)
+            signals.on_first = runtime.room.notify  # the loop's wait ends at the signal
+            commands: Waiter | None = None
             try:
+                commands = store.commands_waiter(runtime.room, others)
                 err(f"worker {runtime.owner.id}: lease {args.lease_sec:g} s, {config.store.url}")
                 if signals.first is None:
                     for recovery in runtime.recover():
@@ -77,9 +87,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 stopped = signals.first
                 stopped.line = "worker " + stop_runtimes([runtime], args.grace_sec, stopped)
             finally:
-                commands.close()
+                if commands is not None:
+                    commands.close()
                 runtime.close()
         raise stopped
+
+
+def _not_taken_by(runtime: Runtime, session_id: str) -> bool:
+    """Whether ``runtime`` leaves the session's commands to the worker's loop to look at."""
+    return not runtime.takes_commands(session_id)
 
 
 def active_sessions(args: argparse.Namespace) -> int | None:

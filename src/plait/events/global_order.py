@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = ["GlobalOrder"]
 
+_BATCH = 500
+"""The most events a subscription reads at a time."""
+
 
 class GlobalOrder(ABC):
     """Reads of every stream in global order, checked as they go, and subscriptions."""
@@ -76,11 +79,20 @@ class GlobalOrder(ABC):
 
     def subscribe(self, from_position: int = 0) -> Subscription:
         """Return a live iterator over every event after ``from_position``, each exactly once."""
-        return Subscription(self._settled_batch, from_position, self._waiter())
+        return Subscription(self._settled_batch, from_position, self._waiter(), self._read_whole)
 
     def _settled_batch(self, after_position: int) -> list[Event]:
         """What a subscription reads at a time: settled events after ``after_position``."""
-        return self.read_all(after_position, limit=500, settled=True)
+        return self.read_all(after_position, limit=_BATCH, settled=True)
+
+    def _read_whole(self, batch: list[Event]) -> bool:
+        """Whether a subscription's read of ``batch`` found all there was to hand out."""
+        return len(batch) < _BATCH and not self._held_back()
+
+    def _held_back(self) -> bool:
+        """Whether the last settled read left committed events above the bound (where
+        positions are not in commit order)."""
+        return False
 
     @abstractmethod
     def _all_events(

@@ -17,7 +17,7 @@ on once by its key. See ``docs/processes.md``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 import msgspec
@@ -182,9 +182,13 @@ class Ownership(ABC):
         rows = self._commands(list(streams) if streams else None)
         return [StoredCommand(cid, found, _decode(data)) for cid, found, data in rows]
 
-    def commands_waiter(self) -> Waiter:
-        """A waiter (``token``, ``wait``) woken when any process may have stored a command."""
-        return self._inbox_waiter()
+    def commands_waiter(
+        self, also: Signal | None = None, sessions: Callable[[str], bool] | None = None
+    ) -> Waiter:
+        """A waiter (``token``, ``wait``) woken when any process may have stored a command, or
+        when ``also`` moves. With ``sessions``, a command of a session it says no to wakes it
+        no more where the store tells whose each command is (PostgreSQL); elsewhere any may."""
+        return self._inbox_waiter(also, sessions)
 
     def drop_commands(self, commands: Iterable[StoredCommand]) -> None:
         """Delete commands the owner has taken (one already gone is ignored)."""
@@ -194,9 +198,14 @@ class Ownership(ABC):
 
     _commanded: Signal
 
-    def _inbox_waiter(self) -> Waiter:
-        """A waiter woken when a command may have been stored (not by every append)."""
-        return ConditionWaiter(self._commanded)
+    def _inbox_waiter(
+        self, also: Signal | None = None, sessions: Callable[[str], bool] | None = None
+    ) -> Waiter:
+        """A waiter woken when a command may have been stored (not by every append), or
+        ``also`` moves; ``sessions``: whose commands wake it, where the store can tell."""
+        return ConditionWaiter(
+            self._commanded if also is None else Signal.any_of(self._commanded, also)
+        )
 
     @staticmethod
     def _check_epoch(stream: str, epoch: int | None, lease: tuple[str | None, int] | None) -> None:

@@ -8,6 +8,8 @@ stopped before its actor took the message fails the ``Ack``s it left, so nobody 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from plait.actors.bridge import Promise
 from plait.errors import PlaitError
 
@@ -20,21 +22,24 @@ ACK_WAIT_SEC = 60.0
 class Ack:
     """One submission's acknowledgement: ``None`` once durable, or the error that stopped it."""
 
-    def __init__(self, pending: set[Ack]) -> None:
+    def __init__(
+        self, pending: set[Ack], then: Callable[[BaseException | None], object] | None = None
+    ) -> None:
         """``pending``: where its session keeps the ``Ack``s its actors have not answered (it
-        leaves once answered)."""
+        leaves once answered). ``then`` hears the first word too, on the thread that says it
+        (a caller that does not wait: the owner's, for a command from the inbox)."""
         self._pending = pending
+        self._then = then
         self.task_id = ""
         """The id of the task it acknowledges, once made."""
         self._said: Promise[None] = Promise()
 
     def __call__(self, error: BaseException | None = None) -> None:
         """Say how it went (the first word counts); from any thread."""
-        if error is None:
-            self._said.settle(None)
-        else:
-            self._said.fail(error)
+        first = self._said.settle(None) if error is None else self._said.fail(error)
         self._pending.discard(self)
+        if first and self._then is not None:
+            self._then(error)
 
     def wait(self, timeout: float, what: str) -> None:
         """Return once durable; raise the error that stopped it, or after ``timeout`` s."""

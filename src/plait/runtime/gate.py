@@ -33,8 +33,8 @@ class TaskGate:
     """Run slots for tasks; ``None`` slots: no bound."""
 
     def __init__(self, most: int | None, on_free: Callable[[], object] = lambda: None) -> None:
-        """``on_free`` is told when a slot is given back and nobody waits for it (a worker
-        may take on more work then)."""
+        """``on_free`` is told when a slot is given back and nobody waits for it, once after
+        each ``want`` (a worker that found no room may take on more work then)."""
         if most is not None and most < 1:
             raise ConfigError(f"max_running_tasks: expected at least 1, got {most}")
         self.most = most
@@ -42,6 +42,12 @@ class TaskGate:
         self._holders: set[str] = set()
         self._line: OrderedDict[str, Callable[[], object]] = OrderedDict()
         self._on_free = on_free
+        self._wanted = False  # someone found no room: tell on_free of the next slot free
+
+    def want(self) -> None:
+        """Have ``on_free`` tell of the next slot given back (more work waits)."""
+        with self._lock:
+            self._wanted = True
 
     @property
     def running(self) -> int:
@@ -88,7 +94,10 @@ class TaskGate:
                 return
             self._holders.discard(holder)
         if not self._pass_on():
-            self._on_free()
+            with self._lock:
+                wanted, self._wanted = self._wanted, False
+            if wanted:
+                self._on_free()
 
     def _pass_on(self) -> bool:
         """Give the free slots to those first in line; return whether anyone was given one."""

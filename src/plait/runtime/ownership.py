@@ -7,10 +7,14 @@ process took that it is lost. A lease whose holder it proves dead (a process of 
 that no longer runs, ``liveness``) counts as lapsed at once. Its inbox thread takes the
 commands of the sessions it owns, in order, as the store signals them, and hands each to its
 session: a task its session holds is not queued again, an interrupt whose key it acted on is
-not acted on again (docs/processes.md#each-command-takes-effect-once)."""
+not acted on again (docs/processes.md#each-command-takes-effect-once). It does not wait for a
+task to be durable before it hands on the next command: its session says when it is, and the
+command is dropped at the thread's next round, with the others durable by then."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 import time
@@ -29,8 +33,9 @@ from plait.events.ownership import (
     StoredCommand,
     SubmitTask,
 )
+from plait.events.subscription import Signal
 from plait.events.types import ConversationDestroyed, Event, TaskEnqueued
-from plait.runtime.acks import ACK_WAIT_SEC, Ack
+from plait.runtime.acks import Ack
 from plait.runtime.liveness import new_owner_id, owner_state
 from plait.runtime.timers import Timer, Timers
 
@@ -74,7 +79,19 @@ class Owner:
         # acted on: docs/processes.md#each-command-takes-effect-once).
         self._interrupted: OrderedDict[str, None] = OrderedDict()
         self._stopping = threading.Event()
-        self._waiter = self._store._inbox_waiter()
+        # Handed to their sessions and durable since: dropped from the inbox at the next round.
+        self._durable: list[StoredCommand] = []
+        self._dropping = Signal()  # a command's task is durable: the inbox thread drops it
+        self._looks = Signal()  # ``wake``: the inbox thread reads the inbox
+        # Whether a command may wait unread: its next round reads the inbox (not when only
+        # drops woke it). Set by ``wake``, a command stored here, and one announced for a
+        # session it holds; read and cleared by the inbox thread alone, before it reads.
+        self._unread = True
+        self._store._commanded.heard_by(self._stored_here)
+        # Woken by its own sessions' commands only, where the store can tell.
+        self._waiter = self._store.commands_waiter(
+            Signal.any_of(self._looks, self._dropping), self._announced
+        )
         self._thread: threading.Thread | None = None
         self._heartbeat = Timers("plait-heartbeat")
         self._beating: Timer | None = None
@@ -179,15 +196,32 @@ class Owner:
 
     def wake(self) -> None:
         """Look at the inbox now (a session was just taken over, or a place may be free)."""
-        self._store._commanded.notify()
+        self._unread = True
+        self._looks.notify()
+
+    def _stored_here(self) -> None:
+        """A command was stored through this store object (for a session here, maybe)."""
+        self._unread = True
+
+    def _announced(self, stream: str) -> bool:
+        """Whether a command announced for ``stream`` wakes the inbox thread: one for a
+        session it holds, which its next round reads."""
+        mine = self.holds(stream)
+        if mine:
+            self._unread = True
+        return mine
 
     def close(self) -> None:
-        """Stop the heartbeat (the leases still held lapse, unless released first)."""
+        """Stop the heartbeat (the leases still held lapse, unless released first), and drop
+        the commands whose tasks are durable."""
         self._stopping.set()
         self._heartbeat.close(5.0)
         self._waiter.close()
         if self._thread is not None:
             self._thread.join(5.0)
+        if not self._store.closed:
+            with contextlib.suppress(PlaitError):  # left to the next owner, which drops them
+                self._drop_durable()
 
     # --- the heartbeat and the inbox thread ----------------------------------------------------
 
@@ -212,13 +246,19 @@ class Owner:
         while not self._stopping.is_set() and not self._store.closed:
             try:
                 token = self._waiter.token()
-                self._take_commands()
+                self._drop_durable()
+                if self._unread:
+                    self._unread = False  # before it reads: a command stored since is read next
+                    self._take_commands()
                 self._waiter.wait(token, every)
+                if self._waiter.token() == token:  # nothing for a while: look all the same
+                    self._unread = True
             except PlaitError as exc:  # the store is down: the next round tries again
                 if self._store.closed:  # closed under it (the runtime was not): nothing to do
                     return
                 if not self._stopping.is_set():
                     log.warning("session ownership: %s", exc)
+                self._unread = True
                 self._stopping.wait(min(every, 1.0))
 
     def _renew(self) -> None:
@@ -248,55 +288,65 @@ class Owner:
         if not held:
             return
         waiting: set[str] = set()  # passive, no place free: in order, after one that waits
-        submitted: list[tuple[StoredCommand, Ack]] = []
-        try:
-            for stored in self._store.commands(*held):  # its sessions' only
+        for stored in self._store.commands(*held):  # its sessions' only
+            with self._lock:
                 if stored.id in self._taken:
                     continue
-                host = self._runtime.hosts.get(stored.stream)
-                if host is None or host.followed or stored.stream in waiting:
-                    continue
-                # Never wait for a place here, the heartbeat's thread (an interrupt needs none).
-                needs = not isinstance(stored.command.body, InterruptTask)
-                if needs and not host.take_place():
-                    waiting.add(stored.stream)
-                else:
+            host = self._runtime.hosts.get(stored.stream)
+            if host is None or host.followed or stored.stream in waiting:
+                continue
+            # Never wait for a place here, the heartbeat's thread (an interrupt needs none).
+            needs = not isinstance(stored.command.body, InterruptTask)
+            if needs and not host.take_place():
+                waiting.add(stored.stream)
+            else:
+                with self._lock:
                     self._taken.add(stored.id)
-                    if (ack := self._hand(host, stored)) is not None:
-                        submitted.append((stored, ack))
-        finally:
-            self._drop_durable(submitted)
+                self._hand(host, stored)
 
-    def _drop_durable(self, submitted: list[tuple[StoredCommand, Ack]]) -> None:
-        """Drop the submissions handed to their sessions once their tasks are in the log:
-        all told first, then waited for together, so that the sessions record them at once
-        rather than one after the other (one worker's throughput, bench/workers.py)."""
-        done: list[StoredCommand] = []
+    def _drop_durable(self) -> None:
+        """Drop the submissions whose tasks are in the log since the last round, all at once.
+        The thread hands on without waiting for them: a command for another session is not
+        held up behind a write (one worker's throughput, bench/workers.py)."""
+        with self._lock:
+            done, self._durable = self._durable, []
+        if not done:
+            return
         try:
-            for stored, ack in submitted:
-                try:
-                    ack.wait(ACK_WAIT_SEC, f"task from command {stored.id} of {stored.stream}")
-                except UnknownConversationError as exc:  # destroyed since it was sent
-                    log.warning("a task from the inbox was not run: %s", exc)
-                except (SessionClosedError, LeaseLostError):  # the next owner takes it
-                    self._taken.discard(stored.id)
-                    continue
-                done.append(stored)
-        finally:
-            if done:
-                self._store.drop_commands(done)
+            self._store.drop_commands(done)
+        except BaseException:
+            with self._lock:  # dropped at the next round
+                self._durable = done + self._durable
+            raise
+        with self._lock:
             self._taken.difference_update(stored.id for stored in done)
 
-    def _hand(self, host: SessionHost, stored: StoredCommand) -> Ack | None:
+    def _said(self, stored: StoredCommand, error: BaseException | None) -> None:
+        """A submission handed to its session is in the log (``error`` is ``None``): have its
+        command dropped; or it is not, and is left for whoever runs the session next (told on
+        the thread that recorded it, or failed it)."""
+        if isinstance(error, UnknownConversationError):  # destroyed since it was sent
+            log.warning("a task from the inbox was not run: %s", error)
+            error = None
+        elif error is not None and not isinstance(error, SessionClosedError | LeaseLostError):
+            log.warning("session ownership: task from command %s: %s", stored.id, error)
+        with self._lock:
+            if error is None:
+                self._durable.append(stored)
+            else:
+                self._taken.discard(stored.id)
+        if error is None:
+            self._dropping.notify()
+
+    def _hand(self, host: SessionHost, stored: StoredCommand) -> None:
         """Hand a command to its session; drop it once what it leads to is in the log (a
-        submission: return its ``Ack``, for ``_drop_durable``)."""
+        submission: once its ``Ack`` says so, ``_said``)."""
         body = stored.command.body
         try:
             if isinstance(body, SubmitTask):
                 try:
-                    ack = Ack(host.acks)
-                    host.tell(body.plan, ack)
-                    return ack
+                    host.tell(body.plan, Ack(host.acks, functools.partial(self._said, stored)))
+                    return
                 except UnknownConversationError as exc:  # destroyed since it was sent
                     log.warning("task %s from the inbox not run: %s", body.plan.task_id, exc)
             elif isinstance(body, InterruptTask):
@@ -310,16 +360,18 @@ class Owner:
                 done = host.handle.destroy(body.conversation_id).get("ok")
                 if done and not self._destroyed(stored.stream, body.conversation_id, before):
                     self._destroying[stored.id] = (stored, before)
-                    return None
+                    return
         except (SessionClosedError, LeaseLostError):  # closed or lost: the next owner takes it
-            self._taken.discard(stored.id)
-            return None
+            with self._lock:
+                self._taken.discard(stored.id)
+            return
         except PlaitError:  # the store went away mid-way: taken again on the next round
-            self._taken.discard(stored.id)
+            with self._lock:
+                self._taken.discard(stored.id)
             raise
         self._store.drop_commands([stored])
-        self._taken.discard(stored.id)
-        return None
+        with self._lock:
+            self._taken.discard(stored.id)
 
     def _destroyed(self, stream: str, conversation_id: str, after: int) -> bool:
         """Whether ``stream``'s log past seq ``after`` holds ``conversation_id``'s end."""
@@ -340,7 +392,8 @@ class Owner:
                     continue
                 self._store.drop_commands([stored])
             del self._destroying[command_id]
-            self._taken.discard(command_id)
+            with self._lock:
+                self._taken.discard(command_id)
 
     def _first_time(self, key: str) -> bool:
         """Whether the interrupt of ``key`` was not acted on lately (and note it was now)."""
@@ -358,6 +411,8 @@ class Owner:
         """Drop ``stream``'s queued commands whose task ``past`` already holds: a former owner
         recorded it and stopped before it dropped the command."""
         enqueued = {e.task_id for e in past if isinstance(e.body, TaskEnqueued)}
+        if not enqueued:  # none can be (a session's first task): no need to read the inbox
+            return
         done = [
             stored
             for stored in self._store.commands(stream)

@@ -33,6 +33,7 @@ from plait.events.signing import Signer
 from plait.events.storage import Expiry
 from plait.events.store import EventStore
 from plait.events.stores import open_store
+from plait.events.subscription import Signal
 from plait.events.types import (
     ConversationOpened,
     Event,
@@ -203,9 +204,12 @@ class Runtime(Sessions):
             self.history = msgspec.structs.replace(self.history, context_window=window)
         self.hosts: dict[str, SessionHost] = {}
         """The sessions this runtime runs or follows, each's life (plait's own, not the API)."""
-        self.admission = Admission(max_active_sessions, lambda: self.owner.wake())
+        self.room = Signal()
+        """Moved when a place or a run slot may have come free for work that found none
+        (``plait worker`` waits on it beside the inbox; plait's own, not the API)."""
+        self.admission = Admission(max_active_sessions, self._place_freed)
         """Places for sessions' actors (plait's own, not the API)."""
-        self.gate = TaskGate(max_running_tasks, lambda: self.owner.wake())
+        self.gate = TaskGate(max_running_tasks, self.room.notify)
         """Run slots for tasks (plait's own, not the API)."""
         self.off_loop = Offload("plait-calls")
         """Where asyncio callers' submissions run, off their loop (plait's own, not the API)."""
@@ -231,6 +235,12 @@ class Runtime(Sessions):
         self.telemetry = None if _outside is not None else live_export(self, telemetry)
         """Its spans and metrics on their way to an OTLP backend (``None``: none is sent)."""
         _open.add(self)
+
+    def _place_freed(self) -> None:
+        """A place may be free: for a command the owner's thread left waiting, and for
+        sessions a worker may take."""
+        self.owner.wake()
+        self.room.notify()
 
     def _actors_for(
         self, journal: Journal, past: list[Event]

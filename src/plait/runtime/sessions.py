@@ -284,6 +284,12 @@ class Sessions:
             return Recovery(session_id, crashed, waiting, exc.reason)
         return Recovery(session_id, crashed, waiting)
 
+    def takes_commands(self, session_id: str) -> bool:
+        """Whether this process takes the session's commands as they come, its actors running
+        (a worker need not look at the inbox for those: docs/processes.md#capacity)."""
+        host = self.hosts.get(session_id)
+        return host is not None and host.running and not host.followed
+
     @property
     def owned(self) -> list[str]:
         """The sessions this process runs (it holds their leases)."""
@@ -343,7 +349,8 @@ class Sessions:
         taken: list[str] = []
         for session_id in wanted:
             if most is not None and len(taken) >= most:
-                self.admission.want()  # more wait: the owner's wake, once a place may be free
+                self.admission.want()  # more wait: ``room`` moves once a place may be free,
+                self.gate.want()  # or a run slot
                 break
             with self._resuming:
                 if session_id in self.hosts:  # owned, or followed here

@@ -55,7 +55,7 @@ from plait.events.store import (
 from plait.events.stored import Packed
 from plait.events.stores.postgres_announce import Announcer
 from plait.events.stores.postgres_arrays import blob_columns
-from plait.events.stores.postgres_inbox import PostgresInbox
+from plait.events.stores.postgres_inbox import PostgresInbox, announced
 from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
@@ -382,6 +382,9 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
     def _waiter(self) -> Waiter:
         return self._listener(self.channel, poll=self._poll)
 
+    def _held_back(self) -> bool:
+        return self._settled.holding
+
     def _poll(self) -> float:
         """How soon a subscription must look again without an announcement."""
         return self._settled.poll()
@@ -390,14 +393,21 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         """The transaction holding the settled bound back (``postgres_settled.HOLDER``)."""
         return self._run(lambda conn: conn.execute(HOLDER).fetchone())
 
-    def _inbox_waiter(self) -> Waiter:
-        return self._listener(self.inbox_channel, self._commanded)
+    def _inbox_waiter(
+        self, also: Signal | None = None, sessions: Callable[[str], bool] | None = None
+    ) -> Waiter:
+        local = self._commanded if also is None else Signal.any_of(self._commanded, also)
+        return self._listener(self.inbox_channel, local, wanted=announced(sessions))
 
     def _listener(
-        self, channel: str, local: Signal | None = None, poll: Callable[[], float] | None = None
+        self,
+        channel: str,
+        local: Signal | None = None,
+        poll: Callable[[], float] | None = None,
+        wanted: Callable[[str], bool] | None = None,
     ) -> NotifyWaiter:
         """A waiter on ``channel`` (and ``local``), closed with the store."""
-        waiter = NotifyWaiter(self._link.connect, self.url, channel, local, poll)
+        waiter = NotifyWaiter(self._link.connect, self.url, channel, local, poll, wanted)
         self._waiters.add(waiter)
         return waiter
 

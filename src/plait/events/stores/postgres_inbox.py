@@ -19,7 +19,28 @@ from plait.errors import StoreError
 from plait.events.stores.postgres_link import Connection
 from plait.events.subscription import Signal
 
-__all__ = ["PostgresInbox", "committed"]
+__all__ = ["PostgresInbox", "announced", "announcement", "committed"]
+
+
+_MAX_PAYLOAD = 4000
+"""The longest session id a command is announced with, in bytes (PostgreSQL takes payloads of
+up to 8,000 bytes); one longer is announced with none, which wakes every owner."""
+
+
+def announcement(stream: str) -> str:
+    """The payload a command for ``stream`` is announced with: its session, so that only its
+    owner is woken (``announced``)."""
+    return stream if len(stream.encode()) <= _MAX_PAYLOAD else ""
+
+
+def announced(sessions: Callable[[str], bool] | None) -> Callable[[str], bool] | None:
+    """Which payloads on the inbox channel wake a waiter for the commands of ``sessions``
+    (``None``: every one). An empty payload, or one of digits only (an older plait announced
+    the command's id), may be any session's: it wakes it."""
+    if sessions is None:
+        return None
+    wanted = sessions
+    return lambda payload: not payload or payload.isdigit() or wanted(payload)
 
 
 def committed(conn: Connection, queries: Mapping[str, bytes], xact: int, pid: int) -> bool | None:
@@ -57,7 +78,7 @@ class PostgresInbox:
                 found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
                 assert found is not None
                 sent.append((int(found[0]), int(found[1]), int(found[2])))
-                conn.execute(self._sql["notify"], (self.inbox_channel, str(found[0])))
+                conn.execute(self._sql["notify"], (self.inbox_channel, announcement(stream)))
             return int(found[0])
 
         def landed(conn: Connection) -> int | None:

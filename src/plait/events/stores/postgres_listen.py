@@ -7,11 +7,17 @@ wait, and until it is, every wait counts as a notification: notifications may ha
 meanwhile, so the reader reads again, and the store's reads wait for the server as their own
 calls do (docs/failures.md#the-store-blinks). The waiter never raises for a lost connection.
 Given ``poll``, a wait also ends after the seconds it says, so the reader looks again for what
-no notification announced.
+no notification announced. Given ``wanted``, a notification counts only if its payload is one
+``wanted`` takes (the inbox announces each command with its session: an owner is woken by its
+own sessions' commands only). A move of ``local`` (this process's) ends a wait at once: the
+waiter listens on a socket pair beside its connection, which the move writes to.
 """
 
 from __future__ import annotations
 
+import contextlib
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -44,16 +50,24 @@ class NotifyWaiter(Waiter):
         channel: str,
         local: Signal | None = None,
         poll: Callable[[], float] | None = None,
+        wanted: Callable[[str], bool] | None = None,
     ) -> None:
         self._connect = connect
         self._url = url
         self._channel = channel
-        self._local = local  # moved in this process (``Owner.wake``): seen within STEP_SEC
+        self._local = local  # moved in this process (``Owner.wake``): ends a wait at once
         self._poll = poll
+        self._wanted = wanted
         self._io = threading.Lock()
         self._closed = False
         self._count = 0
         self._conn: Connection | None = self._listen()
+        self._woken: tuple[socket.socket, socket.socket] | None = None
+        if local is not None:
+            self._woken = socket.socketpair()
+            for end in self._woken:
+                end.setblocking(False)
+            local.heard_by(self._wake)
 
     def _listen(self) -> Connection:
         conn = self._connect()
@@ -65,8 +79,15 @@ class NotifyWaiter(Waiter):
             raise StoreUnavailableError(f"{self._url}: cannot LISTEN: {text_of(exc)}") from exc
         return conn
 
+    def _wake(self) -> None:
+        """``local`` moved: end a wait under way (from the moving thread)."""
+        if self._woken is not None:
+            with contextlib.suppress(OSError):  # full (a wake is pending) or closed
+                self._woken[1].send(b"\0")
+
     def _receive(self, timeout: float) -> None:
-        """Count the notifications arriving within ``timeout`` (0: only those pending)."""
+        """Count the notifications arriving within ``timeout`` (0: only those pending), or
+        until ``local`` moves."""
         with self._io:
             try:
                 if self._closed:
@@ -74,8 +95,17 @@ class NotifyWaiter(Waiter):
                 if self._conn is None or self._conn.broken:
                     self._relisten(timeout)
                     return
-                for _ in self._conn.notifies(timeout=timeout, stop_after=1 if timeout else None):
-                    self._count += 1
+                if self._take() or timeout <= 0:
+                    return
+                ends = [self._conn.fileno()]
+                if self._woken is not None:
+                    ends.append(self._woken[0].fileno())
+                select.select(ends, [], [], timeout)
+                if self._woken is not None:
+                    with contextlib.suppress(OSError):  # drained
+                        while self._woken[0].recv(4096):
+                            pass
+                self._take()
             except psycopg.Error as exc:
                 if self._conn is not None and not self._conn.broken:
                     raise StoreError(f"{self._url}: LISTEN failed: {text_of(exc)}") from exc
@@ -83,6 +113,16 @@ class NotifyWaiter(Waiter):
             finally:
                 if self._closed and self._conn is not None:
                     self._conn.close()
+
+    def _take(self) -> bool:
+        """Count the notifications that have arrived (not waiting for any); return whether
+        one counted."""
+        assert self._conn is not None
+        before = self._count
+        for notify in self._conn.notifies(timeout=0):
+            if self._wanted is None or self._wanted(notify.payload):
+                self._count += 1
+        return self._count != before
 
     def _relisten(self, timeout: float) -> None:
         """Listen on a new connection; if the server is away, wait a step (not to spin) and
@@ -121,6 +161,10 @@ class NotifyWaiter(Waiter):
     def close(self) -> None:
         """Close the listening connection; a blocked ``wait`` returns within ``STEP_SEC``."""
         self._closed = True
+        self._wake()
         with self._io:  # a waiting thread holds it for at most STEP_SEC
             if self._conn is not None:
                 self._conn.close()
+            if self._woken is not None:
+                for end in self._woken:
+                    end.close()

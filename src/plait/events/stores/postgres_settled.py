@@ -63,6 +63,11 @@ class Settled:
             self._said = True
             self._warn(holder())
 
+    @property
+    def holding(self) -> bool:
+        """Whether the last settled read left committed rows above the bound."""
+        return self._reads > 0
+
     def poll(self) -> float:
         """How soon a subscription must look again without an announcement."""
         if not self._reads:

@@ -55,6 +55,7 @@ from plait.events.stores.sqlite_schema import (
     STORED_SQL,
 )
 from plait.events.stores.sqlite_writes import Writes
+from plait.events.subscription import Signal
 from plait.events.types import Event
 
 __all__ = ["SqliteStore"]
@@ -357,8 +358,11 @@ class SqliteStore(SqlitePruning, PerAppendStore):
     def _waiter(self) -> Waiter:
         return FileWaiter(self._data_version, self._appended)
 
-    def _inbox_waiter(self) -> Waiter:
-        return FileWaiter(self._data_version, self._commanded)
+    def _inbox_waiter(
+        self, also: Signal | None = None, sessions: Callable[[str], bool] | None = None
+    ) -> Waiter:
+        local = self._commanded if also is None else Signal.any_of(self._commanded, also)
+        return FileWaiter(self._data_version, local)  # any commit wakes it: no ``sessions``
 
     def close(self) -> None:
         with self._lock:
