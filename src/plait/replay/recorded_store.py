@@ -34,8 +34,9 @@ class RecordedStore(MemoryStore):
 
     And it holds the program where the log has a server's report right after one of its
     events: the append of that event returns once the driver has fed the report in (``fed``),
-    so the report reaches the pool before anything the program does next asks it for its
-    tools, as in the recorded run (docs/replay.md#what-replay-feeds-in).
+    and so does the program's next append (that event may have been the driver's), so the
+    report reaches the pool before anything the program does next asks it for its tools, as in
+    the recorded run (docs/replay.md#what-replay-feeds-in).
     """
 
     writes_ahead = False  # each append passes ``append``, where the program is stopped
@@ -75,6 +76,9 @@ class RecordedStore(MemoryStore):
         *,
         epoch: int | None = None,
     ) -> list[Event]:
+        program = not all(_reported(item) for item in events)
+        if program and not self._halted:  # a report before these, after an event not held for
+            self._hold()  # it (the driver's own, as it resumes the program)
         with self._halt_lock:
             if self._halted:  # the program's own events go unheard; what raced in lands
                 claimed = self._claim(events, self._halts[0] if self._halts else None)
@@ -87,7 +91,7 @@ class RecordedStore(MemoryStore):
                 if (seq := claimed.get(id(item))) is not None:
                     del self._pending[bisect.bisect_left(self._pending, seq)]
         stored = super().append(stream, kept, at, epoch=epoch) if kept else []
-        if stored and not all(_reported(item) for item in kept):
+        if stored and program:
             self._hold()
         heard = {id(item) for item in kept}
         unheard = [self._draft(stream, item) for item in events if id(item) not in heard]
