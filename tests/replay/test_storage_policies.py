@@ -201,11 +201,12 @@ def test_a_runtime_with_ttl_content_sweeps_it_and_stops_when_closed(tmp_path: Pa
             assert isinstance(answer.text, Redacted)
             assert runtime.store.verify(session.session_id).ok
         idle = runtime_for(server, tmp_path, expire_every_sec=0.01)
-        assert idle._sweeper is None  # no ttl content in use: no store scans
+        assert idle._sweeping.timer is None  # no ttl content in use: no store scans
         idle.close()
         ttl = StoragePolicy("ttl", 60)
         sweeping = runtime_for(server, tmp_path, expire_every_sec=0.01, storage_policy=ttl)
-        assert sweeping._sweeper is not None and not sweeping._sweeper.cancelled
+        timer = sweeping._sweeping.timer
+        assert timer is not None and not timer.cancelled
         assert sweeping.timers.running
         sweeping.close()
-        assert sweeping._sweeper.cancelled and not sweeping.timers.running
+        assert timer.cancelled and not sweeping.timers.running

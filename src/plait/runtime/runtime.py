@@ -27,10 +27,8 @@ from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
 from plait.actors.seams import McpPoolRef
-from plait.errors import PlaitError
 from plait.events.ownership import DEFAULT_LEASE_SEC
 from plait.events.signing import Signer
-from plait.events.storage import Expiry
 from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.subscription import Signal
@@ -60,6 +58,7 @@ from plait.runtime.offload import Offload
 from plait.runtime.outside import Outside
 from plait.runtime.ownership import Owner, default_owner_id
 from plait.runtime.sessions import Sessions
+from plait.runtime.sweeping import Sweeping
 from plait.runtime.telemetry import live_export
 from plait.runtime.timers import Timer, Timers
 from plait.telemetry.settings import TelemetrySettings
@@ -216,16 +215,14 @@ class Runtime(Sessions):
         self._resuming = threading.Lock()
         self.timers = Timers("plait-timers")
         """Its housekeeping jobs: passivating, expiring, taking over (plait's own, not the API)."""
-        self._expiry = Expiry(self.store)
-        self._expire_every_sec = expire_every_sec
-        self._sweeper: Timer | None = None
+        self._sweeping = Sweeping(self.store, self.timers, expire_every_sec)
         self._passivator: Timer | None = None
         if idle_sec is not None:
             # A few looks within ``idle_sec``, so a session idles little longer than that.
             every, passivate = min(idle_sec / 4, 1.0), functools.partial(self._passivate, idle_sec)
             self._passivator = self.timers.every(every, passivate, "passivate idle sessions")
         if self.storage_policy.kind == "ttl":
-            self._sweep_from_now()
+            self._sweeping.start()
         self.owner = Owner(self, owner_id or default_owner_id(), lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
@@ -366,20 +363,7 @@ class Runtime(Sessions):
     def expire_content(self, now: datetime | None = None) -> int:
         """Delete ``ttl`` conversations' content that is due by ``now`` (the store's clock by
         default); return how many blobs."""
-        return self._expiry.sweep(now)
-
-    def _sweep_from_now(self) -> None:
-        """Start sweeping (once): ``ttl`` content is in use."""
-        if self._sweeper is not None or self._expire_every_sec is None:
-            return
-        every = self._expire_every_sec
-        self._sweeper = self.timers.every(every, self._sweep, "expire ttl content", first=0.0)
-
-    def _sweep(self) -> None:
-        try:
-            self._expiry.sweep()
-        except PlaitError as exc:  # a store error now; the next sweep tries again
-            log.warning("expiring ttl content failed: %s", exc)
+        return self._sweeping.sweep(now)
 
     def _attach(
         self,
@@ -403,7 +387,7 @@ class Runtime(Sessions):
             followed=followed,
         )
         if host.journal.expires and not followed:
-            self._sweep_from_now()
+            self._sweeping.start()
         self.hosts[session_id] = host
         return host
 
