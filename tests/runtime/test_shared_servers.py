@@ -15,7 +15,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from scripted import call, runtime_for
@@ -124,6 +124,16 @@ def test_a_server_scoped_to_the_session_runs_once_per_session(
         assert processes(tag) == {"a": 3, "b": 1}
 
 
+def first_run(
+    model: ScriptedModelServer, tmp_path: Path, store: EventStore, servers: dict[str, Any]
+) -> str:
+    """Start a session with ``servers`` in a runtime of its own, run a turn, close: its id."""
+    with runtime_for(model, tmp_path, store=store, mcp_servers=servers) as runtime:
+        session = runtime.start_session()
+        assert session.run("start", timeout=WAIT).ok
+        return session.session_id
+
+
 def test_a_resumed_session_starts_a_server_at_its_first_call(
     tmp_path: Path, tag: str, store: SqliteStore
 ) -> None:
@@ -135,10 +145,7 @@ def test_a_resumed_session_starts_a_server_at_its_first_call(
     ]
     with ScriptedModelServer(script) as model:
         servers = {"a": stdio(tag, "a")}
-        with runtime_for(model, tmp_path, store=store, mcp_servers=servers) as runtime:
-            session = runtime.start_session()
-            session_id = session.session_id
-            assert session.run("start", timeout=WAIT).ok
+        session_id = first_run(model, tmp_path, store, servers)
         with runtime_for(model, tmp_path, store=store, mcp_servers=servers) as runtime:
             session = runtime.resume(session_id)
             assert session.run("talk", timeout=WAIT).ok
@@ -166,11 +173,7 @@ def test_a_lazy_server_whose_tools_changed_records_the_change(
         Step(text="after"),
     ]
     with ScriptedModelServer(script) as model:
-        first = {"a": stdio(tag, "a", variant="a")}
-        with runtime_for(model, tmp_path, store=store, mcp_servers=first) as runtime:
-            session = runtime.start_session()
-            session_id = session.session_id
-            assert session.run("start", timeout=WAIT).ok
+        session_id = first_run(model, tmp_path, store, {"a": stdio(tag, "a", variant="a")})
         later = {"a": stdio(tag, "a", variant="b")}  # its lookup tool takes other arguments
         with runtime_for(model, tmp_path, store=store, mcp_servers=later) as runtime:
             session = runtime.resume(session_id)
