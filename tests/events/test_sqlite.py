@@ -123,6 +123,30 @@ def test_a_truncated_file_never_reads_as_a_shorter_history(tmp_path: Path) -> No
     assert str(path) in str(info.value) or "stream s" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "called"),
+    [("hash", 5, "int"), ("data", 7, "int"), ("prev_hash", 3, "int"), ("count", 1.5, "float")],
+)
+def test_a_column_of_another_type_is_named_not_a_traceback(
+    tmp_path: Path, column: str, value: object, called: str
+) -> None:
+    # A flipped byte of a record's header changes a value's type: SQLite keeps any in any column.
+    path = tmp_path / "p.db"
+    with SqliteStore(path) as store:
+        for turn in (1, 2, 3):
+            store.append("s", [TurnStarted(turn=turn)], turn - 1)
+    with sqlite3.connect(path) as db:
+        db.execute(f"UPDATE appends SET {column} = ? WHERE seq = 2", (value,))
+    why = f"stream s seq 2: the row's {column} holds a {called}, not "
+    with SqliteStore(path) as store:
+        with pytest.raises(CorruptEventError, match=why):
+            store.read("s")
+        with pytest.raises(CorruptEventError, match=why):
+            list(store.batches())
+        report = store.verify("s")
+    assert not report.ok and report.first_bad_seq == 2 and why.split(": ", 1)[1] in report.reason
+
+
 def test_a_newer_store_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "p.db"
     SqliteStore(path).close()

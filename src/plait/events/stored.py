@@ -17,9 +17,9 @@ as every read checks them (docs/event-log.md#checked-reads).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
-from plait.errors import TamperedError
+from plait.errors import CorruptEventError, TamperedError
 from plait.events.codec import decode_rows, event_hash
 from plait.events.packing import PackedRow, chain, is_packed, unpack
 from plait.events.types import Event
@@ -42,6 +42,16 @@ PER_APPEND: Final = 2
 
 Packed = tuple[int, str, int, int, bytes, bytes, bytes]
 """A row of ``PER_APPEND``: ``(position, stream, seq, count, prev_hash, hash, data)``."""
+_COLUMNS: Final = (
+    ("position", int, "an integer"),
+    ("stream", str, "text"),
+    ("seq", int, "an integer"),
+    ("count", int, "an integer"),
+    ("prev_hash", bytes | memoryview, "bytes"),
+    ("hash", bytes | memoryview, "bytes"),
+    ("data", bytes | memoryview, "bytes"),
+)
+"""Each column of a ``Packed`` row: its name, its type, and what the type is called."""
 
 
 class Stored(NamedTuple):
@@ -69,7 +79,7 @@ def row_events(
         return
     digests: dict[str, Callable[[bytes, bytes | memoryview], bytes]] = {}
     for row in rows:
-        packed: Packed = row
+        packed = typed(row)
         yield _size(packed), decode_packed([packed], digests=digests, check=check)
 
 
@@ -84,7 +94,7 @@ def decode_packed(
     ``resolve`` is applied to those whose body may name a blob."""
     out: list[Event] = []
     digests = {} if digests is None else digests
-    for position, stream, seq, count, prev, digest, data in rows:
+    for position, stream, seq, count, prev, digest, data in map(typed, rows):
         if is_packed(data):
             link = digests.get(stream) or digests.setdefault(stream, chain(stream))
             row = PackedRow(seq, count, bytes(prev), bytes(digest), bytes(data))
@@ -94,6 +104,17 @@ def decode_packed(
             if resolve is not None and out[-1].body.BLOB_FIELDS:
                 out[-1] = resolve(out[-1])
     return out
+
+
+def typed(row: Sequence[Any]) -> Packed:
+    """``row`` of ``PER_APPEND``, each column of its type; else ``CorruptEventError`` naming
+    the column (a damaged file: SQLite keeps a value of any type in any column)."""
+    for (name, kind, called), value in zip(_COLUMNS, row, strict=True):
+        if not isinstance(value, kind) or isinstance(value, bool):
+            seq = row[2] if isinstance(row[2], int) else None
+            why = f"the row's {name} holds a {type(value).__name__}, not {called} (damaged)"
+            raise CorruptEventError(str(row[1]), seq, why)
+    return cast(Packed, row)
 
 
 def _moved(
