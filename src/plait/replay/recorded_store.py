@@ -6,6 +6,7 @@ Internal to the replay driver (``driver.py``), not part of the public API.
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -18,6 +19,8 @@ from plait.events.types import Body, Event, NewEvent
 from plait.replay.inference import is_lifecycle, recorded_only, submitted_task
 
 __all__ = ["RecordedStore"]
+
+log = logging.getLogger("plait.replay")
 
 
 class RecordedStore(MemoryStore):
@@ -112,7 +115,13 @@ class RecordedStore(MemoryStore):
         if not report or threading.get_ident() == self._driver:
             return
         with self._feeding:
-            self._feeding.wait_for(lambda: self._fed >= report, self._wait_sec)
+            if not self._feeding.wait_for(lambda: self._fed >= report, self._wait_sec):
+                log.warning(
+                    "replay: the program waited %g s for the report at seq %d, which was not "
+                    "fed in; going on without it",
+                    self._wait_sec,
+                    report,
+                )
 
     def _before_halt(self, events: Sequence[Body | NewEvent], expected_seq: int) -> int:
         """How many of ``events``, to follow seq ``expected_seq``, come before the next crash
