@@ -68,7 +68,6 @@ __all__ = [
     "catalog_of",
     "offer_servers",
     "offered_of",
-    "started_when_needed",
 ]
 
 log = logging.getLogger("plait")
@@ -109,18 +108,18 @@ def offered_of(events: list[Event] | tuple[Event, ...]) -> list[str] | None:
     return None if catalog.offered is None else sorted(catalog.offered)
 
 
-def started_when_needed(
+def _started_when_needed(
     configs: Mapping[str, McpServerConfig], listed: Collection[str]
-) -> set[str]:
+) -> frozenset[str]:
     """The servers of ``configs`` a session starts at their first call rather than at once:
     those whose tools its log lists (``listed``: ``catalog_of``'s servers), which it offers
     until then; but the ``required`` ones, which must be up before a task runs, and its
     function tools, which cost nothing to start (docs/tools.md#started-when-needed)."""
-    return {
+    return frozenset(
         name
         for name, config in configs.items()
         if name in listed and not config.required and name != FUNCTIONS
-    }
+    )
 
 
 def offer_servers(
@@ -183,6 +182,8 @@ class McpPool(Actor):
         self.tools: dict[str, McpToolSnapshot] = {}
         self.owner: dict[str, str] = {}
         self.servers: McpServersLike | None = None
+        self.later: frozenset[str] = frozenset()
+        """The servers started at their first call, not with the pool."""
         ref = self.actor_ref
 
         def wake() -> None:  # any thread: start the calls that waited, on the pool's thread
@@ -207,7 +208,8 @@ class McpPool(Actor):
         """Start a pool; return the ref its conversations call through (pykka's own ref, and
         the pool's ``Dispatcher`` beside it)."""
         ref = cls.start(journal, effects, configs, past, limits, servers_factory, functions, shared)
-        return PoolRef(ref, cast(Dispatcher, ref.ask(_Calls(), timeout=30)))
+        calls, later = cast(tuple[Dispatcher, frozenset[str]], ref.ask(_Calls(), timeout=30))
+        return PoolRef(ref, calls, later)
 
     def startup(self) -> None:
         if not self.configs:
@@ -228,8 +230,8 @@ class McpPool(Actor):
         # A server whose tools the log lists starts at its first call: its tools are offered
         # from the log until then (docs/tools.md#started-when-needed).
         offered = {server: self.configs[server] for server in self._offered()}
-        lazy = started_when_needed(offered, self.catalog.tools)
-        self.effects.submit(self.servers.start(lazy)).result(10)
+        self.later = _started_when_needed(offered, self.catalog.tools)
+        self.effects.submit(self.servers.start(self.later)).result(10)
         self.calls.servers = self.servers
 
     def on_stop(self) -> None:
@@ -357,7 +359,7 @@ class McpPool(Actor):
             case _Wake():
                 self.calls.dispatch()
             case _Calls():
-                return self.calls
+                return self.calls, self.later
         return None
 
 
@@ -370,15 +372,21 @@ class _Wake(msgspec.Struct, frozen=True):
 
 
 class _Calls(msgspec.Struct, frozen=True):
-    """Answered with the pool's ``Dispatcher`` (once, by ``McpPool.open``)."""
+    """Answered with the pool's ``Dispatcher`` and the servers it starts at their first call
+    (once, by ``McpPool.open``)."""
 
 
 class PoolRef:
     """The pool's ref, through which a conversation starts its calls on its own thread."""
 
-    def __init__(self, ref: pykka.ActorRef[McpPool], calls: Dispatcher) -> None:
+    def __init__(
+        self, ref: pykka.ActorRef[McpPool], calls: Dispatcher, later: frozenset[str]
+    ) -> None:
         self.ref = ref
         self.calls = calls
+        self.later = later
+        """The servers started at their first call: their tools are offered as the session's
+        log lists them until then (docs/tools.md#started-when-needed)."""
         self.actor_urn = ref.actor_urn
         self.tell = ref.tell
         self.ask = ref.ask

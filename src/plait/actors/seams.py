@@ -225,6 +225,9 @@ lifecycle fact, ``McpServerReady``..., from the loop to the pool)."""
 class McpPoolRef(Askable, Protocol):
     """The session's MCP pool, as a conversation calls it (``PoolRef``)."""
 
+    later: frozenset[str]
+    """The servers it starts at their first call, not at once."""
+
     def hold(self, requests: Sequence[CallTool]) -> list[ToolCallStarted]:
         """Take a slot for each of a reply's first calls that may start now."""
         ...

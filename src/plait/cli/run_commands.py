@@ -286,7 +286,7 @@ def _await_servers(
     (docs/tools.md#servers)."""
     from plait.events.types import Event, McpServerFailed, McpServerReady
 
-    later = later_servers(handle, config, before)
+    later = later_servers(handle)
     waiting = {name for name, s in config.mcp_servers.items() if s.enabled} - later
     if report is not None:
         report.later(later)

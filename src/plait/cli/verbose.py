@@ -114,14 +114,12 @@ def server_report(config: Config, since: datetime) -> ServerReport | None:
     return ServerReport(names, since)
 
 
-def later_servers(handle: SessionHandle, config: Config, before: int) -> set[str]:
-    """The enabled MCP servers the session starts at their first call, not now: those whose
-    tools its log lists up to seq ``before`` (docs/tools.md#started-when-needed)."""
-    from plait.actors.pool import catalog_of, started_when_needed
-
-    past = handle.runtime.store.read(handle.session_id, upto=before) if before else []
-    enabled = {name: s for name, s in config.mcp_servers.items() if s.enabled}
-    return started_when_needed(enabled, catalog_of(past))
+def later_servers(handle: SessionHandle) -> frozenset[str]:
+    """The MCP servers the session starts at their first call, not now: those whose tools
+    its log lists (docs/tools.md#started-when-needed)."""
+    host = handle.runtime.hosts.get(handle.session_id)
+    pool = host.pool if host is not None else None
+    return frozenset() if pool is None else pool.later
 
 
 def watch_servers(
@@ -136,7 +134,7 @@ def watch_servers(
     limit = MARGIN_SEC + max(
         config.mcp_servers[name].startup_timeout_sec for name in report.waiting
     )
-    report.later(later_servers(handle, config, before))
+    report.later(later_servers(handle))
     # Subscribed, then read: an event recorded in between is in one or both, never lost.
     feed = handle.subscribe(transient=False)
     seen = handle.runtime.store.read(handle.session_id, after=before)

@@ -263,11 +263,10 @@ class Driver:
         offered = body if isinstance(body, McpServersOffered) else None
         if crash:
             self.stopping = None  # the stopping process was killed: the next one ends its task
-        if crash or (self.handed_back is not None and event.task_id != self.handed_back):
-            # A process ends here: what it held for (a report after its last event, recorded
-            # by the next one) is not its to wait for.
-            self.store.fed(event.seq)
-        if self.handed_back is not None and (crash or event.task_id != self.handed_back):
+        ends = crash or (self.handed_back is not None and event.task_id != self.handed_back)
+        if ends:  # a process ends here: a report after its last event is the next one's
+            self.store.fed(event.seq)  # (docs/replay.md#what-replay-feeds-in)
+        if self.handed_back is not None and ends:
             self.handed_back = None  # what follows a stop's records is the next process's
             if not crash:  # (docs/processes.md#stopping)
                 self._crash_and_resume(offered, at_halt=False)

@@ -51,7 +51,6 @@ class McpServers:
         server ``FUNCTIONS`` (which ``configs`` names); ``shared``: the runtime's servers,
         used for every server not configured with ``scope = "session"``."""
         self._report = report
-        self._shared = shared
         self._own: dict[str, Server] = {}
         self._servers: dict[str, Server] = {}
         for name, config in configs.items():

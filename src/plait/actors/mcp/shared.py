@@ -38,10 +38,6 @@ class SharedServers:
                 found.status, found.reason = "closed", "plait is closing"
         return found
 
-    def running(self) -> list[Server]:
-        """The servers started and not closed (for status and tests)."""
-        return [s for s in self._servers.values() if s.status not in ("pending", "closed")]
-
     async def close(self) -> None:
         """Stop every server. Idempotent."""
         self._closed = True
