@@ -43,6 +43,20 @@ def test_a_free_session_is_taken_and_a_held_one_is_not(store: EventStore) -> Non
     assert [(lease.stream, lease.owner) for lease in store.leases()] == [("s1", "a")]
 
 
+def test_many_leases_are_taken_at_once_each_as_one_would_be(store: EventStore) -> None:
+    store.acquire_lease("held", "b", 10)
+    store.acquire_lease("lapsed", "b", LAPSED)
+    store.acquire_lease("mine", "a", 10)
+    leases = store.acquire_leases(["new", "held", "lapsed", "mine", "new"], "a", 10)
+    assert [(x.stream, x.owner, x.epoch) for x in leases] == [
+        ("new", "a", 1),
+        ("held", "b", 1),  # b keeps it, and a is told
+        ("lapsed", "a", 2),
+        ("mine", "a", 1),  # renewed, not taken anew
+    ]
+    assert store.acquire_leases([], "a", 10) == []
+
+
 def test_a_lapsed_lease_is_taken_with_a_higher_epoch(store: EventStore) -> None:
     store.acquire_lease("s1", "a", LAPSED)
     lease = store.lease("s1")

@@ -138,7 +138,18 @@ class Ownership(ABC):
         """Take ``stream``'s lease for ``owner`` if nobody holds it, it lapsed, or ``owner``
         holds it already (then it is renewed, its epoch kept). Return the lease as it is now:
         held by ``owner`` when taken, else by whoever holds it."""
-        return self._acquire(stream, owner, lease_sec)
+        return self._acquire([stream], owner, lease_sec)[0]
+
+    def acquire_leases(self, streams: Iterable[str], owner: str, lease_sec: float) -> list[Lease]:
+        """Take the leases of ``streams`` as ``acquire_lease`` takes one, all in one
+        transaction (a worker adopting many sessions at once: one round trip, not one each);
+        return them as they are now, in the order of ``streams``."""
+        wanted = list(dict.fromkeys(streams))
+        if not wanted:
+            return []
+        # Row locks taken in one order by every process: two takers never wait on each other.
+        found = {lease.stream: lease for lease in self._acquire(sorted(wanted), owner, lease_sec)}
+        return [found[stream] for stream in wanted]
 
     def renew_leases(self, owner: str, lease_sec: float, held: Mapping[str, int]) -> dict[str, int]:
         """Renew the leases of ``held`` (stream -> epoch) that ``owner`` still holds at those
@@ -219,7 +230,9 @@ class Ownership(ABC):
         raise LeaseLostError(stream, epoch, holder)
 
     @abstractmethod
-    def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease: ...
+    def _acquire(self, streams: list[str], owner: str, lease_sec: float) -> list[Lease]:
+        """Take the leases of ``streams`` (sorted, distinct) in one transaction; return
+        every one of them as it is now."""
 
     @abstractmethod
     def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]: ...

@@ -108,6 +108,20 @@ class Owner:
         """Take ``stream``'s lease; return its epoch, or ``None`` when another process holds it."""
         asked = time.monotonic()
         lease = self._store.acquire_lease(stream, self.id, self.lease_sec)
+        return self._held_now(lease, asked)
+
+    def take_all(self, streams: list[str]) -> dict[str, int]:
+        """Take the leases of ``streams`` at once (one transaction); return the epochs of
+        those taken, by stream: those another process holds are not."""
+        asked = time.monotonic()
+        leases = self._store.acquire_leases(streams, self.id, self.lease_sec)
+        taken = {lease.stream: self._held_now(lease, asked) for lease in leases}
+        return {stream: epoch for stream, epoch in taken.items() if epoch is not None}
+
+    def _held_now(self, lease: Lease, asked: float) -> int | None:
+        """Note ``lease`` as held since ``asked`` if this process took it, or take it from a
+        holder proved dead; return its epoch, or ``None`` when another process holds it."""
+        stream = lease.stream
         holder = lease.owner if lease.live else None  # a lapsed one was taken, if it could be
         if holder is not None and holder != self.id and owner_state(holder) == "dead":
             # Its holder ran on this machine and runs no more: end its lease (if nobody took

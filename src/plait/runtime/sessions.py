@@ -119,8 +119,11 @@ class Sessions:
     def _own_if_free(self, session_id: str) -> SessionHost | None:
         """Take the session's lease and resume it, unless another live process holds it."""
         epoch = self.owner.take(session_id)
-        if epoch is None:
-            return None
+        return None if epoch is None else self._resume_taken(session_id, epoch)
+
+    def _resume_taken(self, session_id: str, epoch: int) -> SessionHost:
+        """Resume the session whose lease this process took at ``epoch``; release the lease
+        if that fails."""
         try:
             past = self._read_session(session_id)  # all the former owner wrote
             return self._resume(session_id, past, task_queue(past).snapshot(), epoch)
@@ -346,20 +349,32 @@ class Sessions:
         return [session_id for session_id in wanted if session_id not in self.hosts], others
 
     def _adopt(self, wanted: list[str], most: int | None) -> list[str]:
+        """Take over up to ``most`` of the sessions ``wanted``: their leases in one
+        transaction, then each resumed (a worker given many at once starts the last of them
+        a round trip each sooner, docs/processes.md#capacity). Return the ids taken."""
+        if most is not None and len(wanted) > most:
+            self.admission.want()  # more wait: ``room`` moves once a place may be free,
+            self.gate.want()  # or a run slot
+            wanted = wanted[:most]
         taken: list[str] = []
-        for session_id in wanted:
-            if most is not None and len(taken) >= most:
-                self.admission.want()  # more wait: ``room`` moves once a place may be free,
-                self.gate.want()  # or a run slot
-                break
-            with self._resuming:
-                if session_id in self.hosts:  # owned, or followed here
-                    continue
-                try:
-                    if self._own_if_free(session_id) is not None:
+        with self._resuming:
+            wanted = [session_id for session_id in wanted if session_id not in self.hosts]
+            try:
+                epochs = self.owner.take_all(wanted) if wanted else {}
+            except PlaitError as exc:
+                log.warning("sessions %s were not taken over: %s", ", ".join(wanted), exc)
+                return taken
+            try:
+                for session_id, epoch in list(epochs.items()):
+                    try:
+                        self._resume_taken(session_id, epoch)
                         taken.append(session_id)
-                except PlaitError as exc:
-                    log.warning("session %s was not taken over: %s", session_id, exc)
+                    except PlaitError as exc:
+                        log.warning("session %s was not taken over: %s", session_id, exc)
+                    del epochs[session_id]
+            finally:  # cut short (a bug, a signal): no lease is left held and unused
+                for session_id in epochs:
+                    self.owner.release(session_id)
         return taken
 
     def hand_back_idle(self, idle_sec: float) -> list[str]:

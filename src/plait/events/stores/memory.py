@@ -161,13 +161,16 @@ class MemoryStore(PerAppendStore):
                 self._blobs.pop(sha, None)
             self._pruned.extend(records)
 
-    def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
+    def _acquire(self, streams: list[str], owner: str, lease_sec: float) -> list[Lease]:
         now = time.monotonic()
+        leases = []
         with self._lock:
-            holder, epoch, expires = self._held[stream] = taken(
-                self._held.get(stream, (None, 0, 0.0)), owner, now, lease_sec
-            )
-            return Lease(stream, holder, epoch, expires - now)
+            for stream in streams:
+                holder, epoch, expires = self._held[stream] = taken(
+                    self._held.get(stream, (None, 0, 0.0)), owner, now, lease_sec
+                )
+                leases.append(Lease(stream, holder, epoch, expires - now))
+        return leases
 
     def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]:
         expires = time.monotonic() + lease_sec

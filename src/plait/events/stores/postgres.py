@@ -351,19 +351,19 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
             )
         return None
 
-    def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
-        args = {"stream": stream, "owner": owner, "sec": lease_sec}
+    def _acquire(self, streams: list[str], owner: str, lease_sec: float) -> list[Lease]:
+        args = {"streams": streams, "owner": owner, "sec": lease_sec}
 
-        def acquire(conn: Connection) -> tuple[Any, ...] | None:
+        def acquire(conn: Connection) -> list[tuple[Any, ...]]:
             # Made again after a lost connection: the same owner keeps its epoch, so taking
             # a lease twice is taking it once.
             with conn.transaction():
                 conn.execute(self._sql["acquire"], args)
-                return conn.execute(self._sql["leases"], args).fetchone()
+                return conn.execute(self._sql["leases_of"], args).fetchall()
 
         found = self._run(acquire)
-        assert found is not None  # inserted, or there already
-        return _lease(found)
+        assert len(found) == len(streams)  # inserted, or there already
+        return [_lease(row) for row in found]
 
     def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]:
         rows = self._query("renew", (lease_sec, list(held), list(held.values()), owner))

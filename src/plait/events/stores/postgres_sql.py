@@ -182,12 +182,15 @@ QUERIES = {
     # Taken when free, lapsed or already held (then renewed, its epoch kept); the row lock
     # waits for an append holding the lease FOR SHARE to commit.
     "acquire": "INSERT INTO {s}.leases AS l (stream, owner, epoch, expires) "
-    f"VALUES (%(stream)s, %(owner)s, 1, {_NOW} + %(sec)s) ON CONFLICT (stream) DO UPDATE "
+    f"SELECT stream, %(owner)s, 1, {_NOW} + %(sec)s FROM unnest(%(streams)s::text[]) "
+    "AS taken (stream) ORDER BY stream ON CONFLICT (stream) DO UPDATE "
     "SET owner = excluded.owner, expires = excluded.expires, epoch = l.epoch + "
     "CASE WHEN l.owner IS NOT DISTINCT FROM excluded.owner THEN 0 ELSE 1 END "
     f"WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires <= {_NOW}",
     "leases": f"SELECT stream, owner, epoch, expires - {_NOW} FROM {{s}}.leases "
     "WHERE %(stream)s::text IS NULL OR stream = %(stream)s ORDER BY stream",
+    "leases_of": f"SELECT stream, owner, epoch, expires - {_NOW} FROM {{s}}.leases "
+    "WHERE stream = ANY(%(streams)s::text[]) ORDER BY stream",
     # Only the leases asked for, at their epochs, and never one a release or an expiry ended
     # (its expires 0, ENDED): a release stays a release (docs/processes.md#handing-back).
     "renew": f"UPDATE {{s}}.leases AS l SET expires = {_NOW} + %s "

@@ -178,20 +178,23 @@ class SqliteStore(SqlitePruning, PerAppendStore):
 
     # Lease times are the machine's wall clock: every process sharing the file runs on it.
 
-    def _acquire(self, stream: str, owner: str, lease_sec: float) -> Lease:
+    def _acquire(self, streams: list[str], owner: str, lease_sec: float) -> list[Lease]:
+        leases = []
         with self._transaction() as db:
             now = time.time()
-            found = db.execute(
-                "SELECT owner, epoch, expires FROM leases WHERE stream = ?", (stream,)
-            ).fetchone()
-            holder, epoch, expires = taken(found or (None, 0, 0.0), owner, now, lease_sec)
-            if holder == owner:
-                db.execute(
-                    "INSERT OR REPLACE INTO leases (stream, owner, epoch, expires) "
-                    "VALUES (?, ?, ?, ?)",
-                    (stream, owner, epoch, expires),
-                )
-        return Lease(stream, holder, int(epoch), expires - now)
+            for stream in streams:
+                found = db.execute(
+                    "SELECT owner, epoch, expires FROM leases WHERE stream = ?", (stream,)
+                ).fetchone()
+                holder, epoch, expires = taken(found or (None, 0, 0.0), owner, now, lease_sec)
+                if holder == owner:
+                    db.execute(
+                        "INSERT OR REPLACE INTO leases (stream, owner, epoch, expires) "
+                        "VALUES (?, ?, ?, ?)",
+                        (stream, owner, epoch, expires),
+                    )
+                leases.append(Lease(stream, holder, int(epoch), expires - now))
+        return leases
 
     def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]:
         # Only the leases asked for, at their epochs, and never one ended on purpose (ENDED).
