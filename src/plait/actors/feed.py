@@ -49,7 +49,7 @@ class Source(Protocol):
     @property
     def last_seq(self) -> int: ...
 
-    def _unsubscribe(self, feed: Feed) -> None: ...
+    def unsubscribe(self, feed: Feed) -> None: ...
 
 
 class Feed(Iterator["Event | Transient"]):
@@ -198,7 +198,7 @@ class Feed(Iterator["Event | Transient"]):
 
     def close(self) -> None:
         """Stop the feed; a blocked ``get`` or ``aget`` returns ``None``."""
-        self._journal._unsubscribe(self)
+        self._journal.unsubscribe(self)
         self._lagging = False
         self.put(CLOSED)  # wakes a blocked reader
         self._closed = True

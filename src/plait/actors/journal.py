@@ -96,5 +96,6 @@ class Journal(Writer):
             self._delivery.add(feed)
         return feed
 
-    def _unsubscribe(self, feed: Feed) -> None:
+    def unsubscribe(self, feed: Feed) -> None:
+        """Stop handing ``feed`` what is recorded (its ``close``)."""
         self._delivery.remove(feed)

@@ -38,6 +38,7 @@ __all__ = [
     "Ownership",
     "StoredCommand",
     "SubmitTask",
+    "check_epoch",
     "taken",
 ]
 
@@ -131,6 +132,18 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Command).decode
 
 
+def check_epoch(stream: str, epoch: int | None, lease: tuple[str | None, int] | None) -> None:
+    """Refuse an append of ``epoch`` to ``stream`` (``LeaseLostError``) unless it is the epoch
+    of ``lease`` (owner, epoch)."""
+    if epoch is None or (lease is not None and lease[1] == epoch and lease[0] is not None):
+        return
+    if lease is None:
+        raise LeaseLostError(stream, epoch, "the session has no lease")
+    owner, now = lease
+    holder = f"now epoch {now}, held by {owner}" if owner else f"released at epoch {now}"
+    raise LeaseLostError(stream, epoch, holder)
+
+
 class Ownership(ABC):
     """The lease and inbox part of the store contract (``EventStore`` inherits it)."""
 
@@ -209,6 +222,10 @@ class Ownership(ABC):
 
     _commanded: Signal
 
+    def hear_commands(self, hear: Callable[[], object]) -> None:
+        """Call ``hear`` each time a command is stored through this store object."""
+        self._commanded.heard_by(hear)
+
     def _inbox_waiter(
         self, also: Signal | None = None, sessions: Callable[[str], bool] | None = None
     ) -> Waiter:
@@ -217,17 +234,6 @@ class Ownership(ABC):
         return ConditionWaiter(
             self._commanded if also is None else Signal.any_of(self._commanded, also)
         )
-
-    @staticmethod
-    def _check_epoch(stream: str, epoch: int | None, lease: tuple[str | None, int] | None) -> None:
-        """Refuse an append of ``epoch`` unless it is the epoch of ``lease`` (owner, epoch)."""
-        if epoch is None or (lease is not None and lease[1] == epoch and lease[0] is not None):
-            return
-        if lease is None:
-            raise LeaseLostError(stream, epoch, "the session has no lease")
-        owner, now = lease
-        holder = f"now epoch {now}, held by {owner}" if owner else f"released at epoch {now}"
-        raise LeaseLostError(stream, epoch, holder)
 
     @abstractmethod
     def _acquire(self, streams: list[str], owner: str, lease_sec: float) -> list[Lease]:

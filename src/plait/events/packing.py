@@ -16,6 +16,7 @@ of an older body version takes the careful path through the upcasters.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections.abc import Callable
@@ -109,21 +110,25 @@ def chain(stream: str) -> Callable[[bytes, bytes | memoryview], bytes]:
     return digest
 
 
+@functools.cache
+def _dictionary() -> Any:
+    """The dictionary every row is compressed with, read and digested once."""
+    import zstandard  # ~25 ms: imported when a store first packs or unpacks a row
+
+    data = resources.files("plait.events").joinpath("zstd-1.dict").read_bytes()
+    trained = zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_FULLDICT)
+    trained.precompute_compress(level=LEVEL)
+    return trained
+
+
 class _Zstd(threading.local):
     """A compressor and a decompressor per thread (neither may be shared by two at once), of
-    the dictionary the first made (read and digested once, then shared)."""
-
-    _trained: Any = None
+    the one dictionary."""
 
     def __init__(self) -> None:
-        import zstandard  # ~25 ms: imported when a store first packs or unpacks a row
+        import zstandard
 
-        trained = _Zstd._trained
-        if trained is None:
-            data = resources.files("plait.events").joinpath("zstd-1.dict").read_bytes()
-            trained = zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_FULLDICT)
-            trained.precompute_compress(level=LEVEL)
-            _Zstd._trained = trained
+        trained = _dictionary()
         self.error: type[Exception] = zstandard.ZstdError
         self.compress = zstandard.ZstdCompressor(
             level=LEVEL, dict_data=trained, write_content_size=True, write_checksum=False

@@ -51,6 +51,7 @@ __all__ = [
     "Subscription",
     "Verification",
     "Waiter",
+    "check_expected",
     "utc_now",
 ]
 
@@ -73,6 +74,13 @@ class StreamInfo(msgspec.Struct, frozen=True):
     """The stream id."""
     last_seq: int
     """Its last event's seq."""
+
+
+def check_expected(stream: str, expected_seq: int, head_seq: int) -> None:
+    """Refuse an append to ``stream`` made to follow ``expected_seq`` when its head is
+    ``head_seq`` (``ConcurrencyError``)."""
+    if expected_seq != head_seq:
+        raise ConcurrencyError(stream, expected_seq, head_seq)
 
 
 class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
@@ -222,11 +230,6 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
             out.append(event)
         return PreparedAppend(rows, out, blobs)
 
-    @staticmethod
-    def _check_expected(stream: str, expected_seq: int, head_seq: int) -> None:
-        if expected_seq != head_seq:
-            raise ConcurrencyError(stream, expected_seq, head_seq)
-
     # --- reading ----------------------------------------------------------------------------
 
     def read(
@@ -355,7 +358,7 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         prepare: Callable[[int, bytes], PreparedAppend],
         epoch: int | None,
     ) -> list[Event]:
-        """In one transaction: read the head (and with ``epoch`` the lease: ``_check_epoch``),
+        """In one transaction: read the head (and with ``epoch`` the lease: ``check_epoch``),
         check it, ``prepare``, write rows, blobs, head."""
 
     @abstractmethod

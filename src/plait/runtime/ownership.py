@@ -87,7 +87,7 @@ class Owner:
         # drops woke it). Set by ``wake``, a command stored here, and one announced for a
         # session it holds; read and cleared by the inbox thread alone, before it reads.
         self._unread = True
-        self._store._commanded.heard_by(self._stored_here)
+        self._store.hear_commands(self._stored_here)
         # Woken by its own sessions' commands only, where the store can tell.
         self._waiter = self._store.commands_waiter(
             Signal.any_of(self._looks, self._dropping), self._announced

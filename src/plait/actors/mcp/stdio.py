@@ -291,11 +291,6 @@ async def _stop(process: anyio.abc.Process, grace_sec: float) -> None:
         if stream is not None:
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.aclose()
-    # anyio keeps the asyncio transport open while a pipe end lives; close it, or it warns.
-    transport = getattr(getattr(process, "_process", None), "_transport", None)
-    close = getattr(transport, "close", None)
-    if callable(close):
-        close()
 
 
 async def _wait_exit(process: anyio.abc.Process, timeout: float) -> bool:

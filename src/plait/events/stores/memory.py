@@ -20,7 +20,7 @@ import msgspec
 from plait.errors import ConcurrencyError, StoreError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import ENDED, Held, Lease, taken
+from plait.events.ownership import ENDED, Held, Lease, check_epoch, taken
 from plait.events.per_append import PerAppendStore, holding
 from plait.events.pruned import PrunedSession
 from plait.events.store import (
@@ -28,6 +28,7 @@ from plait.events.store import (
     Clock,
     PreparedAppend,
     RedactedMarker,
+    check_expected,
     utc_now,
 )
 from plait.events.stored import Packed
@@ -63,8 +64,8 @@ class MemoryStore(PerAppendStore):
         with self._lock:
             head_seq, head_hash = self._head_locked(stream)
             lease = self._held.get(stream)
-            self._check_epoch(stream, epoch, None if lease is None else lease[:2])
-            self._check_expected(stream, expected_seq, head_seq)
+            check_epoch(stream, epoch, None if lease is None else lease[:2])
+            check_expected(stream, expected_seq, head_seq)
             prepared = prepare(head_seq, head_hash)
             packed = prepared.packed()
             first = self._last_position_locked() + 1

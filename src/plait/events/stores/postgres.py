@@ -41,7 +41,7 @@ from psycopg import sql
 from plait.errors import ConcurrencyError, StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import Lease
+from plait.events.ownership import Lease, check_epoch
 from plait.events.per_append import PerAppendStore
 from plait.events.space import Space
 from plait.events.store import (
@@ -50,6 +50,7 @@ from plait.events.store import (
     PreparedAppend,
     RedactedMarker,
     Waiter,
+    check_expected,
     utc_now,
 )
 from plait.events.stored import Packed
@@ -205,8 +206,8 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         )
         assert found is not None  # one row, whatever is there
         head_seq, head_hash, leased, owner, held_epoch = found
-        self._check_epoch(stream, epoch, (owner, held_epoch) if leased else None)
-        self._check_expected(stream, expected_seq, 0 if head_seq is None else head_seq)
+        check_epoch(stream, epoch, (owner, held_epoch) if leased else None)
+        check_expected(stream, expected_seq, 0 if head_seq is None else head_seq)
         return (0, GENESIS_HASH) if head_seq is None else (int(head_seq), bytes(head_hash))
 
     def _write(
@@ -234,7 +235,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
                 detail = exc.diag.message_detail or ""
                 if exc.sqlstate == LEASE_LOST:
                     lease = json.loads(detail)
-                    self._check_epoch(stream, epoch, None if lease is None else tuple(lease))
+                    check_epoch(stream, epoch, None if lease is None else tuple(lease))
                 if exc.sqlstate == STREAM_MOVED:
                     raise ConcurrencyError(stream, after, int(detail)) from None
                 raise

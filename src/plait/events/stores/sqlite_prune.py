@@ -131,7 +131,7 @@ class SqlitePruning:
 
     def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
         with self._lock:
-            self._writes._forget()  # the heads it remembers, of sessions about to go
+            self._writes.forget()  # the heads it remembers, of sessions about to go
             try:
                 begin(self._db)
                 remove_sessions(self._db, records, blobs)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from plait.errors import StoreError
 from plait.events.codec import GENESIS_HASH
-from plait.events.store import EventStore, PreparedAppend
+from plait.events.ownership import check_epoch
+from plait.events.store import PreparedAppend, check_expected
 from plait.events.stores.sqlite_content import pack_content, split
 from plait.events.stores.sqlite_content import write as write_content
 from plait.events.stores.sqlite_files import begin, rollback
@@ -162,8 +163,8 @@ class Writes:
                 head_seq, head_hash = heads[stream]
                 try:
                     if append.epoch is not None:
-                        EventStore._check_epoch(stream, append.epoch, leases.get(stream))
-                    EventStore._check_expected(stream, append.expected_seq, head_seq)
+                        check_epoch(stream, append.epoch, leases.get(stream))
+                    check_expected(stream, append.expected_seq, head_seq)
                     prepared = append.prepare(head_seq, head_hash)
                 except Exception as exc:  # refused: nothing of it is written
                     append.fail(exc)
@@ -187,7 +188,7 @@ class Writes:
                 )
             db.execute("COMMIT")
         except BaseException:
-            self._forget()
+            self.forget()
             rollback(db)
             raise
         self._position = position
@@ -224,7 +225,7 @@ class Writes:
         heads = self._heads
         (version,) = db.execute("PRAGMA data_version").fetchone()
         if version != self._version or len(heads) > _MOST_HEADS:
-            self._forget()
+            self.forget()
             self._version = version
         if self._position is None:
             (self._position,) = db.execute(LAST_POSITION_SQL).fetchone()
@@ -253,7 +254,9 @@ class Writes:
         ).fetchall()
         return {str(stream): (owner, int(epoch)) for stream, owner, epoch in found}
 
-    def _forget(self) -> None:
+    def forget(self) -> None:
+        """Forget the heads, the position and the keys it remembers (a transaction rolled
+        back, sessions pruned): the next write reads them again."""
         self._heads.clear()
         self._position = None
         self._keys.clear()  # one made in a transaction rolled back is not there
