@@ -12,12 +12,11 @@ from plait.actors.builtins import (
     ConvSend,
     builtin_specs,
     canonical_name,
-    continuation_input,
     input_items,
     parse_arguments,
     plan_spec,
 )
-from plait.events import FunctionCallOutput, InputImage, InputText
+from plait.events import InputImage, InputText
 
 
 def test_specs_come_in_the_fixed_order_with_valid_names() -> None:
@@ -99,9 +98,3 @@ def test_input_items_and_continuation_payload() -> None:
     )
     assert isinstance(parsed, ConvSend)
     assert input_items(parsed.text, parsed.items) == [InputText("look"), InputImage("data:,x")]
-    (output,) = continuation_input(
-        "call_1", {"conversation_id": "c", "last_assistant_message": "ok"}
-    )
-    assert output == FunctionCallOutput(
-        "call_1", '{"conversation_id":"c","last_assistant_message":"ok"}'
-    )

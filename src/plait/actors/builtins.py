@@ -15,7 +15,7 @@ from typing import Final, Literal
 import msgspec
 
 from plait.events.types import PlanStatus, PlanStep, PlanUpdated
-from plait.events.values import FunctionCallOutput, InputImage, InputItem, InputText
+from plait.events.values import InputImage, InputItem, InputText
 
 __all__ = [
     "BUILTIN_NAMES",
@@ -206,11 +206,6 @@ def input_items(text: str | None, items: list[WireItem] | None) -> list[InputIte
     out: list[InputItem] = [InputText(text)] if text else []
     out.extend(item.to_item() for item in items or ())
     return out
-
-
-def continuation_input(call_id: str, payload: dict[str, object]) -> list[InputItem]:
-    """Return a continuation task's input: the interrupting call's JSON output."""
-    return [FunctionCallOutput(call_id, msgspec.json.encode(payload).decode())]
 
 
 _ITEMS_SCHEMA: Final[dict[str, object]] = {

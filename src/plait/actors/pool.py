@@ -65,7 +65,6 @@ __all__ = [
     "McpLimits",
     "McpPool",
     "PoolRef",
-    "catalog_of",
     "offer_servers",
     "offered_of",
 ]
@@ -91,14 +90,6 @@ class _Catalog(msgspec.Struct):
     configured one."""
 
 
-def catalog_of(events: list[Event] | tuple[Event, ...]) -> dict[str, list[McpToolSnapshot]]:
-    """Return each server's tools as the events last listed them."""
-    catalog = _Catalog()
-    for event in events:
-        _fold(catalog, event)
-    return catalog.tools
-
-
 def offered_of(events: list[Event] | tuple[Event, ...]) -> list[str] | None:
     """Return the MCP servers the session's latest run offers, as the events last said
     (``None``: they do not say)."""
@@ -112,7 +103,7 @@ def _started_when_needed(
     configs: Mapping[str, McpServerConfig], listed: Collection[str]
 ) -> frozenset[str]:
     """The servers of ``configs`` a session starts at their first call rather than at once:
-    those whose tools its log lists (``listed``: ``catalog_of``'s servers), which it offers
+    those whose tools its log lists (``listed``: the servers its catalog lists), which it offers
     until then; but the ``required`` ones, which must be up before a task runs, and its
     function tools, which cost nothing to start (docs/tools.md#started-when-needed)."""
     return frozenset(

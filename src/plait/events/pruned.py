@@ -50,11 +50,6 @@ class PrunedSession(msgspec.Struct, frozen=True):
     signed_hash: bytes = b""
     """That head's hash."""
 
-    @property
-    def position_count(self) -> int:
-        """How many positions it held (its events)."""
-        return sum(last - first + 1 for first, last in self.positions)
-
     def line(self) -> str:
         """One line for people: when, by which rule, and its head."""
         return (

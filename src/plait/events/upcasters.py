@@ -20,7 +20,6 @@ __all__ = [
 ]
 
 # What plait wrote before causes were recorded (version 1 of each body).
-V1_BY_USER = "interrupted by the user"
 V1_DESTROYED = "conversation destroyed"
 V1_FORCED_PREFIX = "force-aborted:"
 V1_OWN_FAILURES = ("internal error:", "context change refused:", "compaction failed:")
