@@ -18,15 +18,25 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from plait.actors.bridge import Promise
 from plait.errors import ConfigError
 
-if TYPE_CHECKING:
-    from plait.runtime.host import SessionHost
+__all__ = ["Admission", "Placed"]
 
-__all__ = ["Admission"]
+
+class Placed(Protocol):
+    """A session that takes a place (its ``Placed``): what admission asks of it."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    def idle_now(self) -> bool: ...
+
+    def idle_for(self) -> float: ...
+
+    def passivate_if_free(self) -> bool: ...
 
 
 class _Ticket:
@@ -52,7 +62,7 @@ class Admission:
             raise ConfigError(f"max_active_sessions: expected at least 1, got {most}")
         self.most = most
         self._lock = threading.Lock()
-        self._active: dict[str, SessionHost] = {}
+        self._active: dict[str, Placed] = {}
         self._queue: deque[_Ticket] = deque()
         self._on_free = on_free
         self._wanted = False  # someone found no place without waiting: tell on_free of the next
@@ -62,7 +72,7 @@ class Admission:
         """How many sessions hold a place."""
         return len(self._active)
 
-    def enter(self, handle: SessionHost) -> None:
+    def enter(self, handle: Placed) -> None:
         """Take a place for ``handle`` (hold its lock), waiting in order for one."""
         ticket = None
         try:
@@ -75,7 +85,7 @@ class Admission:
         finally:
             self._leave_line(ticket)
 
-    async def aenter(self, handle: SessionHost) -> None:
+    async def aenter(self, handle: Placed) -> None:
         """``enter`` for asyncio code: waits on the loop, holding no thread."""
         ticket = None
         try:
@@ -103,7 +113,7 @@ class Admission:
         with self._lock:
             self._wanted = True
 
-    def try_enter(self, handle: SessionHost) -> bool:
+    def try_enter(self, handle: Placed) -> bool:
         """Take a place for ``handle`` if one is free (or an idle session's) and nobody waits
         in line; never wait. With none, ``on_free`` tells when one may be."""
         if self._try(handle, None):
@@ -111,7 +121,7 @@ class Admission:
         self.want()
         return False
 
-    def leave(self, handle: SessionHost) -> None:
+    def leave(self, handle: Placed) -> None:
         """Give back ``handle``'s place (its actors stopped)."""
         with self._lock:
             if self._active.pop(handle.session_id, None) is not None and self._queue:
@@ -132,7 +142,7 @@ class Admission:
         if wanted:
             self._on_free()
 
-    def _try(self, handle: SessionHost, ticket: _Ticket | None) -> bool:
+    def _try(self, handle: Placed, ticket: _Ticket | None) -> bool:
         """Take a place if one is free (or can be freed) and nobody waits ahead."""
         while True:
             with self._lock:

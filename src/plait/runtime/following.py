@@ -13,23 +13,39 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from plait.errors import PlaitError
 from plait.events.subscription import Subscription
 
 if TYPE_CHECKING:
+    from plait.actors.journal import Journal
     from plait.events.ownership import Lease
     from plait.events.store import EventStore
-    from plait.runtime.host import SessionHost
     from plait.runtime.timers import Timer, Timers
 
-__all__ = ["Followers"]
+__all__ = ["Followed", "Followers"]
 
 log = logging.getLogger("plait")
 
 
-class Followers:
+class Followed(Protocol):
+    """A followed session (its ``F``): what the followers need of it."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def takes_over(self) -> bool: ...
+
+
+F = TypeVar("F", bound=Followed)
+
+
+class Followers(Generic[F]):
     """Feeds the handles of sessions owned elsewhere from the log; takes them over when free."""
 
     POLL_SEC = 0.5
@@ -39,7 +55,7 @@ class Followers:
         self,
         store: EventStore,
         leases: Callable[[], list[Lease]],
-        take_over: Callable[[SessionHost], object],
+        take_over: Callable[[F], object],
         timers: Timers,
     ) -> None:
         """``leases()`` reads every lease as this process knows them (``Owner.leases``: a dead
@@ -51,12 +67,12 @@ class Followers:
         self._looking: Timer | None = None
         self._store = store
         self._lock = threading.Lock()  # delivering to the handles, and adding or removing one
-        self._hosts: dict[str, SessionHost] = {}
+        self._hosts: dict[str, F] = {}
         self._subscription: Subscription | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
-    def add(self, host: SessionHost, after_position: int) -> None:
+    def add(self, host: F, after_position: int) -> None:
         """Follow ``host``'s session, whose feeds have had its log up to ``after_position``."""
         with self._lock:
             self._hosts[host.session_id] = host
@@ -74,7 +90,7 @@ class Followers:
                 journal = host.journal
                 journal.deliver(self._store.read(journal.stream, after=journal.last_seq))
 
-    def remove(self, host: SessionHost) -> None:
+    def remove(self, host: F) -> None:
         """Stop following ``host``'s session (taken over here, or its handle closed)."""
         with self._lock:
             if self._hosts.get(host.session_id) is host:

@@ -40,6 +40,8 @@ class SessionHandle(SessionViews):
     events come from the log (docs/processes.md).
     """
 
+    _host: SessionHost
+
     def __init__(self, host: SessionHost) -> None:
         """(Made by the runtime: a ``SessionHost`` owns the session's life.)"""
         self.runtime = host.runtime

@@ -4,13 +4,14 @@ It holds the session's state (a ``Life``: docs/processes.md#a-sessions-life), it
 servers and journal, and changes them only through the named transitions: own (start the
 actors in a place), passivate, take over, follow again, drain and hand back, close, fail, lose.
 ``SessionHandle`` is its public front; the runtime's parts (sessions, the owner's heartbeat,
-followers, supervision, replay's driver) call these transitions and read its state, and never
+followers, replay's driver) call these transitions and read its state, and never
 reach into each other's private members.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -27,22 +28,27 @@ from plait.errors import (
     LeaseLostError,
     PlaitError,
     SessionClosedError,
+    SessionFailedError,
+    StoreError,
+    StoreUnavailableError,
     UnknownConversationError,
 )
 from plait.events.ownership import SubmitTask
 from plait.events.projections.tasks import QueueSnapshot
 from plait.events.types import Event, SessionClosed
-from plait.runtime import supervision
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.life import Life, State
 from plait.runtime.recovery import OpenCalls, Rerun, forced_close
 from plait.runtime.steps import every_step
+from plait.runtime.supervision import STOP_SEC, failure_end, went_away
 
 if TYPE_CHECKING:
     from plait.events.values import TaskPlan
     from plait.runtime.runtime import Runtime
 
 __all__ = ["CLOSED_BY", "ActorsFor", "SessionHost"]
+
+log = logging.getLogger("plait")
 
 CLOSED_BY = "closed by the embedder"
 """What a close records as its reason unless its caller says who closed it."""
@@ -104,7 +110,7 @@ class SessionHost:
         self.gone: PlaitError | None = None
         """Why it ended here, when it failed, was lost, or cannot be taken over."""
         self.dropping: threading.Event | None = None
-        """Set once a drop-out (``supervision``) has stopped it."""
+        """Set once a drop-out (``lose``) has stopped it."""
         self._actors_for = actors_for
         self._ended = ended
         self._used = time.monotonic()
@@ -390,12 +396,61 @@ class SessionHost:
 
     def lose(self, error: PlaitError) -> None:
         """Another process took the session, an actor broke or the store failed a write: stop
-        here, raise ``error`` to every waiter (docs/failures.md#supervision)."""
-        supervision.start_drop_out(self, error)
+        here, raise ``error`` to every waiter (docs/failures.md#supervision).
 
-    def forget(self) -> None:
-        """Tell the runtime the session has ended here (a drop-out's last step)."""
+        The drop-out runs on a thread of its own (the actor that broke may be the caller: it
+        cannot wait for itself to stop); ``dropping`` is set before it starts, so a ``close``
+        that follows a waiter woken by it waits for it."""
+        done = self.dropping = threading.Event()
+
+        def run() -> None:
+            try:
+                self._drop_out(error)
+            finally:
+                done.set()
+
+        # A daemon: a library never keeps the process alive (docs/processes.md#stopping).
+        threading.Thread(target=run, name="plait-dropped", daemon=True).start()
+
+    def _drop_out(self, error: PlaitError) -> None:
+        """Stop the session in this process (``fail``, or ``lose`` to another process): every
+        waiter gets ``error``; a failure records the running task's end."""
+        sid = self.session_id
+        failed = isinstance(error, SessionFailedError) and not went_away(error)
+        if not failed:  # another process took it, or may once the store is back: not ours
+            self.runtime.owner.forget(sid)
+        self.end("fail" if failed else "lose", error)  # what is asked from now on: refused
+        self.journal.fail_feeds(error)  # at once, not after the actors stopped
+        with self.lock:
+            if self.actor is not None:
+                self.stop_actors(STOP_SEC, error)
+        if failed and isinstance(error, SessionFailedError):
+            self._record_failure(error)
         self._ended(self)
+
+    def _record_failure(self, error: SessionFailedError) -> None:
+        """Record the running task's end, unless the store is what failed; give the lease back
+        as a crash leaves it (``plait recover`` and ``resume`` take the session up from there)."""
+        owner, sid = self.runtime.owner, self.session_id
+        refused = self.journal.refusal or error.cause
+        if isinstance(refused, StoreError):
+            if isinstance(refused, StoreUnavailableError | LeaseLostError):
+                owner.forget(sid)  # unreachable, or not ours: the lease lapses on its own
+            else:
+                # The store answered (another writer went first, a full disk): nothing more is
+                # recorded, but the lease is given back as a crash leaves it, so the next owner
+                # need not wait for it to lapse (a release that fails leaves it to lapse).
+                owner.release(sid, idle=False)
+            return
+        try:
+            ended = failure_end(self.runtime.store.read(sid), error)
+            if ended:
+                self.journal.record_last(ended)
+        except PlaitError as exc:  # the store failed too: the log ends where it does
+            log.info("session %s: its end was not recorded: %s", sid, exc)
+            owner.forget(sid)
+            return
+        owner.release(sid, idle=False)
 
     def end(self, transition: str, error: PlaitError) -> bool:
         """``fail`` or ``lose`` with ``error``, at once (not waiting for whoever holds the

@@ -19,7 +19,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -41,10 +42,10 @@ from plait.runtime.timers import Timer, Timers
 
 if TYPE_CHECKING:
     from plait.events.store import EventStore
-    from plait.runtime.host import SessionHost
-    from plait.runtime.runtime import Runtime
+    from plait.events.values import TaskPlan
+    from plait.jsonvalue import JsonObject
 
-__all__ = ["REMEMBERED_INTERRUPTS", "Owner", "default_owner_id"]
+__all__ = ["REMEMBERED_INTERRUPTS", "Owned", "Owner", "default_owner_id"]
 
 log = logging.getLogger("plait")
 
@@ -60,14 +61,45 @@ def default_owner_id() -> str:
     return new_owner_id()
 
 
+class Commands(Protocol):
+    """What the inbox asks of a session's front (its ``SessionHandle``)."""
+
+    def interrupt(self) -> None: ...
+
+    def destroy(self, conversation_id: str) -> JsonObject: ...
+
+
+class Owned(Protocol):
+    """A session this process holds (its ``SessionHost``): what its owner's threads ask."""
+
+    @property
+    def followed(self) -> bool: ...
+
+    @property
+    def acks(self) -> set[Ack]: ...
+
+    @property
+    def handle(self) -> Commands: ...
+
+    def tell(self, plan: TaskPlan, ack: Ack) -> None: ...
+
+    def take_place(self) -> bool: ...
+
+    def lose(self, error: PlaitError) -> None: ...
+
+
 class Owner:
     """This runtime's leases, their heartbeat, and the inbox of the sessions it owns."""
 
-    def __init__(self, runtime: Runtime, owner_id: str, lease_sec: float) -> None:
+    def __init__(
+        self, store: EventStore, hosts: Mapping[str, Owned], owner_id: str, lease_sec: float
+    ) -> None:
+        """Own sessions of ``store`` as ``owner_id``, with leases of ``lease_sec``; ``hosts``
+        are the sessions this process holds, by id (the runtime's, as they come and go)."""
         self.id = owner_id
         self.lease_sec = lease_sec
-        self._runtime = runtime
-        self._store: EventStore = runtime.store
+        self._hosts = hosts
+        self._store = store
         self._lock = threading.Lock()
         self._held: dict[str, tuple[int, float]] = {}  # stream -> epoch, when it was taken
         self._taken: set[int] = set()  # commands handed to a session, not yet dropped
@@ -291,7 +323,7 @@ class Owner:
                 if self._held.get(stream) != held or stream in self._releasing:
                     continue  # released (or being released), or taken anew meanwhile
                 del self._held[stream]
-            host = self._runtime.hosts.get(stream)
+            host = self._hosts.get(stream)
             if host is not None:
                 host.lose(LeaseLostError(stream, epoch, "it was not renewed in time"))
 
@@ -306,7 +338,7 @@ class Owner:
             with self._lock:
                 if stored.id in self._taken:
                     continue
-            host = self._runtime.hosts.get(stored.stream)
+            host = self._hosts.get(stored.stream)
             if host is None or host.followed or stored.stream in waiting:
                 continue
             # Never wait for a place here, the heartbeat's thread (an interrupt needs none).
@@ -352,7 +384,7 @@ class Owner:
         if error is None:
             self._dropping.notify()
 
-    def _hand(self, host: SessionHost, stored: StoredCommand) -> None:
+    def _hand(self, host: Owned, stored: StoredCommand) -> None:
         """Hand a command to its session; drop it once what it leads to is in the log (a
         submission: once its ``Ack`` says so, ``_said``)."""
         body = stored.command.body

@@ -223,13 +223,17 @@ class Runtime(Sessions):
             self._passivator = self.timers.every(every, passivate, "passivate idle sessions")
         if self.storage_policy.kind == "ttl":
             self._sweeping.start()
-        self.owner = Owner(self, owner_id or default_owner_id(), lease_sec)
+        self.owner = Owner(self.store, self.hosts, owner_id or default_owner_id(), lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
-        self.followers = Followers(self.store, self.owner.leases, self._take_over, self.timers)
+        self.followers: Followers[SessionHost] = Followers(
+            self.store, self.owner.leases, self._take_over, self.timers
+        )
         """The sessions it follows while other processes own them."""
         # A replay makes again what was exported when it ran: it exports nothing.
-        self.telemetry = None if _outside is not None else live_export(self, telemetry)
+        self.telemetry = (
+            None if _outside is not None else live_export(self.store, self.owner.id, telemetry)
+        )
         """Its spans and metrics on their way to an OTLP backend (``None``: none is sent)."""
         _open.add(self)
 

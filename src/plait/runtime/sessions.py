@@ -55,7 +55,7 @@ class Sessions:
     store: EventStore
     signer: Signer | None
     owner: Owner
-    followers: Followers
+    followers: Followers[SessionHost]
     mcp_servers: dict[str, McpServerConfig]
     tools: list[FunctionTool]
     _session_tools: dict[str, list[FunctionTool]]

@@ -10,7 +10,7 @@ from plait.errors import TelemetryError
 from plait.telemetry.settings import TelemetrySettings
 
 if TYPE_CHECKING:
-    from plait.runtime.runtime import Runtime
+    from plait.events.store import EventStore
     from plait.telemetry.live import LiveExport
 
 __all__ = ["live_export"]
@@ -18,9 +18,12 @@ __all__ = ["live_export"]
 log = logging.getLogger(__name__)
 
 
-def live_export(runtime: Runtime, settings: TelemetrySettings | None) -> LiveExport | None:
-    """Start exporting ``runtime``'s sessions if ``settings`` (or the environment) name an
-    endpoint; without the SDK, warn once naming the extra and run without."""
+def live_export(
+    store: EventStore, owner_id: str, settings: TelemetrySettings | None
+) -> LiveExport | None:
+    """Start exporting the sessions ``owner_id`` records in ``store`` if ``settings`` (or the
+    environment) name an endpoint; without the SDK, warn once naming the extra and run
+    without."""
     settings = settings or TelemetrySettings()
     if settings.traces_endpoint() is None:
         return None
@@ -31,7 +34,7 @@ def live_export(runtime: Runtime, settings: TelemetrySettings | None) -> LiveExp
     try:
         from plait.telemetry.live import LiveExport
 
-        return LiveExport(runtime.store, settings, runtime.owner.id)
+        return LiveExport(store, settings, owner_id)
     except TelemetryError as exc:
         log.warning("telemetry: %s; sessions run without it", exc)
         return None

@@ -4,8 +4,9 @@ conversations, histories and stats, from its actors while they run, else from th
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed
 from plait.actors.messages import GetHistory, ListConversations
@@ -23,9 +24,29 @@ from plait.jsonvalue import JsonObject
 from plait.runtime.outcome import FOLLOWED
 
 if TYPE_CHECKING:
-    from plait.runtime.host import SessionHost
+    import pykka
 
-__all__ = ["SessionViews"]
+    from plait.actors.journal import Journal
+    from plait.actors.session import Session
+
+__all__ = ["SessionViews", "Viewed"]
+
+
+class Viewed(Protocol):
+    """A session as its views read it (its ``SessionHost``): its journal, and its actor while
+    it runs."""
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def lock(self) -> threading.RLock: ...
+
+    @property
+    def actor(self) -> pykka.ActorRef[Session] | None: ...
 
 
 class SessionViews:
@@ -33,7 +54,7 @@ class SessionViews:
 
     session_id: str
     root_conversation_id: str
-    _host: SessionHost
+    _host: Viewed
 
     @property
     def _store(self) -> EventStore:
