@@ -36,7 +36,7 @@ from plait.cli.plan_view import tool_prefs
 from plait.cli.spinner import Spinner
 from plait.cli.stopping import Signals, Stopped, end_line, stop_runtimes
 from plait.cli.style import Style
-from plait.cli.verbose import ServerReport, later_servers, server_report, watch_servers
+from plait.cli.verbose import ServerReport, server_report, watch_servers
 from plait.cli.words import count
 from plait.config import Config
 from plait.errors import McpError, PlaitError, SessionFailedError
@@ -286,7 +286,7 @@ def _await_servers(
     (docs/tools.md#servers)."""
     from plait.events.types import Event, McpServerFailed, McpServerReady
 
-    later = later_servers(handle)
+    later = handle.later_servers
     waiting = {name for name, s in config.mcp_servers.items() if s.enabled} - later
     if report is not None:
         report.later(later)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from plait.config import Config
     from plait.runtime import SessionHandle
 
-__all__ = ["ServerReport", "ServerWatch", "later_servers", "server_report", "watch_servers"]
+__all__ = ["ServerReport", "ServerWatch", "server_report", "watch_servers"]
 
 log = logging.getLogger("plait.cli")
 
@@ -114,14 +114,6 @@ def server_report(config: Config, since: datetime) -> ServerReport | None:
     return ServerReport(names, since)
 
 
-def later_servers(handle: SessionHandle) -> frozenset[str]:
-    """The MCP servers the session starts at their first call, not now: those whose tools
-    its log lists (docs/tools.md#started-when-needed)."""
-    host = handle.runtime.hosts.get(handle.session_id)
-    pool = host.pool if host is not None else None
-    return frozenset() if pool is None else pool.later
-
-
 def watch_servers(
     handle: SessionHandle, config: Config, since: datetime, before: int
 ) -> ServerWatch | None:
@@ -134,7 +126,7 @@ def watch_servers(
     limit = MARGIN_SEC + max(
         config.mcp_servers[name].startup_timeout_sec for name in report.waiting
     )
-    report.later(later_servers(handle))
+    report.later(handle.later_servers)
     # Subscribed, then read: an event recorded in between is in one or both, never lost.
     feed = handle.subscribe(transient=False)
     seen = handle.runtime.store.read(handle.session_id, after=before)

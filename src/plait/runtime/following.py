@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 from plait.errors import PlaitError
 from plait.events.subscription import Subscription
@@ -30,7 +30,7 @@ log = logging.getLogger("plait")
 
 
 class Followed(Protocol):
-    """A followed session (its ``F``): what the followers need of it."""
+    """A followed session (its ``SessionHost``): what the followers need of it."""
 
     @property
     def session_id(self) -> str: ...
@@ -42,10 +42,7 @@ class Followed(Protocol):
     def takes_over(self) -> bool: ...
 
 
-F = TypeVar("F", bound=Followed)
-
-
-class Followers(Generic[F]):
+class Followers:
     """Feeds the handles of sessions owned elsewhere from the log; takes them over when free."""
 
     POLL_SEC = 0.5
@@ -55,24 +52,24 @@ class Followers(Generic[F]):
         self,
         store: EventStore,
         leases: Callable[[], list[Lease]],
-        take_over: Callable[[F], object],
+        take_over: Callable[[str], object],
         timers: Timers,
     ) -> None:
         """``leases()`` reads every lease as this process knows them (``Owner.leases``: a dead
-        owner's shown lapsed); ``take_over(host)`` owns a followed session whose lease is free;
-        ``timers`` runs the look at the leases."""
+        owner's shown lapsed); ``take_over(session_id)`` owns a followed session whose lease
+        is free; ``timers`` runs the look at the leases."""
         self._leases = leases
         self._take_over = take_over
         self._timers = timers
         self._looking: Timer | None = None
         self._store = store
         self._lock = threading.Lock()  # delivering to the handles, and adding or removing one
-        self._hosts: dict[str, F] = {}
+        self._hosts: dict[str, Followed] = {}
         self._subscription: Subscription | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
-    def add(self, host: F, after_position: int) -> None:
+    def add(self, host: Followed, after_position: int) -> None:
         """Follow ``host``'s session, whose feeds have had its log up to ``after_position``."""
         with self._lock:
             self._hosts[host.session_id] = host
@@ -90,7 +87,7 @@ class Followers(Generic[F]):
                 journal = host.journal
                 journal.deliver(self._store.read(journal.stream, after=journal.last_seq))
 
-    def remove(self, host: F) -> None:
+    def remove(self, host: Followed) -> None:
         """Stop following ``host``'s session (taken over here, or its handle closed)."""
         with self._lock:
             if self._hosts.get(host.session_id) is host:
@@ -142,6 +139,6 @@ class Followers(Generic[F]):
         if not wanted:
             return
         live = {lease.stream for lease in self._leases() if lease.live}
-        for stream, host in wanted.items():
+        for stream in wanted:
             if stream not in live:
-                self._take_over(host)
+                self._take_over(stream)

@@ -40,9 +40,9 @@ class SessionHandle(SessionViews):
     events come from the log (docs/processes.md).
     """
 
-    _host: SessionHost
+    _host: SessionHost[SessionHandle]
 
-    def __init__(self, host: SessionHost) -> None:
+    def __init__(self, host: SessionHost[SessionHandle]) -> None:
         """(Made by the runtime: a ``SessionHost`` owns the session's life.)"""
         self.runtime = host.runtime
         self.session_id = host.session_id
@@ -91,6 +91,13 @@ class SessionHandle(SessionViews):
     def idle_for(self) -> float:
         """Seconds since the session was last used or recorded anything."""
         return self._host.idle_for()
+
+    @property
+    def later_servers(self) -> frozenset[str]:
+        """The MCP servers its actors start at their first call, not now: those whose tools
+        its log lists (docs/tools.md#started-when-needed); none while it is passive."""
+        pool = self._host.pool
+        return frozenset() if pool is None else pool.later
 
     def _placed_tell(
         self, prompt: str | Sequence[InputItem], cid: str | None, task_id: str | None, ack: Ack

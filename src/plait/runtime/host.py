@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import pykka
 
@@ -43,10 +43,17 @@ from plait.runtime.steps import every_step
 from plait.runtime.supervision import STOP_SEC, failure_end, went_away
 
 if TYPE_CHECKING:
-    from plait.events.values import TaskPlan
-    from plait.runtime.runtime import Runtime
+    from plait.events.projections.history import ConversationInfo
+    from plait.events.signing import Signer
+    from plait.events.store import EventStore
+    from plait.events.values import HistorySettings, TaskPlan
+    from plait.runtime.admission import Admission
+    from plait.runtime.following import Followers
+    from plait.runtime.gate import TaskGate
+    from plait.runtime.offload import Offload
+    from plait.runtime.ownership import Owner
 
-__all__ = ["CLOSED_BY", "ActorsFor", "SessionHost"]
+__all__ = ["CLOSED_BY", "ActorsFor", "Front", "Hosting", "SessionHost"]
 
 log = logging.getLogger("plait")
 
@@ -58,26 +65,66 @@ ActorsFor = Callable[[Journal, list[Event]], tuple[McpPoolRef | None, Conversati
 makes what its conversations share, for its journal and past."""
 
 
-class SessionHost:
+class Hosting(Protocol):
+    """What a session's host, and its handle, use of the runtime that holds it."""
+
+    @property
+    def store(self) -> EventStore: ...
+
+    @property
+    def signer(self) -> Signer | None: ...
+
+    @property
+    def owner(self) -> Owner: ...
+
+    @property
+    def admission(self) -> Admission: ...
+
+    @property
+    def followers(self) -> Followers: ...
+
+    @property
+    def gate(self) -> TaskGate: ...
+
+    @property
+    def off_loop(self) -> Offload: ...
+
+    @property
+    def history(self) -> HistorySettings: ...
+
+    @property
+    def new_id(self) -> Callable[[], str]: ...
+
+
+class Front(Protocol):
+    """A session's public front (its ``SessionHandle``), as its host asks it."""
+
+    def conversations(self) -> list[ConversationInfo]: ...
+
+
+H = TypeVar("H", bound=Front)
+
+
+class SessionHost(Generic[H]):
     """One session's life in this process: its state, its actors, and their transitions."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: Hosting,
         session_id: str,
         root_id: str,
         past: list[Event],
         actors_for: ActorsFor,
-        ended: Callable[[SessionHost], object],
+        front: Callable[[SessionHost[H]], H],
+        ended: Callable[[SessionHost[H]], object],
         *,
         epoch: int | None = None,
         followed: bool = False,
     ) -> None:
         """Own the session from ``past`` (its lease taken with ``epoch``), or follow it;
-        ``actors_for`` starts its actors' shared parts; ``ended(host)`` is told once the
-        session has ended here (closed, handed back, failed, lost)."""
-        from plait.runtime.handle import SessionHandle
-
+        ``actors_for`` starts its actors' shared parts; ``front(host)`` makes its public
+        front; ``ended(host)`` is told once the session has ended here (closed, handed back,
+        failed, lost)."""
         self.runtime = runtime
         self.session_id = session_id
         self.root_conversation_id = root_id
@@ -115,7 +162,7 @@ class SessionHost:
         self._ended = ended
         self._used = time.monotonic()
         self._claimed = 0.0  # until then (monotonic), its place is held for a command on its way
-        self.handle = SessionHandle(self)
+        self.handle = front(self)
         """Its public front."""
         if not followed:
             with self.lock:  # an actor that fails to start stops them once they all are

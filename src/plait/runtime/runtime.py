@@ -201,7 +201,7 @@ class Runtime(Sessions):
         if self.history.context_window is None:
             window = self.settings.context_window
             self.history = msgspec.structs.replace(self.history, context_window=window)
-        self.hosts: dict[str, SessionHost] = {}
+        self.hosts: dict[str, SessionHost[SessionHandle]] = {}
         """The sessions this runtime runs or follows, each's life (plait's own, not the API)."""
         self.room = Signal()
         """Moved when a place or a run slot may have come free for work that found none
@@ -226,9 +226,7 @@ class Runtime(Sessions):
         self.owner = Owner(self.store, self.hosts, owner_id or default_owner_id(), lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
-        self.followers: Followers[SessionHost] = Followers(
-            self.store, self.owner.leases, self._take_over, self.timers
-        )
+        self.followers = Followers(self.store, self.owner.leases, self._take_over, self.timers)
         """The sessions it follows while other processes own them."""
         # A replay makes again what was exported when it ran: it exports nothing.
         self.telemetry = (
@@ -377,15 +375,16 @@ class Runtime(Sessions):
         epoch: int | None = None,
         *,
         followed: bool = False,
-    ) -> SessionHost:
+    ) -> SessionHost[SessionHandle]:
         """Own a session with lease ``epoch``, its actors started from ``past`` (``followed``:
         follow it, another process owns it)."""
-        host = SessionHost(
+        host: SessionHost[SessionHandle] = SessionHost(
             self,
             session_id,
             root,
             past,
             self._actors_for,
+            SessionHandle,
             self._forget_host,
             epoch=epoch,
             followed=followed,
@@ -395,7 +394,7 @@ class Runtime(Sessions):
         self.hosts[session_id] = host
         return host
 
-    def _forget_host(self, host: SessionHost) -> None:
+    def _forget_host(self, host: SessionHost[SessionHandle]) -> None:
         """``host``'s session has ended here."""
         if self.hosts.get(host.session_id) is host:
             del self.hosts[host.session_id]

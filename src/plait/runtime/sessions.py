@@ -55,11 +55,11 @@ class Sessions:
     store: EventStore
     signer: Signer | None
     owner: Owner
-    followers: Followers[SessionHost]
+    followers: Followers
     mcp_servers: dict[str, McpServerConfig]
     tools: list[FunctionTool]
     _session_tools: dict[str, list[FunctionTool]]
-    hosts: dict[str, SessionHost]
+    hosts: dict[str, SessionHost[SessionHandle]]
     _resuming: threading.Lock
     admission: Admission
     gate: TaskGate
@@ -75,7 +75,7 @@ class Sessions:
             epoch: int | None = None,
             *,
             followed: bool = False,
-        ) -> SessionHost: ...
+        ) -> SessionHost[SessionHandle]: ...
 
     def resume(
         self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., object]] = ()
@@ -105,7 +105,7 @@ class Sessions:
                 return self._follow(session_id, self._read_session(session_id)).handle
             return host.handle
 
-    def _host_here(self, session_id: str) -> SessionHost | None:
+    def _host_here(self, session_id: str) -> SessionHost[SessionHandle] | None:
         """The session's host in this process, if it has one. One that failed or was lost
         leaves once its drop-out has stopped its actors: a caller told of the failure (its
         feeds are failed first) and resuming at once waits for that, rather than be handed the
@@ -116,12 +116,12 @@ class Sessions:
             host = self.hosts.get(session_id)
         return host
 
-    def _own_if_free(self, session_id: str) -> SessionHost | None:
+    def _own_if_free(self, session_id: str) -> SessionHost[SessionHandle] | None:
         """Take the session's lease and resume it, unless another live process holds it."""
         epoch = self.owner.take(session_id)
         return None if epoch is None else self._resume_taken(session_id, epoch)
 
-    def _resume_taken(self, session_id: str, epoch: int) -> SessionHost:
+    def _resume_taken(self, session_id: str, epoch: int) -> SessionHost[SessionHandle]:
         """Resume the session whose lease this process took at ``epoch``; release the lease
         if that fails."""
         try:
@@ -168,7 +168,7 @@ class Sessions:
             host.takes_over = False
             return host.handle
 
-    def _follow(self, session_id: str, past: list[Event]) -> SessionHost:
+    def _follow(self, session_id: str, past: list[Event]) -> SessionHost[SessionHandle]:
         """Follow a session another process owns."""
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session checks it
@@ -176,12 +176,14 @@ class Sessions:
         self.followers.add(host, past[-1].position)
         return host
 
-    def _take_over(self, host: SessionHost) -> None:
-        """Own the session ``host`` follows, if its lease is free (its owner died or handed
-        it back): recover it as ``resume`` does, then run what waits in it."""
-        sid = host.session_id
+    def _take_over(self, sid: str) -> None:
+        """Own session ``sid``, which this process follows, if its lease is free (its owner
+        died or handed it back): recover it as ``resume`` does, then run what waits in it."""
+        host = self.hosts.get(sid)
+        if host is None:
+            return  # no longer followed here
         with self._resuming, host.lock:
-            if not host.followed:
+            if not host.followed or self.hosts.get(sid) is not host:
                 return
             epoch = self.owner.take(sid)
             if epoch is None:
@@ -207,8 +209,8 @@ class Sessions:
         past: list[Event],
         state: QueueSnapshot,
         epoch: int,
-        host: SessionHost | None = None,
-    ) -> SessionHost:
+        host: SessionHost[SessionHandle] | None = None,
+    ) -> SessionHost[SessionHandle]:
         """Resume from ``past``, whose tasks ``state`` folds, writing with lease ``epoch``
         (in ``host``, a session this process followed); if a task was running or waiting,
         ``SessionResumed`` marks where this process took over."""
