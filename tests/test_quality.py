@@ -339,9 +339,6 @@ STRING = re.compile(r"\"[^\"]*\"|'[^']*'")
 LIBRARY_PRIVATES = {
     "_replace",  # namedtuple's public API, named so that it cannot clash with a field
     "_asdict",
-    "_actions",  # argparse: the only way to read a parser's options (completion)
-    "_choices_actions",
-    "_SubParsersAction",
     "_exit",  # os._exit: the documented way to exit at once, skipping cleanup (a second signal)
 }
 

@@ -1,8 +1,12 @@
-"""``plait completion``: scripts made from the parser, which a shell completes with."""
+"""``plait completion``: each shell's script, and what ``plait`` offers it to complete a line."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -21,66 +25,77 @@ COMMANDS = [
 ]
 
 
+def offered(cli: Cli, line: str) -> list[str]:
+    """What ``plait`` offers to complete ``line`` (the cursor at its end), asked as a shell's
+    completion script asks it."""
+    answer = cli.cwd / "completions"
+    env = {
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": "\n",
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+    }
+    result = cli(env=env)
+    assert result.returncode == 0, result.stderr
+    return answer.read_text().split()
+
+
 @pytest.mark.parametrize("shell", SHELLS)
-def test_each_shell_gets_every_command_and_the_global_options(cli: Cli, shell: str) -> None:
+def test_each_shell_gets_a_script_that_completes_plait(cli: Cli, shell: str) -> None:
     result = cli("completion", shell)
     assert result.returncode == 0, result.stderr
-    script = result.stdout
-    assert {"exec", "chat", "tree", "show", "completion"} <= set(COMMANDS)
-    first_words = script.split('"") words="', 1)[-1].split('"', 1)[0].split()  # bash: commands
-    declared = {  # how each shell's script declares a command, not just mentions its name
-        "bash": lambda name: name in first_words,
-        "zsh": lambda name: f"'{name}:" in script,
-        "fish": lambda name: f"-n __fish_use_subcommand -a {name} " in script,
+    registers = {
+        "bash": "complete -o nospace -o default -o bashdefault -F _python_argcomplete plait",
+        "zsh": "#compdef plait",
+        "fish": "complete --command plait",
     }[shell]
-    for name in COMMANDS:
-        assert declared(name), name
-    for option in ("color", "verbose", "store", "session", "outcome"):
-        assert (f"-l {option}" if shell == "fish" else f"--{option}") in script, option
-    assert "auto always never" in script
+    assert registers in result.stdout
 
 
-def complete(script: str, *words: str) -> list[str]:
-    """What bash offers for the last of ``words`` (``plait`` first), with ``script`` loaded."""
-    line = " ".join(f"'{w}'" for w in words)
+def test_every_command_is_offered(cli: Cli) -> None:
+    assert {"exec", "chat", "tree", "show", "completion"} <= set(COMMANDS)
+    assert set(offered(cli, "plait ")) == set(COMMANDS)
+
+
+def test_commands_options_and_their_values_are_completed(cli: Cli) -> None:
+    assert offered(cli, "plait tre") == ["tree"]
+    assert offered(cli, "plait tra") == ["trace"]
+    assert offered(cli, "plait --store x.db se") == ["sessions"]
+    assert offered(cli, "plait --color ") == ["auto", "always", "never"]
+    assert offered(cli, "plait audit 3f2a --outcome e") == ["error"]
+    assert "--last" in offered(cli, "plait exec --la")
+    assert offered(cli, "plait show 3f2a --j") == ["--json"]
+    for option in ("--color", "--verbose", "--store", "--outcome"):
+        assert option in offered(cli, "plait audit 3f2a --")
+    assert "--session" in offered(cli, "plait exec --s")
+
+
+def test_the_shells_of_completion_and_the_options_of_resume_are_completed(cli: Cli) -> None:
+    assert offered(cli, "plait completion ") == ["bash", "zsh", "fish"]
+    assert offered(cli, "plait completion z") == ["zsh"]
+    assert offered(cli, "plait res") == ["resume"]
+    assert offered(cli, "plait resume --la") == ["--last"]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
+def test_bash_with_the_script_loaded_completes_a_command(cli: Cli) -> None:
+    script = cli("completion", "bash").stdout
+    line = "plait tre"
     program = f"""{script}
-COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}
-_plait
+COMP_WORDS=(plait tre); COMP_CWORD=1; COMP_LINE='{line}'; COMP_POINT={len(line)}
+_python_argcomplete plait
 printf '%s\\n' "${{COMPREPLY[@]}}"
 """
-    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30)
+    # ``plait`` as the shell finds it: this interpreter's, first on the PATH.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    done = subprocess.run(
+        ["bash", "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cli.cwd,
+        env={**cli.env, "PATH": path},
+    )
     assert done.returncode == 0, done.stderr
-    return done.stdout.split()
-
-
-def test_bash_completes_commands_options_and_their_values(cli: Cli) -> None:
-    script = cli("completion", "bash").stdout
-    assert complete(script, "plait", "tre") == ["tree"]
-    assert complete(script, "plait", "tra") == ["trace"]
-    assert complete(script, "plait", "--store", "x.db", "se") == ["sessions"]
-    assert complete(script, "plait", "--color", "") == ["auto", "always", "never"]
-    assert complete(script, "plait", "audit", "3f2a", "--outcome", "e") == ["error"]
-    assert "--last" in complete(script, "plait", "exec", "--la")
-    assert complete(script, "plait", "show", "3f2a", "--j") == ["--json"]
-
-
-def test_bash_completes_the_shells_of_completion_and_the_options_of_resume(cli: Cli) -> None:
-    script = cli("completion", "bash").stdout
-    assert complete(script, "plait", "completion", "") == ["bash", "zsh", "fish"]
-    assert complete(script, "plait", "completion", "z") == ["zsh"]
-    assert complete(script, "plait", "res") == ["resume"]
-    assert complete(script, "plait", "resume", "--la") == ["--last"]
-
-
-@pytest.mark.parametrize(
-    ("shell", "offered"),
-    [
-        ("zsh", "completion) _arguments "),
-        ("fish", "complete -c plait -n '__fish_seen_subcommand_from completion' -x -a "),
-    ],
-)
-def test_zsh_and_fish_offer_the_shells_after_completion(cli: Cli, shell: str, offered: str) -> None:
-    script = cli("completion", shell).stdout
-    (line,) = [line for line in script.splitlines() if offered in line]
-    shells = "'1:completion:(bash zsh fish)'" if shell == "zsh" else "'bash zsh fish'"
-    assert shells in line
+    assert done.stdout.split() == ["tree"]

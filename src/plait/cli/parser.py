@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 import textwrap
@@ -296,6 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``plait`` command; return its exit code."""
+    if "_ARGCOMPLETE" in os.environ:  # a shell asks what completes its line (``completion``)
+        import argcomplete
+
+        argcomplete.autocomplete(build_parser(), always_complete_options=False)  # and exits
     try:
         check_arguments(sys.argv[1:] if argv is None else argv)
     except PlaitError as exc:
