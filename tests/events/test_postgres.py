@@ -372,6 +372,47 @@ def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:
             store.append_prepared("s", late, epoch=a.epoch)
 
 
+def waiting_on_a_lock(application: str, timeout: float = 10.0) -> None:
+    """Return once a backend of ``application`` waits on a lock (else fail at ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE application_name = %s AND wait_event_type = 'Lock'",
+                (application,),
+            ).fetchone()
+            if found and found[0]:
+                return
+            conn.execute("SELECT pg_sleep(0.01)")  # the server's pause, between two looks
+    raise AssertionError(f"no backend of {application} waited on a lock")
+
+
+def test_with_connections_a_call_that_waits_holds_up_no_other(schema: str) -> None:
+    app = f"plait-pool-{uuid.uuid4().hex[:6]}"
+    url = f"{POSTGRES_URL}?application_name={app}&connections=2"
+    with PostgresStore(url, schema=schema) as store, psycopg.connect(POSTGRES_URL) as held:
+        store.acquire_lease("a", "other", 600)
+        held.execute(f'SELECT * FROM "{schema}".leases WHERE stream = %s FOR UPDATE', ("a",))
+        taken: list[str | None] = []
+        thread = threading.Thread(
+            target=lambda: taken.append(store.acquire_lease("a", "other", 600).owner)
+        )
+        thread.start()
+        waiting_on_a_lock(app)  # one of its connections waits for the row
+        store.append("b", [TurnStarted(turn=1)], 0)  # on the other: not held up
+        assert [e.seq for e in store.read("b")] == [1] and thread.is_alive()
+        held.commit()
+        thread.join(10)
+        assert taken == ["other"]
+
+
+@pytest.mark.parametrize("given", ["0", "two"])
+def test_connections_that_are_not_a_count_are_a_clear_error(schema: str, given: str) -> None:
+    with pytest.raises(StoreUnavailableError, match=f"connections={given!r} is not a number"):
+        PostgresStore(f"{POSTGRES_URL}?connections={given}", schema=schema)
+
+
 def test_a_stream_moved_by_another_store_object_is_a_concurrency_error(schema: str) -> None:
     with (
         PostgresStore(POSTGRES_URL, schema=schema) as one,

@@ -88,7 +88,9 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
     ``url`` is a libpq URL or conninfo string. The schema is the ``schema`` argument, else the
     URL's ``?schema=NAME`` query parameter, else ``plait``. ``outage_sec`` (else the URL's
     ``?outage_sec=S``, else 30) is how long a call waits for a server that went away
-    (docs/failures.md#the-store-blinks).
+    (docs/failures.md#the-store-blinks). ``connections`` (else the URL's ``?connections=N``,
+    else 1) is the most connections its calls use at once, opened as they need them: a process
+    that runs many sessions appends theirs side by side (docs/scale.md#connections).
     """
 
     dense_positions = False
@@ -101,6 +103,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
         clock: Clock = utc_now,
         outage_sec: float | None = None,
+        connections: int | None = None,
     ) -> None:
         super().__init__(blob_threshold=blob_threshold, clock=clock)
         conninfo, ours = split_url(url)
@@ -133,7 +136,16 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
             raise StoreUnavailableError(
                 f"{self.url}: outage_sec={ours['outage_sec']!r} is not a number of seconds"
             ) from None
-        self._link = Link(conninfo, self.url, outage if outage_sec is None else outage_sec)
+        try:
+            size = int(ours.get("connections", 1)) if connections is None else connections
+        except ValueError:
+            size = 0
+        if size < 1:
+            given = ours.get("connections") if connections is None else connections
+            raise StoreUnavailableError(
+                f"{self.url}: connections={given!r} is not a number of connections (1 or more)"
+            )
+        self._link = Link(conninfo, self.url, outage if outage_sec is None else outage_sec, size)
         self._announcer = Announcer(self._link.connect, self.channel)
         try:
             version = self._link.once(self._open, "cannot open the store")

@@ -17,10 +17,11 @@ refused (``ConcurrencyError``, ``LeaseLostError``), never doubled.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import psycopg
@@ -57,19 +58,30 @@ def connection_lost(conn: Connection, exc: psycopg.Error) -> bool:
 
 
 class Link:
-    """One autocommit connection, used under a lock by every thread; reopened when lost."""
+    """Up to ``size`` autocommit connections, each used by one call at a time and opened as
+    calls need them; one that is lost is reopened.
 
-    def __init__(self, conninfo: str, url: str, outage_sec: float = DEFAULT_OUTAGE_SEC) -> None:
+    Calls of different threads go out side by side, on connections of their own: appends of
+    different sessions do not wait on one another's round trips, and the server commits them
+    together (docs/scale.md#connections). A call made inside another on one thread (a
+    ``landed`` look) uses its connection."""
+
+    def __init__(
+        self, conninfo: str, url: str, outage_sec: float = DEFAULT_OUTAGE_SEC, size: int = 1
+    ) -> None:
         self._conninfo = conninfo
         self.url = url
         """The store's URL, its password masked, for messages."""
         self.outage_sec = outage_sec
         """How long the server may be away before a call raises ``StoreUnavailableError``."""
-        self.lock = threading.RLock()
-        """Held by the call using the connection."""
+        self.size = size
+        """The most connections it opens."""
         self._closing = threading.Event()  # ends a backoff at once
         self._down_since: float | None = None  # (monotonic) since when calls found it away
-        self._conn = self.connect()
+        self._free = threading.Condition()  # guards the three below; told when one is free
+        self._idle: list[Connection] = [self.connect()]
+        self._open = 1  # idle or in use
+        self._here = threading.local()  # the connection this thread's call uses
 
     @property
     def closed(self) -> bool:
@@ -88,11 +100,11 @@ class Link:
             ) from exc
 
     def once(self, call: Callable[[Connection], T], what: str) -> T:
-        """Make ``call`` once, on the connection as it is (opening the store: a server that
+        """Make ``call`` once, on a connection as it is (opening the store: a server that
         is not there is said at once, not waited for)."""
-        with self.lock:
+        with self._using() as held:
             try:
-                return call(self._conn)
+                return call(held[0])
             except psycopg.Error as exc:
                 raise StoreUnavailableError(f"{self.url}: {what}: {text_of(exc)}") from exc
 
@@ -108,19 +120,19 @@ class Link:
         becomes ``error(exc)``."""
         unsure = False  # a try that may have committed was cut
         backoff = 0.0
-        with self.lock:
+        with self._using() as held:
             while True:
                 if self._closing.is_set():
                     raise StoreError(f"{self.url}: the store is closed")
                 try:
-                    conn = self._live()
+                    conn = self._live(held)
                     found = landed(conn) if unsure and landed is not None else None
                     result = call(conn) if found is None else found
                 except StoreUnavailableError as exc:  # reconnecting failed: the server is away
                     backoff = self._back_off(exc, backoff)
                     continue
                 except psycopg.Error as exc:
-                    if not connection_lost(self._conn, exc):
+                    if not connection_lost(held[0], exc):
                         raise error(exc) from exc
                     unsure = True
                     backoff = self._back_off(exc, backoff)
@@ -129,8 +141,8 @@ class Link:
                     # Cut mid-statement (a signal's ``Stopped``; psycopg cancels the statement
                     # only for ``KeyboardInterrupt``): the connection still waits for its
                     # answer, and would refuse every later call. The next call opens a new one.
-                    if self._conn.pgconn.transaction_status != TransactionStatus.IDLE:
-                        self._conn.close()
+                    if held[0].pgconn.transaction_status != TransactionStatus.IDLE:
+                        held[0].close()
                     raise
                 if self._down_since is not None:
                     away = time.monotonic() - self._down_since
@@ -138,11 +150,52 @@ class Link:
                     self._down_since = None
                 return result
 
-    def _live(self) -> Connection:
-        if self._conn.broken or self._conn.closed:  # lost, or closed as a call was cut
-            self._conn.close()
-            self._conn = self.connect()
-        return self._conn
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[list[Connection]]:
+        """A connection for this thread's call, in a list its call may replace it in: the one
+        an enclosing call of this thread uses, or one of its own, given back after."""
+        mine: list[Connection] | None = getattr(self._here, "held", None)
+        if mine is not None:  # a call inside a call: the same connection
+            yield mine
+            return
+        held = [self._take()]
+        self._here.held = held
+        try:
+            yield held
+        finally:
+            self._here.held = None
+            self._give_back(held[0])
+
+    def _take(self) -> Connection:
+        """An idle connection, or a new one while fewer than ``size`` are open, or the next
+        one given back."""
+        with self._free:
+            while not self._idle and self._open >= self.size and not self._closing.is_set():
+                self._free.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._open += 1
+        try:
+            return self.connect()
+        except BaseException:
+            with self._free:
+                self._open -= 1
+                self._free.notify()
+            raise
+
+    def _give_back(self, conn: Connection) -> None:
+        with self._free:
+            if self._closing.is_set():
+                conn.close()
+            else:
+                self._idle.append(conn)
+            self._free.notify()
+
+    def _live(self, held: list[Connection]) -> Connection:
+        if held[0].broken or held[0].closed:  # lost, or closed as a call was cut
+            held[0].close()
+            held[0] = self.connect()
+        return held[0]
 
     def _back_off(self, exc: Exception, backoff: float) -> float:
         """Wait ``backoff`` before the next try, or raise if the server has been away for
@@ -161,7 +214,11 @@ class Link:
         return min(max(backoff * 2, FIRST_BACKOFF_SEC), MAX_BACKOFF_SEC)
 
     def close(self) -> None:
-        """Close the connection; a call waiting to reconnect ends at once; idempotent."""
+        """Close the connections (one in use, once its call ends); a call waiting to
+        reconnect ends at once; idempotent."""
         self._closing.set()
-        with self.lock:
-            self._conn.close()
+        with self._free:
+            for conn in self._idle:
+                conn.close()
+            self._idle.clear()
+            self._free.notify_all()

@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 __all__ = ["public_url", "split_url"]
 
-_OURS = ("schema", "outage_sec")  # URL parameters plait reads (libpq rejects them)
+_OURS = ("schema", "outage_sec", "connections")  # URL parameters plait reads (libpq rejects them)
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
