@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import functools
-import time
-import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from plait.actors.feed import Feed
-from plait.actors.messages import Destroy, Interrupt, Stop
-from plait.events.ownership import DestroyConversation, InterruptTask
 from plait.events.types import Event, Transient
 from plait.events.values import (
     ApprovalPolicy,
@@ -256,27 +251,12 @@ class SessionHandle(SessionViews):
 
     def interrupt(self) -> None:
         """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started."""
-        host = self._host
-        with host.lock:
-            if host.followed:
-                # A key of its own: the owner acts on it once, however often it is stored.
-                key = uuid.uuid4().hex
-                self.runtime.owner.send(self.session_id, InterruptTask(key))
-            elif host.actor is not None:  # a passive session has nothing to interrupt
-                host.actor.tell(Interrupt())
+        self._host.interrupt()
 
     def destroy(self, conversation_id: str) -> JsonObject:
         """Destroy a conversation; returns ``{"ok": true}`` or ``{"ok": false, "reason": ...}``
         (followed: ``{"ok": true, "queued": id}`` once the owner's inbox has it)."""
-        host = self._host
-        with host.lock:
-            host.check_open()
-            if host.followed:
-                cid = self.runtime.owner.send(self.session_id, DestroyConversation(conversation_id))
-                return {"ok": True, "queued": cid}
-            host.wake()
-            assert host.actor is not None  # woken, under the lock
-            return cast(JsonObject, host.actor.ask(Destroy(conversation_id), timeout=30))
+        return self._host.destroy(conversation_id)
 
     def release(
         self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
@@ -291,34 +271,7 @@ class SessionHandle(SessionViews):
         ends at its next checkpoint, ``TurnAborted(cause="shutdown")`` with ``reason`` as its
         detail; if it has not within ``grace_sec`` seconds, it is cut where it is. The lease
         is released at once: the next process goes on without waiting for it."""
-        host = self._host
-        if not host.drain():
-            return True
-        deadline = time.monotonic() + timeout
-        with self._follow() as feed:
-            if grace_sec is not None:
-                self._cut_running(feed, grace_sec, timeout, reason or "the process stopped")
-                return host.hand_back(timeout, end_stuck=True)
-            while not host.journal.idle and (left := deadline - time.monotonic()) > 0:
-                feed.get(timeout=min(left, 1.0))
-        return host.hand_back(timeout)
-
-    def _cut_running(self, feed: Feed, grace_sec: float, timeout: float, reason: str) -> None:
-        """Start nothing more, and ask the running task to end at its next checkpoint
-        (``Stop(at_checkpoint=True)``); give it ``grace_sec`` to, then cut what runs (``Stop``);
-        return once its end is recorded, or ``timeout`` has passed."""
-        host = self._host
-        with host.lock:
-            if host.actor is not None and grace_sec > 0:
-                host.actor.tell(Stop(reason, at_checkpoint=True))  # what runs as it is handled ends
-            state = host.queue_now(timeout) if host.running else None
-        if state is None:
-            return  # passive, or broken: nothing runs that an actor could end
-        if state.running is not None and grace_sec > 0:
-            await_outcome(feed, state.running.task_id, grace_sec, raise_timeout=False)
-        state = self._host.stop_taking(reason, timeout)  # after the Stop: what it cut
-        if state is not None and state.running is not None:
-            await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
+        return self._host.release(timeout, grace_sec=grace_sec, reason=reason)
 
     def close(self, timeout: float = 10.0, *, reason: str = CLOSED_BY) -> None:
         """Cancel a running task, wait up to ``timeout`` seconds, stop the actors, record the close
@@ -327,12 +280,4 @@ class SessionHandle(SessionViews):
         A task that has not stopped by then is force-aborted (``TurnAborted(interrupted)``,
         its open calls answered) and recorded so. Closing twice is harmless.
         """
-        host = self._host
-        if host.dropping is not None:  # it failed: what it records is recorded before
-            host.dropping.wait(timeout)
-        with self._follow() as feed:
-            state = host.begin_close(timeout)
-            if state is not None and state.running is not None:
-                await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
-        if state is not None:
-            host.finish_close(timeout, reason)
+        self._host.close(timeout, reason)

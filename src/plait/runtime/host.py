@@ -3,9 +3,11 @@
 It holds the session's state (a ``Life``: docs/processes.md#a-sessions-life), its actors,
 servers and journal, and changes them only through the named transitions: own (start the
 actors in a place), passivate, take over, follow again, drain and hand back, close, fail, lose.
-``SessionHandle`` is its public front; the runtime's parts (sessions, the owner's heartbeat,
-followers, replay's driver) call these transitions and read its state, and never
-reach into each other's private members.
+A session's verbs are whole procedures here: ``close``, ``release``, ``interrupt``, ``destroy``,
+and ``lose`` (a failure, or another owner). ``SessionHandle`` is its public front and calls
+them; the runtime's parts (sessions, the owner's heartbeat, followers, replay's driver) call
+them and the transitions and read its state, and never reach into each other's private
+members.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
 import pykka
 
 from plait.actors.conversation import ConversationDeps
+from plait.actors.feed import Feed
 from plait.actors.journal import Journal
-from plait.actors.messages import Enqueue, GetQueue, Interrupt, StartNext, Stop
+from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt, StartNext, Stop
 from plait.actors.seams import McpPoolRef
 from plait.actors.session import Session
 from plait.errors import (
@@ -33,11 +37,13 @@ from plait.errors import (
     StoreUnavailableError,
     UnknownConversationError,
 )
-from plait.events.ownership import SubmitTask
+from plait.events.ownership import DestroyConversation, InterruptTask, SubmitTask
 from plait.events.projections.tasks import QueueSnapshot
 from plait.events.types import Event, SessionClosed
+from plait.jsonvalue import JsonObject
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.life import Life, State
+from plait.runtime.outcome import FOLLOWED, await_outcome
 from plait.runtime.recovery import OpenCalls, Rerun, forced_close
 from plait.runtime.steps import every_step
 from plait.runtime.supervision import STOP_SEC, failure_end, went_away
@@ -438,6 +444,78 @@ class SessionHost(Generic[H]):
                 self.stop_actors(timeout)
         self._ended(self)
         self.runtime.owner.release(self.session_id, idle=False)
+
+    # --- a session's verbs ---------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Abort the running task (``TurnAborted(interrupted)``) and drop the chain it started;
+        followed: the owner's inbox has the interrupt, under a key of its own, which the owner
+        acts on once however often it is stored."""
+        with self.lock:
+            if self.followed:
+                self.runtime.owner.send(self.session_id, InterruptTask(uuid.uuid4().hex))
+            elif self.actor is not None:  # a passive session has nothing to interrupt
+                self.actor.tell(Interrupt())
+
+    def destroy(self, conversation_id: str) -> JsonObject:
+        """Destroy a conversation; return ``{"ok": true}`` or ``{"ok": false, "reason": ...}``
+        (followed: ``{"ok": true, "queued": id}`` once the owner's inbox has it)."""
+        with self.lock:
+            self.check_open()
+            if self.followed:
+                queued = self.runtime.owner.send(
+                    self.session_id, DestroyConversation(conversation_id)
+                )
+                return {"ok": True, "queued": queued}
+            self.wake()
+            assert self.actor is not None  # woken, under the lock
+            return cast(JsonObject, self.actor.ask(Destroy(conversation_id), timeout=30))
+
+    def release(
+        self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
+    ) -> bool:
+        """Hand the session back for another process to own (``SessionHandle.release``): take
+        no more work, let what is queued run for up to ``timeout`` seconds (with ``grace_sec``:
+        cut what runs at its next checkpoint, docs/processes.md#stopping), stop the actors,
+        release the lease. Return whether nothing was left waiting."""
+        if not self.drain():
+            return True
+        deadline = time.monotonic() + timeout
+        with self.journal.feed(False, kinds=FOLLOWED) as feed:
+            if grace_sec is not None:
+                self._cut_running(feed, grace_sec, timeout, reason or "the process stopped")
+                return self.hand_back(timeout, end_stuck=True)
+            while not self.journal.idle and (left := deadline - time.monotonic()) > 0:
+                feed.get(timeout=min(left, 1.0))
+        return self.hand_back(timeout)
+
+    def _cut_running(self, feed: Feed, grace_sec: float, timeout: float, reason: str) -> None:
+        """Start nothing more, and ask the running task to end at its next checkpoint
+        (``Stop(at_checkpoint=True)``); give it ``grace_sec`` to, then cut what runs (``Stop``);
+        return once its end is recorded, or ``timeout`` has passed."""
+        with self.lock:
+            if self.actor is not None and grace_sec > 0:
+                self.actor.tell(Stop(reason, at_checkpoint=True))  # what runs as it is handled ends
+            state = self.queue_now(timeout) if self.running else None
+        if state is None:
+            return  # passive, or broken: nothing runs that an actor could end
+        if state.running is not None and grace_sec > 0:
+            await_outcome(feed, state.running.task_id, grace_sec, raise_timeout=False)
+        state = self.stop_taking(reason, timeout)  # after the Stop: what it cut
+        if state is not None and state.running is not None:
+            await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
+
+    def close(self, timeout: float = 10.0, reason: str = CLOSED_BY) -> None:
+        """Interrupt the running task, wait up to ``timeout`` seconds, stop the actors, record
+        the close (``SessionHandle.close``); closing twice is harmless."""
+        if self.dropping is not None:  # it failed: what it records is recorded before
+            self.dropping.wait(timeout)
+        with self.journal.feed(False, kinds=FOLLOWED) as feed:
+            state = self.begin_close(timeout)
+            if state is not None and state.running is not None:
+                await_outcome(feed, state.running.task_id, timeout, raise_timeout=False)
+        if state is not None:
+            self.finish_close(timeout, reason)
 
     # --- fail, lose --------------------------------------------------------------------------
 

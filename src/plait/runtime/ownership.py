@@ -61,14 +61,6 @@ def default_owner_id() -> str:
     return new_owner_id()
 
 
-class Commands(Protocol):
-    """What the inbox asks of a session's front (its ``SessionHandle``)."""
-
-    def interrupt(self) -> None: ...
-
-    def destroy(self, conversation_id: str) -> JsonObject: ...
-
-
 class Owned(Protocol):
     """A session this process holds (its ``SessionHost``): what its owner's threads ask."""
 
@@ -78,14 +70,15 @@ class Owned(Protocol):
     @property
     def acks(self) -> set[Ack]: ...
 
-    @property
-    def handle(self) -> Commands: ...
-
     def tell(self, plan: TaskPlan, ack: Ack) -> None: ...
 
     def take_place(self) -> bool: ...
 
     def lose(self, error: PlaitError) -> None: ...
+
+    def interrupt(self) -> None: ...
+
+    def destroy(self, conversation_id: str) -> JsonObject: ...
 
 
 class Owner:
@@ -398,12 +391,12 @@ class Owner:
             elif isinstance(body, InterruptTask):
                 self._store.drop_commands([stored])  # at most once
                 if self._first_time(body.key):
-                    host.handle.interrupt()
+                    host.interrupt()
             elif isinstance(body, DestroyConversation):
                 # Acted on, then dropped once the conversation's end is in the log: an owner
                 # that dies before leaves it to the next, which destroys it or finds it gone.
                 before = self._store.last_seq(stored.stream)
-                done = host.handle.destroy(body.conversation_id).get("ok")
+                done = host.destroy(body.conversation_id).get("ok")
                 if done and not self._destroyed(stored.stream, body.conversation_id, before):
                     self._destroying[stored.id] = (stored, before)
                     return

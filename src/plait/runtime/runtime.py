@@ -425,7 +425,7 @@ class Runtime(Sessions):
             self.drain(timeout, grace_sec=grace_sec)
         self.timers.close(timeout)  # before the store closes under its jobs
         for host in list(self.hosts.values()):
-            host.handle.close(timeout)
+            host.close(timeout)
         self.followers.close()
         self.owner.close()
         self.off_loop.close()  # what is left in it finds its session closed

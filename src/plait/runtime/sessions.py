@@ -323,7 +323,7 @@ class Sessions:
                 if host is not None:
                     with host.lock:  # the owner's thread starts it under it: not meanwhile
                         if host.passive and self._room(pending) == 0:
-                            host.handle.release(1.0)
+                            host.release(1.0)
         return self._adopt(wanted, self._room(pending))
 
     def _room(self, pending: set[str]) -> int | None:
@@ -387,7 +387,7 @@ class Sessions:
             for host in list(self.hosts.values())
             if not host.followed and host.idle_for() >= idle_sec and host.journal.idle
         ]
-        return [host.session_id for host in idle if host.handle.release(5.0)]
+        return [host.session_id for host in idle if host.release(5.0)]
 
     def drain(
         self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
@@ -399,21 +399,21 @@ class Sessions:
         sessions at once, and every lease is released at once (docs/processes.md#stopping):
         the whole drain takes ``grace_sec`` + ``timeout`` at most, however many sessions (one
         not handed back by then is left to lapse, as after a crash)."""
-        handles = [host.handle for host in list(self.hosts.values())]
+        hosts = list(self.hosts.values())
         if grace_sec is None:
-            for handle in handles:
-                handle.release(timeout)
+            for host in hosts:
+                host.release(timeout)
             return
 
-        def stop(handle: SessionHandle) -> None:
+        def stop(host: SessionHost[SessionHandle]) -> None:
             try:
-                handle.release(timeout, grace_sec=grace_sec, reason=reason)
+                host.release(timeout, grace_sec=grace_sec, reason=reason)
             except PlaitError as exc:  # its lease lapses on its own; the others go on
-                log.warning("session %s was not handed back: %s", handle.session_id, exc)
+                log.warning("session %s was not handed back: %s", host.session_id, exc)
 
         stopping = [
-            threading.Thread(target=stop, args=(h,), name="plait-stop", daemon=True)
-            for h in handles
+            threading.Thread(target=stop, args=(host,), name="plait-stop", daemon=True)
+            for host in hosts
         ]
         deadline = time.monotonic() + grace_sec + timeout
         for thread in stopping:
