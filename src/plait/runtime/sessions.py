@@ -351,33 +351,42 @@ class Sessions:
         return [session_id for session_id in wanted if session_id not in self.hosts], others
 
     def _adopt(self, wanted: list[str], most: int | None) -> list[str]:
-        """Take over up to ``most`` of the sessions ``wanted``: their leases in one
-        transaction, then each resumed (a worker given many at once starts the last of them
-        a round trip each sooner, docs/processes.md#capacity). Return the ids taken."""
-        if most is not None and len(wanted) > most:
-            self.admission.want()  # more wait: ``room`` moves once a place may be free,
-            self.gate.want()  # or a run slot
-            wanted = wanted[:most]
+        """Take over up to ``most`` of the sessions ``wanted``, in order: their leases in one
+        transaction (again for as many more, where another process held some), then each
+        resumed (docs/processes.md#capacity). Return the ids taken."""
         taken: list[str] = []
         with self._resuming:
-            wanted = [session_id for session_id in wanted if session_id not in self.hosts]
-            try:
-                epochs = self.owner.take_all(wanted) if wanted else {}
-            except PlaitError as exc:
-                log.warning("sessions %s were not taken over: %s", ", ".join(wanted), exc)
-                return taken
-            try:
-                for session_id, epoch in list(epochs.items()):
-                    try:
-                        self._resume_taken(session_id, epoch)
-                        taken.append(session_id)
-                    except PlaitError as exc:
-                        log.warning("session %s was not taken over: %s", session_id, exc)
-                    del epochs[session_id]
-            finally:  # cut short (a bug, a signal): no lease is left held and unused
-                for session_id in epochs:
-                    self.owner.release(session_id)
+            left = [session_id for session_id in wanted if session_id not in self.hosts]
+            while left and (most is None or len(taken) < most):
+                batch = left if most is None else left[: most - len(taken)]
+                left = left[len(batch) :]
+                try:
+                    epochs = self.owner.take_all(batch)
+                except PlaitError as exc:
+                    log.warning("sessions %s were not taken over: %s", ", ".join(batch), exc)
+                    return taken
+                taken += self._resume_all(epochs)
+        if left:
+            self.admission.want()  # more wait: ``room`` moves once a place may be free,
+            self.gate.want()  # or a run slot
         return taken
+
+    def _resume_all(self, epochs: dict[str, int]) -> list[str]:
+        """Resume each session whose lease this process took (at its epoch, by id); return
+        those resumed. If cut short (a bug, a signal), no lease is left held and unused."""
+        resumed: list[str] = []
+        try:
+            for session_id, epoch in list(epochs.items()):
+                try:
+                    self._resume_taken(session_id, epoch)
+                    resumed.append(session_id)
+                except PlaitError as exc:
+                    log.warning("session %s was not taken over: %s", session_id, exc)
+                del epochs[session_id]
+        finally:
+            for session_id in epochs:
+                self.owner.release(session_id)
+        return resumed
 
     def hand_back_idle(self, idle_sec: float) -> list[str]:
         """Hand back (``release``) the sessions this process runs that have been idle for
