@@ -64,6 +64,7 @@ class Terminal:
         while time.monotonic() < deadline:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
+                self._drain()  # what it printed last may still wait in the terminal
                 os.close(self.fd)
                 return os.waitstatus_to_exitcode(status)
             ready, _, _ = select.select([self.fd], [], [], 0.1)
@@ -71,3 +72,14 @@ class Terminal:
                 with contextlib.suppress(OSError):  # the child closed the terminal
                     self.seen += os.read(self.fd, 4096).decode(errors="replace")
         raise AssertionError(f"the child did not exit; the terminal shows:\n{self.seen[-2000:]}")
+
+    def _drain(self) -> None:
+        """Read what the terminal still holds of an ended child, to its end."""
+        while select.select([self.fd], [], [], 0)[0]:  # never waits: what is there, now
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:  # EIO: the child's side is closed and nothing is left
+                return
+            if not chunk:
+                return
+            self.seen += chunk.decode(errors="replace")
