@@ -172,6 +172,8 @@ class Link:
         with self._free:
             while not self._idle and self._open >= self.size and not self._closing.is_set():
                 self._free.wait()
+            if self._closing.is_set():
+                raise StoreError(f"{self.url}: the store is closed")
             if self._idle:
                 return self._idle.pop()
             self._open += 1
