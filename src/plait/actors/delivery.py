@@ -3,7 +3,7 @@
 Three kinds of readers: the actors that fold what the others record (``Listeners``,
 ``listening.py``), the live feeds of the embedder (``feed.py``: events, and the transient
 notifications that are never stored), and, in a process that only follows the session, the
-feeds again, with what the owner recorded (``Journal.deliver``). ``Writer`` hands each recorded
+feeds again, with what the owner recorded (``Journal.deliver``). The journal hands each recorded
 group here under ``lock``, once it is durable (or made, for the listeners), so every reader
 sees the log in its order, and a feed that begins at a seq is handed exactly what follows it.
 """

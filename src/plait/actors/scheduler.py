@@ -1,7 +1,7 @@
 """The ``Scheduler``: starts the session's tasks one at a time, in queue order.
 
 It decides from the session's ``TaskQueue`` (``events/projections/tasks.py``), the one the
-journal folds as it records (``Writer.tasks``), whoever records: the same queue by which a
+journal folds as it records (``Journal.tasks``), whoever records: the same queue by which a
 conversation ends its task and the runtime sees the session idle. It reads it held still, so it
 never decides from half a group, and records what it decides (a task queued, started, or
 dropped by an interrupt) (docs/conversations.md#the-single-timeline). It lives in the

@@ -3,7 +3,7 @@
 It holds the ``Scheduler`` and starts one ``Conversation`` actor per live conversation, opens new
 conversations (``conv_create``), and answers ``conv_list``, ``conv_history`` and
 ``conv_destroy`` from its fold of the whole session's log; what runs and waits it reads from
-the journal's task queue, as the scheduler does (one fold of it, ``writer.py``). It never asks
+the journal's task queue, as the scheduler does (one fold of it, ``journal.py``). It never asks
 another actor and waits (conversations ask it), so no two actors of a session can wait on each
 other.
 """

@@ -88,7 +88,7 @@ class Histories(msgspec.Struct):
     waiting: dict[str, TaskPlan] = {}
     """The plans of tasks enqueued and not yet started or dropped, by task id: a task's input
     joins the history when it starts. Not the session's queue: the scheduler reads the one its
-    journal folds (``actors/writer.py``)."""
+    journal folds (``actors/journal.py``)."""
     anomalies: list[str] = []
     """Events that broke a history invariant (the runtime must never produce them)."""
 

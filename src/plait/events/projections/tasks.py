@@ -4,7 +4,7 @@ reports (docs/conversations.md#the-single-timeline).
 At most one task runs in a session. ``pending`` is a FIFO of ``TaskPlan``s; an interrupting tool
 puts its plans (the target's task, then the caller's continuation) at the front, in order, ahead
 of tasks that were waiting. A running session folds it once, in its journal, as each group is
-recorded (``actors/writer.py``): its scheduler decides from that fold, its conversations end
+recorded (``actors/journal.py``): its scheduler decides from that fold, its conversations end
 their tasks and the runtime sees it idle by it. Recovery and the command line fold it from the
 log. There is no other queue (a history keeps only the plans not yet started, to know what input
 a started task brings).
