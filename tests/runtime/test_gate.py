@@ -134,14 +134,23 @@ def _ended(how: str, runtime: Runtime, running: SessionHandle, release: threadin
         running.interrupt()
         release.set()
     elif how == "closed":
+        # The close interrupts the held call; released first, the reply could end the task.
+        closing = threading.Thread(target=running.close, args=(10,))
+        closing.start()
+        assert settles(lambda: _aborted(runtime, running))
         release.set()
-        running.close(10)
+        closing.join(30)
     elif how == "handed back":
         runtime.hosts[running.session_id].handle.release(10, grace_sec=0)
         release.set()
     elif how == "lost":
         runtime.hosts[running.session_id].crash(timeout=5)  # as a lease another process took
         release.set()
+
+
+def _aborted(runtime: Runtime, session: SessionHandle) -> bool:
+    """Whether ``session``'s log holds a task's ``TurnAborted``."""
+    return any(isinstance(e.body, TurnAborted) for e in runtime.store.read(session.session_id))
 
 
 @pytest.mark.parametrize(
