@@ -14,7 +14,6 @@ import msgspec
 
 from plait.actors import interrupts
 from plait.actors.mcp.names import canonical_sha256
-from plait.actors.model_call import call_model
 from plait.actors.prompt import approx_tokens, encoded, transcript
 from plait.events.projections.history import safe_cut
 from plait.events.types import Body, HistoryCompacted, ModelRequested, TaskCompleted, TurnStarted
@@ -95,7 +94,7 @@ def start(conv: Conversation) -> bool:
     else:
         messages = prompt_view.messages(COMPACT_INSTRUCTIONS, kept_from, shape)
         sent, sha = kept_from + 1, prompt_view.prefix_sha256(kept_from)
-    deltas = call_model(conv, messages, [], shape)
+    deltas = conv.request(messages, [], shape)
     if deltas is None:
         return True  # the session is being stopped: nothing went out, nothing goes on
     conv.record(

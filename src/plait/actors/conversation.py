@@ -22,6 +22,7 @@ from plait.actors import builtins, compaction, interrupts, model_reply, targets,
 from plait.actors.actor import Actor
 from plait.actors.approvals import ConversationApprovals
 from plait.actors.compaction import COMPACT_INSTRUCTIONS
+from plait.actors.deps import ConversationDeps
 from plait.actors.mcp.names import canonical_sha256
 from plait.actors.messages import (
     Abort,
@@ -37,17 +38,11 @@ from plait.actors.messages import (
     ViewFor,
     frozen_names,
 )
-from plait.actors.model_call import call_model
-from plait.actors.outside import NewId, ReadInstructions
+from plait.actors.model_call import HeldDeltas, call_model
 from plait.actors.prompt import PromptView, approx_tokens, empty_content, encoded
 from plait.actors.seams import (
-    ApprovalGateLike,
     Askable,
-    Effects,
-    JournalLike,
     McpPoolRef,
-    ModelClientLike,
-    TaskGateLike,
 )
 from plait.actors.stream import ModelReply
 from plait.actors.token_count import TokenCount
@@ -55,6 +50,7 @@ from plait.actors.tool_batch import ToolBatch
 from plait.events.projections.approvals import ApprovalState
 from plait.events.projections.contexts import CONTEXTS
 from plait.events.projections.history import ChatMessage, Histories, HistoryProjection
+from plait.events.projections.messages import ContentShape
 from plait.events.types import (
     Body,
     ConversationContextChanged,
@@ -69,15 +65,12 @@ from plait.events.types import (
     TurnStarted,
 )
 from plait.events.values import (
-    MODEL_PROTOCOL,
     ContextChange,
-    HistorySettings,
-    ModelOptions,
     TaskPlan,
     as_text,
 )
 
-__all__ = ["COMPACT_INSTRUCTIONS", "DEFAULT_INSTRUCTIONS", "Conversation", "ConversationDeps"]
+__all__ = ["COMPACT_INSTRUCTIONS", "DEFAULT_INSTRUCTIONS", "Conversation"]
 
 DEFAULT_INSTRUCTIONS = (
     "You are a capable assistant working in a session of several conversations. "
@@ -91,43 +84,6 @@ SEND_FIRST_SEC = 0.002
 _BUILTIN_TOOLS = builtins.builtin_specs()
 _BUILTIN_TOOLS_SHA = canonical_sha256(_BUILTIN_TOOLS)
 _PLAN_TOOL = builtins.plan_spec()
-
-
-class ConversationDeps(msgspec.Struct, frozen=True):
-    """What every conversation of a session shares: the journal, effects, model, settings."""
-
-    journal: JournalLike
-    """The session's ``Journal``."""
-    effects: Effects
-    """The runtime's ``EffectLoop``."""
-    model_client: ModelClientLike
-    """The ``ModelClient`` (replay's answers from the log)."""
-    model: str
-    """Model name, recorded in ``ModelRequested``."""
-    new_id: NewId
-    """Makes the ids of what a tool call makes (they enter the log as data)."""
-    read_instructions: ReadInstructions
-    """Reads a ``conv_create`` call's ``base_instruction_file`` (inside the working
-    directory, live; from the log, in a replay)."""
-    max_interrupt_chain_depth: int = 8
-    """Nested interrupting tools allowed before the tool returns an error instead."""
-    pool: McpPoolRef | None = None
-    """The session's ``McpPool``; ``None`` when it has no MCP servers."""
-    history: HistorySettings = HistorySettings()
-    """Compaction and history bounds."""
-    interrupt_checkpoints: bool = True
-    """Interrupts stop at their checkpoints (docs/interrupts.md#checkpoints; ``False``: as
-    sessions recorded before them)."""
-    approval_gate: ApprovalGateLike | None = None
-    """The runtime's ``ApprovalGate`` (replay's answers from the log); ``None``: no approver,
-    so every call that must ask is denied."""
-    model_protocol: int = MODEL_PROTOCOL
-    """How requests are shaped and replies read (``RuntimeSettings.model_protocol``)."""
-    model_options: ModelOptions = ModelOptions()
-    """What each model request asks for beyond messages and tools."""
-    task_gate: TaskGateLike | None = None
-    """The runtime's run slots, which the session's scheduler takes before it starts a task
-    (``None``: no bound)."""
 
 
 class TaskRun(msgspec.Struct):
@@ -377,7 +333,7 @@ class Conversation(Actor):
         # task's start, made ahead) is being made durable: the fsync overlaps the network. Its
         # reply comes back as a message, after this handler; its text deltas are held until
         # the record is in the feeds.
-        deltas = call_model(self, messages, tools, shape)
+        deltas = self.request(messages, tools, shape)
         if deltas is None:
             return  # the session is being stopped
         # The request goes first: writing the record meanwhile would hold the interpreter
@@ -396,6 +352,29 @@ class Conversation(Actor):
         )
         self.journal.flush()
         deltas.open()
+
+    def request(
+        self,
+        messages: msgspec.Raw,
+        tools: Sequence[Mapping[str, object]] | msgspec.Raw,
+        shape: ContentShape,
+    ) -> HeldDeltas | None:
+        """Send the running turn's request (``model_call``); return its deltas, held until
+        the request is recorded. ``None`` when the session is being stopped: nothing is sent."""
+        run = self.run
+        assert run is not None
+        sent = call_model(
+            self.deps,
+            self.actor_ref,
+            (self.id, run.plan.task_id, run.token),
+            messages,
+            tools,
+            shape,
+        )
+        if sent is None:
+            return None
+        run.model_future, deltas = sent
+        return deltas
 
     def instructions(self) -> str:
         """The system message of the task's turns: the conversation's base instructions (or

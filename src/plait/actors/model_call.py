@@ -22,7 +22,7 @@ from plait.errors import ModelError
 from plait.events.types import AgentMessageDelta, ReasoningDelta, Transient
 
 if TYPE_CHECKING:
-    from plait.actors.conversation import Conversation
+    from plait.actors.deps import ConversationDeps
     from plait.actors.model import AttemptFailed
     from plait.actors.refs import Recipient
     from plait.actors.stream import ModelReply
@@ -32,33 +32,31 @@ __all__ = ["HeldDeltas", "call_model"]
 
 
 def call_model(
-    conv: Conversation,
+    deps: ConversationDeps,
+    me: Recipient,
+    turn: tuple[str, str, int],
     messages: msgspec.Raw,
     tools: Sequence[Mapping[str, object]] | msgspec.Raw,
     shape: ContentShape,
-) -> HeldDeltas | None:
-    """Send the running task's request for the current turn (``messages`` holding assistant
-    messages with tool calls and no text in ``shape``); return its deltas, held until the
-    conversation has recorded the request (then ``open`` them, or ``discard``). ``None``
-    when the session is being stopped: nothing is sent."""
+) -> tuple[Future[ModelReply], HeldDeltas] | None:
+    """Send the request of a turn (``turn``: its conversation, task and token; ``messages``
+    holding assistant messages with tool calls and no text in ``shape``) for ``me``, the
+    conversation, which hears how it ends (``ModelFinished``); return its future and its
+    deltas, held until the conversation has recorded the request (then ``open`` them, or
+    ``discard``). ``None`` when the session is being stopped: nothing is sent."""
     from plait.actors.model import ModelRequest
 
-    assert conv.run is not None
-    me, journal, task, token = (
-        conv.actor_ref,
-        conv.deps.journal,
-        conv.run.plan.task_id,
-        conv.run.token,
-    )
+    conversation_id, task, token = turn
+    journal = deps.journal
     deltas = HeldDeltas(journal.publish)
 
     def on_text(text: str) -> None:
         if journal.wants_deltas:
-            deltas.publish(AgentMessageDelta(conv.id, task, text))
+            deltas.publish(AgentMessageDelta(conversation_id, task, text))
 
     def on_reasoning(text: str) -> None:
         if journal.wants_deltas:
-            deltas.publish(ReasoningDelta(conv.id, task, text))
+            deltas.publish(ReasoningDelta(conversation_id, task, text))
 
     def on_attempt_failed(failed: AttemptFailed) -> None:
         _tell(
@@ -71,9 +69,9 @@ def call_model(
     with journal.unsealed() as live:
         if not live:
             return None  # the session is being stopped: nothing more starts
-        future = conv.deps.effects.submit(
-            conv.deps.model_client.complete(
-                ModelRequest(messages, tools, conv.deps.model_options, shape),
+        future = deps.effects.submit(
+            deps.model_client.complete(
+                ModelRequest(messages, tools, deps.model_options, shape),
                 on_text=on_text,
                 on_attempt_failed=on_attempt_failed,
                 on_reasoning=on_reasoning,
@@ -92,9 +90,8 @@ def call_model(
             why = str(error) or type(error).__name__
             _tell(me, ModelFinished(token, error=why, error_kind=kind))
 
-    conv.run.model_future = future
     future.add_done_callback(done)
-    return deltas
+    return future, deltas
 
 
 def _tell(ref: Recipient, message: object) -> None:

@@ -14,7 +14,8 @@ import pykka
 
 from plait.actors.actor import Actor
 from plait.actors.builtins import ConvDestroy, ConvHistory, ConvSend
-from plait.actors.conversation import Conversation, ConversationDeps
+from plait.actors.conversation import Conversation
+from plait.actors.deps import ConversationDeps
 from plait.actors.messages import (
     Abort,
     BuiltinCall,

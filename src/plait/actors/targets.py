@@ -27,7 +27,7 @@ from plait.events.types import Body, ConversationOpened, McpAllowlistNormalized
 from plait.events.values import InputItem, ToolPrefs
 
 if TYPE_CHECKING:
-    from plait.actors.conversation import ConversationDeps
+    from plait.actors.deps import ConversationDeps
     from plait.actors.seams import Askable, McpPoolRef
 
 __all__ = ["Target", "check_allowlist", "resolve"]

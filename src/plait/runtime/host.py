@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
 import pykka
 
-from plait.actors.conversation import ConversationDeps
+from plait.actors.deps import ConversationDeps
 from plait.actors.feed import Feed
 from plait.actors.journal import Journal
 from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt, StartNext, Stop

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from plait.actors.approvals import DEFAULT_APPROVAL_TIMEOUT_SEC, ApprovalGate, Approver
-from plait.actors.conversation import ConversationDeps
+from plait.actors.deps import ConversationDeps
 from plait.actors.effects import EffectLoop
 from plait.actors.journal import Journal
 from plait.actors.mcp.config import McpServerConfig
