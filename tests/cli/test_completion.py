@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -78,7 +77,6 @@ def test_the_shells_of_completion_and_the_options_of_resume_are_completed(cli: C
     assert offered(cli, "plait resume --la") == ["--last"]
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
 def test_bash_with_the_script_loaded_completes_a_command(cli: Cli) -> None:
     script = cli("completion", "bash").stdout
     line = "plait tre"

@@ -3,11 +3,12 @@
 A task runs as turns: build the prompt from the base instructions and the history, record
 ``TurnStarted`` and ``ModelRequested``, stream the model on the effect loop, record its reply,
 run its tool calls, and loop until the model answers without tool calls (docs/conversations.md).
-This module holds the actor's state and that loop; the rest of a turn lives beside it, as
-functions of the actor: ``model_call`` (the request, off this thread), ``model_reply`` (what
-follows a reply), ``tool_batch`` (the reply's tool calls) with ``call_approvals`` (the calls that
-wait for a decision), ``compaction`` (keeping the history within bounds) with ``token_count``,
-and ``interrupts`` (ending a task early).
+This module holds the actor's state and that loop; the rest of a turn lives beside it:
+``model_call`` sends the request off this thread, given the turn's data; as functions of the
+actor, ``model_reply`` goes on from a reply, ``tool_batch`` runs the reply's tool calls with
+``call_approvals`` (the calls that wait for a decision), ``compaction`` keeps the history
+within bounds with ``token_count``, and ``interrupts`` ends a task early. Those functions
+change the running task's ``TaskRun``: the turn is the owner they lack (docs/code.md#no-circles).
 """
 
 from __future__ import annotations
