@@ -234,12 +234,14 @@ class SessionClosedError(PlaitError):
 
 
 class IllegalTransitionError(PlaitError, RuntimeError):
-    """A session was asked to move from a state that transition does not leave (a bug in
-    plait, never a user's mistake: docs/processes.md#a-sessions-life)."""
+    """A session, or a conversation's turn, was asked to move from a state that transition
+    does not leave (a bug in plait, never a user's mistake: docs/processes.md#a-sessions-life,
+    docs/conversations.md#a-turns-states)."""
 
-    def __init__(self, session_id: str, transition: str, state: str) -> None:
-        super().__init__(f"session {session_id}: cannot {transition} a session that is {state}")
-        self.session_id = session_id
+    def __init__(self, subject: str, transition: str, kind: str, state: str) -> None:
+        """``subject`` names what was asked (``session s1``); ``kind``, what it is."""
+        super().__init__(f"{subject}: cannot {transition} a {kind} that is {state}")
+        self.subject = subject
         self.transition = transition
         self.state = state
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from scripted import assert_histories_valid, call, runtime_for
 
 from plait import HistorySettings
-from plait.actors.conversation import COMPACT_INSTRUCTIONS
+from plait.actors.compaction import COMPACT_INSTRUCTIONS
 from plait.actors.prompt import PromptView
 from plait.events import (
     ConversationContextChanged,

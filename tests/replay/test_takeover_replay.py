@@ -54,7 +54,7 @@ SECOND_OWNER = textwrap.dedent(
     """
     import sys, threading
     import plait
-    from plait.actors import conversation
+    from plait.actors import turn
     from plait.actors.model import ModelSettings
     from plait.runtime import Runtime
 
@@ -65,16 +65,16 @@ SECOND_OWNER = textwrap.dedent(
         '''Charge the customer.'''
         return "charged"
 
-    prompt = conversation.Conversation._prompt
+    prompt = turn.Turn._prompt
 
     def held(self):
         '''Hold the first turn of a task before it is built: the process is killed here.'''
-        if self.run.turn == 1:
+        if self.number == 1:
             print("held", flush=True)
             threading.Event().wait()
         prompt(self)
 
-    conversation.Conversation._prompt = held
+    turn.Turn._prompt = held
     settings = ModelSettings(base_url=base_url, api_key="x", model="m")
     runtime = Runtime(url, model=settings, tools=[charge], lease_sec=60.0)
     runtime.resume(session_id)

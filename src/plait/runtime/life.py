@@ -95,7 +95,9 @@ class Life:
         with self._lock:
             target = TRANSITIONS[transition].get(self._state)
             if target is None:
-                raise IllegalTransitionError(self.session_id, transition, self._state.value)
+                raise IllegalTransitionError(
+                    f"session {self.session_id}", transition, "session", self._state.value
+                )
             self._state = target
             return target
 

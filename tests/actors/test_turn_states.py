@@ -1,0 +1,75 @@
+"""A turn's phases and its calls' states: one table each, legal moves only, the docs drawn from
+them (docs/conversations.md#a-turns-states)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from plait.actors.turn_states import (
+    CALL_TRANSITIONS,
+    TRANSITIONS,
+    CallState,
+    Phase,
+    call_diagram,
+    diagram,
+    moved,
+)
+from plait.errors import IllegalTransitionError, PlaitError
+
+CONVERSATIONS_MD = Path(__file__).resolve().parents[2] / "docs" / "conversations.md"
+
+
+@pytest.mark.parametrize(("marker", "drawn"), [("turn", diagram), ("call", call_diagram)])
+def test_the_diagrams_in_the_docs_are_the_tables(marker: str, drawn: object) -> None:
+    text = CONVERSATIONS_MD.read_text()
+    found = re.search(rf"<!-- {marker}: .*?-->\n```mermaid\n(.*?)\n```", text, re.DOTALL)
+    assert found is not None, f"docs/conversations.md lost its {marker} diagram"
+    assert callable(drawn)
+    assert found.group(1) == drawn(), "regenerate it: python -m plait.actors.turn_states"
+
+
+def test_a_turn_with_calls_loops_then_completes() -> None:
+    phase = Phase.PROMPTING
+    path = ["request", "reply_with_calls", "calls_answered", "request", "complete"]
+    seen = []
+    for transition in path:
+        phase = moved(TRANSITIONS, transition, phase, "conversation c, task t")
+        seen.append(phase)
+    assert seen == [
+        Phase.AWAITING_MODEL,
+        Phase.RUNNING_TOOLS,
+        Phase.PROMPTING,
+        Phase.AWAITING_MODEL,
+        Phase.ENDED,
+    ]
+
+
+def test_nothing_leaves_an_ended_turn() -> None:
+    for transition in TRANSITIONS:
+        with pytest.raises(IllegalTransitionError) as raised:
+            moved(TRANSITIONS, transition, Phase.ENDED, "conversation c, task t")
+        assert str(raised.value) == (
+            f"conversation c, task t: cannot {transition} a turn that is ended"
+        )
+
+
+def test_a_call_answered_twice_is_a_plait_error_naming_it() -> None:
+    with pytest.raises(PlaitError, match="call k: cannot answer a call that is recorded"):
+        moved(CALL_TRANSITIONS, "answer", CallState.RECORDED, "conversation c, call k")
+
+
+@pytest.mark.parametrize(
+    ("table", "states"), [(TRANSITIONS, set(Phase)), (CALL_TRANSITIONS, set(CallState))]
+)
+def test_every_state_is_reachable_and_every_move_goes_somewhere_new(
+    table: dict[str, dict[object, object]], states: set[object]
+) -> None:
+    targets = {target for moves in table.values() for target in moves.values()}
+    sources = {source for moves in table.values() for source in moves}
+    first = Phase.PROMPTING if Phase.PROMPTING in states else CallState.WAITING
+    assert targets | {first} == states
+    assert sources | {Phase.ENDED, CallState.RECORDED} >= states
+    assert all(source is not target for m in table.values() for source, target in m.items())
