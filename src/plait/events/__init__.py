@@ -107,7 +107,6 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         Transient,
         recorded_settings,
     )
-    from plait.events.usage import usage
     from plait.events.values import (
         APPROVAL_POLICIES,
         DURATION_UNITS,
@@ -262,7 +261,6 @@ __all__ = [
     "recorded_settings",
     "stricter",
     "to_jsonl",
-    "usage",
     "utc_now",
     "verify_bundle",
 ]
@@ -368,7 +366,6 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "Transient",
         "recorded_settings",
     ),
-    "plait.events.usage": ("usage",),
     "plait.events.values": (
         "APPROVAL_POLICIES",
         "DURATION_UNITS",

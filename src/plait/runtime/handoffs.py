@@ -22,28 +22,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from plait.actors import builtins
-from plait.actors.builtins import ConvCreate, ConvSend
-from plait.events.projections.tasks import (
+from plait.actors import ConvCreate, ConvSend, builtins
+from plait.events import (
+    Closure,
+    ConversationOpened,
+    Event,
+    NewEvent,
+    SessionStarted,
+    TaskDropped,
+    TaskPlan,
+    TaskStarted,
+    ToolCallCompleted,
+    ToolCallRequested,
+    TurnAborted,
+    as_text,
+    recorded_settings,
+)
+from plait.events.projections import (
     TASKS,
     TaskQueue,
     TaskResult,
     continuation_output,
     handoff_answer,
 )
-from plait.events.types import (
-    ConversationOpened,
-    Event,
-    NewEvent,
-    SessionStarted,
-    TaskDropped,
-    TaskStarted,
-    ToolCallCompleted,
-    ToolCallRequested,
-    TurnAborted,
-    recorded_settings,
-)
-from plait.events.values import Closure, TaskPlan, as_text
 
 __all__ = [
     "FORK_CUT",
