@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         ConvCreate,
         ConvSend,
         canonical_name,
+        input_items,
         parse_arguments,
     )
     from plait.actors.deps import ConversationDeps
@@ -109,6 +110,7 @@ __all__ = [
     "ToolFinished",
     "ToolResult",
     "canonical_name",
+    "input_items",
     "lone_surrogate",
     "offer_servers",
     "parse_arguments",
@@ -131,6 +133,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "ConvCreate",
         "ConvSend",
         "canonical_name",
+        "input_items",
         "parse_arguments",
     ),
     "plait.actors.deps": ("ConversationDeps",),

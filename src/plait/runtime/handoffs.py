@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from plait.actors import ConvCreate, ConvSend, builtins
+from plait.actors import ConvCreate, ConvSend, input_items, parse_arguments
 from plait.events import (
     Closure,
     ConversationOpened,
@@ -152,10 +152,10 @@ def not_run(request: ToolCallRequested, opened: str | None, error: str) -> str:
     """The answer of a hand-off whose target's task did not run: a continuation's, its
     ``last_assistant_message`` null and ``error`` saying why (docs/conv-tools.md#results);
     ``opened`` is the conversation a ``conv_create`` opened, if it did."""
-    parsed = builtins.parse_arguments(request.tool, as_text(request.arguments) or "{}")
+    parsed = parse_arguments(request.tool, as_text(request.arguments) or "{}")
     closure = Closure(request.call_id, request.tool)
     if isinstance(parsed, ConvCreate):
-        items = builtins.input_items(parsed.user_instruction, parsed.items)
+        items = input_items(parsed.user_instruction, parsed.items)
         closure = Closure(
             request.call_id,
             request.tool,
