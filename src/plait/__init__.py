@@ -13,12 +13,15 @@ TYPE_CHECKING = False  # as typing has it, without importing typing (25 ms)
 # ``plait`` command handles signals from its first line, before its heavy imports
 # (docs/processes.md#stopping). Type checkers read the imports below.
 if TYPE_CHECKING:
-    from plait.actors.approvals import ApprovalDecision, ApprovalRequest, Approver
-    from plait.actors.feed import Feed
-    from plait.actors.mcp.config import McpServerConfig
-    from plait.actors.mcp.functions import FunctionTool, tool
-    from plait.actors.model import ModelSettings
-    from plait.actors.pool import McpLimits
+    from plait.actors import (
+        ApprovalDecision,
+        ApprovalRequest,
+        Approver,
+        Feed,
+        McpLimits,
+        ModelSettings,
+    )
+    from plait.actors.mcp import FunctionTool, McpServerConfig, tool
     from plait.errors import (
         ConcurrencyError,
         ConfigError,
@@ -43,24 +46,24 @@ if TYPE_CHECKING:
         UnknownConversationError,
         UnknownSessionError,
     )
-    from plait.events.projections.history import ConversationInfo
-    from plait.events.projections.stats import ConversationStats
-    from plait.events.signing import Signer
-    from plait.events.store import EventStore
-    from plait.events.stores import open_store
-    from plait.events.stores.memory import MemoryStore
-    from plait.events.stores.sqlite import SqliteStore
-    from plait.events.types import AbortCause, Event, FeedLagged, Transient
-    from plait.events.values import (
+    from plait.events import (
+        AbortCause,
         ApprovalPolicy,
+        Event,
+        EventStore,
+        FeedLagged,
         FunctionCallOutput,
         HistorySettings,
         InputImage,
         InputItem,
         InputText,
+        Signer,
         StoragePolicy,
         ToolPrefs,
+        Transient,
     )
+    from plait.events.projections import ConversationInfo, ConversationStats
+    from plait.events.stores import MemoryStore, SqliteStore, open_store
     from plait.jsonvalue import JsonObject, JsonValue
     from plait.runtime import (
         KEEP,
@@ -74,19 +77,15 @@ if TYPE_CHECKING:
     from plait.telemetry import TelemetrySettings
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "plait.actors.approvals": (
+    "plait.actors": (
         "ApprovalDecision",
         "ApprovalRequest",
         "Approver",
+        "Feed",
+        "McpLimits",
+        "ModelSettings",
     ),
-    "plait.actors.feed": ("Feed",),
-    "plait.actors.mcp.config": ("McpServerConfig",),
-    "plait.actors.mcp.functions": (
-        "FunctionTool",
-        "tool",
-    ),
-    "plait.actors.model": ("ModelSettings",),
-    "plait.actors.pool": ("McpLimits",),
+    "plait.actors.mcp": ("FunctionTool", "McpServerConfig", "tool"),
     "plait.errors": (
         "ConcurrencyError",
         "ConfigError",
@@ -111,33 +110,25 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "UnknownConversationError",
         "UnknownSessionError",
     ),
-    "plait.events.projections.history": ("ConversationInfo",),
-    "plait.events.projections.stats": ("ConversationStats",),
-    "plait.events.signing": ("Signer",),
-    "plait.events.store": ("EventStore",),
-    "plait.events.stores": ("open_store",),
-    "plait.events.stores.memory": ("MemoryStore",),
-    "plait.events.stores.sqlite": ("SqliteStore",),
-    "plait.events.types": (
+    "plait.events": (
         "AbortCause",
-        "Event",
-        "FeedLagged",
-        "Transient",
-    ),
-    "plait.events.values": (
         "ApprovalPolicy",
+        "Event",
+        "EventStore",
+        "FeedLagged",
         "FunctionCallOutput",
         "HistorySettings",
         "InputImage",
         "InputItem",
         "InputText",
+        "Signer",
         "StoragePolicy",
         "ToolPrefs",
+        "Transient",
     ),
-    "plait.jsonvalue": (
-        "JsonObject",
-        "JsonValue",
-    ),
+    "plait.events.projections": ("ConversationInfo", "ConversationStats"),
+    "plait.events.stores": ("MemoryStore", "SqliteStore", "open_store"),
+    "plait.jsonvalue": ("JsonObject", "JsonValue"),
     "plait.runtime": (
         "KEEP",
         "KeepType",

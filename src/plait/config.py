@@ -246,7 +246,7 @@ def _servers(
 ) -> tuple[dict[str, Any], list[str]]:
     """The MCP servers: the files', then each ``mcp.json``'s (a whole entry each), then
     ``-c``'s keys on top; and the ``mcp.json`` files read."""
-    from plait.actors.mcp.config import check_keys
+    from plait.actors.mcp import check_keys
 
     parts = []
     for layer in layers:
@@ -333,7 +333,7 @@ def _read_mcp_json(path: Path, env: Mapping[str, str], root: Path) -> tuple[str,
             f'{path}: expected an object with "mcpServers" (or VS Code\'s "servers"): '
             "{NAME: {...}}"
         )
-    from plait.actors.mcp.config import expand
+    from plait.actors.mcp import expand
 
     entries = {}
     for name, table in data[key].items():
@@ -343,13 +343,13 @@ def _read_mcp_json(path: Path, env: Mapping[str, str], root: Path) -> tuple[str,
 
 
 def _server(name: str, table: Any, source: str, key: str) -> Any:
-    from plait.actors.mcp.config import parse_servers
+    from plait.actors.mcp import parse_servers
 
     return parse_servers({name: table}, source, key)[name]
 
 
 def _check_storage(text: str, path: str) -> None:
-    from plait.events.values import StoragePolicy
+    from plait.events import StoragePolicy
 
     try:
         StoragePolicy.parse(text)

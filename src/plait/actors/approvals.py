@@ -21,22 +21,20 @@ import msgspec
 
 from plait.actors.text import lone_surrogate
 from plait.errors import ConfigError
-from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
-from plait.events.types import (
+from plait.events import (
     ApprovalKeyExpired,
+    ApprovalPolicy,
     ApprovalPolicyNarrowed,
     Body,
-    Event,
-    ToolApprovalDecided,
-)
-from plait.events.values import (
-    ApprovalPolicy,
     CommandKey,
     ContextChange,
+    Event,
     McpToolSnapshot,
+    ToolApprovalDecided,
     UtcDateTime,
     stricter,
 )
+from plait.events.projections import ApprovalsProjection, ApprovalState
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT_SEC",

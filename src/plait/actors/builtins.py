@@ -14,8 +14,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from plait.events.types import PlanStatus, PlanStep, PlanUpdated
-from plait.events.values import InputImage, InputItem, InputText
+from plait.events import InputImage, InputItem, InputText, PlanStatus, PlanStep, PlanUpdated
 
 __all__ = [
     "BUILTIN_NAMES",

@@ -16,7 +16,7 @@ from typing import Any, cast
 import msgspec
 
 from plait.actors.stream import Failure
-from plait.events.projections.messages import ContentShape
+from plait.events.projections import ContentShape
 
 __all__ = [
     "SHAPES",

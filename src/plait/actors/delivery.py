@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from plait.actors.listening import Listeners
-from plait.events.types import Event, Transient
+from plait.events import Event, Transient
 
 if TYPE_CHECKING:
     from plait.actors.feed import Feed

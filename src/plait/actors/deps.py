@@ -18,7 +18,7 @@ from plait.actors.seams import (
     ModelClientLike,
     TaskGateLike,
 )
-from plait.events.values import MODEL_PROTOCOL, HistorySettings, ModelOptions
+from plait.events import MODEL_PROTOCOL, HistorySettings, ModelOptions
 
 __all__ = ["ConversationDeps"]
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from plait.actors.bridge import Promise
-from plait.events.types import Body, Event, FeedLagged, Transient
+from plait.events import Body, Event, FeedLagged, Transient
 
 if TYPE_CHECKING:
-    from plait.events.store import EventStore
+    from plait.events import EventStore
 
 __all__ = ["DEFAULT_FEED_LIMIT", "Feed", "Kinds", "Lost"]
 

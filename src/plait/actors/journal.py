@@ -39,13 +39,21 @@ from plait.actors.delivery import Delivery
 from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed, Kinds
 from plait.actors.listening import Listeners
 from plait.errors import LeaseLostError, PlaitError, SessionFailedError, StoreError
-from plait.events.codec import GENESIS_HASH
-from plait.events.prepared import PreparedAppend
-from plait.events.projections.tasks import TASKS, TaskQueue
-from plait.events.signing import SIGN_EVERY, Signer, ends_task
-from plait.events.storage import Policies
-from plait.events.store import EventStore
-from plait.events.types import Body, Event, HeadSigned, NewEvent, Transient
+from plait.events import (
+    GENESIS_HASH,
+    SIGN_EVERY,
+    Body,
+    Event,
+    EventStore,
+    HeadSigned,
+    NewEvent,
+    Policies,
+    PreparedAppend,
+    Signer,
+    Transient,
+    ends_task,
+)
+from plait.events.projections import TASKS, TaskQueue
 
 if TYPE_CHECKING:
     from plait.actors.refs import Recipient

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from plait.actors.messages import CatchUp
-from plait.events.types import Event
+from plait.events import Event
 
 if TYPE_CHECKING:
     from plait.actors.refs import Recipient

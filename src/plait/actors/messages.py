@@ -14,13 +14,17 @@ import msgspec
 from plait.actors.builtins import Arguments
 from plait.actors.stream import ModelReply
 from plait.errors import ModelErrorKind
-from plait.events.types import (
+from plait.events import (
     AbortCause,
+    ContextChange,
+    InputImage,
     InterruptCause,
+    McpToolSnapshot,
+    TaskPlan,
     ToolApprovalDecided,
     ToolCallCompleted,
+    ToolPrefs,
 )
-from plait.events.values import ContextChange, InputImage, McpToolSnapshot, TaskPlan, ToolPrefs
 
 if TYPE_CHECKING:  # it imports nothing at run time: msgspec never encodes a message's ref
     from plait.actors.refs import Recipient

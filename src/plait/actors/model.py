@@ -47,7 +47,7 @@ from plait.actors.transport import (
     Transport,
 )
 from plait.errors import ModelError
-from plait.events.projections.messages import ContentShape
+from plait.events.projections import ContentShape
 
 if TYPE_CHECKING:
     import ssl

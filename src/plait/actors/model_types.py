@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from plait.actors.content_shape import Messages
-from plait.events.projections.messages import ContentShape
-from plait.events.values import ModelOptions
+from plait.events import ModelOptions
+from plait.events.projections import ContentShape
 
 __all__ = ["AttemptFailed", "ModelRequest", "ModelSettings", "RequestTiming", "log"]
 

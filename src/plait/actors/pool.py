@@ -23,10 +23,19 @@ import msgspec
 import pykka
 
 from plait.actors.actor import Actor
-from plait.actors.mcp.config import McpServerConfig
-from plait.actors.mcp.dispatch import Dispatcher, McpLimits
-from plait.actors.mcp.functions import FUNCTIONS, FUNCTIONS_CONFIG, FunctionTool
-from plait.actors.mcp.names import Conflict, merge, openai_spec, qualify, tool_list_hash
+from plait.actors.mcp import (
+    FUNCTIONS,
+    FUNCTIONS_CONFIG,
+    Conflict,
+    Dispatcher,
+    FunctionTool,
+    McpLimits,
+    McpServerConfig,
+    merge,
+    openai_spec,
+    qualify,
+    tool_list_hash,
+)
 from plait.actors.messages import (
     Allowlist,
     AwaitServers,
@@ -45,21 +54,21 @@ from plait.actors.seams import (
     ServersFactory,
 )
 from plait.errors import ToolError
-from plait.events.types import (
+from plait.events import (
     Body,
     Event,
     McpServerFailed,
     McpServerReady,
     McpServersOffered,
+    McpToolSnapshot,
     McpToolsRefreshed,
     McpToolWithheld,
     SessionStarted,
     ToolCallStarted,
 )
-from plait.events.values import McpToolSnapshot
 
 if TYPE_CHECKING:  # loaded with the servers, when the pool starts them
-    from plait.actors.mcp.shared import SharedServers
+    from plait.actors.mcp import SharedServers
 
 __all__ = [
     "McpLimits",
@@ -205,7 +214,7 @@ class McpPool(Actor):
     def startup(self) -> None:
         if not self.configs:
             return
-        from plait.actors.mcp.servers import McpServers
+        from plait.actors.mcp import McpServers
 
         me = self.actor_ref
 
@@ -315,7 +324,7 @@ class McpPool(Actor):
 
         A tool of a server still starting cannot be checked yet: it is taken on trust.
         """
-        from plait.actors.mcp.names import normalize_allowlist
+        from plait.actors.mcp import normalize_allowlist
 
         unsettled = [s for s in self._offered() if s not in self.catalog.settled]
         given = [qualify(*e.split("/", 1)) if e.count("/") == 1 else e for e in request.entries]
@@ -407,7 +416,7 @@ class PoolRef:
 def _server_of(name: str, servers: Collection[str]) -> str | None:
     """The server among ``servers`` that offers the tool ``name``: by its ``server__``
     prefix, else ``FUNCTIONS`` (a function tool's name holds no ``__``)."""
-    from plait.actors.mcp.names import SEPARATOR, server_of
+    from plait.actors.mcp import SEPARATOR, server_of
 
     found = server_of(name, servers)
     if found is None and SEPARATOR not in name and FUNCTIONS in servers:

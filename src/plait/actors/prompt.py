@@ -18,8 +18,7 @@ import hashlib
 
 import msgspec
 
-from plait.events.projections.history import ChatMessage
-from plait.events.projections.messages import ContentShape
+from plait.events.projections import ChatMessage, ContentShape
 
 __all__ = ["PromptView", "approx_tokens", "empty_content", "encoded", "transcript"]
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from plait.actors.seams import TaskGateLike
-from plait.events.values import TaskPlan
+from plait.events import TaskPlan
 
 __all__ = ["RunSlot"]
 

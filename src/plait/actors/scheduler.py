@@ -28,22 +28,22 @@ from plait.actors.messages import (
 from plait.actors.run_slot import RunSlot
 from plait.actors.seams import TaskGateLike
 from plait.errors import SessionClosedError
-from plait.events.projections.tasks import (
-    TaskQueue,
-    chain_to_drop,
-    continuation_output,
-    next_task,
-)
-from plait.events.types import (
+from plait.events import (
     Event,
     InterruptCause,
     NewEvent,
     TaskDropped,
     TaskEnqueued,
+    TaskPlan,
     TaskStarted,
     ToolCallCompleted,
 )
-from plait.events.values import TaskPlan
+from plait.events.projections import (
+    TaskQueue,
+    chain_to_drop,
+    continuation_output,
+    next_task,
+)
 
 __all__ = ["MESSAGES", "Scheduler"]
 

@@ -39,15 +39,15 @@ if TYPE_CHECKING:
     from plait.actors.approvals import ApprovalRequest
     from plait.actors.feed import Feed, Kinds
     from plait.actors.listening import Listeners
+
+    # from their modules, not the face: the face names `dispatch`, which imports this module
     from plait.actors.mcp.calls import CallResult
     from plait.actors.mcp.config import McpServerConfig
     from plait.actors.mcp.servers import Report
     from plait.actors.messages import CallTool
     from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
     from plait.errors import PlaitError, SessionFailedError
-    from plait.events.projections.messages import ContentShape
-    from plait.events.projections.tasks import TaskQueue
-    from plait.events.types import (
+    from plait.events import (
         Body,
         Event,
         NewEvent,
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         ToolCallStarted,
         Transient,
     )
+    from plait.events.projections import ContentShape, TaskQueue
     from plait.jsonvalue import JsonValue
 
 __all__ = [

@@ -29,23 +29,27 @@ from plait.actors.messages import (
 )
 from plait.actors.scheduler import MESSAGES, Scheduler
 from plait.actors.seams import JournalLike
-from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
-from plait.events.projections.contexts import CONTEXTS
-from plait.events.projections.history import (
+from plait.events import (
+    ConversationDestroyed,
+    ConversationOpened,
+    Event,
+    InputImage,
+    InputText,
+    NewEvent,
+    Redacted,
+    TaskDropped,
+    TaskPlan,
+    TurnAborted,
+)
+from plait.events.projections import (
+    CONTEXTS,
+    ApprovalsProjection,
+    ApprovalState,
     ChatMessage,
     Histories,
     HistoryProjection,
     conversation_index,
 )
-from plait.events.types import (
-    ConversationDestroyed,
-    ConversationOpened,
-    Event,
-    NewEvent,
-    TaskDropped,
-    TurnAborted,
-)
-from plait.events.values import InputImage, InputText, Redacted, TaskPlan
 
 __all__ = ["Session"]
 

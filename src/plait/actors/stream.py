@@ -15,7 +15,7 @@ from typing import Literal
 import msgspec
 
 from plait.errors import ModelErrorKind
-from plait.events.values import ToolCall, Usage
+from plait.events import ToolCall, Usage
 
 __all__ = [
     "Assembly",

@@ -8,7 +8,7 @@ Compaction compares the count with the context window.
 from __future__ import annotations
 
 from plait.actors.prompt import PromptView
-from plait.events.types import (
+from plait.events import (
     Body,
     ConversationContextChanged,
     HistoryCompacted,

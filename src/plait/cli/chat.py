@@ -22,20 +22,16 @@ import threading
 from types import FrameType
 from typing import Any, TextIO
 
-from plait.actors.approvals import ApprovalDecision, ApprovalRequest
-from plait.actors.bridge import Promise
-from plait.actors.text import lone_surrogate, undecodable
+from plait.actors import ApprovalDecision, ApprovalRequest, Promise, lone_surrogate, undecodable
 from plait.cli.chat_commands import ChatCommands
 from plait.cli.chat_input import Command, Problem, read_line
 from plait.cli.live import LivePrinter
 from plait.cli.spinner import Spinner
 from plait.cli.style import Style
 from plait.errors import InvalidInputError, SessionFailedError, undecoded_byte
-from plait.events.types import Event, ToolApprovalRequested, ToolCallRequested, Transient
-from plait.events.values import as_text
+from plait.events import Event, ToolApprovalRequested, ToolCallRequested, Transient, as_text
 from plait.project import find_project, usable
-from plait.runtime import SessionHandle
-from plait.runtime.supervision import Unrecorded
+from plait.runtime import SessionHandle, Unrecorded
 
 __all__ = ["ANSWERS", "PROMPT", "TerminalApprover", "chat"]
 

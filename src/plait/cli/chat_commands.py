@@ -19,9 +19,7 @@ from plait.cli.common import find_conversation, find_session
 from plait.cli.instructions import session_instructions
 from plait.cli.plan_view import tool_prefs
 from plait.errors import PlaitError
-from plait.events.store import EventStore
-from plait.events.types import SessionStarted
-from plait.events.values import APPROVAL_POLICIES
+from plait.events import APPROVAL_POLICIES, EventStore, SessionStarted
 from plait.runtime import Runtime, SessionHandle
 
 __all__ = ["ChatCommands"]

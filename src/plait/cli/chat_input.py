@@ -14,9 +14,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from plait.actors.text import undecodable
+from plait.actors import undecodable
 from plait.cli.instructions import user_dir
-from plait.events.values import InputItem, InputText
+from plait.events import InputItem, InputText
 from plait.project import find_project
 
 __all__ = [

@@ -19,11 +19,9 @@ from plait.config import Config, load_config
 from plait.errors import ConfigError, PlaitError, PrunedSessionError
 
 if TYPE_CHECKING:
-    from plait.actors.approvals import Approver
-    from plait.actors.mcp.config import McpServerConfig
-    from plait.actors.model import ModelSettings
-    from plait.events.signing import Signer
-    from plait.events.store import EventStore
+    from plait.actors import Approver, ModelSettings
+    from plait.actors.mcp import McpServerConfig
+    from plait.events import EventStore, Signer
     from plait.runtime import Runtime
     from plait.telemetry import TelemetrySettings
 
@@ -117,7 +115,7 @@ def store_of(config: Config, *, create: bool, read_only: bool = False) -> EventS
         raise ConfigError(f"{url}: unknown store URL (a SQLite path, or postgresql://...)")
     if not create and not Path(path).exists():
         raise PlaitError(f"{url}: no store here (run `plait exec` first, or pass --store)")
-    from plait.events.stores.sqlite import SqliteStore
+    from plait.events.stores import SqliteStore
 
     return SqliteStore(path, busy_timeout_sec=config.store.busy_timeout_sec, read_only=read_only)
 
@@ -153,7 +151,7 @@ def find_conversation(ids: Iterable[str], session: str, conversation: str) -> st
 def model_settings(config: Config) -> ModelSettings:
     """The model server as configured, checked before anything runs: a missing key is an
     error unless the server is local."""
-    from plait.actors.model import ModelSettings
+    from plait.actors import ModelSettings
 
     model, key = config.model, config.api_key
     if key is None:
@@ -179,8 +177,8 @@ def make_runtime(
     """A runtime on ``store``, configured as ``config`` says; ``approver`` decides the tool
     calls its approval policy asks for (none: they are denied); ``more`` are more of the
     ``Runtime``'s arguments."""
-    from plait.actors.pool import McpLimits
-    from plait.events.values import HistorySettings, StoragePolicy
+    from plait.actors import McpLimits
+    from plait.events import HistorySettings, StoragePolicy
     from plait.runtime import Runtime
 
     policy, history = config.policy, config.history
@@ -232,8 +230,7 @@ def telemetry_of(config: Config, *, endpoint: str | None = None) -> TelemetrySet
 def signer_of(config: Config) -> Signer | None:
     """The signer ``[audit] signing_key`` names, witnessed where ``[audit] witness`` says
     (beside the key by default); ``None`` without a key."""
-    from plait.events.signing import Signer
-    from plait.events.witness import Witness
+    from plait.events import Signer, Witness
 
     key, witness = config.audit.signing_key, config.audit.witness
     if key is None:

@@ -11,7 +11,7 @@ from plait.cli import output as render
 from plait.errors import PlaitError
 
 if TYPE_CHECKING:
-    from plait.events.store import EventStore
+    from plait.events import EventStore
     from plait.runtime import TaskOutcome
 
 __all__ = ["report_compaction"]
@@ -29,7 +29,7 @@ def report_compaction(
 ) -> None:
     """Say what the compaction of conversation ``cid`` queued after seq ``before`` did
     (``plait compact``, and chat's ``/compact``)."""
-    from plait.events.types import HistoryCompacted
+    from plait.events import HistoryCompacted
 
     if not outcome.ok:
         raise PlaitError(f"compaction of conversation {cid} {outcome.status}: {outcome.detail}")

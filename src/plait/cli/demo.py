@@ -14,14 +14,14 @@ import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from plait.actors.mcp.config import McpServerConfig
-from plait.actors.model import ModelSettings
+from plait.actors import ModelSettings
+from plait.actors.mcp import McpServerConfig
 from plait.cli.live import LivePrinter
 from plait.runtime import Runtime, TaskOutcome
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 if TYPE_CHECKING:
-    from plait.events.signing import Signer
+    from plait.events import Signer
     from plait.telemetry import TelemetrySettings
 
 __all__ = ["QUESTION", "SERVERS", "demo_script", "replay_check", "run_demo"]

@@ -25,8 +25,7 @@ __all__ = ["cmd_forget"]
 
 def cmd_forget(args: argparse.Namespace) -> int:
     """Erase a session's content, or a conversation's, for good (``plait forget``)."""
-    from plait.events.erasure import forget
-    from plait.events.types import ConversationOpened
+    from plait.events import ConversationOpened, forget
 
     config = config_of(args, mcp_servers=False)
     with store_of(config, create=False) as store:

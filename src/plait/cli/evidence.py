@@ -20,9 +20,7 @@ __all__ = ["check_bundle", "cmd_export"]
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a session's evidence bundle to one file (``plait export``)."""
-    from plait.events.bundle import export_bundle
-    from plait.events.signing import PublicKey
-    from plait.events.witness import Witness
+    from plait.events import PublicKey, Witness, export_bundle
 
     config = config_of(args, mcp_servers=False)
     if args.witness is not None and not Path(args.witness).is_file():
@@ -49,7 +47,7 @@ def check_bundle(args: argparse.Namespace) -> int:
     """``plait verify --bundle FILE``: check a bundle as a stored session is checked, its
     witness lines (and ``--witness``'s, or those beside the key) included; one line, exit 1
     if anything is edited, missing or damaged."""
-    from plait.events.bundle import verify_bundle
+    from plait.events import verify_bundle
 
     key, witness, missing = proof_of(args.public_key, args.witness)
     try:

@@ -143,7 +143,7 @@ def add_grace(cmd: Parser, signals: str = "SIGTERM or SIGINT") -> None:
 
 def since(text: str, now: datetime | None = None) -> datetime:
     """``--since``: ``30m``, ``2h``, ``7d`` ago, or an ISO 8601 time (UTC unless it says)."""
-    from plait.events.values import DURATION_UNITS, duration_sec  # imports plait.events
+    from plait.events import DURATION_UNITS, duration_sec  # imports plait.events
 
     try:
         if text.strip()[-1:] in DURATION_UNITS:  # an ISO time ends in a digit or a zone

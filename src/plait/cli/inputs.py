@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from plait.actors.text import undecodable
+from plait.actors import undecodable
 from plait.errors import InvalidInputError, PlaitError
 
 __all__ = ["check_arguments", "read_prompt"]

@@ -10,16 +10,14 @@ from typing import TYPE_CHECKING
 from plait.cli.common import out
 
 if TYPE_CHECKING:
-    from plait.events.checks import Verification
-    from plait.events.signing import PublicKey, Signatures
-    from plait.events.witness import Witness
+    from plait.events import PublicKey, Signatures, Verification, Witness
 
 __all__ = ["cmd_keygen", "misused", "proof_failed", "proof_of", "signed_line"]
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     """Make an Ed25519 signing key (``plait keygen``)."""
-    from plait.events.signing import generate_key
+    from plait.events import generate_key
 
     fingerprint = generate_key(args.out)
     out(f"wrote {args.out} (private, mode 600) and {args.out}.pub; fingerprint {fingerprint[:16]}")
@@ -49,8 +47,7 @@ def proof_of(
     """The key and witness ``plait verify`` checks with: the public key at ``public_key``, and
     the witness at ``witness``, by default ``X.heads`` beside ``X.pub`` when it is there; and
     what the ok line says when it is not (``misused`` checked them)."""
-    from plait.events.signing import PublicKey
-    from plait.events.witness import Witness
+    from plait.events import PublicKey, Witness
 
     if public_key is None:
         return None, None, ""

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from plait.cli.output import cut
 from plait.cli.style import PLAIN, Style
+from plait.events import Event, SessionStarted
 from plait.events.projections import Activity, ActivityProjection, rfc3339
-from plait.events.types import Event, SessionStarted
 
 if TYPE_CHECKING:
-    from plait.events.ownership import Lease
-    from plait.events.store import EventStore, StreamInfo
+    from plait.events import EventStore, Lease, StreamInfo
     from plait.replay import ReplayResult
 
 __all__ = [
@@ -170,7 +169,7 @@ def live_owner(lease: Lease | None) -> str | None:
     """The owner of a live lease (``None``: none, or one this machine knows is dead)."""
     if lease is None or not lease.live or lease.owner is None:
         return None
-    from plait.runtime.liveness import owner_state
+    from plait.runtime import owner_state
 
     return None if owner_state(lease.owner) == "dead" else lease.owner
 

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 from plait.cli.plan_view import plan_block
 from plait.cli.spinner import Spinner
 from plait.cli.style import PLAIN, Style
-from plait.events.types import (
+from plait.events import (
     AgentMessageDelta,
     Body,
     ConversationOpened,

@@ -32,7 +32,7 @@ from plait.cli.words import count
 from plait.errors import PlaitError, PrunedSessionError
 
 if TYPE_CHECKING:
-    from plait.events.store import EventStore
+    from plait.events import EventStore
 
 __all__ = [
     "cmd_audit",
@@ -115,9 +115,8 @@ def history_rows(
     """Return the id of a conversation of ``session`` (the root, or the one ``conversation``
     is a prefix of) and its last ``limit`` messages (all: ``None``) as ``plait history
     --json`` prints them: ``seq``, then the chat message, then its reasoning if asked."""
+    from plait.events import SessionStarted, as_text
     from plait.events.projections import HistoryProjection
-    from plait.events.types import SessionStarted
-    from plait.events.values import as_text
 
     events = store.read(session)
     histories = HistoryProjection().fold(events)
@@ -295,7 +294,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _model_errors(args: argparse.Namespace, session: str) -> str:
     """How many of the session's turns the model server failed, by kind."""
-    from plait.events.types import TurnAborted
+    from plait.events import TurnAborted
 
     with existing_store(args, read_only=True) as store:
         kinds = [
@@ -309,8 +308,8 @@ def _model_errors(args: argparse.Namespace, session: str) -> str:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Show what each conversation of a session did (``plait stats``)."""
+    from plait.events import McpServerFailed, McpServerReady
     from plait.events.projections import StatsProjection
-    from plait.events.types import McpServerFailed, McpServerReady
 
     with existing_store(args, read_only=True) as store:
         session = find_session(store, args.session)
@@ -360,7 +359,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 def cmd_expire(args: argparse.Namespace) -> int:
     """Delete the content of ``ttl`` conversations that is due (``plait expire``)."""
     # What Runtime.expire_content does, without the model client a Runtime insists on.
-    from plait.events.storage import Expiry
+    from plait.events import Expiry
 
     with existing_store(args) as store:
         deleted = Expiry(store).sweep()

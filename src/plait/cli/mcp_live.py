@@ -21,12 +21,10 @@ import anyio
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from plait.actors.approvals import ApprovalDecision, ApprovalRequest
+from plait.actors import ApprovalDecision, ApprovalRequest
 from plait.cli.live import LivePrinter
-from plait.events.types import Event, FeedLagged, Transient
-from plait.events.values import InputItem
-from plait.runtime import SessionHandle, TaskOutcome
-from plait.runtime.outcome import Follower
+from plait.events import Event, FeedLagged, InputItem, Transient
+from plait.runtime import Follower, SessionHandle, TaskOutcome
 
 __all__ = ["APPROVAL_SCHEMA", "Caller", "ClientApprover", "follow_task"]
 

@@ -26,7 +26,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from plait.actors.model import ModelSettings
+from plait.actors import ModelSettings
 from plait.cli.common import config_of, err, find_session, make_runtime, model_settings, store_of
 from plait.cli.instructions import session_instructions
 from plait.cli.log_commands import history_rows, session_rows
@@ -37,8 +37,7 @@ from plait.cli.verbose import watch_servers
 from plait.cli.version import plait_version
 from plait.config import Config
 from plait.errors import PlaitError
-from plait.events.store import EventStore
-from plait.events.values import ApprovalPolicy, StoragePolicy
+from plait.events import ApprovalPolicy, EventStore, StoragePolicy
 from plait.runtime import Runtime, SessionHandle, Status
 
 __all__ = ["serve"]

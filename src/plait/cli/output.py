@@ -17,8 +17,28 @@ from plait.cli.spinner import Spinner
 from plait.cli.style import PLAIN, Style
 from plait.cli.task_chain import TaskChain
 from plait.cli.words import count
-from plait.events.codec import to_jsonl
-from plait.events.ownership import Lease
+from plait.events import (
+    AgentMessageDelta,
+    BlobRef,
+    Content,
+    ConversationOpened,
+    Event,
+    Lease,
+    McpServerFailed,
+    McpServerReady,
+    ModelRequested,
+    ModelRequestFailed,
+    ModelResponded,
+    PlanUpdated,
+    Redacted,
+    TaskCompleted,
+    ToolCallCompleted,
+    ToolCallRequested,
+    Transient,
+    TurnAborted,
+    Verification,
+    to_jsonl,
+)
 from plait.events.projections import (
     AuditProjection,
     ConversationInfo,
@@ -26,24 +46,6 @@ from plait.events.projections import (
     TokensProjection,
     conversation_index,
 )
-from plait.events.store import Verification
-from plait.events.types import (
-    AgentMessageDelta,
-    ConversationOpened,
-    Event,
-    McpServerFailed,
-    McpServerReady,
-    ModelRequested,
-    ModelRequestFailed,
-    ModelResponded,
-    PlanUpdated,
-    TaskCompleted,
-    ToolCallCompleted,
-    ToolCallRequested,
-    Transient,
-    TurnAborted,
-)
-from plait.events.values import BlobRef, Content, Redacted
 
 __all__ = [
     "ExecPrinter",

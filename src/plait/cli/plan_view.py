@@ -7,9 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from plait.events.projections.plans import PlansProjection
-from plait.events.types import Event, PlanUpdated
-from plait.events.values import ToolPrefs, as_text
+from plait.events import Event, PlanUpdated, ToolPrefs, as_text
+from plait.events.projections import PlansProjection
 
 __all__ = ["MARKERS", "plan_block", "show_plans", "tool_prefs"]
 

@@ -18,7 +18,7 @@ __all__ = ["cmd_prune"]
 
 def cmd_prune(args: argparse.Namespace) -> int:
     """Remove whole sessions closed (or idle) before a date (``plait prune``)."""
-    from plait.events.retention import prune
+    from plait.events import prune
 
     if args.closed_before is None and args.idle_before is None:
         err("plait: prune: name what goes: --closed-before DATE, --idle-before DATE, or both")

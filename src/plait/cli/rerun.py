@@ -14,9 +14,8 @@ from plait.cli import output as render
 from plait.cli.common import config_of, err, existing_store, find_session, model_settings, out
 from plait.cli.instructions import session_instructions
 from plait.errors import ConfigError
-from plait.events.store import EventStore
-from plait.events.types import SessionStarted
-from plait.replay.rerun_report import FailOn, RerunReport, TaskReport
+from plait.events import EventStore, SessionStarted
+from plait.replay import FailOn, RerunReport, TaskReport
 
 __all__ = ["cmd_rerun"]
 
@@ -42,7 +41,7 @@ def _sessions(store: EventStore, args: argparse.Namespace) -> list[str]:
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     """Run recorded sessions again against the model configured now; say what changed."""
-    from plait.replay.rerun import rerun_each
+    from plait.replay import rerun_each
 
     config = config_of(args)
     model = model_settings(config)

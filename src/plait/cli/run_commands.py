@@ -44,7 +44,7 @@ from plait.errors import McpError, PlaitError, SessionFailedError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from plait.events.types import Event, Transient
+    from plait.events import Event, Transient
     from plait.runtime import Runtime, SessionHandle, TaskOutcome
 
 __all__ = [
@@ -123,7 +123,7 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
                 style=Style.for_args(args, sys.stderr),
                 spinner=Spinner.for_stream(sys.stderr),
             )
-            from plait.runtime.supervision import Unrecorded
+            from plait.runtime import Unrecorded
 
             shown = Unrecorded(cid)  # what the log did not take, if the session fails
             try:
@@ -177,7 +177,7 @@ def _run(
     """Submit ``prompt`` to conversation ``cid`` and wait until its task and its
     continuations end, handing ``on_item`` every item of the session meanwhile; ``printer``
     shows only that task's (docs/processes.md#following-from-the-command-line)."""
-    from plait.runtime.outcome import await_outcome
+    from plait.runtime import await_outcome
 
     with handle.subscribe() as feed:  # before the submit: nothing of the task is missed
         task_id = handle.submit(prompt, conversation_id=cid)
@@ -284,7 +284,7 @@ def _await_servers(
     ``report`` (``-v``'s) each event. A failed one is one warning line, and the task runs
     without its tools; unless it is ``required``: then it is an ``McpError``
     (docs/tools.md#servers)."""
-    from plait.events.types import Event, McpServerFailed, McpServerReady
+    from plait.events import Event, McpServerFailed, McpServerReady
 
     later = handle.later_servers
     waiting = {name for name, s in config.mcp_servers.items() if s.enabled} - later
@@ -371,7 +371,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 def _left(runtime: Runtime, sessions: list[str]) -> list[dict[str, Any]]:
     """The ``plait recover --json`` rows of ``sessions``, in flight and not recovered: those
     another process owns (one finished meanwhile, its lease free, is not one)."""
-    from plait.runtime.liveness import owner_state
+    from plait.runtime import owner_state
 
     rows = []
     for session_id in sessions:
@@ -383,8 +383,8 @@ def _left(runtime: Runtime, sessions: list[str]) -> list[dict[str, Any]]:
 
 def _await_idle(handle: SessionHandle) -> None:
     """Wait until the session has no task running or waiting."""
+    from plait.events import Event
     from plait.events.projections import TaskQueueProjection
-    from plait.events.types import Event
 
     tasks = TaskQueueProjection()
     with handle.subscribe(transient=False) as feed:

@@ -186,7 +186,7 @@ def stop_runtimes(
     from the signal), all at once, and return what the one line says of it: ``stopped by
     SIGTERM: task T stopped at checkpoint 2, session S handed back``. The cut records who
     stopped it (``Stopped.reason``), so a Ctrl-C reads as the user's, not the operator's."""
-    from plait.events.types import TaskCompleted, TurnAborted
+    from plait.events import TaskCompleted, TurnAborted
 
     reason = stopped.reason
     grace = max(0.0, grace_sec - (time.monotonic() - stopped.at))

@@ -8,16 +8,7 @@ from typing import Any
 
 import msgspec
 
-from plait.events.projections import (
-    AuditProjection,
-    HistoryProjection,
-    PlansProjection,
-    TokensProjection,
-    rfc3339,
-)
-from plait.events.signing import last_done
-from plait.events.store import Verification
-from plait.events.types import (
+from plait.events import (
     Event,
     SessionClosed,
     SessionStarted,
@@ -26,8 +17,17 @@ from plait.events.types import (
     TaskEnqueued,
     TaskStarted,
     TurnAborted,
+    Verification,
+    as_text,
+    last_done,
 )
-from plait.events.values import as_text
+from plait.events.projections import (
+    AuditProjection,
+    HistoryProjection,
+    PlansProjection,
+    TokensProjection,
+    rfc3339,
+)
 
 __all__ = ["session_summary"]
 

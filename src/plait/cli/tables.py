@@ -16,7 +16,7 @@ import msgspec
 
 from plait.cli.output import WIDTH, cut, json_line
 from plait.cli.style import PLAIN, Style
-from plait.events.types import (
+from plait.events import (
     ConversationOpened,
     Event,
     McpServerFailed,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from plait.events.types import Event, TaskEnqueued, TurnAborted
+from plait.events import Event, TaskEnqueued, TurnAborted
 
 __all__ = ["TaskChain"]
 

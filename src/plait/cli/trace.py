@@ -10,8 +10,7 @@ import msgspec
 
 from plait.cli.common import config_of, existing_store, find_session, telemetry_of
 from plait.errors import ConfigError
-from plait.telemetry import Span, spans_of
-from plait.telemetry.otlp import export, otlp_json, require_sdk
+from plait.telemetry import Span, export, otlp_json, require_sdk, spans_of
 
 __all__ = ["cmd_trace"]
 

@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass, field
 
 from plait.cli.style import PLAIN, Style
-from plait.events.signing import last_done
-from plait.events.types import (
+from plait.events import (
     ConversationDestroyed,
     ConversationOpened,
     Event,
+    InputText,
     SessionClosed,
     SessionStarted,
     TaskCompleted,
@@ -26,8 +26,8 @@ from plait.events.types import (
     ToolCallCompleted,
     ToolCallRequested,
     TurnAborted,
+    last_done,
 )
-from plait.events.values import InputText
 
 __all__ = ["tree_lines"]
 

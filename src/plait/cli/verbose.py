@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from plait.errors import PlaitError
-from plait.events.types import Event, McpServerFailed, McpServerReady
+from plait.events import Event, McpServerFailed, McpServerReady
 
 if TYPE_CHECKING:
-    from plait.actors.feed import Feed
+    from plait.actors import Feed
     from plait.config import Config
     from plait.runtime import SessionHandle
 

@@ -27,7 +27,7 @@ from plait.cli.stopping import Signals, stop_runtimes
 from plait.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from plait.events.subscription import Waiter
+    from plait.events import Waiter
     from plait.runtime import Runtime
 
 __all__ = ["ACTIVE_PER_SLOT", "cmd_worker"]

@@ -19,7 +19,7 @@ import msgspec
 
 from plait.errors import ErasureError, StoreError, UnknownSessionError
 from plait.events.blobs import blob_refs, inline_texts
-from plait.events.projections.tasks import TASKS
+from plait.events.projections import TASKS
 from plait.events.signing import Signer
 from plait.events.store import EventStore
 from plait.events.types import (

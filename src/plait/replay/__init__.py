@@ -2,15 +2,19 @@
 # It imports `plait.events`, `plait.actors` and `plait.runtime`; nothing in them imports it.
 """Replay a recorded session exactly, and say where a program departs from its log."""
 
+# Imported at once, not on first use: `audit`, `fork`, `replay` and `rerun` are named as their
+# modules are, and importing such a module would put the module where the name should be.
+
 from plait.replay.audit import AuditRow, audit, audit_jsonl, verify
 from plait.replay.fork import fork
 from plait.replay.replay import Divergence, ReplayResult, replay
-from plait.replay.rerun import rerun
-from plait.replay.rerun_report import RerunReport, TaskReport
+from plait.replay.rerun import rerun, rerun_each
+from plait.replay.rerun_report import FailOn, RerunReport, TaskReport
 
 __all__ = [
     "AuditRow",
     "Divergence",
+    "FailOn",
     "ReplayResult",
     "RerunReport",
     "TaskReport",
@@ -19,5 +23,6 @@ __all__ = [
     "fork",
     "replay",
     "rerun",
+    "rerun_each",
     "verify",
 ]

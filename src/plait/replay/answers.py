@@ -16,9 +16,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from plait.actors.mcp.calls import CallResult
-from plait.events.projections.approvals import canonical_arguments
-from plait.events.types import (
+from plait.actors.mcp import CallResult
+from plait.events import (
     Event,
     McpServerReady,
     McpToolsRefreshed,
@@ -26,11 +25,11 @@ from plait.events.types import (
     ToolCallCompleted,
     ToolCallRequested,
 )
+from plait.events.projections import canonical_arguments
 from plait.jsonvalue import JsonValue
 
 if TYPE_CHECKING:  # their modules bring asyncio, which `plait audit` and `fork` do without
-    from plait.actors.approvals import ApprovalGate, ApprovalRequest
-    from plait.actors.seams import McpServersLike
+    from plait.actors import ApprovalGate, ApprovalRequest, McpServersLike
 
 __all__ = ["NOT_RECORDED", "CallKey", "LoggedApprovals", "LoggedServers", "RecordedCalls"]
 

@@ -17,9 +17,8 @@ from datetime import datetime
 import msgspec
 
 from plait.errors import ContentUnavailableError, UnknownSessionError
-from plait.events.projections.audit import AuditProjection, AuditRow
-from plait.events.storage import Policies
-from plait.events.store import EventStore, Verification
+from plait.events import EventStore, Policies, Verification
+from plait.events.projections import AuditProjection, AuditRow
 
 __all__ = ["AuditRow", "audit", "audit_jsonl", "verify"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from plait.events.types import Body, Event
+from plait.events import Body, Event
 
 __all__ = ["IGNORED_FIELDS", "Divergence", "ReplayResult", "compare"]
 

@@ -17,23 +17,28 @@ from collections.abc import Mapping
 
 import msgspec
 
-from plait.actors.mcp.calls import CallResult, Outcome
-from plait.actors.mcp.config import McpServerConfig
-from plait.actors.mcp.functions import FUNCTIONS
-from plait.actors.mcp.servers import Report
-from plait.actors.messages import Enqueue, Interrupt, Stop
-from plait.actors.model import AttemptFailed, ModelReply, ModelSettings
-from plait.actors.pool import McpLimits
-from plait.actors.seams import Recipient
+from plait.actors import (
+    AttemptFailed,
+    Enqueue,
+    Interrupt,
+    McpLimits,
+    ModelReply,
+    ModelSettings,
+    Recipient,
+    Stop,
+)
+from plait.actors.mcp import FUNCTIONS, CallResult, McpServerConfig, Outcome, Report
 from plait.errors import ReplayError
-from plait.events.subscription import Subscription
-from plait.events.types import (
+from plait.events import (
     Body,
     ConversationOpened,
     Event,
+    HistorySettings,
+    InputImage,
     McpServerFailed,
     McpServerReady,
     McpServersOffered,
+    McpToolSnapshot,
     McpToolsRefreshed,
     McpToolWithheld,
     ModelRequested,
@@ -44,6 +49,7 @@ from plait.events.types import (
     SessionReopened,
     SessionStarted,
     StopRequested,
+    Subscription,
     TaskCompleted,
     TaskEnqueued,
     ToolApprovalDecided,
@@ -53,7 +59,6 @@ from plait.events.types import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.values import HistorySettings, InputImage, McpToolSnapshot
 from plait.replay.compare import ReplayResult, compare
 from plait.replay.effects import (
     ReplayApprovals,
@@ -77,7 +82,7 @@ from plait.replay.inference import (
     submitted_task,
 )
 from plait.replay.recorded_store import RecordedStore
-from plait.runtime.runtime import Outside, Runtime
+from plait.runtime import Outside, Runtime
 
 __all__ = ["Driver", "Program"]
 

@@ -13,22 +13,17 @@ import uuid
 from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import Any
 
-from plait.actors.approvals import ApprovalRequest
-from plait.actors.bridge import Promise
-from plait.actors.mcp.calls import CallResult
-from plait.actors.mcp.config import McpServerConfig
-from plait.actors.mcp.servers import Report
-from plait.actors.model import AttemptFailed, ModelReply, ModelRequest
-from plait.actors.outside import IdFor
+from plait.actors import ApprovalRequest, AttemptFailed, IdFor, ModelReply, ModelRequest, Promise
+from plait.actors.mcp import CallResult, McpServerConfig, Report
 from plait.errors import McpError, ModelError, ModelErrorKind, ReplayError
-from plait.events.projections.messages import ContentShape
-from plait.events.types import (
+from plait.events import (
     McpServerFailed,
     McpServerReady,
     McpServersOffered,
     McpToolsRefreshed,
     ToolApprovalDecided,
 )
+from plait.events.projections import ContentShape
 
 __all__ = ["ReplayApprovals", "ReplayIds", "ReplayInstructions", "ReplayModel", "ReplayServers"]
 

@@ -15,10 +15,18 @@ import uuid
 import msgspec
 
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
-from plait.events.signing import Signer
-from plait.events.storage import Policies, erased_line, missing_content
-from plait.events.store import EventStore
-from plait.events.types import ContentErased, ForkOrigin, NewEvent, RerunOrigin, SessionStarted
+from plait.events import (
+    ContentErased,
+    EventStore,
+    ForkOrigin,
+    NewEvent,
+    Policies,
+    RerunOrigin,
+    SessionStarted,
+    Signer,
+    erased_line,
+    missing_content,
+)
 
 __all__ = ["fork"]
 

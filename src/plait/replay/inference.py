@@ -12,9 +12,8 @@ from collections.abc import Container
 
 import msgspec
 
-from plait.actors.builtins import ConvCreate, parse_arguments
-from plait.actors.outside import IdFor
-from plait.events.types import (
+from plait.actors import ConvCreate, IdFor, parse_arguments
+from plait.events import (
     AbortCause,
     Body,
     ContentErased,
@@ -39,8 +38,8 @@ from plait.events.types import (
     ToolCallRequested,
     ToolCallStarted,
     TurnAborted,
+    as_text,
 )
-from plait.events.values import as_text
 
 __all__ = [
     "LIFECYCLE",
@@ -125,7 +124,7 @@ def crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[in
     crash. The events of a forced close
     (``closing``) look alike and are not a crash.
     """
-    from plait.runtime.recovery import records_resumes  # the runtime: only when replaying
+    from plait.runtime import records_resumes  # the runtime: only when replaying
 
     if records_resumes(recorded):
         return [e.seq for e in recorded if isinstance(e.body, SessionResumed)]

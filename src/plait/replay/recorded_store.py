@@ -13,9 +13,8 @@ from datetime import datetime
 
 import msgspec
 
-from plait.events.store import PreparedAppend, utc_now
-from plait.events.stores.memory import MemoryStore
-from plait.events.types import Body, Event, NewEvent
+from plait.events import Body, Event, NewEvent, PreparedAppend, utc_now
+from plait.events.stores import MemoryStore
 from plait.replay.inference import is_lifecycle, recorded_only, submitted_task
 
 __all__ = ["RecordedStore"]

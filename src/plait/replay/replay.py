@@ -19,15 +19,12 @@ from plait.errors import (
     DivergenceError,
     UnknownSessionError,
 )
-from plait.events.storage import missing_content
-from plait.events.store import EventStore
-from plait.events.types import SessionStarted
-from plait.events.values import RuntimeSettings
+from plait.events import EventStore, RuntimeSettings, SessionStarted, missing_content
 from plait.replay.compare import Divergence, ReplayResult
 
 if TYPE_CHECKING:
-    from plait.actors.mcp.functions import FunctionTool
-    from plait.actors.pool import McpLimits
+    from plait.actors import McpLimits
+    from plait.actors.mcp import FunctionTool
 
 __all__ = ["Divergence", "ReplayResult", "replay"]
 
@@ -57,8 +54,8 @@ def replay(
     """
     # Here, not at the top: the driver brings the runtime, the actors and asyncio (~60 ms),
     # which `plait audit`, `fork` and `verify` do without, importing this package.
-    from plait.actors.mcp.functions import as_tools
-    from plait.actors.pool import McpLimits
+    from plait.actors import McpLimits
+    from plait.actors.mcp import as_tools
     from plait.replay.driver import Driver, Program
 
     recorded = store.read(session_id)

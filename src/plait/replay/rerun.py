@@ -14,28 +14,26 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from plait.actors.mcp.config import McpServerConfig
+from plait.actors.mcp import McpServerConfig
 from plait.errors import PlaitError, UnknownSessionError
-from plait.events.store import EventStore
-from plait.events.stores.memory import MemoryStore
-from plait.events.types import (
+from plait.events import (
     ConversationOpened,
     Event,
+    EventStore,
     NewEvent,
     RerunOrigin,
     SessionStarted,
     TaskEnqueued,
 )
+from plait.events.stores import MemoryStore
 from plait.replay.answers import LoggedApprovals, LoggedServers, RecordedCalls
 from plait.replay.fork import fork
 from plait.replay.inference import submitted
 from plait.replay.rerun_report import Chain, RerunReport, chains, compare
 
 if TYPE_CHECKING:
-    from plait.actors.approvals import Approver
-    from plait.actors.mcp.functions import FunctionTool
-    from plait.actors.mcp.servers import Report
-    from plait.actors.model import ModelSettings
+    from plait.actors import Approver, ModelSettings
+    from plait.actors.mcp import FunctionTool, Report
 
 __all__ = ["rerun", "rerun_each"]
 
@@ -78,11 +76,9 @@ def rerun(
     """
     # Here, not at the top: the runtime and asyncio (~50 ms to import), which `plait audit`,
     # `fork` and `verify` do without, importing this package.
-    from plait.actors.approvals import ApprovalGate
-    from plait.actors.mcp.functions import as_tools
-    from plait.actors.mcp.servers import McpServers
-    from plait.runtime import Runtime
-    from plait.runtime.outside import Outside
+    from plait.actors import ApprovalGate
+    from plait.actors.mcp import McpServers, as_tools
+    from plait.runtime import Outside, Runtime
 
     original = store.read(session_id)
     if not original or not isinstance(original[0].body, SessionStarted):

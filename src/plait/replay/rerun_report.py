@@ -11,16 +11,17 @@ from typing import Literal
 
 import msgspec
 
-from plait.events.types import (
+from plait.events import (
     Event,
+    InputText,
     ModelResponded,
     TaskCompleted,
     TaskEnqueued,
+    TaskPlan,
     TaskStarted,
     TokensCounted,
     ToolCallRequested,
 )
-from plait.events.values import InputText, TaskPlan
 from plait.replay.answers import CallKey, call_key
 from plait.replay.inference import submitted
 

@@ -1,5 +1,5 @@
-# The runtime wing: the embedding API. It wires `plait.actors` on a `plait.events` store;
-# `plait.replay` and the command line build on it, and nothing here imports them.
+# The runtime wing: the embedding API, which wires `plait.actors` on a `plait.events` store.
+# It imports `plait.events`, `plait.actors` and `plait.telemetry`, never `plait.replay` or the cli.
 """Run sessions on a store, drive them, and pick up what a stopped process left running.
 
     runtime = Runtime(".plait/plait.db", model=ModelSettings(base_url=..., model=...))
@@ -13,19 +13,47 @@
 session's events as they are recorded, with the transient text deltas between them.
 """
 
-from plait.runtime.changes import KEEP, KeepType
-from plait.runtime.handle import SessionHandle
-from plait.runtime.outcome import Status, TaskOutcome
-from plait.runtime.recovery import Recovery, in_flight
-from plait.runtime.runtime import Runtime
+from plait.faces import lazy
+
+TYPE_CHECKING = False  # as typing has it, without importing typing
+
+if TYPE_CHECKING:  # what type checkers read; a name is imported on its first use
+    from plait.runtime.changes import KEEP, KeepType
+    from plait.runtime.handle import SessionHandle
+    from plait.runtime.liveness import owner_state
+    from plait.runtime.outcome import Follower, Status, TaskOutcome, await_outcome
+    from plait.runtime.outside import Outside
+    from plait.runtime.recovery import Recovery, in_flight, records_resumes
+    from plait.runtime.runtime import Runtime
+    from plait.runtime.supervision import Unrecorded
 
 __all__ = [
     "KEEP",
+    "Follower",
     "KeepType",
+    "Outside",
     "Recovery",
     "Runtime",
     "SessionHandle",
     "Status",
     "TaskOutcome",
+    "Unrecorded",
+    "await_outcome",
     "in_flight",
+    "owner_state",
+    "records_resumes",
 ]
+
+_PUBLIC: dict[str, tuple[str, ...]] = {
+    "plait.runtime.changes": ("KEEP", "KeepType"),
+    "plait.runtime.handle": ("SessionHandle",),
+    "plait.runtime.liveness": ("owner_state",),
+    "plait.runtime.outcome": ("Follower", "Status", "TaskOutcome", "await_outcome"),
+    "plait.runtime.outside": ("Outside",),
+    "plait.runtime.recovery": ("Recovery", "in_flight", "records_resumes"),
+    "plait.runtime.runtime": ("Runtime",),
+    "plait.runtime.supervision": ("Unrecorded",),
+}
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy(__name__, _PUBLIC)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from plait.actors.bridge import Promise
+from plait.actors import Promise
 from plait.errors import PlaitError
 
 __all__ = ["ACK_WAIT_SEC", "Ack"]

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Collection
 from typing import Protocol
 
-from plait.actors.bridge import Promise
+from plait.actors import Promise
 from plait.errors import ConfigError
 
 __all__ = ["Admission", "Placed"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Final, TypeVar
 
-from plait.events.values import ApprovalPolicy, ContextChange, ToolPrefs, check_policy
+from plait.events import ApprovalPolicy, ContextChange, ToolPrefs, check_policy
 
 __all__ = ["KEEP", "KeepType", "context_change"]
 

@@ -16,12 +16,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from plait.errors import PlaitError
-from plait.events.subscription import Subscription
+from plait.events import Subscription
 
 if TYPE_CHECKING:
-    from plait.actors.journal import Journal
-    from plait.events.ownership import Lease
-    from plait.events.store import EventStore
+    from plait.actors import Journal
+    from plait.events import EventStore, Lease
     from plait.runtime.timers import Timer, Timers
 
 __all__ = ["Followed", "Followers"]

@@ -6,13 +6,14 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from plait.events.types import Event, Transient
-from plait.events.values import (
+from plait.events import (
     ApprovalPolicy,
+    Event,
     InputItem,
     InputText,
     TaskPlan,
     ToolPrefs,
+    Transient,
 )
 from plait.jsonvalue import JsonObject
 from plait.runtime.acks import Ack

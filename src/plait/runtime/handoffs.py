@@ -22,28 +22,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from plait.actors import builtins
-from plait.actors.builtins import ConvCreate, ConvSend
-from plait.events.projections.tasks import (
+from plait.actors import ConvCreate, ConvSend, input_items, parse_arguments
+from plait.events import (
+    Closure,
+    ConversationOpened,
+    Event,
+    NewEvent,
+    SessionStarted,
+    TaskDropped,
+    TaskPlan,
+    TaskStarted,
+    ToolCallCompleted,
+    ToolCallRequested,
+    TurnAborted,
+    as_text,
+    recorded_settings,
+)
+from plait.events.projections import (
     TASKS,
     TaskQueue,
     TaskResult,
     continuation_output,
     handoff_answer,
 )
-from plait.events.types import (
-    ConversationOpened,
-    Event,
-    NewEvent,
-    SessionStarted,
-    TaskDropped,
-    TaskStarted,
-    ToolCallCompleted,
-    ToolCallRequested,
-    TurnAborted,
-    recorded_settings,
-)
-from plait.events.values import Closure, TaskPlan, as_text
 
 __all__ = [
     "FORK_CUT",
@@ -151,10 +152,10 @@ def not_run(request: ToolCallRequested, opened: str | None, error: str) -> str:
     """The answer of a hand-off whose target's task did not run: a continuation's, its
     ``last_assistant_message`` null and ``error`` saying why (docs/conv-tools.md#results);
     ``opened`` is the conversation a ``conv_create`` opened, if it did."""
-    parsed = builtins.parse_arguments(request.tool, as_text(request.arguments) or "{}")
+    parsed = parse_arguments(request.tool, as_text(request.arguments) or "{}")
     closure = Closure(request.call_id, request.tool)
     if isinstance(parsed, ConvCreate):
-        items = builtins.input_items(parsed.user_instruction, parsed.items)
+        items = input_items(parsed.user_instruction, parsed.items)
         closure = Closure(
             request.call_id,
             request.tool,

@@ -22,12 +22,19 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
 
 import pykka
 
-from plait.actors.deps import ConversationDeps
-from plait.actors.feed import Feed
-from plait.actors.journal import Journal
-from plait.actors.messages import Destroy, Enqueue, GetQueue, Interrupt, StartNext, Stop
-from plait.actors.seams import McpPoolRef
-from plait.actors.session import Session
+from plait.actors import (
+    ConversationDeps,
+    Destroy,
+    Enqueue,
+    Feed,
+    GetQueue,
+    Interrupt,
+    Journal,
+    McpPoolRef,
+    Session,
+    StartNext,
+    Stop,
+)
 from plait.errors import (
     LeaseLostError,
     PlaitError,
@@ -37,9 +44,8 @@ from plait.errors import (
     StoreUnavailableError,
     UnknownConversationError,
 )
-from plait.events.ownership import DestroyConversation, InterruptTask, SubmitTask
-from plait.events.projections.tasks import QueueSnapshot
-from plait.events.types import Event, SessionClosed
+from plait.events import DestroyConversation, Event, InterruptTask, SessionClosed, SubmitTask
+from plait.events.projections import QueueSnapshot
 from plait.jsonvalue import JsonObject
 from plait.runtime.acks import ACK_WAIT_SEC, Ack
 from plait.runtime.life import Life, State
@@ -49,10 +55,8 @@ from plait.runtime.steps import every_step
 from plait.runtime.supervision import STOP_SEC, failure_end, went_away
 
 if TYPE_CHECKING:
-    from plait.events.projections.history import ConversationInfo
-    from plait.events.signing import Signer
-    from plait.events.store import EventStore
-    from plait.events.values import HistorySettings, TaskPlan
+    from plait.events import EventStore, HistorySettings, Signer, TaskPlan
+    from plait.events.projections import ConversationInfo
     from plait.runtime.admission import Admission
     from plait.runtime.following import Followers
     from plait.runtime.gate import TaskGate

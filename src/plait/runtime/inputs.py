@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from plait.actors.text import lone_surrogate
+from plait.actors import lone_surrogate
 from plait.errors import InvalidInputError
 
 __all__ = ["check_input", "check_inputs"]

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar, cast
 
-from plait.actors.bridge import Promise
+from plait.actors import Promise
 
 __all__ = ["Offload"]
 

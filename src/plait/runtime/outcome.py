@@ -9,9 +9,9 @@ from typing import Literal
 
 import msgspec
 
-from plait.actors.feed import Feed, Kinds
+from plait.actors import Feed, Kinds
 from plait.errors import ModelErrorKind, PlaitError
-from plait.events.types import (
+from plait.events import (
     Event,
     FeedLagged,
     TaskCompleted,

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from plait.actors.outside import NewId, ReadInstructions
-from plait.actors.seams import ApprovalGateLike, ModelClientLike, ServersFactory
+from plait.actors import ApprovalGateLike, ModelClientLike, NewId, ReadInstructions, ServersFactory
 
 __all__ = ["Outside"]
 

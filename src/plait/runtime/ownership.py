@@ -25,24 +25,25 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from plait.errors import LeaseLostError, PlaitError, SessionClosedError, UnknownConversationError
-from plait.events.ownership import (
+from plait.events import (
     Command,
     CommandBody,
+    ConversationDestroyed,
     DestroyConversation,
+    Event,
     InterruptTask,
     Lease,
+    Signal,
     StoredCommand,
     SubmitTask,
+    TaskEnqueued,
 )
-from plait.events.subscription import Signal
-from plait.events.types import ConversationDestroyed, Event, TaskEnqueued
 from plait.runtime.acks import Ack
 from plait.runtime.liveness import new_owner_id, owner_state
 from plait.runtime.timers import Timer, Timers
 
 if TYPE_CHECKING:
-    from plait.events.store import EventStore
-    from plait.events.values import TaskPlan
+    from plait.events import EventStore, TaskPlan
     from plait.jsonvalue import JsonObject
 
 __all__ = ["REMEMBERED_INTERRUPTS", "Owned", "Owner", "default_owner_id"]

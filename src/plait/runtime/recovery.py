@@ -18,47 +18,47 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import msgspec
 
-from plait.actors.actor import Actor
-from plait.actors.builtins import canonical_name
-from plait.actors.journal import Journal
-from plait.actors.messages import (
+from plait.actors import (
+    Actor,
     AwaitServers,
     CallTool,
+    Journal,
+    JournalLike,
+    McpPoolRef,
+    Recipient,
     ServersSettled,
     StartNext,
     ToolFinished,
     ToolResult,
+    canonical_name,
 )
-from plait.actors.seams import JournalLike, McpPoolRef, Recipient
-from plait.events.projections.tasks import QueueSnapshot, task_queue
-from plait.events.signing import last_done
-from plait.events.store import EventStore
-from plait.events.types import (
+from plait.events import (
     AbortCause,
     Body,
     CallOutcome,
     ConversationOpened,
     Event,
+    EventStore,
     McpServerReady,
+    McpToolSnapshot,
     McpToolsRefreshed,
     NewEvent,
     SessionClosed,
     SessionResumed,
     SessionStarted,
     TaskDropped,
+    TaskPlan,
     ToolApprovalDecided,
     ToolApprovalRequested,
     ToolCallCompleted,
     ToolCallRequested,
     ToolCallStarted,
     TurnAborted,
+    as_text,
+    last_done,
     recorded_settings,
 )
-from plait.events.values import (
-    McpToolSnapshot,
-    TaskPlan,
-    as_text,
-)
+from plait.events.projections import QueueSnapshot, task_queue
 from plait.runtime.handoffs import answers_handoffs, fully_recovered, not_run, opened_by
 
 __all__ = [

@@ -17,37 +17,41 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from plait.actors.approvals import DEFAULT_APPROVAL_TIMEOUT_SEC, ApprovalGate, Approver
-from plait.actors.deps import ConversationDeps
-from plait.actors.effects import EffectLoop
-from plait.actors.journal import Journal
-from plait.actors.mcp.config import McpServerConfig
-from plait.actors.mcp.functions import FunctionTool, as_tools
-from plait.actors.model import ModelClient, ModelSettings
-from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
-from plait.actors.pool import McpLimits
-from plait.actors.seams import McpPoolRef
-from plait.events.ownership import DEFAULT_LEASE_SEC
-from plait.events.signing import Signer
-from plait.events.store import EventStore
-from plait.events.stores import open_store
-from plait.events.subscription import Signal
-from plait.events.types import (
-    ConversationOpened,
-    Event,
-    NewEvent,
-    SessionStarted,
-    recorded_settings,
+from plait.actors import (
+    DEFAULT_APPROVAL_TIMEOUT_SEC,
+    ApprovalGate,
+    Approver,
+    ConversationDeps,
+    EffectLoop,
+    Journal,
+    McpLimits,
+    McpPoolRef,
+    ModelClient,
+    ModelSettings,
+    NewId,
+    ReadInstructions,
+    read_instruction_file,
 )
-from plait.events.values import (
+from plait.actors.mcp import FunctionTool, McpServerConfig, as_tools
+from plait.events import (
+    DEFAULT_LEASE_SEC,
     MODEL_PROTOCOL,
     ApprovalPolicy,
+    ConversationOpened,
+    Event,
+    EventStore,
     HistorySettings,
+    NewEvent,
     RuntimeSettings,
+    SessionStarted,
+    Signal,
+    Signer,
     StoragePolicy,
     ToolPrefs,
     check_policy,
+    recorded_settings,
 )
+from plait.events.stores import open_store
 from plait.runtime.admission import Admission
 from plait.runtime.following import Followers
 from plait.runtime.gate import TaskGate
@@ -61,10 +65,10 @@ from plait.runtime.sessions import Sessions
 from plait.runtime.sweeping import Sweeping
 from plait.runtime.telemetry import live_export
 from plait.runtime.timers import Timer, Timers
-from plait.telemetry.settings import TelemetrySettings
+from plait.telemetry import TelemetrySettings
 
 if TYPE_CHECKING:
-    from plait.actors.mcp.shared import SharedServers
+    from plait.actors.mcp import SharedServers
 
 __all__ = ["Outside", "Runtime"]
 
@@ -187,7 +191,7 @@ class Runtime(Sessions):
         self._mcp_factory = outside.mcp_factory
         self._shared_servers: SharedServers | None = None  # its MCP servers, which sessions share
         if self.mcp_servers:  # only then: it loads what most commands never use
-            from plait.actors.mcp.shared import SharedServers
+            from plait.actors.mcp import SharedServers
 
             self._shared_servers = SharedServers()
         self._new_id_for: NewId = outside.new_id or (lambda _made_for: self.new_id())
@@ -285,7 +289,7 @@ class Runtime(Sessions):
         functions = self.tools_for(journal.stream)
         if not self.mcp_servers and not functions:
             return None
-        from plait.actors.pool import McpPool
+        from plait.actors import McpPool
 
         return McpPool.open(
             journal,

@@ -13,21 +13,22 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from plait.actors.journal import Journal
-from plait.actors.mcp.functions import FunctionTool, as_tools
+from plait.actors import Journal
+from plait.actors.mcp import FunctionTool, as_tools
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
-from plait.events.ownership import StoredCommand
-from plait.events.projections.tasks import QueueSnapshot, task_queue
-from plait.events.signing import Signer, last_done
-from plait.events.storage import missing_content
-from plait.events.store import EventStore
-from plait.events.types import (
+from plait.events import (
     ConversationDestroyed,
     Event,
+    EventStore,
     SessionClosed,
     SessionReopened,
     SessionStarted,
+    Signer,
+    StoredCommand,
+    last_done,
+    missing_content,
 )
+from plait.events.projections import QueueSnapshot, task_queue
 from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
 from plait.runtime.handoffs import cut_handoffs
@@ -36,7 +37,7 @@ from plait.runtime.ownership import Owner
 from plait.runtime.recovery import OpenCalls, Recovery, in_flight, open_calls, took_over
 
 if TYPE_CHECKING:
-    from plait.actors.mcp.config import McpServerConfig
+    from plait.actors.mcp import McpServerConfig
     from plait.runtime.admission import Admission
     from plait.runtime.gate import TaskGate
 
@@ -147,7 +148,7 @@ class Sessions:
     def _offer_servers(self, journal: Journal, past: list[Event]) -> list[Event]:
         """Record the MCP servers this run offers where the log last said others (a replay's
         runtime records none: the log's are fed in, docs/replay.md#mcp-servers-per-run)."""
-        from plait.actors.pool import offer_servers
+        from plait.actors import offer_servers
 
         if not self._records_servers:
             return []

@@ -22,7 +22,7 @@ from plait.errors import (
     SessionFailedError,
     StoreUnavailableError,
 )
-from plait.events.types import (
+from plait.events import (
     AgentMessageDelta,
     Event,
     ModelResponded,

@@ -10,8 +10,7 @@ import logging
 from datetime import datetime
 
 from plait.errors import PlaitError
-from plait.events.storage import Expiry
-from plait.events.store import EventStore
+from plait.events import EventStore, Expiry
 from plait.runtime.timers import Timer, Timers
 
 __all__ = ["Sweeping"]

@@ -7,11 +7,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from plait.errors import TelemetryError
-from plait.telemetry.settings import TelemetrySettings
+from plait.telemetry import TelemetrySettings
 
 if TYPE_CHECKING:
-    from plait.events.store import EventStore
-    from plait.telemetry.live import LiveExport
+    from plait.events import EventStore
+    from plait.telemetry import LiveExport
 
 __all__ = ["live_export"]
 
@@ -32,7 +32,7 @@ def live_export(
         log.warning("telemetry: %s; sessions run without it", problem)
         return None
     try:
-        from plait.telemetry.live import LiveExport
+        from plait.telemetry import LiveExport
 
         return LiveExport(store, settings, owner_id)
     except TelemetryError as exc:

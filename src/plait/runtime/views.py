@@ -8,26 +8,24 @@ import threading
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol, cast
 
-from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed
-from plait.actors.messages import GetHistory, ListConversations
+from plait.actors import DEFAULT_FEED_LIMIT, Feed, GetHistory, ListConversations
 from plait.errors import UnknownConversationError
-from plait.events.projections.history import (
+from plait.events import Event, EventStore, FeedLagged, Transient
+from plait.events.projections import (
     ConversationInfo,
+    ConversationStats,
     Histories,
     HistoryProjection,
+    StatsProjection,
     conversation_index,
 )
-from plait.events.projections.stats import ConversationStats, StatsProjection
-from plait.events.store import EventStore
-from plait.events.types import Event, FeedLagged, Transient
 from plait.jsonvalue import JsonObject
 from plait.runtime.outcome import FOLLOWED
 
 if TYPE_CHECKING:
     import pykka
 
-    from plait.actors.journal import Journal
-    from plait.actors.session import Session
+    from plait.actors import Journal, Session
 
 __all__ = ["SessionViews", "Viewed"]
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from plait.events.types import Event, SessionClosed
+from plait.events import Event, SessionClosed
 from plait.telemetry.metrics import Metrics
 from plait.telemetry.otlp import exporter, readable, resource
 from plait.telemetry.settings import TelemetrySettings

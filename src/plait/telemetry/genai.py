@@ -11,10 +11,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from plait.actors.builtins import BUILTIN_NAMES
-from plait.events.projections.messages import ChatMessage
-from plait.events.types import ModelResponded
-from plait.events.values import Content, InputImage, InputText, ModelOptions, ToolCall, Usage
+from plait.actors import BUILTIN_NAMES
+from plait.events import (
+    Content,
+    InputImage,
+    InputText,
+    ModelOptions,
+    ModelResponded,
+    ToolCall,
+    Usage,
+)
+from plait.events.projections import ChatMessage
 
 __all__ = [
     "AttributeValue",

@@ -24,14 +24,14 @@ from typing import IO, TYPE_CHECKING
 
 import msgspec
 
-from plait.events.types import Event, SessionClosed
+from plait.events import Event, SessionClosed
 from plait.telemetry.exporting import EXPORT_TIMEOUT_SEC, TelemetryStats
 from plait.telemetry.otlp import require_sdk
 from plait.telemetry.settings import TelemetrySettings
 from plait.telemetry.worker import HEADER, Frame, Reply, encode
 
 if TYPE_CHECKING:
-    from plait.events.store import EventStore
+    from plait.events import EventStore
 
 __all__ = ["LiveExport", "TelemetryStats"]
 

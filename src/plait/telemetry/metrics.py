@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from plait.events.types import Event
+from plait.events import Event
 from plait.telemetry import genai
 from plait.telemetry.genai import Attributes, AttributeValue
 from plait.telemetry.settings import TelemetrySettings

@@ -3,9 +3,8 @@ the history projection folds it, and its base instructions as the log recorded t
 
 from __future__ import annotations
 
-from plait.events.projections.history import HistoryProjection
-from plait.events.types import ConversationContextChanged, ConversationOpened, Event
-from plait.events.values import TaskPlan
+from plait.events import ConversationContextChanged, ConversationOpened, Event, TaskPlan
+from plait.events.projections import HistoryProjection
 from plait.telemetry import genai
 from plait.telemetry.genai import Attributes
 

@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from plait.events.types import (
+from plait.events import (
     ConversationOpened,
     Event,
     HistoryCompacted,
+    ModelOptions,
     ModelRequested,
     ModelRequestFailed,
     ModelResponded,
@@ -26,6 +27,7 @@ from plait.events.types import (
     TaskCompleted,
     TaskDropped,
     TaskEnqueued,
+    TaskPlan,
     TaskStarted,
     TokensCounted,
     ToolApprovalDecided,
@@ -34,8 +36,8 @@ from plait.events.types import (
     ToolCallRequested,
     ToolCallStarted,
     TurnAborted,
+    Usage,
 )
-from plait.events.values import ModelOptions, TaskPlan, Usage
 from plait.telemetry import genai
 from plait.telemetry.genai import Attributes
 from plait.telemetry.prompts import Prompts

@@ -16,7 +16,7 @@ from typing import BinaryIO, Literal, TextIO
 
 import msgspec
 
-from plait.events.types import Event
+from plait.events import Event
 from plait.telemetry.exporting import EXPORT_TIMEOUT_SEC, Exporting, TelemetryStats
 from plait.telemetry.settings import TelemetrySettings
 

@@ -1,44 +1,60 @@
-# The MCP part of the actors wing: server configs, tool names and lists, connections, servers.
-# `config`, `names`, `calls` and `servers` import no `mcp`; `client`, `stdio` and `streamable`
-# do (or its HTTP client), and are loaded only when a server starts, so a session without MCP
-# servers never imports `mcp`. `servers` (and with it asyncio) loads on first use too: every
-# command reads its MCP servers' config through this package, and most run none.
-"""MCP servers for plait sessions: configs, fully-qualified tool names, connections."""
+# Part of the actors wing: MCP server configs, tool names and lists, connections, servers.
+# It imports `plait.events` and the actors' seams and messages, never the pool that runs it.
+"""MCP servers for plait sessions: configs, fully-qualified tool names, connections.
 
-from __future__ import annotations
+``config``, ``names`` and ``calls`` import no ``mcp``; ``client``, ``stdio`` and ``streamable``
+do (or its HTTP client), and load only when a server starts, so a session without MCP servers
+never imports ``mcp``. Every command reads its MCP servers' config through this package, and
+most run none: each name here loads on its first use, ``servers`` (and with it asyncio) too.
+"""
 
-from typing import TYPE_CHECKING
+from plait.faces import lazy
 
-from plait.actors.mcp.calls import CallResult, Outcome
-from plait.actors.mcp.config import McpServerConfig, parse_servers
-from plait.actors.mcp.names import (
-    Conflict,
-    canonical_sha256,
-    merge,
-    normalize_allowlist,
-    openai_spec,
-    qualify,
-    server_of,
-    snapshot,
-    tool_list_hash,
-)
+TYPE_CHECKING = False  # as typing has it, without importing typing
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what type checkers read; a name is imported on its first use
+    from plait.actors.mcp.calls import CallResult, Outcome
     from plait.actors.mcp.client import McpConnection
-    from plait.actors.mcp.servers import Backoff, McpServers, Report, SharedServers, Status
+    from plait.actors.mcp.config import McpServerConfig, check_keys, expand, parse_servers
+    from plait.actors.mcp.dispatch import Dispatcher, McpLimits
+    from plait.actors.mcp.functions import FUNCTIONS, FUNCTIONS_CONFIG, FunctionTool, as_tools, tool
+    from plait.actors.mcp.names import (
+        SEPARATOR,
+        Conflict,
+        canonical_sha256,
+        merge,
+        normalize_allowlist,
+        openai_spec,
+        qualify,
+        server_of,
+        snapshot,
+        tool_list_hash,
+    )
+    from plait.actors.mcp.server import Backoff, Report, Status
+    from plait.actors.mcp.servers import McpServers
+    from plait.actors.mcp.shared import SharedServers
 
 __all__ = [
+    "FUNCTIONS",
+    "FUNCTIONS_CONFIG",
+    "SEPARATOR",
     "Backoff",
     "CallResult",
     "Conflict",
+    "Dispatcher",
+    "FunctionTool",
     "McpConnection",
+    "McpLimits",
     "McpServerConfig",
     "McpServers",
     "Outcome",
     "Report",
     "SharedServers",
     "Status",
+    "as_tools",
     "canonical_sha256",
+    "check_keys",
+    "expand",
     "merge",
     "normalize_allowlist",
     "openai_spec",
@@ -46,22 +62,38 @@ __all__ = [
     "qualify",
     "server_of",
     "snapshot",
+    "tool",
     "tool_list_hash",
 ]
 
+_PUBLIC: dict[str, tuple[str, ...]] = {
+    "plait.actors.mcp.calls": ("CallResult", "Outcome"),
+    "plait.actors.mcp.client": ("McpConnection",),
+    "plait.actors.mcp.config": ("McpServerConfig", "check_keys", "expand", "parse_servers"),
+    "plait.actors.mcp.dispatch": ("Dispatcher", "McpLimits"),
+    "plait.actors.mcp.functions": (
+        "FUNCTIONS",
+        "FUNCTIONS_CONFIG",
+        "FunctionTool",
+        "as_tools",
+        "tool",
+    ),
+    "plait.actors.mcp.names": (
+        "SEPARATOR",
+        "Conflict",
+        "canonical_sha256",
+        "merge",
+        "normalize_allowlist",
+        "openai_spec",
+        "qualify",
+        "server_of",
+        "snapshot",
+        "tool_list_hash",
+    ),
+    "plait.actors.mcp.server": ("Backoff", "Report", "Status"),
+    "plait.actors.mcp.servers": ("McpServers",),
+    "plait.actors.mcp.shared": ("SharedServers",),
+}
 
-_SERVERS = frozenset({"Backoff", "McpServers", "Report", "SharedServers", "Status"})
-
-
-def __getattr__(name: str) -> object:
-    # `McpConnection` lives beside the `mcp` import, `servers` beside asyncio's (~12 ms of a
-    # command's start): load them on first use only.
-    if name == "McpConnection":
-        from plait.actors.mcp.client import McpConnection
-
-        return McpConnection
-    if name in _SERVERS:
-        from plait.actors.mcp import servers
-
-        return getattr(servers, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy(__name__, _PUBLIC)

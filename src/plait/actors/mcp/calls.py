@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import msgspec
 
 from plait.actors.text import mended, mended_value
-from plait.events.values import ContextChange
+from plait.events import ContextChange
 from plait.jsonvalue import JsonObject, JsonValue
 
 if TYPE_CHECKING:  # the SDK's types, for the checker only: importing them costs ~1 s

@@ -31,7 +31,7 @@ from plait.actors.mcp.config import McpServerConfig, http_headers
 from plait.actors.mcp.stdio import ChildProcess, stdio_transport
 from plait.actors.mcp.streamable import mend_replies
 from plait.errors import McpError
-from plait.events.values import McpToolSnapshot
+from plait.events import McpToolSnapshot
 from plait.jsonvalue import JsonValue
 
 __all__ = ["McpConnection"]

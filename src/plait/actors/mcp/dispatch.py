@@ -27,8 +27,7 @@ import msgspec
 import pykka
 
 from plait.actors.messages import CallTool, ToolFinished, ToolResult
-from plait.events.types import NewEvent, ToolCallStarted
-from plait.events.values import InputImage, McpToolSnapshot
+from plait.events import InputImage, McpToolSnapshot, NewEvent, ToolCallStarted
 
 if TYPE_CHECKING:
     from plait.actors.seams import Effects, JournalLike, McpServersLike, Recipient

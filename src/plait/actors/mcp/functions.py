@@ -29,7 +29,7 @@ from plait.actors.mcp.config import McpServerConfig, locate
 from plait.actors.mcp.names import canonical_sha256
 from plait.actors.text import mended, mended_value
 from plait.errors import ConfigError
-from plait.events.values import McpToolSnapshot
+from plait.events import McpToolSnapshot
 from plait.jsonvalue import JsonObject, JsonValue
 
 __all__ = [

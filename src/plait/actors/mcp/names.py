@@ -17,7 +17,7 @@ import msgspec
 
 from plait.actors.mcp.config import McpServerConfig
 from plait.errors import ToolError
-from plait.events.values import McpToolSnapshot
+from plait.events import McpToolSnapshot
 
 __all__ = [
     "MAX_NAME",

@@ -24,8 +24,7 @@ from plait.actors.mcp.calls import CallResult
 from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.functions import FUNCTIONS, FunctionConnection, FunctionTool
 from plait.errors import McpError
-from plait.events.types import Body, McpServerFailed, McpServerReady, McpToolsRefreshed
-from plait.events.values import McpToolSnapshot
+from plait.events import Body, McpServerFailed, McpServerReady, McpToolSnapshot, McpToolsRefreshed
 from plait.jsonvalue import JsonValue
 
 if TYPE_CHECKING:  # client.py imports mcp: loaded when the first server starts, not before

@@ -24,7 +24,7 @@ from plait.actors.mcp.functions import FUNCTIONS, FunctionConnection, FunctionTo
 from plait.actors.mcp.server import Backoff, Report, Server, Status
 from plait.actors.mcp.shared import SharedServers
 from plait.errors import McpError
-from plait.events.values import McpToolSnapshot
+from plait.events import McpToolSnapshot
 from plait.jsonvalue import JsonValue
 
 if TYPE_CHECKING:  # client.py imports mcp: loaded when the first server starts, not before

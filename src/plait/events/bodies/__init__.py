@@ -1,3 +1,5 @@
+# Part of the events wing: every persisted event body, one module per subject; `types` gathers them.
+# They import `plait.events.values` and `plait.errors`, nothing else of plait.
 """Every persisted event body type, by what it is about."""
 
 from plait.events.bodies.audit import (

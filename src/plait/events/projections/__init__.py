@@ -1,32 +1,51 @@
+# Part of the events wing: projections, pure folds of the log.
+# They import the event types and values of `plait.events`, never its stores.
 """Projections: pure folds of the event log into what people and the runtime read."""
 
-from plait.events.projections.activity import Activity, ActivityProjection, prompt_text
-from plait.events.projections.approvals import ApprovalsProjection, ApprovalState
-from plait.events.projections.audit import AuditLog, AuditProjection, AuditRow
-from plait.events.projections.base import Projection
-from plait.events.projections.contexts import Contexts, ContextsProjection
-from plait.events.projections.history import (
-    ChatMessage,
-    ConversationHistory,
-    ConversationInfo,
-    Histories,
-    HistoryProjection,
-    conversation_index,
-    rfc3339,
-)
-from plait.events.projections.plans import CurrentPlan, Plans, PlansProjection
-from plait.events.projections.stats import ConversationStats, SessionStats, StatsProjection
-from plait.events.projections.tasks import (
-    QueueSnapshot,
-    TaskQueue,
-    TaskQueueProjection,
-    TaskResult,
-    task_queue,
-)
-from plait.events.projections.timeline import Timeline, TimelineEntry, TimelineProjection
-from plait.events.projections.tokens import TokensProjection, TokenTotals, add_usage
+from plait.faces import lazy
+
+TYPE_CHECKING = False  # as typing has it, without importing typing
+
+if TYPE_CHECKING:  # what type checkers read; a name is imported on its first use
+    from plait.events.projections.activity import Activity, ActivityProjection, prompt_text
+    from plait.events.projections.approvals import (
+        ApprovalsProjection,
+        ApprovalState,
+        canonical_arguments,
+    )
+    from plait.events.projections.audit import AuditLog, AuditProjection, AuditRow
+    from plait.events.projections.base import Projection
+    from plait.events.projections.contexts import CONTEXTS, Contexts, ContextsProjection
+    from plait.events.projections.history import (
+        ConversationHistory,
+        ConversationInfo,
+        Histories,
+        HistoryProjection,
+        conversation_index,
+        rfc3339,
+        safe_cut,
+    )
+    from plait.events.projections.messages import ChatMessage, ContentShape
+    from plait.events.projections.plans import CurrentPlan, Plans, PlansProjection
+    from plait.events.projections.stats import ConversationStats, SessionStats, StatsProjection
+    from plait.events.projections.tasks import (
+        TASKS,
+        QueueSnapshot,
+        TaskQueue,
+        TaskQueueProjection,
+        TaskResult,
+        chain_to_drop,
+        continuation_output,
+        handoff_answer,
+        next_task,
+        task_queue,
+    )
+    from plait.events.projections.timeline import Timeline, TimelineEntry, TimelineProjection
+    from plait.events.projections.tokens import TokensProjection, TokenTotals, add_usage
 
 __all__ = [
+    "CONTEXTS",
+    "TASKS",
     "Activity",
     "ActivityProjection",
     "ApprovalState",
@@ -35,6 +54,7 @@ __all__ = [
     "AuditProjection",
     "AuditRow",
     "ChatMessage",
+    "ContentShape",
     "Contexts",
     "ContextsProjection",
     "ConversationHistory",
@@ -58,8 +78,55 @@ __all__ = [
     "TokenTotals",
     "TokensProjection",
     "add_usage",
+    "canonical_arguments",
+    "chain_to_drop",
+    "continuation_output",
     "conversation_index",
+    "handoff_answer",
+    "next_task",
     "prompt_text",
     "rfc3339",
+    "safe_cut",
     "task_queue",
 ]
+
+_PUBLIC: dict[str, tuple[str, ...]] = {
+    "plait.events.projections.activity": ("Activity", "ActivityProjection", "prompt_text"),
+    "plait.events.projections.approvals": (
+        "ApprovalState",
+        "ApprovalsProjection",
+        "canonical_arguments",
+    ),
+    "plait.events.projections.audit": ("AuditLog", "AuditProjection", "AuditRow"),
+    "plait.events.projections.base": ("Projection",),
+    "plait.events.projections.contexts": ("CONTEXTS", "Contexts", "ContextsProjection"),
+    "plait.events.projections.history": (
+        "ConversationHistory",
+        "ConversationInfo",
+        "Histories",
+        "HistoryProjection",
+        "conversation_index",
+        "rfc3339",
+        "safe_cut",
+    ),
+    "plait.events.projections.messages": ("ChatMessage", "ContentShape"),
+    "plait.events.projections.plans": ("CurrentPlan", "Plans", "PlansProjection"),
+    "plait.events.projections.stats": ("ConversationStats", "SessionStats", "StatsProjection"),
+    "plait.events.projections.tasks": (
+        "TASKS",
+        "QueueSnapshot",
+        "TaskQueue",
+        "TaskQueueProjection",
+        "TaskResult",
+        "chain_to_drop",
+        "continuation_output",
+        "handoff_answer",
+        "next_task",
+        "task_queue",
+    ),
+    "plait.events.projections.timeline": ("Timeline", "TimelineEntry", "TimelineProjection"),
+    "plait.events.projections.tokens": ("TokenTotals", "TokensProjection", "add_usage"),
+}
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy(__name__, _PUBLIC)

@@ -1,3 +1,5 @@
+# Part of the events wing: the store backends, in memory, SQLite and PostgreSQL (with psycopg).
+# They import the rest of `plait.events` and `plait.errors`; psycopg only for a PostgreSQL URL.
 """Store backends: in memory, SQLite (the embedded default) and PostgreSQL."""
 
 from __future__ import annotations
@@ -5,9 +7,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from plait.errors import StoreUnavailableError
-from plait.events.store import EventStore
+from plait.faces import lazy
 
-__all__ = ["open_store"]
+TYPE_CHECKING = False  # as typing has it, without importing typing
+
+if TYPE_CHECKING:  # what type checkers read; a backend is imported on its first use
+    from plait.events.store import EventStore
+    from plait.events.stores.memory import MemoryStore
+    from plait.events.stores.postgres import PostgresStore
+    from plait.events.stores.sqlite import SqliteStore
+
+__all__ = ["MemoryStore", "PostgresStore", "SqliteStore", "open_store"]
+
+_PUBLIC: dict[str, tuple[str, ...]] = {
+    "plait.events.stores.memory": ("MemoryStore",),
+    "plait.events.stores.postgres": ("PostgresStore",),
+    "plait.events.stores.sqlite": ("SqliteStore",),
+}
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy(__name__, _PUBLIC)
 
 
 def open_store(url: str | Path) -> EventStore:
