@@ -456,19 +456,6 @@ INTERNAL_IMPORTS = {
 """The names ``src/`` imports from inside another wing that its face does not offer, and why."""
 
 DEEP_IMPORTS_LEFT = {
-    **dict.fromkeys(
-        [
-            "plait.actors.call_approvals",
-            "plait.actors.compaction",
-            "plait.actors.conversation",
-            "plait.actors.interrupts",
-            "plait.actors.model_call",
-            "plait.actors.model_reply",
-            "plait.actors.targets",
-            "plait.actors.tool_batch",
-        ],
-        "the running task's turn, being rewritten as one state machine: its imports move then",
-    ),
     "plait.actors.seams": "the mcp face names `dispatch`, which imports seams: a circle",
     "plait.cli.du": "`usage` is named as its module is (INTERNAL_IMPORTS)",
 }

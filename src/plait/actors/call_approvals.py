@@ -17,7 +17,7 @@ import pykka
 
 from plait.actors.approvals import ApprovalGate, ApprovalRequest, denial
 from plait.actors.messages import ApprovalFinished
-from plait.events.types import ToolApprovalDecided
+from plait.events import ToolApprovalDecided
 
 if TYPE_CHECKING:
     from plait.actors.deps import ConversationDeps

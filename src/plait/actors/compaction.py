@@ -14,16 +14,15 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from plait.actors.mcp.names import canonical_sha256
+from plait.actors.mcp import canonical_sha256
 from plait.actors.prompt import approx_tokens, encoded, transcript
-from plait.events.projections.history import safe_cut
-from plait.events.types import HistoryCompacted, ModelRequested
+from plait.events import HistoryCompacted, ModelRequested
+from plait.events.projections import safe_cut
 
 if TYPE_CHECKING:
     from plait.actors.prompt import PromptView
-    from plait.events.projections.history import ChatMessage
-    from plait.events.projections.messages import ContentShape
-    from plait.events.values import HistorySettings
+    from plait.events import HistorySettings
+    from plait.events.projections import ChatMessage, ContentShape
 
 __all__ = ["COMPACT_INSTRUCTIONS", "compaction", "request", "sent_tokens", "summarised", "trimmed"]
 

@@ -16,7 +16,7 @@ from plait.actors import builtins
 from plait.actors.actor import Actor
 from plait.actors.approvals import ConversationApprovals
 from plait.actors.deps import ConversationDeps
-from plait.actors.mcp.names import canonical_sha256
+from plait.actors.mcp import canonical_sha256
 from plait.actors.messages import (
     Abort,
     ApprovalFinished,
@@ -32,15 +32,13 @@ from plait.actors.prompt import PromptView, empty_content, encoded
 from plait.actors.refs import Askable, Recipient
 from plait.actors.token_count import TokenCount
 from plait.actors.turn import Turn
-from plait.events.projections.approvals import ApprovalState
-from plait.events.projections.contexts import CONTEXTS
-from plait.events.projections.history import ChatMessage, Histories, HistoryProjection
-from plait.events.types import (
-    Body,
-    ConversationDestroyed,
-    ConversationOpened,
-    Event,
-    NewEvent,
+from plait.events import Body, ConversationDestroyed, ConversationOpened, Event, NewEvent
+from plait.events.projections import (
+    CONTEXTS,
+    ApprovalState,
+    ChatMessage,
+    Histories,
+    HistoryProjection,
 )
 
 __all__ = ["Conversation"]

@@ -19,14 +19,14 @@ import pykka
 
 from plait.actors.messages import AttemptFailedNotice, ModelFinished
 from plait.errors import ModelError
-from plait.events.types import AgentMessageDelta, ReasoningDelta, Transient
+from plait.events import AgentMessageDelta, ReasoningDelta, Transient
 
 if TYPE_CHECKING:
     from plait.actors.deps import ConversationDeps
     from plait.actors.model import AttemptFailed
     from plait.actors.refs import Recipient
     from plait.actors.stream import ModelReply
-    from plait.events.projections.messages import ContentShape
+    from plait.events.projections import ContentShape
 
 __all__ = ["HeldDeltas", "call_model"]
 

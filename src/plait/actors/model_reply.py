@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 
 from plait.actors.prompt import approx_tokens
 from plait.actors.tool_batch import arguments_of
-from plait.events.types import (
+from plait.events import (
     Body,
     ModelResponded,
     TaskCompleted,
     TokensCounted,
     ToolCallCompleted,
     ToolCallRequested,
+    Usage,
 )
-from plait.events.values import Usage
 
 if TYPE_CHECKING:
     from plait.actors.stream import ModelReply

@@ -18,13 +18,21 @@ from plait.actors import builtins, targets
 from plait.actors.builtins import ConvCreate, ConvSend
 from plait.actors.messages import ToolResult
 from plait.actors.outside import IdFor
-from plait.events.types import Body, NewEvent, TaskEnqueued, ToolCallCompleted, TurnAborted
-from plait.events.values import Closure, TaskPlan, ToolCall
+from plait.events import (
+    Body,
+    Closure,
+    NewEvent,
+    TaskEnqueued,
+    TaskPlan,
+    ToolCall,
+    ToolCallCompleted,
+    TurnAborted,
+)
 
 if TYPE_CHECKING:
     from plait.actors.deps import ConversationDeps
     from plait.actors.refs import Askable
-    from plait.events.types import ConversationOpened
+    from plait.events import ConversationOpened
 
 __all__ = ["replacement"]
 

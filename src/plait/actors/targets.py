@@ -23,8 +23,7 @@ from plait.actors.messages import (
     frozen_names,
 )
 from plait.actors.outside import IdFor
-from plait.events.types import Body, ConversationOpened, McpAllowlistNormalized
-from plait.events.values import InputItem, ToolPrefs
+from plait.events import Body, ConversationOpened, InputItem, McpAllowlistNormalized, ToolPrefs
 
 if TYPE_CHECKING:
     from plait.actors.deps import ConversationDeps

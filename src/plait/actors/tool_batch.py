@@ -23,14 +23,17 @@ from plait.actors.approvals import ApprovalRequest, refusal
 from plait.actors.call_approvals import ask_gate
 from plait.actors.messages import BuiltinCall, CallTool, CancelCalls, ToolResult
 from plait.actors.turn_states import CALL_TRANSITIONS, CallState, Checkpoint, moved
-from plait.events.types import (
+from plait.events import (
     Body,
+    ContextChange,
     Event,
+    McpToolSnapshot,
     ToolApprovalDecided,
     ToolApprovalRequested,
+    ToolCall,
     ToolCallRequested,
+    ToolPrefs,
 )
-from plait.events.values import ContextChange, McpToolSnapshot, ToolCall, ToolPrefs
 
 if TYPE_CHECKING:
     from plait.actors.approvals import ConversationApprovals

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, cast
 import msgspec
 
 from plait.actors import compaction, model_reply, targets
-from plait.actors.mcp.names import canonical_sha256
+from plait.actors.mcp import canonical_sha256
 from plait.actors.messages import (
     ApprovalFinished,
     AttemptFailedNotice,
@@ -39,9 +39,10 @@ from plait.actors.prompt import approx_tokens
 from plait.actors.replacement import replacement
 from plait.actors.tool_batch import Advanced, CallSite, ToolBatch
 from plait.actors.turn_states import TRANSITIONS, Checkpoint, Phase, moved
-from plait.events.types import (
+from plait.events import (
     AbortCause,
     Body,
+    ContextChange,
     ConversationContextChanged,
     Event,
     HistoryCompacted,
@@ -50,11 +51,14 @@ from plait.events.types import (
     NewEvent,
     StopRequested,
     TaskCompleted,
+    TaskPlan,
     TokensCounted,
+    ToolCall,
     TurnAborted,
     TurnStarted,
+    Usage,
+    as_text,
 )
-from plait.events.values import ContextChange, TaskPlan, ToolCall, Usage, as_text
 
 if TYPE_CHECKING:
     from plait.actors.approvals import ConversationApprovals
@@ -64,9 +68,8 @@ if TYPE_CHECKING:
     from plait.actors.refs import Askable, Recipient
     from plait.actors.stream import ModelReply
     from plait.errors import ModelErrorKind
-    from plait.events.projections.history import ChatMessage
-    from plait.events.projections.messages import ContentShape
-    from plait.events.types import ConversationOpened
+    from plait.events import ConversationOpened
+    from plait.events.projections import ChatMessage, ContentShape
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "SEND_FIRST_SEC", "Turn", "TurnHost"]
 
