@@ -183,7 +183,7 @@ def test_large_content_is_stored_once_and_read_back(store: EventStore) -> None:
     assert isinstance(refs[0], BlobRef) and refs[0] == refs[1]
     assert refs[0].size == len(BIG)
     assert refs[2] == "small"
-    assert store.blob(refs[0].sha256) == BIG.encode()
+    assert store.blobs.get(refs[0].sha256) == BIG.encode()
 
 
 TTL = NewEvent(ConversationOpened(storage_policy=StoragePolicy("ttl", 60)), "root")
@@ -194,13 +194,13 @@ def test_redacting_a_blob_keeps_the_chain_and_shows_a_marker(store: EventStore) 
     store.append("s1", [TTL, NewEvent(ToolCallCompleted(call_id="c", output=BIG), "root")], 0)
     raw = store.read("s1", resolve_blobs=False)[1].body
     assert isinstance(raw, ToolCallCompleted) and isinstance(raw.output, BlobRef)
-    assert store.redact(raw.output.sha256) is True
+    assert store.blobs.redact(raw.output.sha256) is True
     body = store.read("s1")[1].body
     assert isinstance(body, ToolCallCompleted)
     assert body.output == Redacted(sha256=raw.output.sha256, size=len(BIG))
     report = store.verify("s1")
     assert report.ok and report.redacted == 1 and report.blobs == 1
-    assert store.redact("0" * 64) is False
+    assert store.blobs.redact("0" * 64) is False
 
 
 @pytest.mark.parametrize("policy", [StoragePolicy(), None])
@@ -214,7 +214,7 @@ def test_a_deleted_blob_is_damage_unless_its_policy_lets_it_expire(
     store.append("s1", [*opened, NewEvent(ToolCallCompleted(call_id="c", output=BIG), cid)], 0)
     raw = store.read("s1", resolve_blobs=False)[-1].body
     assert isinstance(raw, ToolCallCompleted) and isinstance(raw.output, BlobRef)
-    store.redact(raw.output.sha256)
+    store.blobs.redact(raw.output.sha256)
     report = store.verify("s1")
     whose = "conversation root's" if cid else "the session's"
     assert (report.ok, report.first_bad_seq, report.redacted) == (False, len(opened) + 1, 0)
@@ -228,7 +228,7 @@ def test_rewriting_redacted_content_restores_it(store: EventStore) -> None:
     store.append("s1", [NewEvent(ToolCallCompleted(call_id="c", output=BIG))], 0)
     ref = store.read("s1", resolve_blobs=False)[0].body
     assert isinstance(ref, ToolCallCompleted) and isinstance(ref.output, BlobRef)
-    store.redact(ref.output.sha256)
+    store.blobs.redact(ref.output.sha256)
     store.append("s1", [NewEvent(ToolCallCompleted(call_id="d", output=BIG))], 1)
     bodies = [e.body for e in store.read("s1")]
     assert all(isinstance(b, ToolCallCompleted) and b.output == BIG for b in bodies)

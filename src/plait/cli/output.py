@@ -18,7 +18,7 @@ from plait.cli.style import PLAIN, Style
 from plait.cli.task_chain import TaskChain
 from plait.cli.words import count
 from plait.events.codec import to_jsonl
-from plait.events.ownership import Lease
+from plait.events.leases import Lease
 from plait.events.projections import (
     AuditProjection,
     ConversationInfo,

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import msgspec
 
+from plait.events.prepared import draft
 from plait.events.store import PreparedAppend, utc_now
 from plait.events.stores.memory import MemoryStore
 from plait.events.types import Body, Event, NewEvent
@@ -97,7 +98,7 @@ class RecordedStore(MemoryStore):
         if stored and program:
             self._hold()
         heard = {id(item) for item in kept}
-        unheard = [self._draft(stream, item) for item in events if id(item) not in heard]
+        unheard = [draft(stream, item) for item in events if id(item) not in heard]
         after, now = (stored[-1].seq if stored else expected_seq), utc_now()
         return stored + [d.unstored(stream, after + i, now) for i, d in enumerate(unheard, 1)]
 

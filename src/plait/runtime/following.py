@@ -20,7 +20,7 @@ from plait.events.subscription import Subscription
 
 if TYPE_CHECKING:
     from plait.actors.journal import Journal
-    from plait.events.ownership import Lease
+    from plait.events.leases import Lease
     from plait.events.store import EventStore
     from plait.runtime.timers import Timer, Timers
 

@@ -37,7 +37,7 @@ from plait.errors import (
     StoreUnavailableError,
     UnknownConversationError,
 )
-from plait.events.ownership import DestroyConversation, InterruptTask, SubmitTask
+from plait.events.inbox import DestroyConversation, InterruptTask, SubmitTask
 from plait.events.projections.tasks import QueueSnapshot
 from plait.events.types import Event, SessionClosed
 from plait.jsonvalue import JsonObject

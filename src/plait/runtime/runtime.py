@@ -27,7 +27,7 @@ from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
 from plait.actors.pool import McpLimits
 from plait.actors.seams import McpPoolRef
-from plait.events.ownership import DEFAULT_LEASE_SEC
+from plait.events.leases import DEFAULT_LEASE_SEC
 from plait.events.signing import Signer
 from plait.events.store import EventStore
 from plait.events.stores import open_store

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from plait.actors.journal import Journal
 from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
-from plait.events.ownership import StoredCommand
+from plait.events.inbox import StoredCommand
 from plait.events.projections.tasks import QueueSnapshot, task_queue
 from plait.events.signing import Signer, last_done
 from plait.events.storage import missing_content
@@ -305,7 +305,7 @@ class Sessions:
         stopped renewing its lease or handed it back with work waiting, and those with inbox
         commands and no live owner (one another process takes first is left to it). Return
         their ids."""
-        return self._adopt(self._unowned(self.store.commands())[0], most)
+        return self._adopt(self._unowned(self.store.inbox.commands())[0], most)
 
     def fill_places(self) -> list[str]:
         """``plait worker``'s round: adopt as many sessions as there is room for work: run
@@ -314,7 +314,7 @@ class Sessions:
         other processes own sessions and none is left waiting for an owner (they keep up),
         hand back the passive sessions whose commands wait here, for one with room
         (docs/processes.md#capacity). Return the ids taken."""
-        commands = self.store.commands()
+        commands = self.store.inbox.commands()
         pending = {stored.stream for stored in commands}
         wanted, others = self._unowned(commands)
         if others and not wanted and self._room(pending) == 0:
