@@ -1,4 +1,5 @@
-"""The lease and inbox part of the store contract, on every backend."""
+"""The leases part of the store contract (``store.leases``: ``plait.events.leases``), on every
+backend: who owns a session, and the appends its former owners can no longer make."""
 
 from __future__ import annotations
 
@@ -9,14 +10,6 @@ from support import StoreFactory
 
 from plait.errors import ConcurrencyError, LeaseLostError
 from plait.events import EventStore, NewEvent, SessionStarted, TurnStarted
-from plait.events.inbox import (
-    Command,
-    DestroyConversation,
-    InterruptTask,
-    StoredCommand,
-    SubmitTask,
-)
-from plait.events.values import InputText, TaskPlan
 
 LAPSED = -1.0
 """A lease time that has already run out: the lease is taken and lapsed at once."""
@@ -169,33 +162,6 @@ def test_one_owner_wins_a_race_for_a_free_session(stores: StoreFactory) -> None:
     assert len(won) == 1
     lease = opened[0].leases.get("s1")
     assert lease is not None and (lease.owner, lease.epoch) == (won[0], 1)
-
-
-def test_the_inbox_keeps_commands_in_order_until_dropped(stores: StoreFactory) -> None:
-    sender, owner = stores.open(), stores.open()
-    plan = TaskPlan("t1", "root", [InputText("hello")])
-    ids = [
-        sender.inbox.put("s1", Command(SubmitTask(plan), sender="p1")),
-        sender.inbox.put("s2", Command(InterruptTask())),
-        sender.inbox.put("s1", Command(DestroyConversation("c1"))),
-    ]
-    assert ids == sorted(ids) and len(set(ids)) == 3
-    found = owner.inbox.commands("s1")
-    assert [c.id for c in found] == [ids[0], ids[2]]
-    assert found[0].command == Command(SubmitTask(plan), sender="p1")
-    assert found[1].command.body == DestroyConversation("c1")
-    assert [c.stream for c in owner.inbox.commands()] == ["s1", "s2", "s1"]
-    assert [c.id for c in owner.inbox.commands("s2", "s1")] == ids  # named sessions', in order
-    assert owner.inbox.commands("s3") == []
-    owner.inbox.drop([found[0], found[0]])
-    assert [c.id for c in owner.inbox.commands()] == ids[1:]
-    moved = StoredCommand(ids[1], "s1", found[0].command)  # the id, named with another session
-    owner.inbox.drop([moved])
-    assert [c.id for c in owner.inbox.commands()] == ids[
-        1:
-    ]  # a command is dropped with its session
-    later = sender.inbox.put("s1", Command(InterruptTask()))
-    assert later > ids[2]  # ids are never reused: the order holds across drops
 
 
 def test_expiring_a_dead_owners_lease_lets_the_next_take_it_at_a_higher_epoch(
