@@ -390,7 +390,9 @@ class MemoryTamper(AppendsTamper):
 
     def _found(self, stream: str, seq: int) -> Packed:
         """The row holding ``stream``'s event ``seq``."""
-        found = [r for r in self._store._tables.rows if r[1] == stream and r[2] >= seq > r[2] - r[3]]
+        found = [
+            r for r in self._store._tables.rows if r[1] == stream and r[2] >= seq > r[2] - r[3]
+        ]
         assert found, f"stream {stream} has no row holding seq {seq}"
         return found[0]
 
