@@ -23,6 +23,9 @@
   also look on their own, for rows held above the settled bound and for announcements lost to
   a kill (``postgres_settled``).
 * Tables and functions are created on open when missing (``postgres_schema``).
+* The store's parts (its blobs, leases, inbox and pruning: ``postgres_blobs``,
+  ``postgres_leases``, ``postgres_inbox``, ``postgres_prune``) make their calls as the store
+  does, through its ``Calls`` (``postgres_calls``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ is being written are written with it (``sqlite_writes.py``). ``BEGIN IMMEDIATE``
 and SQLite's file locks serialize writers across processes, and the ``streams`` head row turns a
 lost race into a ``ConcurrencyError`` rather than a fork of the chain. Positions are assigned as
 ``max + 1`` under the write lock, so they are dense and commit-ordered.
+
+The store's parts (its blobs, leases, inbox and pruning: ``sqlite_blobs.py``,
+``sqlite_leases.py``, ``sqlite_inbox.py``, ``sqlite_prune.py``) use the store's connection
+through its ``Link`` (``sqlite_link.py``).
 """
 
 from __future__ import annotations
