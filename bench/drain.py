@@ -102,7 +102,7 @@ def main() -> None:
             code = worker.wait(120)
             took = time.monotonic() - sent
             left = running_with(mark)
-            live = [s for s in sessions if (lease := front.store.lease(s)) and lease.live]
+            live = [s for s in sessions if (lease := front.store.leases.get(s)) and lease.live]
             ended = sum(
                 1
                 for s in sessions

@@ -93,9 +93,9 @@ def build(path: Path, sessions: int, long_every: int, long_events: int) -> None:
             if long:
                 k = s // long_every
                 if k < 8:  # running (a live lease), or cut (lapsed)
-                    store.acquire_lease(stream, f"bench:{k}", 3600.0 if k < 4 else 0.001)
+                    store.leases.acquire(stream, f"bench:{k}", 3600.0 if k < 4 else 0.001)
                 else:  # idle, its owner gone without handing it back
-                    store.acquire_lease(stream, f"bench:{k}", 0.001)
+                    store.leases.acquire(stream, f"bench:{k}", 0.001)
 
 
 def timed(argv: list[str], repeats: int) -> float:

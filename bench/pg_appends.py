@@ -72,7 +72,7 @@ def run_store(
 ) -> Iterator[float]:
     """Yield the times of ``n`` fenced appends to a fresh stream; one's trips to ``trips``."""
     stream = f"s-{uuid.uuid4().hex[:8]}"
-    epoch = store.acquire_lease(stream, "bench", 600).epoch
+    epoch = store.leases.acquire(stream, "bench", 600).epoch
     seq, prev = 0, GENESIS_HASH
     for i in range(n):
         bodies = group(i)

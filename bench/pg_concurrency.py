@@ -118,7 +118,7 @@ def plait_writer(url: str, schema: str, stores: list[PostgresStore]) -> Callable
         store = PostgresStore(f"{url}?application_name={APP}", schema=schema)
         stores.append(store)
         stream = f"s-{i}-{uuid.uuid4().hex[:8]}"
-        epoch = store.acquire_lease(stream, f"bench-{i}", 600).epoch
+        epoch = store.leases.acquire(stream, f"bench-{i}", 600).epoch
         seq = 0
 
         def append() -> None:

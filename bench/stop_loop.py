@@ -276,7 +276,7 @@ class Loop:
         self.said.append(f"[{self.how}] {last}")
         with open_store(self.project.url) as store:
             for session in re.findall(r"session (\S+) handed back", last):
-                lease = store.lease(session)
+                lease = store.leases.get(session)
                 if lease is not None and lease.live:
                     self.row.held_after_handed_back += 1
                     print(f"\n{session}: lease held after '{last}': {lease}", file=sys.stderr)
@@ -392,7 +392,7 @@ def _all_ended(store: EventStore, sessions: list[str], tasks: set[str]) -> bool:
             body = event.body
             if isinstance(body, ENDS) and getattr(body, "reason", "") != "replaced":
                 ended.add(event.task_id or "")
-    return ended >= tasks and not any(store.commands(s) for s in sessions)
+    return ended >= tasks and not any(store.inbox.commands(s) for s in sessions)
 
 
 def _progress(row: StopRow, rounds: int) -> None:

@@ -382,33 +382,35 @@ def postgres_tamper(schema: str) -> AppendsTamper:
 class MemoryTamper(AppendsTamper):
     """The same edits on ``MemoryStore``'s rows: rows of appends as PostgreSQL's are (each
     names its stream and keeps the hash its first event follows), in lists rather than a
-    table (``_all`` in position order, ``_by_stream`` each stream's in seq order), its head
-    rows and blobs in dicts."""
+    table (``Tables.rows`` in position order, ``Tables.by_stream`` each stream's in seq order),
+    its head rows and blobs in dicts."""
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
 
     def _found(self, stream: str, seq: int) -> Packed:
         """The row holding ``stream``'s event ``seq``."""
-        found = [r for r in self._store._all if r[1] == stream and r[2] >= seq > r[2] - r[3]]
+        found = [
+            r for r in self._store._tables.rows if r[1] == stream and r[2] >= seq > r[2] - r[3]
+        ]
         assert found, f"stream {stream} has no row holding seq {seq}"
         return found[0]
 
     def _index(self, rows: list[Packed]) -> None:
         """Make ``rows`` the store's, found as a database's indexes would find them: in
         position order, and each stream's in seq order."""
-        store = self._store
-        store._all = sorted(rows, key=lambda row: row[0])
-        store._by_stream = {stream: [] for stream in store._by_stream}
-        for row in sorted(store._all, key=lambda row: row[2]):
-            store._by_stream.setdefault(row[1], []).append(row)
+        tables = self._store._tables
+        tables.rows = sorted(rows, key=lambda row: row[0])
+        tables.by_stream = {stream: [] for stream in tables.by_stream}
+        for row in sorted(tables.rows, key=lambda row: row[2]):
+            tables.by_stream.setdefault(row[1], []).append(row)
 
     @contextlib.contextmanager
     def _row(self, stream: str, seq: int) -> Iterator[tuple[Any, _Append]]:
         """The row holding ``stream``'s event ``seq``, with the store's other rows (a list
         ``_insert`` adds to), written back as the caller leaves it."""
         found = self._found(stream, seq)
-        rows = [row for row in self._store._all if row is not found]
+        rows = [row for row in self._store._tables.rows if row is not found]
         position, _, last, count, prev, digest, data = found
         row = _Append(position, last - count + 1, prev, digest, _entries(data, count), prev)
         yield rows, row
@@ -424,26 +426,26 @@ class MemoryTamper(AppendsTamper):
         found = self._found(stream, seq)
         at = ["position", "stream", "seq", "count", "prev_hash", "hash", "data"].index(column)
         changed = (*found[:at], value, *found[at + 1 :])
-        self._index([changed if row is found else row for row in self._store._all])
+        self._index([changed if row is found else row for row in self._store._tables.rows])
 
     def truncate(self, stream: str, seq: int, digest: bytes) -> None:
         with self._row(stream, seq) as (rows, row):
             rows[:] = [r for r in rows if r[1] != stream or r[2] - r[3] < seq]
             del row.entries[seq - row.first + 1 :]
             row.hash = digest
-        self._store._heads[stream] = (seq, digest)
+        self._store._tables.heads[stream] = (seq, digest)
 
     def set_head_hash(self, stream: str, digest: bytes) -> None:
-        self._store._heads[stream] = (self._store._heads[stream][0], digest)
+        self._store._tables.heads[stream] = (self._store._tables.heads[stream][0], digest)
 
     def delete_head(self, stream: str) -> None:
-        del self._store._heads[stream]
+        del self._store._tables.heads[stream]
 
     def set_blob(self, sha256: str, data: bytes) -> None:
-        self._store._blobs[sha256] = data
+        self._store._tables.blobs[sha256] = data
 
     def delete_blob(self, sha256: str) -> None:
-        del self._store._blobs[sha256]
+        del self._store._tables.blobs[sha256]
 
 
 _RAWS = msgspec.msgpack.Decoder(list[msgspec.Raw])

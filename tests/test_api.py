@@ -193,6 +193,7 @@ PUBLIC = {
         "check_policy",
         "decode_event",
         "decode_rows",
+        "draft",
         "duration_sec",
         "encode_event",
         "ends_task",

@@ -234,7 +234,7 @@ def test_a_takeover_forgets_what_the_actors_before_it_made_and_did_not_write(
     journal.record([SessionClosed("made, never written")], ahead=True)
     journal.when_durable(heard.append)
 
-    lease = journal.store.acquire_lease("s", "me", 30.0)
+    lease = journal.store.leases.acquire("s", "me", 30.0)
     journal.reload([], epoch=lease.epoch)  # this process took the session over (empty log)
 
     assert [type(e).__name__ for e in heard] == ["LeaseLostError"]

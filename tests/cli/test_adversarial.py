@@ -244,7 +244,7 @@ def no_live_lease(cli: Cli, session: str | None = None) -> None:
     with SqliteStore(cli.store) as store:
         sessions = [session] if session else [info.stream for info in store.streams()]
         for session in sessions:
-            lease = store.lease(session)
+            lease = store.leases.get(session)
             assert lease is None or not lease.live, f"session {session}: lease left live"
     for session in sessions:
         assert cli("verify", session).returncode == 0

@@ -84,7 +84,7 @@ def test_recover_takes_a_killed_owners_session_at_once(
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
         with SqliteStore(cli.store) as store:
-            lease = store.lease(session)
+            lease = store.leases.get(session)
         assert lease is not None and lease.live  # 60 s left by the store's clock
         server.push(Step(text="Recovered."))
         result = cli("recover")
@@ -92,7 +92,7 @@ def test_recover_takes_a_killed_owners_session_at_once(
     with SqliteStore(cli.store) as store:
         assert store.verify(session).ok
         events = store.read(session)
-        lease = store.lease(session)
+        lease = store.leases.get(session)
     assert lease is not None and lease.epoch == 2  # taken from the dead owner: fenced
     (crashed,) = [e for e in events if isinstance(e.body, TurnAborted)]
     assert crashed.body.reason == "crashed"
@@ -112,7 +112,7 @@ def test_recover_leaves_a_live_owners_session_and_says_whose_it_is(
     cli.configure(server.base_url)
     with owner(cli, server) as (process, session):
         with SqliteStore(cli.store) as store:
-            lease = store.lease(session)
+            lease = store.leases.get(session)
         assert lease is not None and lease.owner is not None
         text = cli("recover")
         rows = cli("recover", "--json")

@@ -110,7 +110,7 @@ def no_lease_live(cli: Cli) -> bool:
     if not cli.store.exists():
         return True
     with SqliteStore(cli.store) as store:
-        leases = [store.lease(info.stream) for info in store.streams()]
+        leases = [store.leases.get(info.stream) for info in store.streams()]
     return all(lease is None or not lease.live for lease in leases)
 
 

@@ -71,7 +71,7 @@ def owned_by_a_worker(cli: Cli, front: Runtime, first: str) -> tuple[str, Runnin
     assert worker.err.next().startswith("worker ")
     outcome = front.follow(session).run(first, timeout=60)
     assert outcome.ok, outcome
-    lease = front.store.lease(session)
+    lease = front.store.leases.get(session)
     assert lease is not None and lease.live and lease.owner != "front"
     return session, worker
 

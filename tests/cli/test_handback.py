@@ -68,7 +68,7 @@ def test_a_stop_while_exec_hands_back_releases_the_lease_before_saying_so(
     line = err.splitlines()[-1]
     assert line.startswith("plait: stopped by SIGTERM: "), err
     assert line.endswith(f"session {session} handed back"), line
-    lease = store.lease(session)
+    lease = store.leases.get(session)
     assert lease is not None and not lease.live, f"'{line}', and the lease is held: {lease}"
     events = store.read(session)
     (cut,) = [e for e in events if e.task_id == other and isinstance(e.body, TurnAborted)]

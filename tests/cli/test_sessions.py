@@ -264,7 +264,7 @@ def test_a_first_prompt_late_in_the_log_and_a_long_task_running_are_found(
     with SqliteStore(tmp_path / "plait.db") as store:
         store.append("late", [*opened("r1"), *failed, *task("r1", "t1", "Late  title", 1)], 0)
         store.append("long", [*opened("r2"), *task("r2", "t2", "Long run", 300)], 0)
-        store.acquire_lease("long", "web9", 60.0)
+        store.leases.acquire("long", "web9", 60.0)
         rows, more = listing(store)
     assert HEAD < 44 and TAIL < 300 and more == 0
     assert [(r["session_id"], r["title"], r["state"], r["task_id"]) for r in rows] == [

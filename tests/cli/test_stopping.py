@@ -88,7 +88,7 @@ def test_a_signal_mid_reply_cuts_the_task_and_the_next_exec_goes_on_at_once(
         (cut,) = [e for e in store.read(session) if isinstance(e.body, TurnAborted)]
         assert (cut.body.reason, cut.body.cause, cut.body.detail) == ("interrupted", cause, detail)
         assert f"task {cut.task_id} {ended}" in line
-        lease = store.lease(session)
+        lease = store.leases.get(session)
         assert lease is not None and not lease.live  # released, not left to lapse
 
     # The next exec goes on at once: it takes the lease and runs the task itself (`resumed`),
@@ -204,7 +204,7 @@ def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_s
         a = followed.submit("A")
         b = followed.submit("B")  # queued behind A: the next worker runs it
         assert first.err.next() == f"took over session {session}\n"
-        held = front.store.lease(session)
+        held = front.store.leases.get(session)
         assert held is not None and held.held_by(owner), (held, owner)
         second = cli.spawn("worker", "--store", url)  # idle: nothing needs an owner yet
         assert second.err.next().startswith("worker ")
@@ -213,7 +213,7 @@ def test_sigterm_to_a_worker_cuts_its_task_and_another_worker_goes_on_within_a_s
             first.process.send_signal(signal.SIGTERM)
             assert first.wait() == 143
             # Handed back as it exited, not left to lapse: the other worker may take it at once.
-            lease = front.store.lease(session)
+            lease = front.store.leases.get(session)
             assert lease is not None and not (lease.live and lease.held_by(owner)), lease
             assert started_task(tail, b) is not None, "B never started"
             ended = ended_task(tail, b)
@@ -252,7 +252,7 @@ def test_sigterm_to_a_chat_hands_its_session_back(cli: Cli, server: ScriptedMode
         assert line.endswith(
             f"task {cut.task_id} stopped at checkpoint 0, session {session} handed back"
         )
-        lease = store.lease(session)
+        lease = store.leases.get(session)
         assert lease is not None and not lease.live
 
 
@@ -280,7 +280,7 @@ def test_sigterm_to_a_worker_running_eight_tasks_stops_them_all_within_the_drain
         server.wait_for_requests(8, timeout=60)  # every reply streams
         worker.process.send_signal(signal.SIGTERM)
         code = worker.wait(60)
-        leases = {s: front.store.lease(s) for s in sessions}  # right after its exit
+        leases = {s: front.store.leases.get(s) for s in sessions}  # right after its exit
     assert code == 143
     assert [s for s, lease in leases.items() if lease is not None and lease.live] == []
     with SqliteStore(cli.store) as store:
@@ -346,7 +346,7 @@ def test_a_worker_stopped_as_its_mcp_servers_start_leaves_nothing_running(
                     running.add(str(event.task_id))
         code, err = worker.stop(sig)
         left = mcp_processes(mark)  # right after its exit
-        live = [s for s in sessions if (lease := front.store.lease(s)) and lease.live]
+        live = [s for s in sessions if (lease := front.store.leases.get(s)) and lease.live]
         ends = {
             e.task_id
             for s in sessions

@@ -45,7 +45,7 @@ def test_a_blob_deleted_from_a_full_session_is_tampering(
     body = store.read("s1", resolve_blobs=False)[2].body
     assert isinstance(body, ToolCallCompleted) and isinstance(body.output, BlobRef)
     assert cli("--store", durable_stores.url, "verify", "s1").returncode == 0
-    store.redact(body.output.sha256)  # what an expiry does; only a ttl policy allows it
+    store.blobs.redact(body.output.sha256)  # what an expiry does; only a ttl policy allows it
     done = cli("--store", durable_stores.url, "verify", "s1")
     if policy.startswith("ttl"):
         assert (done.returncode, done.stdout) == (0, "ok: 3 events, 1 blobs (1 redacted)\n")

@@ -68,7 +68,7 @@ def test_a_bundle_holds_the_rows_as_stored_and_verifies_with_no_store(
         blobs = [n for n in bundle.namelist() if n.startswith("blobs/")]
         assert {name.removeprefix("blobs/") for name in blobs} == named
         for name in blobs:
-            assert bundle.read(name) == store.blob(name.removeprefix("blobs/"))
+            assert bundle.read(name) == store.blobs.get(name.removeprefix("blobs/"))
         lines = bundle.read("witness.jsonl").decode().splitlines()
     assert lines == [
         line for line in Path(f"{key}.heads").read_text().splitlines() if session in line

@@ -12,7 +12,7 @@ from support import StoreFactory
 
 from plait.errors import ContentUnavailableError, ErasureError
 from plait.events.erasure import forget
-from plait.events.ownership import Command, SubmitTask
+from plait.events.inbox import Command, SubmitTask
 from plait.events.projections.history import HistoryProjection
 from plait.events.projections.messages import shown_text
 from plait.events.signing import PublicKey, Signer, generate_key
@@ -97,7 +97,7 @@ def test_content_inside_hashed_events_is_refused_and_nothing_is_recorded(
 
 def test_a_session_another_process_owns_is_refused(store: EventStore) -> None:
     session = record_session(store, [Step(text="Hi.")], ["Hello"], "own")
-    store.acquire_lease(session, "worker-7", 60)
+    store.leases.acquire(session, "worker-7", 60)
     with pytest.raises(ErasureError, match=r"another process owns it \(worker-7\)"):
         forget(store, session)
     assert not any(isinstance(e.body, ContentErased) for e in store.read(session))
@@ -106,7 +106,7 @@ def test_a_session_another_process_owns_is_refused(store: EventStore) -> None:
 def test_commands_waiting_in_the_inbox_are_refused(store: EventStore) -> None:
     session = record_session(store, [Step(text="Hi.")], ["Hello"], "inbox")
     plan = TaskPlan("t9", "root", [InputText("and my address is 12 Elm Street")])
-    store.put_command(session, Command(SubmitTask(plan)))
+    store.inbox.put(session, Command(SubmitTask(plan)))
     with pytest.raises(ErasureError, match="1 commands wait in its inbox"):
         forget(store, session)
 

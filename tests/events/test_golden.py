@@ -86,15 +86,15 @@ def test_a_store_of_an_earlier_layout_is_moved_once_and_owned(version: str, tmp_
     expected = json.loads((GOLDEN / f"{version}-demo.expected.json").read_text())
     session = expected["session"]
     with SqliteStore(db) as store:  # layout 1: no leases, no inbox
-        assert store.lease(session) is None and store.commands() == []
-        epoch = store.acquire_lease(session, "me", 10).epoch
+        assert store.leases.get(session) is None and store.inbox.commands() == []
+        epoch = store.leases.acquire(session, "me", 10).epoch
         assert store.verify(session).ok and len(store.read(session)) == expected["events"]
     with contextlib.closing(sqlite3.connect(db)) as raw:  # its rows moved, its tables gone
         tables = {name for (name,) in raw.execute("SELECT name FROM sqlite_master")}
         assert "appends" in tables and not {"events", "log", "groups"} & tables
         assert raw.execute("SELECT count(*) FROM appends").fetchone() == (expected["events"],)
     with SqliteStore(db) as store:  # opened again: nothing to move
-        lease = store.lease(session)
+        lease = store.leases.get(session)
         assert lease is not None and (lease.owner, lease.epoch) == ("me", epoch)
         assert store.verify(session).ok
 
@@ -109,7 +109,11 @@ def test_a_store_of_an_earlier_layout_is_read_as_it_is_when_opened_read_only(
     expected = json.loads((GOLDEN / f"{version}-demo.expected.json").read_text())
     session = expected["session"]
     with SqliteStore(db, read_only=True) as store:  # plait sessions, log, audit: no leases yet
-        assert store.leases() == [] and store.lease(session) is None and store.commands() == []
+        assert (
+            store.leases.all() == []
+            and store.leases.get(session) is None
+            and store.inbox.commands() == []
+        )
         assert store.verify(session).ok
         events = store.read(session)
         assert len(events) == expected["events"] and store.read_all() == events

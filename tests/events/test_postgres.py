@@ -233,7 +233,7 @@ def raw_append(conn: psycopg.Connection[Any], store: PostgresStore, stream: str)
     """Append one event to a new ``stream`` by a call of the append function on ``conn`` (no
     announcement: as a process killed right after its commit leaves it); return its position."""
     args = append_args(store, stream)
-    found = conn.execute(store._sql["append"], args).fetchone()
+    found = conn.execute(store._calls.sql["append"], args).fetchone()
     assert found is not None
     return int(found[0])
 
@@ -353,12 +353,12 @@ def test_a_takeover_waits_for_an_append_in_flight(schema: str) -> None:
         PostgresStore(POSTGRES_URL, schema=schema) as other,
         psycopg.connect(POSTGRES_URL) as held,
     ):
-        a = store.acquire_lease("s", "a", -1.0)  # lapsed at once: anyone may take it
+        a = store.leases.acquire("s", "a", -1.0)  # lapsed at once: anyone may take it
         # a's append, its transaction kept open before the commit
-        held.execute(store._sql["append"], append_args(store, "s", a.epoch))
+        held.execute(store._calls.sql["append"], append_args(store, "s", a.epoch))
         taken: list[int] = []
         thread = threading.Thread(
-            target=lambda: taken.append(other.acquire_lease("s", "b", 10).epoch)
+            target=lambda: taken.append(other.leases.acquire("s", "b", 10).epoch)
         )
         thread.start()
         thread.join(0.3)
@@ -392,11 +392,11 @@ def test_with_connections_a_call_that_waits_holds_up_no_other(schema: str) -> No
     app = f"plait-pool-{uuid.uuid4().hex[:6]}"
     url = f"{POSTGRES_URL}?application_name={app}&connections=2"
     with PostgresStore(url, schema=schema) as store, psycopg.connect(POSTGRES_URL) as held:
-        store.acquire_lease("a", "other", 600)
+        store.leases.acquire("a", "other", 600)
         held.execute(f'SELECT * FROM "{schema}".leases WHERE stream = %s FOR UPDATE', ("a",))
         taken: list[str | None] = []
         thread = threading.Thread(
-            target=lambda: taken.append(store.acquire_lease("a", "other", 600).owner)
+            target=lambda: taken.append(store.leases.acquire("a", "other", 600).owner)
         )
         thread.start()
         waiting_on_a_lock(app)  # one of its connections waits for the row

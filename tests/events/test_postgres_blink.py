@@ -14,7 +14,7 @@ from support import StoreFactory
 from plait.errors import ConcurrencyError, StoreUnavailableError
 from plait.events import EventStore, TurnStarted
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import Command, InterruptTask
+from plait.events.inbox import Command, InterruptTask
 from plait.events.stores.postgres import PostgresStore
 
 
@@ -76,10 +76,10 @@ def test_a_command_whose_answer_was_lost_is_not_stored_twice(
 ) -> None:
     rounds, store, control = cut
     command = Command(InterruptTask(), sender="front")
-    stored = control.put_command("s", command)
+    stored = control.inbox.put("s", command)
     rounds.round()
-    assert store.put_command("s", command) == stored
-    assert [c.id for c in control.commands("s")] == [stored]
+    assert store.inbox.put("s", command) == stored
+    assert [c.id for c in control.inbox.commands("s")] == [stored]
 
 
 def test_a_subscription_goes_on_across_a_cut(

@@ -43,11 +43,11 @@ def test_an_append_made_after_a_head_that_moved_is_refused_whole(store: EventSto
 
 
 def test_an_append_made_ahead_is_fenced_by_the_lease(store: EventStore) -> None:
-    lease = store.acquire_lease("s", "a", 30.0)
+    lease = store.leases.acquire("s", "a", 30.0)
     assert lease is not None
     made = store.prepare("s", [SessionClosed("a")], 0, GENESIS_HASH)
-    store.release_lease("s", "a", lease.epoch)
-    assert store.acquire_lease("s", "b", 30.0) is not None
+    store.leases.release("s", "a", lease.epoch)
+    assert store.leases.acquire("s", "b", 30.0) is not None
 
     with pytest.raises(LeaseLostError):
         store.append_prepared("s", made, epoch=lease.epoch)

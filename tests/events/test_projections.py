@@ -236,7 +236,7 @@ def test_redacted_content_reads_as_a_marker() -> None:
     items = opening(*task("root", "t1", InputText("a fairly long secret input")))
     events = record(items, store)
     ref = store.read("s", resolve_blobs=False)[2].body.plan.input_items[0].text  # type: ignore[union-attr]
-    store.redact(ref.sha256)
+    store.blobs.redact(ref.sha256)
     body = store.read("s")[2].body
     assert isinstance(body, TaskEnqueued)
     assert isinstance(body.plan.input_items[0], InputText)

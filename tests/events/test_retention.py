@@ -85,7 +85,7 @@ def test_prune_removes_the_sessions_closed_before_the_date_and_reads_go_on(
     assert held == list(range(held[0], held[0] + 3))  # one append: one run
     report = prune(store, closed_before=DAY, now=NEW)
     assert [r.stream for r in report.pruned] == [old] and report.kept == []
-    (record,) = store.pruned()
+    (record,) = store.pruning.records()
     assert (record.stream, record.events, record.positions) == (old, 3, ((held[0], held[2]),))
     assert record.closed_at == OLD and record.rule == f"closed-before {DAY.isoformat()}"
     assert (record.last_seq, record.pruned_at) == (3, NEW)
@@ -137,7 +137,7 @@ def test_a_dry_run_changes_nothing(stores: StoreFactory) -> None:
     events = store.read_all(limit=None)
     report = prune(store, closed_before=DAY, dry_run=True)
     assert report.dry_run and [r.stream for r in report.pruned] == ["old"]
-    assert store.read_all(limit=None) == events and store.pruned() == []
+    assert store.read_all(limit=None) == events and store.pruning.records() == []
 
 
 def test_idle_before_never_takes_a_session_a_live_process_owns(stores: StoreFactory) -> None:
@@ -145,7 +145,7 @@ def test_idle_before_never_takes_a_session_a_live_process_owns(stores: StoreFact
     write(store, "owned", OLD, closed=False)
     write(store, "idle", OLD, closed=False)
     write(store, "last", NEW, closed=False)
-    store.acquire_lease("owned", "worker-1", 60.0)
+    store.leases.acquire("owned", "worker-1", 60.0)
     report = prune(store, idle_before=DAY)
     assert [r.stream for r in report.pruned] == ["idle"]
     assert [(k.session_id, k.reason) for k in report.kept] == [
@@ -168,8 +168,8 @@ def test_a_blob_another_session_refers_to_stays_and_its_own_go(stores: StoreFact
     }
     report = prune(store, closed_before=DAY)
     assert (report.blobs, report.shared_blobs) == (1, 1)
-    assert store.blob(kept) is not None
-    assert [store.blob(sha) for sha in refs - {kept}] == [None]
+    assert store.blobs.get(kept) is not None
+    assert [store.blobs.get(sha) for sha in refs - {kept}] == [None]
     opened = store.read("other")[1].body
     assert isinstance(opened, ConversationOpened) and opened.base_instructions == shared
 
@@ -240,10 +240,10 @@ def test_signed_sessions_still_verify_and_the_witness_is_checked_against_the_rec
     first = record_inventory(store, "a", signer)
     second = record_inventory(store, "b", signer)
     public, witness = PublicKey.from_file(f"{key}.pub"), Witness(f"{key}.heads")
-    store.acquire_lease(second, "another process", 600)  # so it stays, on every store
+    store.leases.acquire(second, "another process", 600)  # so it stays, on every store
     report = prune(store, idle_before=datetime(2100, 1, 1, tzinfo=UTC))
     assert [r.stream for r in report.pruned] == [first]
-    (record,) = store.pruned()
+    (record,) = store.pruning.records()
     assert record.signed_seq == record.last_seq - 1 > 0
     kept = store.verify(second, public_key=public, witness=witness)
     assert kept.ok and kept.pruned_sessions == 1, kept.reason

@@ -55,8 +55,8 @@ def writer(path: Path, who: str, count: int, batch: int = 1) -> subprocess.Popen
 
 def test_defaults_are_durable(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "p.db") as store:
-        assert store._db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert store._db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+        assert store._link.db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert store._link.db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
 
 
 def test_processes_share_one_file(tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_a_truncated_file_never_reads_as_a_shorter_history(tmp_path: Path) -> No
     path = tmp_path / "p.db"
     with SqliteStore(path) as store:
         store.append("s", [TurnStarted(turn=i) for i in range(3000)], 0)
-        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store._link.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size = path.stat().st_size
     with path.open("r+b") as f:
         f.truncate(size * 6 // 10)
@@ -179,9 +179,9 @@ def test_appends_waiting_together_commit_together_and_fail_alone(tmp_path: Path)
 
     store._writes._queue = Queue()
     statements: list[str] = []
-    store._db.set_trace_callback(statements.append)
+    store._link.db.set_trace_callback(statements.append)
     threads = [threading.Thread(target=append, args=(i,)) for i in range(8)]
-    with store._lock:  # a write in progress: the eight wait for it, together
+    with store._link.lock:  # a write in progress: the eight wait for it, together
         for thread in threads:
             thread.start()
         assert all_queued.wait(30)
@@ -255,8 +255,8 @@ def test_a_blob_row_that_no_longer_says_what_it_holds_stops_every_read(tmp_path:
     output = "the tool's long answer " * 200  # too long to be kept in its row
     with SqliteStore(path, blob_threshold=64) as store:
         store.append("s", [TurnStarted(turn=1), ToolCallCompleted(call_id="c", output=output)], 0)
-        (key,) = store._db.execute("SELECT sha256 FROM blobs").fetchone()
-        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (key,) = store._link.db.execute("SELECT sha256 FROM blobs").fetchone()
+        store._link.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     data = bytearray(path.read_bytes())
     at = next(  # the key as the blob's row holds it, right before its size and content
         i
@@ -270,8 +270,8 @@ def test_a_blob_row_that_no_longer_says_what_it_holds_stops_every_read(tmp_path:
         for read in (lambda: store.read("s"), lambda: list(store.iter_all())):
             with pytest.raises(StoreError, match=damaged):
                 read()
-        store._db.execute("UPDATE blobs SET size = size + 1")  # the key right, its size not
-        store._db.commit()
+        store._link.db.execute("UPDATE blobs SET size = size + 1")  # the key right, its size not
+        store._link.db.commit()
         with pytest.raises(StoreError, match=damaged):
             store.read("s")
 
@@ -311,7 +311,7 @@ def test_a_read_only_store_reads_what_a_writer_commits(tmp_path: Path) -> None:
             writer.append("s1", [TurnStarted(turn=2)], 1)  # in the write-ahead log only
             assert [e.seq for e in reader.read("s1")] == [1, 2]
             with pytest.raises(StoreError, match="opened read-only"):
-                reader.redact("0" * 64)
+                reader.blobs.redact("0" * 64)
     with pytest.raises(StoreUnavailableError, match=r"nowhere\.db: no store here"):
         SqliteStore(tmp_path / "nowhere.db", read_only=True)
     assert not (tmp_path / "nowhere.db").exists()
@@ -324,12 +324,12 @@ def test_a_transaction_a_signal_left_open_is_ended_by_the_next_write(
     with SqliteStore(tmp_path / "s.db") as store:
         store.append("s", [TurnStarted(turn=1)], 0)
         # What a second SIGTERM leaves when it lands between a write's BEGIN and its end.
-        store._db.execute("BEGIN IMMEDIATE")
-        store._db.execute("DELETE FROM streams")  # never committed
+        store._link.db.execute("BEGIN IMMEDIATE")
+        store._link.db.execute("DELETE FROM streams")  # never committed
         if call == "lease":
-            assert store.acquire_lease("s", "me", 10).owner == "me"
+            assert store.leases.acquire("s", "me", 10).owner == "me"
         elif call == "append":
             store.append("s", [TurnStarted(turn=2)], 1)
         else:
-            store._remove_sessions([], [])  # what pruning writes with
+            store.pruning.remove([], [])  # what pruning writes with
         assert [e.seq for e in store.read("s")] == [1, 2][: 2 if call == "append" else 1]

@@ -28,7 +28,6 @@ from plait.events import (
     ConversationOpened,
     EventStore,
     NewEvent,
-    Redacted,
     SessionStarted,
     TaskCompleted,
     TaskStarted,
@@ -38,7 +37,6 @@ from plait.events import (
 )
 from plait.events.codec import event_hash
 from plait.events.packing import is_packed
-from plait.events.values import StoragePolicy
 
 BIG = "x" * 20_000
 
@@ -167,71 +165,6 @@ def test_read_all_orders_streams_globally(store: EventStore) -> None:
     assert len(store.read_all(limit=1)) == 1
     assert list(store.iter_all(batch=1)) == everything
     assert [(s.stream, s.last_seq) for s in store.streams()] == [("a", 2), ("b", 2)]
-
-
-def test_large_content_is_stored_once_and_read_back(store: EventStore) -> None:
-    events = [
-        NewEvent(ToolCallCompleted(call_id="c1", output=BIG), "root"),
-        NewEvent(ToolCallCompleted(call_id="c2", output=BIG), "root"),
-        NewEvent(ToolCallCompleted(call_id="c3", output="small"), "root"),
-    ]
-    written = store.append("s1", events, 0)
-    assert [w.body for w in written] == [e.body for e in events]
-    assert [e.body for e in store.read("s1")] == [e.body for e in events]
-    raw = store.read("s1", resolve_blobs=False)
-    refs = [e.body.output for e in raw if isinstance(e.body, ToolCallCompleted)]
-    assert isinstance(refs[0], BlobRef) and refs[0] == refs[1]
-    assert refs[0].size == len(BIG)
-    assert refs[2] == "small"
-    assert store.blob(refs[0].sha256) == BIG.encode()
-
-
-TTL = NewEvent(ConversationOpened(storage_policy=StoragePolicy("ttl", 60)), "root")
-"""A conversation whose content may expire (docs/storage.md#expiry)."""
-
-
-def test_redacting_a_blob_keeps_the_chain_and_shows_a_marker(store: EventStore) -> None:
-    store.append("s1", [TTL, NewEvent(ToolCallCompleted(call_id="c", output=BIG), "root")], 0)
-    raw = store.read("s1", resolve_blobs=False)[1].body
-    assert isinstance(raw, ToolCallCompleted) and isinstance(raw.output, BlobRef)
-    assert store.redact(raw.output.sha256) is True
-    body = store.read("s1")[1].body
-    assert isinstance(body, ToolCallCompleted)
-    assert body.output == Redacted(sha256=raw.output.sha256, size=len(BIG))
-    report = store.verify("s1")
-    assert report.ok and report.redacted == 1 and report.blobs == 1
-    assert store.redact("0" * 64) is False
-
-
-@pytest.mark.parametrize("policy", [StoragePolicy(), None])
-def test_a_deleted_blob_is_damage_unless_its_policy_lets_it_expire(
-    store: EventStore, policy: StoragePolicy | None
-) -> None:
-    # A full conversation's content (or content outside any conversation) is never deleted
-    # on purpose: its blob gone is damage, whether or not a tombstone is left.
-    cid = "root" if policy is not None else None
-    opened = [NewEvent(ConversationOpened(storage_policy=policy), "root")] if policy else []
-    store.append("s1", [*opened, NewEvent(ToolCallCompleted(call_id="c", output=BIG), cid)], 0)
-    raw = store.read("s1", resolve_blobs=False)[-1].body
-    assert isinstance(raw, ToolCallCompleted) and isinstance(raw.output, BlobRef)
-    store.redact(raw.output.sha256)
-    report = store.verify("s1")
-    whose = "conversation root's" if cid else "the session's"
-    assert (report.ok, report.first_bad_seq, report.redacted) == (False, len(opened) + 1, 0)
-    assert report.reason == (
-        f"blob sha256:{raw.output.sha256} was deleted, but {whose} storage policy is full "
-        "and no erasure covers it: only ttl content expires"
-    )
-
-
-def test_rewriting_redacted_content_restores_it(store: EventStore) -> None:
-    store.append("s1", [NewEvent(ToolCallCompleted(call_id="c", output=BIG))], 0)
-    ref = store.read("s1", resolve_blobs=False)[0].body
-    assert isinstance(ref, ToolCallCompleted) and isinstance(ref.output, BlobRef)
-    store.redact(ref.output.sha256)
-    store.append("s1", [NewEvent(ToolCallCompleted(call_id="d", output=BIG))], 1)
-    bodies = [e.body for e in store.read("s1")]
-    assert all(isinstance(b, ToolCallCompleted) and b.output == BIG for b in bodies)
 
 
 def test_subscription_delivers_past_then_live_events_once_in_order(store: EventStore) -> None:

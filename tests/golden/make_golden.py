@@ -37,7 +37,7 @@ def main(version: str) -> None:
         (HERE / f"{version}-demo.jsonl").write_bytes(b"".join(to_jsonl(stored)))
         events = store.read(session)
         db_wal = db.with_name(db.name + "-wal")
-        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store._link.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for extra in (db_wal, db.with_name(db.name + "-shm")):
         extra.unlink(missing_ok=True)
     histories = HistoryProjection().fold(events)

@@ -98,7 +98,7 @@ CHILD = textwrap.dedent(
 
         def __init__(self, path):
             super().__init__(path)
-            self._db = self._writes._db = Doomed(self._db)
+            self._link.db = self._writes._db = Doomed(self._link.db)
             self.seen = 0
             self.acknowledged = []
 
@@ -122,7 +122,7 @@ CHILD = textwrap.dedent(
             def watched(head_seq, head_hash):
                 prepared = prepare(head_seq, head_hash)
                 if how == "mid-append" and self.reached(row[1] for row in prepared.rows):
-                    self._db.armed = (stream, head_seq)
+                    self._link.db.armed = (stream, head_seq)
                 return prepared
 
             return super()._append_rows(stream, expected_seq, watched, epoch)

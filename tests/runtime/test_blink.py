@@ -67,7 +67,7 @@ def test_a_runtime_runs_on_while_the_store_blinks(
             followed = front.follow(session.session_id)
             outcomes = run_through(followed, store, three_rounds(rounds))
             assert not session.closed and not followed.closed
-            lease = store.lease(session.session_id)
+            lease = store.leases.get(session.session_id)
             assert lease is not None and (lease.owner, lease.epoch) == ("owner", 1)
             assert_ran_once(store, session.session_id, counter, *outcomes)
     assert all(rounds.ended)  # each round ended connections of the two runtimes

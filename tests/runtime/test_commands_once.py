@@ -34,7 +34,7 @@ from plait.events import (
     TaskEnqueued,
     TurnAborted,
 )
-from plait.events.ownership import Command, DestroyConversation, InterruptTask, SubmitTask
+from plait.events.inbox import Command, DestroyConversation, InterruptTask, SubmitTask
 from plait.events.stores.postgres import PostgresStore
 from plait.events.stores.postgres_sql import APPEND_SIGNATURE
 from plait.events.values import InputText, TaskPlan
@@ -198,7 +198,7 @@ def until(done: Callable[[], object], what: str) -> None:
 
 def inbox_emptied(store: EventStore, stream: str) -> None:
     """Return once ``stream``'s inbox is empty (the owner took and dropped what was there)."""
-    until(lambda: not store.commands(stream), f"session {stream}: its inbox was not emptied")
+    until(lambda: not store.inbox.commands(stream), f"session {stream}: its inbox was not emptied")
 
 
 def first_of(store: EventStore, stream: str, task_id: str, *kinds: type) -> Event:
@@ -310,7 +310,7 @@ def test_a_submit_whose_commit_answer_was_lost_runs_once(
         task_end(store, sid, later)
         assert of_kind(store, sid, TaskEnqueued) == [task_id, later]
         assert of_kind(store, sid, TaskCompleted) == [task_id, later]
-        assert store.commands(sid) == []
+        assert store.inbox.commands(sid) == []
     ran_once_and_replays(noted, postgres, sid)
 
 
@@ -326,9 +326,9 @@ def test_an_owner_never_queues_a_task_its_session_holds(
         task_end(a.store, sid, "task-1")
         # The same command stored again (a retry that found nothing of it), then another.
         store = durable_stores.open()
-        store.put_command(sid, Command(SubmitTask(plan), sender="front"))
+        store.inbox.put(sid, Command(SubmitTask(plan), sender="front"))
         second = TaskPlan("task-2", root, [InputText("next")])
-        store.put_command(sid, Command(SubmitTask(second), sender="front"))
+        store.inbox.put(sid, Command(SubmitTask(second), sender="front"))
         assert isinstance(task_end(store, sid, "task-2").body, TaskCompleted)
         inbox_emptied(store, sid)
         assert of_kind(store, sid, TaskEnqueued) == ["task-1", "task-2"]
@@ -420,15 +420,15 @@ def test_an_interrupt_stored_again_is_not_acted_on_again(
             interrupt = Command(InterruptTask("k-1"), sender="front")
             first = session.submit("one")
             held.running(1)
-            store.put_command(sid, interrupt)
+            store.inbox.put(sid, interrupt)
             assert isinstance(task_end(store, sid, first).body, TurnAborted)
             held.gates[1].set()
             second = session.submit("two")
             held.running(2)
-            store.put_command(sid, interrupt)  # stored again, as after a lost answer
+            store.inbox.put(sid, interrupt)  # stored again, as after a lost answer
             # A later command is taken after it: once queued, anything it did is done.
             third = TaskPlan("task-3", root, [InputText("three")])
-            store.put_command(sid, Command(SubmitTask(third), sender="front"))
+            store.inbox.put(sid, Command(SubmitTask(third), sender="front"))
             first_of(store, sid, "task-3", TaskEnqueued)
             held.gates[2].set()
             assert isinstance(task_end(store, sid, second).body, TaskCompleted)
@@ -472,13 +472,13 @@ def test_an_interrupt_whose_commit_answer_was_lost_interrupts_once(
             thread.join(WAIT_SEC)
             assert not thread.is_alive()
             third = TaskPlan("task-3", root, [InputText("three")])
-            store.put_command(sid, Command(SubmitTask(third), sender="test"))
+            store.inbox.put(sid, Command(SubmitTask(third), sender="test"))
             first_of(store, sid, "task-3", TaskEnqueued)
             held.gates[2].set()
             assert isinstance(task_end(store, sid, second).body, TaskCompleted)
             assert isinstance(task_end(store, sid, "task-3").body, TaskCompleted)
             assert of_kind(store, sid, TurnAborted) == [first]
-            assert store.commands(sid) == []
+            assert store.inbox.commands(sid) == []
     finally:
         held.release()
 
@@ -527,7 +527,7 @@ def test_a_destroy_whose_owner_is_killed_before_it_is_recorded_is_done_by_the_ne
                 held.execute(
                     f'SELECT 1 FROM "{stores.schema}".streams WHERE stream = %s FOR UPDATE', (sid,)
                 )
-                control.put_command(sid, Command(DestroyConversation(helper), sender="front"))
+                control.inbox.put(sid, Command(DestroyConversation(helper), sender="front"))
                 waiting_on_the_row(name)
                 owner.kill()  # SIGKILL, its destroy told and its end not recorded
                 assert owner.wait(WAIT_SEC) == -signal.SIGKILL
@@ -539,9 +539,9 @@ def test_a_destroy_whose_owner_is_killed_before_it_is_recorded_is_done_by_the_ne
                     "WHERE application_name = %s",
                     (name,),
                 )
-        lease = control.lease(sid)
+        lease = control.leases.get(sid)
         assert lease is not None and lease.owner == "doomed"
-        control.expire_lease(sid, lease.owner, lease.epoch)  # dead: no need to wait for it
+        control.leases.expire(sid, lease.owner, lease.epoch)  # dead: no need to wait for it
         with process(stores, server, "next") as runtime:
             runtime.resume(sid)
             wait_for(control, sid, ConversationDestroyed, timeout=WAIT_SEC)

@@ -115,7 +115,7 @@ def held_by(store: EventStore, server: ScriptedModelServer, owner: str) -> str:
     with runtime(store, server) as first:
         session = first.start_session()
         assert session.run("hello", timeout=30).ok
-    lease = store.acquire_lease(session.session_id, owner, 60)
+    lease = store.leases.acquire(session.session_id, owner, 60)
     assert lease.held_by(owner) and lease.live and lease.epoch == 2
     return session.session_id
 
@@ -129,7 +129,7 @@ def test_resume_takes_a_dead_owners_session_at_once_and_fences_it(
     with runtime(store, server) as b:
         handle = b.resume(session)
         assert not handle.followed
-        lease = store.lease(session)
+        lease = store.leases.get(session)
         assert lease is not None and (lease.owner, lease.epoch) == ("b", 3)
         assert handle.run("there?", timeout=30).last_assistant_message == "mine now"
     assert store.verify(session).ok

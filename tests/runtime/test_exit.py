@@ -144,7 +144,7 @@ def test_a_script_that_never_closes_its_runtime_exits_and_its_session_resumes(
         session_id, _, took = run_script(db, server, "idle")
         assert took < PROMPT_SEC
         with SqliteStore(db) as store:
-            lease = store.lease(session_id)
+            lease = store.leases.get(session_id)
             assert lease is not None and lease.owner is None  # handed back, not left to lapse
         with runtime_for(server, tmp_path, lease_sec=LEASE_SEC) as runtime:
             resume_at_once(runtime, session_id)
@@ -190,5 +190,5 @@ def test_a_script_that_never_closes_leaves_no_mcp_server_running(tmp_path: Path)
                 continue
             raise AssertionError(f"MCP server {pid} still runs after its program ended")
     with SqliteStore(db) as store:
-        lease = store.lease(session_id)
+        lease = store.leases.get(session_id)
         assert lease is not None and lease.owner is None

@@ -96,6 +96,6 @@ def test_a_release_a_signal_cuts_on_postgresql_is_made_again(
     assert runtime.owner.holds(session)  # held, and renewed, until a release is answered
     runtime.owner.release(session)  # the stop's, again: on a connection that answers
     assert not runtime.owner.holds(session)
-    lease = store.lease(session)
+    lease = store.leases.get(session)
     assert lease is not None and not lease.live and lease.owner is None, lease
     runtime.close()

@@ -26,7 +26,7 @@ from plait.events import (
     TaskEnqueued,
     TurnAborted,
 )
-from plait.events.ownership import Command, SubmitTask
+from plait.events.inbox import Command, SubmitTask
 from plait.events.packing import pack
 from plait.events.stores.postgres import PostgresStore
 from plait.events.values import InputText, TaskPlan
@@ -64,7 +64,7 @@ def test_a_task_submitted_by_another_process_runs_on_the_owner(
         assert followed.history() == owned.history()  # folded from the log
         store = a.store
         assert len(bodies(store, owned.session_id, TaskEnqueued)) == 2
-        assert store.commands() == []  # taken, and dropped once durable
+        assert store.inbox.commands() == []  # taken, and dropped once durable
         assert store.verify(owned.session_id).ok
 
 
@@ -94,9 +94,9 @@ def test_a_former_owner_cannot_append_and_its_waiters_are_told(
         task_id = session.submit("work")
         wait_for(a.store, sid, ModelRequested)
         # a stalls (as a paused process would): its lease lapses, b takes the session over.
-        lease = a.store.lease(sid)
+        lease = a.store.leases.get(sid)
         assert lease is not None
-        a.store.release_lease(sid, "a", lease.epoch, idle=False)
+        a.store.leases.release(sid, "a", lease.epoch, idle=False)
         taken = b.resume(sid)
         assert not taken.followed
         with pytest.raises(LeaseLostError, match=f"session {sid}: this process no longer owns"):
@@ -126,7 +126,7 @@ def test_a_followed_session_is_taken_over_when_its_owner_hands_it_back(
         outcome = followed.run("and now?", timeout=30)  # b takes it over to run this
         assert outcome.ok and outcome.last_assistant_message == "from b"
         assert not followed.followed
-        lease = b.store.lease(session.session_id)
+        lease = b.store.leases.get(session.session_id)
         assert lease is not None and lease.owner == "b" and lease.epoch == 2
 
 
@@ -151,7 +151,7 @@ def test_a_follower_misses_no_event_committed_below_where_it_began(
             row = pack(seq, last.hash, [data], digest)
             args = (y.session_id, last.seq, last.hash, None, 1, row.hash, row.data, [], [], [])
             with psycopg.connect(POSTGRES_URL) as held:  # y's append, begun first, left open
-                held.execute(store._sql["append"], args)
+                held.execute(store._calls.sql["append"], args)
                 assert x.run("again", timeout=30).ok  # x's, begun later, committed first
                 b.follow(x.session_id)  # b begins after x's last event
                 followed = b.follow(y.session_id)
@@ -176,10 +176,10 @@ def test_commands_of_a_task_already_in_the_log_are_not_run_twice(
         # the process dies before it dropped the command
         session.runtime.hosts[session.session_id].crash(timeout=5)
     store = durable_stores.open()
-    store.put_command(sid, Command(SubmitTask(plan), sender="a"))
+    store.inbox.put(sid, Command(SubmitTask(plan), sender="a"))
     with process(durable_stores, server, "b") as b:
         b.resume(sid)
-        assert store.commands(sid) == []
+        assert store.inbox.commands(sid) == []
     assert len(bodies(store, sid, TaskEnqueued)) == 1
 
 
@@ -189,9 +189,9 @@ def test_an_idle_owner_learns_at_its_heartbeat_that_it_lost_the_session(
     with two(durable_stores, server) as (a, b):
         session = a.start_session()
         with session.subscribe() as feed:
-            lease = a.store.lease(session.session_id)
+            lease = a.store.leases.get(session.session_id)
             assert lease is not None
-            a.store.release_lease(session.session_id, "a", lease.epoch, idle=False)
+            a.store.leases.release(session.session_id, "a", lease.epoch, idle=False)
             assert not b.resume(session.session_id).followed
             with pytest.raises(LeaseLostError, match="not renewed in time"):
                 feed.get(timeout=30)  # woken by a's next heartbeat (every lease_sec / 3)
@@ -210,7 +210,7 @@ def test_a_front_end_submits_and_a_worker_adopts_the_session_to_run_it(
         followed = front.follow(sid)  # never run here, even with nobody owning it
         before = front.store.last_seq(sid)
         task_id = followed.submit("and now?")
-        (stored,) = front.store.commands(sid)
+        (stored,) = front.store.inbox.commands(sid)
         assert isinstance(stored.command.body, SubmitTask)
         assert stored.command.body.plan.task_id == task_id and stored.command.sender == "front"
         with process(durable_stores, server, "worker") as worker:

@@ -54,7 +54,7 @@ def test_a_runtime_keeps_its_sessions_across_a_postgres_restart(tmp_path: Path) 
                 restart_postgres()
                 outcome = session.run("two", timeout=60)  # its store reconnects
                 assert outcome.ok and outcome.last_assistant_message == "after"
-                lease = a.store.lease(session.session_id)
+                lease = a.store.leases.get(session.session_id)
                 assert lease is not None and (lease.owner, lease.epoch, lease.live) == (
                     "a",
                     1,

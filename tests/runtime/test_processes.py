@@ -179,7 +179,7 @@ def test_concurrent_execs_from_several_processes_all_run_once_in_one_log(
         assert json.loads(out.splitlines()[-1])["status"] == "completed"
     with open_store(url) as store:
         events = assert_clean(store, session)
-        assert store.commands() == []
+        assert store.inbox.commands() == []
     enqueued = [e.body.plan.input_items[0].text for e in events if isinstance(e.body, TaskEnqueued)]
     assert enqueued[0] == "hello" and sorted(enqueued[1:]) == [f"prompt {i}" for i in range(3)]
     completed = [e.task_id for e in events if isinstance(e.body, TaskCompleted)]
@@ -210,7 +210,7 @@ def test_a_worker_takes_over_the_session_of_a_killed_owner(
             server.wait_for_requests(1, timeout=60)  # the slow reply is the doomed owner's
             os.killpg(doomed.pid, signal.SIGKILL)
         resumed = wait_for(store, session, SessionResumed, after=cut_at.seq)
-        lease = store.lease(session)
+        lease = store.leases.get(session)
         assert lease is not None and lease.owner != "doomed" and lease.epoch == 2
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
         with Runtime(store, model=settings, owner_id="parent", expire_every_sec=None) as parent:
@@ -315,5 +315,5 @@ def test_a_worker_stopped_with_sigterm_lets_its_running_task_end_and_hands_back(
                 assert f"stopped by SIGTERM: task {task_id} ended" in err.splitlines()[-1]
         ended = [e for e in store.read(session.session_id) if e.task_id == task_id]
         assert isinstance(ended[-1].body, TaskCompleted)  # finished, not cut off
-        lease = store.lease(session.session_id)
+        lease = store.leases.get(session.session_id)
         assert lease is not None and lease.owner is None  # handed back, free

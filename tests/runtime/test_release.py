@@ -67,7 +67,7 @@ def test_a_session_released_with_work_waiting_is_taken_over_while_its_releaser_l
         # One heartbeat round of a, now rather than in a third of LEASE_SEC: it renews the
         # lease a still holds, and not the one it released.
         assert a.owner.still_owns(kept.session_id) and not a.owner.still_owns(sid)
-        lease = a.store.lease(sid)
+        lease = a.store.leases.get(sid)
         assert lease is not None and lease.held_by("a") and not lease.live
         assert b.adopt() == [sid]
         ended = wait_for(a.store, sid, TaskCompleted)  # b took it at once: it was not live
@@ -75,10 +75,10 @@ def test_a_session_released_with_work_waiting_is_taken_over_while_its_releaser_l
         assert ended.body.last_assistant_message == "run by b"
         aborted = [e for e in a.store.read(sid) if isinstance(e.body, TurnAborted)]
         assert [(e.task_id, e.body.cause) for e in aborted] == [(cut, "shutdown")]
-        lease = a.store.lease(sid)
+        lease = a.store.leases.get(sid)
         assert lease is not None and lease.owner == "b" and lease.epoch == 2
         assert a.owner.still_owns(kept.session_id) and not a.owner.still_owns(sid)
-        lease = a.store.lease(sid)
+        lease = a.store.leases.get(sid)
         assert lease is not None and lease.owner == "b" and lease.live
         assert a.store.verify(sid).ok
 
@@ -95,11 +95,11 @@ def test_a_worker_takes_over_what_a_drained_process_left_waiting_while_it_lives(
         waiting = session.submit("And then this.")
         a.drain(grace_sec=0.1)  # handed back, work waiting; a lives on, its heartbeat too
         assert not a.owner.still_owns(sid)  # a heartbeat round now: it renews nothing
-        lease = a.store.lease(sid)
+        lease = a.store.leases.get(sid)
         assert lease is not None and not lease.live  # lapsed now, not in LEASE_SEC
         with worker(durable_stores, server, tmp_path):
             # Well before the lease would have lapsed had it been left to: taken over at once.
             ended = wait_for(a.store, sid, TaskCompleted, timeout=LEASE_SEC / 2)
         assert ended.task_id == waiting and ended.body.last_assistant_message == "run by the worker"
-        lease = a.store.lease(sid)
+        lease = a.store.leases.get(sid)
         assert lease is not None and lease.epoch == 2  # the worker's, handed back as it stopped

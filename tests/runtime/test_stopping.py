@@ -63,7 +63,7 @@ def test_a_task_that_ends_within_the_grace_period_ends_as_it_would_have(tmp_path
         runtime.drain(grace_sec=30)
         runtime.close()
         with runtime_for(server, tmp_path) as other:
-            lease = other.store.lease(session.session_id)
+            lease = other.store.leases.get(session.session_id)
         assert lease is not None and lease.owner is None  # nothing waits: free
     events = replayed(tmp_path, session.session_id)
     ended = [e for e in events if e.task_id == task and isinstance(e.body, TaskCompleted)]

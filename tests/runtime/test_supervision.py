@@ -269,13 +269,14 @@ WRAPPER = textwrap.dedent(
     """
     import sys
     import plait.events.stores.sqlite as sqlite
+    from plait.errors import StoreError
 
     class FailingStore(sqlite.SqliteStore):
         '''Its writes of ModelResponded fail, as a full disk's would.'''
 
         def append_prepared(self, stream, prepared, *, epoch=None):
             if any(type(e.body).__name__ == "ModelResponded" for e in prepared.events):
-                raise sqlite.StoreError("disk full")
+                raise StoreError("disk full")
             return super().append_prepared(stream, prepared, epoch=epoch)
 
     sqlite.SqliteStore = FailingStore  # what plait exec opens

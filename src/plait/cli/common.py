@@ -125,7 +125,7 @@ def find_session(store: EventStore, session: str) -> str:
     none does but a pruned one (docs/storage.md#retention)."""
     matches = [info.stream for info in store.streams() if info.stream.startswith(session)]
     if not matches:
-        gone = [r for r in store.pruned() if r.stream.startswith(session)]
+        gone = [r for r in store.pruning.records() if r.stream.startswith(session)]
         if gone:  # the last record of it: a session id is pruned once, unless written again
             raise PrunedSessionError(gone[-1].stream, gone[-1].line())
     if len(matches) != 1:

@@ -65,8 +65,8 @@ def listing(store: EventStore, limit: int | None = None) -> tuple[list[dict[str,
     ``None``), the one active last first, and how many more sessions the store holds."""
     ranked = by_activity(store)
     shown = ranked if limit is None else ranked[:limit]
-    leases = {lease.stream: lease for lease in store.leases()}
-    commands = Counter(command.stream for command in store.commands())
+    leases = {lease.stream: lease for lease in store.leases.all()}
+    commands = Counter(command.stream for command in store.inbox.commands())
     rows = [
         session_fields(store, info, last, leases.get(info.stream), commands[info.stream])
         for info, last in shown
@@ -177,7 +177,7 @@ def live_owner(lease: Lease | None) -> str | None:
 def live_state(store: EventStore, session: str) -> dict[str, str | None] | None:
     """Who owns ``session`` now and the task it runs, ``{"owner": ..., "task_id": ...}``
     (``task_id`` ``None``: none runs); ``None`` when no live process owns it."""
-    owner = live_owner(store.lease(session))
+    owner = live_owner(store.leases.get(session))
     if owner is None:
         return None
     running = tail_activity(store, session, store.last_seq(session)).running

@@ -105,7 +105,7 @@ def _exec(args: argparse.Namespace, signals: Signals) -> int:
             )
             verb = "resumed" if session_id else "started"
             if handle.followed:  # another process runs it: the task goes to its inbox
-                lease = store.lease(handle.session_id)
+                lease = store.leases.get(handle.session_id)
                 verb = f"followed (run by {lease.owner if lease else 'another process'})"
             err(f"session {handle.session_id} {verb} (model {config.model.model})")
             signals.check()
@@ -375,7 +375,7 @@ def _left(runtime: Runtime, sessions: list[str]) -> list[dict[str, Any]]:
 
     rows = []
     for session_id in sessions:
-        lease = runtime.store.lease(session_id)
+        lease = runtime.store.leases.get(session_id)
         if lease is not None and lease.owner is not None and lease.owner != runtime.owner.id:
             rows.append(render.left_fields(session_id, lease, owner_state(lease.owner)))
     return rows

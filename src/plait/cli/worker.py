@@ -60,7 +60,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             signals.on_first = runtime.room.notify  # the loop's wait ends at the signal
             commands: Waiter | None = None
             try:
-                commands = store.commands_waiter(runtime.room, others)
+                commands = store.inbox.waiter(runtime.room, others)
                 err(f"worker {runtime.owner.id}: lease {args.lease_sec:g} s, {config.store.url}")
                 if signals.first is None:
                     for recovery in runtime.recover():

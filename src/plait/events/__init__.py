@@ -71,17 +71,16 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
     )
     from plait.events.content import BlobRef, Content, Redacted, as_text
     from plait.events.erasure import forget
-    from plait.events.ownership import (
-        DEFAULT_LEASE_SEC,
+    from plait.events.inbox import (
         Command,
         CommandBody,
         DestroyConversation,
         InterruptTask,
-        Lease,
         StoredCommand,
         SubmitTask,
     )
-    from plait.events.prepared import PreparedAppend
+    from plait.events.leases import DEFAULT_LEASE_SEC, Lease
+    from plait.events.prepared import PreparedAppend, draft
     from plait.events.retention import prune
     from plait.events.signing import (
         SIGN_EVERY,
@@ -247,6 +246,7 @@ __all__ = [
     "check_policy",
     "decode_event",
     "decode_rows",
+    "draft",
     "duration_sec",
     "encode_event",
     "ends_task",
@@ -330,17 +330,16 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     "plait.events.content": ("BlobRef", "Content", "Redacted", "as_text"),
     "plait.events.erasure": ("forget",),
-    "plait.events.ownership": (
-        "DEFAULT_LEASE_SEC",
+    "plait.events.inbox": (
         "Command",
         "CommandBody",
         "DestroyConversation",
         "InterruptTask",
-        "Lease",
         "StoredCommand",
         "SubmitTask",
     ),
-    "plait.events.prepared": ("PreparedAppend",),
+    "plait.events.leases": ("DEFAULT_LEASE_SEC", "Lease"),
+    "plait.events.prepared": ("PreparedAppend", "draft"),
     "plait.events.retention": ("prune",),
     "plait.events.signing": (
         "SIGN_EVERY",

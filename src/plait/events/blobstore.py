@@ -1,13 +1,16 @@
-"""The blob part of the store contract: content kept beside the log, found by its sha-256,
-deleted leaving a tombstone (docs/storage.md#blobs), erased for good (docs/storage.md#erasure).
+"""A store's blobs, a part of every store (``EventStore.blobs``): content kept beside the
+log, found by its sha-256, deleted leaving a tombstone (docs/storage.md#blobs), erased for good
+(docs/storage.md#erasure).
 
-``EventStore`` inherits it; a backend provides ``_blob`` and ``_redact``, and may do
-``_redact_all`` and ``scrub`` its own faster or more thorough way.
+A backend's part provides ``state`` and ``_redact``, and may look up many blobs (``states``),
+redact them (``_redact_all``) and ``scrub`` its own faster or more thorough way. An append
+writes its blobs with its rows, in its own transaction: that is the backend's store's.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -31,18 +34,31 @@ class RedactedMarker:
 
 
 REDACTED: Final = RedactedMarker()
-"""What ``_blob`` returns for a blob that was deliberately deleted (a tombstone remains)."""
+"""What ``BlobStore.state`` returns for a blob that was deliberately deleted (a tombstone
+remains)."""
 
 
 class BlobStore(ABC):
     """Blobs: read, deleted, erased; and how a blob that must be deletable alone is scoped."""
 
-    _salt_key: bytes
+    def __init__(self) -> None:
+        self._salt_key = os.urandom(32)
+        """Makes each scope's salt: see ``scope``."""
 
-    def blob(self, sha256: str) -> bytes | None:
+    def get(self, sha256: str) -> bytes | None:
         """Return a blob's bytes, or ``None`` when it is missing or redacted."""
-        found = self._blob(sha256)
+        found = self.state(sha256)
         return found if isinstance(found, bytes) else None
+
+    @abstractmethod
+    def state(self, sha256: str) -> bytes | RedactedMarker | None:
+        """Return a blob's bytes, ``REDACTED`` (deleted, a tombstone left), or ``None`` when
+        unknown."""
+
+    def states(self, sha256s: list[str]) -> dict[str, bytes | RedactedMarker]:
+        """The blobs of ``sha256s`` that are stored (a tombstone as ``REDACTED``)."""
+        found = {sha256: self.state(sha256) for sha256 in sha256s}
+        return {sha256: data for sha256, data in found.items() if data is not None}
 
     def redact(self, sha256: str) -> bool:
         """Delete a blob's content, leaving a tombstone; return whether it was stored."""
@@ -63,12 +79,7 @@ class BlobStore(ABC):
         (docs/storage.md#erasure); return what could not be done, ``None`` when done."""
         return None
 
-    def _redact_all(self, sha256s: list[str]) -> int:
-        """Delete each blob's content, leaving tombstones; return how many held content."""
-        held = [sha256 for sha256 in sha256s if isinstance(self._blob(sha256), bytes)]
-        return sum(map(self._redact, held))
-
-    def _scope(self, name: str) -> bytes:
+    def scope(self, name: str) -> bytes:
         """What a blob that must be deletable on its own starts with: its scope's ``name``
         (a stream, or a stream and seq), then a salt, so that once it is deleted the digest
         its event keeps cannot be matched with guessed content (docs/storage.md#erasure).
@@ -77,15 +88,12 @@ class BlobStore(ABC):
         salt = hashlib.sha256(self._salt_key + name.encode()).digest()[:16]
         return name.encode() + b"\n" + salt
 
-    def _resolve(self, event: Event) -> Event:
-        body = resolve(event.body, lambda ref: self._blob_text(ref, event, self._blob))
-        return event if body is event.body else msgspec.structs.replace(event, body=body)
-
-    def _resolve_all(self, events: list[Event], held: list[Event]) -> list[Event]:
+    def resolve(self, events: list[Event], held: list[Event]) -> list[Event]:
         """``events`` with the blobs of those ``held`` brought back, all looked up at once
-        (one query on PostgreSQL, where each is a round trip)."""
+        (one query on PostgreSQL, where each is a round trip); a blob edited is
+        ``TamperedError``, one missing ``BlobMissingError``, one redacted a ``Redacted``."""
         refs = {ref.sha256 for event in held for ref in blob_refs(event.body)}
-        found = self._blobs_of(sorted(refs))
+        found = self.states(sorted(refs))
         done: dict[int, Event] = {}
         for event in held:
             body = resolve(event.body, partial(self._blob_text, event=event, lookup=found.get))
@@ -93,10 +101,10 @@ class BlobStore(ABC):
                 done[id(event)] = msgspec.structs.replace(event, body=body)
         return [done.get(id(event), event) for event in events] if done else events
 
-    def _blobs_of(self, sha256s: list[str]) -> dict[str, bytes | RedactedMarker]:
-        """The blobs of ``sha256s`` that are stored (a tombstone as ``REDACTED``)."""
-        found = {sha256: self._blob(sha256) for sha256 in sha256s}
-        return {sha256: data for sha256, data in found.items() if data is not None}
+    def _redact_all(self, sha256s: list[str]) -> int:
+        """Delete each blob's content, leaving tombstones; return how many held content."""
+        held = [sha256 for sha256 in sha256s if isinstance(self.state(sha256), bytes)]
+        return sum(map(self._redact, held))
 
     @staticmethod
     def _blob_text(
@@ -113,10 +121,6 @@ class BlobStore(ABC):
             return found[ref.skip :].decode()
         except UnicodeDecodeError as exc:  # its hash matched: it was stored so, not edited
             raise CorruptEventError(event.stream, event.seq, f"blob is not text: {exc}") from None
-
-    @abstractmethod
-    def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
-        """Return a blob's bytes, ``REDACTED``, or ``None`` when unknown."""
 
     @abstractmethod
     def _redact(self, sha256: str) -> bool:

@@ -91,16 +91,16 @@ def forget(
     others = [e for e in events if e.conversation_id not in named] if named else []
     shared = {ref.sha256 for e in others for ref in blob_refs(e.body)}
     held = {sha: ref for sha, ref in refs.items() if sha not in shared}
-    if refs and not any(store.blob(sha) is not None for sha in held):
+    if refs and not any(store.blobs.get(sha) is not None for sha in held):
         return _again(store, session_id, events)
     owner = f"forget-{uuid.uuid4()}"
-    lease = store.acquire_lease(session_id, owner, LEASE_SEC)
+    lease = store.leases.acquire(session_id, owner, LEASE_SEC)
     if lease.owner != owner:
         raise ErasureError(
             session_id, f"another process owns it ({lease.owner}): stop it or wait until it is idle"
         )
     try:
-        waiting = store.commands(session_id)
+        waiting = store.inbox.commands(session_id)
         if waiting:
             raise ErasureError(
                 session_id, f"{len(waiting)} commands wait in its inbox: let its owner take them"
@@ -121,10 +121,10 @@ def forget(
             head = signer.head(session_id, recorded.seq, recorded.hash)
             (signed,) = store.append(session_id, [head], recorded.seq, epoch=lease.epoch)
             signer.witnessed(signed)
-        store.erase(held)
+        store.blobs.erase(held)
     finally:
         idle = TASKS.fold(events)
-        store.release_lease(
+        store.leases.release(
             session_id, owner, lease.epoch, idle=idle.running is None and not idle.pending
         )
     return Erasure(
@@ -134,7 +134,7 @@ def forget(
 
 def _again(store: EventStore, session_id: str, events: Sequence[Event]) -> Erasure:
     """The content is gone already: scrub the store's files again, and say when it went."""
-    problem = store.scrub()
+    problem = store.blobs.scrub()
     if problem is not None:
         raise StoreError(problem)
     seq = max((e.seq for e in events if isinstance(e.body, ContentErased)), default=0)

@@ -58,7 +58,9 @@ class PerAppendStore(EventStore):
         return [p for p in placed if p[0] > after_position][:limit]
 
     def as_stored(self, stream: str) -> Stored:
-        return Stored(PER_APPEND, self._rows(stream, 0, None, None), self._head(stream), self._blob)
+        return Stored(
+            PER_APPEND, self._rows(stream, 0, None, None), self._head(stream), self.blobs.state
+        )
 
     def _decode(self, rows: list[Packed], resolve_blobs: bool, check: bool = True) -> list[Event]:
         """The events of ``rows``, each row checked (unless not ``check``), their blobs read

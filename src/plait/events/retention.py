@@ -143,7 +143,7 @@ def prune(
     before = store.space().total
     vacuum = ""
     if records and not dry_run:
-        vacuum = store.remove_pruned(records, sorted(own))
+        vacuum = store.pruning.remove(records, sorted(own))
     return PruneReport(
         rule,
         dry_run,
@@ -214,7 +214,7 @@ def _held(store: EventStore, session: _Session) -> str:
     """Why ``session`` must stay whatever the others do ("": nothing keeps it)."""
     if session.damage:
         return session.damage
-    lease = store.lease(session.stream)
+    lease = store.leases.get(session.stream)
     if lease is not None and lease.live:
         return f"its lease is held by {lease.owner}"
     return ""

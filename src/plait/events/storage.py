@@ -184,8 +184,8 @@ class Expiry:
             if event.at + timedelta(seconds=policy.ttl_sec) > now:
                 continue  # not due; neither, mostly, is what follows, but look anyway
             for ref in blob_refs(event.body):
-                if ref.skip and self.store.blob(ref.sha256) is not None:
-                    deleted += self.store.redact(ref.sha256)
+                if ref.skip and self.store.blobs.get(ref.sha256) is not None:
+                    deleted += self.store.blobs.redact(ref.sha256)
             done = event.seq if done == event.seq - 1 else done
         self._streams[stream] = (policies, done)
         return deleted

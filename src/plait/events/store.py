@@ -1,16 +1,22 @@
 """The store contract, and everything about it that does not depend on the backend.
 
-A backend stores rows (an append each: ``plait.events.per_append``) and blobs, and provides a
-few primitives (``_append_rows``, ``_rows``, ``_all_rows``...). Encoding, the hash chain, blob
+A store is an append-only log of event streams, read one stream at a time or all of them in
+one global order (docs/event-log.md#streams-seq-and-position). It has four parts, each with a
+contract of its own that each backend fulfils: its ``blobs`` (``plait.events.blobstore``),
+the ``leases`` and ``inbox`` of the processes sharing it (``plait.events.leases``,
+``plait.events.inbox``), and the records of the sessions a prune removed
+(``plait.events.pruning``).
+
+A backend stores rows (an append each: ``plait.events.per_append``) and provides a few
+primitives (``_append_rows``, ``_rows``, ``_all_rows``...). Encoding, the hash chain, blob
 extraction, decoding, gap detection, verification and subscriptions live here, once, so every
 backend behaves the same and one contract suite tests them all.
 """
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 
@@ -20,24 +26,31 @@ from plait.errors import (
     ConcurrencyError,
     CorruptEventError,
     TamperedError,
-    TransientEventError,
 )
-from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, externalize
+from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
 from plait.events.blobstore import REDACTED, BlobStore, RedactedMarker
-from plait.events.checks import Verification, link, misplaced, verify
-from plait.events.codec import BODY_TAGS
+from plait.events.checks import (
+    Links,
+    Placed,
+    Verification,
+    link,
+    misplaced,
+    position_gap,
+    position_gaps,
+    verify,
+)
 from plait.events.erased import mark_erased
-from plait.events.global_order import GlobalOrder
-from plait.events.ownership import Ownership
-from plait.events.packing import Entry, chain, encode_entry
-from plait.events.prepared import PreparedAppend
+from plait.events.inbox import Inbox
+from plait.events.leases import Leases
+from plait.events.prepared import PreparedAppend, draft, encode
 from plait.events.proof import Proof
+from plait.events.pruned import PrunedPositions
 from plait.events.pruning import Pruning
 from plait.events.signing import PublicKey
 from plait.events.space import Space
 from plait.events.stored import Stored, row_events
 from plait.events.subscription import ConditionWaiter, Signal, Subscription, Waiter
-from plait.events.types import Body, ContentErased, Event, NewEvent, Transient
+from plait.events.types import Body, ContentErased, Event, NewEvent
 from plait.events.witness import Witness
 
 __all__ = [
@@ -83,16 +96,31 @@ def check_expected(stream: str, expected_seq: int, head_seq: int) -> None:
         raise ConcurrencyError(stream, expected_seq, head_seq)
 
 
-class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
-    """An append-only log of event streams with content-addressed blobs (``BlobStore``), and
-    the leases and inbox of the processes sharing it (``Ownership``), and the records of the
-    sessions a prune removed (``Pruning``).
+_BATCH = 500
+"""The most events a subscription reads at a time."""
+
+
+class EventStore(ABC):
+    """An append-only log of event streams, read one at a time or all in global order.
 
     ``append`` is atomic: all of its events are stored, chained and visible, or none are.
+    Each backend gives its store the four parts below, built on the store's own connection.
     """
+
+    blobs: BlobStore
+    """Its blobs: content kept beside the log by sha-256, deleted, erased."""
+    leases: Leases
+    """The leases of the processes sharing it: who owns each session, at which epoch."""
+    inbox: Inbox
+    """The commands any process stores for a session's owner."""
+    pruning: Pruning
+    """The records of the sessions a prune removed, and the removal."""
 
     writes_ahead = True
     """Whether a stream's writer may ``prepare`` appends before it writes them."""
+    dense_positions = True
+    """Whether positions run from 1 without a gap but where a prune removed sessions, so a
+    jump is a row lost (docs/event-log.md#streams-seq-and-position)."""
 
     def __init__(
         self, *, blob_threshold: int = DEFAULT_BLOB_THRESHOLD, clock: Clock = utc_now
@@ -100,11 +128,8 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         self.blob_threshold = blob_threshold
         self.clock = clock
         self._appended = Signal()  # appends through this object
-        self._commanded = Signal()  # commands stored through it: apart, appends wake no owner
         self._taps: list[Callable[[list[Event]], object]] = []
         self._closed = False
-        self._salt_key = os.urandom(32)
-        """Makes each stream's salt: see ``BlobStore._scope``."""
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -123,7 +148,7 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         Raises ``ConcurrencyError`` when the stream has moved on, and ``TransientEventError``
         for a notification that is never persisted.
         """
-        drafts = [self._draft(stream, item) for item in events]
+        drafts = [draft(stream, item) for item in events]
         if not drafts:
             return []
         events_out = self._append_rows(
@@ -140,7 +165,7 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
     ) -> PreparedAppend:
         """Encode and chain ``events`` (stamped now) to follow seq ``head_seq``, of hash
         ``head_hash``, for ``append_prepared``; raise as ``append`` does for what it refuses."""
-        drafts = [self._draft(stream, item) for item in events]
+        drafts = [draft(stream, item) for item in events]
         return self._prepare(stream, drafts, head_seq, head_hash)
 
     def append_prepared(
@@ -159,76 +184,13 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         self._notify(events)
         return events
 
-    def _draft(self, stream: str, item: Body | NewEvent) -> NewEvent:
-        if type(item) is NewEvent and isinstance(item.body, Body):
-            return item
-        if isinstance(item, NewEvent):
-            draft = item
-        elif isinstance(item, Body):
-            draft = NewEvent(item)
-        else:
-            what = "transient notification" if isinstance(item, Transient) else "non-event"
-            raise TransientEventError(
-                f"stream {stream}: a {what} ({type(item).__name__}) cannot be stored"
-            )
-        if isinstance(draft.body, Transient) or not isinstance(draft.body, Body):
-            raise TransientEventError(
-                f"stream {stream}: {type(draft.body).__name__} is not a persisted event body"
-            )
-        return draft
-
     def _prepare(
         self, stream: str, drafts: list[NewEvent], head_seq: int, head_hash: bytes
     ) -> PreparedAppend:
-        rows: list[tuple[int, str, int, bytes, bytes]] = []
-        out: list[Event] = []
-        blobs: dict[str, bytes] = {}
-        prev = head_hash
+        """Encode and chain ``drafts``, stamped now where they have no time."""
         now = self.clock().astimezone(UTC)
-        threshold = self.blob_threshold
-        set_ = msgspec.structs.force_setattr
-        tags = BODY_TAGS
-        link = chain(stream)  # an append's events are one row (docs/event-log.md#encoding-3)
-        seq = head_seq
-        for draft in drafts:
-            seq += 1
-            at = draft.at
-            if at is None:
-                at = now
-            elif at.tzinfo is not UTC:
-                if at.tzinfo is None:
-                    raise CorruptEventError(stream, seq, "event time must be timezone-aware (UTC)")
-                at = at.astimezone(UTC)
-            body = draft.body
-            cls = type(body)
-            version = cls.VERSION
-            event = Event(
-                stream,
-                seq,
-                at,
-                version,
-                body,  # type: ignore[arg-type]
-                prev,
-                draft.conversation_id,
-                draft.task_id,
-            )
-            stored = body
-            if cls.BLOB_FIELDS:
-                # Large strings leave the event before it is encoded: encoding them inline
-                # first would copy a 50 MB prompt once more (bench/memory.py).
-                if draft.scoped_blobs:
-                    stored = externalize(body, 0, blobs, self._scope(f"{stream}:{seq}"))
-                elif draft.session_blobs:
-                    stored = externalize(body, 0, blobs, self._scope(stream))
-                else:
-                    stored = externalize(body, threshold, blobs)
-            conversation, task = draft.conversation_id, draft.task_id
-            data = encode_entry(Entry(seq, at, version, stored, conversation, task))  # type: ignore[arg-type]
-            prev = link(prev, data)
-            rows.append((seq, tags[cls], version, data, prev))
-            set_(event, "hash", prev)
-            out.append(event)
-        return PreparedAppend(rows, out, blobs)
+        scope = self.blobs.scope
+        return encode(stream, drafts, head_seq, head_hash, now, self.blob_threshold, scope)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -283,7 +245,7 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
             return event
 
         events = decode(hold)
-        return self._resolve_all(events, held) if held else events
+        return self.blobs.resolve(events, held) if held else events
 
     def last_seq(self, stream: str) -> int:
         """Return the seq of the last event of ``stream`` (0 when it has none)."""
@@ -307,6 +269,72 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
     def as_stored(self, stream: str) -> Stored:
         """``stream``'s rows as stored, unchecked, its head and the store's blobs: what
         ``verify`` walks and an evidence bundle copies byte for byte (``events/bundle.py``)."""
+
+    # --- every stream in one order -----------------------------------------------------------
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        *,
+        limit: int | None = 1000,
+        resolve_blobs: bool = True,
+        settled: bool = False,
+    ) -> list[Event]:
+        """Return events of every stream after ``after_position``, in global order (each
+        checked against its hash, its columns, its link to the one before it in the same read
+        and its position: after the one before, right after where positions are dense).
+        ``settled``: only those no commit to
+        come can precede, so that a reader going on after the last never misses one (where
+        positions are not in commit order: docs/event-log.md#streams-seq-and-position)."""
+        events = self._all_events(after_position, limit, resolve_blobs, settled)
+        Links(after_position, self.pruning.covers, dense=self.dense_positions).check(events)
+        return events
+
+    def iter_all(
+        self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
+    ) -> Iterator[Event]:
+        """Iterate over every stored event in global order, reading ``batch`` at a time."""
+        for events in self.batches(after_position, batch=batch, resolve_blobs=resolve_blobs):
+            yield from events
+
+    def batches(
+        self, after_position: int = 0, *, batch: int = 2000, resolve_blobs: bool = True
+    ) -> Iterator[list[Event]]:
+        """Iterate over every stored event in global order as lists of up to ``batch``
+        (the fastest way to rebuild a projection: ``projection.fold(events, state)`` each)."""
+        links = Links(after_position, self.pruning.covers, dense=self.dense_positions)
+        while True:
+            events = self._all_events(after_position, batch, resolve_blobs, False)
+            links.check(events)
+            if events:
+                yield events
+            if len(events) < batch:
+                return
+            after_position = events[-1].position
+
+    def last_position(self) -> int:
+        """Return the global position of the last event stored (0: none); of the last one
+        settled (``read_all``), where positions are not in commit order."""
+        return self._last_position()
+
+    # --- live tails -------------------------------------------------------------------------
+
+    def subscribe(self, from_position: int = 0) -> Subscription:
+        """Return a live iterator over every event after ``from_position``, each exactly once."""
+        return Subscription(self._settled_batch, from_position, self._waiter(), self._read_whole)
+
+    def _settled_batch(self, after_position: int) -> list[Event]:
+        """What a subscription reads at a time: settled events after ``after_position``."""
+        return self.read_all(after_position, limit=_BATCH, settled=True)
+
+    def _read_whole(self, batch: list[Event]) -> bool:
+        """Whether a subscription's read of ``batch`` found all there was to hand out."""
+        return len(batch) < _BATCH and not self._held_back()
+
+    def _held_back(self) -> bool:
+        """Whether the last settled read left committed events above the bound (where
+        positions are not in commit order)."""
+        return False
 
     # --- taps -------------------------------------------------------------------------------
 
@@ -336,12 +364,29 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
         from 1 (docs/event-log.md#streams-seq-and-position); report the first bad seq."""
         proof = Proof.of(stream, public_key, witness)
         stored = self.as_stored(stream)
-        if not stored.rows and (pruned := self._pruned_report(stream, proof)) is not None:
-            return pruned  # its events are gone; its record says what they were
+        pruned = self.pruning.records(stream) if not stored.rows and not stored.head[0] else []
+        if pruned:  # its events are gone; its record says what they were
+            return proof.pruned(Verification(stream, True, 0, pruned=pruned[-1]), pruned[-1])
         rows = (events for _, events in row_events(stored.layout, stored.rows))
-        report = verify(stream, rows, self._blob, lambda: self._head(stream), proof)
+        report = verify(stream, rows, self.blobs.state, lambda: self._head(stream), proof)
         # Whichever stream lost the row, every read across the store stops there.
         return self._whole(report) if report.ok else report
+
+    def _whole(self, report: Verification) -> Verification:
+        """``report``, of a stream found good, with what the whole store's positions say: the
+        first gap no pruned session accounts for, or how many sessions were pruned."""
+        records = self.pruning.records()
+        gap = self._position_gap()
+        if gap is not None:
+            pruned = PrunedPositions(records)
+            gaps = [gap] if not pruned.covers(gap[0] + 1, gap[1] - 1) else self._position_gaps()
+            for before, after in gaps:
+                if not pruned.covers(before + 1, after - 1):
+                    return position_gap(report, before, self._placed(before, 1)[0])
+        if not records:
+            return report
+        events = sum(record.events for record in records)
+        return msgspec.structs.replace(report, pruned_sessions=len(records), pruned_events=events)
 
     def check_file(self, full: bool = False) -> str | None:
         """What the backend's own check of its storage finds wrong, if anything (SQLite:
@@ -387,6 +432,33 @@ class EventStore(Ownership, BlobStore, Pruning, GlobalOrder, ABC):
     @abstractmethod
     def _streams(self) -> list[tuple[str, int]]:
         """Return ``(stream, last_seq)`` for each stream, oldest first."""
+
+    @abstractmethod
+    def _all_events(
+        self, after_position: int, limit: int | None, resolve_blobs: bool, settled: bool
+    ) -> list[Event]:
+        """Return events of every stream after ``after_position`` in position order, at most
+        ``limit``, each row checked as it is read; ``settled``: only those no later commit
+        can precede."""
+
+    @abstractmethod
+    def _last_position(self) -> int:
+        """Return the last position stored, 0 when there is none."""
+
+    @abstractmethod
+    def _position_gap(self) -> tuple[int, int] | None:
+        """The first place where positions are not dense from 1: the position before it (0:
+        none) and the next one stored; ``None`` where they are (or are not kept dense)."""
+
+    def _position_gaps(self) -> list[tuple[int, int]]:
+        """Every place where positions are not dense from 1, as ``_position_gap`` gives the
+        first (a prune leaves one per run of positions it removed)."""
+        return list(position_gaps(self._placed))
+
+    @abstractmethod
+    def _placed(self, after_position: int, limit: int) -> list[Placed]:
+        """Where the events after ``after_position`` are (position, stream, seq), in position
+        order, as their rows say, unchecked: what a gap report names."""
 
     @property
     def closed(self) -> bool:

@@ -13,7 +13,7 @@ from datetime import datetime
 
 import msgspec
 
-from plait.events import Body, Event, NewEvent, PreparedAppend, utc_now
+from plait.events import Body, Event, NewEvent, PreparedAppend, draft, utc_now
 from plait.events.stores import MemoryStore
 from plait.replay.inference import is_lifecycle, recorded_only, submitted_task
 
@@ -96,7 +96,7 @@ class RecordedStore(MemoryStore):
         if stored and program:
             self._hold()
         heard = {id(item) for item in kept}
-        unheard = [self._draft(stream, item) for item in events if id(item) not in heard]
+        unheard = [draft(stream, item) for item in events if id(item) not in heard]
         after, now = (stored[-1].seq if stored else expected_seq), utc_now()
         return stored + [d.unstored(stream, after + i, now) for i, d in enumerate(unheard, 1)]
 

@@ -113,9 +113,9 @@ class Owner:
         # drops woke it). Set by ``wake``, a command stored here, and one announced for a
         # session it holds; read and cleared by the inbox thread alone, before it reads.
         self._unread = True
-        self._store.hear_commands(self._stored_here)
+        self._store.inbox.hear(self._stored_here)
         # Woken by its own sessions' commands only, where the store can tell.
-        self._waiter = self._store.commands_waiter(
+        self._waiter = self._store.inbox.waiter(
             Signal.any_of(self._looks, self._dropping), self._announced
         )
         self._thread: threading.Thread | None = None
@@ -133,14 +133,14 @@ class Owner:
     def take(self, stream: str) -> int | None:
         """Take ``stream``'s lease; return its epoch, or ``None`` when another process holds it."""
         asked = time.monotonic()
-        lease = self._store.acquire_lease(stream, self.id, self.lease_sec)
+        lease = self._store.leases.acquire(stream, self.id, self.lease_sec)
         return self._held_now(lease, asked)
 
     def take_all(self, streams: list[str]) -> dict[str, int]:
         """Take the leases of ``streams`` at once (one transaction); return the epochs of
         those taken, by stream: those another process holds are not."""
         asked = time.monotonic()
-        leases = self._store.acquire_leases(streams, self.id, self.lease_sec)
+        leases = self._store.leases.acquire_many(streams, self.id, self.lease_sec)
         taken = {lease.stream: self._held_now(lease, asked) for lease in leases}
         return {stream: epoch for stream, epoch in taken.items() if epoch is not None}
 
@@ -154,8 +154,8 @@ class Owner:
             # it meanwhile) and take it as a lapsed one, the epoch raised
             # (docs/processes.md#a-dead-owner-on-this-machine).
             log.info("session %s: its owner %s is dead; taking it over", stream, holder)
-            self._store.expire_lease(stream, holder, lease.epoch)
-            lease = self._store.acquire_lease(stream, self.id, self.lease_sec)
+            self._store.leases.expire(stream, holder, lease.epoch)
+            lease = self._store.leases.acquire(stream, self.id, self.lease_sec)
         if not lease.held_by(self.id):
             return None
         with self._lock:
@@ -165,7 +165,7 @@ class Owner:
     def leases(self) -> list[Lease]:
         """Every session's lease, as this process knows it: one held by a process it proved
         dead is shown lapsed (``take`` takes it at once)."""
-        found = self._store.leases()
+        found = self._store.leases.all()
         others = {lease.owner for lease in found if lease.live and lease.owner != self.id}
         # One look per owner, however many leases it holds.
         dead = {owner for owner in others if owner is not None and owner_state(owner) == "dead"}
@@ -213,7 +213,7 @@ class Owner:
             self._releasing.add(stream)
         try:
             try:
-                if not self._store.release_lease(stream, self.id, held[0], idle=idle):
+                if not self._store.leases.release(stream, self.id, held[0], idle=idle):
                     log.info("session %s: its lease was not held at epoch %d", stream, held[0])
             except PlaitError as exc:  # it lapses on its own
                 log.warning("session %s: releasing its lease failed: %s", stream, exc)
@@ -307,7 +307,7 @@ class Owner:
         asked = time.monotonic()
         # Only what it holds, at its epochs: a lease released meanwhile stays released.
         epochs = {stream: epoch for stream, (epoch, _) in before.items()}
-        renewed = self._store.renew_leases(self.id, self.lease_sec, epochs)
+        renewed = self._store.leases.renew(self.id, self.lease_sec, epochs)
         self._renewed_at = asked
         for stream, held in before.items():
             epoch = held[0]
@@ -328,7 +328,7 @@ class Owner:
         if not held:
             return
         waiting: set[str] = set()  # passive, no place free: in order, after one that waits
-        for stored in self._store.commands(*held):  # its sessions' only
+        for stored in self._store.inbox.commands(*held):  # its sessions' only
             with self._lock:
                 if stored.id in self._taken:
                     continue
@@ -353,7 +353,7 @@ class Owner:
         if not done:
             return
         try:
-            self._store.drop_commands(done)
+            self._store.inbox.drop(done)
         except BaseException:
             with self._lock:  # dropped at the next round
                 self._durable = done + self._durable
@@ -390,7 +390,7 @@ class Owner:
                 except UnknownConversationError as exc:  # destroyed since it was sent
                     log.warning("task %s from the inbox not run: %s", body.plan.task_id, exc)
             elif isinstance(body, InterruptTask):
-                self._store.drop_commands([stored])  # at most once
+                self._store.inbox.drop([stored])  # at most once
                 if self._first_time(body.key):
                     host.interrupt()
             elif isinstance(body, DestroyConversation):
@@ -409,7 +409,7 @@ class Owner:
             with self._lock:
                 self._taken.discard(stored.id)
             raise
-        self._store.drop_commands([stored])
+        self._store.inbox.drop([stored])
         with self._lock:
             self._taken.discard(stored.id)
 
@@ -430,7 +430,7 @@ class Owner:
             if stored.stream in held:
                 if not self._destroyed(stored.stream, body.conversation_id, before):
                     continue
-                self._store.drop_commands([stored])
+                self._store.inbox.drop([stored])
             del self._destroying[command_id]
             with self._lock:
                 self._taken.discard(command_id)
@@ -455,12 +455,12 @@ class Owner:
             return
         done = [
             stored
-            for stored in self._store.commands(stream)
+            for stored in self._store.inbox.commands(stream)
             if isinstance(stored.command.body, SubmitTask)
             and stored.command.body.plan.task_id in enqueued
         ]
-        self._store.drop_commands(done)
+        self._store.inbox.drop(done)
 
     def send(self, stream: str, body: CommandBody) -> int:
         """Store a command for ``stream``'s owner; return its id once durable."""
-        return self._store.put_command(stream, Command(body, sender=self.id))
+        return self._store.inbox.put(stream, Command(body, sender=self.id))

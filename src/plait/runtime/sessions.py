@@ -306,7 +306,7 @@ class Sessions:
         stopped renewing its lease or handed it back with work waiting, and those with inbox
         commands and no live owner (one another process takes first is left to it). Return
         their ids."""
-        return self._adopt(self._unowned(self.store.commands())[0], most)
+        return self._adopt(self._unowned(self.store.inbox.commands())[0], most)
 
     def fill_places(self) -> list[str]:
         """``plait worker``'s round: adopt as many sessions as there is room for work: run
@@ -315,7 +315,7 @@ class Sessions:
         other processes own sessions and none is left waiting for an owner (they keep up),
         hand back the passive sessions whose commands wait here, for one with room
         (docs/processes.md#capacity). Return the ids taken."""
-        commands = self.store.commands()
+        commands = self.store.inbox.commands()
         pending = {stored.stream for stored in commands}
         wanted, others = self._unowned(commands)
         if others and not wanted and self._room(pending) == 0:

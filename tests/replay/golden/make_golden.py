@@ -187,7 +187,7 @@ def main(name: str) -> None:
             assert result.ok, result.divergence and result.divergence.message()
         changed = replay(store, "g1-1", max_interrupt_chain_depth=1)
         assert changed.divergence is not None
-        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store._link.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for extra in ("-wal", "-shm"):
         db.with_name(db.name + extra).unlink(missing_ok=True)
     manifest = {

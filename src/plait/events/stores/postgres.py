@@ -23,6 +23,9 @@
   also look on their own, for rows held above the settled bound and for announcements lost to
   a kill (``postgres_settled``).
 * Tables and functions are created on open when missing (``postgres_schema``).
+* The store's parts (its blobs, leases, inbox and pruning: ``postgres_blobs``,
+  ``postgres_leases``, ``postgres_inbox``, ``postgres_prune``) make their calls as the store
+  does, through its ``Calls`` (``postgres_calls``).
 """
 
 from __future__ import annotations
@@ -30,34 +33,28 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 import weakref
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from plait.errors import ConcurrencyError, StoreError, StoreUnavailableError
 from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
+from plait.events.checks import Placed
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import Lease, check_epoch
+from plait.events.leases import check_epoch
 from plait.events.per_append import PerAppendStore
 from plait.events.space import Space
-from plait.events.store import (
-    REDACTED,
-    Clock,
-    PreparedAppend,
-    RedactedMarker,
-    Waiter,
-    check_expected,
-    utc_now,
-)
+from plait.events.store import Clock, PreparedAppend, Waiter, check_expected, utc_now
 from plait.events.stored import Packed
 from plait.events.stores.postgres_announce import Announcer
 from plait.events.stores.postgres_arrays import blob_columns
-from plait.events.stores.postgres_inbox import PostgresInbox, announced
-from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link, text_of
+from plait.events.stores.postgres_blobs import PostgresBlobs
+from plait.events.stores.postgres_calls import Calls
+from plait.events.stores.postgres_inbox import PostgresInbox
+from plait.events.stores.postgres_leases import PostgresLeases
+from plait.events.stores.postgres_link import DEFAULT_OUTAGE_SEC, Connection, Link
 from plait.events.stores.postgres_listen import NotifyWaiter
 from plait.events.stores.postgres_prune import PostgresPruning, vacuum_hint
 from plait.events.stores.postgres_schema import open_schema
@@ -77,12 +74,9 @@ __all__ = ["DEFAULT_OUTAGE_SEC", "DEFAULT_SCHEMA", "PostgresStore"]
 
 DEFAULT_SCHEMA = "plait"
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # PostgreSQL truncates at 63 bytes
-T = TypeVar("T")
-SCRUB_WAIT_SEC = 30.0
-"""How long ``scrub`` waits for older transactions to end before it says it could not."""
 
 
-class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
+class PostgresStore(PerAppendStore):
     """An event store in one PostgreSQL schema (created with its tables if missing).
 
     ``url`` is a libpq URL or conninfo string. The schema is the ``schema`` argument, else the
@@ -124,9 +118,6 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
             self.channel = f"plait_{digest.hex()[:40]}_events"
         self.inbox_channel = self.channel.removesuffix("_events") + "_inbox"
         """The channel announcing inbox commands (apart: owners are not woken by appends)."""
-        s = sql.Identifier(self.schema)
-        # Rendered once: a statement composed anew for each call costs an append 5% more.
-        self._sql = {name: sql.SQL(text).format(s=s).as_bytes() for name, text in QUERIES.items()}
         self._waiters: weakref.WeakSet[NotifyWaiter] = weakref.WeakSet()
         self._heads: dict[str, tuple[int, bytes]] = {}  # heads this object wrote, by stream
         self._settled = Settled(f"{self.url} (schema {self.schema})")
@@ -146,7 +137,14 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
                 f"{self.url}: connections={given!r} is not a number of connections (1 or more)"
             )
         self._link = Link(conninfo, self.url, outage if outage_sec is None else outage_sec, size)
+        self._calls = calls = Calls(self._link, self.schema, QUERIES)
         self._announcer = Announcer(self._link.connect, self.channel)
+        self.blobs = PostgresBlobs(calls)
+        self.leases = PostgresLeases(calls)
+        self.inbox = PostgresInbox(calls, self.inbox_channel, self._inbox_listener)
+        self.pruning = PostgresPruning(
+            calls, self._key, lambda stream: self._heads.pop(stream, None)
+        )
         try:
             version = self._link.once(self._open, "cannot open the store")
             if int(version) > SCHEMA_VERSION:
@@ -165,21 +163,7 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         return self._link.outage_sec
 
     def _open(self, conn: Connection) -> str:
-        return open_schema(conn, self.schema, self._key, self._sql)
-
-    def _run(
-        self,
-        call: Callable[[Connection], T],
-        landed: Callable[[Connection], T | None] | None = None,
-    ) -> T:
-        """Make ``call`` on the connection, again after a reconnection if it was lost (see
-        ``Link.run``); a refused statement is a ``StoreError`` naming the schema."""
-        if self.closed:
-            raise StoreError(f"{self.url}: the store is closed")
-        return self._link.run(call, self._refused, landed=landed)
-
-    def _refused(self, exc: psycopg.Error) -> StoreError:
-        return StoreError(f"{self.url} (schema {self.schema}): {text_of(exc)}")
+        return open_schema(conn, self.schema, self._key, self._calls.sql)
 
     def _append_rows(
         self,
@@ -213,8 +197,9 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
 
     def _peek(self, stream: str, expected_seq: int, epoch: int | None) -> tuple[int, bytes]:
         """Return ``stream``'s head, refusing as the append would if it is not the expected one."""
-        found = self._run(
-            lambda conn: conn.execute(self._sql["peek"], {"stream": stream}, binary=True).fetchone()
+        peek = self._calls.sql["peek"]
+        found = self._calls.run(
+            lambda conn: conn.execute(peek, {"stream": stream}, binary=True).fetchone()
         )
         assert found is not None  # one row, whatever is there
         head_seq, head_hash, leased, owner, held_epoch = found
@@ -238,10 +223,11 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         blobs = blob_columns(prepared.blobs)
         args = (stream, after, prev, epoch, count, row.hash, row.data, *blobs)
         head = (row.seq, row.hash)  # once written
+        sql = self._calls.sql
 
         def write(conn: Connection) -> int:
             try:
-                found = conn.execute(self._sql["append"], args).fetchone()
+                found = conn.execute(sql["append"], args).fetchone()
             except psycopg.Error as exc:
                 self._heads.pop(stream, None)
                 detail = exc.diag.message_detail or ""
@@ -255,14 +241,18 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
             return self._wrote(stream, int(found[0]), head)
 
         def landed(conn: Connection) -> int | None:
-            found = conn.execute(self._sql["placed"], (stream, head[0]), binary=True).fetchone()
+            found = conn.execute(sql["placed"], (stream, head[0]), binary=True).fetchone()
             if found is None or bytes(found[1]) != head[1]:
                 return None  # not there: the first try did not commit
             return self._wrote(stream, int(found[0]), head)
 
-        events = prepared.placed(self._run(write, landed))
+        events = prepared.placed(self._calls.run(write, landed))
         self._announcer.announce()
         return events
+
+    def _forget(self, stream: str) -> None:
+        """Forget the head this object wrote of ``stream`` (a prune removed it)."""
+        self._heads.pop(stream, None)
 
     def _wrote(self, stream: str, first: int, head: tuple[int, bytes]) -> int:
         """Note ``head``, which this object wrote; return ``first``, the position of the
@@ -272,13 +262,8 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         self._heads[stream] = head
         return first
 
-    def _query(
-        self, name: str, params: tuple[object, ...] | Mapping[str, object] = ()
-    ) -> list[tuple[Any, ...]]:
-        return self._run(lambda conn: conn.execute(self._sql[name], params, binary=True).fetchall())
-
     def _head(self, stream: str) -> tuple[int, bytes]:
-        rows = self._query("head", (stream,))
+        rows = self._calls.query("head", (stream,))
         return (int(rows[0][0]), bytes(rows[0][1])) if rows else (0, GENESIS_HASH)
 
     def _all_rows(self, after_position: int, limit: int | None, settled: bool) -> list[Packed]:
@@ -287,19 +272,19 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         rows = None if limit is None else limit + 1
         args = {"after": after_position, "limit": limit, "rows": rows}
         if not settled:
-            return self._query("all", args)
+            return self._calls.query("all", args)
         # One round trip: the rows, each with whether committed rows wait above the bound (a
         # row of NULLs but for that, when there are none).
-        found = self._query("settled", args)
+        found = self._calls.query("settled", args)
         self._settled.note(bool(found[0][-1]), self._holder)
         return [row[:-1] for row in found if row[0] is not None]
 
     def _rows(self, stream: str, after: int, upto: int | None, limit: int | None) -> list[Packed]:
         args = {"stream": stream, "after": after, "limit": limit}
-        return self._query("rows", {**args, "upto": 2**62 if upto is None else upto})
+        return self._calls.query("rows", {**args, "upto": 2**62 if upto is None else upto})
 
     def space(self) -> Space:
-        rows = self._run(
+        rows = self._calls.run(
             lambda conn: conn.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0),"
                 " coalesce(sum(s.n_dead_tup::float8 / greatest(s.n_live_tup + s.n_dead_tup, 1)"
@@ -314,83 +299,20 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         return Space(int(total), int(dead), vacuum_hint(self.schema))
 
     def _last_position(self) -> int:
-        found = self._query("last_position")
+        found = self._calls.query("last_position")
         return int(found[0][0]) if found else 0
 
     def _streams(self) -> list[tuple[str, int]]:
-        return [(str(stream), int(last)) for stream, last in self._query("streams")]
+        return [(str(stream), int(last)) for stream, last in self._calls.query("streams")]
 
     def _position_gap(self) -> tuple[int, int] | None:
         return None  # positions are not dense here: nothing to tell from a jump
 
-    def _blob(self, sha256: str) -> bytes | RedactedMarker | None:
-        rows = self._query("blob", (sha256,))
-        if not rows:
-            return None
-        return REDACTED if rows[0][0] is None else bytes(rows[0][0])
+    def _position_gaps(self) -> list[tuple[int, int]]:
+        return []  # positions are not dense here
 
-    def _blobs_of(self, sha256s: list[str]) -> dict[str, bytes | RedactedMarker]:
-        rows = self._query("blobs", (sha256s,)) if sha256s else []
-        return {key: REDACTED if data is None else bytes(data) for key, data in rows}
-
-    def _redact(self, sha256: str) -> bool:
-        return self._run(lambda conn: conn.execute(self._sql["redact"], (sha256,)).rowcount > 0)
-
-    def _redact_all(self, sha256s: list[str]) -> int:
-        return self._run(lambda conn: conn.execute(self._sql["redact_all"], (sha256s,)).rowcount)
-
-    def scrub(self) -> str | None:
-        """VACUUM FULL the blobs and the inbox once every transaction older than now, which
-        may still see rows deleted before, has ended: until then, PostgreSQL keeps them."""
-        ((now,),) = self._run(lambda conn: conn.execute(self._sql["xid"]).fetchall())
-        deadline = time.monotonic() + SCRUB_WAIT_SEC
-        while True:
-            older = self._run(lambda conn: conn.execute(self._sql["older"], (now,)).fetchone())
-            if older is None or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)  # a transaction of another process: nothing here wakes on its end
-
-        def vacuum(conn: Connection) -> None:
-            conn.execute(self._sql["scrub_blobs"])  # the connection commits by itself: as
-            conn.execute(self._sql["scrub_inbox"])  # VACUUM must, outside a transaction
-
-        self._run(vacuum)
-        if older is not None:
-            pid, running = older
-            return (
-                f"{self.url} (schema {self.schema}): a transaction older than the erasure "
-                f"(pid {pid}, running for {running}) may still read the deleted rows, so "
-                "PostgreSQL keeps them in the table's files: run plait forget again once it ends"
-            )
-        return None
-
-    def _acquire(self, streams: list[str], owner: str, lease_sec: float) -> list[Lease]:
-        args = {"streams": streams, "owner": owner, "sec": lease_sec}
-
-        def acquire(conn: Connection) -> list[tuple[Any, ...]]:
-            # Made again after a lost connection: the same owner keeps its epoch, so taking
-            # a lease twice is taking it once.
-            with conn.transaction():
-                conn.execute(self._sql["acquire"], args)
-                return conn.execute(self._sql["leases_of"], args).fetchall()
-
-        found = self._run(acquire)
-        assert len(found) == len(streams)  # inserted, or there already
-        return [_lease(row) for row in found]
-
-    def _renew(self, owner: str, lease_sec: float, held: dict[str, int]) -> dict[str, int]:
-        rows = self._query("renew", (lease_sec, list(held), list(held.values()), owner))
-        return {str(stream): int(epoch) for stream, epoch in rows}
-
-    def _release(self, stream: str, owner: str, epoch: int, idle: bool) -> bool:
-        args = (None if idle else owner, stream, owner, epoch)
-        return self._run(lambda conn: conn.execute(self._sql["release"], args).rowcount > 0)
-
-    def _leases(self, stream: str | None) -> list[Lease]:
-        rows = self._run(
-            lambda conn: conn.execute(self._sql["leases"], {"stream": stream}).fetchall()
-        )
-        return [_lease(row) for row in rows]
+    def _placed(self, after_position: int, limit: int) -> list[Placed]:
+        return []  # no gap to name: positions are not dense here
 
     def _waiter(self) -> Waiter:
         return self._listener(self.channel, poll=self._poll)
@@ -404,13 +326,11 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
 
     def _holder(self) -> tuple[Any, ...] | None:
         """The transaction holding the settled bound back (``postgres_settled.HOLDER``)."""
-        return self._run(lambda conn: conn.execute(HOLDER).fetchone())
+        return self._calls.run(lambda conn: conn.execute(HOLDER).fetchone())
 
-    def _inbox_waiter(
-        self, also: Signal | None = None, sessions: Callable[[str], bool] | None = None
-    ) -> Waiter:
-        local = self._commanded if also is None else Signal.any_of(self._commanded, also)
-        return self._listener(self.inbox_channel, local, wanted=announced(sessions))
+    def _inbox_listener(self, local: Signal, wanted: Callable[[str], bool] | None) -> Waiter:
+        """A waiter on the inbox's channel (and ``local``), for ``PostgresInbox``."""
+        return self._listener(self.inbox_channel, local, wanted=wanted)
 
     def _listener(
         self,
@@ -433,8 +353,3 @@ class PostgresStore(PostgresPruning, PostgresInbox, PerAppendStore):
         self._link.close()
         for waiter in list(self._waiters):
             waiter.close()
-
-
-def _lease(row: tuple[Any, ...]) -> Lease:
-    stream, owner, epoch, remaining = row
-    return Lease(str(stream), owner, int(epoch), float(remaining))

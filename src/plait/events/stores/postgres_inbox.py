@@ -1,4 +1,5 @@
-"""``PostgresStore``'s inbox: commands stored once, however their answers are lost.
+"""``PostgresInbox``: a PostgreSQL store's inbox (``plait.events.inbox``): commands stored
+once, however their answers are lost.
 
 This is an internal part of ``PostgresStore``, not part of the public API.
 
@@ -13,11 +14,12 @@ transaction committed (docs/processes.md#each-command-takes-effect-once).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from plait.errors import StoreError
+from plait.events.inbox import Inbox
+from plait.events.stores.postgres_calls import Calls
 from plait.events.stores.postgres_link import Connection
-from plait.events.subscription import Signal
+from plait.events.subscription import Signal, Waiter
 
 __all__ = ["PostgresInbox", "announced", "announcement", "committed"]
 
@@ -59,26 +61,37 @@ def committed(conn: Connection, queries: Mapping[str, bytes], xact: int, pid: in
     )
 
 
-class PostgresInbox:
-    """``PostgresStore``'s part of ``plait.events.ownership.Ownership``: the inbox."""
+Listen = Callable[[Signal, Callable[[str], bool] | None], Waiter]
+"""A waiter on the inbox channel's announcements whose payload passes the filter given (all,
+if ``None``), and on a local signal, closed with the store."""
 
-    url: str
-    schema: str
-    inbox_channel: str
-    _sql: dict[str, bytes]
-    _run: Callable[..., Any]
-    _commanded: Signal
 
-    def _put_command(self, stream: str, data: bytes) -> int:
+class PostgresInbox(Inbox):
+    """A PostgreSQL store's inbox, in its schema's ``inbox`` table, each command announced on
+    ``channel`` with its session."""
+
+    def __init__(self, calls: Calls, channel: str, listen: Listen) -> None:
+        super().__init__()
+        self._calls = calls
+        self._channel = channel
+        self._listen = listen
+
+    def waiter(
+        self, also: Signal | None = None, sessions: Callable[[str], bool] | None = None
+    ) -> Waiter:
+        return self._listen(self._here(also), announced(sessions))
+
+    def _put(self, stream: str, data: bytes) -> int:
         sent: list[tuple[int, int, int]] = []  # (id, transaction, server pid), once answered
+        queries = self._calls.sql
 
         def put(conn: Connection) -> int:
             sent.clear()
             with conn.transaction():
-                found = conn.execute(self._sql["put_command"], (stream, data)).fetchone()
+                found = conn.execute(queries["put_command"], (stream, data)).fetchone()
                 assert found is not None
                 sent.append((int(found[0]), int(found[1]), int(found[2])))
-                conn.execute(self._sql["notify"], (self.inbox_channel, announcement(stream)))
+                conn.execute(queries["notify"], (self._channel, announcement(stream)))
             return int(found[0])
 
         def landed(conn: Connection) -> int | None:
@@ -87,33 +100,33 @@ class PostgresInbox:
             if sent:
                 command_id, xact, pid = sent[0]
                 try:
-                    done = committed(conn, self._sql, xact, pid)
+                    done = committed(conn, queries, xact, pid)
                 except StoreError as exc:
                     raise StoreError(
-                        f"{self.url} (schema {self.schema}): session {stream}: {exc}"
+                        f"{self._calls.url} (schema {self._calls.schema}): session {stream}: {exc}"
                     ) from None
                 if done is not None:
                     return command_id if done else None
             # Not answered: nothing of this try committed; the same bytes (a command is unique
             # by its task's id or its key, and its sender) are another try's.
-            found = conn.execute(self._sql["command_of"], (stream, data)).fetchone()
+            found = conn.execute(queries["command_of"], (stream, data)).fetchone()
             return None if found is None else int(found[0])
 
-        command_id: int = self._run(put, landed)
-        self._commanded.notify()
-        return command_id
+        return self._calls.run(put, landed)
 
     def _commands(self, streams: list[str] | None) -> list[tuple[int, str, bytes]]:
+        queries = self._calls.sql
+
         def commands(conn: Connection) -> list[tuple[int, str, bytes]]:
             if streams is None:
-                rows = conn.execute(self._sql["commands"], binary=True)
+                rows = conn.execute(queries["commands"], binary=True)
             else:
-                rows = conn.execute(self._sql["commands_of"], (streams,), binary=True)
+                rows = conn.execute(queries["commands_of"], (streams,), binary=True)
             return [(int(i), str(s), bytes(d)) for i, s, d in rows]
 
-        found: list[tuple[int, str, bytes]] = self._run(commands)
-        return found
+        return self._calls.run(commands)
 
-    def _drop_commands(self, taken: list[tuple[str, int]]) -> None:
+    def _drop(self, taken: list[tuple[str, int]]) -> None:
         streams, ids = (list(column) for column in zip(*taken, strict=True))
-        self._run(lambda conn: conn.execute(self._sql["drop_commands"], (streams, ids)))
+        drop = self._calls.sql["drop_commands"]
+        self._calls.run(lambda conn: conn.execute(drop, (streams, ids)))

@@ -1,5 +1,7 @@
-"""How ``PostgresStore`` removes pruned sessions (docs/storage.md#retention);
-``plait.events.retention`` decides what goes.
+"""``PostgresPruning``: how a PostgreSQL store keeps the records of pruned sessions and removes
+them (docs/storage.md#retention); ``plait.events.retention`` decides what goes.
+
+This is an internal part of ``PostgresStore``, not part of the public API.
 
 The deletion and the records that account for it are one transaction, holding each session's
 head and lease rows: no append of it lands between the check of its head and its removal, and
@@ -10,18 +12,16 @@ PostgreSQL keeps deleted rows in its tables' files until a vacuum; the report sa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
 
 from psycopg import sql
 
 from plait.errors import ConcurrencyError, StoreError
-from plait.events.checks import Placed
 from plait.events.pruned import COLUMNS, PrunedSession, record_of, row_of
+from plait.events.pruning import Pruning
+from plait.events.stores.postgres_calls import Calls
 from plait.events.stores.postgres_link import Connection
 
 __all__ = ["PRUNED_TABLE", "PostgresPruning", "vacuum_hint"]
-
-T = TypeVar("T")
 
 PRUNED_TABLE = (
     "CREATE TABLE IF NOT EXISTS {s}.pruned (id BIGSERIAL PRIMARY KEY, stream TEXT NOT NULL, "
@@ -106,31 +106,27 @@ def vacuum_hint(schema: str) -> str:
     return "VACUUM FULL " + ", ".join(f"{schema}.{t}" for t in ("appends", "streams", "blobs"))
 
 
-class PostgresPruning:
-    """``PostgresStore``'s part of ``plait.events.pruning.Pruning``."""
+class PostgresPruning(Pruning):
+    """A PostgreSQL store's records of pruned sessions, in its schema's ``pruned`` table, and
+    their removal."""
 
-    schema: str
-    _key: int
-    _heads: dict[str, tuple[int, bytes]]
-    _run: Callable[..., Any]
-    _query: Callable[[str], list[tuple[Any, ...]]]
+    def __init__(self, calls: Calls, key: int, forget: Callable[[str], object]) -> None:
+        """``key``: the advisory lock two prunes of the schema take turns on; ``forget``: what
+        the store must forget of a session removed (the head it wrote)."""
+        super().__init__()
+        self._calls = calls
+        self._key = key
+        self._forget = forget
 
-    def _position_gaps(self) -> list[tuple[int, int]]:
-        return []  # positions are not dense here
+    def records(self, stream: str | None = None) -> list[PrunedSession]:
+        schema = self._calls.schema
+        return self._calls.run(lambda conn: pruned_records(conn, schema, stream))
 
-    def _placed(self, after_position: int, limit: int) -> list[Placed]:
-        return []  # no gap to name: positions are not dense here
-
-    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
-        found: list[PrunedSession] = self._run(
-            lambda conn: pruned_records(conn, self.schema, stream)
-        )
-        return found
-
-    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
+    def _remove(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
         for record in records:
-            self._heads.pop(record.stream, None)
-        self._run(lambda conn: remove_sessions(conn, self.schema, self._key, records, blobs))
+            self._forget(record.stream)
+        schema, key = self._calls.schema, self._key
+        self._calls.run(lambda conn: remove_sessions(conn, schema, key, records, blobs))
 
     def _reclaim(self) -> str:
-        return vacuum_hint(self.schema)
+        return vacuum_hint(self._calls.schema)

@@ -1,5 +1,7 @@
-"""How ``SqliteStore`` removes pruned sessions and gives their room back
-(docs/storage.md#retention); ``plait.events.retention`` decides what goes.
+"""``SqlitePruning``: how a SQLite store keeps the records of pruned sessions, removes them and
+gives their room back (docs/storage.md#retention); ``plait.events.retention`` decides what goes.
+
+This is an internal part of ``SqliteStore``, not part of the public API.
 
 The deletion and the records that account for it are one transaction, so a reader never
 finds a gap that no record covers. Pages then go back to the file system where the file was
@@ -11,19 +13,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from plait.errors import ConcurrencyError, StoreError
 from plait.events.pruned import COLUMNS, PrunedSession, record_of, row_of
-from plait.events.stores.sqlite_files import begin, rollback
-from plait.events.stores.sqlite_schema import GAPS_SQL
-
-if TYPE_CHECKING:
-    from plait.events.stores.sqlite_writes import Writes
+from plait.events.pruning import Pruning
+from plait.events.stores.sqlite_link import Link
+from plait.events.stores.sqlite_writes import Writes
 
 __all__ = ["PRUNED_TABLE", "SqlitePruning"]
 
@@ -111,37 +109,26 @@ def reclaim(db: sqlite3.Connection, path: Path) -> str:
     return ""
 
 
-class SqlitePruning:
-    """``SqliteStore``'s part of ``plait.events.pruning.Pruning``."""
+class SqlitePruning(Pruning):
+    """A SQLite store's records of pruned sessions, in its ``pruned`` table, and their
+    removal."""
 
-    path: Path
-    _db: sqlite3.Connection
-    _lock: threading.RLock
-    _writes: Writes
-    _error: Callable[[sqlite3.DatabaseError], StoreError]
+    def __init__(self, link: Link, writes: Writes) -> None:
+        """``writes``: the store's, which remember the heads of sessions a prune removes."""
+        super().__init__()
+        self._link = link
+        self._writes = writes
 
-    def _position_gaps(self) -> list[tuple[int, int]]:
-        with self._lock:
-            found = self._db.execute(GAPS_SQL).fetchall()
-        return [(int(before), int(after)) for before, after in found]
+    def records(self, stream: str | None = None) -> list[PrunedSession]:
+        with self._link.lock:
+            return pruned_records(self._link.db, stream)
 
-    def _pruned_records(self, stream: str | None) -> list[PrunedSession]:
-        with self._lock:
-            return pruned_records(self._db, stream)
-
-    def _remove_sessions(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
-        with self._lock:
+    def _remove(self, records: Sequence[PrunedSession], blobs: Sequence[str]) -> None:
+        with self._link.lock:
             self._writes.forget()  # the heads it remembers, of sessions about to go
-            try:
-                begin(self._db)
-                remove_sessions(self._db, records, blobs)
-            except BaseException as exc:
-                rollback(self._db)
-                if isinstance(exc, sqlite3.DatabaseError):
-                    raise self._error(exc) from exc
-                raise
-            self._db.execute("COMMIT")
+            with self._link.transaction() as db:
+                remove_sessions(db, records, blobs)
 
     def _reclaim(self) -> str:
-        with self._lock:
-            return reclaim(self._db, self.path)
+        with self._link.lock:
+            return reclaim(self._link.db, self._link.path)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from plait.errors import StoreError
 from plait.events.codec import GENESIS_HASH
-from plait.events.ownership import check_epoch
+from plait.events.leases import check_epoch
 from plait.events.store import PreparedAppend, check_expected
 from plait.events.stores.sqlite_content import pack_content, split
 from plait.events.stores.sqlite_content import write as write_content

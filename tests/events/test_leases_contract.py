@@ -1,4 +1,5 @@
-"""The lease and inbox part of the store contract, on every backend."""
+"""The leases part of the store contract (``store.leases``: ``plait.events.leases``), on every
+backend: who owns a session, and the appends its former owners can no longer make."""
 
 from __future__ import annotations
 
@@ -9,14 +10,6 @@ from support import StoreFactory
 
 from plait.errors import ConcurrencyError, LeaseLostError
 from plait.events import EventStore, NewEvent, SessionStarted, TurnStarted
-from plait.events.ownership import (
-    Command,
-    DestroyConversation,
-    InterruptTask,
-    StoredCommand,
-    SubmitTask,
-)
-from plait.events.values import InputText, TaskPlan
 
 LAPSED = -1.0
 """A lease time that has already run out: the lease is taken and lapsed at once."""
@@ -33,42 +26,42 @@ def turn(store: EventStore, stream: str, epoch: int | None) -> None:
 
 
 def test_a_free_session_is_taken_and_a_held_one_is_not(store: EventStore) -> None:
-    assert store.lease("s1") is None
-    taken = store.acquire_lease("s1", "a", 10)
+    assert store.leases.get("s1") is None
+    taken = store.leases.acquire("s1", "a", 10)
     assert (taken.owner, taken.epoch, taken.live) == ("a", 1, True)
-    refused = store.acquire_lease("s1", "b", 10)
+    refused = store.leases.acquire("s1", "b", 10)
     assert (refused.owner, refused.epoch) == ("a", 1)  # b is told who holds it
-    again = store.acquire_lease("s1", "a", 10)
+    again = store.leases.acquire("s1", "a", 10)
     assert (again.owner, again.epoch) == ("a", 1)  # renewed, not taken anew
-    assert [(lease.stream, lease.owner) for lease in store.leases()] == [("s1", "a")]
+    assert [(lease.stream, lease.owner) for lease in store.leases.all()] == [("s1", "a")]
 
 
 def test_many_leases_are_taken_at_once_each_as_one_would_be(store: EventStore) -> None:
-    store.acquire_lease("held", "b", 10)
-    store.acquire_lease("lapsed", "b", LAPSED)
-    store.acquire_lease("mine", "a", 10)
-    leases = store.acquire_leases(["new", "held", "lapsed", "mine", "new"], "a", 10)
+    store.leases.acquire("held", "b", 10)
+    store.leases.acquire("lapsed", "b", LAPSED)
+    store.leases.acquire("mine", "a", 10)
+    leases = store.leases.acquire_many(["new", "held", "lapsed", "mine", "new"], "a", 10)
     assert [(x.stream, x.owner, x.epoch) for x in leases] == [
         ("new", "a", 1),
         ("held", "b", 1),  # b keeps it, and a is told
         ("lapsed", "a", 2),
         ("mine", "a", 1),  # renewed, not taken anew
     ]
-    assert store.acquire_leases([], "a", 10) == []
+    assert store.leases.acquire_many([], "a", 10) == []
 
 
 def test_a_lapsed_lease_is_taken_with_a_higher_epoch(store: EventStore) -> None:
-    store.acquire_lease("s1", "a", LAPSED)
-    lease = store.lease("s1")
+    store.leases.acquire("s1", "a", LAPSED)
+    lease = store.leases.get("s1")
     assert lease is not None and not lease.live and lease.held_by("a")
-    taken = store.acquire_lease("s1", "b", 10)
+    taken = store.leases.acquire("s1", "b", 10)
     assert (taken.owner, taken.epoch) == ("b", 2)
 
 
 def test_an_append_of_a_former_owner_is_refused_and_adds_nothing(store: EventStore) -> None:
-    a = store.acquire_lease("s1", "a", LAPSED)
+    a = store.leases.acquire("s1", "a", LAPSED)
     start(store, epoch=a.epoch)
-    b = store.acquire_lease("s1", "b", 10)
+    b = store.leases.acquire("s1", "b", 10)
     with pytest.raises(LeaseLostError, match=r"session s1: .*epoch 1.*now epoch 2, held by b"):
         turn(store, "s1", a.epoch)
     assert store.last_seq("s1") == 1
@@ -78,9 +71,9 @@ def test_an_append_of_a_former_owner_is_refused_and_adds_nothing(store: EventSto
 
 
 def test_a_lost_lease_is_reported_before_a_moved_head(store: EventStore) -> None:
-    a = store.acquire_lease("s1", "a", LAPSED)
+    a = store.leases.acquire("s1", "a", LAPSED)
     start(store, epoch=a.epoch)
-    b = store.acquire_lease("s1", "b", 10)
+    b = store.leases.acquire("s1", "b", 10)
     turn(store, "s1", b.epoch)
     with pytest.raises(LeaseLostError):  # not a ConcurrencyError: retrying would not help
         store.append("s1", [NewEvent(TurnStarted(turn=2), "root", "t1")], 1, epoch=a.epoch)
@@ -96,58 +89,58 @@ def test_an_append_to_a_session_without_a_lease_is_refused_when_fenced(store: Ev
 
 
 def test_release_frees_the_session_and_fences_the_releaser(store: EventStore) -> None:
-    a = store.acquire_lease("s1", "a", 10)
+    a = store.leases.acquire("s1", "a", 10)
     start(store, epoch=a.epoch)
-    assert not store.release_lease("s1", "a", a.epoch + 1)  # not its epoch: nothing
-    assert store.release_lease("s1", "a", a.epoch)
-    lease = store.lease("s1")
+    assert not store.leases.release("s1", "a", a.epoch + 1)  # not its epoch: nothing
+    assert store.leases.release("s1", "a", a.epoch)
+    lease = store.leases.get("s1")
     assert lease is not None and lease.owner is None and not lease.live
     with pytest.raises(LeaseLostError, match="released at epoch 1"):
         turn(store, "s1", a.epoch)
-    assert store.acquire_lease("s1", "a", 10).epoch == 2  # taken anew, even by the same owner
+    assert store.leases.acquire("s1", "a", 10).epoch == 2  # taken anew, even by the same owner
 
 
 def test_a_release_with_work_waiting_leaves_the_lease_lapsed(store: EventStore) -> None:
-    a = store.acquire_lease("s1", "a", 10)
-    assert store.release_lease("s1", "a", a.epoch, idle=False)
-    lease = store.lease("s1")
+    a = store.leases.acquire("s1", "a", 10)
+    assert store.leases.release("s1", "a", a.epoch, idle=False)
+    lease = store.leases.get("s1")
     assert lease is not None and lease.held_by("a") and not lease.live
-    assert store.acquire_lease("s1", "b", 10).owner == "b"
+    assert store.leases.acquire("s1", "b", 10).owner == "b"
 
 
 def test_renew_answers_the_leases_still_held(store: EventStore) -> None:
-    store.acquire_lease("s1", "a", LAPSED)
-    store.acquire_lease("s2", "a", LAPSED)
-    store.acquire_lease("s3", "b", 10)
+    store.leases.acquire("s1", "a", LAPSED)
+    store.leases.acquire("s2", "a", LAPSED)
+    store.leases.acquire("s3", "b", 10)
     held = {"s1": 1, "s2": 1}
-    assert store.renew_leases("a", 10, held) == held  # lapsed, not taken: still a's
-    assert all(lease.live for lease in store.leases())
-    store.release_lease("s2", "a", 1)
-    assert store.renew_leases("a", 10, held) == {"s1": 1}
-    assert store.renew_leases("a", 10, {"s1": 2, "s3": 1}) == {}  # not at that epoch, not a's
-    assert store.renew_leases("a", 10, {}) == {}
+    assert store.leases.renew("a", 10, held) == held  # lapsed, not taken: still a's
+    assert all(lease.live for lease in store.leases.all())
+    store.leases.release("s2", "a", 1)
+    assert store.leases.renew("a", 10, held) == {"s1": 1}
+    assert store.leases.renew("a", 10, {"s1": 2, "s3": 1}) == {}  # not at that epoch, not a's
+    assert store.leases.renew("a", 10, {}) == {}
 
 
 @pytest.mark.parametrize("end", ["release", "release with work waiting", "expire"])
 def test_a_lease_ended_on_purpose_is_not_revived_by_its_owners_renewal(
     store: EventStore, end: str
 ) -> None:
-    a = store.acquire_lease("s1", "a", 60)
-    store.acquire_lease("s2", "a", 60)
+    a = store.leases.acquire("s1", "a", 60)
+    store.leases.acquire("s2", "a", 60)
     if end == "expire":
-        assert store.expire_lease("s1", "a", a.epoch)
+        assert store.leases.expire("s1", "a", a.epoch)
     else:
-        assert store.release_lease("s1", "a", a.epoch, idle=end == "release")
+        assert store.leases.release("s1", "a", a.epoch, idle=end == "release")
     # A renewal that was under way as it ended (it still names s1), and any later one.
     for _ in range(2):
-        assert store.renew_leases("a", 60, {"s1": a.epoch, "s2": 1}) == {"s2": 1}
-        lease = store.lease("s1")
+        assert store.leases.renew("a", 60, {"s1": a.epoch, "s2": 1}) == {"s2": 1}
+        lease = store.leases.get("s1")
         assert lease is not None and not lease.live and lease.epoch == a.epoch
         assert lease.owner == (None if end == "release" else "a")
-    b = store.acquire_lease("s1", "b", 60)
+    b = store.leases.acquire("s1", "b", 60)
     assert (b.owner, b.epoch) == ("b", 2)  # taken at once, as after a lapse
-    assert store.renew_leases("a", 60, {"s1": a.epoch}) == {}
-    lease = store.lease("s1")
+    assert store.leases.renew("a", 60, {"s1": a.epoch}) == {}
+    lease = store.leases.get("s1")
     assert lease is not None and lease.live and lease.owner == "b"
 
 
@@ -158,7 +151,7 @@ def test_one_owner_wins_a_race_for_a_free_session(stores: StoreFactory) -> None:
 
     def take(store: EventStore, owner: str) -> None:
         gate.wait()
-        if store.acquire_lease("s1", owner, 10).owner == owner:
+        if store.leases.acquire("s1", owner, 10).owner == owner:
             won.append(owner)
 
     threads = [threading.Thread(target=take, args=(s, f"p{i}")) for i, s in enumerate(opened)]
@@ -167,51 +160,26 @@ def test_one_owner_wins_a_race_for_a_free_session(stores: StoreFactory) -> None:
     for thread in threads:
         thread.join()
     assert len(won) == 1
-    lease = opened[0].lease("s1")
+    lease = opened[0].leases.get("s1")
     assert lease is not None and (lease.owner, lease.epoch) == (won[0], 1)
-
-
-def test_the_inbox_keeps_commands_in_order_until_dropped(stores: StoreFactory) -> None:
-    sender, owner = stores.open(), stores.open()
-    plan = TaskPlan("t1", "root", [InputText("hello")])
-    ids = [
-        sender.put_command("s1", Command(SubmitTask(plan), sender="p1")),
-        sender.put_command("s2", Command(InterruptTask())),
-        sender.put_command("s1", Command(DestroyConversation("c1"))),
-    ]
-    assert ids == sorted(ids) and len(set(ids)) == 3
-    found = owner.commands("s1")
-    assert [c.id for c in found] == [ids[0], ids[2]]
-    assert found[0].command == Command(SubmitTask(plan), sender="p1")
-    assert found[1].command.body == DestroyConversation("c1")
-    assert [c.stream for c in owner.commands()] == ["s1", "s2", "s1"]
-    assert [c.id for c in owner.commands("s2", "s1")] == ids  # named sessions', in order
-    assert owner.commands("s3") == []
-    owner.drop_commands([found[0], found[0]])
-    assert [c.id for c in owner.commands()] == ids[1:]
-    moved = StoredCommand(ids[1], "s1", found[0].command)  # the id, named with another session
-    owner.drop_commands([moved])
-    assert [c.id for c in owner.commands()] == ids[1:]  # a command is dropped with its session
-    later = sender.put_command("s1", Command(InterruptTask()))
-    assert later > ids[2]  # ids are never reused: the order holds across drops
 
 
 def test_expiring_a_dead_owners_lease_lets_the_next_take_it_at_a_higher_epoch(
     store: EventStore,
 ) -> None:
-    a = store.acquire_lease("s1", "a", 60)
+    a = store.leases.acquire("s1", "a", 60)
     start(store, epoch=a.epoch)
-    assert not store.expire_lease("s1", "a", a.epoch + 1)  # not its epoch: nothing
-    assert not store.expire_lease("s1", "b", a.epoch)  # not its owner: nothing
-    held = store.lease("s1")
+    assert not store.leases.expire("s1", "a", a.epoch + 1)  # not its epoch: nothing
+    assert not store.leases.expire("s1", "b", a.epoch)  # not its owner: nothing
+    held = store.leases.get("s1")
     assert held is not None and held.live and held.epoch == a.epoch
-    assert store.expire_lease("s1", "a", a.epoch)
-    lease = store.lease("s1")
+    assert store.leases.expire("s1", "a", a.epoch)
+    lease = store.leases.get("s1")
     assert lease is not None and lease.held_by("a") and not lease.live
-    b = store.acquire_lease("s1", "b", 60)
+    b = store.leases.acquire("s1", "b", 60)
     assert (b.owner, b.epoch) == ("b", 2)  # as after a lapse
-    assert not store.expire_lease("s1", "a", a.epoch)  # taken meanwhile: b's lease stands
-    held = store.lease("s1")
+    assert not store.leases.expire("s1", "a", a.epoch)  # taken meanwhile: b's lease stands
+    held = store.leases.get("s1")
     assert held is not None and held.live and held.owner == "b"
     with pytest.raises(LeaseLostError, match="now epoch 2, held by b"):
         turn(store, "s1", a.epoch)  # were it alive after all, it could add nothing
