@@ -22,7 +22,7 @@ from plait.errors import (
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
 from plait.events.types import SessionStarted
-from plait.events.values import RuntimeSettings
+from plait.events.values import RecordedSettings
 from plait.replay.compare import Divergence, ReplayResult
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def replay(
         raise ContentUnavailableError(session_id, "replay", missing)
     started = recorded[0].body
     assert isinstance(started, SessionStarted)
-    kept = started.settings or RuntimeSettings()
+    kept = started.settings or RecordedSettings()
     if mcp_limits is None and started.settings is not None:
         mcp_limits = McpLimits(
             kept.mcp_per_session,

@@ -43,7 +43,7 @@ from plait.events.values import (
     MODEL_PROTOCOL,
     ApprovalPolicy,
     HistorySettings,
-    RuntimeSettings,
+    RecordedSettings,
     StoragePolicy,
     ToolPrefs,
     check_policy,
@@ -265,7 +265,7 @@ class Runtime(Sessions):
             self._read_instructions,
             self.max_interrupt_chain_depth,
             pool,
-            (recorded or RuntimeSettings()).history,
+            (recorded or RecordedSettings()).history,
             approval_gate=self._approval_gate,
             interrupt_checkpoints=recorded is not None and recorded.interrupt_checkpoints,
             model_protocol=recorded.model_protocol if recorded is not None else 0,
@@ -298,10 +298,10 @@ class Runtime(Sessions):
             self._shared_servers,
         )
 
-    def _recorded(self) -> RuntimeSettings:
+    def _recorded(self) -> RecordedSettings:
         """This runtime's configuration, as a session's first event keeps it for replay."""
         limits = self.mcp_limits or McpLimits()
-        return RuntimeSettings(
+        return RecordedSettings(
             self.max_interrupt_chain_depth,
             sorted(self.mcp_servers),
             limits.per_session,
