@@ -1,5 +1,5 @@
-"""``Runtime(max_running_tasks=)``: run slots bound the tasks running at once over all sessions
-(docs/processes.md#capacity); a slot goes back however its task ends."""
+"""``RuntimeSettings(max_running_tasks=)``: run slots bound the tasks running at once over all
+sessions (docs/processes.md#capacity); a slot goes back however its task ends."""
 
 from __future__ import annotations
 

@@ -78,6 +78,7 @@ from plait.replay.inference import (
 )
 from plait.replay.recorded_store import RecordedStore
 from plait.runtime.runtime import Outside, Runtime
+from plait.runtime.settings import RuntimeSettings
 
 __all__ = ["Driver", "Program"]
 
@@ -135,13 +136,17 @@ class Driver:
         }
         reports = _reports(recorded, self.given, {*self.crash_points, *self.forced})
         self.store = RecordedStore(recorded, sorted(halts), racing, reports, timeout)
-        self.runtime = Runtime(
-            self.store,
+        settings = RuntimeSettings(
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
             max_interrupt_chain_depth=program.max_interrupt_chain_depth,
-            mcp_limits=program.mcp_limits,
+            mcp_limits=program.mcp_limits or McpLimits(),
             history=program.history,
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
+            expire_every_sec=None,
+        )
+        self.runtime = Runtime(
+            self.store,
+            settings,
             _outside=Outside(
                 self.model,
                 make_servers,
@@ -150,7 +155,6 @@ class Driver:
                 self.read,
                 records_servers=False,  # each run's are fed in, as recorded
             ),
-            expire_every_sec=None,
         )
         self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered
         self.started: set[str] = set()  # MCP calls sent and not answered

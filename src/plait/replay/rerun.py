@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from plait.actors.mcp.config import McpServerConfig
 from plait.errors import PlaitError, UnknownSessionError
 from plait.events.store import EventStore
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from plait.actors.mcp.functions import FunctionTool
     from plait.actors.mcp.servers import Report
     from plait.actors.model import ModelSettings
+    from plait.runtime.settings import RuntimeSettings
 
 __all__ = ["rerun", "rerun_each"]
 
@@ -60,7 +63,7 @@ def rerun(
     save: bool = True,
     timeout: float = 300.0,
     user_instructions: str | None = None,
-    runtime_options: Mapping[str, Any] | None = None,
+    settings: RuntimeSettings | None = None,
 ) -> RerunReport:
     """Run ``session_id``'s submitted tasks again, in order, against ``model``; return what
     changed, task by task.
@@ -74,14 +77,15 @@ def rerun(
     ``user_instructions`` replace those the original's root conversation was opened with, if
     it was opened with some (as the command line opens its sessions) and they differ: a
     context change before the first task, which starts the history afresh
-    (docs/replay.md#live-reruns).
+    (docs/replay.md#live-reruns). ``settings`` configure the runtime it runs on, but for
+    its model, its MCP servers and tools, and its expiring, which are the arguments'.
     """
     # Here, not at the top: the runtime and asyncio (~50 ms to import), which `plait audit`,
     # `fork` and `verify` do without, importing this package.
     from plait.actors.approvals import ApprovalGate
     from plait.actors.mcp.functions import as_tools
     from plait.actors.mcp.servers import McpServers
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
     from plait.runtime.outside import Outside
 
     original = store.read(session_id)
@@ -104,15 +108,14 @@ def rerun(
     gate = ApprovalGate(approver) if live_tools else None
     outside = Outside(mcp_factory=servers, approval_gate=LoggedApprovals(calls, gate))
     done: list[tuple[Chain, str | None, str, str | None]] = []
-    with Runtime(
-        target,
+    settings = msgspec.structs.replace(
+        settings or RuntimeSettings(),
         model=model,
-        mcp_servers=mcp_servers,
+        mcp_servers=mcp_servers or {},
         tools=functions,
         expire_every_sec=None,
-        _outside=outside,
-        **(runtime_options or {}),
-    ) as runtime:
+    )
+    with Runtime(target, settings, _outside=outside) as runtime:
         session = runtime.resume(rerun_id)
         root = _root(original)
         told = root.user_instructions

@@ -2,7 +2,8 @@
 # `plait.replay` and the command line build on it, and nothing here imports them.
 """Run sessions on a store, drive them, and pick up what a stopped process left running.
 
-    runtime = Runtime(".plait/plait.db", model=ModelSettings(base_url=..., model=...))
+    settings = RuntimeSettings(model=ModelSettings(base_url=..., model=...))
+    runtime = Runtime(".plait/plait.db", settings)
     session = runtime.start_session(base_instructions="Be brief.")
     outcome = session.run("What changed in the last release?")
     print(outcome.status, outcome.last_assistant_message)
@@ -18,12 +19,14 @@ from plait.runtime.handle import SessionHandle
 from plait.runtime.outcome import Status, TaskOutcome
 from plait.runtime.recovery import Recovery, in_flight
 from plait.runtime.runtime import Runtime
+from plait.runtime.settings import RuntimeSettings
 
 __all__ = [
     "KEEP",
     "KeepType",
     "Recovery",
     "Runtime",
+    "RuntimeSettings",
     "SessionHandle",
     "Status",
     "TaskOutcome",

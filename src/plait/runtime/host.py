@@ -50,7 +50,6 @@ from plait.runtime.supervision import STOP_SEC, failure_end, went_away
 
 if TYPE_CHECKING:
     from plait.events.projections.history import ConversationInfo
-    from plait.events.signing import Signer
     from plait.events.store import EventStore
     from plait.events.values import HistorySettings, TaskPlan
     from plait.runtime.admission import Admission
@@ -58,6 +57,7 @@ if TYPE_CHECKING:
     from plait.runtime.gate import TaskGate
     from plait.runtime.offload import Offload
     from plait.runtime.ownership import Owner
+    from plait.runtime.settings import RuntimeSettings
 
 __all__ = ["CLOSED_BY", "ActorsFor", "Front", "Hosting", "SessionHost"]
 
@@ -78,7 +78,7 @@ class Hosting(Protocol):
     def store(self) -> EventStore: ...
 
     @property
-    def signer(self) -> Signer | None: ...
+    def settings(self) -> RuntimeSettings: ...
 
     @property
     def owner(self) -> Owner: ...
@@ -97,9 +97,6 @@ class Hosting(Protocol):
 
     @property
     def history(self) -> HistorySettings: ...
-
-    @property
-    def new_id(self) -> Callable[[], str]: ...
 
 
 class Front(Protocol):
@@ -142,7 +139,7 @@ class SessionHost(Generic[H]):
             on_idle=self._went_idle,
             on_lost=self.lose,
             may_act=lambda: runtime.owner.still_owns(session_id),
-            signer=runtime.signer,
+            signer=runtime.settings.signer,
         )
         """Its journal, which tells it what it must hear (idle, lost) and asks it whether it
         may still act: made here, once, with those (docs/processes.md#a-sessions-life)."""

@@ -8,27 +8,22 @@ import functools
 import logging
 import os
 import threading
-import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from plait.actors.approvals import DEFAULT_APPROVAL_TIMEOUT_SEC, ApprovalGate, Approver
+from plait.actors.approvals import ApprovalGate
 from plait.actors.deps import ConversationDeps
 from plait.actors.effects import EffectLoop
 from plait.actors.journal import Journal
-from plait.actors.mcp.config import McpServerConfig
 from plait.actors.mcp.functions import FunctionTool, as_tools
-from plait.actors.model import ModelClient, ModelSettings
+from plait.actors.model import ModelClient
 from plait.actors.outside import NewId, ReadInstructions, read_instruction_file
-from plait.actors.pool import McpLimits
 from plait.actors.seams import McpPoolRef
-from plait.events.ownership import DEFAULT_LEASE_SEC
-from plait.events.signing import Signer
 from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.subscription import Signal
@@ -42,7 +37,6 @@ from plait.events.types import (
 from plait.events.values import (
     MODEL_PROTOCOL,
     ApprovalPolicy,
-    HistorySettings,
     RecordedSettings,
     StoragePolicy,
     ToolPrefs,
@@ -58,10 +52,10 @@ from plait.runtime.offload import Offload
 from plait.runtime.outside import Outside
 from plait.runtime.ownership import Owner, default_owner_id
 from plait.runtime.sessions import Sessions
+from plait.runtime.settings import RuntimeSettings
 from plait.runtime.sweeping import Sweeping
 from plait.runtime.telemetry import live_export
 from plait.runtime.timers import Timer, Timers
-from plait.telemetry.settings import TelemetrySettings
 
 if TYPE_CHECKING:
     from plait.actors.mcp.shared import SharedServers
@@ -102,135 +96,80 @@ class Runtime(Sessions):
     def __init__(
         self,
         store: EventStore | str | Path = ".plait/plait.db",
+        settings: RuntimeSettings | None = None,
         *,
-        model: ModelSettings | None = None,
-        workdir: str | Path = ".",
-        max_interrupt_chain_depth: int = 8,
-        new_id: Callable[[], str] | None = None,
-        mcp_servers: Mapping[str, McpServerConfig] | None = None,
-        mcp_limits: McpLimits | None = None,
-        tools: Iterable[FunctionTool | Callable[..., object]] = (),
-        storage_policy: StoragePolicy | None = None,
-        history: HistorySettings | None = None,
-        expire_every_sec: float | None = 60.0,
-        approval_policy: ApprovalPolicy = "never",
-        approver: Approver | None = None,
-        approval_timeout_sec: float = DEFAULT_APPROVAL_TIMEOUT_SEC,
-        idle_sec: float | None = None,
-        max_active_sessions: int | None = None,
-        max_running_tasks: int | None = None,
-        owner_id: str | None = None,
-        lease_sec: float = DEFAULT_LEASE_SEC,
-        signer: Signer | None = None,
-        telemetry: TelemetrySettings | None = None,
         _outside: Outside | None = None,
     ) -> None:
-        """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
+        """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop,
+        configured by ``settings`` (``RuntimeSettings()``: the defaults).
 
-        ``tools`` are Python functions every session offers the model (``plait.tool``; a bare
-        function is one with the defaults), beside its MCP servers' tools.
-        ``storage_policy`` is new sessions' default (``full``). Once the runtime has a
-        session with a ``ttl`` conversation (or ``ttl`` is the default), it deletes every
-        ``expire_every_sec`` the content of the store's ``ttl`` conversations that is due
-        (``None``: only when ``expire_content`` is called, as ``plait expire`` does).
-        ``history`` sets new sessions' compaction and history bounds (a session keeps those it
-        started with, so it resumes and replays alike); its ``context_window`` defaults to the
-        model's.
-        ``approval_policy`` is new sessions' default: which MCP calls wait for a decision
-        (``never``, ``on-request``, ``on-write``, ``untrusted``). ``approver`` decides them (a
-        function or an async function of an ``ApprovalRequest``, returning an
-        ``ApprovalDecision``); a call it has not decided within ``approval_timeout_sec`` is
-        denied, and so is every call that asks when there is no approver.
-        With ``idle_sec``, a session with nothing running or waiting, unused and silent for
-        that long, is passivated: its actors stop and release their threads, and its handle
-        brings them back from the log on the next call that needs them.
-        With ``max_active_sessions``, at most that many sessions have running actors: a
-        session that needs them when all places are taken makes one by passivating the least
-        recently used idle session, or waits, in order, until one is idle (``start_session``,
-        ``resume`` and the calls that queue work wait; ``arun`` and ``asubmit`` on the loop).
-        With ``max_running_tasks``, at most that many tasks run at once, over all sessions: a
-        task that finds every run slot taken stays queued in its session's log and starts
-        when one is free, in the order the sessions came, holding no thread meanwhile
-        (docs/processes.md#capacity).
-        Every session the runtime opens, resumes or takes over is its own by a lease in the
-        store (``owner_id``, by default ``host:pid:random:where.start``), renewed every third of
-        ``lease_sec``; a session another live process owns is followed instead: its commands go
-        to that owner's inbox (docs/processes.md).
-        With ``signer`` (``Signer.from_key_file(path)``, or a fingerprint and a function that
-        signs, as a KMS does), every session it writes records a signed head after each task's
-        end and at its close (docs/event-log.md#signed-heads); plait never sees the key.
-        ``telemetry`` says where the spans and metrics of what the runtime's sessions record
-        go over OTLP, as they are recorded (docs/telemetry.md#live); by default the standard
-        ``OTEL_EXPORTER_OTLP_ENDPOINT`` variables decide, and with none set nothing is sent.
         (``_outside`` is replay's: it answers the model, the MCP servers and the approver
         from the log.)
         """
-        check_policy(approval_policy)
+        self.settings = settings = RuntimeSettings() if settings is None else settings
+        """How it runs its sessions."""
         self._owns_store = not isinstance(store, EventStore)
         self.store = store if isinstance(store, EventStore) else open_store(store)
-        self.signer = signer
-        """What signs the heads of the sessions it writes (``None``: none is signed)."""
-        self.settings = model or ModelSettings()
-        self.new_id = new_id or (lambda: str(uuid.uuid4()))
-        self.workdir = str(workdir)
-        self.max_interrupt_chain_depth = max_interrupt_chain_depth
-        self.mcp_servers = dict(mcp_servers or {})
-        """MCP servers by name; the sessions share them (docs/tools.md#shared-servers)."""
-        self.mcp_limits = mcp_limits
-        self.tools = as_tools(tools)
+        self.tools = as_tools(settings.tools)
         """Function tools every session offers."""
         self._session_tools: dict[str, list[FunctionTool]] = {}
         self._loop = EffectLoop()
         self._outside = outside = _outside or Outside()
         self._records_servers = outside.records_servers
-        self._client = outside.model_client or ModelClient(self.settings)
+        self._client = outside.model_client or ModelClient(settings.model)
         self._mcp_factory = outside.mcp_factory
         self._shared_servers: SharedServers | None = None  # its MCP servers, which sessions share
-        if self.mcp_servers:  # only then: it loads what most commands never use
+        if settings.mcp_servers:  # only then: it loads what most commands never use
             from plait.actors.mcp.shared import SharedServers
 
             self._shared_servers = SharedServers()
-        self._new_id_for: NewId = outside.new_id or (lambda _made_for: self.new_id())
+        self._new_id_for: NewId = outside.new_id or (lambda _made_for: settings.new_id())
+        workdir = str(settings.workdir)
         self._read_instructions: ReadInstructions = outside.read_instructions or (
-            lambda _made_for, name: read_instruction_file(self.workdir, name)
+            lambda _made_for, name: read_instruction_file(workdir, name)
         )
-        self.storage_policy = storage_policy or StoragePolicy()
-        self.approval_policy: ApprovalPolicy = approval_policy
-        self._approval_gate = outside.approval_gate or ApprovalGate(approver, approval_timeout_sec)
-        self.history = history or HistorySettings()
+        self._approval_gate = outside.approval_gate or ApprovalGate(
+            settings.approver, settings.approval_timeout_sec
+        )
+        self.history = settings.history
+        """New sessions' history bounds, their ``context_window`` the model's if unset."""
         if self.history.context_window is None:
-            window = self.settings.context_window
+            window = settings.model.context_window
             self.history = msgspec.structs.replace(self.history, context_window=window)
         self.hosts: dict[str, SessionHost[SessionHandle]] = {}
         """The sessions this runtime runs or follows, each's life (plait's own, not the API)."""
         self.room = Signal()
         """Moved when a place or a run slot may have come free for work that found none
         (``plait worker`` waits on it beside the inbox; plait's own, not the API)."""
-        self.admission = Admission(max_active_sessions, self._place_freed)
+        self.admission = Admission(settings.max_active_sessions, self._place_freed)
         """Places for sessions' actors (plait's own, not the API)."""
-        self.gate = TaskGate(max_running_tasks, self.room.notify)
+        self.gate = TaskGate(settings.max_running_tasks, self.room.notify)
         """Run slots for tasks (plait's own, not the API)."""
         self.off_loop = Offload("plait-calls")
         """Where asyncio callers' submissions run, off their loop (plait's own, not the API)."""
         self._resuming = threading.Lock()
         self.timers = Timers("plait-timers")
         """Its housekeeping jobs: passivating, expiring, taking over (plait's own, not the API)."""
-        self._sweeping = Sweeping(self.store, self.timers, expire_every_sec)
+        self._sweeping = Sweeping(self.store, self.timers, settings.expire_every_sec)
         self._passivator: Timer | None = None
-        if idle_sec is not None:
+        if settings.idle_sec is not None:
             # A few looks within ``idle_sec``, so a session idles little longer than that.
+            idle_sec = settings.idle_sec
             every, passivate = min(idle_sec / 4, 1.0), functools.partial(self._passivate, idle_sec)
             self._passivator = self.timers.every(every, passivate, "passivate idle sessions")
-        if self.storage_policy.kind == "ttl":
+        if settings.storage_policy.kind == "ttl":
             self._sweeping.start()
-        self.owner = Owner(self.store, self.hosts, owner_id or default_owner_id(), lease_sec)
+        owner_id = settings.owner_id or default_owner_id()
+        self.owner = Owner(self.store, self.hosts, owner_id, settings.lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
         self.followers = Followers(self.store, self.owner.leases, self._take_over, self.timers)
         """The sessions it follows while other processes own them."""
         # A replay makes again what was exported when it ran: it exports nothing.
         self.telemetry = (
-            None if _outside is not None else live_export(self.store, self.owner.id, telemetry)
+            None
+            if _outside is not None
+            else live_export(self.store, self.owner.id, settings.telemetry)
         )
         """Its spans and metrics on their way to an OTLP backend (``None``: none is sent)."""
         _open.add(self)
@@ -260,10 +199,10 @@ class Runtime(Sessions):
             journal,
             self._loop,
             self._client,
-            self.settings.model,
+            self.settings.model.model,
             self._new_id_for,
             self._read_instructions,
-            self.max_interrupt_chain_depth,
+            self.settings.max_interrupt_chain_depth,
             pool,
             (recorded or RecordedSettings()).history,
             approval_gate=self._approval_gate,
@@ -272,7 +211,7 @@ class Runtime(Sessions):
             # The request options are this runtime's, as its model name is (a resume may ask
             # for others); how the prompt is encoded stays as the session started.
             model_options=msgspec.structs.replace(
-                self.settings.options(),
+                self.settings.model.options(),
                 send_reasoning=recorded is not None and recorded.model.send_reasoning,
             ),
             # With no bound on tasks running, there is no slot to take or give back.
@@ -283,16 +222,16 @@ class Runtime(Sessions):
         """Start the session's ``McpPool`` (its MCP servers and function tools), if it has
         tools beside the built-ins."""
         functions = self.tools_for(journal.stream)
-        if not self.mcp_servers and not functions:
+        if not self.settings.mcp_servers and not functions:
             return None
         from plait.actors.pool import McpPool
 
         return McpPool.open(
             journal,
             self._loop,
-            self.mcp_servers,
+            self.settings.mcp_servers,
             past,
-            self.mcp_limits,
+            self.settings.mcp_limits,
             self._mcp_factory,
             functions,
             self._shared_servers,
@@ -300,19 +239,20 @@ class Runtime(Sessions):
 
     def _recorded(self) -> RecordedSettings:
         """This runtime's configuration, as a session's first event keeps it for replay."""
-        limits = self.mcp_limits or McpLimits()
+        settings = self.settings
+        limits = settings.mcp_limits
         return RecordedSettings(
-            self.max_interrupt_chain_depth,
-            sorted(self.mcp_servers),
+            settings.max_interrupt_chain_depth,
+            sorted(settings.mcp_servers),
             limits.per_session,
             limits.per_conversation,
             limits.per_conversation_rate,
             limits.rate_window_sec,
-            str(Path(self.workdir).resolve()),
+            str(Path(settings.workdir).resolve()),
             self.history,
             interrupt_checkpoints=True,
             model_protocol=MODEL_PROTOCOL,
-            model=self.settings.options(),
+            model=settings.model.options(),
             resume_markers=True,
             servers_per_run=True,
             handoff_answers=True,
@@ -341,11 +281,11 @@ class Runtime(Sessions):
         ``tool_prefs`` are the root's built-in tool switches (``include_plan_tool``...), which
         the conversations it creates inherit.
         """
-        policy = self.approval_policy if approval_policy is None else approval_policy
+        policy = self.settings.approval_policy if approval_policy is None else approval_policy
         check_policy(policy)
         check_inputs(base_instructions=base_instructions, user_instructions=user_instructions)
         check_inputs(mcp_allowlist=mcp_allowlist)
-        session_id, root = self.new_id(), self.new_id()
+        session_id, root = self.settings.new_id(), self.settings.new_id()
         self._offer(session_id, tools)
         epoch = self._take(session_id)
         journal = Journal(self.store, session_id, epoch=epoch)  # its host writes after these
@@ -354,10 +294,10 @@ class Runtime(Sessions):
             user_instructions=user_instructions,
             mcp_allowlist=mcp_allowlist,
             tool_prefs=tool_prefs or ToolPrefs(),
-            storage_policy=storage_policy or self.storage_policy,
+            storage_policy=storage_policy or self.settings.storage_policy,
         )
         started = SessionStarted(
-            root, model=self.settings.model, settings=self._recorded(), approval_policy=policy
+            root, model=self.settings.model.model, settings=self._recorded(), approval_policy=policy
         )
         past = journal.record([started, NewEvent(opened, root)])
         return self._attach(session_id, root, past, epoch).handle

@@ -18,7 +18,7 @@ from plait.actors.mcp.functions import FunctionTool, as_tools
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
 from plait.events.ownership import StoredCommand
 from plait.events.projections.tasks import QueueSnapshot, task_queue
-from plait.events.signing import Signer, last_done
+from plait.events.signing import last_done
 from plait.events.storage import missing_content
 from plait.events.store import EventStore
 from plait.events.types import (
@@ -36,9 +36,9 @@ from plait.runtime.ownership import Owner
 from plait.runtime.recovery import OpenCalls, Recovery, in_flight, open_calls, took_over
 
 if TYPE_CHECKING:
-    from plait.actors.mcp.config import McpServerConfig
     from plait.runtime.admission import Admission
     from plait.runtime.gate import TaskGate
+    from plait.runtime.settings import RuntimeSettings
 
 __all__ = ["Sessions"]
 
@@ -53,10 +53,9 @@ class Sessions:
     """The sessions of a ``Runtime``, and which of them are this process's to run."""
 
     store: EventStore
-    signer: Signer | None
+    settings: RuntimeSettings
     owner: Owner
     followers: Followers
-    mcp_servers: dict[str, McpServerConfig]
     tools: list[FunctionTool]
     _session_tools: dict[str, list[FunctionTool]]
     hosts: dict[str, SessionHost[SessionHandle]]
@@ -151,11 +150,11 @@ class Sessions:
 
         if not self._records_servers:
             return []
-        return offer_servers(journal, self.mcp_servers, past)
+        return offer_servers(journal, self.settings.mcp_servers, past)
 
     def _serves(self, session_id: str) -> bool:
         """Whether the session has tools beside the built-ins (an ``McpPool``)."""
-        return bool(self.mcp_servers) or bool(self.tools_for(session_id))
+        return bool(self.settings.mcp_servers) or bool(self.tools_for(session_id))
 
     def follow(self, session_id: str) -> SessionHandle:
         """A handle on a session that this process never runs: its commands go to the
@@ -221,7 +220,7 @@ class Sessions:
             raise ContentUnavailableError(session_id, "resume", missing)
         self.owner.drop_taken(session_id, past)
         if host is None:  # its host writes after what this records
-            journal = Journal(self.store, session_id, past, epoch, signer=self.signer)
+            journal = Journal(self.store, session_id, past, epoch, signer=self.settings.signer)
             closed = last_done(past)
             if isinstance(closed.body, SessionClosed):  # resumed by its user: reopened
                 past += journal.record([SessionReopened(closed.seq)])
@@ -283,7 +282,7 @@ class Sessions:
         except ContentUnavailableError as exc:
             if plan is not None:
                 ending = open_calls(past, plan.task_id).ending()
-                journal = Journal(self.store, session_id, past, epoch, signer=self.signer)
+                journal = Journal(self.store, session_id, past, epoch, signer=self.settings.signer)
                 took_over(journal, past, state, ending, cut_handoffs(past))
             self.owner.release(session_id)
             return Recovery(session_id, crashed, waiting, exc.reason)
