@@ -117,7 +117,7 @@ def crash(runtime: Runtime, session: Any) -> None:
     lease is left lapsed; its connections to the model server close and its heartbeat and
     inbox threads stop, as a dead process's do (left running on the closed store, the inbox
     thread of a PostgreSQL store spun, a core's worth of CPU for the rest of the run)."""
-    session.runtime.hosts[session.session_id].crash(timeout=5)
+    session.runtime.sessions.hosts[session.session_id].crash(timeout=5)
     runtime.timers.close(5)
     runtime.owner.close()
     runtime._loop.submit(runtime._client.aclose()).result(5)

@@ -324,7 +324,7 @@ def test_an_owner_never_queues_a_task_its_session_holds(
         session = a.start_session()
         sid, root = session.session_id, session.root_conversation_id
         plan = TaskPlan("task-1", root, [InputText("hi")])
-        assert a.hosts[sid].queue(plan) == "task-1"
+        assert a.sessions.hosts[sid].queue(plan) == "task-1"
         task_end(a.store, sid, "task-1")
         # The same command stored again (a retry that found nothing of it), then another.
         store = durable_stores.open()

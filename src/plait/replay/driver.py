@@ -187,7 +187,7 @@ class Driver:
         ]
         self.runtime.store.append(self.session_id, copied, 0)
         self.handle = self.runtime.resume(self.session_id)
-        self.host = self.runtime.hosts[self.session_id]
+        self.host = self.runtime.sessions.hosts[self.session_id]
         produced = self.runtime.store.read(self.session_id)
         self.tail = self.runtime.store.subscribe(produced[-1].position)
         done = self.given
@@ -356,7 +356,7 @@ class Driver:
         # records its end itself, or starts it again (a ToolCallStarted of its own).
         self.started.clear()
         self.handle = self.runtime.resume(self.session_id)
-        self.host = self.runtime.hosts[self.session_id]
+        self.host = self.runtime.sessions.hosts[self.session_id]
 
     def _stop_here(self, at_halt: bool) -> None:
         """Stop the replayed session where the recorded one stopped (``at_halt``: at the crash

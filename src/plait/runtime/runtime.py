@@ -7,7 +7,6 @@ import contextlib
 import functools
 import logging
 import os
-import threading
 import weakref
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -28,6 +27,7 @@ from plait.events.store import EventStore
 from plait.events.stores import open_store
 from plait.events.subscription import Signal
 from plait.events.types import (
+    Body,
     ConversationOpened,
     Event,
     NewEvent,
@@ -46,11 +46,11 @@ from plait.runtime.admission import Admission
 from plait.runtime.following import Followers
 from plait.runtime.gate import TaskGate
 from plait.runtime.handle import SessionHandle
-from plait.runtime.host import SessionHost
 from plait.runtime.inputs import check_inputs
 from plait.runtime.offload import Offload
 from plait.runtime.outside import Outside
 from plait.runtime.ownership import Owner, default_owner_id
+from plait.runtime.recovery import Recovery
 from plait.runtime.sessions import Sessions
 from plait.runtime.settings import RuntimeSettings
 from plait.runtime.sweeping import Sweeping
@@ -90,7 +90,7 @@ def _hand_back_at_exit() -> None:
 os.register_at_fork(after_in_child=_open.clear)  # a child's copies own nothing of the parent's
 
 
-class Runtime(Sessions):
+class Runtime:
     """Runs sessions on a store: actors, the effect loop, and the model client."""
 
     def __init__(
@@ -110,12 +110,9 @@ class Runtime(Sessions):
         """How it runs its sessions."""
         self._owns_store = not isinstance(store, EventStore)
         self.store = store if isinstance(store, EventStore) else open_store(store)
-        self.tools = as_tools(settings.tools)
-        """Function tools every session offers."""
-        self._session_tools: dict[str, list[FunctionTool]] = {}
+        tools = as_tools(settings.tools)  # before any thread starts: it may refuse them
         self._loop = EffectLoop()
         self._outside = outside = _outside or Outside()
-        self._records_servers = outside.records_servers
         self._client = outside.model_client or ModelClient(settings.model)
         self._mcp_factory = outside.mcp_factory
         self._shared_servers: SharedServers | None = None  # its MCP servers, which sessions share
@@ -136,8 +133,6 @@ class Runtime(Sessions):
         if self.history.context_window is None:
             window = settings.model.context_window
             self.history = msgspec.structs.replace(self.history, context_window=window)
-        self.hosts: dict[str, SessionHost[SessionHandle]] = {}
-        """The sessions this runtime runs or follows, each's life (plait's own, not the API)."""
         self.room = Signal()
         """Moved when a place or a run slot may have come free for work that found none
         (``plait worker`` waits on it beside the inbox; plait's own, not the API)."""
@@ -147,23 +142,33 @@ class Runtime(Sessions):
         """Run slots for tasks (plait's own, not the API)."""
         self.off_loop = Offload("plait-calls")
         """Where asyncio callers' submissions run, off their loop (plait's own, not the API)."""
-        self._resuming = threading.Lock()
         self.timers = Timers("plait-timers")
         """Its housekeeping jobs: passivating, expiring, taking over (plait's own, not the API)."""
         self._sweeping = Sweeping(self.store, self.timers, settings.expire_every_sec)
+        self.sessions = Sessions(
+            self,
+            tools,
+            self._actors_for,
+            self._sweeping.start,
+            records_servers=outside.records_servers,
+        )
+        """Its sessions, and which of them this process runs (plait's own, not the API)."""
         self._passivator: Timer | None = None
         if settings.idle_sec is not None:
             # A few looks within ``idle_sec``, so a session idles little longer than that.
             idle_sec = settings.idle_sec
-            every, passivate = min(idle_sec / 4, 1.0), functools.partial(self._passivate, idle_sec)
+            every = min(idle_sec / 4, 1.0)
+            passivate = functools.partial(self.sessions.passivate_idle, idle_sec)
             self._passivator = self.timers.every(every, passivate, "passivate idle sessions")
         if settings.storage_policy.kind == "ttl":
             self._sweeping.start()
         owner_id = settings.owner_id or default_owner_id()
-        self.owner = Owner(self.store, self.hosts, owner_id, settings.lease_sec)
+        self.owner = Owner(self.store, self.sessions.hosts, owner_id, settings.lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
-        self.followers = Followers(self.store, self.owner.leases, self._take_over, self.timers)
+        self.followers = Followers(
+            self.store, self.owner.leases, self.sessions.take_over, self.timers
+        )
         """The sessions it follows while other processes own them."""
         # A replay makes again what was exported when it ran: it exports nothing.
         self.telemetry = (
@@ -185,7 +190,7 @@ class Runtime(Sessions):
     ) -> tuple[McpPoolRef | None, ConversationDeps]:
         """A session's ``McpPool`` (if it has tools beside the built-ins), started, and what
         its conversations share."""
-        past = past + self._offer_servers(journal, past)  # a start's, or a wake's
+        past = past + self.sessions.offer_servers(journal, past)  # a start's, or a wake's
         pool = self._start_pool(journal, past)
         return pool, self._deps(journal, pool, past)
 
@@ -221,7 +226,7 @@ class Runtime(Sessions):
     def _start_pool(self, journal: Journal, past: list[Event]) -> McpPoolRef | None:
         """Start the session's ``McpPool`` (its MCP servers and function tools), if it has
         tools beside the built-ins."""
-        functions = self.tools_for(journal.stream)
+        functions = self.sessions.tools_for(journal.stream)
         if not self.settings.mcp_servers and not functions:
             return None
         from plait.actors.pool import McpPool
@@ -286,9 +291,6 @@ class Runtime(Sessions):
         check_inputs(base_instructions=base_instructions, user_instructions=user_instructions)
         check_inputs(mcp_allowlist=mcp_allowlist)
         session_id, root = self.settings.new_id(), self.settings.new_id()
-        self._offer(session_id, tools)
-        epoch = self._take(session_id)
-        journal = Journal(self.store, session_id, epoch=epoch)  # its host writes after these
         opened = ConversationOpened(
             base_instructions=base_instructions,
             user_instructions=user_instructions,
@@ -299,59 +301,98 @@ class Runtime(Sessions):
         started = SessionStarted(
             root, model=self.settings.model.model, settings=self._recorded(), approval_policy=policy
         )
-        past = journal.record([started, NewEvent(opened, root)])
-        return self._attach(session_id, root, past, epoch).handle
+        first: list[Body | NewEvent] = [started, NewEvent(opened, root)]
+        return self.sessions.start(session_id, root, first, tools).handle
 
     def expire_content(self, now: datetime | None = None) -> int:
         """Delete ``ttl`` conversations' content that is due by ``now`` (the store's clock by
         default); return how many blobs."""
         return self._sweeping.sweep(now)
 
-    def _attach(
-        self,
-        session_id: str,
-        root: str,
-        past: list[Event],
-        epoch: int | None = None,
-        *,
-        followed: bool = False,
-    ) -> SessionHost[SessionHandle]:
-        """Own a session with lease ``epoch``, its actors started from ``past`` (``followed``:
-        follow it, another process owns it)."""
-        host: SessionHost[SessionHandle] = SessionHost(
-            self,
-            session_id,
-            root,
-            past,
-            self._actors_for,
-            SessionHandle,
-            self._forget_host,
-            epoch=epoch,
-            followed=followed,
-        )
-        if host.journal.expires and not followed:
-            self._sweeping.start()
-        self.hosts[session_id] = host
-        return host
+    def resume(
+        self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., object]] = ()
+    ) -> SessionHandle:
+        """Continue a stored session where it was; a task cut off by a crash is aborted.
 
-    def _forget_host(self, host: SessionHost[SessionHandle]) -> None:
-        """``host``'s session has ended here."""
-        if self.hosts.get(host.session_id) is host:
-            del self.hosts[host.session_id]
+        ``tools`` are offered beside the runtime's, as ``start_session``'s are (a session's
+        own function tools are this process's: a process that resumes it names them again).
+
+        A session another live process owns is followed: the handle's commands go to that
+        owner's inbox and its events come from the log, until the owner stops renewing its
+        lease (or hands it back): then this process takes it over.
+        A closed session is reopened: ``SessionReopened`` in its log says so, and it takes
+        work again.
+        Raises ``UnknownSessionError`` when the store has no such session, and
+        ``ContentUnavailableError`` (and records nothing) when a live conversation's
+        content is not in the log: its storage policy did not keep it, or it expired.
+        """
+        return self.sessions.resume(session_id, tools=tools)
+
+    def follow(self, session_id: str) -> SessionHandle:
+        """A handle on a session that this process never runs: its commands go to the
+        inbox, for the session's owner, or for a worker to take it over (a front end that
+        leaves running sessions to ``plait worker``); its events come from the log."""
+        return self.sessions.follow(session_id)
+
+    def recover(self) -> list[Recovery]:
+        """Resume every stored session a process left with a task running or waiting.
+
+        A session that cannot be resumed (its content is not in the log) still has its
+        cut-off task ended ``crashed``; its ``Recovery`` says why it was not resumed.
+        """
+        return self.sessions.recover()
+
+    def tools_for(self, session_id: str) -> list[FunctionTool]:
+        """The function tools offered in session ``session_id``: the runtime's and its own."""
+        return self.sessions.tools_for(session_id)
+
+    def takes_commands(self, session_id: str) -> bool:
+        """Whether this process takes the session's commands as they come, its actors running
+        (a worker need not look at the inbox for those: docs/processes.md#capacity)."""
+        return self.sessions.takes_commands(session_id)
+
+    @property
+    def owned(self) -> list[str]:
+        """The sessions this process runs (it holds their leases)."""
+        return self.sessions.owned
+
+    def adopt(self, most: int | None = None) -> list[str]:
+        """Take over the sessions that need an owner, at most ``most``: those whose owner
+        stopped renewing its lease or handed it back with work waiting, and those with inbox
+        commands and no live owner (one another process takes first is left to it). Return
+        their ids."""
+        return self.sessions.adopt(most)
+
+    def fill_places(self) -> list[str]:
+        """``plait worker``'s round: adopt as many sessions as there is room for work: run
+        slots (``max_running_tasks``) and places (``max_active_sessions``) not held by a
+        session with a task running or queued, or commands on their way; with no room, while
+        other processes own sessions and none is left waiting for an owner (they keep up),
+        hand back the passive sessions whose commands wait here, for one with room
+        (docs/processes.md#capacity). Return the ids taken."""
+        return self.sessions.fill_places()
+
+    def hand_back_idle(self, idle_sec: float) -> list[str]:
+        """Hand back (``release``) the sessions this process runs that have been idle for
+        ``idle_sec``, so that any worker may take them when work comes; return their ids."""
+        return self.sessions.hand_back_idle(idle_sec)
+
+    def drain(
+        self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
+    ) -> None:
+        """Hand every session back (``SessionHandle.release``), what runs given up to
+        ``timeout`` seconds to end: a process that stops for good, and lets others go on.
+        With ``grace_sec``, no waiting task starts: each running task is given ``grace_sec``
+        seconds, then cut (``TurnAborted(cause="shutdown")``, ``reason`` its detail), all
+        sessions at once, and every lease is released at once (docs/processes.md#stopping):
+        the whole drain takes ``grace_sec`` + ``timeout`` at most, however many sessions (one
+        not handed back by then is left to lapse, as after a crash)."""
+        self.sessions.drain(timeout, grace_sec=grace_sec, reason=reason)
 
     @property
     def active_sessions(self) -> int:
         """How many sessions have running actors (the rest are passive or closed)."""
         return self.admission.active
-
-    def _passivate(self, idle_sec: float) -> None:
-        """Passivate the sessions idle for ``idle_sec``."""
-        for host in list(self.hosts.values()):
-            if host.idle_for() >= idle_sec:
-                try:
-                    host.passivate_if_free()  # one in use is looked at next time
-                except Exception:  # a session closing meanwhile: the next look tries again
-                    log.debug("passivating session %s failed", host.session_id, exc_info=True)
 
     def close(self, timeout: float = 10.0, *, grace_sec: float | None = None) -> None:
         """Close every session, the effect loop and the store (if the runtime opened it).
@@ -362,10 +403,9 @@ class Runtime(Sessions):
         the next process goes on with it (docs/processes.md#stopping)."""
         _open.discard(self)
         if grace_sec is not None:
-            self.drain(timeout, grace_sec=grace_sec)
+            self.sessions.drain(timeout, grace_sec=grace_sec)
         self.timers.close(timeout)  # before the store closes under its jobs
-        for host in list(self.hosts.values()):
-            host.close(timeout)
+        self.sessions.close(timeout)
         self.followers.close()
         self.owner.close()
         self.off_loop.close()  # what is left in it finds its session closed

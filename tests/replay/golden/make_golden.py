@@ -142,7 +142,7 @@ def taken_over(store: SqliteStore) -> str:
             while isinstance(feed.get(timeout=30), Event):
                 pass  # until the first streamed text
         # the process stops: nothing more is recorded
-        session.runtime.hosts[session.session_id].crash(timeout=5)
+        session.runtime.sessions.hosts[session.session_id].crash(timeout=5)
         first._loop.close()
         tail = store.subscribe(store.read(session.session_id)[-1].position)
         with Runtime(
