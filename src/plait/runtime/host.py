@@ -72,7 +72,8 @@ makes what its conversations share, for its journal and past."""
 
 
 class Hosting(Protocol):
-    """What a session's host, and its handle, use of the runtime that holds it."""
+    """What a session's host, its handle, and the runtime's ``Sessions`` use of the runtime
+    that holds them."""
 
     @property
     def store(self) -> EventStore: ...

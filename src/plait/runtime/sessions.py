@@ -36,7 +36,7 @@ from plait.runtime.handoffs import cut_handoffs
 from plait.runtime.host import ActorsFor, Hosting, SessionHost
 from plait.runtime.recovery import OpenCalls, Recovery, in_flight, open_calls, took_over
 
-__all__ = ["DROP_OUT_WAIT_SEC", "Sessions"]
+__all__ = ["Sessions"]
 
 log = logging.getLogger("plait")
 
