@@ -32,7 +32,7 @@ from pathlib import Path
 from plait.actors.model import ModelSettings
 from plait.events import TaskCompleted, TaskStarted, TurnAborted
 from plait.events.bodies.tools import ToolCallStarted
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 MCP_SERVER = Path(__file__).parent.parent / "tests" / "mcp" / "server.py"
@@ -72,7 +72,9 @@ def main() -> None:
         n, drain = args.sessions, f"{args.drain_sec:g}"
         print(f"{n} sessions, a task in each: plait worker --concurrency {n} --drain-sec {drain}")
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-        with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+        with Runtime(
+            url, RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None)
+        ) as front:
             sessions = []
             for _ in range(args.sessions):
                 handle = front.start_session()

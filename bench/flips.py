@@ -50,7 +50,7 @@ from typing import Any
 
 from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 READERS: dict[str, list[str]] = {
@@ -89,7 +89,9 @@ def record(path: Path) -> str:
     ids = iter(f"flip-{n}" for n in range(1, 10_000))
     with ScriptedModelServer(SCRIPT) as server, SqliteStore(path, blob_threshold=64) as store:
         model = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-        with Runtime(store, model=model, new_id=lambda: next(ids), workdir=path.parent) as rt:
+        with Runtime(
+            store, RuntimeSettings(model=model, new_id=lambda: next(ids), workdir=path.parent)
+        ) as rt:
             session = rt.start_session()
             for prompt in PROMPTS:
                 session.run(prompt, timeout=60)

@@ -57,7 +57,7 @@ from plait.events import (
 )
 from plait.events.stores import open_store
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.scripted_wire import ScriptedToolCall, Step
 
 POSTGRES = os.environ.get("PLAIT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -120,7 +120,9 @@ class ToolModel(PacedModelServer):
 def child(url: str, base_url: str, sessions: list[str]) -> None:
     """The killed process: resume ``sessions``, submit and run tasks until killed."""
     settings = ModelSettings(base_url=base_url, api_key="k", model="m")
-    runtime = Runtime(url, model=settings, tools=TOOLS, lease_sec=1.0, expire_every_sec=None)
+    runtime = Runtime(
+        url, RuntimeSettings(model=settings, tools=TOOLS, lease_sec=1.0, expire_every_sec=None)
+    )
     runtime.recover()
     handles = [runtime.resume(s) for s in sessions]
     while True:
@@ -230,7 +232,9 @@ def run_store(
     start = time.perf_counter()
     with ToolModel(REPLY) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        with Runtime(url, model=settings, tools=TOOLS, expire_every_sec=None) as runtime:
+        with Runtime(
+            url, RuntimeSettings(model=settings, tools=TOOLS, expire_every_sec=None)
+        ) as runtime:
             sessions = [runtime.start_session() for _ in range(3)]
             ids = [s.session_id for s in sessions]
             for session in sessions:
@@ -255,7 +259,9 @@ def run_store(
                 file=sys.stderr,
             )
         print(file=sys.stderr)
-        with Runtime(url, model=settings, tools=TOOLS, expire_every_sec=None, lease_sec=1.0) as rt:
+        with Runtime(
+            url, RuntimeSettings(model=settings, tools=TOOLS, expire_every_sec=None, lease_sec=1.0)
+        ) as rt:
             handles = [rt.resume(s) for s in ids]  # taken over once the leases lapse
             for handle in handles:
                 handle.run("last", timeout=300)  # runs after everything queued before it

@@ -29,7 +29,7 @@ from report import Line, table
 from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.events.types import Event, ToolCallCompleted, ToolCallRequested
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 SERVER = Path(__file__).parents[1] / "tests" / "mcp" / "server.py"
@@ -105,7 +105,7 @@ def ours(tmp: Path, n: int, inprocess: bool = True) -> tuple[list[float], list[f
     with model_server([call] * (WARM + n) + [Step(text="done")], inprocess) as base_url:
         settings = ModelSettings(base_url=base_url, api_key="x", model="scripted")
         with Runtime(
-            tmp / "mcp.db", model=settings, workdir=tmp, mcp_servers={"t": config}
+            tmp / "mcp.db", RuntimeSettings(model=settings, workdir=tmp, mcp_servers={"t": config})
         ) as runtime:
             session = runtime.start_session()
             asked: list[float] = []

@@ -31,7 +31,7 @@ from plait.actors.mcp import McpServerConfig
 from plait.actors.model import ModelSettings
 from plait.actors.pool import McpPool
 from plait.events.types import Event, ToolCallCompleted, ToolCallRequested
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedToolCall, Step
 
 SERVER = Path(__file__).parents[1] / "tests" / "mcp" / "server.py"
@@ -98,7 +98,8 @@ def main() -> None:
         with _bench().model_server(steps, not args.model_process) as base_url:
             settings = ModelSettings(base_url=base_url, api_key="x", model="scripted")
             with Runtime(
-                tmp / "mcp.db", model=settings, workdir=tmp, mcp_servers={"t": config}
+                tmp / "mcp.db",
+                RuntimeSettings(model=settings, workdir=tmp, mcp_servers={"t": config}),
             ) as runtime:
                 session = runtime.start_session()
                 done = 0

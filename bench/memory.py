@@ -118,7 +118,7 @@ class PeakWatcher:
 
 
 def run_case(case: str, size: int, db: str, trace: bool) -> dict[str, Any]:
-    from plait import ModelSettings, Runtime, tool
+    from plait import ModelSettings, Runtime, RuntimeSettings, tool
 
     server = subprocess.Popen(
         [sys.executable, __file__, "--serve", case],
@@ -136,7 +136,7 @@ def run_case(case: str, size: int, db: str, trace: bool) -> dict[str, Any]:
 
     settings = ModelSettings(base_url=base_url, api_key="bench", model="m")
     try:
-        with Runtime(db, model=settings, tools=[big]) as runtime:
+        with Runtime(db, RuntimeSettings(model=settings, tools=[big])) as runtime:
             stored = [info.stream for info in runtime.store.streams()]
             session = runtime.start_session()
             assert session.run("warm up", timeout=120).ok

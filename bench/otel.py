@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from plait.actors.model import ModelSettings
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 PHOENIX = "arize-phoenix>=20.26,<21"
@@ -299,7 +299,7 @@ def record_plain(store: Path, workdir: Path, turns: int) -> str:
     started = time.perf_counter()
     with ScriptedModelServer([Step(text=ANSWER, chunk_chars=20)] * turns) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
-        with Runtime(store, model=settings, workdir=workdir) as runtime:
+        with Runtime(store, RuntimeSettings(model=settings, workdir=workdir)) as runtime:
             session = runtime.start_session()
             for i in range(turns):
                 outcome = session.run(f"Question {i}: what changed in the parser?", timeout=60)

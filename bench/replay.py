@@ -16,7 +16,7 @@ from report import Line, table
 from plait.actors.model import ModelSettings
 from plait.events.stores.sqlite import SqliteStore
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 ANSWER = "Escaped quotes now survive the tokenizer; a regression test covers it, all 119 pass."
@@ -47,7 +47,9 @@ def main() -> None:
         store = SqliteStore(Path(tmp) / "replay.db")
         with ScriptedModelServer(script(turns), model="scripted") as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model="scripted")
-            with Runtime(store, model=settings, new_id=lambda: f"id-{next(ids)}") as runtime:
+            with Runtime(
+                store, RuntimeSettings(model=settings, new_id=lambda: f"id-{next(ids)}")
+            ) as runtime:
                 session = runtime.start_session()
                 started = time.perf_counter()
                 for i in range(turns):

@@ -35,7 +35,7 @@ import uvicorn
 from paced_model import PacedModelServer
 from report import Line, table
 
-from plait import ModelSettings, Runtime
+from plait import ModelSettings, Runtime, RuntimeSettings
 from plait.testing import Step
 
 SERVICE_PY = Path(__file__).resolve().parents[1] / "examples" / "service.py"
@@ -56,7 +56,9 @@ def script(n: int) -> list[Step]:
 
 def runtime_on(model_url: str, tmp: Path) -> Runtime:
     settings = ModelSettings(base_url=model_url, api_key="bench", model="bench")
-    return Runtime(tmp / "plait.db", model=settings, workdir=tmp, expire_every_sec=None)
+    return Runtime(
+        tmp / "plait.db", RuntimeSettings(model=settings, workdir=tmp, expire_every_sec=None)
+    )
 
 
 # -- the helper processes: each prints its URL, then serves until its stdin closes ---------

@@ -24,7 +24,7 @@ from report import Line, table
 from service import DELAY, helper
 
 from plait.actors.model import ModelSettings
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 IDLE_SEC = 2.0
@@ -39,7 +39,9 @@ def model_server(replies: int) -> contextlib.AbstractContextManager[tuple[str, i
 
 def runtime_on(model_url: str, tmp: Path) -> Runtime:
     settings = ModelSettings(base_url=model_url, api_key="bench", model="bench")
-    return Runtime(tmp / "plait.db", model=settings, workdir=tmp, expire_every_sec=None)
+    return Runtime(
+        tmp / "plait.db", RuntimeSettings(model=settings, workdir=tmp, expire_every_sec=None)
+    )
 
 
 async def on_the_loop(n: int, tmp: Path, freeze: bool = True) -> tuple[float, float, float]:
@@ -126,8 +128,8 @@ def held(n: int, tmp: Path) -> list[Line]:
     with ScriptedModelServer([Step(text="ok") for _ in range(n)]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="bench", model="bench")
         runtime = Runtime(
-            tmp / "plait.db", model=settings, workdir=tmp, expire_every_sec=None,
-            idle_sec=IDLE_SEC, max_active_sessions=1000,
+            tmp / "plait.db", RuntimeSettings(model=settings, workdir=tmp, expire_every_sec=None,
+            idle_sec=IDLE_SEC, max_active_sessions=1000),
         )  # fmt: skip
         with runtime:
             base_threads, base_rss = threading.active_count(), rss_mib()

@@ -64,7 +64,7 @@ from plait.events import (
 )
 from plait.events.store import EventStore
 from plait.events.stores import open_store
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 
 SLOW_SEC = 10.0
 """A continuation that takes longer than this is flagged (it is about 4 s)."""
@@ -329,9 +329,9 @@ class Loop:
         settings = ModelSettings(base_url=self.project.base_url, api_key="k", model="m")
         front = Runtime(
             self.project.url,
-            model=settings,
-            owner_id=f"front-{uuid.uuid4().hex[:6]}",
-            expire_every_sec=None,
+            RuntimeSettings(
+                model=settings, owner_id=f"front-{uuid.uuid4().hex[:6]}", expire_every_sec=None
+            ),
         )
         handles = [front.follow(s) for s in sessions]
         submitting = threading.Event()

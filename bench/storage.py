@@ -41,7 +41,7 @@ import psycopg
 from plait.actors.model import ModelSettings
 from plait.events.packing import decompressed
 from plait.events.stores.postgres import PostgresStore
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 AGENTS = "openai-agents>=0.24,<0.25"
@@ -101,7 +101,9 @@ def run_plait(
         with ScriptedModelServer(steps(kind, turns), model=MODEL) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
             tools: list[Callable[..., object]] = [lookup, read_log]
-            with Runtime(db, model=settings, workdir=workdir, tools=tools) as runtime:
+            with Runtime(
+                db, RuntimeSettings(model=settings, workdir=workdir, tools=tools)
+            ) as runtime:
                 session = runtime.start_session()
                 for i in turns:
                     outcome = session.run(prompt(i), timeout=120)

@@ -25,7 +25,7 @@ from plait.actors.model import ModelClient, ModelSettings
 from plait.actors.session import Session
 from plait.events.store import EventStore
 from plait.events.types import TaskCompleted
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime.acks import Ack
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
@@ -92,7 +92,9 @@ def main() -> None:
         serve = ScriptedModelServer if args.inprocess else ModelProcess
         with serve(steps, model=MODEL) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
-            with Runtime(args.store or tmp / "t.db", model=settings, workdir=tmp) as runtime:
+            with Runtime(
+                args.store or tmp / "t.db", RuntimeSettings(model=settings, workdir=tmp)
+            ) as runtime:
                 session = runtime.start_session()
                 for i in range(WARM + args.turns):
                     marks.clear()

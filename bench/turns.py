@@ -32,7 +32,7 @@ from report import Line, table
 from plait.actors.model import ModelSettings
 from plait.errors import PlaitError
 from plait.events.types import Event, TaskCompleted
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.telemetry import TelemetrySettings
 from plait.testing import ScriptedToolCall, Step
 
@@ -92,7 +92,9 @@ def ours(
     with ModelProcess(steps(WARM + history + n, tool), model=MODEL) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
         where = store or tmp / f"{name}.db"
-        with Runtime(where, model=settings, workdir=tmp, telemetry=telemetry or off) as runtime:
+        with Runtime(
+            where, RuntimeSettings(model=settings, workdir=tmp, telemetry=telemetry or off)
+        ) as runtime:
             warm = runtime.start_session()
             for i in range(WARM):
                 assert warm.run(prompt(i), timeout=60).ok
@@ -250,7 +252,7 @@ def diagnose(tmp: Path, n: int) -> None:
     """Median time from submit to the first of each event, and what store.append costs."""
     with ModelProcess(steps(WARM + n, False), model=MODEL) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="x", model=MODEL)
-        with Runtime(tmp / "diag.db", model=settings, workdir=tmp) as runtime:
+        with Runtime(tmp / "diag.db", RuntimeSettings(model=settings, workdir=tmp)) as runtime:
             store, appends = runtime.store, list[float]()
 
             def timed(write: Callable[..., Any]) -> Callable[..., Any]:

@@ -50,7 +50,7 @@ from paced_model import PacedModelServer, floor
 
 from plait.actors.model import ModelSettings
 from plait.events import Event, EventStore, TaskCompleted, TaskStarted, TurnAborted
-from plait.runtime import Runtime, SessionHandle
+from plait.runtime import Runtime, RuntimeSettings, SessionHandle
 from plait.scripted_wire import Step
 
 URL = os.environ.get("PLAIT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -254,7 +254,9 @@ def capacity_run(
     (cwd / "plait.toml").write_text(f'{toml}[store]\nurl = "{url}"\n')
     settings = ModelSettings(base_url=model_url, api_key="k", model="m")
     with (
-        Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front,
+        Runtime(
+            url, RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None)
+        ) as front,
         workers(1, cwd, ["--concurrency", str(places)]) as started,
         ServerCount(started[0].pid) as servers,
     ):
@@ -415,7 +417,9 @@ def main() -> None:
                 f'[model]\nbase_url = "{server.base_url}"\nmodel = "m"\n'
             )
             settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-            with Runtime(args.url, model=settings, owner_id="front", expire_every_sec=None) as rt:
+            with Runtime(
+                args.url, RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None)
+            ) as rt:
                 ids = []
                 for _ in range(args.sessions):
                     session = rt.start_session()

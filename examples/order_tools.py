@@ -54,7 +54,7 @@ async def refund(order_id: int, reason: Literal["damaged", "late", "other"]) -> 
 
 
 TOOLS: list[plait.FunctionTool] = [lookup_order, refund]  # tools of different signatures
-"""What the desk offers: ``Runtime(tools=TOOLS)``."""
+"""What the desk offers: ``RuntimeSettings(tools=TOOLS)``."""
 
 
 def approve(request: plait.ApprovalRequest) -> plait.ApprovalDecision:
@@ -84,7 +84,10 @@ def main(store: str = ".plait/orders.db") -> str:
     with ScriptedModelServer(script()) as server:
         model = plait.ModelSettings(base_url=server.base_url, api_key="offline", model="desk")
         with plait.Runtime(
-            store, model=model, tools=TOOLS, approval_policy="on-write", approver=approve
+            store,
+            plait.RuntimeSettings(
+                model=model, tools=TOOLS, approval_policy="on-write", approver=approve
+            ),
         ) as runtime:
             session = runtime.start_session()
             outcome = session.run("Refund orders 7 and 8: 7 came damaged, 8 late.", timeout=60)

@@ -48,7 +48,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from plait import ModelSettings, Runtime, SessionHandle
+from plait import ModelSettings, Runtime, RuntimeSettings, SessionHandle
 from plait.errors import ContentUnavailableError, NotFoundError, PlaitError, SessionClosedError
 from plait.events import AgentMessageDelta, Event, FeedLagged, SessionClosed, Transient, to_jsonl
 from plait.replay.audit import audit
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             settings = ModelSettings(model=os.environ.get("PLAIT_MODEL") or "gpt-4o-mini")
         try:
-            runtime = Runtime(args.db, model=settings)
+            runtime = Runtime(args.db, RuntimeSettings(model=settings))
         except PlaitError as exc:  # no key, a store it cannot open...
             parser.exit(1, f"{parser.prog}: {exc}\n")
         # Event streams end when uvicorn is told to stop (`server` is bound by then); a /run

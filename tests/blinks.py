@@ -33,7 +33,7 @@ from plait.events import (
     ToolCallCompleted,
     ToolCallRequested,
 )
-from plait.runtime import Runtime, SessionHandle, TaskOutcome
+from plait.runtime import Runtime, RuntimeSettings, SessionHandle, TaskOutcome
 from plait.testing import ScriptedModelServer, Step
 
 __all__ = [
@@ -177,7 +177,7 @@ def worker_through(
     with ScriptedModelServer(SCRIPT) as server:
         plait_toml(cwd, server.base_url, rounds.url, counter)
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        with Runtime(rounds.url, model=settings, owner_id="front") as front:
+        with Runtime(rounds.url, RuntimeSettings(model=settings, owner_id="front")) as front:
             started = front.start_session()
             assert started.release(10)  # the worker takes it when work comes
             followed = front.follow(started.session_id)

@@ -36,7 +36,7 @@ from plait.events import (
 from plait.events.projections import HistoryProjection
 from plait.events.signing import Signer
 from plait.replay import audit, replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 TEST_SERVER_PY = Path(__file__).parent / "mcp" / "server.py"
@@ -109,7 +109,7 @@ def runtime_for(
         **(options or {}),
     )
     where = tmp_path / "plait.db" if store is None else store
-    return Runtime(where, model=settings, workdir=tmp_path, **kwargs)
+    return Runtime(where, RuntimeSettings(model=settings, workdir=tmp_path, **kwargs))
 
 
 def crash(runtime: Runtime, session: Any) -> None:
@@ -117,7 +117,7 @@ def crash(runtime: Runtime, session: Any) -> None:
     lease is left lapsed; its connections to the model server close and its heartbeat and
     inbox threads stop, as a dead process's do (left running on the closed store, the inbox
     thread of a PostgreSQL store spun, a core's worth of CPU for the rest of the run)."""
-    session.runtime.hosts[session.session_id].crash(timeout=5)
+    session.runtime.sessions.hosts[session.session_id].crash(timeout=5)
     runtime.timers.close(5)
     runtime.owner.close()
     runtime._loop.submit(runtime._client.aclose()).result(5)
@@ -174,7 +174,9 @@ def record_session(
     with ScriptedModelServer(script, quirks=quirks) as server:
         fields = {"base_url": server.base_url, "api_key": "test", **(settings or {})}
         model = ModelSettings(**fields)
-        with Runtime(store, model=model, new_id=lambda: f"{prefix}-{next(ids)}", **runtime) as rt:
+        with Runtime(
+            store, RuntimeSettings(model=model, new_id=lambda: f"{prefix}-{next(ids)}", **runtime)
+        ) as rt:
             session = rt.start_session()
             for prompt in prompts:
                 session.run(prompt, timeout=60)

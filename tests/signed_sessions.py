@@ -41,7 +41,7 @@ from plait.events.signing import PublicKey, Signer, generate_key
 from plait.events.stores import open_store
 from plait.events.witness import Witness
 from plait.replay import fork
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 __all__ = ["Attempt", "Lab", "Outcome", "World", "check", "record_honest"]
@@ -104,10 +104,12 @@ def _record_crashed(world: World, signer: Signer, prefix: str) -> str:
         settings = ModelSettings(base_url=server.base_url, api_key="k")
         runtime = Runtime(
             world.open(),
-            model=settings,
-            new_id=lambda: f"{prefix}-{next(ids)}",
-            signer=signer,
-            tools=[inventory],
+            RuntimeSettings(
+                model=settings,
+                new_id=lambda: f"{prefix}-{next(ids)}",
+                signer=signer,
+                tools=[inventory],
+            ),
         )
         session = runtime.start_session()
         session.run("How many apples?", timeout=60)
@@ -130,7 +132,7 @@ def _record_fork(store: EventStore, source: str, signer: Signer, name: str, resu
         return forked
     with ScriptedModelServer([Step(text="Forked on.")]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="k")
-        with Runtime(store, model=settings, signer=signer) as runtime:
+        with Runtime(store, RuntimeSettings(model=settings, signer=signer)) as runtime:
             session = runtime.resume(forked)
             session.run("Go on.", timeout=60)
             session.close()

@@ -30,7 +30,7 @@ from plait.events.stores.memory import MemoryStore
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.stores.sqlite_schema import NAME_SQL, SCHEMA
 from plait.events.types import Event, ToolCallCompleted
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer
 
 POSTGRES_URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -644,7 +644,10 @@ def process(
 ) -> Iterator[Runtime]:
     """A runtime with a store connection and heartbeat of its own, as another process has."""
     settings = ModelSettings(base_url=server.base_url, api_key="k", model="m", backoff_sec=0.01)
-    runtime = Runtime(stores.open(), model=settings, owner_id=name, expire_every_sec=None, **kwargs)
+    runtime = Runtime(
+        stores.open(),
+        RuntimeSettings(model=settings, owner_id=name, expire_every_sec=None, **kwargs),
+    )
     try:
         yield runtime
     finally:

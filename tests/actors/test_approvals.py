@@ -35,7 +35,7 @@ from plait.events import (
 )
 from plait.events.projections.approvals import ApprovalState, canonical_arguments
 from plait.replay import audit, replay
-from plait.runtime import Runtime, SessionHandle
+from plait.runtime import Runtime, RuntimeSettings, SessionHandle
 from plait.runtime.recovery import UNAPPROVED
 from plait.testing import ScriptedModelServer, Step
 
@@ -338,11 +338,13 @@ def test_a_key_lapses_by_recorded_time_and_is_swept_with_an_event(
         ids = itertools.count(1)
         with Runtime(
             store,
-            model=model,
-            mcp_servers=tools,
-            new_id=lambda: f"id-{next(ids)}",
-            approval_policy="on-write",
-            approver=approver,
+            RuntimeSettings(
+                model=model,
+                mcp_servers=tools,
+                new_id=lambda: f"id-{next(ids)}",
+                approval_policy="on-write",
+                approver=approver,
+            ),
         ) as rt:
             session = rt.start_session()
             assert session.run("first", timeout=60).ok  # asks; remembered for 60 s

@@ -127,7 +127,7 @@ def test_a_queued_task_whose_conversation_is_gone_fails_and_the_queue_moves_on(
         session = runtime.start_session()
         with session.subscribe(transient=False) as feed:
             orphan = TaskPlan("t-orphan", "gone", [InputText("hello")])
-            actor = runtime.hosts[session.session_id].actor
+            actor = runtime.sessions.hosts[session.session_id].actor
             assert actor is not None
             actor.tell(Enqueue((orphan,)))  # past the check, as a race would
             failed = await_outcome(feed, "t-orphan", timeout=10)

@@ -24,7 +24,7 @@ from plait.events.types import (
     ToolCallRequested,
 )
 from plait.replay import audit, replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 ran: collections.Counter[str] = collections.Counter()
@@ -195,7 +195,7 @@ def test_a_tool_that_cannot_be_offered_is_refused_with_its_reason(make: Any, pro
 def test_two_tools_of_one_name_are_refused(tmp_path: Path) -> None:
     other = plait.tool(lambda order_id: order_id, name="lookup_order")
     with pytest.raises(ConfigError, match="two function tools are named 'lookup_order'"):
-        Runtime(tmp_path / "plait.db", tools=[lookup_order, other])
+        Runtime(tmp_path / "plait.db", RuntimeSettings(tools=[lookup_order, other]))
 
 
 def test_approvals_ask_by_the_tools_hints_and_a_denied_function_never_runs(

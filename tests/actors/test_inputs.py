@@ -33,7 +33,7 @@ from plait.events import (
     ToolApprovalDecided,
     ToolCallCompleted,
 )
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 BAD = "a \ud800 b"
@@ -233,7 +233,9 @@ def garbled_model() -> Iterator[str]:
 
 def test_the_models_undecodable_text_is_recorded_mended(tmp_path: Path, garbled_model: str) -> None:
     settings = ModelSettings(base_url=garbled_model, api_key="test", model="garbled")
-    with Runtime(tmp_path / "plait.db", model=settings, workdir=tmp_path) as runtime:
+    with Runtime(
+        tmp_path / "plait.db", RuntimeSettings(model=settings, workdir=tmp_path)
+    ) as runtime:
         session = runtime.start_session()
         outcome = session.run("go", timeout=30)
         session.close()

@@ -47,6 +47,7 @@ def groups(events: list[Event]) -> list[list[str]]:
 
 def run(tmp_path: Path, script: list[Step], limits: McpLimits | None = None) -> list[Event]:
     with ScriptedModelServer(script) as server:
+        limits = limits or McpLimits()
         runtime = runtime_for(server, tmp_path, mcp_servers={"t": T}, mcp_limits=limits)
         with runtime:
             session = runtime.start_session()

@@ -31,7 +31,7 @@ from plait.events.projections import (
 )
 from plait.events.projections.history import conversation_index
 from plait.events.projections.tasks import TASKS, TaskQueue
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer
 
 SESSIONS = 50
@@ -80,7 +80,9 @@ def check_random_sessions(count: int, seed: int, path: Path) -> tuple[int, int]:
             settings = ModelSettings(
                 base_url=server.base_url, api_key="test", backoff_sec=0.001, max_attempts=2
             )
-            with Runtime(store, model=settings, new_id=lambda: f"id-{next(counter)}") as runtime:
+            with Runtime(
+                store, RuntimeSettings(model=settings, new_id=lambda: f"id-{next(counter)}")
+            ) as runtime:
                 session = runtime.start_session()
                 outcome = session.run(f"session {number}", timeout=60)
                 completions += outcome.ok

@@ -111,7 +111,7 @@ def test_the_scheduler_decides_from_the_journal_s_one_task_queue(
         assert session.run("make a helper", timeout=30).ok
         root = session.root_conversation_id
         helper = next(c.id for c in session.conversations() if c.id != root)
-        host = runtime.hosts[session.session_id]
+        host = runtime.sessions.hosts[session.session_id]
         assert host.actor is not None
         scheduler = host.actor.proxy().scheduler.get(timeout=10)
         seen: list[bool] = []

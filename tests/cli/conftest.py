@@ -19,7 +19,7 @@ from scripted import HELPER_SCRIPT, record_session
 
 from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 
 SCRUBBED = ("OPENAI_", "PLAIT_", "OTEL_")
 """Variables of the test's own environment that would change what plait reads."""
@@ -167,7 +167,10 @@ class Cli:
         """A front end's runtime on the default store (owner ``front``), as a service beside
         the commands would have: it submits and follows, and leaves the running to them."""
         settings = ModelSettings(base_url=base_url, api_key="k", model="scripted-model")
-        return Runtime(str(self.store), model=settings, owner_id="front", expire_every_sec=None)
+        return Runtime(
+            str(self.store),
+            RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None),
+        )
 
     def verified_and_replayed(self, session: str) -> None:
         """Assert that ``session`` verifies and replays with no difference."""

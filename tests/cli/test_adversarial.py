@@ -32,7 +32,7 @@ from support import kept_forms
 from plait.actors.model import ModelSettings
 from plait.events import GENESIS_HASH, SqliteStore, packing
 from plait.events.types import Event, ModelResponded
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServe
     cwd = tmp_path_factory.mktemp("adversarial")
     with ScriptedModelServer(SCRIPT) as server, SqliteStore(cwd / "plait.db") as store:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-        with Runtime(store, model=settings, workdir=cwd) as runtime:
+        with Runtime(store, RuntimeSettings(model=settings, workdir=cwd)) as runtime:
             session = runtime.start_session()
             session.run("How many?", timeout=30)
             session.run("Sure?", timeout=30)

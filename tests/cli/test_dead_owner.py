@@ -30,11 +30,12 @@ OWNER = textwrap.dedent(
     """
     import sys
     from plait.actors.model import ModelSettings
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
 
     db, base_url = sys.argv[1:3]
     settings = ModelSettings(base_url=base_url, api_key="k", model="scripted-model")
-    runtime = Runtime(db, model=settings, lease_sec=60.0)  # far longer than the test waits
+    # A lease far longer than the test waits.
+    runtime = Runtime(db, RuntimeSettings(model=settings, lease_sec=60.0))
     session = runtime.start_session()
     print(session.session_id, runtime.owner.id, flush=True)
     session.submit("first")  # streams until the test is done with it

@@ -34,7 +34,7 @@ from plait.events import (
 )
 from plait.events.subscription import Subscription
 from plait.events.values import Closure, TaskPlan
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -57,7 +57,9 @@ def front(durable_stores: StoreFactory, server: ScriptedModelServer) -> Iterator
     leaves the running to the worker."""
     settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
     store = durable_stores.open()
-    with Runtime(store, model=settings, owner_id="front", expire_every_sec=None) as runtime:
+    with Runtime(
+        store, RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None)
+    ) as runtime:
         yield runtime
 
 

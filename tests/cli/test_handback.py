@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from plait.actors.model import ModelSettings
 from plait.events import Event, TaskEnqueued, TaskStarted, TurnAborted
 from plait.events.subscription import Subscription
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -52,7 +52,9 @@ def test_a_stop_while_exec_hands_back_releases_the_lease_before_saying_so(
     # meanwhile waits behind it, then streams for 80 s; then the next exec's.
     server.push(Step(text="and so on\n", endless=True, chunk_delay=0.05), SLOW, Step(text="On."))
     settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-    front = Runtime(durable_stores.url, model=settings, owner_id="front", expire_every_sec=None)
+    front = Runtime(
+        durable_stores.url, RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None)
+    )
     with front, store.subscribe(store.last_position()) as tail:
         running = cli.spawn("exec", *on, "--grace-sec", "1", "--session", session, "mine")
         mine = wait_for(tail, lambda e: isinstance(e.body, TaskStarted), "TaskStarted")

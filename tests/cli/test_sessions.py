@@ -22,7 +22,7 @@ from terminal import Terminal
 
 from plait.actors.model import ModelSettings
 from plait.events import ModelRequested, SqliteStore, ToolApprovalRequested
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -50,7 +50,8 @@ class Store:
     def runtime(self, owner: str, **more: Any) -> Runtime:
         settings = ModelSettings(base_url=self.server.base_url, api_key="k", model="m")
         runtime = Runtime(
-            str(self.cli.store), model=settings, owner_id=owner, expire_every_sec=None, **more
+            str(self.cli.store),
+            RuntimeSettings(model=settings, owner_id=owner, expire_every_sec=None, **more),
         )
         self.stack.callback(runtime.close)
         return runtime

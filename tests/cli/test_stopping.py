@@ -25,7 +25,7 @@ from plait.events import (
     TurnAborted,
 )
 from plait.events.subscription import Subscription
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 if TYPE_CHECKING:
@@ -328,7 +328,9 @@ def test_a_worker_stopped_as_its_mcp_servers_start_leaves_nothing_running(
     cli.configure(server.base_url, servers)
     url = durable_stores.url
     settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-    with Runtime(url, model=settings, owner_id="front", expire_every_sec=None) as front:
+    with Runtime(
+        url, RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None)
+    ) as front:
         sessions = []
         for _ in range(3):
             handle = front.start_session()

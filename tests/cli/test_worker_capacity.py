@@ -14,7 +14,7 @@ from plait.actors.model import ModelSettings
 from plait.cli.parser import build_parser
 from plait.cli.worker import ACTIVE_PER_SLOT, active_sessions
 from plait.events import Event, TaskCompleted, TaskEnqueued, TaskStarted
-from plait.runtime import Runtime, SessionHandle
+from plait.runtime import Runtime, RuntimeSettings, SessionHandle
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ def test_one_worker_runs_at_most_concurrency_tasks_at_once_over_many_sessions(
     url = durable_stores.url
     cli.configure(server.base_url, f'[store]\nurl = "{url}"\n')
     settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-    with Runtime(store, model=settings, owner_id="front", expire_every_sec=None) as front:
+    with Runtime(
+        store, RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None)
+    ) as front:
         ids = []
         for _ in range(SESSIONS):
             started = front.start_session()

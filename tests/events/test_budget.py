@@ -8,7 +8,7 @@ from contextlib import closing
 from pathlib import Path
 
 from plait.actors.model import ModelSettings
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 EVENT_BYTES_PER_TURN = 680
@@ -30,7 +30,7 @@ def test_a_plain_turn_keeps_to_its_byte_budget(tmp_path: Path) -> None:
     ]
     with ScriptedModelServer(replies, model="scripted-model") as server:
         model = ModelSettings(base_url=server.base_url, api_key="x", model="scripted-model")
-        with Runtime(db, model=model, workdir=tmp_path) as runtime:
+        with Runtime(db, RuntimeSettings(model=model, workdir=tmp_path)) as runtime:
             session = runtime.start_session()
             for i in range(first):
                 assert session.run(f"Say hello to guest {i}.", timeout=60).ok

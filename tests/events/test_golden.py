@@ -15,7 +15,7 @@ from plait.events import GENESIS_HASH, BlobRef, TaskCompleted, encode_event, fro
 from plait.events.codec import event_hash
 from plait.events.projections import AuditProjection, HistoryProjection, conversation_index
 from plait.events.stores.sqlite import SqliteStore
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -133,7 +133,7 @@ def test_an_old_store_goes_on_in_the_new_encoding_and_verifies(
     session = json.loads((GOLDEN / f"{version}-demo.expected.json").read_text())["session"]
     with ScriptedModelServer([Step(text="Still here.")], model="scripted-model") as server:
         model = ModelSettings(base_url=server.base_url, api_key="x", model="scripted-model")
-        with Runtime(db, model=model, workdir=tmp_path) as runtime:
+        with Runtime(db, RuntimeSettings(model=model, workdir=tmp_path)) as runtime:
             outcome = runtime.resume(session).run("Are you there?", timeout=60)
             assert outcome.ok and outcome.last_assistant_message == "Still here."
     with SqliteStore(db) as store:

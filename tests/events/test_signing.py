@@ -1,7 +1,7 @@
 """Signed heads (docs/event-log.md#signed-heads): a session written with a signer records
 ``HeadSigned`` after each task's end and at its close; its signatures verify with the public
 key, and an insider who rewrites the log and re-hashes the whole chain is caught by them, where
-the hash chain alone says ok. On each durable backend, through ``Runtime(signer=...)``."""
+the hash chain alone says ok. On each durable backend, through ``RuntimeSettings(signer=...)``."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from plait.events.signing import (
 )
 from plait.events.types import TaskStarted, ToolCallCompleted, TurnAborted
 from plait.replay import fork, replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 
@@ -177,7 +177,10 @@ def test_a_signed_session_crashed_and_recovered_signs_the_crashed_end_and_replay
 
         def runtime() -> Runtime:
             store = durable_stores.open()
-            return Runtime(store, model=settings, new_id=lambda: f"c-{next(ids)}", signer=signer)
+            return Runtime(
+                store,
+                RuntimeSettings(model=settings, new_id=lambda: f"c-{next(ids)}", signer=signer),
+            )
 
         first = runtime()
         session = first.start_session()
@@ -213,7 +216,7 @@ def test_a_closed_signed_session_is_closed_and_resuming_it_reopens_it(
     assert isinstance(closed.body, SessionClosed)
     with ScriptedModelServer([Step(text="back")]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-        with Runtime(store, model=settings, signer=signer) as runtime:
+        with Runtime(store, RuntimeSettings(model=settings, signer=signer)) as runtime:
             assert runtime.recover() == []  # a closed session is not a crashed one
             handle = runtime.resume(session)
             assert handle.run("again?", timeout=30).last_assistant_message == "back"
@@ -238,7 +241,7 @@ def test_a_fork_of_a_signed_session_checks_its_own_heads_and_names_the_copied_on
     assert copied.ok and (copied.signed, copied.copied, copied.copied_from) == (1, 1, source)
     with ScriptedModelServer([Step(text="Forked on.")]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-        with Runtime(store, model=settings, signer=signer) as runtime:
+        with Runtime(store, RuntimeSettings(model=settings, signer=signer)) as runtime:
             runtime.resume(forked).run("Go on.", timeout=30)
     own = verify_signatures(store.read(forked), public)
     # Its own: the task it ran and the close, checked against its own chain.

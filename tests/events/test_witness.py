@@ -1,7 +1,7 @@
 """The witness (docs/event-log.md#the-witness): each signed head, once durable, is appended to
 a file outside the store, one JSON line each; it holds no byte of the key, a session whose
 witness cannot be written goes on, and the latest head of a session is the line of the
-highest seq. Through ``Runtime(signer=...)`` on each durable backend."""
+highest seq. Through ``RuntimeSettings(signer=...)`` on each durable backend."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from plait.errors import WitnessError
 from plait.events import EventStore, HeadSigned, TaskCompleted
 from plait.events.signing import PublicKey, Signer, generate_key
 from plait.events.witness import Witness
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 record = record_inventory
@@ -142,7 +142,7 @@ def test_a_witness_that_cannot_be_written_warns_once_a_head_and_the_session_goes
     store = durable_stores.open()
     with ScriptedModelServer([Step(text="one"), Step(text="two")]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-        with Runtime(store, model=settings, signer=signer) as runtime:
+        with Runtime(store, RuntimeSettings(model=settings, signer=signer)) as runtime:
             session = runtime.start_session()
             with caplog.at_level(logging.WARNING, logger="plait"):
                 assert session.run("first", timeout=30).last_assistant_message == "one"

@@ -14,7 +14,7 @@ from plait.errors import PlaitError
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.types import SessionStarted, TaskCompleted, TurnAborted
 from plait.replay import fork, replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 
@@ -29,7 +29,9 @@ def test_a_fork_goes_its_own_way_and_replays(tmp_path: Path) -> None:
     ]
     with ScriptedModelServer(script) as server, SqliteStore(tmp_path / "f.db") as store:
         settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
-        with Runtime(store, model=settings, new_id=lambda: f"id-{next(ids)}") as runtime:
+        with Runtime(
+            store, RuntimeSettings(model=settings, new_id=lambda: f"id-{next(ids)}")
+        ) as runtime:
             source = runtime.start_session()
             assert source.run("one", timeout=60).ok
             cut = store.last_seq(source.session_id)
@@ -64,7 +66,9 @@ def test_a_fork_inside_a_task_ends_it_on_resume(tmp_path: Path) -> None:
         SqliteStore(tmp_path / "f.db") as store,
     ):
         settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
-        with Runtime(store, model=settings, new_id=lambda: f"id-{next(ids)}") as runtime:
+        with Runtime(
+            store, RuntimeSettings(model=settings, new_id=lambda: f"id-{next(ids)}")
+        ) as runtime:
             source = runtime.start_session()
             assert source.run("one", timeout=60).ok
             events = store.read(source.session_id)

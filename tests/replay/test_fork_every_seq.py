@@ -32,7 +32,7 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.replay import fork
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime.handoffs import FORK_CUT, NOBODY_WAITS
 from plait.runtime.recovery import HANDOFF_CUT
 from plait.testing import RecordedRequest, ScriptedModelServer, Step
@@ -69,10 +69,12 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
         settings = ModelSettings(base_url=model.base_url, api_key="k", model="scripted-model")
         runtime = Runtime(
             store,
-            model=settings,
-            mcp_servers={"t": McpServerConfig(url=tools.url)},
-            workdir=tmp,
-            expire_every_sec=None,
+            RuntimeSettings(
+                model=settings,
+                mcp_servers={"t": McpServerConfig(url=tools.url)},
+                workdir=tmp,
+                expire_every_sec=None,
+            ),
         )
         try:
             session = runtime.start_session()

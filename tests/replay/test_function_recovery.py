@@ -25,7 +25,7 @@ from plait.actors.session import Session
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.types import TaskCompleted, ToolCallCompleted, ToolCallStarted, TurnAborted
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime.recovery import UNKNOWN
 from plait.testing import ScriptedModelServer, Step
 
@@ -34,7 +34,7 @@ CHILD = textwrap.dedent(
     import asyncio, itertools, json, sys, threading
     import plait
     from plait.actors.model import ModelSettings
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
     from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
     db, tool = sys.argv[1:3]
@@ -59,8 +59,11 @@ CHILD = textwrap.dedent(
     with ScriptedModelServer([step]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
         runtime = Runtime(
-            db, model=settings, tools=[charge, sync_inventory],
-            new_id=lambda: f"id-{next(ids)}", lease_sec=1.0,  # it dies: its lease lapses soon
+            db,
+            RuntimeSettings(
+                model=settings, tools=[charge, sync_inventory],
+                new_id=lambda: f"id-{next(ids)}", lease_sec=1.0,  # it dies: its lease lapses soon
+            ),
         )
         runtime.start_session().run("go", timeout=120)
     """
@@ -121,7 +124,9 @@ def test_a_function_tool_cut_off_by_kill_9_is_run_again_only_if_idempotent(
         assert started == ["plait.functions"]
         with ScriptedModelServer([Step(text="back again")]) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
-            with Runtime(store, model=settings, tools=[charge, sync_inventory]) as runtime:
+            with Runtime(
+                store, RuntimeSettings(model=settings, tools=[charge, sync_inventory])
+            ) as runtime:
                 # Followed until the dead child's lease lapses, then taken over and recovered.
                 after = runtime.resume("id-1").run("are you there?", timeout=60)
         events = store.read("id-1")
@@ -169,7 +174,9 @@ def test_what_the_recovery_records_before_the_session_starts_reaches_the_next_re
         monkeypatch.setattr(Session, "startup", startup_last)
         with ScriptedModelServer([Step(text="back again")]) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
-            with Runtime(store, model=settings, tools=[charge, sync_inventory]) as runtime:
+            with Runtime(
+                store, RuntimeSettings(model=settings, tools=[charge, sync_inventory])
+            ) as runtime:
                 runtime.resume("id-1").run("are you there?", timeout=60)
             [request] = server.requests
         watcher.join(10)

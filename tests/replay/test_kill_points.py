@@ -41,7 +41,7 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime.recovery import NOT_SENT
 from plait.testing import ScriptedModelServer, Step
 
@@ -57,7 +57,7 @@ CHILD = textwrap.dedent(
     from plait.events.stores.sqlite import SqliteStore
     from plait.events.packing import decompressed
     import msgspec
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
     from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
     RAWS = msgspec.msgpack.Decoder(list[msgspec.Raw])
@@ -153,8 +153,11 @@ CHILD = textwrap.dedent(
     with ScriptedModelServer(script) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
         runtime = Runtime(
-            store, model=settings, mcp_servers=mcp, mcp_limits=McpLimits(per_session=1),
-            new_id=lambda: f"id-{next(ids)}", lease_sec=1.0,  # it dies: its lease lapses soon
+            store,
+            RuntimeSettings(
+                model=settings, mcp_servers=mcp, mcp_limits=McpLimits(per_session=1),
+                new_id=lambda: f"id-{next(ids)}", lease_sec=1.0,  # it dies: its lease lapses soon
+            ),
         )
         session = runtime.start_session()
         session.run("work", timeout=120)
@@ -281,7 +284,9 @@ def test_a_session_killed_at_any_point_is_recovered(tmp_path: Path, name: str) -
         with ScriptedModelServer(replies) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
             servers = mcp_servers(crashed.counter)
-            with Runtime(store, model=settings, mcp_servers=servers, mcp_limits=LIMITS) as runtime:
+            with Runtime(
+                store, RuntimeSettings(model=settings, mcp_servers=servers, mcp_limits=LIMITS)
+            ) as runtime:
                 outcome = runtime.resume("id-1").run("are you there?", timeout=60)
         events = store.read("id-1")
         assert store.verify("id-1").ok

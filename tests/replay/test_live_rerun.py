@@ -27,7 +27,7 @@ from plait.events.types import (
 from plait.replay import RerunReport, fork, replay, rerun
 from plait.replay.answers import NOT_RECORDED
 from plait.replay.rerun import rerun_each
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import RecordedRequest, ScriptedModelServer, Step
 
 PROMPTS = ["Count the apples.", "And the pears?"]
@@ -74,12 +74,14 @@ def record(store_path: Path, servers: Servers) -> str:
         ScriptedModelServer(script()) as server,
         Runtime(
             store_path,
-            model=settings(server),
-            mcp_servers=servers,
-            tools=[stock],
-            expire_every_sec=None,
-            approval_policy="untrusted",
-            approver=approve,
+            RuntimeSettings(
+                model=settings(server),
+                mcp_servers=servers,
+                tools=[stock],
+                expire_every_sec=None,
+                approval_policy="untrusted",
+                approver=approve,
+            ),
         ) as runtime,
     ):
         session = runtime.start_session()
@@ -196,7 +198,9 @@ def plain_sessions(store_path: Path, count: int) -> list[str]:
     ids = []
     with (
         ScriptedModelServer([Step(text="answer")] * count) as server,
-        Runtime(store_path, model=settings(server), expire_every_sec=None) as runtime,
+        Runtime(
+            store_path, RuntimeSettings(model=settings(server), expire_every_sec=None)
+        ) as runtime,
     ):
         for n in range(count):
             session = runtime.start_session()
@@ -227,14 +231,18 @@ def test_twenty_sessions_rerun_at_once_each_on_its_own_log(tmp_path: Path) -> No
 
 def test_a_crash_recovered_session_and_a_fork_rerun_too(tmp_path: Path) -> None:
     with ScriptedModelServer([Step(text="working", endless=True)]) as server:
-        runtime = Runtime(tmp_path / "plait.db", model=settings(server), expire_every_sec=None)
+        runtime = Runtime(
+            tmp_path / "plait.db", RuntimeSettings(model=settings(server), expire_every_sec=None)
+        )
         session = runtime.start_session()
         session.submit("first")
         wait_for_event(runtime.store, session.session_id, ModelRequested)
         crash(runtime, session)
     with (
         ScriptedModelServer([Step(text="second answer")]) as server,
-        Runtime(tmp_path / "plait.db", model=settings(server), expire_every_sec=None) as again,
+        Runtime(
+            tmp_path / "plait.db", RuntimeSettings(model=settings(server), expire_every_sec=None)
+        ) as again,
     ):
         assert again.resume(session.session_id).run("second", timeout=60).ok
     with SqliteStore(tmp_path / "plait.db") as store:

@@ -31,7 +31,7 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime.recovery import NOT_SENT
 from plait.testing import ScriptedModelServer, Step
 
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent(
     from plait.actors.mcp import McpServerConfig
     from plait.actors.model import ModelSettings
     from plait.actors.pool import McpLimits
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
     from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
     db, server_py, case = sys.argv[1:4]
@@ -62,8 +62,11 @@ CHILD = textwrap.dedent(
     with ScriptedModelServer(script) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
         runtime = Runtime(
-            db, model=settings, mcp_servers=mcp, mcp_limits=McpLimits(per_session=1),
-            new_id=lambda: f"id-{next(ids)}", lease_sec=1.0,  # it dies: its lease lapses soon
+            db,
+            RuntimeSettings(
+                model=settings, mcp_servers=mcp, mcp_limits=McpLimits(per_session=1),
+                new_id=lambda: f"id-{next(ids)}", lease_sec=1.0,  # it dies: its lease lapses soon
+            ),
         )
         session = runtime.start_session()
         if case == "queued-task":
@@ -112,7 +115,9 @@ def test_a_killed_session_is_recovered_and_goes_on(tmp_path: Path, case: str) ->
         assert store.verify("id-1").ok
         with ScriptedModelServer([Step(text="back again"), Step(text="and again")]) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
-            with Runtime(store, model=settings, mcp_servers=MCP, mcp_limits=LIMITS) as runtime:
+            with Runtime(
+                store, RuntimeSettings(model=settings, mcp_servers=MCP, mcp_limits=LIMITS)
+            ) as runtime:
                 session = runtime.resume("id-1")
                 after = session.run("are you there?", timeout=60)
         events = store.read("id-1")

@@ -22,7 +22,7 @@ from plait.events.types import (
     TurnAborted,
 )
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 SESSIONS = itertools.count(1)
@@ -98,7 +98,9 @@ def test_interrupts_destroys_and_model_errors_replay(tmp_path: Path) -> None:
     counter = itertools.count(1)
     with ScriptedModelServer(script) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="test", backoff_sec=0.001)
-        with Runtime(store, model=settings, new_id=lambda: f"id-{next(counter)}") as runtime:
+        with Runtime(
+            store, RuntimeSettings(model=settings, new_id=lambda: f"id-{next(counter)}")
+        ) as runtime:
             session = runtime.start_session()
             assert session.run("delegate", timeout=60).ok
             with session.subscribe() as feed:
@@ -162,7 +164,7 @@ def test_a_session_resumed_with_another_model_name_replays(tmp_path: Path) -> No
     first = live(store, [Step(text="from a")], ["one"])
     with ScriptedModelServer([Step(text="from b")]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="test", model="model-b")
-        with Runtime(store, model=settings) as runtime:
+        with Runtime(store, RuntimeSettings(model=settings)) as runtime:
             runtime.resume(first).run("two", timeout=30)
     events = store.read(first)
     requested = [e.body.model for e in events if isinstance(e.body, ModelRequested)]

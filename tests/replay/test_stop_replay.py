@@ -43,7 +43,7 @@ from plait.events import (
 )
 from plait.events.store import EventStore
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 REASON = "stopped by the operator (SIGTERM)"
@@ -98,7 +98,7 @@ def _closed_tool_gate() -> Iterator[None]:
 def runtime(stores: StoreFactory, server: ScriptedModelServer) -> Runtime:
     """A runtime on the factory's database, as one process opens it."""
     settings = ModelSettings(base_url=server.base_url, api_key="x", model="m", backoff_sec=0.01)
-    return Runtime(stores.open(), model=settings, tools=[lookup], lease_sec=60.0)
+    return Runtime(stores.open(), RuntimeSettings(model=settings, tools=[lookup], lease_sec=60.0))
 
 
 def stop(first: Runtime, grace_sec: float, let_go: Callable[[], None] | None = None) -> None:
@@ -288,7 +288,7 @@ def test_plait_exec_stopped_as_its_reply_streams_then_gone_on_with(
         db = tmp_path / ".plait" / "plait.db"
         if queued:  # through the inbox, from another process
             settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
-            with Runtime(str(db), model=settings, owner_id="front") as front:
+            with Runtime(str(db), RuntimeSettings(model=settings, owner_id="front")) as front:
                 before = front.store.last_seq(session)
                 front.follow(session).submit("Then this.")
                 wait_for_event(front.store, session, TaskEnqueued, after=before, timeout=WAIT_SEC)
@@ -325,11 +325,13 @@ def test_a_call_waiting_for_its_approval(durable_stores: StoreFactory) -> None:
         settings = ModelSettings(base_url=server.base_url, api_key="x", model="m")
         first = Runtime(
             durable_stores.open(),
-            model=settings,
-            tools=[lookup],
-            approval_policy="untrusted",
-            approver=approver,
-            lease_sec=60.0,
+            RuntimeSettings(
+                model=settings,
+                tools=[lookup],
+                approval_policy="untrusted",
+                approver=approver,
+                lease_sec=60.0,
+            ),
         )
         session = first.start_session()
         task = session.submit("Look it up.")

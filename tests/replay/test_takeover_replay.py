@@ -41,7 +41,7 @@ from plait.events import (
 )
 from plait.events.store import EventStore
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 WAIT_SEC = 30.0
@@ -56,7 +56,7 @@ SECOND_OWNER = textwrap.dedent(
     import plait
     from plait.actors import turn
     from plait.actors.model import ModelSettings
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
 
     url, base_url, session_id = sys.argv[1:4]
 
@@ -76,7 +76,7 @@ SECOND_OWNER = textwrap.dedent(
 
     turn.Turn._prompt = held
     settings = ModelSettings(base_url=base_url, api_key="x", model="m")
-    runtime = Runtime(url, model=settings, tools=[charge], lease_sec=60.0)
+    runtime = Runtime(url, RuntimeSettings(model=settings, tools=[charge], lease_sec=60.0))
     runtime.resume(session_id)
     threading.Event().wait()  # until killed
     """
@@ -102,7 +102,7 @@ def _closed_tool_gate() -> Iterator[None]:
 def owner(stores: StoreFactory, server: ScriptedModelServer) -> Runtime:
     """A process's runtime on the factory's database."""
     settings = ModelSettings(base_url=server.base_url, api_key="x", model="m", backoff_sec=0.01)
-    return Runtime(stores.open(), model=settings, tools=[charge], lease_sec=60.0)
+    return Runtime(stores.open(), RuntimeSettings(model=settings, tools=[charge], lease_sec=60.0))
 
 
 def killed_between_start_and_turn(

@@ -1,4 +1,5 @@
-"""``Runtime(max_active_sessions=)``: a cap on sessions with running actors; work waits in order."""
+"""``RuntimeSettings(max_active_sessions=)``: a cap on sessions with running actors; work waits
+in order."""
 
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ async def test_a_submit_that_must_wait_for_the_session_does_not_hold_up_the_loop
         session = runtime.start_session()
         ticked = asyncio.Event()
         async with session.subscribe(transient=False) as feed:
-            with runtime.hosts[session.session_id].lock:  # another thread's call holds it
+            with runtime.sessions.hosts[session.session_id].lock:  # another thread's call holds it
                 submitted = asyncio.create_task(session.asubmit("go"))
                 asyncio.get_running_loop().call_later(0.01, ticked.set)
                 await asyncio.wait_for(ticked.wait(), 30)  # the loop ran on meanwhile

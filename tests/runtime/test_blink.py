@@ -16,7 +16,7 @@ from support import StoreFactory, wait_for_event
 from plait.actors.model import ModelSettings
 from plait.errors import SessionFailedError
 from plait.events import EventStore, ModelRequested, SessionClosed, TurnAborted
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 
@@ -57,12 +57,14 @@ def test_a_runtime_runs_on_while_the_store_blinks(
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
         owner = Runtime(
             rounds.url,
-            model=settings,
-            mcp_servers=mcp_servers(counter),
-            owner_id="owner",
-            expire_every_sec=None,
+            RuntimeSettings(
+                model=settings,
+                mcp_servers=mcp_servers(counter),
+                owner_id="owner",
+                expire_every_sec=None,
+            ),
         )
-        with owner, Runtime(rounds.url, model=settings, owner_id="front") as front:
+        with owner, Runtime(rounds.url, RuntimeSettings(model=settings, owner_id="front")) as front:
             session = owner.start_session()
             followed = front.follow(session.session_id)
             outcomes = run_through(followed, store, three_rounds(rounds))
@@ -88,7 +90,9 @@ def test_a_session_whose_store_stays_away_is_lost_not_closed(
     slow = Step(text="slow " * 30, chunk_chars=5, chunk_delay=0.1)  # about 3 s
     with ScriptedModelServer([slow, Step(text="two done")]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        with Runtime(rounds.url, model=settings, owner_id="owner", expire_every_sec=None) as rt:
+        with Runtime(
+            rounds.url, RuntimeSettings(model=settings, owner_id="owner", expire_every_sec=None)
+        ) as rt:
             session = rt.start_session()
             with ThreadPoolExecutor(1) as pool:
                 one = pool.submit(session.run, "one", timeout=60)

@@ -39,7 +39,7 @@ from plait.events.stores.postgres import PostgresStore
 from plait.events.stores.postgres_sql import APPEND_SIGNATURE
 from plait.events.values import InputText, TaskPlan
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 WAIT_SEC = 30.0
@@ -170,7 +170,9 @@ def front_end(
     """A runtime whose store connection runs through ``proxy``: a front end that only follows."""
     settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
     store = PostgresStore(proxy.url(stores.schema))
-    runtime = Runtime(store, model=settings, owner_id="front", expire_every_sec=None)
+    runtime = Runtime(
+        store, RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None)
+    )
     try:
         yield runtime
     finally:
@@ -322,7 +324,7 @@ def test_an_owner_never_queues_a_task_its_session_holds(
         session = a.start_session()
         sid, root = session.session_id, session.root_conversation_id
         plan = TaskPlan("task-1", root, [InputText("hi")])
-        assert a.hosts[sid].queue(plan) == "task-1"
+        assert a.sessions.hosts[sid].queue(plan) == "task-1"
         task_end(a.store, sid, "task-1")
         # The same command stored again (a retry that found nothing of it), then another.
         store = durable_stores.open()
@@ -355,11 +357,13 @@ SUBMITTER = textwrap.dedent(
     """
     import sys
     from plait.actors.model import ModelSettings
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
 
     url, session_id, task_id, then = sys.argv[1:5]
     settings = ModelSettings(base_url="http://127.0.0.1:9/v1", api_key="k")  # never asked
-    runtime = Runtime(url, model=settings, owner_id=f"front-{then}", expire_every_sec=None)
+    runtime = Runtime(
+        url, RuntimeSettings(model=settings, owner_id=f"front-{then}", expire_every_sec=None)
+    )
     runtime.follow(session_id).submit("cut after this", task_id=task_id)
     if then == "hang":  # killed here: the command is stored, its caller never heard of it
         sys.stdin.read()
@@ -489,11 +493,13 @@ OWNER = textwrap.dedent(
     """
     import sys
     from plait.actors.model import ModelSettings
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
 
     url, base_url = sys.argv[1:3]
     settings = ModelSettings(base_url=base_url, api_key="k", model="m")
-    runtime = Runtime(url, model=settings, owner_id="doomed", expire_every_sec=None)
+    runtime = Runtime(
+        url, RuntimeSettings(model=settings, owner_id="doomed", expire_every_sec=None)
+    )
     session = runtime.start_session()
     assert session.run("delegate", timeout=60).ok  # the root makes a helper, which answers
     root = session.root_conversation_id

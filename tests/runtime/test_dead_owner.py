@@ -18,7 +18,7 @@ import pytest
 
 from plait.actors.model import ModelSettings
 from plait.events import EventStore
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime.liveness import owner_state
 from plait.testing import ScriptedModelServer, Step
 
@@ -87,7 +87,7 @@ def test_a_pid_used_again_by_a_later_process_is_not_the_owner() -> None:
     "owner",
     [
         "web1:4242:ab12cd",  # made by an older plait: no proof of where it runs
-        "worker-1",  # Runtime(owner_id=)
+        "worker-1",  # RuntimeSettings(owner_id=)
         "web1:0:ab12cd:00000000.1",  # pid 0 names no process
     ],
 )
@@ -105,7 +105,9 @@ def test_an_owner_on_another_machine_counts_as_alive() -> None:
 @contextlib.contextmanager
 def runtime(store: EventStore, server: ScriptedModelServer) -> Iterator[Runtime]:
     settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-    with Runtime(store, model=settings, owner_id="b", expire_every_sec=None) as opened:
+    with Runtime(
+        store, RuntimeSettings(model=settings, owner_id="b", expire_every_sec=None)
+    ) as opened:
         yield opened
 
 

@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent(
     from plait.actors.mcp.config import McpServerConfig
     from plait.actors.model import ModelSettings
     from plait.events import ModelRequested
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
 
     hanging = threading.Event()
 
@@ -54,10 +54,12 @@ SCRIPT = textwrap.dedent(
     mcp = {"t": McpServerConfig(command=sys.executable, args=[server_py, "stdio"])}
     runtime = Runtime(
         db,
-        model=ModelSettings(base_url=base_url, api_key="k", model="scripted-model"),
-        lease_sec=60,
-        mcp_servers=mcp if how == "mcp" else None,
-        tools=[hang] if how == "tool" else (),
+        RuntimeSettings(
+            model=ModelSettings(base_url=base_url, api_key="k", model="scripted-model"),
+            lease_sec=60,
+            mcp_servers=mcp if how == "mcp" else {},
+            tools=[hang] if how == "tool" else (),
+        ),
     )
     session = runtime.start_session()
     print(session.session_id, flush=True)

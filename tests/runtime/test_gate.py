@@ -1,5 +1,5 @@
-"""``Runtime(max_running_tasks=)``: run slots bound the tasks running at once over all sessions
-(docs/processes.md#capacity); a slot goes back however its task ends."""
+"""``RuntimeSettings(max_running_tasks=)``: run slots bound the tasks running at once over all
+sessions (docs/processes.md#capacity); a slot goes back however its task ends."""
 
 from __future__ import annotations
 
@@ -141,10 +141,11 @@ def _ended(how: str, runtime: Runtime, running: SessionHandle, release: threadin
         release.set()
         closing.join(30)
     elif how == "handed back":
-        runtime.hosts[running.session_id].handle.release(10, grace_sec=0)
+        runtime.sessions.hosts[running.session_id].handle.release(10, grace_sec=0)
         release.set()
     elif how == "lost":
-        runtime.hosts[running.session_id].crash(timeout=5)  # as a lease another process took
+        # As a lease another process took.
+        runtime.sessions.hosts[running.session_id].crash(timeout=5)
         release.set()
 
 

@@ -21,7 +21,7 @@ import pytest
 from support import POSTGRES_URL, StoreFactory
 
 from plait.actors.model import ModelSettings
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer
 
 WAIT_SEC = 30.0
@@ -53,7 +53,7 @@ def test_a_release_a_signal_cuts_on_postgresql_is_made_again(
 ) -> None:
     store = postgres.open()
     settings = ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
-    runtime = Runtime(store, model=settings, expire_every_sec=None)
+    runtime = Runtime(store, RuntimeSettings(model=settings, expire_every_sec=None))
     session = "handed-back"  # a lease alone: no session's actors write with it
     assert runtime.owner.take(session) is not None
     main = threading.main_thread().ident

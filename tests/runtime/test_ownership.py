@@ -171,10 +171,10 @@ def test_commands_of_a_task_already_in_the_log_are_not_run_twice(
         session = a.start_session()
         sid, root = session.session_id, session.root_conversation_id
         plan = TaskPlan("task-1", root, [InputText("hi")])
-        assert session.runtime.hosts[sid].queue(plan) == "task-1"
+        assert session.runtime.sessions.hosts[sid].queue(plan) == "task-1"
         wait_for(a.store, sid, TaskCompleted)
         # the process dies before it dropped the command
-        session.runtime.hosts[session.session_id].crash(timeout=5)
+        session.runtime.sessions.hosts[session.session_id].crash(timeout=5)
     store = durable_stores.open()
     store.inbox.put(sid, Command(SubmitTask(plan), sender="a"))
     with process(durable_stores, server, "b") as b:

@@ -14,7 +14,7 @@ from plait.testing import ScriptedModelServer, Step
 
 
 def wait_passive(handle: SessionHandle, timeout: float = 10) -> bool:
-    changed = handle.runtime.hosts[handle.session_id].changed
+    changed = handle.runtime.sessions.hosts[handle.session_id].changed
     with changed:
         return changed.wait_for(lambda: handle.passive, timeout)
 

@@ -22,7 +22,7 @@ from blinks import Blinks, worker_through
 from support import POSTGRES_URL, StoreFactory
 
 from plait.actors.model import ModelSettings
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 pytestmark = pytest.mark.pg_restart
@@ -48,7 +48,9 @@ def test_a_runtime_keeps_its_sessions_across_a_postgres_restart(tmp_path: Path) 
         stores.open()
         with ScriptedModelServer([Step(text="before"), Step(text="after")]) as server:
             settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-            with Runtime(url, model=settings, owner_id="a", expire_every_sec=None) as a:
+            with Runtime(
+                url, RuntimeSettings(model=settings, owner_id="a", expire_every_sec=None)
+            ) as a:
                 session = a.start_session()
                 assert session.run("one", timeout=30).ok
                 restart_postgres()
@@ -60,7 +62,9 @@ def test_a_runtime_keeps_its_sessions_across_a_postgres_restart(tmp_path: Path) 
                     1,
                     True,
                 )
-                with Runtime(url, model=settings, owner_id="b", expire_every_sec=None) as b:
+                with Runtime(
+                    url, RuntimeSettings(model=settings, owner_id="b", expire_every_sec=None)
+                ) as b:
                     assert b.resume(session.session_id).followed
                 assert a.store.verify(session.session_id).ok
     finally:

@@ -38,7 +38,7 @@ from plait.events import (
 )
 from plait.events.stores import open_store
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
@@ -49,14 +49,16 @@ OWNER = textwrap.dedent(
     from plait.actors.mcp.config import McpServerConfig
     from plait.actors.model import ModelSettings
     from plait.errors import PlaitError
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
 
     url, base_url, server_py, counter, prompt = sys.argv[1:6]
     mcp = {"t": McpServerConfig(
         command=sys.executable, args=[server_py, "stdio"], env={"PLAIT_TEST_COUNTER": counter}
     )}
     settings = ModelSettings(base_url=base_url, api_key="k", model="m")
-    runtime = Runtime(url, model=settings, mcp_servers=mcp, lease_sec=1.0, owner_id="doomed")
+    runtime = Runtime(
+        url, RuntimeSettings(model=settings, mcp_servers=mcp, lease_sec=1.0, owner_id="doomed")
+    )
     session = runtime.start_session()
     print(session.session_id, flush=True)
     try:
@@ -213,7 +215,9 @@ def test_a_worker_takes_over_the_session_of_a_killed_owner(
         lease = store.leases.get(session)
         assert lease is not None and lease.owner != "doomed" and lease.epoch == 2
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        with Runtime(store, model=settings, owner_id="parent", expire_every_sec=None) as parent:
+        with Runtime(
+            store, RuntimeSettings(model=settings, owner_id="parent", expire_every_sec=None)
+        ) as parent:
             followed = parent.resume(session)
             assert followed.followed  # the worker owns it now
             outcome = followed.run("are you there?", timeout=60)
@@ -247,7 +251,9 @@ def test_a_paused_owner_woken_after_a_takeover_adds_nothing(
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
         env = {"PLAIT_TEST_COUNTER": str(counter)}
         mcp = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"], env=env)}
-        with Runtime(store, model=settings, mcp_servers=mcp, owner_id="b", lease_sec=1.0) as b:
+        with Runtime(
+            store, RuntimeSettings(model=settings, mcp_servers=mcp, owner_id="b", lease_sec=1.0)
+        ) as b:
             followed = b.resume(session)  # followed, until the lease lapses: then taken
             outcome = followed.run("are you there?", timeout=60)
             assert outcome.ok and outcome.last_assistant_message == "taken over"
@@ -272,7 +278,9 @@ def test_plait_sessions_shows_the_owner_of_a_live_session(
     url = url_of(durable_stores)
     with ScriptedModelServer([]) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        with Runtime(url, model=settings, owner_id="host:1:abc", expire_every_sec=None) as rt:
+        with Runtime(
+            url, RuntimeSettings(model=settings, owner_id="host:1:abc", expire_every_sec=None)
+        ) as rt:
             session = rt.start_session()
             listed = plait(tmp_path, "sessions", "--store", url, "--json")
             out, err = listed.communicate(timeout=60)
@@ -295,7 +303,9 @@ def test_a_worker_stopped_with_sigterm_lets_its_running_task_end_and_hands_back(
     slow = Step(text="slow " * 40, chunk_chars=5, chunk_delay=0.05)  # about 2 s
     with ScriptedModelServer([Step(text="hi"), slow]) as server, open_store(url) as store:
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        with Runtime(store, model=settings, owner_id="front", expire_every_sec=None) as front:
+        with Runtime(
+            store, RuntimeSettings(model=settings, owner_id="front", expire_every_sec=None)
+        ) as front:
             session = front.start_session()
             assert session.run("hi", timeout=30).ok
             assert session.release(timeout=30)

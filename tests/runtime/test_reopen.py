@@ -39,7 +39,7 @@ def test_resuming_an_open_session_records_no_reopening(tmp_path: Path) -> None:
         with runtime_for(server, tmp_path) as runtime:
             session = runtime.start_session()
             assert session.run("one", timeout=30).ok
-            session.runtime.hosts[session.session_id].crash(timeout=5)  # left open
+            session.runtime.sessions.hosts[session.session_id].crash(timeout=5)  # left open
         with runtime_for(server, tmp_path) as runtime:
             runtime.resume(session.session_id)
             events = runtime.store.read(session.session_id)

@@ -17,13 +17,14 @@ CHILD = textwrap.dedent(
     """
     import asyncio, os, signal, sys
     from plait.actors.model import ModelSettings
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
     from plait.testing import ScriptedModelServer, Step
 
     db, how = sys.argv[1], sys.argv[2]
     with ScriptedModelServer([Step(text="slow " * 50, chunk_chars=5, chunk_delay=0.05)]) as server:
-        settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
-        session = Runtime(db, model=settings, expire_every_sec=None, lease_sec=1.0).start_session()
+        model = ModelSettings(base_url=server.base_url, api_key="k", model="m")
+        settings = RuntimeSettings(model=model, expire_every_sec=None, lease_sec=1.0)
+        session = Runtime(db, settings).start_session()
         if how == "submit":
             task_id = session.submit("go")
         else:

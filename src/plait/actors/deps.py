@@ -52,7 +52,7 @@ class ConversationDeps(msgspec.Struct, frozen=True):
     """The runtime's ``ApprovalGate`` (replay's answers from the log); ``None``: no approver,
     so every call that must ask is denied."""
     model_protocol: int = MODEL_PROTOCOL
-    """How requests are shaped and replies read (``RuntimeSettings.model_protocol``)."""
+    """How requests are shaped and replies read (``RecordedSettings.model_protocol``)."""
     model_options: ModelOptions = ModelOptions()
     """What each model request asks for beyond messages and tools."""
     task_gate: TaskGateLike | None = None

@@ -142,11 +142,11 @@ class ChatCommands:
 
     def _model(self, args: list[str], out: TextIO) -> None:
         if not args:
-            out.write(f"model: {self.runtime.settings.model}\n")
+            out.write(f"model: {self.runtime.settings.model.model}\n")
             return
         session_id = self.session.session_id
         self.session.release()  # handed to the runtime of the other model
         self.runtime.close()
         self.runtime = self._open_runtime(args[0])
         self.session = self.runtime.resume(session_id)
-        out.write(f"model: {self.runtime.settings.model} from the next task\n")
+        out.write(f"model: {self.runtime.settings.model.model} from the next task\n")

@@ -175,24 +175,19 @@ def make_runtime(
     **more: Any,
 ) -> Runtime:
     """A runtime on ``store``, configured as ``config`` says; ``approver`` decides the tool
-    calls its approval policy asks for (none: they are denied); ``more`` are more of the
-    ``Runtime``'s arguments."""
+    calls its approval policy asks for (none: they are denied); ``more`` are more of its
+    ``RuntimeSettings``' fields, which win over the configuration's."""
     from plait.actors import McpLimits
     from plait.events import HistorySettings, StoragePolicy
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, RuntimeSettings
 
     policy, history = config.policy, config.history
-    signer = signer_of(config)
-    if signer is not None:
-        more.setdefault("signer", signer)
-    more.setdefault("telemetry", telemetry_of(config))
     for name, server in config.mcp_servers.items():
         log.info("MCP server %s: %s", name, describe_server(server))
     limits = McpLimits(
         policy.max_concurrent_tool_calls, policy.max_concurrent_tool_calls_per_conversation
     )
-    return Runtime(
-        store,
+    settings = RuntimeSettings(
         model=model,
         max_interrupt_chain_depth=policy.max_interrupt_chain_depth,
         mcp_servers=config.mcp_servers,
@@ -208,8 +203,10 @@ def make_runtime(
             history.max_items,
             history.max_tokens,
         ),
-        **more,
+        signer=signer_of(config),
+        telemetry=telemetry_of(config),
     )
+    return Runtime(store, msgspec.structs.replace(settings, **more))
 
 
 def telemetry_of(config: Config, *, endpoint: str | None = None) -> TelemetrySettings:

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, TextIO
 from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
 from plait.cli.live import LivePrinter
-from plait.runtime import Runtime, TaskOutcome
+from plait.runtime import Runtime, RuntimeSettings, TaskOutcome
+from plait.telemetry import TelemetrySettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 if TYPE_CHECKING:
     from plait.events import Signer
-    from plait.telemetry import TelemetrySettings
 
 __all__ = ["QUESTION", "SERVERS", "demo_script", "replay_check", "run_demo"]
 
@@ -61,12 +61,16 @@ def run_demo(
     With ``signer`` (``[audit] signing_key``), its heads are signed; with ``telemetry``
     (``[telemetry]``, the ``OTEL_*`` variables), its spans are exported as it runs."""
     with ScriptedModelServer(demo_script()) as server:
-        settings = ModelSettings(
+        model = ModelSettings(
             base_url=server.base_url, api_key="offline-demo", model="scripted-model"
         )
-        with Runtime(
-            store, model=settings, mcp_servers=SERVERS, signer=signer, telemetry=telemetry
-        ) as runtime:
+        settings = RuntimeSettings(
+            model=model,
+            mcp_servers=SERVERS,
+            signer=signer,
+            telemetry=telemetry or TelemetrySettings(),
+        )
+        with Runtime(store, settings) as runtime:
             session = runtime.start_session(base_instructions="You are the demo's root agent.")
             print(f"session {session.session_id} (model: scripted, offline)", file=err)
             printer = LivePrinter(session.root_conversation_id, out)

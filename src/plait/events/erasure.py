@@ -2,7 +2,7 @@
 and what its tools were given and returned, and records that it did.
 
 A session started by this plait keeps every content string in a blob of its own
-(``RuntimeSettings.erasable``), apart from the events the hash chain covers: the events hold
+(``RecordedSettings.erasable``), apart from the events the hash chain covers: the events hold
 each content's digest and size. Erasing deletes those blobs; the events, their hashes and the
 heads signed over them are as they were, so ``verify`` (with signatures) still passes and the
 audit still lists every call. ``ContentErased`` records who asked, why and what was erased,

@@ -74,7 +74,7 @@ class Policies:
         """Conversations whose policy is not ``full``."""
         self.apart = False
         """The session keeps its content in blobs of its own, apart from its hashed events,
-        so that it can be erased (``RuntimeSettings.erasable``, docs/storage.md#erasure)."""
+        so that it can be erased (``RecordedSettings.erasable``, docs/storage.md#erasure)."""
         self.learn(past)
 
     def learn(self, items: Iterable[Event | NewEvent | Body]) -> None:

@@ -58,7 +58,7 @@ from plait.events.bodies import (
     TurnAborted,
     TurnStarted,
 )
-from plait.events.values import RuntimeSettings, UtcDateTime
+from plait.events.values import RecordedSettings, UtcDateTime
 
 __all__ = [
     "CANCEL_MESSAGE",
@@ -221,7 +221,7 @@ class NewEvent(msgspec.Struct, frozen=True):
         )
 
 
-def recorded_settings(events: Sequence[Event]) -> RuntimeSettings | None:
+def recorded_settings(events: Sequence[Event]) -> RecordedSettings | None:
     """How the runtime that started the session of ``events`` was configured, as its
     ``SessionStarted`` keeps it; ``None`` for a log that is no session's or predates it."""
     started = events[0].body if events else None

@@ -27,8 +27,8 @@ __all__ = [
     "InputText",
     "McpToolSnapshot",
     "ModelOptions",
+    "RecordedSettings",
     "Redacted",
-    "RuntimeSettings",
     "StoragePolicy",
     "TaskPlan",
     "ToolCall",
@@ -250,10 +250,10 @@ class ModelOptions(Value, frozen=True):
 
 
 MODEL_PROTOCOL = 2
-"""How new sessions talk to the model (``RuntimeSettings.model_protocol``, docs/models.md)."""
+"""How new sessions talk to the model (``RecordedSettings.model_protocol``, docs/models.md)."""
 
 
-class RuntimeSettings(Value, frozen=True):
+class RecordedSettings(Value, frozen=True):
     """How the runtime running a session was configured: what replay must configure alike."""
 
     max_interrupt_chain_depth: int = 8

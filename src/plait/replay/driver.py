@@ -82,7 +82,7 @@ from plait.replay.inference import (
     submitted_task,
 )
 from plait.replay.recorded_store import RecordedStore
-from plait.runtime import Outside, Runtime
+from plait.runtime import Outside, Runtime, RuntimeSettings
 
 __all__ = ["Driver", "Program"]
 
@@ -140,13 +140,17 @@ class Driver:
         }
         reports = _reports(recorded, self.given, {*self.crash_points, *self.forced})
         self.store = RecordedStore(recorded, sorted(halts), racing, reports, timeout)
-        self.runtime = Runtime(
-            self.store,
+        settings = RuntimeSettings(
             model=ModelSettings(model=started.model or "replay", api_key="replay"),
             max_interrupt_chain_depth=program.max_interrupt_chain_depth,
-            mcp_limits=program.mcp_limits,
+            mcp_limits=program.mcp_limits or McpLimits(),
             history=program.history,
             mcp_servers={name: McpServerConfig(command="replay") for name in sorted(servers)},
+            expire_every_sec=None,
+        )
+        self.runtime = Runtime(
+            self.store,
+            settings,
             _outside=Outside(
                 self.model,
                 make_servers,
@@ -155,7 +159,6 @@ class Driver:
                 self.read,
                 records_servers=False,  # each run's are fed in, as recorded
             ),
-            expire_every_sec=None,
         )
         self.open_calls: dict[str, str] = {}  # call id -> tool, requested and not answered
         self.started: set[str] = set()  # MCP calls sent and not answered
@@ -188,7 +191,7 @@ class Driver:
         ]
         self.runtime.store.append(self.session_id, copied, 0)
         self.handle = self.runtime.resume(self.session_id)
-        self.host = self.runtime.hosts[self.session_id]
+        self.host = self.runtime.sessions.hosts[self.session_id]
         produced = self.runtime.store.read(self.session_id)
         self.tail = self.runtime.store.subscribe(produced[-1].position)
         done = self.given
@@ -357,7 +360,7 @@ class Driver:
         # records its end itself, or starts it again (a ToolCallStarted of its own).
         self.started.clear()
         self.handle = self.runtime.resume(self.session_id)
-        self.host = self.runtime.hosts[self.session_id]
+        self.host = self.runtime.sessions.hosts[self.session_id]
 
     def _stop_here(self, at_halt: bool) -> None:
         """Stop the replayed session where the recorded one stopped (``at_halt``: at the crash

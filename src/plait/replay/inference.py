@@ -117,7 +117,7 @@ def crash_points(recorded: list[Event], closing: Container[int] = ()) -> list[in
     """The seqs where a resumed process began to record.
 
     A session that records ``SessionResumed`` says so: each marker is one. Before markers
-    were recorded (``RuntimeSettings.resume_markers``, ``ForkOrigin.full_recovery``), a
+    were recorded (``RecordedSettings.resume_markers``, ``ForkOrigin.full_recovery``), a
     recovery is known by what it records first: a call run again (started a second time),
     an answer for a call the crash cut off, or the crashed task's end; until that
     ``TurnAborted(crash)``, the events of the task it ends are the recovery's, not a new

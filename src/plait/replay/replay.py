@@ -19,7 +19,7 @@ from plait.errors import (
     DivergenceError,
     UnknownSessionError,
 )
-from plait.events import EventStore, RuntimeSettings, SessionStarted, missing_content
+from plait.events import EventStore, RecordedSettings, SessionStarted, missing_content
 from plait.replay.compare import Divergence, ReplayResult
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def replay(
         raise ContentUnavailableError(session_id, "replay", missing)
     started = recorded[0].body
     assert isinstance(started, SessionStarted)
-    kept = started.settings or RuntimeSettings()
+    kept = started.settings or RecordedSettings()
     if mcp_limits is None and started.settings is not None:
         mcp_limits = McpLimits(
             kept.mcp_per_session,

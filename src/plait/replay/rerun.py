@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from plait.actors.mcp import McpServerConfig
 from plait.errors import PlaitError, UnknownSessionError
 from plait.events import (
@@ -34,6 +36,7 @@ from plait.replay.rerun_report import Chain, RerunReport, chains, compare
 if TYPE_CHECKING:
     from plait.actors import Approver, ModelSettings
     from plait.actors.mcp import FunctionTool, Report
+    from plait.runtime import RuntimeSettings
 
 __all__ = ["rerun", "rerun_each"]
 
@@ -58,7 +61,7 @@ def rerun(
     save: bool = True,
     timeout: float = 300.0,
     user_instructions: str | None = None,
-    runtime_options: Mapping[str, Any] | None = None,
+    settings: RuntimeSettings | None = None,
 ) -> RerunReport:
     """Run ``session_id``'s submitted tasks again, in order, against ``model``; return what
     changed, task by task.
@@ -72,13 +75,14 @@ def rerun(
     ``user_instructions`` replace those the original's root conversation was opened with, if
     it was opened with some (as the command line opens its sessions) and they differ: a
     context change before the first task, which starts the history afresh
-    (docs/replay.md#live-reruns).
+    (docs/replay.md#live-reruns). ``settings`` configure the runtime it runs on, but for
+    its model, its MCP servers and tools, and its expiring, which are the arguments'.
     """
     # Here, not at the top: the runtime and asyncio (~50 ms to import), which `plait audit`,
     # `fork` and `verify` do without, importing this package.
     from plait.actors import ApprovalGate
     from plait.actors.mcp import McpServers, as_tools
-    from plait.runtime import Outside, Runtime
+    from plait.runtime import Outside, Runtime, RuntimeSettings
 
     original = store.read(session_id)
     if not original or not isinstance(original[0].body, SessionStarted):
@@ -100,15 +104,14 @@ def rerun(
     gate = ApprovalGate(approver) if live_tools else None
     outside = Outside(mcp_factory=servers, approval_gate=LoggedApprovals(calls, gate))
     done: list[tuple[Chain, str | None, str, str | None]] = []
-    with Runtime(
-        target,
+    settings = msgspec.structs.replace(
+        settings or RuntimeSettings(),
         model=model,
-        mcp_servers=mcp_servers,
+        mcp_servers=mcp_servers or {},
         tools=functions,
         expire_every_sec=None,
-        _outside=outside,
-        **(runtime_options or {}),
-    ) as runtime:
+    )
+    with Runtime(target, settings, _outside=outside) as runtime:
         session = runtime.resume(rerun_id)
         root = _root(original)
         told = root.user_instructions

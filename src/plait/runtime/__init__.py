@@ -2,7 +2,8 @@
 # It imports `plait.events`, `plait.actors` and `plait.telemetry`, never `plait.replay` or the cli.
 """Run sessions on a store, drive them, and pick up what a stopped process left running.
 
-    runtime = Runtime(".plait/plait.db", model=ModelSettings(base_url=..., model=...))
+    settings = RuntimeSettings(model=ModelSettings(base_url=..., model=...))
+    runtime = Runtime(".plait/plait.db", settings)
     session = runtime.start_session(base_instructions="Be brief.")
     outcome = session.run("What changed in the last release?")
     print(outcome.status, outcome.last_assistant_message)
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
     from plait.runtime.outside import Outside
     from plait.runtime.recovery import Recovery, in_flight, records_resumes
     from plait.runtime.runtime import Runtime
+    from plait.runtime.settings import RuntimeSettings
     from plait.runtime.supervision import Unrecorded
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "Outside",
     "Recovery",
     "Runtime",
+    "RuntimeSettings",
     "SessionHandle",
     "Status",
     "TaskOutcome",
@@ -52,6 +55,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "plait.runtime.outside": ("Outside",),
     "plait.runtime.recovery": ("Recovery", "in_flight", "records_resumes"),
     "plait.runtime.runtime": ("Runtime",),
+    "plait.runtime.settings": ("RuntimeSettings",),
     "plait.runtime.supervision": ("Unrecorded",),
 }
 

@@ -67,8 +67,9 @@ class SessionHandle(SessionViews):
 
     @property
     def passive(self) -> bool:
-        """Whether the session's actors are stopped because it was idle (``Runtime(idle_sec=)``);
-        the next call that needs them brings them back from the log."""
+        """Whether the session's actors are stopped because it was idle
+        (``RuntimeSettings(idle_sec=)``); the next call that needs them brings them back from the
+        log."""
         return self._host.passive
 
     def passivate(self, timeout: float = 10.0) -> bool:
@@ -112,7 +113,8 @@ class SessionHandle(SessionViews):
         self, prompt: str | Sequence[InputItem], cid: str | None, task_id: str | None = None
     ) -> TaskPlan:
         items: list[InputItem] = [InputText(prompt)] if isinstance(prompt, str) else list(prompt)
-        return TaskPlan(task_id or self.runtime.new_id(), cid or self.root_conversation_id, items)
+        task_id = task_id or self.runtime.settings.new_id()
+        return TaskPlan(task_id, cid or self.root_conversation_id, items)
 
     def submit(
         self,
@@ -227,7 +229,7 @@ class SessionHandle(SessionViews):
         check_inputs(conversation_id=conversation_id)
         check_input("", change)  # names the field: ``user_instructions is not valid text...``
         cid = conversation_id or self.root_conversation_id
-        return self._host.queue(TaskPlan(self.runtime.new_id(), cid, context=change))
+        return self._host.queue(TaskPlan(self.runtime.settings.new_id(), cid, context=change))
 
     def compact(
         self,
@@ -246,7 +248,7 @@ class SessionHandle(SessionViews):
         cid = conversation_id or self.root_conversation_id
         if keep_recent_tokens is None:
             keep_recent_tokens = self.runtime.history.keep_recent_tokens
-        plan = TaskPlan(self.runtime.new_id(), cid, compact=keep_recent_tokens)
+        plan = TaskPlan(self.runtime.settings.new_id(), cid, compact=keep_recent_tokens)
         with self._follow() as feed:
             return await_outcome(feed, self._host.queue(plan), timeout)
 

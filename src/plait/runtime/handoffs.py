@@ -14,7 +14,7 @@ answer it. Resumed, the session answers it from what its log holds, before anyth
   was queued, is dropped, for nobody waits for its result.
 
 All of it is read from the log, so a replay of the fork records the same. Sessions started
-before this was done (``RuntimeSettings.handoff_answers`` false) resume as they did; a fork
+before this was done (``RecordedSettings.handoff_answers`` false) resume as they did; a fork
 made since does it whatever its source recorded (``ForkOrigin.full_recovery``).
 """
 
@@ -78,7 +78,7 @@ class _Handoff:
 def cut_handoffs(past: Sequence[Event]) -> list[NewEvent]:
     """What answers the hand-offs ``past`` leaves open with nothing queued to answer them,
     and drops the target tasks nobody waits for (nothing, if there are none, or if the
-    session predates ``RuntimeSettings.handoff_answers``: it resumes as it did)."""
+    session predates ``RecordedSettings.handoff_answers``: it resumes as it did)."""
     if not answers_handoffs(past):
         return []
     queue = TASKS.initial()
@@ -135,7 +135,7 @@ def _answers(handoffs: dict[str, _Handoff], queue: TaskQueue) -> list[NewEvent]:
 
 def answers_handoffs(past: Sequence[Event]) -> bool:
     """Whether the session of ``past`` answers hand-offs a cut left open: it was started
-    recording ``RuntimeSettings.handoff_answers``, or forked since forks do."""
+    recording ``RecordedSettings.handoff_answers``, or forked since forks do."""
     settings = recorded_settings(past)
     return (settings is not None and settings.handoff_answers) or fully_recovered(past)
 

@@ -55,13 +55,14 @@ from plait.runtime.steps import every_step
 from plait.runtime.supervision import STOP_SEC, failure_end, went_away
 
 if TYPE_CHECKING:
-    from plait.events import EventStore, HistorySettings, Signer, TaskPlan
+    from plait.events import EventStore, HistorySettings, TaskPlan
     from plait.events.projections import ConversationInfo
     from plait.runtime.admission import Admission
     from plait.runtime.following import Followers
     from plait.runtime.gate import TaskGate
     from plait.runtime.offload import Offload
     from plait.runtime.ownership import Owner
+    from plait.runtime.settings import RuntimeSettings
 
 __all__ = ["CLOSED_BY", "ActorsFor", "Front", "Hosting", "SessionHost"]
 
@@ -76,13 +77,14 @@ makes what its conversations share, for its journal and past."""
 
 
 class Hosting(Protocol):
-    """What a session's host, and its handle, use of the runtime that holds it."""
+    """What a session's host, its handle, and the runtime's ``Sessions`` use of the runtime
+    that holds them."""
 
     @property
     def store(self) -> EventStore: ...
 
     @property
-    def signer(self) -> Signer | None: ...
+    def settings(self) -> RuntimeSettings: ...
 
     @property
     def owner(self) -> Owner: ...
@@ -101,9 +103,6 @@ class Hosting(Protocol):
 
     @property
     def history(self) -> HistorySettings: ...
-
-    @property
-    def new_id(self) -> Callable[[], str]: ...
 
 
 class Front(Protocol):
@@ -146,7 +145,7 @@ class SessionHost(Generic[H]):
             on_idle=self._went_idle,
             on_lost=self.lose,
             may_act=lambda: runtime.owner.still_owns(session_id),
-            signer=runtime.signer,
+            signer=runtime.settings.signer,
         )
         """Its journal, which tells it what it must hear (idle, lost) and asks it whether it
         may still act: made here, once, with those (docs/processes.md#a-sessions-life)."""

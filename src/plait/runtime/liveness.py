@@ -10,9 +10,9 @@ again by a later process is not taken for the owner. A process that reads an id 
 the owner is dead, and its lease can be taken at once instead of after ``lease_sec``.
 
 Everything else tells nothing and the owner counts as alive (its lease lapses in its own
-time): another machine, an id without ``where.start`` (given as ``Runtime(owner_id=)``, or made
-by an older plait as ``host:pid:random``), a system without ``/proc``, a process hidden from
-this one.
+time): another machine, an id without ``where.start`` (given as
+``RuntimeSettings(owner_id=)``, or made by an older plait as ``host:pid:random``), a system
+without ``/proc``, a process hidden from this one.
 """
 
 from __future__ import annotations

@@ -332,7 +332,7 @@ def in_flight(store: EventStore) -> Iterator[tuple[str, list[Event], QueueSnapsh
 
 def records_resumes(past: Sequence[Event]) -> bool:
     """Whether the session of ``past`` records ``SessionResumed`` where a process takes it
-    over: it was started recording ``RuntimeSettings.resume_markers``, or forked since forks
+    over: it was started recording ``RecordedSettings.resume_markers``, or forked since forks
     do (``ForkOrigin.full_recovery``)."""
     settings = recorded_settings(past)
     return (settings is not None and settings.resume_markers) or fully_recovered(past)

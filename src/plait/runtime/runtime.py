@@ -7,10 +7,8 @@ import contextlib
 import functools
 import logging
 import os
-import threading
-import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,34 +16,28 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from plait.actors import (
-    DEFAULT_APPROVAL_TIMEOUT_SEC,
     ApprovalGate,
-    Approver,
     ConversationDeps,
     EffectLoop,
     Journal,
-    McpLimits,
     McpPoolRef,
     ModelClient,
-    ModelSettings,
     NewId,
     ReadInstructions,
     read_instruction_file,
 )
-from plait.actors.mcp import FunctionTool, McpServerConfig, as_tools
+from plait.actors.mcp import FunctionTool, as_tools
 from plait.events import (
-    DEFAULT_LEASE_SEC,
     MODEL_PROTOCOL,
     ApprovalPolicy,
+    Body,
     ConversationOpened,
     Event,
     EventStore,
-    HistorySettings,
     NewEvent,
-    RuntimeSettings,
+    RecordedSettings,
     SessionStarted,
     Signal,
-    Signer,
     StoragePolicy,
     ToolPrefs,
     check_policy,
@@ -56,16 +48,16 @@ from plait.runtime.admission import Admission
 from plait.runtime.following import Followers
 from plait.runtime.gate import TaskGate
 from plait.runtime.handle import SessionHandle
-from plait.runtime.host import SessionHost
 from plait.runtime.inputs import check_inputs
 from plait.runtime.offload import Offload
 from plait.runtime.outside import Outside
 from plait.runtime.ownership import Owner, default_owner_id
+from plait.runtime.recovery import Recovery
 from plait.runtime.sessions import Sessions
+from plait.runtime.settings import RuntimeSettings
 from plait.runtime.sweeping import Sweeping
 from plait.runtime.telemetry import live_export
 from plait.runtime.timers import Timer, Timers
-from plait.telemetry import TelemetrySettings
 
 if TYPE_CHECKING:
     from plait.actors.mcp import SharedServers
@@ -100,141 +92,91 @@ def _hand_back_at_exit() -> None:
 os.register_at_fork(after_in_child=_open.clear)  # a child's copies own nothing of the parent's
 
 
-class Runtime(Sessions):
+class Runtime:
     """Runs sessions on a store: actors, the effect loop, and the model client."""
 
     def __init__(
         self,
         store: EventStore | str | Path = ".plait/plait.db",
+        settings: RuntimeSettings | None = None,
         *,
-        model: ModelSettings | None = None,
-        workdir: str | Path = ".",
-        max_interrupt_chain_depth: int = 8,
-        new_id: Callable[[], str] | None = None,
-        mcp_servers: Mapping[str, McpServerConfig] | None = None,
-        mcp_limits: McpLimits | None = None,
-        tools: Iterable[FunctionTool | Callable[..., object]] = (),
-        storage_policy: StoragePolicy | None = None,
-        history: HistorySettings | None = None,
-        expire_every_sec: float | None = 60.0,
-        approval_policy: ApprovalPolicy = "never",
-        approver: Approver | None = None,
-        approval_timeout_sec: float = DEFAULT_APPROVAL_TIMEOUT_SEC,
-        idle_sec: float | None = None,
-        max_active_sessions: int | None = None,
-        max_running_tasks: int | None = None,
-        owner_id: str | None = None,
-        lease_sec: float = DEFAULT_LEASE_SEC,
-        signer: Signer | None = None,
-        telemetry: TelemetrySettings | None = None,
         _outside: Outside | None = None,
     ) -> None:
-        """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop.
+        """Open ``store`` (an ``EventStore``, a SQLite path or a URL) and start the effect loop,
+        configured by ``settings`` (``RuntimeSettings()``: the defaults).
 
-        ``tools`` are Python functions every session offers the model (``plait.tool``; a bare
-        function is one with the defaults), beside its MCP servers' tools.
-        ``storage_policy`` is new sessions' default (``full``). Once the runtime has a
-        session with a ``ttl`` conversation (or ``ttl`` is the default), it deletes every
-        ``expire_every_sec`` the content of the store's ``ttl`` conversations that is due
-        (``None``: only when ``expire_content`` is called, as ``plait expire`` does).
-        ``history`` sets new sessions' compaction and history bounds (a session keeps those it
-        started with, so it resumes and replays alike); its ``context_window`` defaults to the
-        model's.
-        ``approval_policy`` is new sessions' default: which MCP calls wait for a decision
-        (``never``, ``on-request``, ``on-write``, ``untrusted``). ``approver`` decides them (a
-        function or an async function of an ``ApprovalRequest``, returning an
-        ``ApprovalDecision``); a call it has not decided within ``approval_timeout_sec`` is
-        denied, and so is every call that asks when there is no approver.
-        With ``idle_sec``, a session with nothing running or waiting, unused and silent for
-        that long, is passivated: its actors stop and release their threads, and its handle
-        brings them back from the log on the next call that needs them.
-        With ``max_active_sessions``, at most that many sessions have running actors: a
-        session that needs them when all places are taken makes one by passivating the least
-        recently used idle session, or waits, in order, until one is idle (``start_session``,
-        ``resume`` and the calls that queue work wait; ``arun`` and ``asubmit`` on the loop).
-        With ``max_running_tasks``, at most that many tasks run at once, over all sessions: a
-        task that finds every run slot taken stays queued in its session's log and starts
-        when one is free, in the order the sessions came, holding no thread meanwhile
-        (docs/processes.md#capacity).
-        Every session the runtime opens, resumes or takes over is its own by a lease in the
-        store (``owner_id``, by default ``host:pid:random:where.start``), renewed every third of
-        ``lease_sec``; a session another live process owns is followed instead: its commands go
-        to that owner's inbox (docs/processes.md).
-        With ``signer`` (``Signer.from_key_file(path)``, or a fingerprint and a function that
-        signs, as a KMS does), every session it writes records a signed head after each task's
-        end and at its close (docs/event-log.md#signed-heads); plait never sees the key.
-        ``telemetry`` says where the spans and metrics of what the runtime's sessions record
-        go over OTLP, as they are recorded (docs/telemetry.md#live); by default the standard
-        ``OTEL_EXPORTER_OTLP_ENDPOINT`` variables decide, and with none set nothing is sent.
         (``_outside`` is replay's: it answers the model, the MCP servers and the approver
         from the log.)
         """
-        check_policy(approval_policy)
+        self.settings = settings = RuntimeSettings() if settings is None else settings
+        """How it runs its sessions."""
         self._owns_store = not isinstance(store, EventStore)
         self.store = store if isinstance(store, EventStore) else open_store(store)
-        self.signer = signer
-        """What signs the heads of the sessions it writes (``None``: none is signed)."""
-        self.settings = model or ModelSettings()
-        self.new_id = new_id or (lambda: str(uuid.uuid4()))
-        self.workdir = str(workdir)
-        self.max_interrupt_chain_depth = max_interrupt_chain_depth
-        self.mcp_servers = dict(mcp_servers or {})
-        """MCP servers by name; the sessions share them (docs/tools.md#shared-servers)."""
-        self.mcp_limits = mcp_limits
-        self.tools = as_tools(tools)
-        """Function tools every session offers."""
-        self._session_tools: dict[str, list[FunctionTool]] = {}
+        tools = as_tools(settings.tools)  # before any thread starts: it may refuse them
         self._loop = EffectLoop()
         self._outside = outside = _outside or Outside()
-        self._records_servers = outside.records_servers
-        self._client = outside.model_client or ModelClient(self.settings)
+        self._client = outside.model_client or ModelClient(settings.model)
         self._mcp_factory = outside.mcp_factory
         self._shared_servers: SharedServers | None = None  # its MCP servers, which sessions share
-        if self.mcp_servers:  # only then: it loads what most commands never use
+        if settings.mcp_servers:  # only then: it loads what most commands never use
             from plait.actors.mcp import SharedServers
 
             self._shared_servers = SharedServers()
-        self._new_id_for: NewId = outside.new_id or (lambda _made_for: self.new_id())
+        self._new_id_for: NewId = outside.new_id or (lambda _made_for: settings.new_id())
+        workdir = str(settings.workdir)
         self._read_instructions: ReadInstructions = outside.read_instructions or (
-            lambda _made_for, name: read_instruction_file(self.workdir, name)
+            lambda _made_for, name: read_instruction_file(workdir, name)
         )
-        self.storage_policy = storage_policy or StoragePolicy()
-        self.approval_policy: ApprovalPolicy = approval_policy
-        self._approval_gate = outside.approval_gate or ApprovalGate(approver, approval_timeout_sec)
-        self.history = history or HistorySettings()
+        self._approval_gate = outside.approval_gate or ApprovalGate(
+            settings.approver, settings.approval_timeout_sec
+        )
+        self.history = settings.history
+        """New sessions' history bounds, their ``context_window`` the model's if unset."""
         if self.history.context_window is None:
-            window = self.settings.context_window
+            window = settings.model.context_window
             self.history = msgspec.structs.replace(self.history, context_window=window)
-        self.hosts: dict[str, SessionHost[SessionHandle]] = {}
-        """The sessions this runtime runs or follows, each's life (plait's own, not the API)."""
         self.room = Signal()
         """Moved when a place or a run slot may have come free for work that found none
         (``plait worker`` waits on it beside the inbox; plait's own, not the API)."""
-        self.admission = Admission(max_active_sessions, self._place_freed)
+        self.admission = Admission(settings.max_active_sessions, self._place_freed)
         """Places for sessions' actors (plait's own, not the API)."""
-        self.gate = TaskGate(max_running_tasks, self.room.notify)
+        self.gate = TaskGate(settings.max_running_tasks, self.room.notify)
         """Run slots for tasks (plait's own, not the API)."""
         self.off_loop = Offload("plait-calls")
         """Where asyncio callers' submissions run, off their loop (plait's own, not the API)."""
-        self._resuming = threading.Lock()
         self.timers = Timers("plait-timers")
         """Its housekeeping jobs: passivating, expiring, taking over (plait's own, not the API)."""
-        self._sweeping = Sweeping(self.store, self.timers, expire_every_sec)
+        self._sweeping = Sweeping(self.store, self.timers, settings.expire_every_sec)
+        self.sessions = Sessions(
+            self,
+            tools,
+            self._actors_for,
+            self._sweeping.start,
+            records_servers=outside.records_servers,
+        )
+        """Its sessions, and which of them this process runs (plait's own, not the API)."""
         self._passivator: Timer | None = None
-        if idle_sec is not None:
+        if settings.idle_sec is not None:
             # A few looks within ``idle_sec``, so a session idles little longer than that.
-            every, passivate = min(idle_sec / 4, 1.0), functools.partial(self._passivate, idle_sec)
+            idle_sec = settings.idle_sec
+            every = min(idle_sec / 4, 1.0)
+            passivate = functools.partial(self.sessions.passivate_idle, idle_sec)
             self._passivator = self.timers.every(every, passivate, "passivate idle sessions")
-        if self.storage_policy.kind == "ttl":
+        if settings.storage_policy.kind == "ttl":
             self._sweeping.start()
-        self.owner = Owner(self.store, self.hosts, owner_id or default_owner_id(), lease_sec)
+        owner_id = settings.owner_id or default_owner_id()
+        self.owner = Owner(self.store, self.sessions.hosts, owner_id, settings.lease_sec)
         """This process's leases, and the inbox of the sessions it owns."""
         self.owner.start()
-        self.followers = Followers(self.store, self.owner.leases, self._take_over, self.timers)
+        self.followers = Followers(
+            self.store, self.owner.leases, self.sessions.take_over, self.timers
+        )
         """The sessions it follows while other processes own them."""
         # A replay makes again what was exported when it ran: it exports nothing.
         self.telemetry = (
-            None if _outside is not None else live_export(self.store, self.owner.id, telemetry)
+            None
+            if _outside is not None
+            else live_export(self.store, self.owner.id, settings.telemetry)
         )
         """Its spans and metrics on their way to an OTLP backend (``None``: none is sent)."""
         _open.add(self)
@@ -250,7 +192,7 @@ class Runtime(Sessions):
     ) -> tuple[McpPoolRef | None, ConversationDeps]:
         """A session's ``McpPool`` (if it has tools beside the built-ins), started, and what
         its conversations share."""
-        past = past + self._offer_servers(journal, past)  # a start's, or a wake's
+        past = past + self.sessions.offer_servers(journal, past)  # a start's, or a wake's
         pool = self._start_pool(journal, past)
         return pool, self._deps(journal, pool, past)
 
@@ -264,19 +206,19 @@ class Runtime(Sessions):
             journal,
             self._loop,
             self._client,
-            self.settings.model,
+            self.settings.model.model,
             self._new_id_for,
             self._read_instructions,
-            self.max_interrupt_chain_depth,
+            self.settings.max_interrupt_chain_depth,
             pool,
-            (recorded or RuntimeSettings()).history,
+            (recorded or RecordedSettings()).history,
             approval_gate=self._approval_gate,
             interrupt_checkpoints=recorded is not None and recorded.interrupt_checkpoints,
             model_protocol=recorded.model_protocol if recorded is not None else 0,
             # The request options are this runtime's, as its model name is (a resume may ask
             # for others); how the prompt is encoded stays as the session started.
             model_options=msgspec.structs.replace(
-                self.settings.options(),
+                self.settings.model.options(),
                 send_reasoning=recorded is not None and recorded.model.send_reasoning,
             ),
             # With no bound on tasks running, there is no slot to take or give back.
@@ -286,37 +228,38 @@ class Runtime(Sessions):
     def _start_pool(self, journal: Journal, past: list[Event]) -> McpPoolRef | None:
         """Start the session's ``McpPool`` (its MCP servers and function tools), if it has
         tools beside the built-ins."""
-        functions = self.tools_for(journal.stream)
-        if not self.mcp_servers and not functions:
+        functions = self.sessions.tools_for(journal.stream)
+        if not self.settings.mcp_servers and not functions:
             return None
         from plait.actors import McpPool
 
         return McpPool.open(
             journal,
             self._loop,
-            self.mcp_servers,
+            self.settings.mcp_servers,
             past,
-            self.mcp_limits,
+            self.settings.mcp_limits,
             self._mcp_factory,
             functions,
             self._shared_servers,
         )
 
-    def _recorded(self) -> RuntimeSettings:
+    def _recorded(self) -> RecordedSettings:
         """This runtime's configuration, as a session's first event keeps it for replay."""
-        limits = self.mcp_limits or McpLimits()
-        return RuntimeSettings(
-            self.max_interrupt_chain_depth,
-            sorted(self.mcp_servers),
+        settings = self.settings
+        limits = settings.mcp_limits
+        return RecordedSettings(
+            settings.max_interrupt_chain_depth,
+            sorted(settings.mcp_servers),
             limits.per_session,
             limits.per_conversation,
             limits.per_conversation_rate,
             limits.rate_window_sec,
-            str(Path(self.workdir).resolve()),
+            str(Path(settings.workdir).resolve()),
             self.history,
             interrupt_checkpoints=True,
             model_protocol=MODEL_PROTOCOL,
-            model=self.settings.options(),
+            model=settings.model.options(),
             resume_markers=True,
             servers_per_run=True,
             handoff_answers=True,
@@ -345,77 +288,113 @@ class Runtime(Sessions):
         ``tool_prefs`` are the root's built-in tool switches (``include_plan_tool``...), which
         the conversations it creates inherit.
         """
-        policy = self.approval_policy if approval_policy is None else approval_policy
+        policy = self.settings.approval_policy if approval_policy is None else approval_policy
         check_policy(policy)
         check_inputs(base_instructions=base_instructions, user_instructions=user_instructions)
         check_inputs(mcp_allowlist=mcp_allowlist)
-        session_id, root = self.new_id(), self.new_id()
-        self._offer(session_id, tools)
-        epoch = self._take(session_id)
-        journal = Journal(self.store, session_id, epoch=epoch)  # its host writes after these
+        session_id, root = self.settings.new_id(), self.settings.new_id()
         opened = ConversationOpened(
             base_instructions=base_instructions,
             user_instructions=user_instructions,
             mcp_allowlist=mcp_allowlist,
             tool_prefs=tool_prefs or ToolPrefs(),
-            storage_policy=storage_policy or self.storage_policy,
+            storage_policy=storage_policy or self.settings.storage_policy,
         )
         started = SessionStarted(
-            root, model=self.settings.model, settings=self._recorded(), approval_policy=policy
+            root, model=self.settings.model.model, settings=self._recorded(), approval_policy=policy
         )
-        past = journal.record([started, NewEvent(opened, root)])
-        return self._attach(session_id, root, past, epoch).handle
+        first: list[Body | NewEvent] = [started, NewEvent(opened, root)]
+        return self.sessions.start(session_id, root, first, tools).handle
 
     def expire_content(self, now: datetime | None = None) -> int:
         """Delete ``ttl`` conversations' content that is due by ``now`` (the store's clock by
         default); return how many blobs."""
         return self._sweeping.sweep(now)
 
-    def _attach(
-        self,
-        session_id: str,
-        root: str,
-        past: list[Event],
-        epoch: int | None = None,
-        *,
-        followed: bool = False,
-    ) -> SessionHost[SessionHandle]:
-        """Own a session with lease ``epoch``, its actors started from ``past`` (``followed``:
-        follow it, another process owns it)."""
-        host: SessionHost[SessionHandle] = SessionHost(
-            self,
-            session_id,
-            root,
-            past,
-            self._actors_for,
-            SessionHandle,
-            self._forget_host,
-            epoch=epoch,
-            followed=followed,
-        )
-        if host.journal.expires and not followed:
-            self._sweeping.start()
-        self.hosts[session_id] = host
-        return host
+    def resume(
+        self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., object]] = ()
+    ) -> SessionHandle:
+        """Continue a stored session where it was; a task cut off by a crash is aborted.
 
-    def _forget_host(self, host: SessionHost[SessionHandle]) -> None:
-        """``host``'s session has ended here."""
-        if self.hosts.get(host.session_id) is host:
-            del self.hosts[host.session_id]
+        ``tools`` are offered beside the runtime's, as ``start_session``'s are (a session's
+        own function tools are this process's: a process that resumes it names them again).
+
+        A session another live process owns is followed: the handle's commands go to that
+        owner's inbox and its events come from the log, until the owner stops renewing its
+        lease (or hands it back): then this process takes it over.
+        A closed session is reopened: ``SessionReopened`` in its log says so, and it takes
+        work again.
+        Raises ``UnknownSessionError`` when the store has no such session, and
+        ``ContentUnavailableError`` (and records nothing) when a live conversation's
+        content is not in the log: its storage policy did not keep it, or it expired.
+        """
+        return self.sessions.resume(session_id, tools=tools)
+
+    def follow(self, session_id: str) -> SessionHandle:
+        """A handle on a session that this process never runs: its commands go to the
+        inbox, for the session's owner, or for a worker to take it over (a front end that
+        leaves running sessions to ``plait worker``); its events come from the log."""
+        return self.sessions.follow(session_id)
+
+    def recover(self) -> list[Recovery]:
+        """Resume every stored session a process left with a task running or waiting.
+
+        A session that cannot be resumed (its content is not in the log) still has its
+        cut-off task ended ``crashed``; its ``Recovery`` says why it was not resumed.
+        """
+        return self.sessions.recover()
+
+    def tools_for(self, session_id: str) -> list[FunctionTool]:
+        """The function tools offered in session ``session_id``: the runtime's and its own."""
+        return self.sessions.tools_for(session_id)
+
+    def takes_commands(self, session_id: str) -> bool:
+        """Whether this process takes the session's commands as they come, its actors running
+        (a worker need not look at the inbox for those: docs/processes.md#capacity)."""
+        return self.sessions.takes_commands(session_id)
+
+    @property
+    def owned(self) -> list[str]:
+        """The sessions this process runs (it holds their leases)."""
+        return self.sessions.owned
+
+    def adopt(self, most: int | None = None) -> list[str]:
+        """Take over the sessions that need an owner, at most ``most``: those whose owner
+        stopped renewing its lease or handed it back with work waiting, and those with inbox
+        commands and no live owner (one another process takes first is left to it). Return
+        their ids."""
+        return self.sessions.adopt(most)
+
+    def fill_places(self) -> list[str]:
+        """``plait worker``'s round: adopt as many sessions as there is room for work: run
+        slots (``max_running_tasks``) and places (``max_active_sessions``) not held by a
+        session with a task running or queued, or commands on their way; with no room, while
+        other processes own sessions and none is left waiting for an owner (they keep up),
+        hand back the passive sessions whose commands wait here, for one with room
+        (docs/processes.md#capacity). Return the ids taken."""
+        return self.sessions.fill_places()
+
+    def hand_back_idle(self, idle_sec: float) -> list[str]:
+        """Hand back (``release``) the sessions this process runs that have been idle for
+        ``idle_sec``, so that any worker may take them when work comes; return their ids."""
+        return self.sessions.hand_back_idle(idle_sec)
+
+    def drain(
+        self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
+    ) -> None:
+        """Hand every session back (``SessionHandle.release``), what runs given up to
+        ``timeout`` seconds to end: a process that stops for good, and lets others go on.
+        With ``grace_sec``, no waiting task starts: each running task is given ``grace_sec``
+        seconds, then cut (``TurnAborted(cause="shutdown")``, ``reason`` its detail), all
+        sessions at once, and every lease is released at once (docs/processes.md#stopping):
+        the whole drain takes ``grace_sec`` + ``timeout`` at most, however many sessions (one
+        not handed back by then is left to lapse, as after a crash)."""
+        self.sessions.drain(timeout, grace_sec=grace_sec, reason=reason)
 
     @property
     def active_sessions(self) -> int:
         """How many sessions have running actors (the rest are passive or closed)."""
         return self.admission.active
-
-    def _passivate(self, idle_sec: float) -> None:
-        """Passivate the sessions idle for ``idle_sec``."""
-        for host in list(self.hosts.values()):
-            if host.idle_for() >= idle_sec:
-                try:
-                    host.passivate_if_free()  # one in use is looked at next time
-                except Exception:  # a session closing meanwhile: the next look tries again
-                    log.debug("passivating session %s failed", host.session_id, exc_info=True)
 
     def close(self, timeout: float = 10.0, *, grace_sec: float | None = None) -> None:
         """Close every session, the effect loop and the store (if the runtime opened it).
@@ -426,10 +405,9 @@ class Runtime(Sessions):
         the next process goes on with it (docs/processes.md#stopping)."""
         _open.discard(self)
         if grace_sec is not None:
-            self.drain(timeout, grace_sec=grace_sec)
+            self.sessions.drain(timeout, grace_sec=grace_sec)
         self.timers.close(timeout)  # before the store closes under its jobs
-        for host in list(self.hosts.values()):
-            host.close(timeout)
+        self.sessions.close(timeout)
         self.followers.close()
         self.owner.close()
         self.off_loop.close()  # what is left in it finds its session closed

@@ -1,8 +1,11 @@
-"""Which process runs a session: resuming one, following one another process owns, taking
-one over, recovering those a crash left, and handing them back (docs/processes.md).
+"""Which process runs a session: starting one, resuming one, following one another process
+owns, taking one over, recovering those a crash left, and handing them back
+(docs/processes.md).
 
-``Sessions`` is the part of ``Runtime`` that decides it; every session this process runs is
-its own by a lease (``Owner``), and every other is followed or left alone.
+``Sessions`` is the part of a ``Runtime`` that decides it, and the table of the sessions this
+process runs or follows (``hosts``); every session it runs is its own by a lease (``Owner``),
+and every other is followed or left alone. What it uses of the runtime that holds it is what
+a session's host uses (``Hosting``), which it hands each host it makes.
 """
 
 from __future__ import annotations
@@ -10,36 +13,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
 
 from plait.actors import Journal
 from plait.actors.mcp import FunctionTool, as_tools
 from plait.errors import ContentUnavailableError, PlaitError, UnknownSessionError
 from plait.events import (
+    Body,
     ConversationDestroyed,
     Event,
-    EventStore,
+    NewEvent,
     SessionClosed,
     SessionReopened,
     SessionStarted,
-    Signer,
     StoredCommand,
     last_done,
     missing_content,
 )
 from plait.events.projections import QueueSnapshot, task_queue
-from plait.runtime.following import Followers
 from plait.runtime.handle import SessionHandle
 from plait.runtime.handoffs import cut_handoffs
-from plait.runtime.host import SessionHost
-from plait.runtime.ownership import Owner
+from plait.runtime.host import ActorsFor, Hosting, SessionHost
 from plait.runtime.recovery import OpenCalls, Recovery, in_flight, open_calls, took_over
-
-if TYPE_CHECKING:
-    from plait.actors.mcp import McpServerConfig
-    from plait.runtime.admission import Admission
-    from plait.runtime.gate import TaskGate
 
 __all__ = ["Sessions"]
 
@@ -51,56 +46,89 @@ than the drop-out waits for its actors to stop (``supervision.STOP_SEC``)."""
 
 
 class Sessions:
-    """The sessions of a ``Runtime``, and which of them are this process's to run."""
+    """The sessions of a ``Runtime`` in this process, and which of them are its own to run."""
 
-    store: EventStore
-    signer: Signer | None
-    owner: Owner
-    followers: Followers
-    mcp_servers: dict[str, McpServerConfig]
-    tools: list[FunctionTool]
-    _session_tools: dict[str, list[FunctionTool]]
-    hosts: dict[str, SessionHost[SessionHandle]]
-    _resuming: threading.Lock
-    admission: Admission
-    gate: TaskGate
-    _records_servers: bool
+    def __init__(
+        self,
+        runtime: Hosting,
+        tools: list[FunctionTool],
+        actors_for: ActorsFor,
+        expiring: Callable[[], object],
+        *,
+        records_servers: bool = True,
+    ) -> None:
+        """Keep the sessions of ``runtime``, which offer ``tools``; ``actors_for`` starts a
+        session's actors' shared parts; ``expiring()`` is told when a session this process
+        runs has content that expires; ``records_servers``: a run records the MCP servers it
+        offers where the log last said others (a replay's does not: the log's are fed in)."""
+        self.runtime = runtime
+        self.hosts: dict[str, SessionHost[SessionHandle]] = {}
+        """The sessions this process runs or follows, each's life (plait's own, not the API)."""
+        self.tools = tools
+        """Function tools every session offers."""
+        self._session_tools: dict[str, list[FunctionTool]] = {}
+        self._resuming = threading.Lock()  # one host (one writer) per session, whoever calls
+        self._actors_for = actors_for
+        self._expiring = expiring
+        self._records_servers = records_servers
 
-    if TYPE_CHECKING:  # the Runtime's
+    def start(
+        self,
+        session_id: str,
+        root: str,
+        first: Sequence[Body | NewEvent],
+        tools: Iterable[FunctionTool | Callable[..., object]] = (),
+    ) -> SessionHost[SessionHandle]:
+        """Own new session ``session_id``, record its ``first`` events and start its actors
+        (``tools`` offered beside the runtime's)."""
+        self.offer(session_id, tools)
+        epoch = self._take(session_id)
+        journal = Journal(self.runtime.store, session_id, epoch=epoch)  # its host writes after
+        past = journal.record(first)
+        return self._attach(session_id, root, past, epoch)
 
-        def _attach(
-            self,
-            session_id: str,
-            root: str,
-            past: list[Event],
-            epoch: int | None = None,
-            *,
-            followed: bool = False,
-        ) -> SessionHost[SessionHandle]: ...
+    def _attach(
+        self,
+        session_id: str,
+        root: str,
+        past: list[Event],
+        epoch: int | None = None,
+        *,
+        followed: bool = False,
+    ) -> SessionHost[SessionHandle]:
+        """Own a session with lease ``epoch``, its actors started from ``past`` (``followed``:
+        follow it, another process owns it)."""
+        host: SessionHost[SessionHandle] = SessionHost(
+            self.runtime,
+            session_id,
+            root,
+            past,
+            self._actors_for,
+            SessionHandle,
+            self._forget,
+            epoch=epoch,
+            followed=followed,
+        )
+        if host.journal.expires and not followed:
+            self._expiring()
+        self.hosts[session_id] = host
+        return host
+
+    def _forget(self, host: SessionHost[SessionHandle]) -> None:
+        """``host``'s session has ended here."""
+        if self.hosts.get(host.session_id) is host:
+            del self.hosts[host.session_id]
 
     def resume(
         self, session_id: str, *, tools: Iterable[FunctionTool | Callable[..., object]] = ()
     ) -> SessionHandle:
-        """Continue a stored session where it was; a task cut off by a crash is aborted.
-
-        ``tools`` are offered beside the runtime's, as ``start_session``'s are (a session's
-        own function tools are this process's: a process that resumes it names them again).
-
-        A session another live process owns is followed: the handle's commands go to that
-        owner's inbox and its events come from the log, until the owner stops renewing its
-        lease (or hands it back): then this process takes it over.
-        A closed session is reopened: ``SessionReopened`` in its log says so, and it takes
-        work again.
-        Raises ``UnknownSessionError`` when the store has no such session, and
-        ``ContentUnavailableError`` (and records nothing) when a live conversation's
-        content is not in the log: its storage policy did not keep it, or it expired.
-        """
-        with self._resuming:  # one handle (one writer) per session, whoever calls
+        """Continue a stored session where it was, or follow it (``Runtime.resume``)."""
+        with self._resuming:
             if (here := self._host_here(session_id)) is not None:
                 return here.handle
-            if self.store.last_seq(session_id) == 0:  # no lease for a session not there
+            if self.runtime.store.last_seq(session_id) == 0:  # no lease for a session not there
                 raise UnknownSessionError(session_id)
-            self._offer(session_id, tools)
+            self.offer(session_id, tools)
             host = self._own_if_free(session_id)
             if host is None:
                 return self._follow(session_id, self._read_session(session_id)).handle
@@ -119,7 +147,7 @@ class Sessions:
 
     def _own_if_free(self, session_id: str) -> SessionHost[SessionHandle] | None:
         """Take the session's lease and resume it, unless another live process holds it."""
-        epoch = self.owner.take(session_id)
+        epoch = self.runtime.owner.take(session_id)
         return None if epoch is None else self._resume_taken(session_id, epoch)
 
     def _resume_taken(self, session_id: str, epoch: int) -> SessionHost[SessionHandle]:
@@ -129,12 +157,10 @@ class Sessions:
             past = self._read_session(session_id)  # all the former owner wrote
             return self._resume(session_id, past, task_queue(past).snapshot(), epoch)
         except BaseException:
-            self.owner.release(session_id)
+            self.runtime.owner.release(session_id)
             raise
 
-    def _offer(
-        self, session_id: str, tools: Iterable[FunctionTool | Callable[..., object]]
-    ) -> None:
+    def offer(self, session_id: str, tools: Iterable[FunctionTool | Callable[..., object]]) -> None:
         """Offer ``tools`` in session ``session_id`` beside the runtime's (``ConfigError`` for
         a name taken twice)."""
         own = list(tools)
@@ -145,23 +171,21 @@ class Sessions:
         """The function tools offered in session ``session_id``: the runtime's and its own."""
         return self._session_tools.get(session_id, self.tools)
 
-    def _offer_servers(self, journal: Journal, past: list[Event]) -> list[Event]:
+    def offer_servers(self, journal: Journal, past: list[Event]) -> list[Event]:
         """Record the MCP servers this run offers where the log last said others (a replay's
         runtime records none: the log's are fed in, docs/replay.md#mcp-servers-per-run)."""
         from plait.actors import offer_servers
 
         if not self._records_servers:
             return []
-        return offer_servers(journal, self.mcp_servers, past)
+        return offer_servers(journal, self.runtime.settings.mcp_servers, past)
 
     def _serves(self, session_id: str) -> bool:
         """Whether the session has tools beside the built-ins (an ``McpPool``)."""
-        return bool(self.mcp_servers) or bool(self.tools_for(session_id))
+        return bool(self.runtime.settings.mcp_servers) or bool(self.tools_for(session_id))
 
     def follow(self, session_id: str) -> SessionHandle:
-        """A handle on a session that this process never runs: its commands go to the
-        inbox, for the session's owner, or for a worker to take it over (a front end that
-        leaves running sessions to ``plait worker``); its events come from the log."""
+        """A handle on a session this process never runs (``Runtime.follow``)."""
         with self._resuming:
             if (here := self._host_here(session_id)) is not None:
                 return here.handle
@@ -174,10 +198,10 @@ class Sessions:
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session checks it
         host = self._attach(session_id, started.root_conversation_id, past, followed=True)
-        self.followers.add(host, past[-1].position)
+        self.runtime.followers.add(host, past[-1].position)
         return host
 
-    def _take_over(self, sid: str) -> None:
+    def take_over(self, sid: str) -> None:
         """Own session ``sid``, which this process follows, if its lease is free (its owner
         died or handed it back): recover it as ``resume`` does, then run what waits in it."""
         host = self.hosts.get(sid)
@@ -186,21 +210,21 @@ class Sessions:
         with self._resuming, host.lock:
             if not host.followed or self.hosts.get(sid) is not host:
                 return
-            epoch = self.owner.take(sid)
+            epoch = self.runtime.owner.take(sid)
             if epoch is None:
                 return
             host.take_over()
-            past = self.store.read(sid)
+            past = self.runtime.store.read(sid)
             host.journal.deliver(past)  # the feeds have all the former owner wrote
             try:
                 self._resume(sid, past, task_queue(past).snapshot(), epoch, host)
             except ContentUnavailableError as exc:
                 log.error("session %s cannot be taken over: %s", sid, exc)
-                self.owner.release(sid)
+                self.runtime.owner.release(sid)
                 host.end("fail", exc)
                 host.journal.fail_feeds(exc)
             except PlaitError:  # the store failed meanwhile: follow it again, try again later
-                self.owner.release(sid)
+                self.runtime.owner.release(sid)
                 host.follow_again(past[-1].position)
                 raise
 
@@ -220,9 +244,9 @@ class Sessions:
         missing = missing_content(past, lambda cid: cid is not None and cid not in destroyed)
         if missing:
             raise ContentUnavailableError(session_id, "resume", missing)
-        self.owner.drop_taken(session_id, past)
+        self.runtime.owner.drop_taken(session_id, past)
         if host is None:  # its host writes after what this records
-            journal = Journal(self.store, session_id, past, epoch, signer=self.signer)
+            journal = self._journal(session_id, past, epoch)
             closed = last_done(past)
             if isinstance(closed.body, SessionClosed):  # resumed by its user: reopened
                 past += journal.record([SessionReopened(closed.seq)])
@@ -231,7 +255,7 @@ class Sessions:
             journal.reload(past, epoch)
         # Before what a takeover's recovery records, as the run's first deed: a replay then
         # gives the run its servers before the run does anything.
-        past += self._offer_servers(journal, past)
+        past += self.offer_servers(journal, past)
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session and in_flight check it
         root = started.root_conversation_id
@@ -248,17 +272,13 @@ class Sessions:
         else:
             host.own(past)
         host.start_next(plan, calls, rerun)
-        self.owner.wake()  # what its inbox holds
+        self.runtime.owner.wake()  # what its inbox holds
         return host
 
     def recover(self) -> list[Recovery]:
-        """Resume every stored session a process left with a task running or waiting.
-
-        A session that cannot be resumed (its content is not in the log) still has its
-        cut-off task ended ``crashed``; its ``Recovery`` says why it was not resumed.
-        """
+        """Resume every stored session a process left in flight (``Runtime.recover``)."""
         found: list[Recovery] = []
-        for session_id, _, _ in in_flight(self.store):
+        for session_id, _, _ in in_flight(self.runtime.store):
             with self._resuming:
                 if session_id in self.hosts:
                     continue
@@ -269,14 +289,14 @@ class Sessions:
 
     def _recover(self, session_id: str) -> Recovery | None:
         """Take over and resume a session left in flight, unless a live process owns it."""
-        epoch = self.owner.take(session_id)
+        epoch = self.runtime.owner.take(session_id)
         if epoch is None:
             return None
         past = self._read_session(session_id)  # as it is now that this process owns it
         state = task_queue(past).snapshot()
         plan, waiting = state.running, len(state.pending)
         if plan is None and not waiting:  # its owner finished it before handing it back
-            self.owner.release(session_id)
+            self.runtime.owner.release(session_id)
             return None
         crashed = plan.task_id if plan is not None else None
         try:
@@ -284,9 +304,9 @@ class Sessions:
         except ContentUnavailableError as exc:
             if plan is not None:
                 ending = open_calls(past, plan.task_id).ending()
-                journal = Journal(self.store, session_id, past, epoch, signer=self.signer)
+                journal = self._journal(session_id, past, epoch)
                 took_over(journal, past, state, ending, cut_handoffs(past))
-            self.owner.release(session_id)
+            self.runtime.owner.release(session_id)
             return Recovery(session_id, crashed, waiting, exc.reason)
         return Recovery(session_id, crashed, waiting)
 
@@ -302,20 +322,14 @@ class Sessions:
         return [s for s, host in list(self.hosts.items()) if not host.followed]
 
     def adopt(self, most: int | None = None) -> list[str]:
-        """Take over the sessions that need an owner, at most ``most``: those whose owner
-        stopped renewing its lease or handed it back with work waiting, and those with inbox
-        commands and no live owner (one another process takes first is left to it). Return
-        their ids."""
-        return self._adopt(self._unowned(self.store.inbox.commands())[0], most)
+        """Take over up to ``most`` of the sessions that need an owner (``Runtime.adopt``);
+        return their ids."""
+        return self._adopt(self._unowned(self.runtime.store.inbox.commands())[0], most)
 
     def fill_places(self) -> list[str]:
-        """``plait worker``'s round: adopt as many sessions as there is room for work: run
-        slots (``max_running_tasks``) and places (``max_active_sessions``) not held by a
-        session with a task running or queued, or commands on their way; with no room, while
-        other processes own sessions and none is left waiting for an owner (they keep up),
-        hand back the passive sessions whose commands wait here, for one with room
-        (docs/processes.md#capacity). Return the ids taken."""
-        commands = self.store.inbox.commands()
+        """Adopt as many sessions as there is room for work, or make room elsewhere
+        (``Runtime.fill_places``); return the ids taken."""
+        commands = self.runtime.store.inbox.commands()
         pending = {stored.stream for stored in commands}
         wanted, others = self._unowned(commands)
         if others and not wanted and self._room(pending) == 0:
@@ -331,10 +345,10 @@ class Sessions:
         """How many more sessions may start work here now (``None``: no bound): the fewer of
         the free places and the run slots not claimed by a session with work, or with
         commands on their way (``pending``)."""
-        places = self.admission.free(pending)
+        places = self.runtime.admission.free(pending)
         hosts = [host for host in list(self.hosts.values()) if not host.followed]
         busy = sum(1 for h in hosts if not h.journal.idle or h.session_id in pending)
-        slots = self.gate.room(busy)
+        slots = self.runtime.gate.room(busy)
         if places is None or slots is None:
             return slots if places is None else places
         return min(places, slots)
@@ -342,8 +356,9 @@ class Sessions:
     def _unowned(self, commands: list[StoredCommand]) -> tuple[list[str], bool]:
         """The sessions that need an owner (a lapsed lease, a dead owner's, or commands and no
         live owner), and whether another process holds a live lease."""
-        leases = {lease.stream: lease for lease in self.owner.leases()}  # dead owners: lapsed
-        others = any(x.live and x.owner != self.owner.id for x in leases.values())
+        owner = self.runtime.owner
+        leases = {lease.stream: lease for lease in owner.leases()}  # dead owners: lapsed
+        others = any(x.live and x.owner != owner.id for x in leases.values())
         wanted = [s for s, lease in leases.items() if lease.owner is not None and not lease.live]
         for stored in commands:
             lease = leases.get(stored.stream)
@@ -362,14 +377,14 @@ class Sessions:
                 batch = left if most is None else left[: most - len(taken)]
                 left = left[len(batch) :]
                 try:
-                    epochs = self.owner.take_all(batch)
+                    epochs = self.runtime.owner.take_all(batch)
                 except PlaitError as exc:
                     log.warning("sessions %s were not taken over: %s", ", ".join(batch), exc)
                     return taken
                 taken += self._resume_all(epochs)
         if left:
-            self.admission.want()  # more wait: ``room`` moves once a place may be free,
-            self.gate.want()  # or a run slot
+            self.runtime.admission.want()  # more wait: ``room`` moves once a place may be free,
+            self.runtime.gate.want()  # or a run slot
         return taken
 
     def _resume_all(self, epochs: dict[str, int]) -> list[str]:
@@ -386,7 +401,7 @@ class Sessions:
                 del epochs[session_id]
         finally:
             for session_id in epochs:
-                self.owner.release(session_id)
+                self.runtime.owner.release(session_id)
         return resumed
 
     def hand_back_idle(self, idle_sec: float) -> list[str]:
@@ -399,16 +414,24 @@ class Sessions:
         ]
         return [host.session_id for host in idle if host.release(5.0)]
 
+    def passivate_idle(self, idle_sec: float) -> None:
+        """Passivate the sessions idle for ``idle_sec``."""
+        for host in list(self.hosts.values()):
+            if host.idle_for() >= idle_sec:
+                try:
+                    host.passivate_if_free()  # one in use is looked at next time
+                except Exception:  # a session closing meanwhile: the next look tries again
+                    log.debug("passivating session %s failed", host.session_id, exc_info=True)
+
+    def close(self, timeout: float) -> None:
+        """Close every session (``SessionHandle.close``), each given up to ``timeout``."""
+        for host in list(self.hosts.values()):
+            host.close(timeout)
+
     def drain(
         self, timeout: float = 60.0, *, grace_sec: float | None = None, reason: str = ""
     ) -> None:
-        """Hand every session back (``SessionHandle.release``), what runs given up to
-        ``timeout`` seconds to end: a process that stops for good, and lets others go on.
-        With ``grace_sec``, no waiting task starts: each running task is given ``grace_sec``
-        seconds, then cut (``TurnAborted(cause="shutdown")``, ``reason`` its detail), all
-        sessions at once, and every lease is released at once (docs/processes.md#stopping):
-        the whole drain takes ``grace_sec`` + ``timeout`` at most, however many sessions (one
-        not handed back by then is left to lapse, as after a crash)."""
+        """Hand every session back (``Runtime.drain``)."""
         hosts = list(self.hosts.values())
         if grace_sec is None:
             for host in hosts:
@@ -436,13 +459,19 @@ class Sessions:
 
     def _take(self, session_id: str) -> int:
         """Own a new session (nobody can hold its lease yet)."""
-        epoch = self.owner.take(session_id)
+        epoch = self.runtime.owner.take(session_id)
         if epoch is None:
             raise PlaitError(f"session {session_id}: another process owns it already")
         return epoch
 
+    def _journal(self, session_id: str, past: list[Event], epoch: int) -> Journal:
+        """A journal that writes after ``past`` with lease ``epoch``, signing as the runtime
+        does."""
+        signer = self.runtime.settings.signer
+        return Journal(self.runtime.store, session_id, past, epoch, signer=signer)
+
     def _read_session(self, session_id: str) -> list[Event]:
-        past = self.store.read(session_id)
+        past = self.runtime.store.read(session_id)
         if not past or not isinstance(past[0].body, SessionStarted):
             raise UnknownSessionError(session_id)
         return past

@@ -24,7 +24,7 @@ from plait.actors.model import ModelSettings
 from plait.events.stores.sqlite import SqliteStore
 from plait.events.types import Event, TaskCompleted, TurnAborted
 from plait.replay import replay
-from plait.runtime import Runtime
+from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 HERE = Path(__file__).parent
@@ -105,7 +105,9 @@ def interrupted(store: SqliteStore) -> str:
     ]
     with ScriptedModelServer(script) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="golden")
-        with Runtime(store, model=settings, new_id=lambda: f"g4-{next(ids)}") as rt:
+        with Runtime(
+            store, RuntimeSettings(model=settings, new_id=lambda: f"g4-{next(ids)}")
+        ) as rt:
             session = rt.start_session()
             session.run("delegate", timeout=60)
             with session.subscribe() as feed:
@@ -132,7 +134,7 @@ def taken_over(store: SqliteStore) -> str:
     ]
     with ScriptedModelServer(script) as server:
         settings = ModelSettings(base_url=server.base_url, api_key="golden")
-        first = Runtime(store, model=settings, new_id=lambda: f"g6-{next(ids)}")
+        first = Runtime(store, RuntimeSettings(model=settings, new_id=lambda: f"g6-{next(ids)}"))
         session = first.start_session()
         with session.subscribe() as feed:
             session.submit("start")
@@ -140,10 +142,12 @@ def taken_over(store: SqliteStore) -> str:
             while isinstance(feed.get(timeout=30), Event):
                 pass  # until the first streamed text
         # the process stops: nothing more is recorded
-        session.runtime.hosts[session.session_id].crash(timeout=5)
+        session.runtime.sessions.hosts[session.session_id].crash(timeout=5)
         first._loop.close()
         tail = store.subscribe(store.read(session.session_id)[-1].position)
-        with Runtime(store, model=settings, new_id=lambda: f"g6-{next(ids)}") as second:
+        with Runtime(
+            store, RuntimeSettings(model=settings, new_id=lambda: f"g6-{next(ids)}")
+        ) as second:
             [recovered] = second.recover()
             assert recovered.crashed_task is not None and recovered.waiting == 1
             while (event := tail.get(timeout=30)) is not None:

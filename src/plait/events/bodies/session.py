@@ -12,7 +12,7 @@ from plait.events.bodies.base import Body
 from plait.events.values import (
     ApprovalPolicy,
     Content,
-    RuntimeSettings,
+    RecordedSettings,
     StoragePolicy,
     ToolPrefs,
 )
@@ -54,7 +54,7 @@ class ForkOrigin(msgspec.Struct, frozen=True, gc=False):
     """The last source event copied."""
     full_recovery: bool = False
     """Resumed, the fork records ``SessionResumed`` and answers the hand-offs its cut left
-    open, as sessions recording ``RuntimeSettings.resume_markers`` and ``handoff_answers``
+    open, as sessions recording ``RecordedSettings.resume_markers`` and ``handoff_answers``
     do, whatever its source recorded (docs/replay.md#hand-offs-a-fork-cut). Forks made
     before it was recorded lack it: they resume and replay as they did."""
     rerun: RerunOrigin | None = None
@@ -71,7 +71,7 @@ class SessionStarted(Body, frozen=True):
     """The model the session was configured with."""
     forked_from: ForkOrigin | None = None
     """Set when the session is a fork."""
-    settings: RuntimeSettings | None = None
+    settings: RecordedSettings | None = None
     """How the runtime that started it was configured (``None`` in logs before it was kept)."""
     approval_policy: ApprovalPolicy = "never"
     """When its MCP tool calls wait for a decision; its conversations may only narrow it."""
