@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from plait.actors.refs import Askable, Recipient
     from plait.actors.seams import McpPoolRef
 
-__all__ = ["Advanced", "BatchHost", "CallSite", "ToolBatch", "arguments_of"]
+__all__ = ["Advanced", "BatchHost", "CallParts", "CallSite", "ToolBatch", "arguments_of"]
 
 
 class Advanced(enum.Enum):
@@ -66,8 +66,9 @@ class CallSite(NamedTuple):
     me: Recipient
 
 
-class BatchHost(Protocol):
-    """What a batch needs of the turn that runs it (``Turn``)."""
+class CallParts(Protocol):
+    """What runs a conversation's calls: its shared parts, its session, its approvals (the
+    ``Conversation``, and the ``Turn`` that passes them on)."""
 
     @property
     def deps(self) -> ConversationDeps: ...
@@ -77,6 +78,10 @@ class BatchHost(Protocol):
 
     @property
     def approvals(self) -> ConversationApprovals: ...
+
+
+class BatchHost(CallParts, Protocol):
+    """What a batch needs of the turn that runs it (``Turn``)."""
 
     @property
     def stopping(self) -> bool:

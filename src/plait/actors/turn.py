@@ -37,7 +37,7 @@ from plait.actors.messages import (
 from plait.actors.model_call import call_model
 from plait.actors.prompt import approx_tokens
 from plait.actors.replacement import replacement
-from plait.actors.tool_batch import Advanced, CallSite, ToolBatch
+from plait.actors.tool_batch import Advanced, CallParts, CallSite, ToolBatch
 from plait.actors.turn_states import TRANSITIONS, Checkpoint, Phase, moved
 from plait.events import (
     AbortCause,
@@ -86,20 +86,11 @@ Tools: TypeAlias = Sequence[Mapping[str, object]] | msgspec.Raw
 """Tools as a request offers them, encoded or not."""
 
 
-class TurnHost(Protocol):
+class TurnHost(CallParts, Protocol):
     """What a turn needs of its conversation (``Conversation``)."""
 
     @property
     def id(self) -> str: ...
-
-    @property
-    def deps(self) -> ConversationDeps: ...
-
-    @property
-    def session(self) -> Askable: ...
-
-    @property
-    def approvals(self) -> ConversationApprovals: ...
 
     @property
     def me(self) -> Recipient:
