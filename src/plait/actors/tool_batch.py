@@ -22,7 +22,7 @@ from plait.actors import builtins
 from plait.actors.approvals import ApprovalRequest, refusal
 from plait.actors.call_approvals import ask_gate
 from plait.actors.messages import BuiltinCall, CallTool, CancelCalls, ToolResult
-from plait.actors.turn_states import CALL_TRANSITIONS, CallState, Checkpoint, moved
+from plait.actors.turn_states import CALL_TRANSITIONS, CallState, Checkpoint
 from plait.events import (
     Body,
     ContextChange,
@@ -34,6 +34,7 @@ from plait.events import (
     ToolCallRequested,
     ToolPrefs,
 )
+from plait.machines import moved
 
 if TYPE_CHECKING:
     from plait.actors.approvals import ConversationApprovals
@@ -232,8 +233,15 @@ class ToolBatch:
         return self._host.stopping and self.checkpoint() is not Checkpoint.CALL_RUNNING
 
     def _move(self, index: int, transition: str) -> None:
-        subject = f"conversation {self._site.conversation_id}, call {self.calls[index].id}"
-        self.states[index] = moved(CALL_TRANSITIONS, transition, self.states[index], subject)
+        state = self.states[index]
+        site, call_id = self._site, self.calls[index].id
+        self.states[index] = moved(
+            CALL_TRANSITIONS,
+            transition,
+            state,
+            "call",
+            lambda: f"conversation {site.conversation_id}, call {call_id}",
+        )
 
     def _start(self, index: int) -> bool:
         """Run or start call ``index``; True when it replaced the task (conv_create/send)."""

@@ -38,7 +38,7 @@ from plait.actors.model_call import call_model
 from plait.actors.prompt import approx_tokens
 from plait.actors.replacement import replacement
 from plait.actors.tool_batch import Advanced, CallParts, CallSite, ToolBatch
-from plait.actors.turn_states import TRANSITIONS, Checkpoint, Phase, moved
+from plait.actors.turn_states import TRANSITIONS, Checkpoint, Phase
 from plait.events import (
     AbortCause,
     Body,
@@ -59,6 +59,7 @@ from plait.events import (
     Usage,
     as_text,
 )
+from plait.machines import moved
 
 if TYPE_CHECKING:
     from plait.actors.approvals import ConversationApprovals
@@ -335,8 +336,10 @@ class Turn:
     # --- the loop ----------------------------------------------------------------------------
 
     def _move(self, transition: str) -> None:
-        subject = f"conversation {self._host.id}, task {self.plan.task_id}"
-        self.phase = moved(TRANSITIONS, transition, self.phase, subject)
+        self.phase = moved(TRANSITIONS, transition, self.phase, "turn", self._named)
+
+    def _named(self) -> str:
+        return f"conversation {self._host.id}, task {self.plan.task_id}"
 
     def _end(self, transition: Literal["complete", "replace", "abort"]) -> None:
         self._move(transition)

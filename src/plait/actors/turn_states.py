@@ -2,8 +2,9 @@
 
 A running task's ``Turn`` is in exactly one ``Phase``; the calls of a reply each in one
 ``CallState``, since a call waiting for its approval and another running on its server overlap.
-Only the named transitions of ``TRANSITIONS`` and ``CALL_TRANSITIONS`` move them, and a move
-from a state it does not leave is an ``IllegalTransitionError``. A stop asked mid-turn is not a
+Only the named transitions of ``TRANSITIONS`` and ``CALL_TRANSITIONS`` move them
+(``plait.machines.moved``), and a move from a state it does not leave is an
+``IllegalTransitionError``. A stop asked mid-turn is not a
 phase: it is a flag the turn carries into the phase it is in, which ends the task at its next
 checkpoint (docs/interrupts.md#stopping-at-a-checkpoint). docs/conversations.md#a-turns-states
 draws both tables (``diagram()``; a test holds them equal).
@@ -13,9 +14,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import TypeVar
 
-from plait.errors import IllegalTransitionError
+from plait.machines import drawn
 
 __all__ = [
     "CALL_TRANSITIONS",
@@ -25,7 +25,6 @@ __all__ = [
     "Phase",
     "call_diagram",
     "diagram",
-    "moved",
 ]
 
 
@@ -121,37 +120,14 @@ class Checkpoint(enum.IntEnum):
     """A call is running: each unanswered call gets ``CANCEL_MESSAGE``."""
 
 
-S = TypeVar("S", Phase, CallState)
-
-
-def moved(table: Mapping[str, Mapping[S, S]], transition: str, state: S, subject: str) -> S:
-    """Where ``transition`` takes ``state``; ``subject`` names what moves, for the
-    ``IllegalTransitionError`` raised when the transition does not leave ``state``."""
-    target = table[transition].get(state)
-    if target is None:
-        kind = "turn" if isinstance(state, Phase) else "call"
-        raise IllegalTransitionError(subject, transition, kind, state.value)
-    return target
-
-
 def diagram() -> str:
     """The turn's transitions as a Mermaid state diagram (docs/conversations.md#a-turns-states)."""
-    return _drawn(TRANSITIONS, Phase.PROMPTING, Phase.ENDED)
+    return drawn(TRANSITIONS, Phase.PROMPTING, Phase.ENDED)
 
 
 def call_diagram() -> str:
     """A call's transitions as a Mermaid state diagram (docs/conversations.md#a-turns-states)."""
-    return _drawn(CALL_TRANSITIONS, CallState.WAITING, CallState.RECORDED)
-
-
-def _drawn(table: Mapping[str, Mapping[S, S]], first: S, last: S) -> str:
-    lines = ["stateDiagram-v2", f"    [*] --> {first.value}"]
-    for name, moves in table.items():
-        lines += [
-            f"    {source.value} --> {target.value}: {name}" for source, target in moves.items()
-        ]
-    lines.append(f"    {last.value} --> [*]")
-    return "\n".join(lines)
+    return drawn(CALL_TRANSITIONS, CallState.WAITING, CallState.RECORDED)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import enum
 import threading
 from collections.abc import Mapping
 
-from plait.errors import IllegalTransitionError
+from plait.machines import drawn, moved
 
 __all__ = ["TRANSITIONS", "Life", "State", "diagram"]
 
@@ -93,13 +93,14 @@ class Life:
         """Take ``transition``; return the new state. Raise ``IllegalTransitionError`` (naming
         the transition and the state) when it does not leave the current state."""
         with self._lock:
-            target = TRANSITIONS[transition].get(self._state)
-            if target is None:
-                raise IllegalTransitionError(
-                    f"session {self.session_id}", transition, "session", self._state.value
-                )
-            self._state = target
-            return target
+            self._state = moved(
+                TRANSITIONS,
+                transition,
+                self._state,
+                "session",
+                lambda: f"session {self.session_id}",
+            )
+            return self._state
 
     def move_if_can(self, transition: str) -> bool:
         """Take ``transition`` if it leaves the current state; return whether it did. For the
@@ -114,11 +115,7 @@ class Life:
 
 def diagram() -> str:
     """The transitions as a Mermaid state diagram (docs/processes.md#a-sessions-life)."""
-    lines = ["stateDiagram-v2"]
-    for name, moves in TRANSITIONS.items():
-        for source, target in moves.items():
-            lines.append(f"    {source.value} --> {target.value}: {name}")
-    return "\n".join(lines)
+    return drawn(TRANSITIONS)
 
 
 if __name__ == "__main__":
