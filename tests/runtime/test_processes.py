@@ -9,6 +9,7 @@ import json
 import os
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -135,6 +136,22 @@ def owner(url: str, base_url: str, counter: Path, prompt: str) -> Iterator[subpr
             process.communicate(timeout=30)  # and close its pipes
 
 
+def pause(process: subprocess.Popen[str], stores: StoreFactory) -> None:
+    """Stop ``process`` (SIGSTOP) between two of its write transactions. On SQLite, a process
+    stopped inside one keeps the file's write lock until it wakes (docs/processes.md), so this
+    holds the lock itself until the process has stopped. On PostgreSQL, each write a running
+    owner makes (an append, a renewal) is one statement, which the server finishes alone."""
+    with contextlib.ExitStack() as held:
+        if stores.backend == "sqlite":
+            db = held.enter_context(contextlib.closing(sqlite3.connect(stores.path, timeout=30)))
+            db.isolation_level = None
+            db.execute("BEGIN IMMEDIATE")
+            held.callback(db.execute, "ROLLBACK")
+        os.kill(process.pid, signal.SIGSTOP)
+        _, status = os.waitpid(process.pid, os.WUNTRACED)  # until it has stopped
+        assert os.WIFSTOPPED(status), status
+
+
 def ran(counter: Path, timeout: float = 30.0) -> None:
     """Wait until ``bump`` has counted an execution in ``counter``."""
     deadline = time.monotonic() + timeout
@@ -247,7 +264,7 @@ def test_a_paused_owner_woken_after_a_takeover_adds_nothing(
         session = paused.stdout.readline().strip()
         started = wait_for(store, session, ToolCallStarted)
         ran(counter)  # the call runs (for 2 s): its owner stops; its MCP server goes on
-        os.kill(paused.pid, signal.SIGSTOP)
+        pause(paused, durable_stores)
         settings = ModelSettings(base_url=server.base_url, api_key="k", model="m")
         env = {"PLAIT_TEST_COUNTER": str(counter)}
         mcp = {"t": McpServerConfig(command=sys.executable, args=[str(SERVER), "stdio"], env=env)}
