@@ -75,3 +75,35 @@ def test_every_state_is_reachable_and_every_transition_goes_somewhere_new() -> N
     targets = {target for moves in TRANSITIONS.values() for target in moves.values()}
     assert targets == set(State)
     assert all(source is not target for m in TRANSITIONS.values() for source, target in m.items())
+
+
+def test_a_watched_session_is_never_taken_over_and_only_ends() -> None:
+    life = Life("s6", State.FOLLOWED)
+    assert life.move("watch") is State.WATCHED and life.state.followed
+    assert not life.can("take_over") and not life.can("fail")
+    assert life.move("close") is State.CLOSED
+
+
+def test_the_first_reason_a_session_ended_for_is_the_one_kept() -> None:
+    life = Life("s7", State.ACTIVE)
+    first, second = PlaitError("the store failed"), PlaitError("lost to another owner")
+    assert life.end("fail", first) and life.state is State.FAILED
+    assert not life.end("lose", second)  # it had ended: nothing moves
+    assert life.why is first
+
+
+def test_a_drop_out_is_waited_for_only_once_it_began() -> None:
+    life = Life("s8", State.ACTIVE)
+    assert not life.wait_dropped(0.0)
+    done = life.dropping()
+    done.set()
+    assert life.wait_dropped(10.0)
+
+
+def test_a_place_held_for_a_command_lapses_or_is_let_go() -> None:
+    life = Life("s9", State.ACTIVE)
+    assert not life.held
+    life.hold(60.0)
+    assert life.held
+    life.hold(0)
+    assert not life.held

@@ -128,9 +128,10 @@ class SessionHost(Generic[H]):
         ended: Callable[[SessionHost[H]], object],
         *,
         epoch: int | None = None,
-        followed: bool = False,
+        followed: State | None = None,
     ) -> None:
-        """Own the session from ``past`` (its lease taken with ``epoch``), or follow it;
+        """Own the session from ``past`` (its lease taken with ``epoch``), or follow it
+        (``followed``: ``FOLLOWED``, to take it over once free, or ``WATCHED``, never);
         ``actors_for`` starts its actors' shared parts; ``front(host)`` makes its public
         front; ``ended(host)`` is told once the session has ended here (closed, handed back,
         failed, lost)."""
@@ -149,7 +150,10 @@ class SessionHost(Generic[H]):
         )
         """Its journal, which tells it what it must hear (idle, lost) and asks it whether it
         may still act: made here, once, with those (docs/processes.md#a-sessions-life)."""
-        self.life = Life(self.session_id, State.FOLLOWED if followed else State.PASSIVE)
+        self.life = Life(self.session_id, State.PASSIVE if followed is None else State.FOLLOWED)
+        """Its state, and the facts that go with it: only its transitions change them."""
+        if followed is State.WATCHED:
+            self.life.move("watch")
         self.lock = threading.RLock()
         """Held by whatever reaches the actors, or stops or starts them."""
         self.changed = threading.Condition(self.lock)
@@ -161,19 +165,12 @@ class SessionHost(Generic[H]):
         """Runs again the calls a crash cut off, then ends that task."""
         self.acks: set[Ack] = set()
         """Told to the actors, not yet durable (see ``Ack``)."""
-        self.takes_over = followed
-        """Followed, and taken over here once its lease is free (``Runtime.follow``: never)."""
-        self.gone: PlaitError | None = None
-        """Why it ended here, when it failed, was lost, or cannot be taken over."""
-        self.dropping: threading.Event | None = None
-        """Set once a drop-out (``lose``) has stopped it."""
         self._actors_for = actors_for
         self._ended = ended
         self._used = time.monotonic()
-        self._claimed = 0.0  # until then (monotonic), its place is held for a command on its way
         self.handle = front(self)
         """Its public front."""
-        if not followed:
+        if followed is None:
             with self.lock:  # an actor that fails to start stops them once they all are
                 self.own(past)
 
@@ -186,6 +183,11 @@ class SessionHost(Generic[H]):
     @property
     def followed(self) -> bool:
         """Whether another process owns it."""
+        return self.life.state.followed
+
+    @property
+    def takes_over(self) -> bool:
+        """Whether it is followed, to be taken over here once its lease is free."""
         return self.life.state is State.FOLLOWED
 
     @property
@@ -205,11 +207,11 @@ class SessionHost(Generic[H]):
     def check_open(self) -> None:
         """Raise why it takes no more work, if it does not."""
         if self.closed:
-            raise self.gone or SessionClosedError(self.session_id)
+            raise self.life.why or SessionClosedError(self.session_id)
 
     def idle_now(self) -> bool:
         """Whether its actors run with nothing running or queued (by what it recorded)."""
-        return self.actor is not None and self.journal.idle and time.monotonic() >= self._claimed
+        return self.actor is not None and self.journal.idle and not self.life.held
 
     def idle_for(self) -> float:
         """Seconds since the session was last used or recorded anything."""
@@ -281,7 +283,8 @@ class SessionHost(Generic[H]):
 
     def wake(self) -> None:
         """Make sure the actors run (bring a passive session back from its log); hold the lock."""
-        self._used, self._claimed = time.monotonic(), 0.0
+        self._used = time.monotonic()
+        self.life.hold(0)
         if self.passive:
             self.journal.unseal()
             self.own(self.runtime.store.read(self.session_id))
@@ -319,7 +322,7 @@ class SessionHost(Generic[H]):
             if self.passive and not self.runtime.admission.try_enter(self):
                 return False
             self.wake()
-            self._claimed = time.monotonic() + 5.0 if self.running else 0.0
+            self.life.hold(5.0 if self.running else 0)
             return self.running
 
     def passivate_if_free(self) -> bool:
@@ -511,8 +514,7 @@ class SessionHost(Generic[H]):
     def close(self, timeout: float = 10.0, reason: str = CLOSED_BY) -> None:
         """Interrupt the running task, wait up to ``timeout`` seconds, stop the actors, record
         the close (``SessionHandle.close``); closing twice is harmless."""
-        if self.dropping is not None:  # it failed: what it records is recorded before
-            self.dropping.wait(timeout)
+        self.life.wait_dropped(timeout)  # it failed: what it records is recorded before
         with self.journal.feed(False, kinds=FOLLOWED) as feed:
             state = self.begin_close(timeout)
             if state is not None and state.running is not None:
@@ -527,9 +529,9 @@ class SessionHost(Generic[H]):
         here, raise ``error`` to every waiter (docs/failures.md#supervision).
 
         The drop-out runs on a thread of its own (the actor that broke may be the caller: it
-        cannot wait for itself to stop); ``dropping`` is set before it starts, so a ``close``
+        cannot wait for itself to stop); it begins before the thread starts, so a ``close``
         that follows a waiter woken by it waits for it."""
-        done = self.dropping = threading.Event()
+        done = self.life.dropping()
 
         def run() -> None:
             try:
@@ -583,10 +585,7 @@ class SessionHost(Generic[H]):
     def end(self, transition: str, error: PlaitError) -> bool:
         """``fail`` or ``lose`` with ``error``, at once (not waiting for whoever holds the
         lock); return whether it moved (not once it had ended)."""
-        if not self.life.can(transition):
-            return False
-        self.gone = self.gone or error  # what is asked from now on: refused, why first
-        return self.life.move_if_can(transition)
+        return self.life.end(transition, error)  # what is asked from now on: refused, why
 
     def stop_actors(self, timeout: float, error: Exception | None = None) -> None:
         """Stop the actors and servers; the journal records nothing from them after this.

@@ -2,7 +2,9 @@
 
 A session handle is in exactly one ``State``; only the named transitions of ``TRANSITIONS``
 move it, and a transition from a state it does not leave is an ``IllegalTransitionError``
-naming both. docs/processes.md#a-sessions-life draws the same table (``diagram()``; a test
+naming both. ``Life`` holds the state and the facts that go with it: why the session ended
+here, whether its drop-out has finished, and until when its place is held for a command on
+its way. docs/processes.md#a-sessions-life draws the same table (``diagram()``; a test
 holds the two equal).
 """
 
@@ -10,9 +12,14 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from plait.machines import drawn, moved
+
+if TYPE_CHECKING:
+    from plait.errors import PlaitError
 
 __all__ = ["TRANSITIONS", "Life", "State", "diagram"]
 
@@ -21,7 +28,10 @@ class State(enum.Enum):
     """Where a session is in this process."""
 
     FOLLOWED = "followed"
-    """Another process owns it: its commands go to that owner's inbox, its events are read."""
+    """Another process owns it: its commands go to that owner's inbox, its events are read;
+    this process takes it over once its lease is free (``Runtime.resume``)."""
+    WATCHED = "watched"
+    """Followed, never taken over here (``Runtime.follow``)."""
     STARTING = "starting"
     """Owned here; its actors are starting, in a place the runtime gave it."""
     ACTIVE = "active"
@@ -49,8 +59,14 @@ class State(enum.Enum):
         """Whether this handle is done with it (closed, handed back, failed or lost)."""
         return self in _ENDED
 
+    @property
+    def followed(self) -> bool:
+        """Whether another process owns it (followed or watched)."""
+        return self in _FOLLOWED
+
 
 # Tuples, not sets: the diagram lists them in this order in every process.
+_FOLLOWED = (State.FOLLOWED, State.WATCHED)
 _OWNED = (State.STARTING, State.ACTIVE, State.PASSIVE)
 _ENDED = (State.CLOSED, State.FAILED, State.LOST)
 _RUNNING = (*_OWNED, State.DRAINING, State.CLOSING)
@@ -59,11 +75,12 @@ TRANSITIONS: Mapping[str, Mapping[State, State]] = {
     "own": {State.PASSIVE: State.STARTING},
     "take_over": {State.FOLLOWED: State.PASSIVE},
     "follow": {State.PASSIVE: State.FOLLOWED},
+    "watch": {State.FOLLOWED: State.WATCHED},
     "activate": {State.STARTING: State.ACTIVE},
     "passivate": {State.STARTING: State.PASSIVE, State.ACTIVE: State.PASSIVE},
     "drain": {s: State.DRAINING for s in _OWNED},
-    "hand_back": {State.DRAINING: State.CLOSED, State.FOLLOWED: State.CLOSED},
-    "close": {**{s: State.CLOSING for s in _OWNED}, State.FOLLOWED: State.CLOSED},
+    "hand_back": {s: State.CLOSED for s in (State.DRAINING, *_FOLLOWED)},
+    "close": {**{s: State.CLOSING for s in _OWNED}, **{s: State.CLOSED for s in _FOLLOWED}},
     "closed": {State.CLOSING: State.CLOSED},
     "fail": {s: State.FAILED for s in _RUNNING},
     "lose": {s: State.LOST for s in _RUNNING},
@@ -72,18 +89,26 @@ TRANSITIONS: Mapping[str, Mapping[State, State]] = {
 
 
 class Life:
-    """One session's state in this process; ``move`` is the only way to change it (from any
-    thread: each move is atomic)."""
+    """One session's state in this process, and the facts that go with it; ``move`` (or
+    ``end``) is the only way to change the state (from any thread: each move is atomic)."""
 
     def __init__(self, session_id: str, state: State) -> None:
         self.session_id = session_id
         self._state = state
         self._lock = threading.Lock()
+        self._why: PlaitError | None = None
+        self._dropping: threading.Event | None = None
+        self._held_until = 0.0  # monotonic
 
     @property
     def state(self) -> State:
         """Where the session is now."""
         return self._state
+
+    @property
+    def why(self) -> PlaitError | None:
+        """Why it ended here, when it failed, was lost, or cannot be taken over."""
+        return self._why
 
     def can(self, transition: str) -> bool:
         """Whether ``transition`` leaves the current state."""
@@ -111,6 +136,43 @@ class Life:
             if target is not None:
                 self._state = target
             return target is not None
+
+    def end(self, transition: str, why: PlaitError) -> bool:
+        """``fail`` or ``lose`` because of ``why`` (kept: the first reason stays); return
+        whether it moved (not once it had ended)."""
+        with self._lock:
+            target = TRANSITIONS[transition].get(self._state)
+            if target is None:
+                return False
+            self._why = self._why or why
+            self._state = target
+            return True
+
+    # --- its drop-out, and a place held ----------------------------------------------------
+
+    def dropping(self) -> threading.Event:
+        """Begin a drop-out (``fail`` or ``lose`` on a thread of its own): the event it sets
+        once it has stopped the actors."""
+        self._dropping = threading.Event()
+        return self._dropping
+
+    def wait_dropped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a drop-out that began to finish; return whether
+        one began."""
+        dropping = self._dropping
+        if dropping is not None:
+            dropping.wait(timeout)
+        return dropping is not None
+
+    def hold(self, sec: float) -> None:
+        """Hold its place for ``sec`` seconds more (``0``: no longer) for a command on its way
+        (docs/processes.md#capacity)."""
+        self._held_until = time.monotonic() + sec if sec > 0 else 0.0
+
+    @property
+    def held(self) -> bool:
+        """Whether its place is held for a command on its way."""
+        return time.monotonic() < self._held_until
 
 
 def diagram() -> str:

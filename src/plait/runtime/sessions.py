@@ -34,6 +34,7 @@ from plait.events.projections import QueueSnapshot, task_queue
 from plait.runtime.handle import SessionHandle
 from plait.runtime.handoffs import cut_handoffs
 from plait.runtime.host import ActorsFor, Hosting, SessionHost
+from plait.runtime.life import State
 from plait.runtime.recovery import OpenCalls, Recovery, in_flight, open_calls, took_over
 
 __all__ = ["Sessions"]
@@ -94,7 +95,7 @@ class Sessions:
         past: list[Event],
         epoch: int | None = None,
         *,
-        followed: bool = False,
+        followed: State | None = None,
     ) -> SessionHost[SessionHandle]:
         """Own a session with lease ``epoch``, its actors started from ``past`` (``followed``:
         follow it, another process owns it)."""
@@ -109,7 +110,7 @@ class Sessions:
             epoch=epoch,
             followed=followed,
         )
-        if host.journal.expires and not followed:
+        if host.journal.expires and followed is None:
             self._expiring()
         self.hosts[session_id] = host
         return host
@@ -140,8 +141,7 @@ class Sessions:
         feeds are failed first) and resuming at once waits for that, rather than be handed the
         host that is going (docs/failures.md#supervision)."""
         host = self.hosts.get(session_id)
-        if host is not None and host.dropping is not None:
-            host.dropping.wait(DROP_OUT_WAIT_SEC)
+        if host is not None and host.life.wait_dropped(DROP_OUT_WAIT_SEC):
             host = self.hosts.get(session_id)
         return host
 
@@ -189,15 +189,17 @@ class Sessions:
         with self._resuming:
             if (here := self._host_here(session_id)) is not None:
                 return here.handle
-            host = self._follow(session_id, self._read_session(session_id))
-            host.takes_over = False
+            host = self._follow(session_id, self._read_session(session_id), State.WATCHED)
             return host.handle
 
-    def _follow(self, session_id: str, past: list[Event]) -> SessionHost[SessionHandle]:
-        """Follow a session another process owns."""
+    def _follow(
+        self, session_id: str, past: list[Event], how: State = State.FOLLOWED
+    ) -> SessionHost[SessionHandle]:
+        """Follow a session another process owns (``how``: ``FOLLOWED``, to take it over once
+        its lease is free, or ``WATCHED``, never)."""
         started = past[0].body
         assert isinstance(started, SessionStarted)  # read_session checks it
-        host = self._attach(session_id, started.root_conversation_id, past, followed=True)
+        host = self._attach(session_id, started.root_conversation_id, past, followed=how)
         self.runtime.followers.add(host, past[-1].position)
         return host
 
