@@ -22,9 +22,9 @@ import msgspec
 from report import Line, table
 
 from plait import events as ev
-from plait.events import packing
+from plait.events import _packing as packing
 from plait.events.projections import HistoryProjection
-from plait.events.stores.sqlite_schema import SCHEMA
+from plait.events.stores._sqlite_schema import SCHEMA
 
 
 def _ddl(name: str) -> str:
@@ -247,7 +247,7 @@ def rebuild_ours(path: Path, batch: int, project: bool = True) -> tuple[float, i
 ROWS_IN_ORDER = (
     "SELECT position, stream, seq, count, prev_hash, hash, data FROM appends ORDER BY position"
 )
-"""The columns of a row that reads take (``plait.events.stored.Packed``), as stored."""
+"""The columns of a row that reads take (``plait.events._stored.Packed``), as stored."""
 
 
 def rebuild_raw(path: Path) -> tuple[float, int]:

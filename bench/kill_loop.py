@@ -46,8 +46,9 @@ if str(Path(__file__).parent) not in sys.path:  # last: bench/mcp.py is named li
 from paced_model import _HEAD, PacedModelServer
 
 import plait
-from plait import scripted_wire as wire
-from plait.actors.model import ModelSettings
+from plait import _scripted_wire as wire
+from plait._scripted_wire import ScriptedToolCall, Step
+from plait.actors._model import ModelSettings
 from plait.events import (
     TaskCompleted,
     TaskDropped,
@@ -58,7 +59,6 @@ from plait.events import (
 from plait.events.stores import open_store
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
-from plait.scripted_wire import ScriptedToolCall, Step
 
 POSTGRES = os.environ.get("PLAIT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 """The PostgreSQL server of the default run."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from report import Line, table
 
 from plait.events import SqliteStore
-from plait.events.types import (
+from plait.events._types import (
     ConversationOpened,
     ModelRequested,
     ModelResponded,
@@ -34,7 +34,7 @@ from plait.events.types import (
     TokensCounted,
     TurnStarted,
 )
-from plait.events.values import InputText, TaskPlan, Usage
+from plait.events._values import InputText, TaskPlan, Usage
 
 FLOOR = """
 import sys

@@ -16,8 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from plait.actors.feed import Feed
-from plait.events.types import Event
+from plait.actors._feed import Feed
+from plait.events._types import Event
 
 Mark = tuple[int, str, str]
 

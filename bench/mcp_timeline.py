@@ -25,12 +25,12 @@ from typing import Any
 
 from marks import mark, mark_when_fed, marks, report, wrap
 
-from plait.actors.conversation import Conversation
-from plait.actors.journal import Journal
+from plait.actors._conversation import Conversation
+from plait.actors._journal import Journal
+from plait.actors._model import ModelSettings
+from plait.actors._pool import McpPool
 from plait.actors.mcp import McpServerConfig
-from plait.actors.model import ModelSettings
-from plait.actors.pool import McpPool
-from plait.events.types import Event, ToolCallCompleted, ToolCallRequested
+from plait.events._types import Event, ToolCallCompleted, ToolCallRequested
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedToolCall, Step
 
@@ -52,8 +52,11 @@ def instrument() -> None:
 
     from mcp.client.session import ClientSession
 
-    from plait.actors.effects import EffectLoop
-    from plait.actors.mcp import calls, client, servers, stdio
+    from plait.actors._effects import EffectLoop
+    from plait.actors.mcp import _calls as calls
+    from plait.actors.mcp import _client as client
+    from plait.actors.mcp import _servers as servers
+    from plait.actors.mcp import _stdio as stdio
 
     wrap(EffectLoop, "submit", "effects.submit")
     wrap(servers.McpServers, "call", "McpServers.call")

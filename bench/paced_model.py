@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from plait import scripted_wire as wire
-from plait.scripted_wire import Step
+from plait import _scripted_wire as wire
+from plait._scripted_wire import Step
 
 __all__ = ["PacedModelServer", "floor"]
 

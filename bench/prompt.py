@@ -28,10 +28,10 @@ import time
 import msgspec
 from report import Line, table
 
-from plait.actors.content_shape import reshaped
-from plait.actors.prompt import PromptView
-from plait.events.projections.history import ChatMessage
-from plait.events.values import ToolCall
+from plait.actors._content_shape import reshaped
+from plait.actors._prompt import PromptView
+from plait.events._values import ToolCall
+from plait.events.projections._history import ChatMessage
 
 SYSTEM = "You are a capable assistant working in a session of several conversations."
 

@@ -29,7 +29,7 @@ from plait.events import SqliteStore
 ENV = {name: value for name, value in os.environ.items() if not name.startswith("PLAIT_")}
 """The environment the commands run in: the demo's store, not one a ``PLAIT_`` variable names."""
 
-READERS_FLOOR = "import plait.config, plait.events.projections, plait.actors.mcp.config"
+READERS_FLOOR = "import plait._config, plait.events.projections, plait.actors.mcp._config"
 """What every command that reads the log imports whatever the CLI does: the configuration
 (which reads the MCP servers' too), the store, the projections."""
 

@@ -53,7 +53,7 @@ import msgspec
 import psycopg
 from kill_loop import Row, ToolModel
 
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
 from plait.events import (
     Event,
     TaskCompleted,
@@ -62,7 +62,7 @@ from plait.events import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.store import EventStore
+from plait.events._store import EventStore
 from plait.events.stores import open_store
 from plait.runtime import Runtime, RuntimeSettings
 

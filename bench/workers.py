@@ -48,10 +48,10 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).parent))
 from paced_model import PacedModelServer, floor
 
-from plait.actors.model import ModelSettings
+from plait._scripted_wire import Step
+from plait.actors._model import ModelSettings
 from plait.events import Event, EventStore, TaskCompleted, TaskStarted, TurnAborted
 from plait.runtime import Runtime, RuntimeSettings, SessionHandle
-from plait.scripted_wire import Step
 
 URL = os.environ.get("PLAIT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REPLY = Step(text="abcdef" * 10, chunk_chars=6, chunk_delay=0.005)

@@ -49,9 +49,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from plait import ModelSettings, Runtime, RuntimeSettings, SessionHandle
-from plait.errors import ContentUnavailableError, NotFoundError, PlaitError, SessionClosedError
+from plait._errors import ContentUnavailableError, NotFoundError, PlaitError, SessionClosedError
 from plait.events import AgentMessageDelta, Event, FeedLagged, SessionClosed, Transient, to_jsonl
-from plait.replay.audit import audit
+from plait.replay._audit import audit
 from plait.testing import ScriptedModelServer, Step
 
 KEEPALIVE_SEC = 15.0

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from plait.events.types import (
+from plait.events._types import (
     Body,
     ConversationOpened,
     ModelRequested,
@@ -25,7 +25,7 @@ from plait.events.types import (
     TurnAborted,
     TurnStarted,
 )
-from plait.events.values import Closure, InputText, TaskPlan, ToolCall, Usage
+from plait.events._values import Closure, InputText, TaskPlan, ToolCall, Usage
 
 __all__ = ["demo_events"]
 

@@ -17,8 +17,8 @@ from typing import Any
 from chat_rules import chat_problems
 
 from plait import ApprovalDecision, ApprovalRequest
+from plait.actors._model import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.actors.model import ModelSettings
 from plait.events import (
     ConversationDestroyed,
     ConversationOpened,
@@ -33,8 +33,8 @@ from plait.events import (
     SessionStarted,
     ToolCallCompleted,
 )
+from plait.events._signing import Signer
 from plait.events.projections import HistoryProjection
-from plait.events.signing import Signer
 from plait.replay import audit, replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step

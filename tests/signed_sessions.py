@@ -34,12 +34,12 @@ from scripted import (
     record_session,
 )
 
+from plait.actors._model import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.actors.model import ModelSettings
 from plait.events import Event, EventStore, HeadSigned
-from plait.events.signing import PublicKey, Signer, generate_key
+from plait.events._signing import PublicKey, Signer, generate_key
+from plait.events._witness import Witness
 from plait.events.stores import open_store
-from plait.events.witness import Witness
 from plait.replay import fork
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step

@@ -10,8 +10,8 @@ import msgspec
 from hypothesis import strategies as st
 
 from plait.events import AnyBody, Event, NewEvent
-from plait.events.codec import BODY_TYPES
-from plait.events.values import StoragePolicy
+from plait.events._codec import BODY_TYPES
+from plait.events._values import StoragePolicy
 
 START = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 """When generated sessions begin."""

@@ -452,15 +452,15 @@ PUBLIC = {
 FACES = [face for face in PUBLIC if face != "plait"]
 
 INTERNAL_IMPORTS = {
-    ("plait.cli.du", "plait.events.usage", "usage"): (
+    ("plait.cli._du", "plait.events._usage", "usage"): (
         "named as its module is: on a lazy face the name would give the module once imported"
     ),
 }
 """The names ``src/`` imports from inside another wing that its face does not offer, and why."""
 
 DEEP_IMPORTS_LEFT = {
-    "plait.actors.seams": "the mcp face names `dispatch`, which imports seams: a circle",
-    "plait.cli.du": "`usage` is named as its module is (INTERNAL_IMPORTS)",
+    "plait.actors._seams": "the mcp face names `dispatch`, which imports seams: a circle",
+    "plait.cli._du": "`usage` is named as its module is (INTERNAL_IMPORTS)",
 }
 """The modules that still import another wing's (or sub-package's) names from the module that
 defines them, not through its face, and why; the list only shrinks."""
@@ -578,10 +578,10 @@ def test_src_imports_of_another_wing_go_through_its_face() -> None:
 
 
 def test_a_module_reaches_another_wing_through_the_faces_it_is_outside_of() -> None:
-    assert outer_faces("plait.actors.session", "plait.runtime.host") == ["plait.actors"]
-    assert outer_faces("plait.actors.mcp.names", "plait.runtime.host") == [
+    assert outer_faces("plait.actors._session", "plait.runtime._host") == ["plait.actors"]
+    assert outer_faces("plait.actors.mcp._names", "plait.runtime._host") == [
         "plait.actors",
         "plait.actors.mcp",
     ]
-    assert outer_faces("plait.actors.mcp.names", "plait.actors.pool") == ["plait.actors.mcp"]
-    assert outer_faces("plait.actors.pool", "plait.actors.session") == []
+    assert outer_faces("plait.actors.mcp._names", "plait.actors._pool") == ["plait.actors.mcp"]
+    assert outer_faces("plait.actors._pool", "plait.actors._session") == []

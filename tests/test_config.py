@@ -1,4 +1,4 @@
-"""``plait.config``: files, environment and flags, in that order; errors name file and key."""
+"""``plait._config``: files, environment and flags, in that order; errors name file and key."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from plait.config import DEFAULT_STORE, load_config
-from plait.errors import ConfigError
+from plait._config import DEFAULT_STORE, load_config
+from plait._errors import ConfigError
 
 
 def write(path: Path, text: str) -> Path:
@@ -33,7 +33,7 @@ def test_no_file_gives_the_defaults_under_the_working_directory(tmp_path: Path) 
 
 
 def test_the_reply_limits_have_defaults_and_reach_the_model_settings(tmp_path: Path) -> None:
-    from plait.cli.common import model_settings
+    from plait.cli._common import model_settings
 
     defaults = load_config(cwd=tmp_path, env={}).model
     assert (defaults.max_reply_bytes, defaults.max_reply_sec) == (8 << 20, 600.0)

@@ -1,4 +1,4 @@
-"""``plait.project``: the walk up from the working directory, as git finds ``.git``; and the
+"""``plait._project``: the walk up from the working directory, as git finds ``.git``; and the
 paths the configuration reads relative to the file that holds them."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from plait.cli.chat_input import custom_commands
-from plait.cli.instructions import session_instructions, user_dir
-from plait.config import load_config
-from plait.errors import ConfigError
-from plait.project import find_project, walk
+from plait._config import load_config
+from plait._errors import ConfigError
+from plait._project import find_project, walk
+from plait.cli._chat_input import custom_commands
+from plait.cli._instructions import session_instructions, user_dir
 
 NOBODY = 65534
 """Another user: what the tests chown to (they run as root, or as the owner of their files)."""
@@ -187,7 +187,7 @@ def test_files_another_user_owns_are_not_used(
     (tmp_path / "work" / "AGENTS.md").write_text("Theirs.\n")
     owned_by_nobody(tmp_path, "work/plait.toml", "work/.mcp.json", "work/AGENTS.md", "work/.plait")
     work = tmp_path / "work"
-    with caplog.at_level(logging.WARNING, "plait.project"):
+    with caplog.at_level(logging.WARNING, "plait._project"):
         found = find_project(work)
         rules = session_instructions(work)
     # The next one up is used instead, as if theirs were not there.

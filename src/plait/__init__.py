@@ -13,16 +13,7 @@ TYPE_CHECKING = False  # as typing has it, without importing typing (25 ms)
 # ``plait`` command handles signals from its first line, before its heavy imports
 # (docs/processes.md#stopping). Type checkers read the imports below.
 if TYPE_CHECKING:
-    from plait.actors import (
-        ApprovalDecision,
-        ApprovalRequest,
-        Approver,
-        Feed,
-        McpLimits,
-        ModelSettings,
-    )
-    from plait.actors.mcp import FunctionTool, McpServerConfig, tool
-    from plait.errors import (
+    from plait._errors import (
         ConcurrencyError,
         ConfigError,
         ContentUnavailableError,
@@ -46,6 +37,16 @@ if TYPE_CHECKING:
         UnknownConversationError,
         UnknownSessionError,
     )
+    from plait._jsonvalue import JsonObject, JsonValue
+    from plait.actors import (
+        ApprovalDecision,
+        ApprovalRequest,
+        Approver,
+        Feed,
+        McpLimits,
+        ModelSettings,
+    )
+    from plait.actors.mcp import FunctionTool, McpServerConfig, tool
     from plait.events import (
         AbortCause,
         ApprovalPolicy,
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
     )
     from plait.events.projections import ConversationInfo, ConversationStats
     from plait.events.stores import MemoryStore, SqliteStore, open_store
-    from plait.jsonvalue import JsonObject, JsonValue
     from plait.runtime import (
         KEEP,
         KeepType,
@@ -87,7 +87,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "ModelSettings",
     ),
     "plait.actors.mcp": ("FunctionTool", "McpServerConfig", "tool"),
-    "plait.errors": (
+    "plait._errors": (
         "ConcurrencyError",
         "ConfigError",
         "ContentUnavailableError",
@@ -129,7 +129,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     "plait.events.projections": ("ConversationInfo", "ConversationStats"),
     "plait.events.stores": ("MemoryStore", "SqliteStore", "open_store"),
-    "plait.jsonvalue": ("JsonObject", "JsonValue"),
+    "plait._jsonvalue": ("JsonObject", "JsonValue"),
     "plait.runtime": (
         "KEEP",
         "KeepType",

@@ -47,8 +47,8 @@ from typing import Any, cast
 
 import msgspec
 
-from plait import scripted_wire as wire
-from plait.scripted_wire import PROFILES, QUIRKS, ScriptedToolCall, Step
+from plait import _scripted_wire as wire
+from plait._scripted_wire import PROFILES, QUIRKS, ScriptedToolCall, Step
 
 __all__ = [
     "PROFILES",

@@ -17,8 +17,8 @@ from scripted import Stuck, assert_histories_valid, call, crash, runtime_for
 from support import TickClock
 
 from plait import ApprovalDecision, ApprovalRequest, ConfigError
+from plait.actors._model import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.actors.model import ModelSettings
 from plait.events import (
     ApprovalKeyExpired,
     ApprovalPolicyNarrowed,
@@ -33,10 +33,10 @@ from plait.events import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.projections.approvals import ApprovalState, canonical_arguments
+from plait.events.projections._approvals import ApprovalState, canonical_arguments
 from plait.replay import audit, replay
 from plait.runtime import Runtime, RuntimeSettings, SessionHandle
-from plait.runtime.recovery import UNAPPROVED
+from plait.runtime._recovery import UNAPPROVED
 from plait.testing import ScriptedModelServer, Step
 
 Servers = dict[str, McpServerConfig]

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from plait.actors.bridge import Promise
-from plait.errors import PlaitError
+from plait._errors import PlaitError
+from plait.actors._bridge import Promise
 
 WAIT_SEC = 10.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from plait.actors.builtins import (
+from plait.actors._builtins import (
     BUILTIN_NAMES,
     ConvCreate,
     ConvHistory,

@@ -10,8 +10,8 @@ from pathlib import Path
 from scripted import assert_histories_valid, call, runtime_for
 
 from plait import HistorySettings
-from plait.actors.compaction import COMPACT_INSTRUCTIONS
-from plait.actors.prompt import PromptView
+from plait.actors._compaction import COMPACT_INSTRUCTIONS
+from plait.actors._prompt import PromptView
 from plait.events import (
     ConversationContextChanged,
     Event,
@@ -21,7 +21,7 @@ from plait.events import (
     TokensCounted,
     TurnAborted,
 )
-from plait.events.projections.history import ChatMessage
+from plait.events.projections._history import ChatMessage
 from plait.replay import replay
 from plait.testing import ScriptedModelServer, Step
 

@@ -10,10 +10,10 @@ import msgspec
 import pytest
 from scripted import call, replayed, runtime_for
 
-from plait.actors.prompt import PromptView
+from plait.actors._prompt import PromptView
 from plait.events import Event, ModelRequestFailed, SessionStarted
-from plait.events.projections.history import ChatMessage
-from plait.events.values import ToolCall
+from plait.events._values import ToolCall
+from plait.events.projections._history import ChatMessage
 from plait.testing import PROFILES, RecordedRequest, ScriptedModelServer, Step
 
 SCRIPT = [
@@ -56,7 +56,7 @@ def earlier_plait(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Start sessions as a plait of the given model protocol did (docs/models.md#the-protocol)."""
 
     def started_with(protocol: int) -> None:
-        monkeypatch.setattr("plait.runtime.runtime.MODEL_PROTOCOL", protocol)
+        monkeypatch.setattr("plait.runtime._runtime.MODEL_PROTOCOL", protocol)
 
     return started_with
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from scripted import assert_histories_valid, call, local_mcp_servers, runtime_for
 
-from plait.actors.turn import DEFAULT_INSTRUCTIONS
+from plait.actors._turn import DEFAULT_INSTRUCTIONS
 from plait.events import (
     AgentMessageDelta,
     ConversationContextChanged,

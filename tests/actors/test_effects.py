@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from plait.actors.effects import EffectLoop
-from plait.errors import EffectLoopClosedError
+from plait._errors import EffectLoopClosedError
+from plait.actors._effects import EffectLoop
 
 WAIT = 5.0  # seconds: a bound on waiting for something that should happen at once
 

@@ -15,9 +15,9 @@ import pytest
 from scripted import assert_histories_valid, call, runtime_for
 
 import plait
-from plait.actors.mcp.functions import FunctionConnection
-from plait.errors import ConfigError
-from plait.events.types import (
+from plait._errors import ConfigError
+from plait.actors.mcp._functions import FunctionConnection
+from plait.events._types import (
     McpServerReady,
     ModelRequested,
     ToolCallCompleted,

@@ -24,8 +24,8 @@ from scripted import (
 
 import plait
 from plait import ApprovalDecision, FunctionCallOutput, InputText, InvalidInputError
+from plait.actors._model import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.actors.model import ModelSettings
 from plait.events import (
     Event,
     ModelResponded,

@@ -10,11 +10,11 @@ from typing import Any
 import pykka
 import pytest
 
-from plait.actors.feed import Kinds
-from plait.actors.journal import Journal
-from plait.actors.listening import BACKLOG
-from plait.actors.messages import CatchUp
-from plait.errors import ConcurrencyError, SessionFailedError
+from plait._errors import ConcurrencyError, SessionFailedError
+from plait.actors._feed import Kinds
+from plait.actors._journal import Journal
+from plait.actors._listening import BACKLOG
+from plait.actors._messages import CatchUp
 from plait.events import (
     MemoryStore,
     NewEvent,
@@ -23,7 +23,7 @@ from plait.events import (
     TaskEnqueued,
     TaskStarted,
 )
-from plait.events.values import InputText, TaskPlan
+from plait.events._values import InputText, TaskPlan
 
 
 class Folder(pykka.ThreadingActor):

@@ -15,9 +15,9 @@ from typing import Any
 
 from scripted import assert_histories_valid, call, runtime_for
 
+from plait.actors._pool import McpLimits
 from plait.actors.mcp import McpServerConfig
-from plait.actors.pool import McpLimits
-from plait.events.types import (
+from plait.events._types import (
     ConversationOpened,
     Event,
     McpAllowlistNormalized,

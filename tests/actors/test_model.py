@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from plait.actors.effects import EffectLoop
-from plait.actors.model import AttemptFailed, ModelClient, ModelReply, ModelRequest, ModelSettings
-from plait.errors import ModelError
-from plait.events.values import ToolCall, Usage
+from plait._errors import ModelError
+from plait.actors._effects import EffectLoop
+from plait.actors._model import AttemptFailed, ModelClient, ModelReply, ModelRequest, ModelSettings
+from plait.events._values import ToolCall, Usage
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 HELLO = ModelRequest(messages=[{"role": "user", "content": "hello"}])
@@ -317,7 +317,7 @@ async def test_the_environment_supplies_key_and_url(
 
 
 def test_usage_details_are_mapped() -> None:
-    from plait.actors.stream import _usage, decode_chunk
+    from plait.actors._stream import _usage, decode_chunk
 
     chunk = decode_chunk(
         '{"choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 30,'
@@ -329,7 +329,7 @@ def test_usage_details_are_mapped() -> None:
 
 
 def test_importing_the_module_does_not_import_openai() -> None:
-    code = "import sys, plait.actors.model; print('openai' in sys.modules)"
+    code = "import sys, plait.actors._model; print('openai' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
 

@@ -13,7 +13,7 @@ from plait.events import (
     TokensCounted,
     ToolCallCompleted,
 )
-from plait.events.values import MODEL_PROTOCOL
+from plait.events._values import MODEL_PROTOCOL
 from plait.testing import ScriptedModelServer, Step
 
 

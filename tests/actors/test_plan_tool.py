@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scripted import call, replayed, runtime_for
 
-from plait.actors.builtins import PLAN_TOOL, UpdatePlan, parse_arguments
+from plait.actors._builtins import PLAN_TOOL, UpdatePlan, parse_arguments
 from plait.events import (
     ConversationOpened,
     Event,

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from plait.actors.effects import EffectLoop
-from plait.actors.journal import Journal
-from plait.actors.mcp.names import openai_spec, tool_list_hash
-from plait.actors.messages import Allowlist, CheckAllowlist, ToolView, ViewFor
-from plait.actors.pool import McpPool, _Reported
+from plait.actors._effects import EffectLoop
+from plait.actors._journal import Journal
+from plait.actors._messages import Allowlist, CheckAllowlist, ToolView, ViewFor
+from plait.actors._pool import McpPool, _Reported
+from plait.actors.mcp._names import openai_spec, tool_list_hash
 from plait.events import MemoryStore
-from plait.events.types import McpServerReady, McpToolWithheld
-from plait.events.values import McpToolSnapshot
+from plait.events._types import McpServerReady, McpToolWithheld
+from plait.events._values import McpToolSnapshot
 
 
 def tool(name: str, schema: str = "s1") -> McpToolSnapshot:

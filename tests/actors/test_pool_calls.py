@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from scripted import call, runtime_for
 
-from plait.actors.effects import EffectLoop
-from plait.actors.journal import Journal
+from plait.actors._effects import EffectLoop
+from plait.actors._journal import Journal
+from plait.actors._messages import CallTool, ToolFinished
+from plait.actors._pool import McpLimits
 from plait.actors.mcp import CallResult, McpServerConfig
-from plait.actors.mcp.dispatch import Dispatcher
-from plait.actors.messages import CallTool, ToolFinished
-from plait.actors.pool import McpLimits
+from plait.actors.mcp._dispatch import Dispatcher
 from plait.events import MemoryStore
-from plait.events.types import Event, ToolCallCompleted, ToolCallRequested, ToolCallStarted
-from plait.events.values import McpToolSnapshot
+from plait.events._types import Event, ToolCallCompleted, ToolCallRequested, ToolCallStarted
+from plait.events._values import McpToolSnapshot
 from plait.testing import ScriptedModelServer, Step
 
 SERVER = Path(__file__).parents[1] / "mcp" / "server.py"

@@ -12,7 +12,7 @@ from typing import Any
 
 from scripted import assert_histories_valid, assert_ids, random_script
 
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
 from plait.events import (
     Event,
     SqliteStore,
@@ -29,8 +29,8 @@ from plait.events.projections import (
     TimelineProjection,
     TokensProjection,
 )
-from plait.events.projections.history import conversation_index
-from plait.events.projections.tasks import TASKS, TaskQueue
+from plait.events.projections._history import conversation_index
+from plait.events.projections._tasks import TASKS, TaskQueue
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from scripted import call, replayed, runtime_for
 
-from plait.actors.stream import Assembly, decode_chunk, token_limit
+from plait.actors._stream import Assembly, decode_chunk, token_limit
 from plait.events import EventStore, ModelResponded, SqliteStore, TaskCompleted, ToolCallCompleted
-from plait.replay.audit import verify
+from plait.replay._audit import verify
 from plait.testing import ScriptedModelServer, Step
 
 ENDLESS = Step(text="and on ", chunk_chars=7, endless=True)

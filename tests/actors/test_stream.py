@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from plait.actors.stream import Assembly, Failure, ModelReply, decode_chunk
+from plait.actors._stream import Assembly, Failure, ModelReply, decode_chunk
 
 
 def assemble(*deltas: dict[str, Any], finish: str = "tool_calls") -> ModelReply:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.actors.transport import (
+from plait.actors._transport import (
     ConnectFailed,
     LineTooLong,
     ReadTimedOut,

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from plait.actors.turn_states import (
+from plait._errors import IllegalTransitionError, PlaitError
+from plait._machines import moved
+from plait.actors._turn_states import (
     CALL_TRANSITIONS,
     TRANSITIONS,
     CallState,
@@ -18,8 +20,6 @@ from plait.actors.turn_states import (
     call_diagram,
     diagram,
 )
-from plait.errors import IllegalTransitionError, PlaitError
-from plait.machines import moved
 
 CONVERSATIONS_MD = Path(__file__).resolve().parents[2] / "docs" / "conversations.md"
 
@@ -29,7 +29,7 @@ def test_the_diagrams_in_the_docs_are_the_tables(marker: str, drawn: Callable[[]
     text = CONVERSATIONS_MD.read_text()
     found = re.search(rf"<!-- {marker}: .*?-->\n```mermaid\n(.*?)\n```", text, re.DOTALL)
     assert found is not None, f"docs/conversations.md lost its {marker} diagram"
-    assert found.group(1) == drawn(), "regenerate it: python -m plait.actors.turn_states"
+    assert found.group(1) == drawn(), "regenerate it: python -m plait.actors._turn_states"
 
 
 def test_a_turn_with_calls_loops_then_completes() -> None:

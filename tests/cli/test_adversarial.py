@@ -29,9 +29,10 @@ import pytest
 from scripted import call
 from support import kept_forms
 
-from plait.actors.model import ModelSettings
-from plait.events import GENESIS_HASH, SqliteStore, packing
-from plait.events.types import Event, ModelResponded
+from plait.actors._model import ModelSettings
+from plait.events import GENESIS_HASH, SqliteStore
+from plait.events import _packing as packing
+from plait.events._types import Event, ModelResponded
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

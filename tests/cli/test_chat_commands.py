@@ -12,7 +12,7 @@ import pytest
 from terminal import CTRL_D, Terminal, clean_env
 
 from plait.events import SqliteStore, TaskEnqueued
-from plait.events.values import as_text
+from plait.events._values import as_text
 from plait.testing import ScriptedModelServer, Step
 
 REVIEW = """---

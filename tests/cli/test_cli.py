@@ -12,7 +12,8 @@ import msgspec
 import pytest
 from support import sqlite_tamper
 
-from plait.events import SqliteStore, packing
+from plait.events import SqliteStore
+from plait.events import _packing as packing
 
 
 def plait(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

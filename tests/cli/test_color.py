@@ -14,7 +14,7 @@ from scripted import call
 from terminal import Terminal
 
 from plait.cli import main
-from plait.cli.style import Style, wants_color
+from plait.cli._style import Style, wants_color
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:

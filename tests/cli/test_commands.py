@@ -15,7 +15,7 @@ from scripted import runtime_for
 from support import sqlite_tamper
 
 from plait.cli import main
-from plait.cli.parser import build_parser
+from plait.cli._parser import build_parser
 from plait.events import ModelRequested, SqliteStore, StoragePolicy
 from plait.replay import fork
 from plait.testing import ScriptedModelServer, Step

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from plait.cli.flags import SHELLS
-from plait.cli.parser import build_parser
+from plait.cli._flags import SHELLS
+from plait.cli._parser import build_parser
 
 if TYPE_CHECKING:
     from conftest import Cli

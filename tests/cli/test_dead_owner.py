@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 OWNER = textwrap.dedent(
     """
     import sys
-    from plait.actors.model import ModelSettings
+    from plait.actors._model import ModelSettings
     from plait.runtime import Runtime, RuntimeSettings
 
     db, base_url = sys.argv[1:3]

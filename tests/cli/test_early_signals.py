@@ -27,14 +27,14 @@ IMPORTED = "import time:"
 
 MARKS = (10, 40, 100, 200, 350, 700)
 """After how many imports, counted from the first of plait's modules, a signal is sent. The
-first few (``plait``, ``plait.cli.lifetime``, ``plait.cli``, what they import) come before the
+first few (``plait``, ``plait.cli._lifetime``, ``plait.cli``, what they import) come before the
 program's first line (``plait.cli.run``) puts its handlers in; the parser's are done after about
 55; then ``main`` imports the command's module (``plait worker``'s after about 115, ``plait
 exec``'s about 210) and runs it, and the command imports the runtime (about 350) and the model's
 client (openai, about 1,000) under its own handlers. Each case checks which of these stretches
 its marks fell in (``STRETCHES``)."""
 
-COMMAND_MODULE = {"exec": "plait.cli.run_commands", "worker": "plait.cli.worker"}
+COMMAND_MODULE = {"exec": "plait.cli._run_commands", "worker": "plait.cli._worker"}
 """The module ``main`` imports to run each command."""
 
 STRETCHES = ("the parser's imports", "the command's imports", "the command running")
@@ -102,7 +102,7 @@ def stretch(lines: list[str], command: str) -> str:
     names = imported(lines)
     if COMMAND_MODULE[command] in names:  # main has imported it: it runs the command
         return STRETCHES[2]
-    return STRETCHES[1] if "plait.cli.parser" in names else STRETCHES[0]
+    return STRETCHES[1] if "plait.cli._parser" in names else STRETCHES[0]
 
 
 def no_lease_live(cli: Cli) -> bool:

@@ -210,7 +210,7 @@ def test_exec_says_when_it_compacts_the_history(cli: Cli, server: ScriptedModelS
 
 def test_a_server_with_one_tool_is_ready_with_1_tool(cli: Cli, server: ScriptedModelServer) -> None:
     release = f'[mcp_servers.release]\ncommand = "{sys.executable}"\n'
-    release += 'args = ["-m", "plait.cli.demo_tools"]\n'
+    release += 'args = ["-m", "plait.cli._demo_tools"]\n'
     cli.configure(server.base_url, top=release)
     server.push(Step(text="Ready."))
     done = cli("exec", "Anything pending?")

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import pytest
 from support import StoreFactory
 
-from plait.actors.model import ModelSettings
-from plait.cli.output import ExecPrinter
+from plait.actors._model import ModelSettings
+from plait.cli._output import ExecPrinter
 from plait.events import (
     AgentMessageDelta,
     Body,
@@ -32,8 +32,8 @@ from plait.events import (
     Transient,
     TurnAborted,
 )
-from plait.events.subscription import Subscription
-from plait.events.values import Closure, TaskPlan
+from plait.events._subscription import Subscription
+from plait.events._values import Closure, TaskPlan
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 from chat_rules import assert_chat_valid
 
-from plait.runtime.handoffs import FORK_CUT
+from plait.runtime._handoffs import FORK_CUT
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
 from plait.events import Event, TaskEnqueued, TaskStarted, TurnAborted
-from plait.events.subscription import Subscription
+from plait.events._subscription import Subscription
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

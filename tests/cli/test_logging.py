@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
         raise ValueError("boom")
     except ValueError:
         logging.getLogger("mcp.client.streamable_http").exception("Error parsing JSON response")
-        logging.getLogger("plait.actors.mcp.functions").exception("function tool t failed")
+        logging.getLogger("plait.actors.mcp._functions").exception("function tool t failed")
         logging.getLogger("plait.runtime").info("session s resumed")
     """
 )
@@ -47,7 +47,7 @@ def test_a_warning_is_one_line_and_other_libraries_records_are_not_printed(
 
 def test_verbose_prints_every_record_with_its_traceback(tmp_path: Path) -> None:
     printed = run(tmp_path, "-v")
-    assert "plait.actors.mcp.functions: function tool t failed" in printed
+    assert "plait.actors.mcp._functions: function tool t failed" in printed
     assert "plait.runtime: session s resumed" in printed
     assert "Error parsing JSON response" in printed
     assert printed.count("Traceback") == 2

@@ -124,7 +124,7 @@ def test_a_shared_directorys_servers_are_not_started_and_the_run_says_why(
     server.push(Step(text="Hi again."))
     told = cli.at(mine)("-v", "exec", "--last", "Hello?", env=KEY)
     assert told.returncode == 0, told.stderr
-    assert f"WARNING plait.project: not using {shared / '.mcp.json'}: {why}\n" in told.stderr
+    assert f"WARNING plait._project: not using {shared / '.mcp.json'}: {why}\n" in told.stderr
     assert "plait.cli: configuration: plait.toml\n" in told.stderr  # not theirs
     assert "MCP server theirs" not in told.stderr and not ran.exists()
 

@@ -12,7 +12,7 @@ import pytest
 from scripted import record_session
 from support import StoreFactory
 
-from plait.cli.flags import since
+from plait.cli._flags import since
 from plait.testing import Step
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import pytest
 
-from plait.cli.demo import demo_script
+from plait.cli._demo import demo_script
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 RELEASE = f"""
 [mcp_servers.release]
 command = {json.dumps(sys.executable)}
-args = ["-m", "plait.cli.demo_tools"]
+args = ["-m", "plait.cli._demo_tools"]
 """
 """The demo's MCP server, configured as a user would to rerun the demo's session."""
 

@@ -20,7 +20,7 @@ from scripted import Stuck, call, crash, local_mcp_servers
 from support import wait_for_event
 from terminal import Terminal
 
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
 from plait.events import ModelRequested, SqliteStore, ToolApprovalRequested
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
@@ -239,9 +239,9 @@ def test_a_first_prompt_late_in_the_log_and_a_long_task_running_are_found(
     tmp_path: Path,
 ) -> None:
     """Past the events read at first: a title after 40 server failures; a running task of 300
-    events, whose start is past the tail read first (``HEAD``, ``TAIL`` in cli/listing.py)."""
-    from plait.cli.listing import HEAD, TAIL, listing
-    from plait.events.types import (
+    events, whose start is past the tail read first (``HEAD``, ``TAIL`` in cli/_listing.py)."""
+    from plait.cli._listing import HEAD, TAIL, listing
+    from plait.events._types import (
         ConversationOpened,
         McpServerFailed,
         NewEvent,
@@ -250,7 +250,7 @@ def test_a_first_prompt_late_in_the_log_and_a_long_task_running_are_found(
         TaskStarted,
         TurnStarted,
     )
-    from plait.events.values import InputText, TaskPlan
+    from plait.events._values import InputText, TaskPlan
 
     def opened(root: str) -> list[Any]:
         started = SessionStarted(root_conversation_id=root)

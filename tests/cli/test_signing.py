@@ -16,7 +16,7 @@ from scripted import call, record_inventory, record_session
 from support import StoreFactory, cut_back, forge_tool_output
 
 from plait.events import HeadSigned
-from plait.events.signing import Signer
+from plait.events._signing import Signer
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:
@@ -84,9 +84,9 @@ def test_help_does_not_load_the_cryptography_package(cli: Cli) -> None:
     assert "cryptography" not in done.stderr
     # The parser imports no command's code; keygen's and verify's module, when it runs,
     # imports cryptography only where a key is made or read.
-    traced = [sys.executable, "-X", "importtime", "-c", "import plait.cli.keys"]
+    traced = [sys.executable, "-X", "importtime", "-c", "import plait.cli._keys"]
     done = subprocess.run(traced, env=cli.env, capture_output=True, text=True, timeout=60)
-    assert "plait.cli.keys" in done.stderr and "cryptography" not in done.stderr
+    assert "plait.cli._keys" in done.stderr and "cryptography" not in done.stderr
 
 
 @pytest.mark.parametrize("where", ["plait.toml", "PLAIT_SIGNING_KEY"])

@@ -1,5 +1,5 @@
 """What a ``plait`` command imports as it starts: the parser describes every command without
-importing the code that runs them (``plait.cli.commands``), and ``main`` imports the one
+importing the code that runs them (``plait.cli._commands``), and ``main`` imports the one
 command's module. Real processes, ``python -X importtime`` naming each module imported."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from plait.cli.commands import COMMANDS
+from plait.cli._commands import COMMANDS
 
 if TYPE_CHECKING:
     from conftest import Cli
 
-COMMAND_MODULES = {command.module for command in COMMANDS.values()} - {"plait.cli.completion"}
+COMMAND_MODULES = {command.module for command in COMMANDS.values()} - {"plait.cli._completion"}
 """The modules that run commands (``completion``'s also gives the parser its shells)."""
 
 HEAVY = {"plait.events", "plait.runtime", "plait.replay", "plait.actors.mcp", "openai", "mcp"}
@@ -41,15 +41,15 @@ def imported(cli: Cli, *args: str) -> set[str]:
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["log", "--help"], ["exec", "-h"]])
 def test_help_and_version_import_no_command_code(cli: Cli, args: list[str]) -> None:
     names = imported(cli, *args)
-    assert "plait.cli.parser" in names
+    assert "plait.cli._parser" in names
     assert names & (COMMAND_MODULES | HEAVY) == set()
 
 
 def test_a_command_imports_its_own_code_and_no_other_commands(cli: Cli) -> None:
     session = cli.record("imp")
     names = imported(cli, "log", session)
-    assert "plait.cli.log_commands" in names
-    assert names & COMMAND_MODULES == {"plait.cli.log_commands"}
+    assert "plait.cli._log_commands" in names
+    assert names & COMMAND_MODULES == {"plait.cli._log_commands"}
     # Reading a log needs the store, not the runtime, replay, or a model or MCP client.
     assert "plait.events" in names
     assert names & {"plait.runtime", "plait.replay", "openai", "mcp"} == set()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from terminal import CTRL_C, Terminal, clean_env
 
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
 from plait.events import (
     Event,
     SessionClosed,
@@ -24,7 +24,7 @@ from plait.events import (
     TaskStarted,
     TurnAborted,
 )
-from plait.events.subscription import Subscription
+from plait.events._subscription import Subscription
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 

@@ -12,9 +12,9 @@ import pytest
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 from scripted import call, record_session
 
-from plait.cli.demo import QUESTION
+from plait.cli._demo import QUESTION
 from plait.events import SqliteStore
-from plait.events.values import StoragePolicy
+from plait.events._values import StoragePolicy
 from plait.testing import Step
 
 if TYPE_CHECKING:

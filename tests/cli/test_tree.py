@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 from scripted import call, record_session
 
-from plait.cli.style import Style
-from plait.cli.tree import tree_lines
+from plait.cli._style import Style
+from plait.cli._tree import tree_lines
 from plait.events import MemoryStore
 from plait.testing import Step
 

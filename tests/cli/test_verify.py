@@ -19,7 +19,7 @@ from plait.events import (
     ToolCallCompleted,
     TurnStarted,
 )
-from plait.events.values import StoragePolicy
+from plait.events._values import StoragePolicy
 
 if TYPE_CHECKING:
     from conftest import Cli

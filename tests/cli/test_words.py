@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plait.cli.words import count
+from plait.cli._words import count
 
 
 @pytest.mark.parametrize(

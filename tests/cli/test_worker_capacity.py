@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from support import StoreFactory
 
-from plait.actors.model import ModelSettings
-from plait.cli.parser import build_parser
-from plait.cli.worker import ACTIVE_PER_SLOT, active_sessions
+from plait.actors._model import ModelSettings
+from plait.cli._parser import build_parser
+from plait.cli._worker import ACTIVE_PER_SLOT, active_sessions
 from plait.events import Event, TaskCompleted, TaskEnqueued, TaskStarted
 from plait.runtime import Runtime, RuntimeSettings, SessionHandle
 from plait.testing import ScriptedModelServer, Step

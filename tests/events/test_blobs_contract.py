@@ -1,4 +1,4 @@
-"""The blobs part of the store contract (``store.blobs``: ``plait.events.blobstore``), on every
+"""The blobs part of the store contract (``store.blobs``: ``plait.events._blobstore``), on every
 backend: content kept beside the log by its sha-256, read back with the events that name it,
 deleted leaving a tombstone, erased."""
 
@@ -14,8 +14,8 @@ from plait.events import (
     Redacted,
     ToolCallCompleted,
 )
-from plait.events.blobstore import REDACTED
-from plait.events.values import StoragePolicy
+from plait.events._blobstore import REDACTED
+from plait.events._values import StoragePolicy
 
 BIG = "x" * 20_000
 

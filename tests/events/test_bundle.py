@@ -15,13 +15,13 @@ import pytest
 from scripted import record_inventory
 from support import StoreFactory, cut_back, forge_tool_output
 
-from plait.errors import BundleError
+from plait._errors import BundleError
 from plait.events import EventStore, HeadSigned
-from plait.events.blobs import blob_refs
-from plait.events.bundle import FORMAT, Manifest, export_bundle, verify_bundle
-from plait.events.erasure import forget
-from plait.events.signing import PublicKey, Signer
-from plait.events.witness import Witness
+from plait.events._blobs import blob_refs
+from plait.events._bundle import FORMAT, Manifest, export_bundle, verify_bundle
+from plait.events._erasure import forget
+from plait.events._signing import PublicKey, Signer
+from plait.events._witness import Witness
 
 
 def inventory(item: str) -> str:
@@ -126,7 +126,7 @@ def test_a_zip_whose_checksum_holds_but_whose_member_fails_its_crc_is_damaged(
 ) -> None:
     """Whoever re-seals an edited bundle gets past the checksum (it is no secret), not past
     zip's own CRC of a member."""
-    from plait.events import bundle as bundles
+    from plait.events import _bundle as bundles
 
     store = durable_stores.open()
     session = record(store, "kept", Signer.from_key_file(key))

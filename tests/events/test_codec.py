@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from strategies import events
 
-from plait.errors import CorruptEventError, UnknownEventTypeError
+from plait._errors import CorruptEventError, UnknownEventTypeError
 from plait.events import (
     GENESIS_HASH,
     Event,
@@ -22,7 +22,7 @@ from plait.events import (
     from_jsonl,
     to_jsonl,
 )
-from plait.events.codec import CURRENT_VERSIONS, EventMap
+from plait.events._codec import CURRENT_VERSIONS, EventMap
 
 
 def _decode(data: bytes, like: Event) -> Event:

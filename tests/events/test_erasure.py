@@ -10,21 +10,21 @@ import pytest
 from scripted import call, record_session
 from support import StoreFactory
 
-from plait.errors import ContentUnavailableError, ErasureError
-from plait.events.erasure import forget
-from plait.events.inbox import Command, SubmitTask
-from plait.events.projections.history import HistoryProjection
-from plait.events.projections.messages import shown_text
-from plait.events.signing import PublicKey, Signer, generate_key
-from plait.events.store import EventStore
-from plait.events.types import (
+from plait._errors import ContentUnavailableError, ErasureError
+from plait.events._erasure import forget
+from plait.events._inbox import Command, SubmitTask
+from plait.events._signing import PublicKey, Signer, generate_key
+from plait.events._store import EventStore
+from plait.events._types import (
     ContentErased,
     ConversationOpened,
     NewEvent,
     SessionStarted,
     TaskEnqueued,
 )
-from plait.events.values import InputText, Redacted, StoragePolicy, TaskPlan
+from plait.events._values import InputText, Redacted, StoragePolicy, TaskPlan
+from plait.events.projections._history import HistoryProjection
+from plait.events.projections._messages import shown_text
 from plait.replay import fork, replay
 from plait.testing import Step
 

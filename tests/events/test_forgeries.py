@@ -28,8 +28,8 @@ from signed_sessions import Lab, World, record_honest
 from support import POSTGRES_URL
 
 from plait.events import ConversationOpened, SessionClosed, ToolCallStarted
-from plait.events.bundle import export_bundle, verify_bundle
-from plait.events.witness import Witness
+from plait.events._bundle import export_bundle, verify_bundle
+from plait.events._witness import Witness
 
 
 def _param(forgery: Forgery) -> object:

@@ -1,4 +1,4 @@
-"""The inbox part of the store contract (``store.inbox``: ``plait.events.inbox``), on every
+"""The inbox part of the store contract (``store.inbox``: ``plait.events._inbox``), on every
 backend: commands any process stores for a session's owner, in order, until it drops them."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import threading
 from support import StoreFactory
 
 from plait.events import EventStore
-from plait.events.inbox import (
+from plait.events._inbox import (
     Command,
     DestroyConversation,
     InterruptTask,
     StoredCommand,
     SubmitTask,
 )
-from plait.events.values import InputText, TaskPlan
+from plait.events._values import InputText, TaskPlan
 
 
 def test_the_inbox_keeps_commands_in_order_until_dropped(stores: StoreFactory) -> None:

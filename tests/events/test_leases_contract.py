@@ -1,4 +1,4 @@
-"""The leases part of the store contract (``store.leases``: ``plait.events.leases``), on every
+"""The leases part of the store contract (``store.leases``: ``plait.events._leases``), on every
 backend: who owns a session, and the appends its former owners can no longer make."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import pytest
 from support import StoreFactory
 
-from plait.errors import ConcurrencyError, LeaseLostError
+from plait._errors import ConcurrencyError, LeaseLostError
 from plait.events import EventStore, NewEvent, SessionStarted, TurnStarted
 
 LAPSED = -1.0

@@ -8,11 +8,10 @@ import msgspec
 import pytest
 from support import TickClock
 
-from plait.errors import CorruptEventError, TamperedError
-from plait.events.codec import GENESIS_HASH
-from plait.events.packing import DICTIONARY_ID, Entry, PackedRow, chain, encode_entry, pack, unpack
-from plait.events.stores.memory import MemoryStore
-from plait.events.types import (
+from plait._errors import CorruptEventError, TamperedError
+from plait.events._codec import GENESIS_HASH
+from plait.events._packing import DICTIONARY_ID, Entry, PackedRow, chain, encode_entry, pack, unpack
+from plait.events._types import (
     ConversationOpened,
     Event,
     NewEvent,
@@ -21,6 +20,7 @@ from plait.events.types import (
     TurnAborted,
     TurnStarted,
 )
+from plait.events.stores._memory import MemoryStore
 
 
 def _prepared(n: int = 4, stream: str = "s1", after: int = 0) -> list[Event]:

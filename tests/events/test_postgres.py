@@ -14,20 +14,21 @@ import psycopg
 import pytest
 from support import POSTGRES_URL
 
-from plait.errors import (
+from plait._errors import (
     ConcurrencyError,
     LeaseLostError,
     StoreUnavailableError,
     TamperedError,
 )
 from plait.events import Body, Event, TaskStarted, TurnStarted
-from plait.events.codec import BODY_TAGS, GENESIS_HASH, encode_event, hasher
-from plait.events.packing import pack
-from plait.events.stores import open_store, postgres_announce
-from plait.events.stores.postgres import PostgresStore
-from plait.events.stores.postgres_announce import LISTENING_SQL, Announcer, listening
-from plait.events.stores.postgres_settled import Settled
-from plait.events.stores.postgres_sql import APPEND_SIGNATURE, POSITION_BITS
+from plait.events._codec import BODY_TAGS, GENESIS_HASH, encode_event, hasher
+from plait.events._packing import pack
+from plait.events.stores import _postgres_announce as postgres_announce
+from plait.events.stores import open_store
+from plait.events.stores._postgres import PostgresStore
+from plait.events.stores._postgres_announce import LISTENING_SQL, Announcer, listening
+from plait.events.stores._postgres_settled import Settled
+from plait.events.stores._postgres_sql import APPEND_SIGNATURE, POSITION_BITS
 
 
 @pytest.fixture

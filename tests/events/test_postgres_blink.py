@@ -11,11 +11,11 @@ import pytest
 from blinks import Blinks
 from support import StoreFactory
 
-from plait.errors import ConcurrencyError, StoreUnavailableError
+from plait._errors import ConcurrencyError, StoreUnavailableError
 from plait.events import EventStore, TurnStarted
-from plait.events.codec import GENESIS_HASH
-from plait.events.inbox import Command, InterruptTask
-from plait.events.stores.postgres import PostgresStore
+from plait.events._codec import GENESIS_HASH
+from plait.events._inbox import Command, InterruptTask
+from plait.events.stores._postgres import PostgresStore
 
 
 @pytest.fixture

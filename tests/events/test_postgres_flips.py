@@ -16,10 +16,10 @@ import psycopg
 import pytest
 from support import POSTGRES_URL
 
-from plait.errors import CorruptEventError
+from plait._errors import CorruptEventError
 from plait.events import ConversationOpened, NewEvent, SessionStarted, ToolCallCompleted
-from plait.events.stores.postgres import PostgresStore
-from plait.events.types import Event, TurnStarted
+from plait.events._types import Event, TurnStarted
+from plait.events.stores._postgres import PostgresStore
 
 
 @pytest.fixture

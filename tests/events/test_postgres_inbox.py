@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from support import POSTGRES_URL, StoreFactory
 
-from plait.events.stores.postgres import PostgresStore
-from plait.events.stores.postgres_inbox import committed
+from plait.events.stores._postgres import PostgresStore
+from plait.events.stores._postgres_inbox import committed
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import psycopg
 import pytest
 from support import POSTGRES_URL
 
-from plait.events.stores.postgres_inbox import announced, announcement
-from plait.events.stores.postgres_listen import NotifyWaiter
-from plait.events.subscription import Signal
+from plait.events._subscription import Signal
+from plait.events.stores._postgres_inbox import announced, announcement
+from plait.events.stores._postgres_listen import NotifyWaiter
 
 WAIT_SEC = 30.0
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from plait.events.stores import postgres_prune, postgres_sql
+from plait.events.stores import _postgres_prune as postgres_prune
+from plait.events.stores import _postgres_sql as postgres_sql
 
 SESSION_TABLES = ("appends", "streams", "leases", "inbox")
 """Tables whose rows belong to one session each (``stream``): distributed by it."""

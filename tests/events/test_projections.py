@@ -373,6 +373,6 @@ def test_a_tail_holding_a_task_start_or_end_tells_what_runs_as_the_whole_log_doe
     events = record(items)
     whole = ActivityProjection().fold(events)
     tail = ActivityProjection().fold(events[min(cut, len(events)) :])
-    if tail.bounded:  # what `plait sessions` widens a tail to (src/plait/cli/listing.py)
+    if tail.bounded:  # what `plait sessions` widens a tail to (src/plait/cli/_listing.py)
         assert (tail.running, tail.asked) == (whole.running, whole.asked)
         assert tail.closed == whole.closed

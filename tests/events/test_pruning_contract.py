@@ -1,4 +1,4 @@
-"""The pruning part of the store contract (``store.pruning``: ``plait.events.pruning``), on
+"""The pruning part of the store contract (``store.pruning``: ``plait.events._pruning``), on
 every backend: a session removed whole with its record, only as its record describes it, and
 the positions it held accounted for. ``test_retention.py`` tests what ``prune`` chooses."""
 
@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import pytest
 from support import StoreFactory
 
-from plait.errors import ConcurrencyError, StoreError
+from plait._errors import ConcurrencyError, StoreError
 from plait.events import EventStore, SessionStarted, TurnStarted
-from plait.events.inbox import Command, InterruptTask
-from plait.events.pruned import PrunedSession, position_runs
+from plait.events._inbox import Command, InterruptTask
+from plait.events._pruned import PrunedSession, position_runs
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -12,7 +12,7 @@ import pytest
 from scripted import record_inventory
 from support import StoreFactory
 
-from plait.errors import CorruptEventError, TamperedError
+from plait._errors import CorruptEventError, TamperedError
 from plait.events import (
     ConversationContextChanged,
     ConversationOpened,
@@ -23,11 +23,11 @@ from plait.events import (
     SessionReopened,
     SessionStarted,
 )
-from plait.events.blobs import DEFAULT_BLOB_THRESHOLD, blob_refs
-from plait.events.retention import prune
-from plait.events.signing import PublicKey, Signer
-from plait.events.stores.sqlite import SqliteStore
-from plait.events.witness import Witness
+from plait.events._blobs import DEFAULT_BLOB_THRESHOLD, blob_refs
+from plait.events._retention import prune
+from plait.events._signing import PublicKey, Signer
+from plait.events._witness import Witness
+from plait.events.stores._sqlite import SqliteStore
 
 DAY = datetime(2026, 1, 1, tzinfo=UTC)
 """The date the tests prune before."""

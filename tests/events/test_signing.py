@@ -12,8 +12,8 @@ import pytest
 from scripted import call, crash, inventory, record_inventory, record_session
 from support import StoreFactory, forge_tool_output
 
-from plait.actors.model import ModelSettings
-from plait.errors import KeyFileError
+from plait._errors import KeyFileError
+from plait.actors._model import ModelSettings
 from plait.events import (
     Event,
     HeadSigned,
@@ -21,15 +21,15 @@ from plait.events import (
     SessionReopened,
     TaskCompleted,
 )
-from plait.events.codec import encode_event
-from plait.events.signing import (
+from plait.events._codec import encode_event
+from plait.events._signing import (
     SIGN_EVERY,
     PublicKey,
     Signer,
     generate_key,
     verify_signatures,
 )
-from plait.events.types import TaskStarted, ToolCallCompleted, TurnAborted
+from plait.events._types import TaskStarted, ToolCallCompleted, TurnAborted
 from plait.replay import fork, replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from support import read_only_dir, sqlite_tamper
 
-from plait.errors import (
+from plait._errors import (
     ConcurrencyError,
     CorruptEventError,
     PlaitError,
@@ -27,7 +27,7 @@ from plait.events import SqliteStore, ToolCallCompleted, TurnStarted
 WRITER = textwrap.dedent(
     """
     import sys
-    from plait.errors import ConcurrencyError
+    from plait._errors import ConcurrencyError
     from plait.events import NewEvent, SqliteStore, TurnStarted
 
     path, who, count, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

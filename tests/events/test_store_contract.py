@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from support import StoreFactory
 
-from plait.errors import (
+from plait._errors import (
     BlobMissingError,
     ConcurrencyError,
     CorruptEventError,
@@ -35,8 +35,8 @@ from plait.events import (
     TurnStarted,
     encode_event,
 )
-from plait.events.codec import event_hash
-from plait.events.packing import is_packed
+from plait.events._codec import event_hash
+from plait.events._packing import is_packed
 
 BIG = "x" * 20_000
 

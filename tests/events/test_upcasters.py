@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from plait.events import Event, TaskDropped, ToolCallCompleted, TurnAborted
-from plait.events.codec import decode_event
+from plait.events._codec import decode_event
 
 CRASH_ANSWER = (
     "result unknown: the process stopped while this call ran; it may or may not have "

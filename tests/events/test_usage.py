@@ -1,13 +1,13 @@
-"""What each session's log takes (``plait.events.usage``), on every store."""
+"""What each session's log takes (``plait.events._usage``), on every store."""
 
 from __future__ import annotations
 
 from support import StoreFactory
 
-from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
-from plait.events.stored import PER_APPEND
-from plait.events.types import SessionStarted, ToolCallCompleted
-from plait.events.usage import usage
+from plait.events._blobs import DEFAULT_BLOB_THRESHOLD
+from plait.events._stored import PER_APPEND
+from plait.events._types import SessionStarted, ToolCallCompleted
+from plait.events._usage import usage
 
 BIG = "x" * (DEFAULT_BLOB_THRESHOLD + 1)
 """Past the threshold: kept once, content-addressed, whoever records it."""

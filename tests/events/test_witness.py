@@ -15,11 +15,11 @@ import pytest
 from scripted import record_inventory
 from support import StoreFactory, cut_back, forge_tool_output
 
-from plait.actors.model import ModelSettings
-from plait.errors import WitnessError
+from plait._errors import WitnessError
+from plait.actors._model import ModelSettings
 from plait.events import EventStore, HeadSigned, TaskCompleted
-from plait.events.signing import PublicKey, Signer, generate_key
-from plait.events.witness import Witness
+from plait.events._signing import PublicKey, Signer, generate_key
+from plait.events._witness import Witness
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plait.actors.mcp.calls import (
+from plait.actors.mcp._calls import (
     CallResult,
     _flat,
     decode_arguments,

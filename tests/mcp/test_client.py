@@ -14,10 +14,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from plait._errors import McpError
 from plait.actors.mcp import McpServerConfig, merge
-from plait.actors.mcp.client import McpConnection
-from plait.errors import McpError
-from plait.events.values import McpToolSnapshot
+from plait.actors.mcp._client import McpConnection
+from plait.events._values import McpToolSnapshot
 
 TOOLS = [
     "add", "crash", "echo", "fail", "grow", "header", "huge", "image",

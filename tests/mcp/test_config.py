@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from plait._errors import ConfigError, McpError
 from plait.actors.mcp import McpServerConfig, parse_servers
-from plait.actors.mcp.config import http_headers, missing_variables
-from plait.errors import ConfigError, McpError
+from plait.actors.mcp._config import http_headers, missing_variables
 
 
 def test_a_stdio_and_an_http_server_parse_with_defaults() -> None:

@@ -16,7 +16,7 @@ import pytest
 from scripted import call, one_mcp_call
 
 from plait.actors.mcp import McpServerConfig
-from plait.actors.mcp.client import McpConnection
+from plait.actors.mcp._client import McpConnection
 from plait.testing import Step
 
 TEXTS = {

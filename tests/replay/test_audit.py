@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from plait.errors import PlaitError
+from plait._errors import PlaitError
 from plait.events import MemoryStore, SessionStarted
-from plait.events.stores.sqlite import SqliteStore
-from plait.events.types import ConversationOpened, NewEvent, TaskEnqueued, TaskStarted
-from plait.events.values import InputText, TaskPlan
+from plait.events._types import ConversationOpened, NewEvent, TaskEnqueued, TaskStarted
+from plait.events._values import InputText, TaskPlan
+from plait.events.stores._sqlite import SqliteStore
 from plait.replay import audit, audit_jsonl, verify
 
 GOLDEN = Path(__file__).with_name("golden") / "v1-sessions.sqlite"

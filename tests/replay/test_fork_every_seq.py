@@ -19,10 +19,10 @@ import pytest
 from chat_rules import chat_problems
 from scripted import HttpServer, assert_histories_valid, call, went_on_problems
 
+from plait.actors._model import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.actors.model import ModelSettings
 from plait.events import Event, SqliteStore
-from plait.events.types import (
+from plait.events._types import (
     ConversationOpened,
     TaskDropped,
     TaskEnqueued,
@@ -33,8 +33,8 @@ from plait.events.types import (
 )
 from plait.replay import fork
 from plait.runtime import Runtime, RuntimeSettings
-from plait.runtime.handoffs import FORK_CUT, NOBODY_WAITS
-from plait.runtime.recovery import HANDOFF_CUT
+from plait.runtime._handoffs import FORK_CUT, NOBODY_WAITS
+from plait.runtime._recovery import HANDOFF_CUT
 from plait.testing import RecordedRequest, ScriptedModelServer, Step
 
 WENT_ON = Step(text="Went on.")

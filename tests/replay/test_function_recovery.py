@@ -20,20 +20,20 @@ import pytest
 from scripted import assert_histories_valid
 
 import plait
-from plait.actors.model import ModelSettings
-from plait.actors.session import Session
-from plait.events.stores.sqlite import SqliteStore
-from plait.events.types import TaskCompleted, ToolCallCompleted, ToolCallStarted, TurnAborted
+from plait.actors._model import ModelSettings
+from plait.actors._session import Session
+from plait.events._types import TaskCompleted, ToolCallCompleted, ToolCallStarted, TurnAborted
+from plait.events.stores._sqlite import SqliteStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
-from plait.runtime.recovery import UNKNOWN
+from plait.runtime._recovery import UNKNOWN
 from plait.testing import ScriptedModelServer, Step
 
 CHILD = textwrap.dedent(
     """
     import asyncio, itertools, json, sys, threading
     import plait
-    from plait.actors.model import ModelSettings
+    from plait.actors._model import ModelSettings
     from plait.runtime import Runtime, RuntimeSettings
     from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 

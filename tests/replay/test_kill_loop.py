@@ -21,7 +21,7 @@ import pytest
 from support import StoreFactory, load_bench
 
 from plait.events import ToolCallStarted
-from plait.events.subscription import Subscription
+from plait.events._subscription import Subscription
 
 KILLS = 3
 SEED = 7

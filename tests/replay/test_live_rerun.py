@@ -12,11 +12,11 @@ from scripted import call, crash
 from support import wait_for_event
 
 from plait import ApprovalDecision, ApprovalRequest
+from plait.actors._model import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.actors.model import ModelSettings
 from plait.events import SqliteStore
-from plait.events.store import EventStore
-from plait.events.types import (
+from plait.events._store import EventStore
+from plait.events._types import (
     ModelRequested,
     RerunOrigin,
     SessionStarted,
@@ -25,8 +25,8 @@ from plait.events.types import (
     ToolApprovalDecided,
 )
 from plait.replay import RerunReport, fork, replay, rerun
-from plait.replay.answers import NOT_RECORDED
-from plait.replay.rerun import rerun_each
+from plait.replay._answers import NOT_RECORDED
+from plait.replay._rerun import rerun_each
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import RecordedRequest, ScriptedModelServer, Step
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from plait.events import McpServerReady, TurnStarted
-from plait.events.stores.memory import MemoryStore
-from plait.replay.recorded_store import RecordedStore
+from plait.events.stores._memory import MemoryStore
+from plait.replay._recorded_store import RecordedStore
 
 T = TypeVar("T")
 BODIES = [TurnStarted(turn=1), TurnStarted(turn=2), McpServerReady("s"), TurnStarted(turn=3)]

@@ -19,20 +19,20 @@ from pathlib import Path
 import pytest
 from scripted import assert_histories_valid
 
+from plait.actors._model import ModelSettings
+from plait.actors._pool import McpLimits
 from plait.actors.mcp import McpServerConfig
-from plait.actors.model import ModelSettings
-from plait.actors.pool import McpLimits
-from plait.events.stores.sqlite import SqliteStore
-from plait.events.types import (
+from plait.events._types import (
     ModelRequested,
     TaskCompleted,
     ToolCallCompleted,
     ToolCallStarted,
     TurnAborted,
 )
+from plait.events.stores._sqlite import SqliteStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
-from plait.runtime.recovery import NOT_SENT
+from plait.runtime._recovery import NOT_SENT
 from plait.testing import ScriptedModelServer, Step
 
 SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
@@ -43,8 +43,8 @@ CHILD = textwrap.dedent(
     """
     import itertools, json, sys
     from plait.actors.mcp import McpServerConfig
-    from plait.actors.model import ModelSettings
-    from plait.actors.pool import McpLimits
+    from plait.actors._model import ModelSettings
+    from plait.actors._pool import McpLimits
     from plait.runtime import Runtime, RuntimeSettings
     from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 

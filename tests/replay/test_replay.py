@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from scripted import call, random_script, record_session
 
+from plait._errors import DivergenceError
+from plait.actors._model import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.actors.model import ModelSettings
-from plait.errors import DivergenceError
 from plait.events import SqliteStore
-from plait.events.types import (
+from plait.events._types import (
     Event,
     McpServerReady,
     ModelRequested,

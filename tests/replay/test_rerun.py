@@ -23,7 +23,7 @@ from plait.events import (
     TurnAborted,
 )
 from plait.replay import replay
-from plait.runtime.recovery import UNKNOWN
+from plait.runtime._recovery import UNKNOWN
 from plait.testing import ScriptedModelServer, Step
 
 SERVER = Path(__file__).parents[1] / "mcp" / "server.py"

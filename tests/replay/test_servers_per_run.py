@@ -18,7 +18,7 @@ from scripted import call, crash, runtime_for
 
 from plait.actors.mcp import McpServerConfig
 from plait.events import SqliteStore
-from plait.events.types import (
+from plait.events._types import (
     McpServersOffered,
     ModelRequested,
     ToolCallCompleted,

@@ -2,7 +2,7 @@
 
 Each case stops the session's runtime as ``plait exec`` and ``plait worker`` do on SIGTERM or
 SIGINT (``Runtime.drain`` with a grace period and the signal's reason, what
-``cli/stopping.py`` calls: the same events), wherever the stop finds it: a reply streaming
+``cli/_stopping.py`` calls: the same events), wherever the stop finds it: a reply streaming
 that ends within the grace, a reply cut at the grace, a tool call running, nothing running,
 work queued behind the running task. Another runtime on the same store (another process's, as
 ``plait exec --session S "go on"`` is) then goes on with the session, and the whole log must
@@ -28,7 +28,7 @@ from scripted import assert_histories_valid, call, crash
 from support import StoreFactory, wait_for_event
 
 import plait
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
 from plait.events import (
     AgentMessageDelta,
     Event,
@@ -41,13 +41,13 @@ from plait.events import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.store import EventStore
+from plait.events._store import EventStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 
 REASON = "stopped by the operator (SIGTERM)"
-"""What ``plait exec`` records for a SIGTERM (``cli/stopping.py``)."""
+"""What ``plait exec`` records for a SIGTERM (``cli/_stopping.py``)."""
 LONG_GRACE_SEC = 60.0
 """A grace the stopped task ends well within: it ends when the test lets it."""
 SHORT_GRACE_SEC = 0.2

@@ -18,7 +18,7 @@ import pytest
 from scripted import assert_histories_valid, call, runtime_for
 from support import kept_forms, on_disk
 
-from plait.errors import ContentUnavailableError
+from plait._errors import ContentUnavailableError
 from plait.events import (
     Event,
     ModelResponded,
@@ -29,7 +29,7 @@ from plait.events import (
     ToolCallRequested,
     TurnAborted,
 )
-from plait.events.storage import KEPT_BY_NONE, Expiry
+from plait.events._storage import KEPT_BY_NONE, Expiry
 from plait.replay import audit, fork, replay
 from plait.testing import ScriptedModelServer, Step
 

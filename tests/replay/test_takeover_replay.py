@@ -29,7 +29,7 @@ from scripted import assert_histories_valid, call, crash
 from support import StoreFactory, wait_for_event
 
 import plait
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
 from plait.events import (
     Event,
     SessionResumed,
@@ -39,7 +39,7 @@ from plait.events import (
     TurnAborted,
     TurnStarted,
 )
-from plait.events.store import EventStore
+from plait.events._store import EventStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
@@ -54,8 +54,8 @@ SECOND_OWNER = textwrap.dedent(
     """
     import sys, threading
     import plait
-    from plait.actors import turn
-    from plait.actors.model import ModelSettings
+    from plait.actors import _turn as turn
+    from plait.actors._model import ModelSettings
     from plait.runtime import Runtime, RuntimeSettings
 
     url, base_url, session_id = sys.argv[1:4]

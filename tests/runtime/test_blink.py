@@ -13,8 +13,8 @@ import pytest
 from blinks import SCRIPT, Blinks, assert_ran_once, mcp_servers, run_through, worker_through
 from support import StoreFactory, wait_for_event
 
-from plait.actors.model import ModelSettings
-from plait.errors import SessionFailedError
+from plait._errors import SessionFailedError
+from plait.actors._model import ModelSettings
 from plait.events import EventStore, ModelRequested, SessionClosed, TurnAborted
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step

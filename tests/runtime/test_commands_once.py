@@ -25,7 +25,7 @@ from support import POSTGRES_URL, StoreFactory, process
 from support import wait_for_event as wait_for
 
 import plait
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
 from plait.events import (
     ConversationDestroyed,
     Event,
@@ -34,10 +34,10 @@ from plait.events import (
     TaskEnqueued,
     TurnAborted,
 )
-from plait.events.inbox import Command, DestroyConversation, InterruptTask, SubmitTask
-from plait.events.stores.postgres import PostgresStore
-from plait.events.stores.postgres_sql import APPEND_SIGNATURE
-from plait.events.values import InputText, TaskPlan
+from plait.events._inbox import Command, DestroyConversation, InterruptTask, SubmitTask
+from plait.events._values import InputText, TaskPlan
+from plait.events.stores._postgres import PostgresStore
+from plait.events.stores._postgres_sql import APPEND_SIGNATURE
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
@@ -356,7 +356,7 @@ def test_a_submit_naming_a_task_the_session_holds_queues_nothing(
 SUBMITTER = textwrap.dedent(
     """
     import sys
-    from plait.actors.model import ModelSettings
+    from plait.actors._model import ModelSettings
     from plait.runtime import Runtime, RuntimeSettings
 
     url, session_id, task_id, then = sys.argv[1:5]
@@ -492,7 +492,7 @@ def test_an_interrupt_whose_commit_answer_was_lost_interrupts_once(
 OWNER = textwrap.dedent(
     """
     import sys
-    from plait.actors.model import ModelSettings
+    from plait.actors._model import ModelSettings
     from plait.runtime import Runtime, RuntimeSettings
 
     url, base_url = sys.argv[1:3]

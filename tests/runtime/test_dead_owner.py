@@ -16,15 +16,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
 from plait.events import EventStore
 from plait.runtime import Runtime, RuntimeSettings
-from plait.runtime.liveness import owner_state
+from plait.runtime._liveness import owner_state
 from plait.testing import ScriptedModelServer, Step
 
 MAKE_ID = (
     "import sys\n"
-    "from plait.runtime.ownership import default_owner_id\n"
+    "from plait.runtime._ownership import default_owner_id\n"
     "print(default_owner_id(), flush=True)\n"
     "sys.stdin.read()\n"  # runs until the test closes its stdin
 )

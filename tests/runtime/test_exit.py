@@ -37,8 +37,8 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys, threading
     from pathlib import Path
-    from plait.actors.mcp.config import McpServerConfig
-    from plait.actors.model import ModelSettings
+    from plait.actors.mcp._config import McpServerConfig
+    from plait.actors._model import ModelSettings
     from plait.events import ModelRequested
     from plait.runtime import Runtime, RuntimeSettings
 

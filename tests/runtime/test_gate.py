@@ -14,11 +14,11 @@ from scripted import runtime_for
 from support import StoreFactory
 
 from plait import ConfigError
+from plait._scripted_wire import ScriptedToolCall
 from plait.events import Event, TaskCompleted, TaskEnqueued, TaskStarted, TurnAborted
 from plait.replay import replay
 from plait.runtime import Runtime, SessionHandle
-from plait.runtime.gate import TaskGate
-from plait.scripted_wire import ScriptedToolCall
+from plait.runtime._gate import TaskGate
 from plait.testing import ScriptedModelServer, Step
 
 SLOTS, SESSIONS, TASKS = 2, 6, 3

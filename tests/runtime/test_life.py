@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from plait.errors import IllegalTransitionError, PlaitError
-from plait.runtime.life import TRANSITIONS, Life, State, diagram
+from plait._errors import IllegalTransitionError, PlaitError
+from plait.runtime._life import TRANSITIONS, Life, State, diagram
 
 PROCESSES_MD = Path(__file__).resolve().parents[2] / "docs" / "processes.md"
 
@@ -17,7 +17,7 @@ def test_the_diagram_in_the_docs_is_the_table() -> None:
     text = PROCESSES_MD.read_text()
     drawn = re.search(r"<!-- life: .*?-->\n```mermaid\n(.*?)\n```", text, re.DOTALL)
     assert drawn is not None, "docs/processes.md lost its state diagram"
-    assert drawn.group(1) == diagram(), "regenerate it: python -m plait.runtime.life"
+    assert drawn.group(1) == diagram(), "regenerate it: python -m plait.runtime._life"
 
 
 def test_an_owned_session_lives_through_passivation_to_its_close() -> None:

@@ -15,7 +15,7 @@ import pytest
 from support import POSTGRES_URL, StoreFactory, process
 from support import wait_for_event as wait_for
 
-from plait.errors import LeaseLostError
+from plait._errors import LeaseLostError
 from plait.events import (
     Event,
     EventStore,
@@ -26,10 +26,10 @@ from plait.events import (
     TaskEnqueued,
     TurnAborted,
 )
-from plait.events.inbox import Command, SubmitTask
-from plait.events.packing import pack
-from plait.events.stores.postgres import PostgresStore
-from plait.events.values import InputText, TaskPlan
+from plait.events._inbox import Command, SubmitTask
+from plait.events._packing import pack
+from plait.events._values import InputText, TaskPlan
+from plait.events.stores._postgres import PostgresStore
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 

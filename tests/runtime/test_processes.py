@@ -23,8 +23,8 @@ from scripted import assert_histories_valid, call
 from support import StoreFactory
 from support import wait_for_event as wait_for
 
-from plait.actors.mcp.config import McpServerConfig
-from plait.actors.model import ModelSettings
+from plait.actors._model import ModelSettings
+from plait.actors.mcp._config import McpServerConfig
 from plait.events import (
     Event,
     EventStore,
@@ -47,9 +47,9 @@ SERVER = Path(__file__).parents[1] / "mcp" / "server.py"
 OWNER = textwrap.dedent(
     """
     import json, sys
-    from plait.actors.mcp.config import McpServerConfig
-    from plait.actors.model import ModelSettings
-    from plait.errors import PlaitError
+    from plait.actors.mcp._config import McpServerConfig
+    from plait.actors._model import ModelSettings
+    from plait._errors import PlaitError
     from plait.runtime import Runtime, RuntimeSettings
 
     url, base_url, server_py, counter, prompt = sys.argv[1:6]

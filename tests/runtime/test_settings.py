@@ -10,9 +10,9 @@ import pytest
 
 import plait
 from plait import ConfigError, HistorySettings, MemoryStore, ModelSettings, Runtime
-from plait.events.types import SessionStarted
+from plait.events._types import SessionStarted
 from plait.runtime import RuntimeSettings
-from plait.runtime import settings as settings_module
+from plait.runtime import _settings as settings_module
 
 
 def test_the_runtime_runs_on_the_settings_it_is_given() -> None:

@@ -23,7 +23,7 @@ from support import wait_for_event
 
 from plait.actors.mcp import McpServerConfig
 from plait.events import EventStore, SqliteStore
-from plait.events.types import (
+from plait.events._types import (
     McpServerFailed,
     McpServerReady,
     McpToolsRefreshed,

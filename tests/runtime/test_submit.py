@@ -16,7 +16,7 @@ from plait.events import SqliteStore, TaskEnqueued
 CHILD = textwrap.dedent(
     """
     import asyncio, os, signal, sys
-    from plait.actors.model import ModelSettings
+    from plait.actors._model import ModelSettings
     from plait.runtime import Runtime, RuntimeSettings
     from plait.testing import ScriptedModelServer, Step
 

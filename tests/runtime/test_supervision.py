@@ -23,14 +23,14 @@ import pytest
 from scripted import call, crash, runtime_for
 
 import plait
-from plait.actors.conversation import Conversation
-from plait.actors.mcp.functions import FunctionTool
-from plait.actors.mcp.servers import McpServers
-from plait.actors.messages import GetQueue
-from plait.actors.scheduler import Scheduler
-from plait.errors import ConcurrencyError, SessionFailedError, StoreError
+from plait._errors import ConcurrencyError, SessionFailedError, StoreError
+from plait.actors._conversation import Conversation
+from plait.actors._messages import GetQueue
+from plait.actors._scheduler import Scheduler
+from plait.actors.mcp._functions import FunctionTool
+from plait.actors.mcp._servers import McpServers
 from plait.events import Event, SqliteStore, TurnAborted
-from plait.events.types import AgentMessageDelta, SessionClosed, ToolCallCompleted, ToolCallStarted
+from plait.events._types import AgentMessageDelta, SessionClosed, ToolCallCompleted, ToolCallStarted
 from plait.testing import ScriptedModelServer, Step
 
 WAIT = 30.0
@@ -268,8 +268,8 @@ def test_a_recovery_that_breaks_fails_the_session_which_records_the_task_failed(
 WRAPPER = textwrap.dedent(
     """
     import sys
-    import plait.events.stores.sqlite as sqlite
-    from plait.errors import StoreError
+    import plait.events.stores._sqlite as sqlite
+    from plait._errors import StoreError
 
     class FailingStore(sqlite.SqliteStore):
         '''Its writes of ModelResponded fail, as a full disk's would.'''

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from plait.errors import ConfigError
-from plait.runtime.timers import Timers
+from plait._errors import ConfigError
+from plait.runtime._timers import Timers
 
 WAIT_SEC = 10.0
 

@@ -11,7 +11,7 @@ from scripted import call, crash, runtime_for
 from support import wait_for_event
 
 from plait.events import SqliteStore
-from plait.events.types import ModelRequested
+from plait.events._types import ModelRequested
 from plait.telemetry import Span, TelemetrySettings, spans_of
 from plait.testing import ScriptedModelServer, Step
 

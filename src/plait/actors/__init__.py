@@ -1,22 +1,22 @@
 # The actors wing: Session, Conversation, Scheduler and McpPool actors, the model client, tools.
-# It imports `plait.events` (and `plait.errors`, `plait.jsonvalue`), never a wing above it.
+# It imports `plait.events` (and `plait._errors`, `plait._jsonvalue`), never a wing above it.
 """A session as pykka actors that share no state: they append events, then fold them."""
 
-from plait.faces import lazy
+from plait._faces import lazy
 
 TYPE_CHECKING = False  # as typing has it, without importing typing
 
 if TYPE_CHECKING:  # what type checkers read; a name is imported on its first use
-    from plait.actors.actor import Actor
-    from plait.actors.approvals import (
+    from plait.actors._actor import Actor
+    from plait.actors._approvals import (
         DEFAULT_APPROVAL_TIMEOUT_SEC,
         ApprovalDecision,
         ApprovalGate,
         ApprovalRequest,
         Approver,
     )
-    from plait.actors.bridge import Promise
-    from plait.actors.builtins import (
+    from plait.actors._bridge import Promise
+    from plait.actors._builtins import (
         BUILTIN_NAMES,
         ConvCreate,
         ConvSend,
@@ -24,12 +24,11 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         input_items,
         parse_arguments,
     )
-    from plait.actors.deps import ConversationDeps
-    from plait.actors.effects import EffectLoop
-    from plait.actors.feed import DEFAULT_FEED_LIMIT, Feed, Kinds
-    from plait.actors.journal import Journal
-    from plait.actors.mcp.dispatch import McpLimits
-    from plait.actors.messages import (
+    from plait.actors._deps import ConversationDeps
+    from plait.actors._effects import EffectLoop
+    from plait.actors._feed import DEFAULT_FEED_LIMIT, Feed, Kinds
+    from plait.actors._journal import Journal
+    from plait.actors._messages import (
         AwaitServers,
         CallTool,
         Destroy,
@@ -44,12 +43,12 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         ToolFinished,
         ToolResult,
     )
-    from plait.actors.model import ModelClient
-    from plait.actors.model_types import AttemptFailed, ModelRequest, ModelSettings
-    from plait.actors.outside import IdFor, NewId, ReadInstructions, read_instruction_file
-    from plait.actors.pool import McpPool, offer_servers
-    from plait.actors.refs import Recipient
-    from plait.actors.seams import (
+    from plait.actors._model import ModelClient
+    from plait.actors._model_types import AttemptFailed, ModelRequest, ModelSettings
+    from plait.actors._outside import IdFor, NewId, ReadInstructions, read_instruction_file
+    from plait.actors._pool import McpPool, offer_servers
+    from plait.actors._refs import Recipient
+    from plait.actors._seams import (
         ApprovalGateLike,
         JournalLike,
         McpPoolRef,
@@ -57,9 +56,10 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         ModelClientLike,
         ServersFactory,
     )
-    from plait.actors.session import Session
-    from plait.actors.stream import ModelReply
-    from plait.actors.text import lone_surrogate, undecodable
+    from plait.actors._session import Session
+    from plait.actors._stream import ModelReply
+    from plait.actors._text import lone_surrogate, undecodable
+    from plait.actors.mcp._dispatch import McpLimits
 
 __all__ = [
     "BUILTIN_NAMES",
@@ -119,16 +119,16 @@ __all__ = [
 ]
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "plait.actors.actor": ("Actor",),
-    "plait.actors.approvals": (
+    "plait.actors._actor": ("Actor",),
+    "plait.actors._approvals": (
         "DEFAULT_APPROVAL_TIMEOUT_SEC",
         "ApprovalDecision",
         "ApprovalGate",
         "ApprovalRequest",
         "Approver",
     ),
-    "plait.actors.bridge": ("Promise",),
-    "plait.actors.builtins": (
+    "plait.actors._bridge": ("Promise",),
+    "plait.actors._builtins": (
         "BUILTIN_NAMES",
         "ConvCreate",
         "ConvSend",
@@ -136,12 +136,12 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "input_items",
         "parse_arguments",
     ),
-    "plait.actors.deps": ("ConversationDeps",),
-    "plait.actors.effects": ("EffectLoop",),
-    "plait.actors.feed": ("DEFAULT_FEED_LIMIT", "Feed", "Kinds"),
-    "plait.actors.journal": ("Journal",),
-    "plait.actors.mcp.dispatch": ("McpLimits",),
-    "plait.actors.messages": (
+    "plait.actors._deps": ("ConversationDeps",),
+    "plait.actors._effects": ("EffectLoop",),
+    "plait.actors._feed": ("DEFAULT_FEED_LIMIT", "Feed", "Kinds"),
+    "plait.actors._journal": ("Journal",),
+    "plait.actors.mcp._dispatch": ("McpLimits",),
+    "plait.actors._messages": (
         "AwaitServers",
         "CallTool",
         "Destroy",
@@ -156,12 +156,12 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "ToolFinished",
         "ToolResult",
     ),
-    "plait.actors.model": ("ModelClient",),
-    "plait.actors.model_types": ("AttemptFailed", "ModelRequest", "ModelSettings"),
-    "plait.actors.outside": ("IdFor", "NewId", "ReadInstructions", "read_instruction_file"),
-    "plait.actors.pool": ("McpPool", "offer_servers"),
-    "plait.actors.refs": ("Recipient",),
-    "plait.actors.seams": (
+    "plait.actors._model": ("ModelClient",),
+    "plait.actors._model_types": ("AttemptFailed", "ModelRequest", "ModelSettings"),
+    "plait.actors._outside": ("IdFor", "NewId", "ReadInstructions", "read_instruction_file"),
+    "plait.actors._pool": ("McpPool", "offer_servers"),
+    "plait.actors._refs": ("Recipient",),
+    "plait.actors._seams": (
         "ApprovalGateLike",
         "JournalLike",
         "McpPoolRef",
@@ -169,9 +169,9 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "ModelClientLike",
         "ServersFactory",
     ),
-    "plait.actors.session": ("Session",),
-    "plait.actors.stream": ("ModelReply",),
-    "plait.actors.text": ("lone_surrogate", "undecodable"),
+    "plait.actors._session": ("Session",),
+    "plait.actors._stream": ("ModelReply",),
+    "plait.actors._text": ("lone_surrogate", "undecodable"),
 }
 
 if not TYPE_CHECKING:

@@ -2,12 +2,12 @@
 # `plait.replay`, `plait.actors` and `plait.events`; nothing in the package imports it.
 """The ``plait`` command.
 
-Results go to stdout, progress and errors to stderr (``plait.cli.output`` says how each is
+Results go to stdout, progress and errors to stderr (``plait.cli._output`` says how each is
 printed). Every command reads the configuration: ``plait.toml``, ``mcp.json``, the
-environment, then the flags (``plait.config``). An error a user can cause is one line,
+environment, then the flags (``plait._config``). An error a user can cause is one line,
 ``plait: ...``, and exit code 1; a traceback only with ``--debug``. Heavy imports (openai,
 mcp) happen inside the commands that need them, and none before ``run`` has put in the
-process's signal handlers (``lifetime.py``): importing this package costs nothing. The parser
+process's signal handlers (``_lifetime.py``): importing this package costs nothing. The parser
 imports none of the commands' code: ``main`` imports the module of the one it runs.
 
     lifetime.py      SIGTERM and SIGINT from the process's first line to its exit
@@ -27,14 +27,14 @@ import contextlib
 import sys
 from collections.abc import Sequence
 
-from plait.cli.lifetime import LIFETIME
+from plait.cli._lifetime import LIFETIME
 
 __all__ = ["main", "run"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``plait`` command with ``argv``; return its exit code."""
-    from plait.cli.parser import main as command
+    from plait.cli._parser import main as command
 
     return command(argv)
 

@@ -1,64 +1,15 @@
 # The events wing: event types, the codec, the stores, projections, signing and retention.
-# It imports nothing of plait but `plait.errors`; every other wing builds on it.
+# It imports nothing of plait but `plait._errors`; every other wing builds on it.
 """The append-only event log that every plait state is a projection of."""
 
-from plait.faces import lazy
+from plait._faces import lazy
 
 TYPE_CHECKING = False  # as typing has it, without importing typing
 
 if TYPE_CHECKING:  # what type checkers read; a name is imported on its first use
-    from plait.events.blobs import DEFAULT_BLOB_THRESHOLD
-    from plait.events.bodies.audit import ContentErased, HeadSigned
-    from plait.events.bodies.base import Body
-    from plait.events.bodies.plan import PlanStatus, PlanStep, PlanUpdated
-    from plait.events.bodies.session import (
-        ConversationContextChanged,
-        ConversationDestroyed,
-        ConversationOpened,
-        ForkOrigin,
-        HistoryCompacted,
-        RerunOrigin,
-        SessionClosed,
-        SessionReopened,
-        SessionResumed,
-        SessionStarted,
-    )
-    from plait.events.bodies.tasks import (
-        CANCEL_MESSAGE,
-        INTERRUPT_MESSAGE,
-        INTERRUPT_TEXT,
-        AbortCause,
-        InterruptCause,
-        ModelRequested,
-        ModelRequestFailed,
-        ModelResponded,
-        StopRequested,
-        TaskCompleted,
-        TaskDropped,
-        TaskEnqueued,
-        TaskStarted,
-        TokensCounted,
-        TurnAborted,
-        TurnStarted,
-    )
-    from plait.events.bodies.tools import (
-        ApprovalKeyExpired,
-        ApprovalPolicyNarrowed,
-        CallOutcome,
-        McpAllowlistNormalized,
-        McpServerFailed,
-        McpServerReady,
-        McpServersOffered,
-        McpToolsRefreshed,
-        McpToolWithheld,
-        ToolApprovalDecided,
-        ToolApprovalRequested,
-        ToolCallCompleted,
-        ToolCallRequested,
-        ToolCallStarted,
-    )
-    from plait.events.bundle import export_bundle, verify_bundle
-    from plait.events.codec import (
+    from plait.events._blobs import DEFAULT_BLOB_THRESHOLD
+    from plait.events._bundle import export_bundle, verify_bundle
+    from plait.events._codec import (
         CURRENT_VERSIONS,
         GENESIS_HASH,
         UPCASTERS,
@@ -69,9 +20,9 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         from_jsonl,
         to_jsonl,
     )
-    from plait.events.content import BlobRef, Content, Redacted, as_text
-    from plait.events.erasure import forget
-    from plait.events.inbox import (
+    from plait.events._content import BlobRef, Content, Redacted, as_text
+    from plait.events._erasure import forget
+    from plait.events._inbox import (
         Command,
         CommandBody,
         DestroyConversation,
@@ -79,10 +30,10 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         StoredCommand,
         SubmitTask,
     )
-    from plait.events.leases import DEFAULT_LEASE_SEC, Lease
-    from plait.events.prepared import PreparedAppend, draft
-    from plait.events.retention import prune
-    from plait.events.signing import (
+    from plait.events._leases import DEFAULT_LEASE_SEC, Lease
+    from plait.events._prepared import PreparedAppend, draft
+    from plait.events._retention import prune
+    from plait.events._signing import (
         SIGN_EVERY,
         PublicKey,
         Signatures,
@@ -91,12 +42,10 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         generate_key,
         last_done,
     )
-    from plait.events.storage import Expiry, Policies, erased_line, missing_content
-    from plait.events.store import EventStore, StreamInfo, utc_now
-    from plait.events.stores.memory import MemoryStore
-    from plait.events.stores.sqlite import SqliteStore
-    from plait.events.subscription import Signal, Subscription, Waiter
-    from plait.events.types import (
+    from plait.events._storage import Expiry, Policies, erased_line, missing_content
+    from plait.events._store import EventStore, StreamInfo, utc_now
+    from plait.events._subscription import Signal, Subscription, Waiter
+    from plait.events._types import (
         AgentMessageDelta,
         AnyBody,
         Event,
@@ -106,7 +55,7 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         Transient,
         recorded_settings,
     )
-    from plait.events.values import (
+    from plait.events._values import (
         APPROVAL_POLICIES,
         DURATION_UNITS,
         MODEL_PROTOCOL,
@@ -132,8 +81,59 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         duration_sec,
         stricter,
     )
-    from plait.events.verification import Verification
-    from plait.events.witness import Witness
+    from plait.events._verification import Verification
+    from plait.events._witness import Witness
+    from plait.events.bodies._audit import ContentErased, HeadSigned
+    from plait.events.bodies._base import Body
+    from plait.events.bodies._plan import PlanStatus, PlanStep, PlanUpdated
+    from plait.events.bodies._session import (
+        ConversationContextChanged,
+        ConversationDestroyed,
+        ConversationOpened,
+        ForkOrigin,
+        HistoryCompacted,
+        RerunOrigin,
+        SessionClosed,
+        SessionReopened,
+        SessionResumed,
+        SessionStarted,
+    )
+    from plait.events.bodies._tasks import (
+        CANCEL_MESSAGE,
+        INTERRUPT_MESSAGE,
+        INTERRUPT_TEXT,
+        AbortCause,
+        InterruptCause,
+        ModelRequested,
+        ModelRequestFailed,
+        ModelResponded,
+        StopRequested,
+        TaskCompleted,
+        TaskDropped,
+        TaskEnqueued,
+        TaskStarted,
+        TokensCounted,
+        TurnAborted,
+        TurnStarted,
+    )
+    from plait.events.bodies._tools import (
+        ApprovalKeyExpired,
+        ApprovalPolicyNarrowed,
+        CallOutcome,
+        McpAllowlistNormalized,
+        McpServerFailed,
+        McpServerReady,
+        McpServersOffered,
+        McpToolsRefreshed,
+        McpToolWithheld,
+        ToolApprovalDecided,
+        ToolApprovalRequested,
+        ToolCallCompleted,
+        ToolCallRequested,
+        ToolCallStarted,
+    )
+    from plait.events.stores._memory import MemoryStore
+    from plait.events.stores._sqlite import SqliteStore
 
 __all__ = [
     "APPROVAL_POLICIES",
@@ -266,11 +266,11 @@ __all__ = [
 ]
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "plait.events.blobs": ("DEFAULT_BLOB_THRESHOLD",),
-    "plait.events.bodies.audit": ("ContentErased", "HeadSigned"),
-    "plait.events.bodies.base": ("Body",),
-    "plait.events.bodies.plan": ("PlanStatus", "PlanStep", "PlanUpdated"),
-    "plait.events.bodies.session": (
+    "plait.events._blobs": ("DEFAULT_BLOB_THRESHOLD",),
+    "plait.events.bodies._audit": ("ContentErased", "HeadSigned"),
+    "plait.events.bodies._base": ("Body",),
+    "plait.events.bodies._plan": ("PlanStatus", "PlanStep", "PlanUpdated"),
+    "plait.events.bodies._session": (
         "ConversationContextChanged",
         "ConversationDestroyed",
         "ConversationOpened",
@@ -282,7 +282,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SessionResumed",
         "SessionStarted",
     ),
-    "plait.events.bodies.tasks": (
+    "plait.events.bodies._tasks": (
         "CANCEL_MESSAGE",
         "INTERRUPT_MESSAGE",
         "INTERRUPT_TEXT",
@@ -300,7 +300,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "TurnAborted",
         "TurnStarted",
     ),
-    "plait.events.bodies.tools": (
+    "plait.events.bodies._tools": (
         "ApprovalKeyExpired",
         "ApprovalPolicyNarrowed",
         "CallOutcome",
@@ -316,8 +316,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "ToolCallRequested",
         "ToolCallStarted",
     ),
-    "plait.events.bundle": ("export_bundle", "verify_bundle"),
-    "plait.events.codec": (
+    "plait.events._bundle": ("export_bundle", "verify_bundle"),
+    "plait.events._codec": (
         "CURRENT_VERSIONS",
         "GENESIS_HASH",
         "UPCASTERS",
@@ -328,9 +328,9 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "from_jsonl",
         "to_jsonl",
     ),
-    "plait.events.content": ("BlobRef", "Content", "Redacted", "as_text"),
-    "plait.events.erasure": ("forget",),
-    "plait.events.inbox": (
+    "plait.events._content": ("BlobRef", "Content", "Redacted", "as_text"),
+    "plait.events._erasure": ("forget",),
+    "plait.events._inbox": (
         "Command",
         "CommandBody",
         "DestroyConversation",
@@ -338,10 +338,10 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "StoredCommand",
         "SubmitTask",
     ),
-    "plait.events.leases": ("DEFAULT_LEASE_SEC", "Lease"),
-    "plait.events.prepared": ("PreparedAppend", "draft"),
-    "plait.events.retention": ("prune",),
-    "plait.events.signing": (
+    "plait.events._leases": ("DEFAULT_LEASE_SEC", "Lease"),
+    "plait.events._prepared": ("PreparedAppend", "draft"),
+    "plait.events._retention": ("prune",),
+    "plait.events._signing": (
         "SIGN_EVERY",
         "PublicKey",
         "Signatures",
@@ -350,12 +350,12 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "generate_key",
         "last_done",
     ),
-    "plait.events.storage": ("Expiry", "Policies", "erased_line", "missing_content"),
-    "plait.events.store": ("EventStore", "StreamInfo", "utc_now"),
-    "plait.events.stores.memory": ("MemoryStore",),
-    "plait.events.stores.sqlite": ("SqliteStore",),
-    "plait.events.subscription": ("Signal", "Subscription", "Waiter"),
-    "plait.events.types": (
+    "plait.events._storage": ("Expiry", "Policies", "erased_line", "missing_content"),
+    "plait.events._store": ("EventStore", "StreamInfo", "utc_now"),
+    "plait.events.stores._memory": ("MemoryStore",),
+    "plait.events.stores._sqlite": ("SqliteStore",),
+    "plait.events._subscription": ("Signal", "Subscription", "Waiter"),
+    "plait.events._types": (
         "AgentMessageDelta",
         "AnyBody",
         "Event",
@@ -365,7 +365,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "Transient",
         "recorded_settings",
     ),
-    "plait.events.values": (
+    "plait.events._values": (
         "APPROVAL_POLICIES",
         "DURATION_UNITS",
         "MODEL_PROTOCOL",
@@ -391,8 +391,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "duration_sec",
         "stricter",
     ),
-    "plait.events.verification": ("Verification",),
-    "plait.events.witness": ("Witness",),
+    "plait.events._verification": ("Verification",),
+    "plait.events._witness": ("Witness",),
 }
 
 if not TYPE_CHECKING:

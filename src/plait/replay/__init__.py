@@ -5,11 +5,11 @@
 # Imported at once, not on first use: `audit`, `fork`, `replay` and `rerun` are named as their
 # modules are, and importing such a module would put the module where the name should be.
 
-from plait.replay.audit import AuditRow, audit, audit_jsonl, verify
-from plait.replay.fork import fork
-from plait.replay.replay import Divergence, ReplayResult, replay
-from plait.replay.rerun import rerun, rerun_each
-from plait.replay.rerun_report import FailOn, RerunReport, TaskReport
+from plait.replay._audit import AuditRow, audit, audit_jsonl, verify
+from plait.replay._fork import fork
+from plait.replay._replay import Divergence, ReplayResult, replay
+from plait.replay._rerun import rerun, rerun_each
+from plait.replay._rerun_report import FailOn, RerunReport, TaskReport
 
 __all__ = [
     "AuditRow",

@@ -14,20 +14,20 @@
 session's events as they are recorded, with the transient text deltas between them.
 """
 
-from plait.faces import lazy
+from plait._faces import lazy
 
 TYPE_CHECKING = False  # as typing has it, without importing typing
 
 if TYPE_CHECKING:  # what type checkers read; a name is imported on its first use
-    from plait.runtime.changes import KEEP, KeepType
-    from plait.runtime.handle import SessionHandle
-    from plait.runtime.liveness import owner_state
-    from plait.runtime.outcome import Follower, Status, TaskOutcome, await_outcome
-    from plait.runtime.outside import Outside
-    from plait.runtime.recovery import Recovery, in_flight, records_resumes
-    from plait.runtime.runtime import Runtime
-    from plait.runtime.settings import RuntimeSettings
-    from plait.runtime.supervision import Unrecorded
+    from plait.runtime._changes import KEEP, KeepType
+    from plait.runtime._handle import SessionHandle
+    from plait.runtime._liveness import owner_state
+    from plait.runtime._outcome import Follower, Status, TaskOutcome, await_outcome
+    from plait.runtime._outside import Outside
+    from plait.runtime._recovery import Recovery, in_flight, records_resumes
+    from plait.runtime._runtime import Runtime
+    from plait.runtime._settings import RuntimeSettings
+    from plait.runtime._supervision import Unrecorded
 
 __all__ = [
     "KEEP",
@@ -48,15 +48,15 @@ __all__ = [
 ]
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "plait.runtime.changes": ("KEEP", "KeepType"),
-    "plait.runtime.handle": ("SessionHandle",),
-    "plait.runtime.liveness": ("owner_state",),
-    "plait.runtime.outcome": ("Follower", "Status", "TaskOutcome", "await_outcome"),
-    "plait.runtime.outside": ("Outside",),
-    "plait.runtime.recovery": ("Recovery", "in_flight", "records_resumes"),
-    "plait.runtime.runtime": ("Runtime",),
-    "plait.runtime.settings": ("RuntimeSettings",),
-    "plait.runtime.supervision": ("Unrecorded",),
+    "plait.runtime._changes": ("KEEP", "KeepType"),
+    "plait.runtime._handle": ("SessionHandle",),
+    "plait.runtime._liveness": ("owner_state",),
+    "plait.runtime._outcome": ("Follower", "Status", "TaskOutcome", "await_outcome"),
+    "plait.runtime._outside": ("Outside",),
+    "plait.runtime._recovery": ("Recovery", "in_flight", "records_resumes"),
+    "plait.runtime._runtime": ("Runtime",),
+    "plait.runtime._settings": ("RuntimeSettings",),
+    "plait.runtime._supervision": ("Unrecorded",),
 }
 
 if not TYPE_CHECKING:

@@ -8,17 +8,23 @@ never imports ``mcp``. Every command reads its MCP servers' config through this 
 most run none: each name here loads on its first use, ``servers`` (and with it asyncio) too.
 """
 
-from plait.faces import lazy
+from plait._faces import lazy
 
 TYPE_CHECKING = False  # as typing has it, without importing typing
 
 if TYPE_CHECKING:  # what type checkers read; a name is imported on its first use
-    from plait.actors.mcp.calls import CallResult, Outcome
-    from plait.actors.mcp.client import McpConnection
-    from plait.actors.mcp.config import McpServerConfig, check_keys, expand, parse_servers
-    from plait.actors.mcp.dispatch import Dispatcher, McpLimits
-    from plait.actors.mcp.functions import FUNCTIONS, FUNCTIONS_CONFIG, FunctionTool, as_tools, tool
-    from plait.actors.mcp.names import (
+    from plait.actors.mcp._calls import CallResult, Outcome
+    from plait.actors.mcp._client import McpConnection
+    from plait.actors.mcp._config import McpServerConfig, check_keys, expand, parse_servers
+    from plait.actors.mcp._dispatch import Dispatcher, McpLimits
+    from plait.actors.mcp._functions import (
+        FUNCTIONS,
+        FUNCTIONS_CONFIG,
+        FunctionTool,
+        as_tools,
+        tool,
+    )
+    from plait.actors.mcp._names import (
         SEPARATOR,
         Conflict,
         canonical_sha256,
@@ -30,9 +36,9 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         snapshot,
         tool_list_hash,
     )
-    from plait.actors.mcp.server import Backoff, Report, Status
-    from plait.actors.mcp.servers import McpServers
-    from plait.actors.mcp.shared import SharedServers
+    from plait.actors.mcp._server import Backoff, Report, Status
+    from plait.actors.mcp._servers import McpServers
+    from plait.actors.mcp._shared import SharedServers
 
 __all__ = [
     "FUNCTIONS",
@@ -67,18 +73,18 @@ __all__ = [
 ]
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "plait.actors.mcp.calls": ("CallResult", "Outcome"),
-    "plait.actors.mcp.client": ("McpConnection",),
-    "plait.actors.mcp.config": ("McpServerConfig", "check_keys", "expand", "parse_servers"),
-    "plait.actors.mcp.dispatch": ("Dispatcher", "McpLimits"),
-    "plait.actors.mcp.functions": (
+    "plait.actors.mcp._calls": ("CallResult", "Outcome"),
+    "plait.actors.mcp._client": ("McpConnection",),
+    "plait.actors.mcp._config": ("McpServerConfig", "check_keys", "expand", "parse_servers"),
+    "plait.actors.mcp._dispatch": ("Dispatcher", "McpLimits"),
+    "plait.actors.mcp._functions": (
         "FUNCTIONS",
         "FUNCTIONS_CONFIG",
         "FunctionTool",
         "as_tools",
         "tool",
     ),
-    "plait.actors.mcp.names": (
+    "plait.actors.mcp._names": (
         "SEPARATOR",
         "Conflict",
         "canonical_sha256",
@@ -90,9 +96,9 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "snapshot",
         "tool_list_hash",
     ),
-    "plait.actors.mcp.server": ("Backoff", "Report", "Status"),
-    "plait.actors.mcp.servers": ("McpServers",),
-    "plait.actors.mcp.shared": ("SharedServers",),
+    "plait.actors.mcp._server": ("Backoff", "Report", "Status"),
+    "plait.actors.mcp._servers": ("McpServers",),
+    "plait.actors.mcp._shared": ("SharedServers",),
 }
 
 if not TYPE_CHECKING:

@@ -1,20 +1,20 @@
 # Part of the events wing: every persisted event body, one module per subject; `types` gathers them.
-# They import `plait.events.values` and `plait.errors`, nothing else of plait.
+# They import `plait.events._values` and `plait._errors`, nothing else of plait.
 """Every persisted event body type, by what it is about."""
 
-from plait.events.bodies.audit import (
+from plait.events.bodies._audit import (
     ContentErased,
     HeadSigned,
 )
-from plait.events.bodies.base import (
+from plait.events.bodies._base import (
     Body,
 )
-from plait.events.bodies.plan import (
+from plait.events.bodies._plan import (
     PlanStatus,
     PlanStep,
     PlanUpdated,
 )
-from plait.events.bodies.session import (
+from plait.events.bodies._session import (
     ConversationContextChanged,
     ConversationDestroyed,
     ConversationOpened,
@@ -26,7 +26,7 @@ from plait.events.bodies.session import (
     SessionResumed,
     SessionStarted,
 )
-from plait.events.bodies.tasks import (
+from plait.events.bodies._tasks import (
     CANCEL_MESSAGE,
     INTERRUPT_MESSAGE,
     INTERRUPT_TEXT,
@@ -44,7 +44,7 @@ from plait.events.bodies.tasks import (
     TurnAborted,
     TurnStarted,
 )
-from plait.events.bodies.tools import (
+from plait.events.bodies._tools import (
     ApprovalKeyExpired,
     ApprovalPolicyNarrowed,
     CallOutcome,

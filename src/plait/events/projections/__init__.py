@@ -2,21 +2,21 @@
 # They import the event types and values of `plait.events`, never its stores.
 """Projections: pure folds of the event log into what people and the runtime read."""
 
-from plait.faces import lazy
+from plait._faces import lazy
 
 TYPE_CHECKING = False  # as typing has it, without importing typing
 
 if TYPE_CHECKING:  # what type checkers read; a name is imported on its first use
-    from plait.events.projections.activity import Activity, ActivityProjection, prompt_text
-    from plait.events.projections.approvals import (
+    from plait.events.projections._activity import Activity, ActivityProjection, prompt_text
+    from plait.events.projections._approvals import (
         ApprovalsProjection,
         ApprovalState,
         canonical_arguments,
     )
-    from plait.events.projections.audit import AuditLog, AuditProjection, AuditRow
-    from plait.events.projections.base import Projection
-    from plait.events.projections.contexts import CONTEXTS, Contexts, ContextsProjection
-    from plait.events.projections.history import (
+    from plait.events.projections._audit import AuditLog, AuditProjection, AuditRow
+    from plait.events.projections._base import Projection
+    from plait.events.projections._contexts import CONTEXTS, Contexts, ContextsProjection
+    from plait.events.projections._history import (
         ConversationHistory,
         ConversationInfo,
         Histories,
@@ -25,10 +25,10 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         rfc3339,
         safe_cut,
     )
-    from plait.events.projections.messages import ChatMessage, ContentShape
-    from plait.events.projections.plans import CurrentPlan, Plans, PlansProjection
-    from plait.events.projections.stats import ConversationStats, SessionStats, StatsProjection
-    from plait.events.projections.tasks import (
+    from plait.events.projections._messages import ChatMessage, ContentShape
+    from plait.events.projections._plans import CurrentPlan, Plans, PlansProjection
+    from plait.events.projections._stats import ConversationStats, SessionStats, StatsProjection
+    from plait.events.projections._tasks import (
         TASKS,
         QueueSnapshot,
         TaskQueue,
@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         next_task,
         task_queue,
     )
-    from plait.events.projections.timeline import Timeline, TimelineEntry, TimelineProjection
-    from plait.events.projections.tokens import TokensProjection, TokenTotals, add_usage
+    from plait.events.projections._timeline import Timeline, TimelineEntry, TimelineProjection
+    from plait.events.projections._tokens import TokensProjection, TokenTotals, add_usage
 
 __all__ = [
     "CONTEXTS",
@@ -91,16 +91,16 @@ __all__ = [
 ]
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "plait.events.projections.activity": ("Activity", "ActivityProjection", "prompt_text"),
-    "plait.events.projections.approvals": (
+    "plait.events.projections._activity": ("Activity", "ActivityProjection", "prompt_text"),
+    "plait.events.projections._approvals": (
         "ApprovalState",
         "ApprovalsProjection",
         "canonical_arguments",
     ),
-    "plait.events.projections.audit": ("AuditLog", "AuditProjection", "AuditRow"),
-    "plait.events.projections.base": ("Projection",),
-    "plait.events.projections.contexts": ("CONTEXTS", "Contexts", "ContextsProjection"),
-    "plait.events.projections.history": (
+    "plait.events.projections._audit": ("AuditLog", "AuditProjection", "AuditRow"),
+    "plait.events.projections._base": ("Projection",),
+    "plait.events.projections._contexts": ("CONTEXTS", "Contexts", "ContextsProjection"),
+    "plait.events.projections._history": (
         "ConversationHistory",
         "ConversationInfo",
         "Histories",
@@ -109,10 +109,10 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "rfc3339",
         "safe_cut",
     ),
-    "plait.events.projections.messages": ("ChatMessage", "ContentShape"),
-    "plait.events.projections.plans": ("CurrentPlan", "Plans", "PlansProjection"),
-    "plait.events.projections.stats": ("ConversationStats", "SessionStats", "StatsProjection"),
-    "plait.events.projections.tasks": (
+    "plait.events.projections._messages": ("ChatMessage", "ContentShape"),
+    "plait.events.projections._plans": ("CurrentPlan", "Plans", "PlansProjection"),
+    "plait.events.projections._stats": ("ConversationStats", "SessionStats", "StatsProjection"),
+    "plait.events.projections._tasks": (
         "TASKS",
         "QueueSnapshot",
         "TaskQueue",
@@ -124,8 +124,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "next_task",
         "task_queue",
     ),
-    "plait.events.projections.timeline": ("Timeline", "TimelineEntry", "TimelineProjection"),
-    "plait.events.projections.tokens": ("TokenTotals", "TokensProjection", "add_usage"),
+    "plait.events.projections._timeline": ("Timeline", "TimelineEntry", "TimelineProjection"),
+    "plait.events.projections._tokens": ("TokenTotals", "TokensProjection", "add_usage"),
 }
 
 if not TYPE_CHECKING:
