@@ -2,7 +2,9 @@
 held by a dead one is taken over at once, whichever way it is taken (resume, adopt, a
 followed handle), on every backend (docs/processes.md#a-dead-owner-on-this-machine).
 
-The owners are real processes: a child that made its id and exited, or one still running."""
+The owners are real processes: a child that made its id and exited, or one still running. Both
+schemes (``PROC``, ``PSUTIL``) are checked on Linux: each makes, in this process, the id of
+this process or of a running child, and reads it back."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import pytest
 from plait.actors._model import ModelSettings
 from plait.events import EventStore
 from plait.runtime import Runtime, RuntimeSettings
-from plait.runtime._liveness import owner_state
+from plait.runtime._liveness import PROC, PSUTIL, Scheme, owner_state, scheme
 from plait.testing import ScriptedModelServer, Step
 
 MAKE_ID = (
@@ -53,6 +55,13 @@ def dead_id() -> str:
     return owner
 
 
+def id_of(pid: int, made_by: Scheme) -> str:
+    """The owner id of process ``pid`` of this machine, as ``made_by`` makes it."""
+    proof = made_by.proof(pid)
+    assert proof is not None
+    return f"{socket.gethostname()}:{pid}:ab12cd:{proof}"
+
+
 def test_an_owner_id_says_host_and_pid_first_and_this_process_is_live() -> None:
     with child() as (process, owner):
         host, pid, _, proof = owner.split(":")
@@ -60,6 +69,8 @@ def test_an_owner_id_says_host_and_pid_first_and_this_process_is_live() -> None:
         assert owner_state(owner) == "live"
         where, start = proof.split(".")
         assert len(where) == 8 and start.isdigit()
+        # Linux has /proc: the child's id is PROC's, and this process reads the same start.
+        assert scheme() is PROC and PROC.proof(process.pid) == proof
 
 
 def test_a_killed_owner_is_dead_and_so_is_an_unreaped_one() -> None:
@@ -81,6 +92,40 @@ def test_a_pid_used_again_by_a_later_process_is_not_the_owner() -> None:
         os.waitid(os.P_PID, process.pid, os.WSTOPPED | os.WNOWAIT)
         assert owner_state(owner) == "live"
         process.send_signal(signal.SIGCONT)
+
+
+SCHEMES = [pytest.param(PROC, id="proc"), pytest.param(PSUTIL, id="psutil")]
+
+
+@pytest.mark.parametrize("made_by", SCHEMES)
+def test_each_scheme_tells_this_process_live_and_a_pid_used_again_dead(made_by: Scheme) -> None:
+    owner = id_of(os.getpid(), made_by)
+    assert made_by.owner_state(owner) == "live"
+    head, proof = owner.rsplit(":", 1)
+    where, start = proof.split(".")
+    # The same pid, started at another time: what the id of the pid's former holder reads.
+    assert made_by.owner_state(f"{head}:{where}.{int(start) - 1}") == "dead"
+    assert made_by.owner_state(f"{head}:{int(where, 16) ^ 1:08x}.{start}") == "elsewhere"
+
+
+@pytest.mark.parametrize("made_by", SCHEMES)
+def test_each_scheme_tells_a_running_child_from_an_ended_one(made_by: Scheme) -> None:
+    with child() as (process, _):
+        owner = id_of(process.pid, made_by)  # made here, while it runs
+        assert made_by.owner_state(owner) == "live"
+        process.send_signal(signal.SIGSTOP)  # a paused owner is alive: its lease must lapse
+        os.waitid(os.P_PID, process.pid, os.WSTOPPED | os.WNOWAIT)
+        assert made_by.owner_state(owner) == "live"
+        process.kill()
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped
+        assert made_by.owner_state(owner) == "dead"  # a zombie runs nothing
+        process.wait(timeout=30)
+        assert made_by.owner_state(owner) == "dead"
+
+
+def test_neither_scheme_takes_the_others_ids_for_its_own() -> None:
+    for made_by, reader in ((PROC, PSUTIL), (PSUTIL, PROC)):
+        assert reader.owner_state(id_of(os.getpid(), made_by)) == "elsewhere"
 
 
 @pytest.mark.parametrize(
