@@ -74,7 +74,7 @@ class ScriptedToolCall(msgspec.Struct, frozen=True):
 
 
 class Step(msgspec.Struct, frozen=True):
-    """One scripted answer: the reply to one chat completion request."""
+    """One scripted answer: the reply to one request, on Chat Completions or Responses."""
 
     text: str = ""
     """Assistant text, streamed in chunks of ``chunk_chars`` characters."""
@@ -104,7 +104,8 @@ class Step(msgspec.Struct, frozen=True):
     """After the first chunk, send the line ``data: {not json`` and end the stream."""
     reasoning: str = ""
     """Reasoning text, streamed before the text as ``reasoning_content`` deltas (or
-    ``reasoning``, under the ``reasoning_field`` quirk); counted in the completion tokens."""
+    ``reasoning``, under the ``reasoning_field`` quirk), or on Responses as a reasoning item's
+    summary; counted in the completion tokens."""
     endless: bool = False
     """Stream ``text`` (default ``"and so on "``) again and again and never finish, whatever
     the output cap, until the client hangs up: a server that does not stop. A non-streamed

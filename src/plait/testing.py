@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible model server on loopback, for testing code that calls a model.
 
-``ScriptedModelServer`` speaks the Chat Completions protocol (``POST /v1/chat/completions``,
-streamed as server-sent events or answered as one JSON object, with usage) and answers each
-request with the next ``Step`` of its script. It records every request, so a test can assert
+``ScriptedModelServer`` speaks two of OpenAI's protocols, Chat Completions (``POST
+/v1/chat/completions``) and Responses (``POST /v1/responses``), each streamed as server-sent
+events or answered as one JSON object, with usage, and answers each request, of either, with
+the next ``Step`` of its script. It records every request, so a test can assert
 on what the model was shown, and it misbehaves on cue: HTTP errors, dropped connections,
 malformed chunks, slow streams::
 
@@ -30,6 +31,13 @@ no step of the script, so a client that asks again differently gets the step. A 
 ``max_tokens`` (or ``max_completion_tokens``) N gets at most ``4 * N`` characters of a step's
 text, and ``finish_reason: "length"`` if cut; a step with ``endless=True`` ignores the cap and
 streams until the client hangs up.
+
+On the Responses API a step's ``reasoning`` is a reasoning item (its summary; its
+``encrypted_content`` too when the request's ``include`` asks), a cap is ``max_output_tokens``
+and a cut answer ``incomplete``; the server keeps each response (unless ``store: false``) for a
+later ``previous_response_id``, and refuses with OpenAI's HTTP 400 one it does not keep, an
+item given by an id it does not keep, and a ``function_call_output`` for no call before it.
+A new server keeps none. Quirks are of Chat Completions servers: they leave it alone.
 
 The server is stdlib ``http.server`` in a daemon thread and never writes to stderr.
 """
@@ -116,7 +124,8 @@ class RecordedRequest(msgspec.Struct, frozen=True):
 
 
 class ScriptedModelServer:
-    """An OpenAI Chat Completions server on 127.0.0.1 that answers from a script of ``Step``s."""
+    """An OpenAI Chat Completions and Responses server on 127.0.0.1 that answers from a script
+    of ``Step``s."""
 
     def __init__(
         self,
@@ -136,11 +145,11 @@ class ScriptedModelServer:
         self._cond = threading.Condition()
         self._steps: deque[Step] = deque(steps)
         self._requests: list[RecordedRequest] = []
-        self._served = 0  # chat completion requests answered from the script
+        self._served = 0  # requests answered from the script, of either API
         self._calls = 0  # default tool call ids handed out
         self._disconnects = 0
         self._kept: dict[str, list[dict[str, Any]]] = {}  # response id: all its items
-        self._kept_items: dict[str, dict[str, Any]] = {}  # output item id: the item
+        self._kept_items: dict[str, dict[str, Any]] = {}  # a kept item's id: the item
         self._connections: set[socket.socket] = set()
         self._closing = threading.Event()
         self._httpd: _HTTPServer | None = None
@@ -258,7 +267,8 @@ class ScriptedModelServer:
     def kept(self, response_id: str) -> list[dict[str, Any]] | None:
         """The items of a kept response, or None if the server keeps none of that id."""
         with self._cond:
-            return self._kept.get(response_id)
+            items = self._kept.get(response_id)
+            return None if items is None else list(items)
 
     def kept_item(self, item_id: str) -> dict[str, Any] | None:
         """A kept item, found by its id."""
