@@ -23,8 +23,11 @@ __all__ = [
     "chunks",
     "completion",
     "crashes",
+    "cut",
     "endless",
     "error_body",
+    "finish",
+    "pieces",
     "refusal",
     "usage",
 ]
@@ -71,7 +74,7 @@ class ScriptedToolCall(msgspec.Struct, frozen=True):
 
 
 class Step(msgspec.Struct, frozen=True):
-    """One scripted answer: the reply to one chat completion request."""
+    """One scripted answer: the reply to one request, on Chat Completions or Responses."""
 
     text: str = ""
     """Assistant text, streamed in chunks of ``chunk_chars`` characters."""
@@ -101,11 +104,17 @@ class Step(msgspec.Struct, frozen=True):
     """After the first chunk, send the line ``data: {not json`` and end the stream."""
     reasoning: str = ""
     """Reasoning text, streamed before the text as ``reasoning_content`` deltas (or
-    ``reasoning``, under the ``reasoning_field`` quirk); counted in the completion tokens."""
+    ``reasoning``, under the ``reasoning_field`` quirk), or on Responses as a reasoning item's
+    summary; counted in the completion tokens."""
     endless: bool = False
     """Stream ``text`` (default ``"and so on "``) again and again and never finish, whatever
     the output cap, until the client hangs up: a server that does not stop. A non-streamed
     request gets the text once."""
+    failure: str | None = None
+    """Fail with this message once the answer has begun: a stream sends the reasoning and the
+    text, then, instead of the tool calls and the finish, an error (a chat chunk
+    ``{"error": ...}``; a Responses ``response.failed`` event); a non-streamed request gets
+    HTTP 500 with it."""
 
 
 _ERROR_KINDS = {
@@ -116,18 +125,25 @@ _ERROR_KINDS = {
 }
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
+def error_body(
+    status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error body for an HTTP ``status``: ``param`` names the request field at fault,
+    ``code`` (default: the status's usual one) the error."""
     default = ("server_error" if status >= 500 else "invalid_request_error", None)
-    kind, code = _ERROR_KINDS.get(status, default)
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    kind, usual = _ERROR_KINDS.get(status, default)
+    error = {"message": message, "type": kind, "param": param, "code": code or usual}
+    return {"error": error}
 
 
-def _pieces(text: str, size: int) -> list[str]:
+def pieces(text: str, size: int) -> list[str]:
+    """``text`` in pieces of ``size`` characters, as it is streamed."""
     size = max(size, 1)
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _finish(step: Step) -> str:
+def finish(step: Step) -> str:
+    """The step's chat finish reason."""
     if step.finish_reason is not None:
         return step.finish_reason
     return "tool_calls" if step.tool_calls else "stop"
@@ -217,10 +233,16 @@ def _validation_error(i: int) -> str:
 
 
 def capped(step: Step, body: dict[str, Any]) -> Step:
-    """``step`` as a server honouring the request's output cap would answer it."""
+    """``step`` as a server honouring the chat request's output cap would answer it."""
     cap = body.get("max_tokens")
     if cap is None:
         cap = body.get("max_completion_tokens")
+    return cut(step, cap)
+
+
+def cut(step: Step, cap: object) -> Step:
+    """``step`` cut to an output cap of ``cap`` tokens (4 characters of text each), if it is
+    one: its text cut, its tool calls dropped, its finish ``"length"``."""
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 0 or len(step.text) <= 4 * cap:
         return step
     return msgspec.structs.replace(
@@ -241,7 +263,7 @@ def completion(
         message[_reasoning_field(quirks)] = step.reasoning
     if step.tool_calls:
         message["tool_calls"] = _calls(step, ids, quirks)
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish(step)}
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish(step)}
     sends_usage = step.send_usage and "no_usage" not in quirks
     return {**head, "choices": [choice], **({"usage": usage} if sends_usage else {})}
 
@@ -290,8 +312,10 @@ def chunks(
 
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
     field = _reasoning_field(quirks)
-    chunks += [chunk({field: piece}) for piece in _pieces(step.reasoning, step.chunk_chars)]
-    chunks += [chunk({"content": piece}) for piece in _pieces(step.text, step.chunk_chars)]
+    chunks += [chunk({field: piece}) for piece in pieces(step.reasoning, step.chunk_chars)]
+    chunks += [chunk({"content": piece}) for piece in pieces(step.text, step.chunk_chars)]
+    if step.failure is not None:  # as OpenAI fails a stream it has begun: one error chunk
+        return [*chunks, error_body(500, step.failure)]
     if quirks & {"object_arguments", "calls_in_one_chunk"}:
         whole = _calls(step, ids, quirks)
         groups = [whole] if "calls_in_one_chunk" in quirks else [[call] for call in whole]
@@ -301,10 +325,10 @@ def chunks(
             start = {"index": i, "id": id_, "type": "function"}
             start["function"] = {"name": call.name, "arguments": ""}
             chunks.append(chunk({"tool_calls": [_without(start, quirks)]}))
-            for piece in _pieces(call.arguments, math.ceil(len(call.arguments) / 3)):
+            for piece in pieces(call.arguments, math.ceil(len(call.arguments) / 3)):
                 more = _without({"index": i, "function": {"arguments": piece}}, quirks)
                 chunks.append(chunk({"tool_calls": [more]}))
-    chunks.append(chunk({}, _finish(step)))
+    chunks.append(chunk({}, finish(step)))
     if with_usage and step.send_usage:
         chunks.append({**head, "choices": [], "usage": usage})
     return chunks
@@ -319,5 +343,5 @@ def endless(step: Step, head: dict[str, Any], with_usage: bool) -> Iterator[dict
         return {**head, "choices": [choice], **usage}
 
     yield chunk({"role": "assistant", "content": "", "refusal": None})
-    for piece in itertools.cycle(_pieces(step.text or "and so on ", step.chunk_chars)):
+    for piece in itertools.cycle(pieces(step.text or "and so on ", step.chunk_chars)):
         yield chunk({"content": piece})

@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible model server on loopback, for testing code that calls a model.
 
-``ScriptedModelServer`` speaks the Chat Completions protocol (``POST /v1/chat/completions``,
-streamed as server-sent events or answered as one JSON object, with usage) and answers each
-request with the next ``Step`` of its script. It records every request, so a test can assert
+``ScriptedModelServer`` speaks two of OpenAI's protocols, Chat Completions (``POST
+/v1/chat/completions``) and Responses (``POST /v1/responses``), each streamed as server-sent
+events or answered as one JSON object, with usage, and answers each request, of either, with
+the next ``Step`` of its script. It records every request, so a test can assert
 on what the model was shown, and it misbehaves on cue: HTTP errors, dropped connections,
 malformed chunks, slow streams::
 
@@ -31,6 +32,13 @@ no step of the script, so a client that asks again differently gets the step. A 
 text, and ``finish_reason: "length"`` if cut; a step with ``endless=True`` ignores the cap and
 streams until the client hangs up.
 
+On the Responses API a step's ``reasoning`` is a reasoning item (its summary; its
+``encrypted_content`` too when the request's ``include`` asks), a cap is ``max_output_tokens``
+and a cut answer ``incomplete``; the server keeps each response (unless ``store: false``) for a
+later ``previous_response_id``, and refuses with OpenAI's HTTP 400 one it does not keep, an
+item given by an id it does not keep, and a ``function_call_output`` for no call before it.
+A new server keeps none. Quirks are of Chat Completions servers: they leave it alone.
+
 The server is stdlib ``http.server`` in a daemon thread and never writes to stderr.
 """
 
@@ -41,12 +49,13 @@ import socket
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
 import msgspec
 
+from plait import _scripted_responses as responses
 from plait import _scripted_wire as wire
 from plait._scripted_wire import PROFILES, QUIRKS, ScriptedToolCall, Step
 
@@ -95,9 +104,28 @@ class RecordedRequest(msgspec.Struct, frozen=True):
         """Whether the client asked for a streamed answer."""
         return bool(self.body.get("stream", False))
 
+    @property
+    def wire(self) -> str:
+        """The API asked: ``"chat"`` (``/chat/completions``), ``"responses"`` (``/responses``),
+        or ``""`` for any other path."""
+        route = self.path.rstrip("/")
+        return {"/v1/chat/completions": "chat", "/v1/responses": "responses"}.get(route, "")
+
+    @property
+    def input(self) -> list[dict[str, Any]]:
+        """A Responses request's input items, in order (a string input as one user message)."""
+        return responses.input_items(self.body) or []
+
+    @property
+    def instructions(self) -> str | None:
+        """A Responses request's instructions (its system prompt), or None."""
+        instructions = self.body.get("instructions")
+        return instructions if isinstance(instructions, str) else None
+
 
 class ScriptedModelServer:
-    """An OpenAI Chat Completions server on 127.0.0.1 that answers from a script of ``Step``s."""
+    """An OpenAI Chat Completions and Responses server on 127.0.0.1 that answers from a script
+    of ``Step``s."""
 
     def __init__(
         self,
@@ -117,9 +145,11 @@ class ScriptedModelServer:
         self._cond = threading.Condition()
         self._steps: deque[Step] = deque(steps)
         self._requests: list[RecordedRequest] = []
-        self._served = 0  # chat completion requests answered from the script
+        self._served = 0  # requests answered from the script, of either API
         self._calls = 0  # default tool call ids handed out
         self._disconnects = 0
+        self._kept: dict[str, list[dict[str, Any]]] = {}  # response id: all its items
+        self._kept_items: dict[str, dict[str, Any]] = {}  # a kept item's id: the item
         self._connections: set[socket.socket] = set()
         self._closing = threading.Event()
         self._httpd: _HTTPServer | None = None
@@ -227,6 +257,24 @@ class ScriptedModelServer:
                 ids.append(call.id or f"call_{self._calls}")
             return self._served, step, ids
 
+    def keep(self, response_id: str, items: list[dict[str, Any]]) -> None:
+        """Keep a response's items, those of the responses it follows, its input and its
+        output, for a later ``previous_response_id``; and each of them by its id."""
+        with self._cond:
+            self._kept[response_id] = items
+            self._kept_items.update((item["id"], item) for item in items if "id" in item)
+
+    def kept(self, response_id: str) -> list[dict[str, Any]] | None:
+        """The items of a kept response, or None if the server keeps none of that id."""
+        with self._cond:
+            items = self._kept.get(response_id)
+            return None if items is None else list(items)
+
+    def kept_item(self, item_id: str) -> dict[str, Any] | None:
+        """A kept item, found by its id."""
+        with self._cond:
+            return self._kept_items.get(item_id)
+
     def track(self, conn: socket.socket, live: bool) -> None:
         """Keep ``conn`` while ``live``, to shut it at ``close``."""
         with self._cond:
@@ -302,46 +350,102 @@ class _Handler(BaseHTTPRequestHandler):
             body = msgspec.json.decode(raw) if raw else {}
         except msgspec.DecodeError:
             body = None
-        is_chat = self.path.rstrip("/") == "/v1/chat/completions"
         request = self._recorded(body if isinstance(body, dict) else {})
+        route = self.path.rstrip("/")
+        if route == "/v1/chat/completions":
+            self._chat(request, raw, body)
+        elif route == "/v1/responses":
+            self._respond(request, raw, body)
+        else:
+            self.script.admit(request, wants_step=False)
+            self._send_error(404, f"ScriptedModelServer: no route POST {self.path}")
+
+    def _chat(self, request: RecordedRequest, raw: bytes, body: Any) -> None:
+        """Answer a Chat Completions request from the script, as the quirks would."""
         quirks = self.script.quirks
-        refused = wire.refusal(quirks, body) if is_chat and isinstance(body, dict) else None
+        refused = wire.refusal(quirks, body) if isinstance(body, dict) else None
         crashed = refused is None and isinstance(body, dict) and wire.crashes(quirks, body)
-        wants_step = is_chat and isinstance(body, dict) and refused is None and not crashed
+        wants_step = isinstance(body, dict) and refused is None and not crashed
         n, step, ids = self.script.admit(request, wants_step=wants_step)
         head = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": CREATED}
         head["model"] = self.script.model
-        if not is_chat:
-            self._send_error(404, f"ScriptedModelServer: no route POST {self.path}")
-        elif not isinstance(body, dict):
+        if not isinstance(body, dict):
             self._send_error(400, "ScriptedModelServer: the body is not a JSON object")
         elif refused is not None:
             self._send_error(*refused)
         elif crashed:
             self._crash(request.stream)
-        elif step is None:
+        elif step is None or step.status is not None:
+            self._send_scripted_error(n, step)
+        else:
+            step = step if step.endless and request.stream else wire.capped(step, body)
+            ids, usage = ids[: len(step.tool_calls)], wire.usage(step, len(raw))
+            if not request.stream:
+                self._send_whole(step, lambda: wire.completion(step, head, ids, usage, quirks))
+                return
+            options = body.get("stream_options")
+            with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            head["object"] = "chat.completion.chunk"
+            if step.endless:
+                self._stream_endless(step, map(_sse, wire.endless(step, head, with_usage)))
+            else:
+                chunks = wire.chunks(step, head, ids, usage, with_usage, quirks)
+                # A failed stream ends with its error chunk, as OpenAI's does.
+                done = b"" if step.failure is not None else b"data: [DONE]\n\n"
+                self._stream(step, [_sse(chunk) for chunk in chunks], done)
+
+    def _respond(self, request: RecordedRequest, raw: bytes, body: Any) -> None:
+        """Answer a Responses request from the script, and keep the response unless the
+        request says ``store: false``."""
+        refused, context = None, []
+        if isinstance(body, dict):
+            previous_id = body.get("previous_response_id")
+            previous = self.script.kept(previous_id) if isinstance(previous_id, str) else None
+            refused = responses.problem(body, previous, self.script.kept_item)
+            context = [*(previous or []), *(responses.input_items(body) or [])]
+        n, step, ids = self.script.admit(request, isinstance(body, dict) and refused is None)
+        head = {"id": f"resp_{n}", "object": "response", "created_at": CREATED}
+        head["model"] = self.script.model
+        if not isinstance(body, dict):
+            self._send_error(400, "ScriptedModelServer: the body is not a JSON object")
+        elif refused is not None:
+            self._send_json(*refused)
+        elif step is None or step.status is not None:
+            self._send_scripted_error(n, step)
+        elif step.endless and request.stream:
+            self._stream_endless(step, map(_sse, responses.endless(step, head, body)))
+        else:
+            step = wire.cut(step, body.get("max_output_tokens"))
+            ids = ids[: len(step.tool_calls)]
+            usage = responses.usage(step, len(raw)) if step.send_usage else None
+            events = responses.events(step, head, body, ids, usage)
+            final = events[-1]["response"]
+            if final["status"] != "failed" and body.get("store", True) is not False:
+                self.script.keep(final["id"], [*context, *final["output"]])
+            if request.stream:
+                self._stream(step, [_sse(event) for event in events], b"")
+            else:
+                self._send_whole(step, lambda: final)
+
+    def _send_scripted_error(self, n: int, step: Step | None) -> None:
+        """Answer as the script says when it has no answer: exhausted, or a step's error."""
+        if step is None:
             plural = "" if n == 1 else "s"
             self._send_error(
                 500, f"ScriptedModelServer: script exhausted after {n} request{plural}"
             )
         elif step.status is not None:
             self._send_error(step.status, step.error_message)
+
+    def _send_whole(self, step: Step, answer: Callable[[], Any]) -> None:
+        """Answer a request that did not ask for a stream: ``answer()``, unless the step
+        fails or drops the connection."""
+        if step.failure is not None:
+            self._send_error(500, step.failure)
+        elif step.disconnect_after is None:
+            self._send_json(200, answer())
         else:
-            step = step if step.endless and request.stream else wire.capped(step, body)
-            ids, usage = ids[: len(step.tool_calls)], wire.usage(step, len(raw))
-            if not request.stream:
-                if step.disconnect_after is None:
-                    self._send_json(200, wire.completion(step, head, ids, usage, quirks))
-                else:
-                    self.close_connection = True  # no answer at all
-                return
-            options = body.get("stream_options")
-            with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-            head["object"] = "chat.completion.chunk"
-            if step.endless:
-                self._stream_endless(step, wire.endless(step, head, with_usage))
-            else:
-                self._stream(step, wire.chunks(step, head, ids, usage, with_usage, quirks))
+            self.close_connection = True  # no answer at all
 
     def _recorded(self, body: dict[str, Any]) -> RecordedRequest:
         headers = {name.lower(): value for name, value in self.headers.items()}
@@ -378,14 +482,16 @@ class _Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(*_DROPPED):
             self.wfile.flush()
 
-    def _stream(self, step: Step, chunks: list[dict[str, Any]]) -> None:
-        lines = [b"data: " + msgspec.json.encode(chunk) + b"\n\n" for chunk in chunks]
+    def _stream(self, step: Step, frames: list[bytes], done: bytes) -> None:
+        """Stream ``frames``, then ``done`` (if any), as the step says: slowly, cut or
+        garbled."""
+        lines = list(frames)
         if step.malformed:
             lines = [*lines[:1], b"data: {not json\n\n"]
-        else:
-            lines.append(b"data: [DONE]\n\n")
+        elif done:
+            lines.append(done)
         if step.disconnect_after is not None:
-            lines = lines[: min(step.disconnect_after, len(chunks))]
+            lines = lines[: min(step.disconnect_after, len(frames))]
         # A whole stream keeps the connection for the next request, as real servers do.
         cut = step.malformed or step.disconnect_after is not None
         self.close_connection = self.close_connection or cut  # or the client asked to
@@ -405,8 +511,8 @@ class _Handler(BaseHTTPRequestHandler):
         except _DROPPED:
             self.script.client_dropped()
 
-    def _stream_endless(self, step: Step, chunks: Iterator[dict[str, Any]]) -> None:
-        """Stream ``chunks`` until the client hangs up or the server closes."""
+    def _stream_endless(self, step: Step, frames: Iterator[bytes]) -> None:
+        """Stream ``frames`` until the client hangs up or the server closes."""
         self.close_connection = True  # the answer never ends: the connection cannot be reused
         try:
             self.send_response(200)
@@ -414,12 +520,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.send_header("Connection", "close")
             self.end_headers()
-            for i, chunk in enumerate(chunks):
+            for i, frame in enumerate(frames):
                 if i and step.chunk_delay and self.script.paused(step.chunk_delay):
                     return
                 if self.script.closing:
                     return
-                self._write(b"data: " + msgspec.json.encode(chunk) + b"\n\n")
+                self._write(frame)
         except _DROPPED:
             self.script.client_dropped()
 
@@ -427,3 +533,10 @@ class _Handler(BaseHTTPRequestHandler):
         """Send one HTTP chunk and flush it."""
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    """One server-sent event: a Responses event is named by its ``type``, as OpenAI's are."""
+    data = b"data: " + msgspec.json.encode(payload) + b"\n\n"
+    kind = payload.get("type")
+    return b"event: %s\n%s" % (kind.encode(), data) if isinstance(kind, str) else data
