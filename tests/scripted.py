@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chat_rules import chat_problems
+from chat_rules import chat_messages, chat_problems, responses_problems
 
 from plait import ApprovalDecision, ApprovalRequest
 from plait.actors._model import ModelSettings
@@ -298,7 +298,8 @@ def went_on_problems(store: EventStore, session_id: str, requests: list[Any]) ->
     """What is wrong with a session that went on (a fork, a recovered session), one line
     each: a model request a strict server refuses (``chat_rules``), a call still pending in
     its audit, a hash chain that does not verify, a replay that diverges."""
-    problems = [p for request in requests for p in chat_problems(request.messages)]
+    problems = [p for request in requests for p in chat_problems(chat_messages(request))]
+    problems += [p for request in requests for p in responses_problems(request)]
     rows = audit(store, session_id)
     problems += [f"{row.call_id} pending in the audit" for row in rows if row.outcome == "pending"]
     if not store.verify(session_id).ok:

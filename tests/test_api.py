@@ -149,6 +149,7 @@ PUBLIC = {
         "PreparedAppend",
         "PublicKey",
         "ReasoningDelta",
+        "ReasoningItem",
         "RecordedSettings",
         "Redacted",
         "RerunOrigin",

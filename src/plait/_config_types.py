@@ -73,6 +73,10 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     send_reasoning: bool = False
     """Send a reply's reasoning back on assistant messages with tool calls, as
     ``reasoning_content`` (DeepSeek's thinking mode requires it; OpenAI refuses it)."""
+    wire_api: Literal["chat", "responses"] = "chat"
+    """The API requests are sent in, as Codex's key says: ``chat`` (Chat Completions) or
+    ``responses`` (the Responses API, which keeps a reasoning model's reasoning between
+    turns: docs/models.md#wires)."""
 
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

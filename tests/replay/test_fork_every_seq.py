@@ -5,7 +5,8 @@ so each fork connects in milliseconds), holds an MCP call, a parallel batch of r
 calls, a ``conv_create`` hand-off whose helper calls a tool, and a ``conv_send`` hand-off.
 It is forked at every seq; each fork is resumed in the same runtime and given one more input,
 and every model request it makes must be one OpenAI would take, its audit must show no call
-pending, and it must verify and replay clean.
+pending, and it must verify and replay clean. All of it on either wire: on the Responses API
+the replies carry reasoning items, which every later request must send back.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from dataclasses import dataclass
 
 import msgspec
 import pytest
-from chat_rules import chat_problems
+from chat_rules import chat_messages, chat_problems
 from scripted import HttpServer, assert_histories_valid, call, went_on_problems
 
+from plait._scripted_responses import encrypted_reasoning
 from plait.actors._model import ModelSettings
 from plait.actors.mcp import McpServerConfig
 from plait.events import Event, SqliteStore
 from plait.events._types import (
     ConversationOpened,
+    ModelResponded,
     TaskDropped,
     TaskEnqueued,
     TaskStarted,
@@ -50,23 +53,32 @@ class Source:
     model: ScriptedModelServer
     session_id: str
     events: list[Event]
+    wire: str
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
+@pytest.fixture(scope="module", params=["chat", "responses"])
+def source(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Source]:
     tmp = tmp_path_factory.mktemp("forks")
     tools = HttpServer()
     script = [
-        Step(tool_calls=[call("t__note", key="k", text="one")]),  # an MCP call
+        Step(reasoning="Note it.", tool_calls=[call("t__note", key="k", text="one")]),  # MCP
         Step(tool_calls=[call("t__echo", text="a"), call("t__add", a=1, b=2)]),  # parallel
         Step(text="Tools done."),
-        Step(text="Helping.", tool_calls=[call("conv_create", user_instruction="Count.")]),
+        Step(
+            reasoning="A helper counts.",
+            text="Helping.",
+            tool_calls=[call("conv_create", user_instruction="Count.")],
+        ),
         Step(tool_calls=[call("t__echo", text="counting")]),  # the helper calls a tool
         Step(text="Two."),
         Step(text="The helper counted two."),
     ]
     with ScriptedModelServer(script) as model, SqliteStore(tmp / "plait.db") as store:
-        settings = ModelSettings(base_url=model.base_url, api_key="k", model="scripted-model")
+        settings = ModelSettings(
+            base_url=model.base_url, api_key="k", model="scripted-model", wire_api=request.param
+        )
         runtime = Runtime(
             store,
             RuntimeSettings(
@@ -90,7 +102,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
             assert session.run("Ask the helper again.", timeout=60).ok
             session.close()
             events = store.read(session.session_id)
-            yield Source(runtime, store, model, session.session_id, events)
+            yield Source(runtime, store, model, session.session_id, events, request.param)
         finally:
             runtime.close()
             tools.close()
@@ -143,10 +155,15 @@ def test_a_fork_at_every_seq_goes_on_with_valid_requests(source: Source) -> None
     ]
     failures: dict[int, list[str]] = {}
     forks = []
+    replied = next(e.seq for e in source.events if isinstance(e.body, ModelResponded))
     for at in range(2, source.events[-1].seq + 1):
         forked, requests = go_on(source, at, f"fork-{at}")
         forks.append(forked)
-        assert requests[-1].messages[-1] == {"role": "user", "content": "Go on."}
+        assert chat_messages(requests[-1])[-1] == {"role": "user", "content": "Go on."}
+        if source.wire == "responses":  # the first reply's reasoning, sent back once it is in
+            sent = [i for i in requests[-1].input if i["type"] == "reasoning"]
+            expected = [encrypted_reasoning(Step(reasoning="Note it."))] if at >= replied else []
+            assert [i["encrypted_content"] for i in sent[:1]] == expected, at
         problems = went_on_problems(source.store, forked, requests)
         if problems:
             failures[at] = problems

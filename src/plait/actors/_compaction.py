@@ -90,8 +90,10 @@ def request(
     prompt_view: PromptView,
     history: list[ChatMessage],
     shape: ContentShape,
+    wire_api: Literal["chat", "responses"] = "chat",
 ) -> tuple[msgspec.Raw, ModelRequested]:
-    """The messages that ask for ``pending``'s summary, and the record of their request."""
+    """The messages that ask for ``pending``'s summary, and the record of their request (sent
+    in ``wire_api``: on the Responses API, the client makes them input items)."""
     kept_from = pending.kept_from
     if protocol >= 1:
         # The history as one text: servers differ on what they take of tool messages.
@@ -103,7 +105,9 @@ def request(
         messages = prompt_view.messages(COMPACT_INSTRUCTIONS, kept_from, shape)
         sent, sha = kept_from + 1, prompt_view.prefix_sha256(kept_from)
     tools_sha, instructions_sha = canonical_sha256([]), canonical_sha256(COMPACT_INSTRUCTIONS)
-    requested = ModelRequested(model, tools_sha, instructions_sha, sha, sent, purpose="compact")
+    requested = ModelRequested(
+        model, tools_sha, instructions_sha, sha, sent, purpose="compact", wire_api=wire_api
+    )
     return messages, requested
 
 

@@ -1,4 +1,5 @@
-"""The model client: Chat Completions streaming against any OpenAI-compatible server.
+"""The model client: Chat Completions streaming against any OpenAI-compatible server, or the
+Responses API (``wire_api = "responses"``: ``actors/_responses.py``).
 
 The ``openai`` SDK supplies configuration: the base URL, auth and other headers, TLS settings.
 plait sends the request over its own HTTP/1.1 client (``actors/_transport.py``; the SDK's client
@@ -29,6 +30,7 @@ from plait._errors import ModelError
 from plait.actors._content_shape import Fallback, reshaped
 from plait.actors._model_failures import dropped, status_failure
 from plait.actors._model_types import AttemptFailed, ModelRequest, ModelSettings, RequestTiming, log
+from plait.actors._responses import ENCRYPTED_REASONING, ResponsesReader, responses_body
 from plait.actors._stream import (
     Assembly,
     Cut,
@@ -36,6 +38,7 @@ from plait.actors._stream import (
     ModelReply,
     _Chunk,
     decode_chunk,
+    encode,
     ignore,
     request_pieces,
 )
@@ -97,6 +100,7 @@ class ModelClient:
         self._cap_field: str | None = None  # the cap's field, once the server named it
         self._empty: ContentShape | None = None  # the content shape the server took, once
         # it refused another
+        self._include = True  # False once the server refused encrypted reasoning
 
     async def complete(
         self,
@@ -126,7 +130,9 @@ class ModelClient:
         ``max_reply_bytes`` or ``max_reply_sec`` is cut: the stream is closed and the reply
         returned as it stood, ``finish_reason`` ``length`` and ``cut_by`` the limit.
         """
-        body = self._body(request)
+        responses = request.options.wire_api == "responses"
+        body = self._responses_body(request) if responses else self._body(request)
+        path = "/responses" if responses else "/chat/completions"
         attempt, limit = 0, self._max_attempts
         cap = request.options.max_output_tokens
         fallback = Fallback()  # the content shape asked again with, once
@@ -136,11 +142,15 @@ class ModelClient:
             assembly = Assembly(
                 on_text, on_reasoning, max_tokens=cap, max_bytes=self.settings.max_reply_bytes
             )
+            read = self._reader(assembly, responses)
+            content: list[bytes | memoryview] = (
+                [encode(body)] if responses else request_pieces(body)
+            )
             try:
-                await self._attempt_within(request_pieces(body), assembly, on_sent)
+                await self._attempt_within(path, content, assembly, read, on_sent)
             except Failure as failure:
                 adapted = self._adapt(failure, body)
-                if not adapted and not assembly.text:
+                if not adapted and not assembly.text and not responses:
                     adapted = fallback.reshape(failure, body)
                 if adapted:
                     limit += 1  # the server said what it takes: this attempt does not count
@@ -208,6 +218,30 @@ class ModelClient:
         body.update(options.extra_body)
         return body
 
+    def _responses_body(self, request: ModelRequest) -> dict[str, object]:
+        """The request body on the Responses API (docs/models.md#wires)."""
+        return responses_body(
+            self.settings.model,
+            request.options,
+            request.messages,
+            request.tools,
+            instructions=request.instructions,
+            items=request.input,
+            include=self._include,
+        )
+
+    def _reader(self, assembly: Assembly, responses: bool) -> Callable[[bytes], None]:
+        """What takes each line of an attempt's stream into ``assembly``."""
+        if not responses:
+            return lambda line: self._feed(line, assembly)
+        reader = ResponsesReader(assembly)
+
+        def read(line: bytes) -> None:
+            if line.startswith(b"data:") and not assembly.done:  # not ``event:`` lines
+                reader.feed(line[5:].strip())
+
+        return read
+
     def _adapt(self, failure: Failure, body: dict[str, object]) -> str:
         """Change ``body`` (and what this client sends from now on) when the server refused a
         field plait can do without or send otherwise; say how, or ``""``."""
@@ -222,6 +256,10 @@ class ModelClient:
             self._cap_field = "max_completion_tokens"
             body["max_completion_tokens"] = body.pop("max_tokens")
             return "with max_completion_tokens instead of max_tokens"
+        if "include" in body and ("include" in said or ENCRYPTED_REASONING in said):
+            self._include = False
+            del body["include"]
+            return "without include (its reasoning is not sent back with the next request)"
         return ""
 
     async def aclose(self) -> None:
@@ -240,14 +278,19 @@ class ModelClient:
         return min(self.settings.backoff_sec * 2.0 ** (attempt - 1), MAX_BACKOFF_SEC)
 
     async def _attempt_within(
-        self, content: list[bytes | memoryview], assembly: Assembly, on_sent: Callable[[], object]
+        self,
+        path: str,
+        content: list[bytes | memoryview],
+        assembly: Assembly,
+        read: Callable[[bytes], None],
+        on_sent: Callable[[], object],
     ) -> None:
         """``_attempt``, its reply cut where it passes a limit (the stream is then closed:
         a server that does not stop would otherwise hold the connection)."""
         timing = RequestTiming() if log.isEnabledFor(logging.DEBUG) else None
         try:
             async with asyncio.timeout(self.settings.max_reply_sec) as deadline:
-                await self._attempt(content, assembly, on_sent, timing)
+                await self._attempt(path, content, assembly, read, on_sent, timing)
         except Cut:
             pass
         except TimeoutError:
@@ -256,22 +299,24 @@ class ModelClient:
             assembly.cut("max_reply_sec")
         finally:
             if timing is not None:
-                timing.tell(f"{self.base_url}/chat/completions", content)
+                timing.tell(f"{self.base_url}{path}", content)
 
     async def _attempt(
         self,
+        path: str,
         content: list[bytes | memoryview],
         assembly: Assembly,
+        read: Callable[[bytes], None],
         on_sent: Callable[[], object],
         timing: RequestTiming | None = None,
     ) -> None:
         """Send one request and feed its stream to ``assembly``; raise ``Failure`` on failure."""
         if self._transport is None:
             on_sent()  # the SDK's client writes it in a moment
-            await self._attempt_through_sdk(content, assembly, timing)
+            await self._attempt_through_sdk(path, content, assembly, read, timing)
             return
         try:
-            async with self._transport.post("/chat/completions", content, on_sent) as response:
+            async with self._transport.post(path, content, on_sent) as response:
                 if timing is not None:
                     timing.answered(response.status)
                 if response.status >= 400:
@@ -281,7 +326,7 @@ class ModelClient:
                     # A line holds one chunk: one longer than any chunk the reply's limit
                     # lets through (its text JSON-escaped, 6 bytes a byte at most) is cut.
                     longest = 6 * self.settings.max_reply_bytes + (1 << 16)
-                    await response.each_line(lambda line: self._feed(line, assembly), longest)
+                    await response.each_line(read, longest)
                 except LineTooLong as exc:
                     assembly.cut("max_reply_bytes")
                     raise Cut(str(exc)) from exc
@@ -298,7 +343,12 @@ class ModelClient:
         self._check_whole(assembly)
 
     async def _attempt_through_sdk(
-        self, content: list[bytes | memoryview], assembly: Assembly, timing: RequestTiming | None
+        self,
+        path: str,
+        content: list[bytes | memoryview],
+        assembly: Assembly,
+        read: Callable[[bytes], None],
+        timing: RequestTiming | None,
     ) -> None:
         """``_attempt`` through the SDK's HTTP client, which speaks to proxies."""
         import httpx2
@@ -308,7 +358,7 @@ class ModelClient:
             # The SDK's documented route for raw requests: its headers, auth, URL and status
             # errors, without the per-message request transform.
             response = await self._client.post(
-                "/chat/completions",
+                path,
                 cast_to=httpx2.Response,
                 content=b"".join(content),
                 options={"headers": self._headers},
@@ -331,7 +381,7 @@ class ModelClient:
         async with contextlib.aclosing(response):
             try:
                 async for line in response.aiter_lines():
-                    self._feed(line.encode(), assembly)
+                    read(line.encode())
             except httpx2.TimeoutException as exc:
                 if not assembly.done:
                     raise self._timeout() from exc

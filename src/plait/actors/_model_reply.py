@@ -47,6 +47,7 @@ def reply_bodies(
             reply.cut_by,
             reply.response_id,
             reply.response_model,
+            list(reply.reasoning_items),
         )
     ]
     if reply.usage is not None:

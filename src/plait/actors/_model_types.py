@@ -73,6 +73,11 @@ class ModelRequest(msgspec.Struct, frozen=True):
     text, when it is known (docs/models.md#content-shapes). Messages in another shape than
     the client's ``content_shape`` are decoded and encoded again for the request: build
     them in it."""
+    instructions: str | None = None
+    """On the Responses API, with ``input``: the system instructions."""
+    input: msgspec.Raw | None = None
+    """On the Responses API: the history as input items, reasoning items included
+    (``input_items``); ``None``: made from ``messages``, which hold no reasoning items."""
 
 
 class AttemptFailed(msgspec.Struct, frozen=True):

@@ -15,7 +15,7 @@ from typing import Literal
 import msgspec
 
 from plait._errors import ModelErrorKind
-from plait.events import ToolCall, Usage
+from plait.events import ReasoningItem, ToolCall, Usage
 
 __all__ = [
     "Assembly",
@@ -54,6 +54,8 @@ class ModelReply(msgspec.Struct, frozen=True):
     """The response's id as the server gave it (``chatcmpl-…``); empty if it gave none."""
     response_model: str = ""
     """The model that answered, as the server named it; empty if it named none."""
+    reasoning_items: list[ReasoningItem] = []
+    """Its reasoning items, whole (the Responses API's; docs/models.md#reasoning-items)."""
 
 
 def ignore(_: object) -> None:
@@ -186,6 +188,7 @@ class Assembly:
         self.response_id = ""
         self.response_model = ""
         self.cut_by: CutBy | None = None
+        self.reasoning_items: list[ReasoningItem] = []
         self._max_tokens = max_tokens
         self._max_bytes = max_bytes
         self._pieces = 0  # chunks that carried a piece of the reply
@@ -214,20 +217,37 @@ class Assembly:
         for choice in chunk.choices or ():
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
-            delta = choice.delta
-            if delta is None:
-                continue
-            thought = delta.reasoning_content or delta.reasoning
-            if self.finish_reason is None:
-                self._count(delta, thought)
-            if delta.content:
-                self.text.append(delta.content)
-                self.on_text(delta.content)
-            if thought:
-                self.reasoning.append(thought)
-                self.on_reasoning(thought)
-            for call in delta.tool_calls or ():
-                self._feed_call(call)
+            if choice.delta is not None:
+                self._take(choice.delta)
+
+    def take(
+        self,
+        *,
+        text: str | None = None,
+        reasoning: str | None = None,
+        call: tuple[int, str | None, str | None, str | None] | None = None,
+    ) -> None:
+        """Take one piece of a reply read from another wire than Chat Completions' (the
+        Responses API's events): text, reasoning, or a piece of call ``(index, id, name,
+        arguments)``; counted toward the limits as a chunk's would be."""
+        calls = None
+        if call is not None:
+            index, call_id, name, arguments = call
+            calls = [_ToolCallDelta(index, call_id, _Function(name, arguments))]
+        self._take(_Delta(text, calls, reasoning))
+
+    def _take(self, delta: _Delta) -> None:
+        thought = delta.reasoning_content or delta.reasoning
+        if self.finish_reason is None:
+            self._count(delta, thought)
+        if delta.content:
+            self.text.append(delta.content)
+            self.on_text(delta.content)
+        if thought:
+            self.reasoning.append(thought)
+            self.on_reasoning(thought)
+        for call in delta.tool_calls or ():
+            self._feed_call(call)
 
     def _count(self, delta: _Delta, thought: str | None) -> None:
         """Count ``delta`` toward the limits before it is kept; ``Cut`` if it would pass one."""
@@ -294,6 +314,7 @@ class Assembly:
             self.cut_by,
             self.response_id,
             self.response_model,
+            self.reasoning_items,
         )
 
 

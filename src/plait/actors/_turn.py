@@ -39,6 +39,7 @@ from plait.actors._messages import (
 from plait.actors._model_call import call_model
 from plait.actors._prompt import approx_tokens
 from plait.actors._replacement import replacement
+from plait.actors._responses import input_items
 from plait.actors._tool_batch import Advanced, CallParts, CallSite, ToolBatch
 from plait.actors._turn_states import TRANSITIONS, Checkpoint, Phase
 from plait.actors.mcp import canonical_sha256
@@ -81,6 +82,9 @@ DEFAULT_INSTRUCTIONS = (
     "Answer directly when you can; use the tools you are given when they help."
 )
 """Base instructions of a conversation that names none (the built-in default)."""
+
+_NO_MESSAGES = msgspec.Raw(b"[]")
+"""A request's chat messages on the Responses API, which sends input items instead."""
 
 SEND_FIRST_SEC = 0.002
 """How long a turn waits for its request to be written before it writes the request's record."""
@@ -375,14 +379,20 @@ class Turn:
         instructions = self.instructions()
         prompt_view = host.prompt_view
         shape = deps.model_client.content_shape or prompt_view.empty
-        messages = prompt_view.messages(instructions, shape=shape)
+        items = None
+        if deps.model_options.wire_api == "responses":  # the history as input items, built
+            # from its messages with their reasoning items (docs/models.md#reasoning-items)
+            history = input_items(host.history(), strict=deps.model_protocol >= 1)
+            messages, items = _NO_MESSAGES, (instructions, history)
+        else:
+            messages = prompt_view.messages(instructions, shape=shape)
         tools, tools_sha = host.offered_tools(self._tool_view)
         self._compacted = False
         # The request is built from the log alone, so it may go out while its record (and a
         # task's start, made ahead) is being made durable: the fsync overlaps the network. Its
         # reply comes back as a message, after this handler; its text deltas are held until
         # the record is in the feeds.
-        deltas = self._request(messages, tools, shape, "request")
+        deltas = self._request(messages, tools, shape, "request", items)
         if deltas is None:
             return  # the session is being stopped
         # The request goes first: writing the record meanwhile would hold the interpreter
@@ -396,6 +406,7 @@ class Turn:
                 canonical_sha256(instructions),
                 prompt_view.sha256,
                 len(prompt_view) + 1,
+                wire_api=deps.model_options.wire_api,
             ),
             ahead=True,
         )
@@ -423,7 +434,7 @@ class Turn:
         shape = deps.model_client.content_shape or prompt_view.empty
         protocol = deps.model_protocol
         messages, requested = compaction.request(
-            due, deps.model, protocol, prompt_view, history, shape
+            due, deps.model, protocol, prompt_view, history, shape, deps.model_options.wire_api
         )
         deltas = self._request(messages, [], shape, "compact")
         if deltas is None:
@@ -452,14 +463,19 @@ class Turn:
         self._next_turn()
 
     def _request(
-        self, messages: msgspec.Raw, tools: Tools, shape: ContentShape, transition: str
+        self,
+        messages: msgspec.Raw,
+        tools: Tools,
+        shape: ContentShape,
+        transition: str,
+        items: tuple[str, msgspec.Raw] | None = None,
     ) -> HeldDeltas | None:
         """Send the turn's request (``model_call``) and take ``transition``; return its
         deltas, held until the request is recorded. ``None`` when the session is being stopped:
         nothing is sent."""
         host = self._host
         turn = (host.id, self.plan.task_id, self.token)
-        sent = call_model(host.deps, host.me, turn, messages, tools, shape)
+        sent = call_model(host.deps, host.me, turn, messages, tools, shape, items)
         if sent is None:
             return None
         self._model_future, deltas = sent

@@ -27,6 +27,7 @@ __all__ = [
     "InputText",
     "McpToolSnapshot",
     "ModelOptions",
+    "ReasoningItem",
     "RecordedSettings",
     "Redacted",
     "StoragePolicy",
@@ -169,6 +170,22 @@ class ToolCall(Value, frozen=True):
     """The arguments, a JSON string exactly as streamed (it may be invalid JSON)."""
 
 
+class ReasoningItem(Value, frozen=True):
+    """One reasoning item of a reply on the Responses API, kept whole so that the next
+    request sends it back as the API requires (docs/models.md#reasoning-items)."""
+
+    id: str = ""
+    """The item's id as the server gave it (``rs_…``); sent back only to a server that
+    stores responses: one that does not would look it up and fail."""
+    summary: list[str] = []
+    """The summary's texts, in order."""
+    content: list[str] = []
+    """The reasoning's own texts, when the server sends them (open-weight models do)."""
+    encrypted_content: str = ""
+    """The reasoning, encrypted by the server for the server (``include:
+    ["reasoning.encrypted_content"]``): opaque here, sent back as it came."""
+
+
 class Usage(Value, frozen=True):
     """Token counts reported for one model response."""
 
@@ -247,6 +264,9 @@ class ModelOptions(Value, frozen=True):
     send_reasoning: bool = False
     """Send a reply's reasoning back as ``reasoning_content`` on assistant messages with tool
     calls (DeepSeek's thinking mode requires it; OpenAI refuses it)."""
+    wire_api: Literal["chat", "responses"] = "chat"
+    """The API requests are sent in: Chat Completions (``/chat/completions``) or the
+    Responses API (``/responses``), as Codex's ``wire_api`` says (docs/models.md#wires)."""
 
 
 MODEL_PROTOCOL = 2

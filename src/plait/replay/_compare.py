@@ -11,9 +11,9 @@ from plait.events import Body, Event
 
 __all__ = ["IGNORED_FIELDS", "Divergence", "ReplayResult", "compare"]
 
-IGNORED_FIELDS = frozenset({"duration_ms", "model"})
-"""Not the program's decisions, so not compared: measurements, and the model name, which the
-runtime is given at each start or resume (a resume may name another)."""
+IGNORED_FIELDS = frozenset({"duration_ms", "model", "wire_api"})
+"""Not the program's decisions, so not compared: measurements, and the model name and the
+wire, which the runtime is given at each start or resume (a resume may name others)."""
 
 
 class Divergence(msgspec.Struct, frozen=True):

@@ -296,6 +296,7 @@ class Driver:
                 body.cut_by,  # type: ignore[arg-type]  # as recorded
                 body.response_id,
                 body.response_model,
+                list(body.reasoning_items),
             )
             self.model.answer(self.requests - 1, reply, wait)
         elif isinstance(body, ModelRequestFailed):

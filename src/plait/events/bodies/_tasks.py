@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 from plait._errors import ModelErrorKind
 from plait.events._values import (
     Content,
+    ReasoningItem,
     TaskPlan,
     ToolCall,
     Usage,
@@ -171,6 +172,9 @@ class ModelRequested(Body, frozen=True):
     purpose: Literal["turn", "compact"] = "turn"
     """``compact``: the request asks for a summary of older history (its reply is not added
     to the history; ``HistoryCompacted`` follows)."""
+    wire_api: Literal["chat", "responses"] = "chat"
+    """The API it was sent in (docs/models.md#wires): the runtime's at each start or resume,
+    so a session may change it between runs; the hashes are of the history either way."""
 
 
 class ModelRequestFailed(Body, frozen=True):
@@ -211,6 +215,9 @@ class ModelResponded(Body, frozen=True):
     response_model: str = ""
     """The model that answered, as the server named it (it may differ from the one asked
     for); empty if it named none."""
+    reasoning_items: list[ReasoningItem] = []
+    """The reply's reasoning items, on the Responses API: sent back with the next request
+    (docs/models.md#reasoning-items)."""
 
 
 class TokensCounted(Body, frozen=True):

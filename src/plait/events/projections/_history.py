@@ -277,8 +277,9 @@ class HistoryProjection(Projection[Histories]):
         else:
             conv.open_calls = []
         reasoning = body.reasoning or None
+        items = tuple(body.reasoning_items) or None
         conv.messages.append(
-            ChatMessage("assistant", text, tuple(calls) or None, None, event.seq, reasoning)
+            ChatMessage("assistant", text, tuple(calls) or None, None, event.seq, reasoning, items)
         )
         conv.last_active_at = event.at
 

@@ -1,5 +1,7 @@
-"""One message of a conversation's history, and the form the Chat Completions API takes it in
-(docs/conversations.md#how-a-turn-is-stored, docs/models.md#the-protocol).
+"""One message of a conversation's history, and the forms the model APIs take it in: a Chat
+Completions message, or the Responses API's input items
+(docs/conversations.md#how-a-turn-is-stored, docs/models.md#the-protocol,
+docs/models.md#wires).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from plait.events._values import (
     Content,
     InputImage,
     InputText,
+    ReasoningItem,
     Redacted,
     ToolCall,
 )
@@ -43,6 +46,9 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
     """The seq of the event that wrote it."""
     reasoning: Content | None = None
     """For an assistant message: the reasoning the server streamed beside it, if any."""
+    reasoning_items: tuple[ReasoningItem, ...] | None = None
+    """For an assistant message on the Responses API: its reasoning items, sent back before
+    it (docs/models.md#reasoning-items)."""
 
     def to_openai(
         self, *, strict: bool = False, reasoning: bool = False, empty: ContentShape | None = None
@@ -84,6 +90,65 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         return out
+
+    def to_responses(self, *, strict: bool = False, stored: bool = False) -> list[dict[str, Any]]:
+        """Return the message as the Responses API's input items: an assistant message's
+        reasoning items first, then its text, then each call (``function_call``); a tool
+        message is a ``function_call_output``. ``stored``: the server keeps responses, so a
+        reasoning item is sent with its id (one that keeps none would look the id up and
+        fail). ``strict`` as ``to_openai`` has it."""
+        if self.role == "tool":
+            output = self.to_openai(strict=strict)["content"]
+            return [
+                {"type": "function_call_output", "call_id": self.tool_call_id, "output": output}
+            ]
+        items: list[dict[str, Any]] = []
+        for reasoning in self.reasoning_items or ():
+            items.append(_reasoning_item(reasoning, stored))
+        content = self.content
+        if content is not None or not self.tool_calls:
+            items.append(_message_item(self.role, "" if content is None else content))
+        for call in self.tool_calls or ():
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.id,
+                    "name": call.name,
+                    "arguments": _arguments(call, strict),
+                }
+            )
+        return items
+
+
+def _reasoning_item(reasoning: ReasoningItem, stored: bool) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": "reasoning"}
+    if stored and reasoning.id:
+        item["id"] = reasoning.id
+    item["summary"] = [{"type": "summary_text", "text": text} for text in reasoning.summary]
+    if reasoning.content:
+        item["content"] = [{"type": "reasoning_text", "text": text} for text in reasoning.content]
+    if reasoning.encrypted_content:
+        item["encrypted_content"] = reasoning.encrypted_content
+    return item
+
+
+def _message_item(role: str, content: Content | list[Part]) -> dict[str, Any]:
+    """A user or assistant message as an input item: its text and images as content parts."""
+    kind = "output_text" if role == "assistant" else "input_text"
+    if not isinstance(content, list):
+        return {
+            "type": "message",
+            "role": role,
+            "content": [{"type": kind, "text": shown_text(content)}],
+        }
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if isinstance(part, InputText):
+            parts.append({"type": kind, "text": shown_text(part.text)})
+        else:
+            url = shown_text(part.image_url)
+            parts.append({"type": "input_image", "image_url": url, "detail": part.detail})
+    return {"type": "message", "role": role, "content": parts}
 
 
 def _arguments(call: ToolCall, strict: bool) -> str:
