@@ -82,6 +82,12 @@ def test_the_approval_policy_and_its_timeout_are_read(tmp_path: Path) -> None:
     assert (default.approval, default.approval_timeout_sec) == ("never", 300)
 
 
+def test_the_wire_is_read_as_codex_names_it(tmp_path: Path) -> None:
+    write(tmp_path / "plait.toml", '[model]\nwire_api = "responses"\n')
+    assert load_config(cwd=tmp_path, env={}).model.wire_api == "responses"
+    assert load_config(cwd=other_repository(tmp_path), env={}).model.wire_api == "chat"
+
+
 def test_the_environment_overrides_the_base_url_in_the_file(tmp_path: Path) -> None:
     write(tmp_path / "plait.toml", '[model]\nbase_url = "http://file/v1"\n')
     assert load_config(cwd=tmp_path, env={}).model.base_url == "http://file/v1"
@@ -110,6 +116,10 @@ def test_plait_config_names_the_file(tmp_path: Path) -> None:
             "policy.approval_timeout_sec: expected `float` > 0.0",
         ),
         ("[model]\ntimeout_sec = 0\n", "model.timeout_sec: expected `float` > 0.0"),
+        (
+            '[model]\nwire_api = "completions"\n',
+            "model.wire_api: invalid value 'completions': choose one of chat, responses",
+        ),
         ("[model]\nmax_reply_bytes = 0\n", "model.max_reply_bytes: expected `int` >= 1"),
         ("[model]\nmax_reply_sec = -1\n", "model.max_reply_sec: expected `float` > 0.0"),
         ('[model]\nmax_reply_sec = "1m"\n', "model.max_reply_sec: expected `float`, got `str`"),

@@ -61,21 +61,23 @@ def script() -> list[Step]:
     ]
 
 
-def settings(server: ScriptedModelServer) -> ModelSettings:
-    return ModelSettings(base_url=server.base_url, api_key="k", model="scripted-model")
+def settings(server: ScriptedModelServer, wire: str = "chat") -> ModelSettings:
+    return ModelSettings(
+        base_url=server.base_url, api_key="k", model="scripted-model", wire_api=wire
+    )
 
 
 def approve(request: ApprovalRequest) -> ApprovalDecision:
     return ApprovalDecision(approved=True, reason="fine")
 
 
-def record(store_path: Path, servers: Servers) -> str:
+def record(store_path: Path, servers: Servers, wire: str = "chat") -> str:
     with (
         ScriptedModelServer(script()) as server,
         Runtime(
             store_path,
             RuntimeSettings(
-                model=settings(server),
+                model=settings(server, wire),
                 mcp_servers=servers,
                 tools=[stock],
                 expire_every_sec=None,
@@ -92,15 +94,20 @@ def record(store_path: Path, servers: Servers) -> str:
 
 
 def run_again(
-    store: EventStore, session_id: str, steps: list[Step], servers: Servers, **options: Any
+    store: EventStore,
+    session_id: str,
+    steps: list[Step],
+    servers: Servers,
+    wire: str = "chat",
+    **options: Any,
 ) -> tuple[RerunReport, list[RecordedRequest]]:
-    """Rerun ``session_id`` against a model that answers ``steps``; return the report and
-    what the model was sent."""
+    """Rerun ``session_id`` against a model that answers ``steps`` (on ``wire``); return the
+    report and what the model was sent."""
     with ScriptedModelServer(steps) as server:
         report = rerun(
             store,
             session_id,
-            model=settings(server),
+            model=settings(server, wire),
             mcp_servers=servers,
             tools=[stock],
             **options,
@@ -135,6 +142,27 @@ def test_the_same_model_reruns_the_session_with_no_difference(
         assert [(d.approved, d.decided_by) for d in decided] == [(True, "log")] * 2
         # The rerun is a session of its own: its log verifies and replays clean.
         assert store.verify(report.rerun_session_id).ok
+        replayed = replay(store, report.rerun_session_id, timeout=10)
+        assert replayed.ok, replayed.divergence and replayed.divergence.message()
+
+
+@pytest.mark.parametrize(("recorded", "now"), [("chat", "responses"), ("responses", "chat")])
+def test_a_session_recorded_on_one_wire_reruns_on_the_other(
+    tmp_path: Path, servers: Servers, recorded: str, now: str
+) -> None:
+    session_id = record(tmp_path / "plait.db", servers, recorded)
+    with SqliteStore(tmp_path / "plait.db") as store:
+        report, requests = run_again(store, session_id, script(), servers, now)
+        assert {r.wire for r in requests} == {now}
+        assert not report.differs()
+        assert [t.same_answer and t.same_tools for t in report.tasks] == [True, True]
+        assert report.rerun_session_id is not None
+        sent = [
+            e.body
+            for e in store.read(report.rerun_session_id)
+            if isinstance(e.body, ModelRequested)
+        ]
+        assert {r.wire_api for r in sent} == {now}
         replayed = replay(store, report.rerun_session_id, timeout=10)
         assert replayed.ok, replayed.divergence and replayed.divergence.message()
 
