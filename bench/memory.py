@@ -1,6 +1,7 @@
 """Peak memory for one large item on its way to the store: a prompt, a tool result, a resume.
 
-Run from the repository root: ``python bench/memory.py [--quick] [--trace]`` (see bench/README.md).
+Run from the repository root: ``python bench/memory.py [--quick] [--trace] [--wire responses]``
+(see bench/README.md).
 
 Each case runs in a fresh Python process (so one case's peak is not another's), on a SQLite
 store in a temporary directory, against a ``ScriptedModelServer`` in a process of its own (its
@@ -14,7 +15,8 @@ case, and reads the peak (``VmHWM``):
   history holds the 50 MB message) and runs one more small task in it.
 
 The goal for each: peak <= baseline + 3 x the item. ``--trace`` also prints, per case, the
-lines of plait that held the most memory at the peak (tracemalloc; slower).
+lines of plait that held the most memory at the peak (tracemalloc; slower). ``--wire
+responses`` runs the cases on the Responses API (docs/models.md#wires).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ class PeakWatcher:
 # --- one case, in its own process --------------------------------------------------------
 
 
-def run_case(case: str, size: int, db: str, trace: bool) -> dict[str, Any]:
+def run_case(case: str, size: int, db: str, trace: bool, wire: str) -> dict[str, Any]:
     from plait import ModelSettings, Runtime, RuntimeSettings, tool
 
     server = subprocess.Popen(
@@ -134,7 +136,7 @@ def run_case(case: str, size: int, db: str, trace: bool) -> dict[str, Any]:
         """Return a large text."""
         return big_text(size)
 
-    settings = ModelSettings(base_url=base_url, api_key="bench", model="m")
+    settings = ModelSettings(base_url=base_url, api_key="bench", model="m", wire_api=wire)
     try:
         with Runtime(db, RuntimeSettings(model=settings, tools=[big])) as runtime:
             stored = [info.stream for info in runtime.store.streams()]
@@ -160,9 +162,10 @@ def run_case(case: str, size: int, db: str, trace: bool) -> dict[str, Any]:
     return {"baseline": baseline, "peak": peak, "seconds": seconds, "top": top}
 
 
-def measure(case: str, size: int, db: str, trace: bool) -> dict[str, Any]:
+def measure(case: str, size: int, db: str, trace: bool, wire: str = "chat") -> dict[str, Any]:
     """Run ``case`` in a fresh process; return its figures."""
     command = [sys.executable, __file__, "--case", case, "--size", str(size), "--db", db]
+    command += ["--wire", wire]
     if trace:
         command.append("--trace")
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -176,6 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="items / 10")
     parser.add_argument("--trace", action="store_true", help="tracemalloc's top lines at the peak")
+    parser.add_argument("--wire", choices=["chat", "responses"], default="chat", help="the API")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -185,7 +189,7 @@ def main() -> None:
         serve(args.serve)
         return
     if args.case:
-        print(json.dumps(run_case(args.case, args.size, args.db, args.trace)))
+        print(json.dumps(run_case(args.case, args.size, args.db, args.trace, args.wire)))
         return
     scale = 10 if args.quick else 1
     sizes = {"prompt": 50 * MB // scale, "tool": 20 * MB // scale, "resume": 50 * MB // scale}
@@ -193,7 +197,7 @@ def main() -> None:
         results = {}
         for case, size in sizes.items():
             db = str(Path(tmp) / ("tool.db" if case == "tool" else "prompt.db"))
-            results[case] = measure(case, size, db, args.trace)
+            results[case] = measure(case, size, db, args.trace, args.wire)
     lines: list[Line] = []
     for case, size in sizes.items():
         r = results[case]
@@ -202,7 +206,7 @@ def main() -> None:
         peak, base = f"{r['peak'] / MB:.0f} MB", f"{r['baseline'] / MB:.0f} MB"
         lines.append((label, peak, base, f"{ratio:.2f}x item", "<= 3.00x item"))
     table(
-        "peak resident memory for one large item (SQLite store)",
+        f"peak resident memory for one large item (SQLite store, {args.wire} wire)",
         lines,
         "ours: peak RSS; raw: the baseline before the item; ratio: (peak - baseline) / item",
     )

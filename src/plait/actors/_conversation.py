@@ -79,6 +79,7 @@ class Conversation(Actor):
             strict=deps.model_protocol >= 1,
             reasoning=deps.model_options.send_reasoning,
             empty=empty_content(deps.model_protocol),
+            items=deps.model_options.wire_api == "responses",
         )
         """The history, encoded as the model is shown it."""
         self.approvals = ConversationApprovals(conversation_id, approvals)

@@ -38,7 +38,6 @@ from plait.actors._stream import (
     ModelReply,
     _Chunk,
     decode_chunk,
-    encode,
     ignore,
     request_pieces,
 )
@@ -143,9 +142,7 @@ class ModelClient:
                 on_text, on_reasoning, max_tokens=cap, max_bytes=self.settings.max_reply_bytes
             )
             read = self._reader(assembly, responses)
-            content: list[bytes | memoryview] = (
-                [encode(body)] if responses else request_pieces(body)
-            )
+            content = request_pieces(body, "input" if responses else "messages")
             try:
                 await self._attempt_within(path, content, assembly, read, on_sent)
             except Failure as failure:

@@ -8,7 +8,9 @@ each message's approximate token count (its JSON bytes divided by four).
 Those bytes hold an assistant message with tool calls and no text as the session's protocol
 does. Once the runtime's model client sends another shape (docs/models.md#content-shapes), the
 view keeps a second buffer in that shape, built once from the first and then grown beside it, so
-a request costs no more than before; hashes and token counts stay on the first.
+a request costs no more than before; hashes and token counts stay on the first. On the Responses
+API (docs/models.md#wires) it keeps the messages' input items beside them the same way, each
+message's encoded once, reasoning items included.
 """
 
 from __future__ import annotations
@@ -55,15 +57,30 @@ class _Shaped:
         self.body += wire
         self.ends.append(len(self.body))
 
+    def add_each(self, values: list[dict[str, object]]) -> None:
+        """Add one message as ``values`` (its input items), each encoded, then copied in (an
+        encoder writing into the body would leave it half as large again, for good)."""
+        for value in values:
+            if self.body:
+                self.body += b","
+            self.body += _encode(value)
+        self.ends.append(len(self.body))
+
 
 class PromptView:
     """The encoded history of one conversation, kept up to date message by message."""
 
     def __init__(
-        self, *, strict: bool = False, reasoning: bool = False, empty: ContentShape | None = None
+        self,
+        *,
+        strict: bool = False,
+        reasoning: bool = False,
+        empty: ContentShape | None = None,
+        items: bool = False,
     ) -> None:
         """``strict``, ``reasoning`` and ``empty`` say how messages are encoded
-        (``to_openai``)."""
+        (``to_openai``); ``items``: keep their Responses API input items too
+        (``to_responses``)."""
         self.empty: ContentShape = empty or ("omitted" if strict else "null")
         """How a message without content carries it in these bytes (and their hashes)."""
         self._strict, self._reasoning = strict, reasoning
@@ -72,6 +89,8 @@ class PromptView:
         self._hash = hashlib.sha256()
         self._other: _Shaped | None = None
         """The same messages in the shape last asked for, when it is not ``empty``."""
+        self._items: _Shaped | None = _Shaped(self.empty) if items else None
+        """The same messages as input items, when they are kept."""
 
     def sync(self, history: list[ChatMessage]) -> None:
         """Encode the messages added to ``history`` since the last call; start over when the
@@ -83,7 +102,9 @@ class PromptView:
             self._hash = hashlib.sha256()
             if self._other is not None:
                 self._other = _Shaped(self._other.shape)
-        other = self._other
+            if self._items is not None:
+                self._items = _Shaped(self.empty)
+        other, items = self._other, self._items
         for message in history[len(self._main.ends) :]:
             wire = self._encoded(message, self.empty)
             self._main.add(wire)
@@ -93,6 +114,9 @@ class PromptView:
                 other.add(
                     wire if message.content is not None else self._encoded(message, other.shape)
                 )
+            del wire  # a large message is not held twice while its items are made
+            if items is not None:
+                items.add_each(message.to_responses(strict=self._strict))
 
     def _encoded(self, message: ChatMessage, shape: ContentShape) -> bytes:
         shown = message.to_openai(strict=self._strict, reasoning=self._reasoning, empty=shape)
@@ -163,6 +187,12 @@ class PromptView:
         with memoryview(shaped.body) as body:  # released before the buffer grows again
             parts = (b"[", head, b",", body[: shaped.ends[stop - 1]], b"]")
             return msgspec.Raw(b"".join(parts))
+
+    def input_items(self) -> msgspec.Raw:
+        """The Responses API ``input``: every message's input items, as JSON (kept only when
+        the view was made with ``items``)."""
+        assert self._items is not None, "a view made without items"
+        return msgspec.Raw(b"[" + self._items.body + b"]")
 
 
 def encoded(value: object) -> msgspec.Raw:

@@ -1,7 +1,7 @@
 """The Responses API wire (``wire_api = "responses"``): a request's body, and its stream read
 into the same ``Assembly`` a Chat Completions stream fills (docs/models.md#wires).
 
-A conversation's history is sent as input items built from its messages (``ChatMessage.
+A conversation's history is sent as the input items its ``PromptView`` keeps (``ChatMessage.
 to_responses``), reasoning items included, so every request holds what the model saw; nothing
 depends on the server keeping a response (``store: false``, docs/models.md#reasoning-items).
 A request built as chat messages (a compaction's) is turned into items here.
@@ -15,10 +15,10 @@ from typing import Any
 import msgspec
 
 from plait.actors._stream import Assembly, Failure
+from plait.actors._text import mended_json
 from plait.events import ModelOptions, ReasoningItem, Usage
-from plait.events.projections import ChatMessage
 
-__all__ = ["ENCRYPTED_REASONING", "ResponsesReader", "input_items", "responses_body"]
+__all__ = ["ENCRYPTED_REASONING", "ResponsesReader", "responses_body"]
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 """What a request's ``include`` asks for: each reasoning item's content, encrypted for the
@@ -26,17 +26,6 @@ server, which the next request sends back."""
 
 _encode = msgspec.json.Encoder(order="sorted").encode
 _decode_any = msgspec.json.decode
-
-
-def input_items(
-    history: Sequence[ChatMessage], *, strict: bool = False, end: int | None = None
-) -> msgspec.Raw:
-    """The Responses API ``input`` for the first ``end`` messages of ``history`` (all by
-    default), as JSON."""
-    pieces = [
-        _encode(item) for message in history[:end] for item in message.to_responses(strict=strict)
-    ]
-    return msgspec.Raw(b"[" + b",".join(pieces) + b"]")
 
 
 def responses_body(
@@ -203,6 +192,19 @@ class _Event(msgspec.Struct):
 
 _decode_event = msgspec.json.Decoder(_Event).decode
 
+
+def _decoded(data: bytes) -> _Event:
+    """An event; undecodable bytes and lone surrogates in its text are read as U+FFFD, and so
+    recorded, as a chat stream's are (docs/event-log.md#text)."""
+    try:
+        return _decode_event(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        mended = mended_json(data)
+        if mended == data:  # nothing to mend: malformed
+            raise
+        return _decode_event(mended)
+
+
 _FINISHED = {"max_output_tokens": "length", "content_filter": "content_filter"}
 """An incomplete response's reason, as the Chat Completions finish reason plait records."""
 
@@ -219,8 +221,8 @@ class ResponsesReader:
         """Take one event (an SSE ``data:`` line's JSON); raise ``Failure`` when it reports
         one, ``Cut`` when the reply passes a limit."""
         try:
-            event = _decode_event(data)
-        except msgspec.DecodeError as exc:
+            event = _decoded(data)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise Failure(
                 "malformed", f"malformed stream from the model server: {exc}: {data[:80]!r}"
             ) from exc

@@ -117,15 +117,16 @@ decode_chunk = msgspec.json.Decoder(_Chunk).decode
 encode = msgspec.json.Encoder().encode
 
 
-def request_pieces(body: dict[str, object]) -> list[bytes | memoryview]:
-    """``body`` as JSON, in pieces: its already encoded ``messages`` (the prompt, which may be
-    most of the request) are sent as they are, not copied into one more buffer."""
-    messages = body.get("messages")
-    if not isinstance(messages, msgspec.Raw):
+def request_pieces(body: dict[str, object], key: str = "messages") -> list[bytes | memoryview]:
+    """``body`` as JSON, in pieces: its already encoded ``key`` (the prompt: ``messages``, or
+    the Responses API's ``input``, which may be most of the request) is sent as it is, not
+    copied into one more buffer."""
+    prompt = body.get(key)
+    if not isinstance(prompt, msgspec.Raw):
         return [encode(body)]
-    rest = encode({name: value for name, value in body.items() if name != "messages"})
-    # ``rest`` is ``{"model":...}``: the messages go first, the other fields after them.
-    return [b'{"messages":', memoryview(messages), b",", rest[1:]]
+    rest = encode({name: value for name, value in body.items() if name != key})
+    # ``rest`` is ``{"model":...}``: the prompt goes first, the other fields after it.
+    return [b'{"%s":' % key.encode(), memoryview(prompt), b",", rest[1:]]
 
 
 class Failure(Exception):

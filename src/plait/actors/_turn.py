@@ -39,7 +39,6 @@ from plait.actors._messages import (
 from plait.actors._model_call import call_model
 from plait.actors._prompt import approx_tokens
 from plait.actors._replacement import replacement
-from plait.actors._responses import input_items
 from plait.actors._tool_batch import Advanced, CallParts, CallSite, ToolBatch
 from plait.actors._turn_states import TRANSITIONS, Checkpoint, Phase
 from plait.actors.mcp import canonical_sha256
@@ -380,10 +379,9 @@ class Turn:
         prompt_view = host.prompt_view
         shape = deps.model_client.content_shape or prompt_view.empty
         items = None
-        if deps.model_options.wire_api == "responses":  # the history as input items, built
-            # from its messages with their reasoning items (docs/models.md#reasoning-items)
-            history = input_items(host.history(), strict=deps.model_protocol >= 1)
-            messages, items = _NO_MESSAGES, (instructions, history)
+        if deps.model_options.wire_api == "responses":  # the history as input items, with
+            # their reasoning items (docs/models.md#reasoning-items)
+            messages, items = _NO_MESSAGES, (instructions, prompt_view.input_items())
         else:
             messages = prompt_view.messages(instructions, shape=shape)
         tools, tools_sha = host.offered_tools(self._tool_view)
