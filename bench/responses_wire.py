@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 
 import llama_server as llama  # noqa: E402  (bench/llama_server.py: its build and its helpers)
 
-LITELLM = "litellm[proxy]==1.110.2"
+LITELLM = "litellm[proxy]==1.108.7"
 LITELLM_VENV = llama.CACHE / "litellm"
 MASTER_KEY = "sk-plait-bench-not-a-secret-0123456789"
 MODEL = "gemma-3-270m"
@@ -140,9 +140,15 @@ enabled_tools = ["get_current_time"]
     return llama.session_of(first), ok
 
 
+STOPS = '["\\nQ:", "\\nR:", "</tool_call>"]'
+"""Where the base model's turns end (``bench/gemma-tools.jinja``): sent as ``stop``, which the
+Responses API lacks and llama.cpp takes, through ``extra_body``."""
+
+
 def go_on(workdir: Path, session: str, where: str, env: dict[str, str], prompt: str) -> bool:
     say(f"\n== the session goes on {where}")
-    done = llama.plait(workdir, "exec", "--session", session, prompt, env=env)
+    flags = ["-c", f"model.extra_body={{stop = {STOPS}}}", "-c", "model.max_output_tokens=96"]
+    done = llama.plait(workdir, *flags, "exec", "--session", session, prompt, env=env)
     log = llama.plait(workdir, "log", session, "--json", show=False)
     events = [json.loads(line) for line in log.stdout.splitlines()]
     kinds = ("ModelResponded", "ModelRequestFailed")

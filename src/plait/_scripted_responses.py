@@ -59,8 +59,10 @@ def problem(
     body: dict[str, Any],
     previous: list[dict[str, Any]] | None,
     stored_item: Callable[[str], dict[str, Any] | None],
+    quirks: frozenset[str] = frozenset(),
 ) -> tuple[int, dict[str, Any]] | None:
-    """The HTTP status and error body OpenAI answers ``body`` with, if it refuses it.
+    """The HTTP status and error body OpenAI answers ``body`` with, if it refuses it, or a
+    server with ``quirks`` would.
 
     ``previous`` is what the response ``previous_response_id`` names holds (its input and
     output items, and those of the responses before it), None if the server keeps no such
@@ -77,6 +79,11 @@ def problem(
     called = {item.get("call_id") for item in previous or [] if item.get("type") == "function_call"}
     for item in items:
         kind = item.get("type")
+        if kind == "reasoning" and "reasoning_text_required" in quirks:
+            content = item.get("content")
+            if not isinstance(content, list) or not content:
+                said = "is not an array" if not isinstance(content, list) else "is empty"
+                return 400, _refused(f"item['content'] {said}", "input")  # llama.cpp's words
         # An item given by its id alone must be one the server keeps (a reasoning item
         # with its encrypted content is whole without it).
         by_id = kind == "item_reference" or (

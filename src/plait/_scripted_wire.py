@@ -52,6 +52,8 @@ QUIRKS: dict[str, str] = {
     "no_tool_index": "tool-call deltas without index",
     "no_call_id": "tool calls without id",
     "calls_in_one_chunk": "all of a reply's tool calls whole in one chunk",
+    "reasoning_text_required": "on the Responses API, HTTP 400 for a reasoning item without "
+    "reasoning text in its content (llama.cpp's llama-server)",
 }
 """The quirks ``ScriptedModelServer`` can imitate, each with what it does."""
 

@@ -401,7 +401,7 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(body, dict):
             previous_id = body.get("previous_response_id")
             previous = self.script.kept(previous_id) if isinstance(previous_id, str) else None
-            refused = responses.problem(body, previous, self.script.kept_item)
+            refused = responses.problem(body, previous, self.script.kept_item, self.script.quirks)
             context = [*(previous or []), *(responses.input_items(body) or [])]
         n, step, ids = self.script.admit(request, isinstance(body, dict) and refused is None)
         head = {"id": f"resp_{n}", "object": "response", "created_at": CREATED}

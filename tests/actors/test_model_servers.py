@@ -21,6 +21,7 @@ from plait.testing import QUIRKS, ScriptedModelServer, Step
 NEEDS: dict[str, dict[str, Any]] = {
     "reasoning_required": {"send_reasoning": True},
     "max_completion_tokens_only": {"max_output_tokens": 1000},
+    "reasoning_text_required": {"wire_api": "responses"},  # a quirk of that wire
 }
 """The settings a session needs to get through a quirk."""
 
@@ -93,6 +94,19 @@ def test_a_server_that_wants_max_completion_tokens_gets_it(tmp_path: Path) -> No
         ("max_tokens" in r.body, r.body.get("max_completion_tokens")) for r in server.requests
     ]
     assert fields == [(True, None)] + [(False, 1000)] * 4
+
+
+def test_a_server_that_refuses_reasoning_items_without_text_is_sent_none(
+    tmp_path: Path,
+) -> None:
+    with ScriptedModelServer(SCRIPT, quirks={"reasoning_text_required"}) as server:
+        events = _session(server, tmp_path, wire_api="responses")
+    sent = [[i["type"] for i in r.input if i["type"] == "reasoning"] for r in server.requests]
+    assert sent == [[], ["reasoning"], [], [], []]  # refused once, then never sent again
+    (failed,) = [e.body for e in events if isinstance(e.body, ModelRequestFailed)]
+    assert failed.status == 400 and failed.retry_in_sec == 0.0
+    assert "item['content'] is not an array" in failed.error
+    assert "sent again without the reasoning items that hold no reasoning text" in failed.error
 
 
 def test_reasoning_goes_back_only_when_asked(tmp_path: Path) -> None:

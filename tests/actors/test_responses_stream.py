@@ -84,6 +84,24 @@ def test_a_call_or_text_sent_whole_at_its_end_is_read() -> None:
     assert reply.usage is None  # the server sent none
 
 
+def test_a_stream_without_output_indexes_is_read_by_its_items() -> None:
+    # llama.cpp's llama-server sends no output_index: a call is one call, not one per event.
+    call = {**CALL, "id": "fc_1"}
+    reply = read(
+        {"type": "response.output_item.added", "item": call},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": "{}"},
+        {"type": "response.output_item.done", "item": {**call, "arguments": "{}"}},
+        {"type": "response.output_item.added", "item": {**CALL, "call_id": "call_b"}},
+        {"type": "response.function_call_arguments.delta", "delta": '{"b": 1}'},
+        {"type": "response.output_item.done", "item": {**CALL, "call_id": "call_b"}},
+        completed(),
+    )
+    assert [(c.id, c.arguments) for c in reply.tool_calls] == [
+        ("call_a", "{}"),
+        ("call_b", '{"b": 1}'),
+    ]
+
+
 @pytest.mark.parametrize(
     ("reason", "finish"), [("max_output_tokens", "length"), ("content_filter", "content_filter")]
 )

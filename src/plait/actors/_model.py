@@ -30,7 +30,12 @@ from plait._errors import ModelError
 from plait.actors._content_shape import Fallback, reshaped
 from plait.actors._model_failures import dropped, status_failure
 from plait.actors._model_types import AttemptFailed, ModelRequest, ModelSettings, RequestTiming, log
-from plait.actors._responses import ENCRYPTED_REASONING, ResponsesReader, responses_body
+from plait.actors._responses import (
+    ENCRYPTED_REASONING,
+    ResponsesReader,
+    responses_body,
+    without_bare_reasoning,
+)
 from plait.actors._stream import (
     Assembly,
     Cut,
@@ -100,6 +105,7 @@ class ModelClient:
         self._empty: ContentShape | None = None  # the content shape the server took, once
         # it refused another
         self._include = True  # False once the server refused encrypted reasoning
+        self._bare_reasoning = True  # False once it refused reasoning items with no text
 
     async def complete(
         self,
@@ -217,7 +223,7 @@ class ModelClient:
 
     def _responses_body(self, request: ModelRequest) -> dict[str, object]:
         """The request body on the Responses API (docs/models.md#wires)."""
-        return responses_body(
+        body = responses_body(
             self.settings.model,
             request.options,
             request.messages,
@@ -226,6 +232,9 @@ class ModelClient:
             items=request.input,
             include=self._include,
         )
+        if not self._bare_reasoning and (kept := without_bare_reasoning(body["input"])):
+            body["input"] = kept
+        return body
 
     def _reader(self, assembly: Assembly, responses: bool) -> Callable[[bytes], None]:
         """What takes each line of an attempt's stream into ``assembly``."""
@@ -257,6 +266,12 @@ class ModelClient:
             self._include = False
             del body["include"]
             return "without include (its reasoning is not sent back with the next request)"
+        if self._bare_reasoning and "content" in said:
+            kept = without_bare_reasoning(body.get("input"))
+            if kept is not None:
+                self._bare_reasoning = False
+                body["input"] = kept
+                return "without the reasoning items that hold no reasoning text"
         return ""
 
     async def aclose(self) -> None:

@@ -18,7 +18,7 @@ from plait.actors._stream import Assembly, Failure
 from plait.actors._text import mended_json
 from plait.events import ModelOptions, ReasoningItem, Usage
 
-__all__ = ["ENCRYPTED_REASONING", "ResponsesReader", "responses_body"]
+__all__ = ["ENCRYPTED_REASONING", "ResponsesReader", "responses_body", "without_bare_reasoning"]
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 """What a request's ``include`` asks for: each reasoning item's content, encrypted for the
@@ -66,6 +66,22 @@ def responses_body(
         body["reasoning"] = {"effort": options.reasoning_effort, "summary": "auto"}
     body.update(options.extra_body)
     return body
+
+
+def without_bare_reasoning(items: object) -> msgspec.Raw | None:
+    """``items`` (encoded input items) without the reasoning items that hold no reasoning
+    text, for a server that refuses them (llama.cpp's ``llama-server``, which makes a reply's
+    reasoning of that text); ``None`` when there are none."""
+    if not isinstance(items, msgspec.Raw) or _REASONING not in bytes(memoryview(items)):
+        return None
+    decoded: list[dict[str, Any]] = _decode_any(items)
+    kept = [i for i in decoded if i.get("type") != "reasoning" or i.get("content")]
+    return None if len(kept) == len(decoded) else msgspec.Raw(_encode(kept))
+
+
+_REASONING = b'"type":"reasoning"'
+"""How a reasoning item's type reads in items encoded here or by ``PromptView`` (keys sorted,
+no spaces)."""
 
 
 def _from_chat(
@@ -184,6 +200,7 @@ class _Event(msgspec.Struct):
     type: str = ""
     delta: str | None = None
     output_index: int | None = None
+    item_id: str | None = None
     item: _Item | None = None
     response: _Response | None = None
     message: str | None = None  # an ``error`` event's
@@ -214,7 +231,8 @@ class ResponsesReader:
 
     def __init__(self, assembly: Assembly) -> None:
         self.assembly = assembly
-        self._calls: dict[int, int] = {}  # output index -> the call's index in the reply
+        self._calls: dict[str | int, int] = {}  # item id, call id, output index -> the call
+        # (servers differ in which they send: llama.cpp's sends no output index)
         self._texted: set[int] = set()  # output indexes whose text came as deltas
 
     def feed(self, data: bytes) -> None:
@@ -236,7 +254,7 @@ class ResponsesReader:
         elif kind == "response.output_item.added" and event.item is not None:
             self._added(event.item, event.output_index)
         elif kind == "response.function_call_arguments.delta" and event.delta:
-            index = self._calls.get(event.output_index or 0)
+            index = self._call(event.item_id, None, event.output_index)
             if index is not None:
                 assembly.take(call=(index, None, None, event.delta))
         elif kind == "response.output_item.done" and event.item is not None:
@@ -259,9 +277,24 @@ class ResponsesReader:
     def _added(self, item: _Item, output_index: int | None) -> None:
         if item.type != "function_call":
             return
-        index = len(self._calls)
-        self._calls[output_index if output_index is not None else index] = index
+        index = len(self.assembly.calls)
+        for key in (item.id, item.call_id, output_index):
+            if key is not None:
+                self._calls[key] = index
         self.assembly.take(call=(index, item.call_id or "", item.name or "", item.arguments))
+
+    def _call(
+        self, item_id: str | None, call_id: str | None, output_index: int | None
+    ) -> int | None:
+        """The reply's index of the call an event names by any of its keys; with none, the
+        last call begun."""
+        keys = [key for key in (item_id, call_id, output_index) if key is not None]
+        for key in keys:
+            if key in self._calls:
+                return self._calls[key]
+        if not keys and self.assembly.calls:
+            return max(self.assembly.calls)
+        return None
 
     def _done(self, item: _Item, output_index: int | None) -> None:
         if item.type == "reasoning":
@@ -275,11 +308,10 @@ class ResponsesReader:
             )
         elif item.type == "function_call":
             # A server may send a call whole at its end, or its arguments only there.
-            if output_index not in self._calls:
+            index = self._call(item.id, item.call_id, output_index)
+            if index is None:
                 self._added(item, output_index)
-                return
-            index = self._calls[output_index]
-            if len(self.assembly.calls.get(index, ())) <= 2 and item.arguments:
+            elif len(self.assembly.calls.get(index, ())) <= 2 and item.arguments:
                 self.assembly.take(call=(index, None, None, item.arguments))
         elif item.type == "message" and (output_index or 0) not in self._texted:
             for part in item.content or ():  # a server that sends the text whole, at its end
