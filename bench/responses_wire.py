@@ -118,11 +118,8 @@ wire_api = "responses"
 max_output_tokens = 24
 stop = ["\\n"]
 
-[mcp_servers.time]
-command = {json.dumps(sys.executable)}
-args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
-enabled_tools = ["get_current_time"]
 """
+            + llama.TIME_SERVER
         )
         say(f"\n== the first task, on a ScriptedModelServer's /v1/responses, in {workdir}")
         say((workdir / "plait.toml").read_text().rstrip())

@@ -29,7 +29,14 @@ import msgspec
 from plait._errors import ModelError
 from plait.actors._content_shape import Fallback, reshaped
 from plait.actors._model_failures import dropped, status_failure
-from plait.actors._model_types import AttemptFailed, ModelRequest, ModelSettings, RequestTiming, log
+from plait.actors._model_types import (
+    AttemptFailed,
+    Exchange,
+    ModelRequest,
+    ModelSettings,
+    RequestTiming,
+    log,
+)
 from plait.actors._responses import (
     ENCRYPTED_REASONING,
     ResponsesReader,
@@ -46,7 +53,7 @@ from plait.actors._stream import (
     ignore,
     request_pieces,
 )
-from plait.actors._text import mended_json
+from plait.actors._text import decoded_mended
 from plait.actors._transport import (
     ConnectFailed,
     LineTooLong,
@@ -147,10 +154,15 @@ class ModelClient:
             assembly = Assembly(
                 on_text, on_reasoning, max_tokens=cap, max_bytes=self.settings.max_reply_bytes
             )
-            read = self._reader(assembly, responses)
-            content = request_pieces(body, "input" if responses else "messages")
+            exchange = Exchange(
+                path,
+                request_pieces(body, "input" if responses else "messages"),
+                assembly,
+                self._reader(assembly, responses),
+                on_sent,
+            )
             try:
-                await self._attempt_within(path, content, assembly, read, on_sent)
+                await self._attempt_within(exchange)
             except Failure as failure:
                 adapted = self._adapt(failure, body)
                 if not adapted and not assembly.text and not responses:
@@ -289,46 +301,35 @@ class ModelClient:
             return min(retry_after, MAX_BACKOFF_SEC)
         return min(self.settings.backoff_sec * 2.0 ** (attempt - 1), MAX_BACKOFF_SEC)
 
-    async def _attempt_within(
-        self,
-        path: str,
-        content: list[bytes | memoryview],
-        assembly: Assembly,
-        read: Callable[[bytes], None],
-        on_sent: Callable[[], object],
-    ) -> None:
+    async def _attempt_within(self, exchange: Exchange) -> None:
         """``_attempt``, its reply cut where it passes a limit (the stream is then closed:
         a server that does not stop would otherwise hold the connection)."""
         timing = RequestTiming() if log.isEnabledFor(logging.DEBUG) else None
         try:
             async with asyncio.timeout(self.settings.max_reply_sec) as deadline:
-                await self._attempt(path, content, assembly, read, on_sent, timing)
+                await self._attempt(exchange, timing)
         except Cut:
             pass
         except TimeoutError:
             if not deadline.expired():
                 raise
-            assembly.cut("max_reply_sec")
+            exchange.assembly.cut("max_reply_sec")
         finally:
             if timing is not None:
-                timing.tell(f"{self.base_url}{path}", content)
+                timing.tell(f"{self.base_url}{exchange.path}", exchange.content)
 
-    async def _attempt(
-        self,
-        path: str,
-        content: list[bytes | memoryview],
-        assembly: Assembly,
-        read: Callable[[bytes], None],
-        on_sent: Callable[[], object],
-        timing: RequestTiming | None = None,
-    ) -> None:
-        """Send one request and feed its stream to ``assembly``; raise ``Failure`` on failure."""
+    async def _attempt(self, exchange: Exchange, timing: RequestTiming | None = None) -> None:
+        """Send one request and feed its stream to its assembly; raise ``Failure`` on
+        failure."""
+        assembly, read = exchange.assembly, exchange.read
         if self._transport is None:
-            on_sent()  # the SDK's client writes it in a moment
-            await self._attempt_through_sdk(path, content, assembly, read, timing)
+            exchange.on_sent()  # the SDK's client writes it in a moment
+            await self._attempt_through_sdk(exchange, timing)
             return
         try:
-            async with self._transport.post(path, content, on_sent) as response:
+            async with self._transport.post(
+                exchange.path, exchange.content, exchange.on_sent
+            ) as response:
                 if timing is not None:
                     timing.answered(response.status)
                 if response.status >= 400:
@@ -354,15 +355,9 @@ class ModelClient:
             raise self._unreachable(exc) from exc
         self._check_whole(assembly)
 
-    async def _attempt_through_sdk(
-        self,
-        path: str,
-        content: list[bytes | memoryview],
-        assembly: Assembly,
-        read: Callable[[bytes], None],
-        timing: RequestTiming | None,
-    ) -> None:
+    async def _attempt_through_sdk(self, exchange: Exchange, timing: RequestTiming | None) -> None:
         """``_attempt`` through the SDK's HTTP client, which speaks to proxies."""
+        assembly, read = exchange.assembly, exchange.read
         import httpx2
         import openai
 
@@ -370,9 +365,9 @@ class ModelClient:
             # The SDK's documented route for raw requests: its headers, auth, URL and status
             # errors, without the per-message request transform.
             response = await self._client.post(
-                path,
+                exchange.path,
                 cast_to=httpx2.Response,
-                content=b"".join(content),
+                content=b"".join(exchange.content),
                 options={"headers": self._headers},
                 stream=True,
             )
@@ -437,13 +432,7 @@ class ModelClient:
 def _decode(data: bytes) -> _Chunk:
     """A chunk; undecodable bytes and lone surrogates in its text are read as U+FFFD, and so
     recorded (docs/event-log.md#text)."""
-    try:
-        return decode_chunk(data)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        mended = mended_json(data)
-        if mended == data:  # nothing to mend: malformed
-            raise
-        return decode_chunk(mended)
+    return decoded_mended(decode_chunk, data)
 
 
 @functools.cache

@@ -6,15 +6,16 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
 from plait.actors._content_shape import Messages
+from plait.actors._stream import Assembly
 from plait.events import ModelOptions
 from plait.events.projections import ContentShape
 
-__all__ = ["AttemptFailed", "ModelRequest", "ModelSettings", "RequestTiming", "log"]
+__all__ = ["AttemptFailed", "Exchange", "ModelRequest", "ModelSettings", "RequestTiming", "log"]
 
 log = logging.getLogger("plait.model")
 """Each request's size and timing, at DEBUG (``plait -vv``); nothing is measured otherwise."""
@@ -91,6 +92,22 @@ class AttemptFailed(msgspec.Struct, frozen=True):
     """The HTTP status, when the server answered with one."""
     retry_in_sec: float | None
     """Seconds until the next attempt; ``None`` when there will be none."""
+
+
+class Exchange(msgspec.Struct, frozen=True):
+    """One attempt's request and how its stream is read: on either wire, the same path
+    through the client's HTTP code."""
+
+    path: str
+    """Where it goes, after the base URL (``/chat/completions``, ``/responses``)."""
+    content: list[bytes | memoryview]
+    """The body, in pieces."""
+    assembly: Assembly
+    """The reply being put together."""
+    read: Callable[[bytes], None]
+    """Takes each line of the stream into ``assembly``."""
+    on_sent: Callable[[], object]
+    """Told once the request is written."""
 
 
 class RequestTiming:

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from plait.actors._stream import Assembly, Failure
-from plait.actors._text import mended_json
+from plait.actors._text import decoded_mended
 from plait.events import ModelOptions, ReasoningItem, Usage
 
 __all__ = ["ENCRYPTED_REASONING", "ResponsesReader", "responses_body", "without_bare_reasoning"]
@@ -213,13 +213,7 @@ _decode_event = msgspec.json.Decoder(_Event).decode
 def _decoded(data: bytes) -> _Event:
     """An event; undecodable bytes and lone surrogates in its text are read as U+FFFD, and so
     recorded, as a chat stream's are (docs/event-log.md#text)."""
-    try:
-        return _decode_event(data)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        mended = mended_json(data)
-        if mended == data:  # nothing to mend: malformed
-            raise
-        return _decode_event(mended)
+    return decoded_mended(_decode_event, data)
 
 
 _FINISHED = {"max_output_tokens": "length", "content_filter": "content_filter"}

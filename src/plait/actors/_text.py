@@ -11,16 +11,22 @@ each lone surrogate and each undecodable byte sequence becoming U+FFFD, and reco
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+import msgspec
 
 __all__ = [
     "REPLACEMENT",
+    "decoded_mended",
     "lone_surrogate",
     "mended",
     "mended_json",
     "mended_value",
     "undecodable",
 ]
+
+T = TypeVar("T")
 
 REPLACEMENT: Final = "\ufffd"
 """What stands for text that could not be read: U+FFFD REPLACEMENT CHARACTER."""
@@ -76,6 +82,19 @@ def mended_json(data: bytes) -> bytes:
     if "\\u" in text:
         text = _ESCAPE.sub(_escape, text)
     return text.encode()
+
+
+def decoded_mended(decode: Callable[[bytes], T], data: bytes) -> T:
+    """``decode(data)``; JSON with undecodable bytes or lone surrogates is decoded mended
+    (``mended_json``), so their text is read, and recorded, as U+FFFD (docs/event-log.md#text).
+    Raise what ``decode`` raised when there is nothing to mend: it is malformed."""
+    try:
+        return decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        mended = mended_json(data)
+        if mended == data:
+            raise
+        return decode(mended)
 
 
 def _escape(match: re.Match[str]) -> str:
