@@ -4,7 +4,7 @@ What a user of the Responses API checks: each request's body (instructions, inpu
 tools, ``store: false`` with encrypted reasoning asked for); a reasoning item sent back, whole,
 with the next request of the turn and of every later task, after a ``kill -9`` too; a
 ``conv_create`` hand-off; a reply cut by its cap; a session that changes wire between runs;
-and each session replayed clean.
+approvals, an interrupt and the spans, as on the chat wire; and each session replayed clean.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from chat_rules import chat_messages, responses_problems
 from scripted import assert_histories_valid, call, replayed, runtime_for, went_on_problems
 from support import wait_for_event
 
+from plait import ApprovalDecision, ApprovalRequest
 from plait._scripted_responses import encrypted_reasoning
 from plait.events import (
+    AgentMessageDelta,
     ModelRequested,
     ModelRequestFailed,
     ModelResponded,
@@ -33,6 +35,7 @@ from plait.events import (
     ToolCallCompleted,
     TurnAborted,
 )
+from plait.telemetry import spans_of
 from plait.testing import ScriptedModelServer, Step
 
 RESPONSES = {"wire_api": "responses"}
@@ -255,3 +258,50 @@ def test_a_server_that_refuses_encrypted_reasoning_is_asked_without_it(tmp_path:
         events = runtime.store.read(session.session_id)
     [failed] = [e.body for e in events if isinstance(e.body, ModelRequestFailed)]
     assert failed.status == 400 and "sent again without include" in failed.error
+
+
+def fetch(key: str) -> str:
+    """Fetch the value of ``key``."""
+    return f"value of {key}"
+
+
+def test_approvals_an_interrupt_and_spans_are_as_on_the_chat_wire(tmp_path: Path) -> None:
+    def approver(request: ApprovalRequest) -> ApprovalDecision:
+        return ApprovalDecision(approved='"b"' not in request.arguments, reason="not b")
+
+    script = [
+        Step(reasoning="Fetch both.", tool_calls=[call("fetch", key="a"), call("fetch", key="b")]),
+        Step(text="Only a."),
+        Step(text="slow " * 200, chunk_chars=5, chunk_delay=0.05),  # interrupted
+    ]
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(
+            server,
+            tmp_path,
+            RESPONSES,
+            tools=[fetch],
+            approval_policy="untrusted",
+            approver=approver,
+        ) as runtime,
+    ):
+        session = runtime.start_session()
+        outcome = session.run("Fetch a and b.", timeout=30)
+        assert outcome.last_assistant_message == "Only a."
+        answers = [i for i in server.requests[1].input if i["type"] == "function_call_output"]
+        assert [a["output"] for a in answers] == [
+            "value of a",
+            "not run: denied by approver: not b",
+        ]  # what the model was told, as on the chat wire
+        with session.subscribe() as feed:
+            session.submit("Go on at length.")
+            while not isinstance(feed.get(timeout=30), AgentMessageDelta):
+                pass
+            session.interrupt()
+        aborted = wait_for_event(runtime.store, session.session_id, TurnAborted)
+        events = runtime.store.read(session.session_id)
+    assert isinstance(aborted.body, TurnAborted) and aborted.body.reason == "interrupted"
+    spans = spans_of(session.session_id, events)
+    names = sorted(span.name for span in spans if not span.name.startswith("invoke_agent"))
+    assert names == ["chat scripted-model"] * 3 + ["execute_tool fetch"] * 2
+    replayed(tmp_path, session.session_id)
