@@ -83,9 +83,11 @@ def test_the_approval_policy_and_its_timeout_are_read(tmp_path: Path) -> None:
 
 
 def test_the_wire_is_read_as_codex_names_it(tmp_path: Path) -> None:
-    write(tmp_path / "plait.toml", '[model]\nwire_api = "responses"\n')
-    assert load_config(cwd=tmp_path, env={}).model.wire_api == "responses"
-    assert load_config(cwd=other_repository(tmp_path), env={}).model.wire_api == "chat"
+    write(tmp_path / "plait.toml", '[model]\nwire_api = "responses"\nstore = true\n')
+    model = load_config(cwd=tmp_path, env={}).model
+    assert (model.wire_api, model.store) == ("responses", True)
+    default = load_config(cwd=other_repository(tmp_path), env={}).model
+    assert (default.wire_api, default.store) == ("chat", False)
 
 
 def test_the_environment_overrides_the_base_url_in_the_file(tmp_path: Path) -> None:

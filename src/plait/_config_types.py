@@ -77,6 +77,9 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The API requests are sent in, as Codex's key says: ``chat`` (Chat Completions) or
     ``responses`` (the Responses API, which keeps a reasoning model's reasoning between
     turns: docs/models.md#wires)."""
+    store: bool = False
+    """On the Responses API: the server keeps each response, and a request sends only what
+    came after the last one (docs/models.md#stored-responses)."""
 
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -305,3 +305,74 @@ def test_approvals_an_interrupt_and_spans_are_as_on_the_chat_wire(tmp_path: Path
     names = sorted(span.name for span in spans if not span.name.startswith("invoke_agent"))
     assert names == ["chat scripted-model"] * 3 + ["execute_tool fetch"] * 2
     replayed(tmp_path, session.session_id)
+
+
+STORED = {**RESPONSES, "store": True}
+
+
+def test_a_stored_response_is_gone_on_from_and_sent_whole_when_the_server_lost_it(
+    tmp_path: Path,
+) -> None:
+    first = Step(reasoning="List them.", tool_calls=[call("conv_list")])
+    with ScriptedModelServer([first, Step(text="One."), Step(text="Still one.")]) as server:
+        with runtime_for(server, tmp_path, STORED) as runtime:
+            session = runtime.start_session()
+            assert session.run("What is open?", timeout=30).ok
+            assert session.run("And now?", timeout=30).ok
+            session.release(timeout=30)
+        asked, went_on, again = server.requests
+    assert asked.body["store"] is True and "previous_response_id" not in asked.body
+    # Each request goes on from the last reply, sending only what came after it.
+    assert went_on.body["previous_response_id"] == "resp_1"
+    assert [i["type"] for i in went_on.input] == ["function_call_output"]
+    assert again.body["previous_response_id"] == "resp_2"
+    assert chat_messages(again)[1:] == [{"role": "user", "content": "And now?"}]
+    # A server that no longer has the response (another one, here) is sent the whole history.
+    with ScriptedModelServer([Step(text="Back."), Step(text="Yes.")]) as other:
+        with runtime_for(other, tmp_path, STORED) as runtime:
+            resumed = runtime.resume(session.session_id)
+            assert resumed.run("Are you there?", timeout=30).ok
+            assert resumed.run("Sure?", timeout=30).ok
+            events = runtime.store.read(session.session_id)
+        refused, whole, chained = other.requests
+    assert refused.body["previous_response_id"] == "resp_3"
+    assert "previous_response_id" not in whole.body
+    assert reasoning_sent(whole.input) == [encrypted_reasoning(first)]
+    assert len(chat_messages(whole)) == 1 + 7  # instructions, then the history, whole
+    assert chained.body["previous_response_id"] == "resp_1"  # this server's first
+    [failed] = [e.body for e in events if isinstance(e.body, ModelRequestFailed)]
+    assert failed.status == 400
+    assert "sent again with the whole history: the server no longer has response resp_3" in (
+        failed.error
+    )
+    requested = [e.body for e in events if isinstance(e.body, ModelRequested)]
+    assert [r.previous_response_id for r in requested] == [
+        "",
+        "resp_1",
+        "resp_2",
+        "resp_3",
+        "resp_1",
+    ]
+    replayed(tmp_path, session.session_id)
+
+
+def test_after_a_compaction_a_request_does_not_go_on_from_a_stored_response(
+    tmp_path: Path,
+) -> None:
+    script = [Step(text="One."), Step(text="Two."), Step(text="SUMMARY: two."), Step(text="Three.")]
+    with (
+        ScriptedModelServer(script) as server,
+        runtime_for(server, tmp_path, STORED) as runtime,
+    ):
+        session = runtime.start_session()
+        assert session.run("Count.", timeout=30).ok
+        assert session.run("More.", timeout=30).ok
+        assert server.requests[1].body["previous_response_id"] == "resp_1"
+        assert session.compact(keep_recent_tokens=0, timeout=30).ok
+        assert session.run("Go on.", timeout=30).ok
+        last = server.requests[-1]
+    # The server's stored chain still holds what the summary replaced: not gone on from.
+    assert "previous_response_id" not in last.body
+    assert chat_messages(last)[-1] == {"role": "user", "content": "Go on."}
+    assert "SUMMARY: two." in json.dumps(last.input)
+    replayed(tmp_path, session.session_id)

@@ -164,7 +164,7 @@ class ModelClient:
             try:
                 await self._attempt_within(exchange)
             except Failure as failure:
-                adapted = self._adapt(failure, body)
+                adapted = self._adapt(failure, body, request)
                 if not adapted and not assembly.text and not responses:
                     adapted = fallback.reshape(failure, body)
                 if adapted:
@@ -240,8 +240,7 @@ class ModelClient:
             request.options,
             request.messages,
             request.tools,
-            instructions=request.instructions,
-            items=request.input,
+            given=request.responses,
             include=self._include,
         )
         if not self._bare_reasoning and (kept := without_bare_reasoning(body["input"])):
@@ -260,7 +259,7 @@ class ModelClient:
 
         return read
 
-    def _adapt(self, failure: Failure, body: dict[str, object]) -> str:
+    def _adapt(self, failure: Failure, body: dict[str, object], request: ModelRequest) -> str:
         """Change ``body`` (and what this client sends from now on) when the server refused a
         field plait can do without or send otherwise; say how, or ``""``."""
         if failure.kind != "bad_request":
@@ -278,6 +277,13 @@ class ModelClient:
             self._include = False
             del body["include"]
             return "without include (its reasoning is not sent back with the next request)"
+        previous = body.get("previous_response_id")
+        if previous and request.responses and "previous response" in said and "not found" in said:
+            del body["previous_response_id"]  # (docs/models.md#stored-responses)
+            body["input"] = request.responses.items
+            if not self._bare_reasoning and (kept := without_bare_reasoning(body["input"])):
+                body["input"] = kept
+            return f"with the whole history: the server no longer has response {previous}"
         if self._bare_reasoning and "content" in said:
             kept = without_bare_reasoning(body.get("input"))
             if kept is not None:

@@ -24,6 +24,7 @@ from plait.events import AgentMessageDelta, ReasoningDelta, Transient
 if TYPE_CHECKING:
     from plait.actors._deps import ConversationDeps
     from plait.actors._model import AttemptFailed
+    from plait.actors._model_types import ResponsesInput
     from plait.actors._refs import Recipient
     from plait.actors._stream import ModelReply
     from plait.events.projections import ContentShape
@@ -38,14 +39,14 @@ def call_model(
     messages: msgspec.Raw,
     tools: Sequence[Mapping[str, object]] | msgspec.Raw,
     shape: ContentShape,
-    items: tuple[str, msgspec.Raw] | None = None,
+    responses: ResponsesInput | None = None,
 ) -> tuple[Future[ModelReply], HeldDeltas] | None:
     """Send the request of a turn (``turn``: its conversation, task and token; ``messages``
     holding assistant messages with tool calls and no text in ``shape``) for ``me``, the
     conversation, which hears how it ends (``ModelFinished``); return its future and its
     deltas, held until the conversation has recorded the request (then ``open`` them, or
-    ``discard``). ``items``: on the Responses API, the instructions and the input items the
-    request sends in place of ``messages``. ``None`` when the session is being stopped:
+    ``discard``). ``responses``: on the Responses API, what the request sends in place of
+    ``messages``. ``None`` when the session is being stopped:
     nothing is sent."""
     from plait.actors._model import ModelRequest
 
@@ -74,13 +75,7 @@ def call_model(
             return None  # the session is being stopped: nothing more starts
         future = deps.effects.submit(
             deps.model_client.complete(
-                ModelRequest(
-                    messages,
-                    tools,
-                    deps.model_options,
-                    shape,
-                    *(items or (None, None)),
-                ),
+                ModelRequest(messages, tools, deps.model_options, shape, responses),
                 on_text=on_text,
                 on_attempt_failed=on_attempt_failed,
                 on_reasoning=on_reasoning,

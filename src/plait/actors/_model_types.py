@@ -15,7 +15,15 @@ from plait.actors._stream import Assembly
 from plait.events import ModelOptions
 from plait.events.projections import ContentShape
 
-__all__ = ["AttemptFailed", "Exchange", "ModelRequest", "ModelSettings", "RequestTiming", "log"]
+__all__ = [
+    "AttemptFailed",
+    "Exchange",
+    "ModelRequest",
+    "ModelSettings",
+    "RequestTiming",
+    "ResponsesInput",
+    "log",
+]
 
 log = logging.getLogger("plait.model")
 """Each request's size and timing, at DEBUG (``plait -vv``); nothing is measured otherwise."""
@@ -74,11 +82,24 @@ class ModelRequest(msgspec.Struct, frozen=True):
     text, when it is known (docs/models.md#content-shapes). Messages in another shape than
     the client's ``content_shape`` are decoded and encoded again for the request: build
     them in it."""
-    instructions: str | None = None
-    """On the Responses API, with ``input``: the system instructions."""
-    input: msgspec.Raw | None = None
-    """On the Responses API: the history as input items, reasoning items included
-    (``input_items``); ``None``: made from ``messages``, which hold no reasoning items."""
+    responses: ResponsesInput | None = None
+    """On the Responses API: the instructions and input items the conversation built, in
+    place of ``messages``; ``None``: made from ``messages``, which hold no reasoning items."""
+
+
+class ResponsesInput(msgspec.Struct, frozen=True):
+    """What a request on the Responses API sends of a conversation (docs/models.md#wires)."""
+
+    instructions: str
+    """The system instructions."""
+    items: msgspec.Raw
+    """The whole history as input items, reasoning items included."""
+    previous_response_id: str = ""
+    """The stored response the history goes on from, when the server keeps responses
+    (docs/models.md#stored-responses); empty: the whole history is sent."""
+    after: msgspec.Raw | None = None
+    """With ``previous_response_id``: the input items after that response, which are sent in
+    place of ``items`` (the whole history, sent again if the server no longer has it)."""
 
 
 class AttemptFailed(msgspec.Struct, frozen=True):

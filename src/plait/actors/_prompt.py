@@ -188,11 +188,29 @@ class PromptView:
             parts = (b"[", head, b",", body[: shaped.ends[stop - 1]], b"]")
             return msgspec.Raw(b"".join(parts))
 
-    def input_items(self) -> msgspec.Raw:
-        """The Responses API ``input``: every message's input items, as JSON (kept only when
-        the view was made with ``items``)."""
+    def input_items(self, start: int = 0) -> msgspec.Raw:
+        """The Responses API ``input``: the input items of every message from ``start``, as
+        JSON (kept only when the view was made with ``items``)."""
         assert self._items is not None, "a view made without items"
-        return msgspec.Raw(b"[" + self._items.body + b"]")
+        items = self._items
+        first = items.ends[start - 1] + 1 if 0 < start <= len(items.ends) else 0
+        with memoryview(items.body) as body:  # released before the buffer grows again
+            return msgspec.Raw(b"".join((b"[", body[first:], b"]")))
+
+    def goes_on_from(self) -> tuple[str, msgspec.Raw] | None:
+        """The stored response the history goes on from, and the input items after it: its
+        last reply, if the server keeps it (``ChatMessage.response_id``) and the history
+        before it is still what its request sent; ``None`` otherwise (a compaction or a trim
+        since, a reply not kept: docs/models.md#stored-responses)."""
+        source = self._source or []
+        for index in range(len(source) - 1, -1, -1):
+            message = source[index]
+            if message.role != "assistant":
+                continue
+            if message.response_id and self.prefix_sha256(index) == message.sent_sha256:
+                return message.response_id, self.input_items(index + 1)
+            return None
+        return None
 
 
 def encoded(value: object) -> msgspec.Raw:

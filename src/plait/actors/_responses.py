@@ -3,8 +3,10 @@ into the same ``Assembly`` a Chat Completions stream fills (docs/models.md#wires
 
 A conversation's history is sent as the input items its ``PromptView`` keeps (``ChatMessage.
 to_responses``), reasoning items included, so every request holds what the model saw; nothing
-depends on the server keeping a response (``store: false``, docs/models.md#reasoning-items).
-A request built as chat messages (a compaction's) is turned into items here.
+depends on the server keeping a response (``store: false``, docs/models.md#reasoning-items),
+unless the session asks it to (``store``: a request then goes on from the last stored
+response, docs/models.md#stored-responses). A request built as chat messages (a
+compaction's) is turned into items here.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from plait.actors._model_types import ResponsesInput
 from plait.actors._stream import Assembly, Failure
 from plait.actors._text import decoded_mended
 from plait.events import ModelOptions, ReasoningItem, Usage
@@ -34,18 +37,24 @@ def responses_body(
     messages: Sequence[Mapping[str, object]] | msgspec.Raw,
     tools: Sequence[Mapping[str, object]] | msgspec.Raw,
     *,
-    instructions: str | None = None,
-    items: msgspec.Raw | None = None,
+    given: ResponsesInput | None = None,
     include: bool = True,
 ) -> dict[str, object]:
-    """The request body: ``items`` (else ``messages``, chat messages, turned into items)
-    after ``instructions``, the tools as the Responses API takes them, the options.
-    ``include``: ask for encrypted reasoning (a server that refused it is not asked)."""
-    if items is None:
+    """The request body: what the conversation ``given`` (else ``messages``, chat messages,
+    turned into items), the tools as the Responses API takes them, the options. ``include``:
+    ask for encrypted reasoning (a server that refused it is not asked)."""
+    previous = ""
+    if given is None:
         instructions, items = _from_chat(messages)
+    elif given.previous_response_id and given.after is not None:
+        instructions, items, previous = given.instructions, given.after, given.previous_response_id
+    else:
+        instructions, items = given.instructions, given.items
     body: dict[str, object] = {"model": model}
     if instructions:
         body["instructions"] = instructions
+    if previous:
+        body["previous_response_id"] = previous
     body["input"] = items
     offered = _tools(tools)
     if offered:
@@ -53,7 +62,7 @@ def responses_body(
         if options.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = options.parallel_tool_calls
     body["stream"] = True
-    body["store"] = False
+    body["store"] = options.store
     if include:
         body["include"] = [ENCRYPTED_REASONING]
     if options.max_output_tokens is not None:

@@ -37,6 +37,7 @@ from plait.actors._messages import (
     frozen_names,
 )
 from plait.actors._model_call import call_model
+from plait.actors._model_types import ResponsesInput
 from plait.actors._prompt import approx_tokens
 from plait.actors._replacement import replacement
 from plait.actors._tool_batch import Advanced, CallParts, CallSite, ToolBatch
@@ -378,10 +379,14 @@ class Turn:
         instructions = self.instructions()
         prompt_view = host.prompt_view
         shape = deps.model_client.content_shape or prompt_view.empty
-        items = None
-        if deps.model_options.wire_api == "responses":  # the history as input items, with
-            # their reasoning items (docs/models.md#reasoning-items)
-            messages, items = _NO_MESSAGES, (instructions, prompt_view.input_items())
+        options, responses = deps.model_options, None
+        if options.wire_api == "responses":  # the history as input items, with their
+            # reasoning items (docs/models.md#reasoning-items), after a stored response if it
+            # goes on from one (docs/models.md#stored-responses)
+            messages = _NO_MESSAGES
+            responses = ResponsesInput(instructions, prompt_view.input_items())
+            if options.store and (stored := prompt_view.goes_on_from()) is not None:
+                responses = ResponsesInput(instructions, responses.items, *stored)
         else:
             messages = prompt_view.messages(instructions, shape=shape)
         tools, tools_sha = host.offered_tools(self._tool_view)
@@ -390,7 +395,7 @@ class Turn:
         # task's start, made ahead) is being made durable: the fsync overlaps the network. Its
         # reply comes back as a message, after this handler; its text deltas are held until
         # the record is in the feeds.
-        deltas = self._request(messages, tools, shape, "request", items)
+        deltas = self._request(messages, tools, shape, "request", responses)
         if deltas is None:
             return  # the session is being stopped
         # The request goes first: writing the record meanwhile would hold the interpreter
@@ -404,7 +409,9 @@ class Turn:
                 canonical_sha256(instructions),
                 prompt_view.sha256,
                 len(prompt_view) + 1,
-                wire_api=deps.model_options.wire_api,
+                wire_api=options.wire_api,
+                store=responses is not None and options.store,
+                previous_response_id=responses.previous_response_id if responses else "",
             ),
             ahead=True,
         )
@@ -466,14 +473,14 @@ class Turn:
         tools: Tools,
         shape: ContentShape,
         transition: str,
-        items: tuple[str, msgspec.Raw] | None = None,
+        responses: ResponsesInput | None = None,
     ) -> HeldDeltas | None:
         """Send the turn's request (``model_call``) and take ``transition``; return its
         deltas, held until the request is recorded. ``None`` when the session is being stopped:
         nothing is sent."""
         host = self._host
         turn = (host.id, self.plan.task_id, self.token)
-        sent = call_model(host.deps, host.me, turn, messages, tools, shape, items)
+        sent = call_model(host.deps, host.me, turn, messages, tools, shape, responses)
         if sent is None:
             return None
         self._model_future, deltas = sent

@@ -267,6 +267,10 @@ class ModelOptions(Value, frozen=True):
     wire_api: Literal["chat", "responses"] = "chat"
     """The API requests are sent in: Chat Completions (``/chat/completions``) or the
     Responses API (``/responses``), as Codex's ``wire_api`` says (docs/models.md#wires)."""
+    store: bool = False
+    """On the Responses API: the server keeps each response, and a request that goes on from
+    the last reply names it (``previous_response_id``) and sends only what came after it
+    (docs/models.md#stored-responses); false, every request sends the whole input."""
 
 
 MODEL_PROTOCOL = 2

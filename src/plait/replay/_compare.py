@@ -11,9 +11,10 @@ from plait.events import Body, Event
 
 __all__ = ["IGNORED_FIELDS", "Divergence", "ReplayResult", "compare"]
 
-IGNORED_FIELDS = frozenset({"duration_ms", "model", "wire_api"})
-"""Not the program's decisions, so not compared: measurements, and the model name and the
-wire, which the runtime is given at each start or resume (a resume may name others)."""
+IGNORED_FIELDS = frozenset({"duration_ms", "model", "wire_api", "store", "previous_response_id"})
+"""Not the program's decisions, so not compared: measurements, and the model name, the wire
+and whether the server keeps responses (and so what a request goes on from), which the
+runtime is given at each start or resume (a resume may name others)."""
 
 
 class Divergence(msgspec.Struct, frozen=True):

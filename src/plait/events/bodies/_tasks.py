@@ -175,6 +175,11 @@ class ModelRequested(Body, frozen=True):
     wire_api: Literal["chat", "responses"] = "chat"
     """The API it was sent in (docs/models.md#wires): the runtime's at each start or resume,
     so a session may change it between runs; the hashes are of the history either way."""
+    store: bool = False
+    """On the Responses API: the server was asked to keep the response."""
+    previous_response_id: str = ""
+    """On the Responses API: the stored response it goes on from, sending only the history
+    after it (docs/models.md#stored-responses); empty: it sends the whole history."""
 
 
 class ModelRequestFailed(Body, frozen=True):

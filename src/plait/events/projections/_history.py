@@ -78,6 +78,8 @@ class ConversationHistory(msgspec.Struct):
     """The message of the latest compaction's summary, while the history holds it."""
     compacting: bool = False
     """A compaction request is out: its reply is a summary, not a history message."""
+    kept_request: str = ""
+    """The history hash of the request out, when the server keeps its response (``store``)."""
 
 
 class Histories(msgspec.Struct):
@@ -253,6 +255,7 @@ class HistoryProjection(Projection[Histories]):
         conv = self._conversation(state, event)
         if conv is not None:
             conv.compacting = body.purpose == "compact"
+            conv.kept_request = body.messages_sha256 if body.store else ""
         if conv is not None and conv.open_calls:
             state.anomalies.append(
                 f"stream {event.stream} seq {event.seq}: model request with calls "
@@ -278,8 +281,19 @@ class HistoryProjection(Projection[Histories]):
             conv.open_calls = []
         reasoning = body.reasoning or None
         items = tuple(body.reasoning_items) or None
+        kept = body.response_id if conv.kept_request else ""
         conv.messages.append(
-            ChatMessage("assistant", text, tuple(calls) or None, None, event.seq, reasoning, items)
+            ChatMessage(
+                "assistant",
+                text,
+                tuple(calls) or None,
+                None,
+                event.seq,
+                reasoning,
+                items,
+                response_id=kept,
+                sent_sha256=conv.kept_request if kept else "",
+            )
         )
         conv.last_active_at = event.at
 

@@ -49,6 +49,12 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
     reasoning_items: tuple[ReasoningItem, ...] | None = None
     """For an assistant message on the Responses API: its reasoning items, sent back before
     it (docs/models.md#reasoning-items)."""
+    response_id: str = ""
+    """For a reply the server keeps (``store``): its response's id."""
+    sent_sha256: str = ""
+    """For a reply the server keeps: the hash of the history its request sent
+    (``ModelRequested.messages_sha256``), which tells whether that history is still the
+    prefix of this one (docs/models.md#stored-responses)."""
 
     def to_openai(
         self, *, strict: bool = False, reasoning: bool = False, empty: ContentShape | None = None
@@ -91,12 +97,12 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
             out["tool_call_id"] = self.tool_call_id
         return out
 
-    def to_responses(self, *, strict: bool = False, stored: bool = False) -> list[dict[str, Any]]:
+    def to_responses(self, *, strict: bool = False) -> list[dict[str, Any]]:
         """Return the message as the Responses API's input items: an assistant message's
         reasoning items first, then its text, then each call (``function_call``); a tool
-        message is a ``function_call_output``. ``stored``: the server keeps responses, so a
-        reasoning item is sent with its id (one that keeps none would look the id up and
-        fail). ``strict`` as ``to_openai`` has it."""
+        message is a ``function_call_output``. A reasoning item goes without its id: whole
+        with its encrypted content, it needs nothing the server may not keep. ``strict`` as
+        ``to_openai`` has it."""
         if self.role == "tool":
             output = self.to_openai(strict=strict)["content"]
             return [
@@ -104,7 +110,7 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
             ]
         items: list[dict[str, Any]] = []
         for reasoning in self.reasoning_items or ():
-            items.append(_reasoning_item(reasoning, stored))
+            items.append(_reasoning_item(reasoning))
         content = self.content
         if content is not None or not self.tool_calls:
             items.append(_message_item(self.role, "" if content is None else content))
@@ -120,10 +126,8 @@ class ChatMessage(msgspec.Struct, omit_defaults=True, gc=False):
         return items
 
 
-def _reasoning_item(reasoning: ReasoningItem, stored: bool) -> dict[str, Any]:
+def _reasoning_item(reasoning: ReasoningItem) -> dict[str, Any]:
     item: dict[str, Any] = {"type": "reasoning"}
-    if stored and reasoning.id:
-        item["id"] = reasoning.id
     item["summary"] = [{"type": "summary_text", "text": text} for text in reasoning.summary]
     if reasoning.content:
         item["content"] = [{"type": "reasoning_text", "text": text} for text in reasoning.content]
