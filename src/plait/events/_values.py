@@ -175,8 +175,9 @@ class ReasoningItem(Value, frozen=True):
     request sends it back as the API requires (docs/models.md#reasoning-items)."""
 
     id: str = ""
-    """The item's id as the server gave it (``rs_…``); sent back only to a server that
-    stores responses: one that does not would look it up and fail."""
+    """The item's id as the server gave it (``rs_…``), kept for the record; not sent back:
+    a server that keeps no responses would look it up and fail, and whole with its encrypted
+    content the item needs nothing a server keeps."""
     summary: list[str] = []
     """The summary's texts, in order."""
     content: list[str] = []
