@@ -177,17 +177,20 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def server_command(server: str, start: list[str], model: Path, port: int) -> list[str]:
-    """How to start ``server`` (``start``: its command) on ``model`` at ``port``."""
+def server_command(
+    server: str, start: list[str], model: Path, port: int, context: int = 4096
+) -> list[str]:
+    """How to start ``server`` (``start``: its command) on ``model`` at ``port``, with a
+    context of ``context`` tokens."""
     if server == "llama-server":
         return [
             *start, "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "-c", "4096", "--temp", "0", "--seed", "1", "-np", "1", "--no-webui",
+            "-c", str(context), "--temp", "0", "--seed", "1", "-np", "1", "--no-webui",
             "--chat-template-file", str(TEMPLATE),
         ]  # fmt: skip
     return [
         *start, "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "4096", "--seed", "1",
+        "--n_ctx", str(context), "--seed", "1",
     ]  # fmt: skip
 
 

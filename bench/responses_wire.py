@@ -11,10 +11,10 @@ builds them (about 20 minutes the first time), all under ``~/.cache/plait-bench`
    ``ScriptedModelServer`` (its requests are printed): the model reasons, calls
    ``time__get_current_time`` on the published ``mcp-server-time``, hands off to a helper
    (``conv_create``) and answers; each reply's reasoning item comes back with the next request.
-2. ``plait exec --session`` goes on with it through LiteLLM's proxy, which turns the Responses
+2. ``plait exec --session`` goes on with it on ``llama-server``'s own ``/v1/responses``.
+3. ``plait exec --session`` goes on with it through LiteLLM's proxy, which turns the Responses
    request into Chat Completions for the server behind it (``llama-server``'s chat path, or
    with ``--no-llama`` a ``ScriptedModelServer`` speaking chat only).
-3. ``plait exec --session`` goes on with it on ``llama-server``'s own ``/v1/responses``.
 4. ``plait history``, ``audit`` and ``replay``. It exits non-zero if a step did not go on or
    the session did not replay clean.
 """
@@ -22,7 +22,8 @@ builds them (about 20 minutes the first time), all under ``~/.cache/plait-bench`
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -143,17 +144,46 @@ Responses API lacks and llama.cpp takes, through ``extra_body``."""
 
 
 def go_on(workdir: Path, session: str, where: str, env: dict[str, str], prompt: str) -> bool:
+    """Go on with ``session`` on a real server until it answers once, then stop the command
+    as an operator does (SIGTERM: the task ends at its next checkpoint, the session is handed
+    back); return whether the server took the session's history and answered. A 270M base
+    model would otherwise call tools again and again until the context's end."""
+    from plait import open_store
+    from plait.events import ModelRequestFailed, ModelResponded
+
     say(f"\n== the session goes on {where}")
     flags = ["-c", f"model.extra_body={{stop = {STOPS}}}", "-c", "model.max_output_tokens=96"]
-    done = llama.plait(workdir, *flags, "exec", "--session", session, prompt, env=env)
-    log = llama.plait(workdir, "log", session, "--json", show=False)
-    events = [json.loads(line) for line in log.stdout.splitlines()]
-    kinds = ("ModelResponded", "ModelRequestFailed")
-    last = [e["body"] for e in events if e["body"]["type"] in kinds]
-    # A base model may well fill the small cap (exit 1, "incomplete"): that is its answer.
-    answered = bool(last) and last[-1]["type"] == "ModelResponded"
-    say(f"went on {where}: {answered and done.returncode in (0, 1)} (exit {done.returncode})")
-    return answered and done.returncode in (0, 1)
+    args = [*flags, "exec", "--session", session, prompt]
+    with (
+        open_store(str(workdir / ".plait" / "plait.db")) as store,
+        store.subscribe() as tail,  # from the log's start: what came before is skipped
+    ):
+        before = store.last_seq(session)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "plait", *args],
+            cwd=workdir,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        answered, deadline = False, time.monotonic() + 300
+        while process.poll() is None and (left := deadline - time.monotonic()) > 0:
+            event = tail.get(timeout=min(left, 1.0))
+            if event is not None and event.stream == session and event.seq > before:
+                if isinstance(event.body, ModelRequestFailed):
+                    say(f"  (recorded: {event.body.error})")
+                if isinstance(event.body, ModelResponded):
+                    answered = True
+                    break
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    say(f"$ plait {' '.join(args)}\n{out.rstrip()}\n{err.rstrip()}\n(exit {process.returncode})")
+    # 0 or 1 (a reply cut at the cap is a base model's answer), 143 (stopped once it answered)
+    ok = answered and process.returncode in (0, 1, 143)
+    say(f"went on {where}: {ok}")
+    return ok
 
 
 def main() -> int:
@@ -178,11 +208,18 @@ def main() -> int:
             binary, model = llama.build_server(), llama.assemble_model()
             say(llama.run(binary, "--version").strip().splitlines()[0])
             port = free_port()
-            command = llama.server_command("llama-server", [str(binary)], model, port)
+            # Room for two steps of a base model that calls tools until its cap.
+            command = llama.server_command("llama-server", [str(binary)], model, port, 16384)
             server = llama.start_server(command, port, workdir / "llama-server.log")
             stack.callback(server.wait)
             stack.callback(server.terminate)
             chat_url = f"http://127.0.0.1:{port}/v1"
+        if not args.no_llama:  # first: a base model calling tools fills the context after
+            direct = {"OPENAI_BASE_URL": chat_url}
+            where = f"on llama-server's own {chat_url}/responses"
+            results["on llama-server's /v1/responses"] = go_on(
+                workdir, session, where, direct, "Once more."
+            )
         proxy, proxy_port = start_litellm(litellm, chat_url, workdir)
         stack.callback(proxy.wait)
         stack.callback(proxy.terminate)
@@ -191,12 +228,6 @@ def main() -> int:
         results["through LiteLLM's proxy"] = go_on(
             workdir, session, f"through LiteLLM's proxy to {chat_url}", through, "Say it again."
         )
-        if not args.no_llama:
-            direct = {"OPENAI_BASE_URL": chat_url}
-            where = f"on llama-server's own {chat_url}/responses"
-            results["on llama-server's /v1/responses"] = go_on(
-                workdir, session, where, direct, "Once more."
-            )
     for command in ("history", "audit"):
         llama.plait(workdir, command, session)
     results["replay clean"] = llama.plait(workdir, "replay", session).returncode == 0
