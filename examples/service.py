@@ -48,10 +48,18 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from plait import ModelSettings, Runtime, RuntimeSettings, SessionHandle
-from plait._errors import ContentUnavailableError, NotFoundError, PlaitError, SessionClosedError
+from plait import (
+    ContentUnavailableError,
+    ModelSettings,
+    NotFoundError,
+    PlaitError,
+    Runtime,
+    RuntimeSettings,
+    SessionClosedError,
+    SessionHandle,
+)
 from plait.events import AgentMessageDelta, Event, FeedLagged, SessionClosed, Transient, to_jsonl
-from plait.replay._audit import audit
+from plait.replay import audit
 from plait.testing import ScriptedModelServer, Step
 
 KEEPALIVE_SEC = 15.0

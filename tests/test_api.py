@@ -210,6 +210,7 @@ PUBLIC = {
         "recorded_settings",
         "stricter",
         "to_jsonl",
+        "usage",
         "utc_now",
         "verify_bundle",
     ],
@@ -452,16 +453,11 @@ PUBLIC = {
 
 FACES = [face for face in PUBLIC if face != "plait"]
 
-INTERNAL_IMPORTS = {
-    ("plait.cli._du", "plait.events._usage", "usage"): (
-        "named as its module is: on a lazy face the name would give the module once imported"
-    ),
-}
+INTERNAL_IMPORTS: dict[tuple[str, str, str], str] = {}
 """The names ``src/`` imports from inside another wing that its face does not offer, and why."""
 
 DEEP_IMPORTS_LEFT = {
     "plait.actors._seams": "the mcp face names `dispatch`, which imports seams: a circle",
-    "plait.cli._du": "`usage` is named as its module is (INTERNAL_IMPORTS)",
 }
 """The modules that still import another wing's (or sub-package's) names from the module that
 defines them, not through its face, and why; the list only shrinks."""

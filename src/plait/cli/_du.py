@@ -27,7 +27,7 @@ def size(count: int | None) -> str:
 
 def cmd_du(args: argparse.Namespace) -> int:
     """Show what the store takes and each session's share (``plait du``)."""
-    from plait.events._usage import usage  # named as its module is: not on the lazy face
+    from plait.events import usage
 
     with existing_store(args, read_only=True) as store:
         sessions = [find_session(store, s) for s in args.session] or None

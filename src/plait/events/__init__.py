@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # what type checkers read; a name is imported on its first us
         Transient,
         recorded_settings,
     )
+    from plait.events._usage import usage
     from plait.events._values import (
         APPROVAL_POLICIES,
         DURATION_UNITS,
@@ -263,6 +264,7 @@ __all__ = [
     "recorded_settings",
     "stricter",
     "to_jsonl",
+    "usage",
     "utc_now",
     "verify_bundle",
 ]
@@ -357,6 +359,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "plait.events.stores._memory": ("MemoryStore",),
     "plait.events.stores._sqlite": ("SqliteStore",),
     "plait.events._subscription": ("Signal", "Subscription", "Waiter"),
+    "plait.events._usage": ("usage",),
     "plait.events._types": (
         "AgentMessageDelta",
         "AnyBody",
