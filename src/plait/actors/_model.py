@@ -41,6 +41,7 @@ from plait.actors._responses import (
     ENCRYPTED_REASONING,
     ResponsesReader,
     responses_body,
+    responses_tools,
     without_bare_reasoning,
 )
 from plait.actors._stream import (
@@ -113,6 +114,8 @@ class ModelClient:
         # it refused another
         self._include = True  # False once the server refused encrypted reasoning
         self._bare_reasoning = True  # False once it refused reasoning items with no text
+        self._responses_tools: tuple[object, list[dict[str, object]]] | None = None  # the
+        # last tool list asked for on the Responses API, and its shape there
 
     async def complete(
         self,
@@ -235,11 +238,15 @@ class ModelClient:
 
     def _responses_body(self, request: ModelRequest) -> dict[str, object]:
         """The request body on the Responses API (docs/models.md#wires)."""
+        tools = self._responses_tools
+        if tools is None or tools[0] is not request.tools:  # a conversation's tools are one
+            # object turn after turn: made again only when they change
+            tools = self._responses_tools = (request.tools, responses_tools(request.tools))
         body = responses_body(
             self.settings.model,
             request.options,
             request.messages,
-            request.tools,
+            tools[1],
             given=request.responses,
             include=self._include,
         )

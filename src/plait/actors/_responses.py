@@ -21,7 +21,13 @@ from plait.actors._stream import Assembly, Failure
 from plait.actors._text import decoded_mended
 from plait.events import ModelOptions, ReasoningItem, Usage
 
-__all__ = ["ENCRYPTED_REASONING", "ResponsesReader", "responses_body", "without_bare_reasoning"]
+__all__ = [
+    "ENCRYPTED_REASONING",
+    "ResponsesReader",
+    "responses_body",
+    "responses_tools",
+    "without_bare_reasoning",
+]
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 """What a request's ``include`` asks for: each reasoning item's content, encrypted for the
@@ -35,14 +41,14 @@ def responses_body(
     model: str,
     options: ModelOptions,
     messages: Sequence[Mapping[str, object]] | msgspec.Raw,
-    tools: Sequence[Mapping[str, object]] | msgspec.Raw,
+    tools: list[dict[str, object]],
     *,
     given: ResponsesInput | None = None,
     include: bool = True,
 ) -> dict[str, object]:
     """The request body: what the conversation ``given`` (else ``messages``, chat messages,
-    turned into items), the tools as the Responses API takes them, the options. ``include``:
-    ask for encrypted reasoning (a server that refused it is not asked)."""
+    turned into items), the ``tools`` (as ``responses_tools`` makes them), the options.
+    ``include``: ask for encrypted reasoning (a server that refused it is not asked)."""
     previous = ""
     if given is None:
         instructions, items = _from_chat(messages)
@@ -56,9 +62,8 @@ def responses_body(
     if previous:
         body["previous_response_id"] = previous
     body["input"] = items
-    offered = _tools(tools)
-    if offered:
-        body["tools"] = offered
+    if tools:
+        body["tools"] = tools
         if options.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = options.parallel_tool_calls
     body["stream"] = True
@@ -141,7 +146,7 @@ def _chat_message_item(role: str, content: object) -> dict[str, Any]:
     return {"type": "message", "role": role, "content": parts}
 
 
-def _tools(tools: Sequence[Mapping[str, object]] | msgspec.Raw) -> list[dict[str, object]]:
+def responses_tools(tools: Sequence[Mapping[str, object]] | msgspec.Raw) -> list[dict[str, object]]:
     """Chat Completions function tools (``{"type": "function", "function": {...}}``) as the
     Responses API takes them: flat, and not strict unless a tool says so (the API's default
     is strict, which most MCP tools' schemas do not meet)."""
