@@ -194,23 +194,26 @@ def server_command(
     ]  # fmt: skip
 
 
-def start_server(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    """Start a model server and return once it answers ``/v1/models`` (within 120 s)."""
+def start_server(
+    command: list[str], port: int, log: Path, ready: str = "/v1/models", within: float = 120
+) -> subprocess.Popen[bytes]:
+    """Start a model server (or a proxy) and return once it answers ``ready`` with 200,
+    within ``within`` seconds."""
     with log.open("wb") as out:  # the child has its own copy of the descriptor
         server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"{command[0]} exited ({server.returncode}); see {log}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as ok:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{ready}", timeout=2) as ok:
                 if ok.status == 200:
                     return server
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.2)  # polling a starting process: there is no event to wait on
     server.kill()
-    raise RuntimeError(f"{command[0]} did not answer /v1/models within 120 s; see {log}")
+    raise RuntimeError(f"{command[0]} did not answer {ready} within {within:.0f} s; see {log}")
 
 
 def post(port: int, body: dict[str, Any]) -> tuple[int, str]:

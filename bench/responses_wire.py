@@ -24,13 +24,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -38,21 +35,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import llama_server as llama  # noqa: E402  (bench/llama_server.py: its build and its helpers)
+from llama_server import free_port, say  # noqa: E402
 
 LITELLM = "litellm[proxy]==1.108.7"
 LITELLM_VENV = llama.CACHE / "litellm"
 MASTER_KEY = "sk-plait-bench-not-a-secret-0123456789"
 MODEL = "gemma-3-270m"
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def build_litellm() -> Path:
@@ -78,24 +66,11 @@ def start_litellm(
         f"      model: custom_openai/{MODEL}\n      api_base: {chat_base_url}\n"
         f"      api_key: local\ngeneral_settings:\n  master_key: {MASTER_KEY}\n"
     )
-    log = workdir / "litellm.log"
-    with log.open("wb") as out:
-        proxy = subprocess.Popen(
-            [command, "--config", config, "--host", "127.0.0.1", "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proxy.poll() is not None:
-            raise RuntimeError(f"the LiteLLM proxy exited ({proxy.returncode}); see {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/liveliness", timeout=2):
-                return proxy, port
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.3)  # a starting process: there is no event to wait on
-    proxy.kill()
-    raise RuntimeError(f"the LiteLLM proxy did not start within 180 s; see {log}")
+    start = [str(command), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    proxy = llama.start_server(
+        start, port, workdir / "litellm.log", ready="/health/liveliness", within=180
+    )
+    return proxy, port
 
 
 def first_task(workdir: Path) -> tuple[str, bool]:
