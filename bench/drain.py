@@ -29,9 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import TaskCompleted, TaskStarted, TurnAborted
-from plait.events.bodies._tools import ToolCallStarted
+from plait.events.bodies import ToolCallStarted
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 

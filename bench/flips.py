@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import SqliteStore
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step

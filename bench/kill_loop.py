@@ -48,7 +48,7 @@ from paced_model import _HEAD, PacedModelServer
 import plait
 from plait import _scripted_wire as wire
 from plait._scripted_wire import ScriptedToolCall, Step
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import (
     TaskCompleted,
     TaskDropped,

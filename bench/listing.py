@@ -21,20 +21,22 @@ from pathlib import Path
 
 from report import Line, table
 
-from plait.events import SqliteStore
-from plait.events._types import (
+from plait.events import (
     ConversationOpened,
+    InputText,
     ModelRequested,
     ModelResponded,
     NewEvent,
     SessionStarted,
+    SqliteStore,
     TaskCompleted,
     TaskEnqueued,
+    TaskPlan,
     TaskStarted,
     TokensCounted,
     TurnStarted,
+    Usage,
 )
-from plait.events._values import InputText, TaskPlan, Usage
 
 FLOOR = """
 import sys

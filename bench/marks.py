@@ -16,8 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from plait.actors._feed import Feed
-from plait.events._types import Event
+from plait.actors import Feed
+from plait.events import Event
 
 Mark = tuple[int, str, str]
 

@@ -26,9 +26,9 @@ from pathlib import Path
 import msgspec
 from report import Line, table
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.events._types import Event, ToolCallCompleted, ToolCallRequested
+from plait.events import Event, ToolCallCompleted, ToolCallRequested
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 

@@ -25,12 +25,10 @@ from typing import Any
 
 from marks import mark, mark_when_fed, marks, report, wrap
 
+from plait.actors import Journal, McpPool, ModelSettings
 from plait.actors._conversation import Conversation
-from plait.actors._journal import Journal
-from plait.actors._model import ModelSettings
-from plait.actors._pool import McpPool
 from plait.actors.mcp import McpServerConfig
-from plait.events._types import Event, ToolCallCompleted, ToolCallRequested
+from plait.events import Event, ToolCallCompleted, ToolCallRequested
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedToolCall, Step
 
@@ -52,7 +50,7 @@ def instrument() -> None:
 
     from mcp.client.session import ClientSession
 
-    from plait.actors._effects import EffectLoop
+    from plait.actors import EffectLoop
     from plait.actors.mcp import _calls as calls
     from plait.actors.mcp import _client as client
     from plait.actors.mcp import _servers as servers

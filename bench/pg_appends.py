@@ -31,11 +31,8 @@ from typing import Any
 import psycopg
 from report import Line, table
 
-from plait.events import TokensCounted, TurnStarted, Usage
-from plait.events._codec import GENESIS_HASH
-from plait.events._store import EventStore
-from plait.events._types import Body
-from plait.events.stores._postgres import PostgresStore
+from plait.events import GENESIS_HASH, Body, EventStore, TokensCounted, TurnStarted, Usage
+from plait.events.stores import PostgresStore
 
 URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 USAGE = Usage(prompt_tokens=1834, completion_tokens=57, total_tokens=1891, cached_tokens=1536)

@@ -37,10 +37,8 @@ from typing import Any
 import psycopg
 from report import Line, table
 
-from plait.events import TurnStarted
-from plait.events._codec import GENESIS_HASH
-from plait.events._store import EventStore
-from plait.events.stores._postgres import PostgresStore
+from plait.events import GENESIS_HASH, EventStore, TurnStarted
+from plait.events.stores import PostgresStore
 
 URL = os.environ.get("PLAIT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 APP = os.environ.setdefault("PLAIT_BENCH_APP", f"plait-bench-{uuid.uuid4().hex[:6]}")

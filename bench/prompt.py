@@ -30,8 +30,8 @@ from report import Line, table
 
 from plait.actors._content_shape import reshaped
 from plait.actors._prompt import PromptView
-from plait.events._values import ToolCall
-from plait.events.projections._history import ChatMessage
+from plait.events import ToolCall
+from plait.events.projections import ChatMessage
 
 SYSTEM = "You are a capable assistant working in a session of several conversations."
 

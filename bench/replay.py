@@ -13,8 +13,8 @@ from pathlib import Path
 
 from report import Line, table
 
-from plait.actors._model import ModelSettings
-from plait.events.stores._sqlite import SqliteStore
+from plait.actors import ModelSettings
+from plait.events.stores import SqliteStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step

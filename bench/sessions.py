@@ -23,7 +23,7 @@ from paced_model import floor
 from report import Line, table
 from service import DELAY, helper
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

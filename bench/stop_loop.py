@@ -53,16 +53,16 @@ import msgspec
 import psycopg
 from kill_loop import Row, ToolModel
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import (
     Event,
+    EventStore,
     TaskCompleted,
     TaskDropped,
     TaskEnqueued,
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events._store import EventStore
 from plait.events.stores import open_store
 from plait.runtime import Runtime, RuntimeSettings
 

@@ -38,9 +38,9 @@ from pathlib import Path
 import msgspec
 import psycopg
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events._packing import decompressed
-from plait.events.stores._postgres import PostgresStore
+from plait.events.stores import PostgresStore
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 

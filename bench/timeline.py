@@ -19,13 +19,11 @@ from typing import Any
 from marks import mark, mark_when_fed, marks, on, report, wrap
 from model_process import ModelProcess
 
+from plait.actors import ModelClient, ModelSettings, Session
 from plait.actors import _conversation as conversation
 from plait.actors import _transport as transport
 from plait.actors._conversation import Conversation
-from plait.actors._model import ModelClient, ModelSettings
-from plait.actors._session import Session
-from plait.events._store import EventStore
-from plait.events._types import TaskCompleted
+from plait.events import EventStore, TaskCompleted
 from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime._acks import Ack
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step

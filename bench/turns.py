@@ -29,9 +29,9 @@ from model_process import ModelProcess
 from openai import OpenAI
 from report import Line, table
 
-from plait._errors import PlaitError
-from plait.actors._model import ModelSettings
-from plait.events._types import Event, TaskCompleted
+from plait import PlaitError
+from plait.actors import ModelSettings
+from plait.events import Event, TaskCompleted
 from plait.runtime import Runtime, RuntimeSettings
 from plait.telemetry import TelemetrySettings
 from plait.testing import ScriptedToolCall, Step

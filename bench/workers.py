@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from paced_model import PacedModelServer, floor
 
 from plait._scripted_wire import Step
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import Event, EventStore, TaskCompleted, TaskStarted, TurnAborted
 from plait.runtime import Runtime, RuntimeSettings, SessionHandle
 

@@ -19,9 +19,8 @@ from pathlib import Path
 import storage  # bench/storage.py, beside this file
 import zstandard
 
+from plait.events import EventStore, PreparedAppend
 from plait.events._packing import DICTIONARY_ID
-from plait.events._prepared import PreparedAppend
-from plait.events._store import EventStore
 
 SIZE = 4096
 """Bytes: a row's compression first loads the whole dictionary, and more did not pay

@@ -24,8 +24,8 @@ import psycopg
 from scripted import call
 from support import POSTGRES_URL, wait_for_event
 
-from plait.actors._model import ModelSettings
-from plait.actors.mcp._config import McpServerConfig
+from plait.actors import ModelSettings
+from plait.actors.mcp import McpServerConfig
 from plait.events import (
     EventStore,
     ModelRequested,

@@ -18,7 +18,7 @@ from scripted import HttpServer
 from support import BACKENDS, StoreFactory
 
 import plait
-from plait.events._store import EventStore
+from plait.events import EventStore
 from plait.testing import ScriptedModelServer
 
 # Every test process rewrites and compiles each test module as it collects the whole suite

@@ -9,23 +9,27 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from plait.events._types import (
+from plait.events import (
     Body,
+    Closure,
     ConversationOpened,
+    InputText,
     ModelRequested,
     ModelResponded,
     NewEvent,
     SessionStarted,
     TaskCompleted,
     TaskEnqueued,
+    TaskPlan,
     TaskStarted,
     TokensCounted,
+    ToolCall,
     ToolCallCompleted,
     ToolCallRequested,
     TurnAborted,
     TurnStarted,
+    Usage,
 )
-from plait.events._values import Closure, InputText, TaskPlan, ToolCall, Usage
 
 __all__ = ["demo_events"]
 

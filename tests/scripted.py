@@ -17,7 +17,7 @@ from typing import Any
 from chat_rules import chat_messages, chat_problems, responses_problems
 
 from plait import ApprovalDecision, ApprovalRequest
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
 from plait.events import (
     ConversationDestroyed,
@@ -31,9 +31,9 @@ from plait.events import (
     McpToolWithheld,
     SessionClosed,
     SessionStarted,
+    Signer,
     ToolCallCompleted,
 )
-from plait.events._signing import Signer
 from plait.events.projections import HistoryProjection
 from plait.replay import audit, replay
 from plait.runtime import Runtime, RuntimeSettings

@@ -34,11 +34,9 @@ from scripted import (
     record_session,
 )
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.events import Event, EventStore, HeadSigned
-from plait.events._signing import PublicKey, Signer, generate_key
-from plait.events._witness import Witness
+from plait.events import Event, EventStore, HeadSigned, PublicKey, Signer, Witness, generate_key
 from plait.events.stores import open_store
 from plait.replay import fork
 from plait.runtime import Runtime, RuntimeSettings

@@ -9,9 +9,8 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from plait.events import AnyBody, Event, NewEvent
+from plait.events import AnyBody, Event, NewEvent, StoragePolicy
 from plait.events._codec import BODY_TYPES
-from plait.events._values import StoragePolicy
 
 START = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 """When generated sessions begin."""

@@ -20,15 +20,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
+from plait.events import GENESIS_HASH, Event, EventStore, ToolCallCompleted
 from plait.events import _packing as packing
-from plait.events._codec import GENESIS_HASH
-from plait.events._store import EventStore
 from plait.events._stored import Packed
-from plait.events._types import Event, ToolCallCompleted
+from plait.events.stores import MemoryStore, SqliteStore
 from plait.events.stores import _sqlite_content as sqlite_content
-from plait.events.stores._memory import MemoryStore
-from plait.events.stores._sqlite import SqliteStore
 from plait.events.stores._sqlite_schema import NAME_SQL, SCHEMA
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer
@@ -562,7 +559,7 @@ class StoreFactory:
         elif self.backend == "sqlite":
             store = SqliteStore(self.path, **kwargs)
         else:
-            from plait.events.stores._postgres import PostgresStore
+            from plait.events.stores import PostgresStore
 
             try:
                 store = PostgresStore(POSTGRES_URL, schema=self.schema, **kwargs)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from plait import ConfigError
 from plait._config import DEFAULT_STORE, load_config
-from plait._errors import ConfigError
 
 
 def write(path: Path, text: str) -> Path:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from plait import ConfigError
 from plait._config import load_config
-from plait._errors import ConfigError
 from plait._project import find_project, walk
 from plait.cli._chat_input import custom_commands
 from plait.cli._instructions import session_instructions, user_dir

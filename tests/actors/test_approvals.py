@@ -17,7 +17,7 @@ from scripted import Stuck, assert_histories_valid, call, crash, runtime_for
 from support import TickClock
 
 from plait import ApprovalDecision, ApprovalRequest, ConfigError
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
 from plait.events import (
     ApprovalKeyExpired,
@@ -33,7 +33,7 @@ from plait.events import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.projections._approvals import ApprovalState, canonical_arguments
+from plait.events.projections import ApprovalState, canonical_arguments
 from plait.replay import audit, replay
 from plait.runtime import Runtime, RuntimeSettings, SessionHandle
 from plait.runtime._recovery import UNAPPROVED

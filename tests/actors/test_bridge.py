@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from plait._errors import PlaitError
-from plait.actors._bridge import Promise
+from plait import PlaitError
+from plait.actors import Promise
 
 WAIT_SEC = 10.0
 

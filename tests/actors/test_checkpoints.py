@@ -18,7 +18,7 @@ from typing import Any
 from scripted import Stuck, assert_histories_valid, assert_ids, call, local_mcp_servers, runtime_for
 
 from plait import HistorySettings
-from plait.actors._feed import Feed
+from plait.actors import Feed
 from plait.events import (
     CANCEL_MESSAGE,
     INTERRUPT_MESSAGE,

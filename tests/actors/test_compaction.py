@@ -21,7 +21,7 @@ from plait.events import (
     TokensCounted,
     TurnAborted,
 )
-from plait.events.projections._history import ChatMessage
+from plait.events.projections import ChatMessage
 from plait.replay import replay
 from plait.testing import ScriptedModelServer, Step
 

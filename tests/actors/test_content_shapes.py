@@ -11,9 +11,8 @@ import pytest
 from scripted import call, replayed, runtime_for
 
 from plait.actors._prompt import PromptView
-from plait.events import Event, ModelRequestFailed, SessionStarted
-from plait.events._values import ToolCall
-from plait.events.projections._history import ChatMessage
+from plait.events import Event, ModelRequestFailed, SessionStarted, ToolCall
+from plait.events.projections import ChatMessage
 from plait.testing import PROFILES, RecordedRequest, ScriptedModelServer, Step
 
 SCRIPT = [

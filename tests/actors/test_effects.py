@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from plait._errors import EffectLoopClosedError
-from plait.actors._effects import EffectLoop
+from plait.actors import EffectLoop
 
 WAIT = 5.0  # seconds: a bound on waiting for something that should happen at once
 

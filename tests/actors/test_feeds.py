@@ -14,10 +14,9 @@ from plait import (
     UnknownConversationError,
     UnknownSessionError,
 )
-from plait.actors._messages import Enqueue
-from plait.events import AgentMessageDelta, Event, TaskCompleted
-from plait.events._values import InputText, TaskPlan
-from plait.runtime._outcome import await_outcome
+from plait.actors import Enqueue
+from plait.events import AgentMessageDelta, Event, InputText, TaskCompleted, TaskPlan
+from plait.runtime import await_outcome
 from plait.testing import ScriptedModelServer, Step
 
 
@@ -166,7 +165,7 @@ def test_deltas_reach_a_feed_that_keeps_up_in_full(tmp_path: Path) -> None:
 
 
 def test_a_feed_that_lags_twice_hands_out_each_event_once() -> None:
-    from plait.actors._journal import Journal
+    from plait.actors import Journal
     from plait.events import MemoryStore, SessionClosed
 
     journal = Journal(MemoryStore(), "s")

@@ -15,14 +15,9 @@ import pytest
 from scripted import assert_histories_valid, call, runtime_for
 
 import plait
-from plait._errors import ConfigError
+from plait import ConfigError
 from plait.actors.mcp._functions import FunctionConnection
-from plait.events._types import (
-    McpServerReady,
-    ModelRequested,
-    ToolCallCompleted,
-    ToolCallRequested,
-)
+from plait.events import McpServerReady, ModelRequested, ToolCallCompleted, ToolCallRequested
 from plait.replay import audit, replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step

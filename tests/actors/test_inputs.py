@@ -24,7 +24,7 @@ from scripted import (
 
 import plait
 from plait import ApprovalDecision, FunctionCallOutput, InputText, InvalidInputError
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
 from plait.events import (
     Event,

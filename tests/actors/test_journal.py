@@ -11,19 +11,19 @@ import pykka
 import pytest
 
 from plait._errors import ConcurrencyError, SessionFailedError
-from plait.actors._feed import Kinds
-from plait.actors._journal import Journal
+from plait.actors import Journal, Kinds
 from plait.actors._listening import BACKLOG
 from plait.actors._messages import CatchUp
 from plait.events import (
+    InputText,
     MemoryStore,
     NewEvent,
     SessionClosed,
     TaskCompleted,
     TaskEnqueued,
+    TaskPlan,
     TaskStarted,
 )
-from plait.events._values import InputText, TaskPlan
 
 
 class Folder(pykka.ThreadingActor):

@@ -15,9 +15,9 @@ from typing import Any
 
 from scripted import assert_histories_valid, call, runtime_for
 
-from plait.actors._pool import McpLimits
+from plait.actors import McpLimits
 from plait.actors.mcp import McpServerConfig
-from plait.events._types import (
+from plait.events import (
     ConversationOpened,
     Event,
     McpAllowlistNormalized,

@@ -13,10 +13,16 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from plait._errors import ModelError
-from plait.actors._effects import EffectLoop
-from plait.actors._model import AttemptFailed, ModelClient, ModelReply, ModelRequest, ModelSettings
-from plait.events._values import ToolCall, Usage
+from plait import ModelError
+from plait.actors import (
+    AttemptFailed,
+    EffectLoop,
+    ModelClient,
+    ModelReply,
+    ModelRequest,
+    ModelSettings,
+)
+from plait.events import ToolCall, Usage
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 
 HELLO = ModelRequest(messages=[{"role": "user", "content": "hello"}])

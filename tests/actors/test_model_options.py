@@ -8,12 +8,12 @@ import pytest
 from scripted import call, replayed, runtime_for
 
 from plait.events import (
+    MODEL_PROTOCOL,
     SessionStarted,
     TaskCompleted,
     TokensCounted,
     ToolCallCompleted,
 )
-from plait.events._values import MODEL_PROTOCOL
 from plait.testing import ScriptedModelServer, Step
 
 

@@ -7,14 +7,11 @@ from typing import Any
 
 import pytest
 
-from plait.actors._effects import EffectLoop
-from plait.actors._journal import Journal
+from plait.actors import EffectLoop, Journal
 from plait.actors._messages import Allowlist, CheckAllowlist, ToolView, ViewFor
 from plait.actors._pool import McpPool, _Reported
-from plait.actors.mcp._names import openai_spec, tool_list_hash
-from plait.events import MemoryStore
-from plait.events._types import McpServerReady, McpToolWithheld
-from plait.events._values import McpToolSnapshot
+from plait.actors.mcp import openai_spec, tool_list_hash
+from plait.events import McpServerReady, McpToolSnapshot, McpToolWithheld, MemoryStore
 
 
 def tool(name: str, schema: str = "s1") -> McpToolSnapshot:

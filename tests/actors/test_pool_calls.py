@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 from scripted import call, runtime_for
 
-from plait.actors._effects import EffectLoop
-from plait.actors._journal import Journal
-from plait.actors._messages import CallTool, ToolFinished
-from plait.actors._pool import McpLimits
-from plait.actors.mcp import CallResult, McpServerConfig
-from plait.actors.mcp._dispatch import Dispatcher
-from plait.events import MemoryStore
-from plait.events._types import Event, ToolCallCompleted, ToolCallRequested, ToolCallStarted
-from plait.events._values import McpToolSnapshot
+from plait.actors import CallTool, EffectLoop, Journal, McpLimits, ToolFinished
+from plait.actors.mcp import CallResult, Dispatcher, McpServerConfig
+from plait.events import (
+    Event,
+    McpToolSnapshot,
+    MemoryStore,
+    ToolCallCompleted,
+    ToolCallRequested,
+    ToolCallStarted,
+)
 from plait.testing import ScriptedModelServer, Step
 
 SERVER = Path(__file__).parents[1] / "mcp" / "server.py"

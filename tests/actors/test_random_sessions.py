@@ -12,7 +12,7 @@ from typing import Any
 
 from scripted import assert_histories_valid, assert_ids, random_script
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import (
     Event,
     SqliteStore,
@@ -21,16 +21,17 @@ from plait.events import (
     TurnAborted,
 )
 from plait.events.projections import (
+    TASKS,
     AuditProjection,
     ContextsProjection,
     HistoryProjection,
     Projection,
+    TaskQueue,
     TaskQueueProjection,
     TimelineProjection,
     TokensProjection,
+    conversation_index,
 )
-from plait.events.projections._history import conversation_index
-from plait.events.projections._tasks import TASKS, TaskQueue
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer
 

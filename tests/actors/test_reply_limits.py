@@ -13,7 +13,7 @@ from scripted import call, replayed, runtime_for
 
 from plait.actors._stream import Assembly, decode_chunk, token_limit
 from plait.events import EventStore, ModelResponded, SqliteStore, TaskCompleted, ToolCallCompleted
-from plait.replay._audit import verify
+from plait.replay import verify
 from plait.testing import ScriptedModelServer, Step
 
 ENDLESS = Step(text="and on ", chunk_chars=7, endless=True)

@@ -20,7 +20,7 @@ from plait.events import (
     TaskStarted,
     TurnAborted,
 )
-from plait.events.projections._tasks import TASKS, TaskQueue, chain_to_drop, next_task, task_queue
+from plait.events.projections import TASKS, TaskQueue, chain_to_drop, next_task, task_queue
 from plait.testing import ScriptedModelServer, Step
 
 

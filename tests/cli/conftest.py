@@ -17,7 +17,7 @@ from typing import IO, Any
 import pytest
 from scripted import HELPER_SCRIPT, record_session
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import SqliteStore
 from plait.runtime import Runtime, RuntimeSettings
 

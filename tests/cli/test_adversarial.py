@@ -29,10 +29,9 @@ import pytest
 from scripted import call
 from support import kept_forms
 
-from plait.actors._model import ModelSettings
-from plait.events import GENESIS_HASH, SqliteStore
+from plait.actors import ModelSettings
+from plait.events import GENESIS_HASH, Event, ModelResponded, SqliteStore
 from plait.events import _packing as packing
-from plait.events._types import Event, ModelResponded
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from terminal import CTRL_D, Terminal, clean_env
 
-from plait.events import SqliteStore, TaskEnqueued
-from plait.events._values import as_text
+from plait.events import SqliteStore, TaskEnqueued, as_text
 from plait.testing import ScriptedModelServer, Step
 
 REVIEW = """---

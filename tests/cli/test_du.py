@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from scripted import call, record_session
 from support import StoreFactory
 
-from plait.events._blobs import DEFAULT_BLOB_THRESHOLD
+from plait.events import DEFAULT_BLOB_THRESHOLD
 from plait.testing import Step
 
 if TYPE_CHECKING:

@@ -18,22 +18,23 @@ from typing import TYPE_CHECKING
 import pytest
 from support import StoreFactory
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.cli._output import ExecPrinter
 from plait.events import (
     AgentMessageDelta,
     Body,
+    Closure,
     Event,
     ModelRequested,
     ModelResponded,
+    Subscription,
     TaskCompleted,
     TaskEnqueued,
+    TaskPlan,
     TaskStarted,
     Transient,
     TurnAborted,
 )
-from plait.events._subscription import Subscription
-from plait.events._values import Closure, TaskPlan
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

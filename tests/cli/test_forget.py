@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from scripted import call, record_session
 from support import POSTGRES_URL, StoreFactory, kept_forms
 
-from plait.events._signing import Signer
+from plait.events import Signer
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:

@@ -13,9 +13,8 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from plait.actors._model import ModelSettings
-from plait.events import Event, TaskEnqueued, TaskStarted, TurnAborted
-from plait.events._subscription import Subscription
+from plait.actors import ModelSettings
+from plait.events import Event, Subscription, TaskEnqueued, TaskStarted, TurnAborted
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

@@ -20,7 +20,7 @@ from scripted import Stuck, call, crash, local_mcp_servers
 from support import wait_for_event
 from terminal import Terminal
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import ModelRequested, SqliteStore, ToolApprovalRequested
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
@@ -241,16 +241,17 @@ def test_a_first_prompt_late_in_the_log_and_a_long_task_running_are_found(
     """Past the events read at first: a title after 40 server failures; a running task of 300
     events, whose start is past the tail read first (``HEAD``, ``TAIL`` in cli/_listing.py)."""
     from plait.cli._listing import HEAD, TAIL, listing
-    from plait.events._types import (
+    from plait.events import (
         ConversationOpened,
+        InputText,
         McpServerFailed,
         NewEvent,
         SessionStarted,
         TaskEnqueued,
+        TaskPlan,
         TaskStarted,
         TurnStarted,
     )
-    from plait.events._values import InputText, TaskPlan
 
     def opened(root: str) -> list[Any]:
         started = SessionStarted(root_conversation_id=root)

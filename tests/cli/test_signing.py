@@ -15,8 +15,7 @@ import pytest
 from scripted import call, record_inventory, record_session
 from support import StoreFactory, cut_back, forge_tool_output
 
-from plait.events import HeadSigned
-from plait.events._signing import Signer
+from plait.events import HeadSigned, Signer
 from plait.testing import ScriptedModelServer, Step
 
 if TYPE_CHECKING:

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING
 import pytest
 from terminal import CTRL_C, Terminal, clean_env
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import (
     Event,
     SessionClosed,
     SqliteStore,
     StopRequested,
+    Subscription,
     TaskCompleted,
     TaskStarted,
     TurnAborted,
 )
-from plait.events._subscription import Subscription
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, ScriptedToolCall, Step
 

@@ -13,8 +13,7 @@ from otlp_receiver import OtlpReceiver, ReceivedSpan
 from scripted import call, record_session
 
 from plait.cli._demo import QUESTION
-from plait.events import SqliteStore
-from plait.events._values import StoragePolicy
+from plait.events import SqliteStore, StoragePolicy
 from plait.testing import Step
 
 if TYPE_CHECKING:

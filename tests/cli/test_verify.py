@@ -16,10 +16,10 @@ from plait.events import (
     ConversationOpened,
     NewEvent,
     SessionStarted,
+    StoragePolicy,
     ToolCallCompleted,
     TurnStarted,
 )
-from plait.events._values import StoragePolicy
 
 if TYPE_CHECKING:
     from conftest import Cli

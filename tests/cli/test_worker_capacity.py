@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from support import StoreFactory
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.cli._parser import build_parser
 from plait.cli._worker import ACTIVE_PER_SLOT, active_sessions
 from plait.events import Event, TaskCompleted, TaskEnqueued, TaskStarted

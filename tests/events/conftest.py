@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.events._signing import generate_key
+from plait.events import generate_key
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from plait.events import (
     EventStore,
     NewEvent,
     Redacted,
+    StoragePolicy,
     ToolCallCompleted,
 )
 from plait.events._blobstore import REDACTED
-from plait.events._values import StoragePolicy
 
 BIG = "x" * 20_000
 

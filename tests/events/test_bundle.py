@@ -16,12 +16,9 @@ from scripted import record_inventory
 from support import StoreFactory, cut_back, forge_tool_output
 
 from plait._errors import BundleError
-from plait.events import EventStore, HeadSigned
+from plait.events import EventStore, HeadSigned, PublicKey, Signer, Witness, forget
 from plait.events._blobs import blob_refs
 from plait.events._bundle import FORMAT, Manifest, export_bundle, verify_bundle
-from plait.events._erasure import forget
-from plait.events._signing import PublicKey, Signer
-from plait.events._witness import Witness
 
 
 def inventory(item: str) -> str:

@@ -10,20 +10,26 @@ import pytest
 from scripted import call, record_session
 from support import StoreFactory
 
-from plait._errors import ContentUnavailableError, ErasureError
-from plait.events._erasure import forget
-from plait.events._inbox import Command, SubmitTask
-from plait.events._signing import PublicKey, Signer, generate_key
-from plait.events._store import EventStore
-from plait.events._types import (
+from plait import ContentUnavailableError, ErasureError
+from plait.events import (
+    Command,
     ContentErased,
     ConversationOpened,
+    EventStore,
+    InputText,
     NewEvent,
+    PublicKey,
+    Redacted,
     SessionStarted,
+    Signer,
+    StoragePolicy,
+    SubmitTask,
     TaskEnqueued,
+    TaskPlan,
+    forget,
+    generate_key,
 )
-from plait.events._values import InputText, Redacted, StoragePolicy, TaskPlan
-from plait.events.projections._history import HistoryProjection
+from plait.events.projections import HistoryProjection
 from plait.events.projections._messages import shown_text
 from plait.replay import fork, replay
 from plait.testing import Step

@@ -27,9 +27,14 @@ from scripted import HttpServer
 from signed_sessions import Lab, World, record_honest
 from support import POSTGRES_URL
 
-from plait.events import ConversationOpened, SessionClosed, ToolCallStarted
-from plait.events._bundle import export_bundle, verify_bundle
-from plait.events._witness import Witness
+from plait.events import (
+    ConversationOpened,
+    SessionClosed,
+    ToolCallStarted,
+    Witness,
+    export_bundle,
+    verify_bundle,
+)
 
 
 def _param(forgery: Forgery) -> object:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import GENESIS_HASH, BlobRef, TaskCompleted, encode_event, from_jsonl
 from plait.events import _packing as packing
 from plait.events._codec import event_hash
 from plait.events.projections import AuditProjection, HistoryProjection, conversation_index
-from plait.events.stores._sqlite import SqliteStore
+from plait.events.stores import SqliteStore
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

@@ -7,15 +7,16 @@ import threading
 
 from support import StoreFactory
 
-from plait.events import EventStore
-from plait.events._inbox import (
+from plait.events import (
     Command,
     DestroyConversation,
+    EventStore,
+    InputText,
     InterruptTask,
     StoredCommand,
     SubmitTask,
+    TaskPlan,
 )
-from plait.events._values import InputText, TaskPlan
 
 
 def test_the_inbox_keeps_commands_in_order_until_dropped(stores: StoreFactory) -> None:

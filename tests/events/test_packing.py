@@ -8,10 +8,9 @@ import msgspec
 import pytest
 from support import TickClock
 
-from plait._errors import CorruptEventError, TamperedError
-from plait.events._codec import GENESIS_HASH
-from plait.events._packing import DICTIONARY_ID, Entry, PackedRow, chain, encode_entry, pack, unpack
-from plait.events._types import (
+from plait import CorruptEventError, TamperedError
+from plait.events import (
+    GENESIS_HASH,
     ConversationOpened,
     Event,
     NewEvent,
@@ -20,7 +19,8 @@ from plait.events._types import (
     TurnAborted,
     TurnStarted,
 )
-from plait.events.stores._memory import MemoryStore
+from plait.events._packing import DICTIONARY_ID, Entry, PackedRow, chain, encode_entry, pack, unpack
+from plait.events.stores import MemoryStore
 
 
 def _prepared(n: int = 4, stream: str = "s1", after: int = 0) -> list[Event]:

@@ -23,9 +23,8 @@ from plait._errors import (
 from plait.events import Body, Event, TaskStarted, TurnStarted
 from plait.events._codec import BODY_TAGS, GENESIS_HASH, encode_event, hasher
 from plait.events._packing import pack
+from plait.events.stores import PostgresStore, open_store
 from plait.events.stores import _postgres_announce as postgres_announce
-from plait.events.stores import open_store
-from plait.events.stores._postgres import PostgresStore
 from plait.events.stores._postgres_announce import LISTENING_SQL, Announcer, listening
 from plait.events.stores._postgres_settled import Settled
 from plait.events.stores._postgres_sql import APPEND_SIGNATURE, POSITION_BITS

@@ -11,11 +11,9 @@ import pytest
 from blinks import Blinks
 from support import StoreFactory
 
-from plait._errors import ConcurrencyError, StoreUnavailableError
-from plait.events import EventStore, TurnStarted
-from plait.events._codec import GENESIS_HASH
-from plait.events._inbox import Command, InterruptTask
-from plait.events.stores._postgres import PostgresStore
+from plait import ConcurrencyError, StoreUnavailableError
+from plait.events import GENESIS_HASH, Command, EventStore, InterruptTask, TurnStarted
+from plait.events.stores import PostgresStore
 
 
 @pytest.fixture

@@ -16,10 +16,16 @@ import psycopg
 import pytest
 from support import POSTGRES_URL
 
-from plait._errors import CorruptEventError
-from plait.events import ConversationOpened, NewEvent, SessionStarted, ToolCallCompleted
-from plait.events._types import Event, TurnStarted
-from plait.events.stores._postgres import PostgresStore
+from plait import CorruptEventError
+from plait.events import (
+    ConversationOpened,
+    Event,
+    NewEvent,
+    SessionStarted,
+    ToolCallCompleted,
+    TurnStarted,
+)
+from plait.events.stores import PostgresStore
 
 
 @pytest.fixture

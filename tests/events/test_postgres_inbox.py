@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from support import POSTGRES_URL, StoreFactory
 
-from plait.events.stores._postgres import PostgresStore
+from plait.events.stores import PostgresStore
 from plait.events.stores._postgres_inbox import committed
 
 

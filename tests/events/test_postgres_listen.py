@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from support import POSTGRES_URL
 
-from plait.events._subscription import Signal
+from plait.events import Signal
 from plait.events.stores._postgres_inbox import announced, announcement
 from plait.events.stores._postgres_listen import NotifyWaiter
 

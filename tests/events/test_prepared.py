@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 
 from plait._errors import ConcurrencyError, LeaseLostError
-from plait.events._codec import GENESIS_HASH
-from plait.events._prepared import PreparedAppend
-from plait.events._store import EventStore
-from plait.events._types import SessionClosed
+from plait.events import GENESIS_HASH, EventStore, PreparedAppend, SessionClosed
 
 
 def test_what_is_made_ahead_is_stored_as_an_append_would_store_it(store: EventStore) -> None:

@@ -9,9 +9,8 @@ from datetime import UTC, datetime
 import pytest
 from support import StoreFactory
 
-from plait._errors import ConcurrencyError, StoreError
-from plait.events import EventStore, SessionStarted, TurnStarted
-from plait.events._inbox import Command, InterruptTask
+from plait import ConcurrencyError, StoreError
+from plait.events import Command, EventStore, InterruptTask, SessionStarted, TurnStarted
 from plait.events._pruned import PrunedSession, position_runs
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

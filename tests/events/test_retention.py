@@ -12,22 +12,23 @@ import pytest
 from scripted import record_inventory
 from support import StoreFactory
 
-from plait._errors import CorruptEventError, TamperedError
+from plait import CorruptEventError, TamperedError
 from plait.events import (
     ConversationContextChanged,
     ConversationOpened,
     EventStore,
     ForkOrigin,
     NewEvent,
+    PublicKey,
     SessionClosed,
     SessionReopened,
     SessionStarted,
+    Signer,
+    Witness,
+    prune,
 )
 from plait.events._blobs import DEFAULT_BLOB_THRESHOLD, blob_refs
-from plait.events._retention import prune
-from plait.events._signing import PublicKey, Signer
-from plait.events._witness import Witness
-from plait.events.stores._sqlite import SqliteStore
+from plait.events.stores import SqliteStore
 
 DAY = datetime(2026, 1, 1, tzinfo=UTC)
 """The date the tests prune before."""

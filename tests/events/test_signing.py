@@ -12,16 +12,19 @@ import pytest
 from scripted import call, crash, inventory, record_inventory, record_session
 from support import StoreFactory, forge_tool_output
 
-from plait._errors import KeyFileError
-from plait.actors._model import ModelSettings
+from plait import KeyFileError
+from plait.actors import ModelSettings
 from plait.events import (
     Event,
     HeadSigned,
     SessionClosed,
     SessionReopened,
     TaskCompleted,
+    TaskStarted,
+    ToolCallCompleted,
+    TurnAborted,
+    encode_event,
 )
-from plait.events._codec import encode_event
 from plait.events._signing import (
     SIGN_EVERY,
     PublicKey,
@@ -29,7 +32,6 @@ from plait.events._signing import (
     generate_key,
     verify_signatures,
 )
-from plait.events._types import TaskStarted, ToolCallCompleted, TurnAborted
 from plait.replay import fork, replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step

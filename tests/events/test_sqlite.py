@@ -15,13 +15,7 @@ from typing import Any
 import pytest
 from support import read_only_dir, sqlite_tamper
 
-from plait._errors import (
-    ConcurrencyError,
-    CorruptEventError,
-    PlaitError,
-    StoreError,
-    StoreUnavailableError,
-)
+from plait import ConcurrencyError, CorruptEventError, PlaitError, StoreError, StoreUnavailableError
 from plait.events import SqliteStore, ToolCallCompleted, TurnStarted
 
 WRITER = textwrap.dedent(

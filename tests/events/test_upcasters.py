@@ -7,8 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from plait.events import Event, TaskDropped, ToolCallCompleted, TurnAborted
-from plait.events._codec import decode_event
+from plait.events import Event, TaskDropped, ToolCallCompleted, TurnAborted, decode_event
 
 CRASH_ANSWER = (
     "result unknown: the process stopped while this call ran; it may or may not have "

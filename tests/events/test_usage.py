@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from support import StoreFactory
 
-from plait.events._blobs import DEFAULT_BLOB_THRESHOLD
+from plait.events import DEFAULT_BLOB_THRESHOLD, SessionStarted, ToolCallCompleted, usage
 from plait.events._stored import PER_APPEND
-from plait.events._types import SessionStarted, ToolCallCompleted
-from plait.events._usage import usage
 
 BIG = "x" * (DEFAULT_BLOB_THRESHOLD + 1)
 """Past the threshold: kept once, content-addressed, whoever records it."""

@@ -16,10 +16,16 @@ from scripted import record_inventory
 from support import StoreFactory, cut_back, forge_tool_output
 
 from plait._errors import WitnessError
-from plait.actors._model import ModelSettings
-from plait.events import EventStore, HeadSigned, TaskCompleted
-from plait.events._signing import PublicKey, Signer, generate_key
-from plait.events._witness import Witness
+from plait.actors import ModelSettings
+from plait.events import (
+    EventStore,
+    HeadSigned,
+    PublicKey,
+    Signer,
+    TaskCompleted,
+    Witness,
+    generate_key,
+)
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 import pytest
 from scripted import HttpServer
 
-from plait.actors._effects import EffectLoop
+from plait.actors import EffectLoop
 from plait.actors.mcp import McpServerConfig
-from plait.events._types import Body
+from plait.events import Body
 
 T = TypeVar("T")
 

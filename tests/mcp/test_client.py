@@ -14,10 +14,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from plait._errors import McpError
-from plait.actors.mcp import McpServerConfig, merge
-from plait.actors.mcp._client import McpConnection
-from plait.events._values import McpToolSnapshot
+from plait import McpError
+from plait.actors.mcp import McpConnection, McpServerConfig, merge
+from plait.events import McpToolSnapshot
 
 TOOLS = [
     "add", "crash", "echo", "fail", "grow", "header", "huge", "image",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from plait._errors import ConfigError, McpError
+from plait import ConfigError, McpError
 from plait.actors.mcp import McpServerConfig, parse_servers
 from plait.actors.mcp._config import http_headers, missing_variables
 

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from scripted import call, one_mcp_call
 
-from plait.actors.mcp import McpServerConfig
-from plait.actors.mcp._client import McpConnection
+from plait.actors.mcp import McpConnection, McpServerConfig
 from plait.testing import Step
 
 TEXTS = {

@@ -7,7 +7,7 @@ import re
 import msgspec
 import pytest
 
-from plait._errors import ToolError
+from plait import ToolError
 from plait.actors._builtins import builtin_specs
 from plait.actors.mcp import (
     Conflict,
@@ -21,7 +21,7 @@ from plait.actors.mcp import (
     snapshot,
     tool_list_hash,
 )
-from plait.events._values import McpToolSnapshot
+from plait.events import McpToolSnapshot
 
 VALID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 CONFIG = McpServerConfig(command="x")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from plait._errors import McpError
+from plait import McpError
 from plait.actors.mcp import Backoff, McpServerConfig, McpServers
-from plait.events._types import McpServerFailed, McpServerReady, McpToolsRefreshed
+from plait.events import McpServerFailed, McpServerReady, McpToolsRefreshed
 
 MINIMAL = r"""
 import json, sys

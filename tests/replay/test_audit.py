@@ -9,11 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from plait._errors import PlaitError
-from plait.events import MemoryStore, SessionStarted
-from plait.events._types import ConversationOpened, NewEvent, TaskEnqueued, TaskStarted
-from plait.events._values import InputText, TaskPlan
-from plait.events.stores._sqlite import SqliteStore
+from plait import PlaitError
+from plait.events import (
+    ConversationOpened,
+    InputText,
+    MemoryStore,
+    NewEvent,
+    SessionStarted,
+    TaskEnqueued,
+    TaskPlan,
+    TaskStarted,
+)
+from plait.events.stores import SqliteStore
 from plait.replay import audit, audit_jsonl, verify
 
 GOLDEN = Path(__file__).with_name("golden") / "v1-sessions.sqlite"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from scripted import assert_histories_valid, call, runtime_for, went_on_problems
 
-from plait._errors import PlaitError
-from plait.actors._model import ModelSettings
-from plait.events._types import SessionStarted, TaskCompleted, TurnAborted
-from plait.events.stores._sqlite import SqliteStore
+from plait import PlaitError
+from plait.actors import ModelSettings
+from plait.events import SessionStarted, TaskCompleted, TurnAborted
+from plait.events.stores import SqliteStore
 from plait.replay import fork, replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step

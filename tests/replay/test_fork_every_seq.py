@@ -21,12 +21,13 @@ from chat_rules import chat_messages, chat_problems
 from scripted import HttpServer, assert_histories_valid, call, went_on_problems
 
 from plait._scripted_responses import encrypted_reasoning
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.events import Event, SqliteStore
-from plait.events._types import (
+from plait.events import (
     ConversationOpened,
+    Event,
     ModelResponded,
+    SqliteStore,
     TaskDropped,
     TaskEnqueued,
     TaskStarted,

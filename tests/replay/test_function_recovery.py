@@ -20,10 +20,9 @@ import pytest
 from scripted import assert_histories_valid
 
 import plait
-from plait.actors._model import ModelSettings
-from plait.actors._session import Session
-from plait.events._types import TaskCompleted, ToolCallCompleted, ToolCallStarted, TurnAborted
-from plait.events.stores._sqlite import SqliteStore
+from plait.actors import ModelSettings, Session
+from plait.events import TaskCompleted, ToolCallCompleted, ToolCallStarted, TurnAborted
+from plait.events.stores import SqliteStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime._recovery import UNKNOWN

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from plait.events._types import SessionResumed, TurnAborted
-from plait.events.stores._sqlite import SqliteStore
+from plait.events import SessionResumed, TurnAborted
+from plait.events.stores import SqliteStore
 from plait.replay import replay
 
 GOLDEN = Path(__file__).with_name("golden")

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from support import StoreFactory, load_bench
 
-from plait.events import ToolCallStarted
-from plait.events._subscription import Subscription
+from plait.events import Subscription, ToolCallStarted
 
 KILLS = 3
 SEED = 7

@@ -28,18 +28,11 @@ import msgspec
 import pytest
 from scripted import assert_histories_valid
 
-from plait.actors._model import ModelSettings
-from plait.actors._pool import McpLimits
+from plait.actors import McpLimits, ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.events._types import (
-    Event,
-    ToolCallCompleted,
-    ToolCallRequested,
-    ToolCallStarted,
-    TurnAborted,
-)
-from plait.events.projections._tasks import task_queue
-from plait.events.stores._sqlite import SqliteStore
+from plait.events import Event, ToolCallCompleted, ToolCallRequested, ToolCallStarted, TurnAborted
+from plait.events.projections import task_queue
+from plait.events.stores import SqliteStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime._recovery import NOT_SENT

@@ -12,21 +12,20 @@ from scripted import call, crash
 from support import wait_for_event
 
 from plait import ApprovalDecision, ApprovalRequest
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.events import SqliteStore
-from plait.events._store import EventStore
-from plait.events._types import (
+from plait.events import (
+    EventStore,
     ModelRequested,
     RerunOrigin,
     SessionStarted,
+    SqliteStore,
     TaskCompleted,
     TaskStarted,
     ToolApprovalDecided,
 )
-from plait.replay import RerunReport, fork, replay, rerun
+from plait.replay import RerunReport, fork, replay, rerun, rerun_each
 from plait.replay._answers import NOT_RECORDED
-from plait.replay._rerun import rerun_each
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import RecordedRequest, ScriptedModelServer, Step
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from plait.events import McpServerReady, TurnStarted
-from plait.events.stores._memory import MemoryStore
+from plait.events.stores import MemoryStore
 from plait.replay._recorded_store import RecordedStore
 
 T = TypeVar("T")

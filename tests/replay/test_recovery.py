@@ -19,17 +19,16 @@ from pathlib import Path
 import pytest
 from scripted import assert_histories_valid
 
-from plait.actors._model import ModelSettings
-from plait.actors._pool import McpLimits
+from plait.actors import McpLimits, ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.events._types import (
+from plait.events import (
     ModelRequested,
     TaskCompleted,
     ToolCallCompleted,
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events.stores._sqlite import SqliteStore
+from plait.events.stores import SqliteStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime._recovery import NOT_SENT

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from scripted import call, random_script, record_session
 
-from plait._errors import DivergenceError
-from plait.actors._model import ModelSettings
+from plait import DivergenceError
+from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.events import SqliteStore
-from plait.events._types import (
+from plait.events import (
     Event,
     McpServerReady,
     ModelRequested,
     SessionStarted,
+    SqliteStore,
     TurnAborted,
 )
 from plait.replay import replay

@@ -17,10 +17,10 @@ from pathlib import Path
 from scripted import call, crash, runtime_for
 
 from plait.actors.mcp import McpServerConfig
-from plait.events import SqliteStore
-from plait.events._types import (
+from plait.events import (
     McpServersOffered,
     ModelRequested,
+    SqliteStore,
     ToolCallCompleted,
     ToolCallStarted,
 )

@@ -28,10 +28,11 @@ from scripted import assert_histories_valid, call, crash
 from support import StoreFactory, wait_for_event
 
 import plait
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import (
     AgentMessageDelta,
     Event,
+    EventStore,
     SessionResumed,
     SqliteStore,
     StopRequested,
@@ -41,7 +42,6 @@ from plait.events import (
     ToolCallStarted,
     TurnAborted,
 )
-from plait.events._store import EventStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step

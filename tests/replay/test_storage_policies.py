@@ -18,7 +18,7 @@ import pytest
 from scripted import assert_histories_valid, call, runtime_for
 from support import kept_forms, on_disk
 
-from plait._errors import ContentUnavailableError
+from plait import ContentUnavailableError
 from plait.events import (
     Event,
     ModelResponded,

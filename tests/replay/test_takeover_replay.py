@@ -29,9 +29,10 @@ from scripted import assert_histories_valid, call, crash
 from support import StoreFactory, wait_for_event
 
 import plait
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import (
     Event,
+    EventStore,
     SessionResumed,
     TaskEnqueued,
     TaskStarted,
@@ -39,7 +40,6 @@ from plait.events import (
     TurnAborted,
     TurnStarted,
 )
-from plait.events._store import EventStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step

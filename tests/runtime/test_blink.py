@@ -14,7 +14,7 @@ from blinks import SCRIPT, Blinks, assert_ran_once, mcp_servers, run_through, wo
 from support import StoreFactory, wait_for_event
 
 from plait._errors import SessionFailedError
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import EventStore, ModelRequested, SessionClosed, TurnAborted
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step

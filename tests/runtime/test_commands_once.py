@@ -25,18 +25,22 @@ from support import POSTGRES_URL, StoreFactory, process
 from support import wait_for_event as wait_for
 
 import plait
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import (
+    Command,
     ConversationDestroyed,
+    DestroyConversation,
     Event,
     EventStore,
+    InputText,
+    InterruptTask,
+    SubmitTask,
     TaskCompleted,
     TaskEnqueued,
+    TaskPlan,
     TurnAborted,
 )
-from plait.events._inbox import Command, DestroyConversation, InterruptTask, SubmitTask
-from plait.events._values import InputText, TaskPlan
-from plait.events.stores._postgres import PostgresStore
+from plait.events.stores import PostgresStore
 from plait.events.stores._postgres_sql import APPEND_SIGNATURE
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.events import EventStore
 from plait.runtime import Runtime, RuntimeSettings
 from plait.runtime._liveness import PROC, PSUTIL, Scheme, owner_state, scheme

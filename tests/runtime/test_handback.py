@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from support import POSTGRES_URL, StoreFactory
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer
 

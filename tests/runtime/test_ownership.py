@@ -17,19 +17,21 @@ from support import wait_for_event as wait_for
 
 from plait._errors import LeaseLostError
 from plait.events import (
+    Command,
     Event,
     EventStore,
+    InputText,
     ModelRequested,
     SessionClosed,
     SessionResumed,
+    SubmitTask,
     TaskCompleted,
     TaskEnqueued,
+    TaskPlan,
     TurnAborted,
 )
-from plait.events._inbox import Command, SubmitTask
 from plait.events._packing import pack
-from plait.events._values import InputText, TaskPlan
-from plait.events.stores._postgres import PostgresStore
+from plait.events.stores import PostgresStore
 from plait.runtime import Runtime
 from plait.testing import ScriptedModelServer, Step
 

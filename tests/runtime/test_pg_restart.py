@@ -21,7 +21,7 @@ import pytest
 from blinks import Blinks, worker_through
 from support import POSTGRES_URL, StoreFactory
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
 

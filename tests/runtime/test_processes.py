@@ -23,8 +23,8 @@ from scripted import assert_histories_valid, call
 from support import StoreFactory
 from support import wait_for_event as wait_for
 
-from plait.actors._model import ModelSettings
-from plait.actors.mcp._config import McpServerConfig
+from plait.actors import ModelSettings
+from plait.actors.mcp import McpServerConfig
 from plait.events import (
     Event,
     EventStore,

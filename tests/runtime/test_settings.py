@@ -10,7 +10,7 @@ import pytest
 
 import plait
 from plait import ConfigError, HistorySettings, MemoryStore, ModelSettings, Runtime
-from plait.events._types import SessionStarted
+from plait.events import SessionStarted
 from plait.runtime import RuntimeSettings
 from plait.runtime import _settings as settings_module
 

@@ -22,12 +22,13 @@ from scripted import call, runtime_for
 from support import wait_for_event
 
 from plait.actors.mcp import McpServerConfig
-from plait.events import EventStore, SqliteStore
-from plait.events._types import (
+from plait.events import (
+    EventStore,
     McpServerFailed,
     McpServerReady,
     McpToolsRefreshed,
     ModelRequested,
+    SqliteStore,
     ToolCallCompleted,
     ToolCallStarted,
 )

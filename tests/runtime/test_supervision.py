@@ -24,13 +24,19 @@ from scripted import call, crash, runtime_for
 
 import plait
 from plait._errors import ConcurrencyError, SessionFailedError, StoreError
+from plait.actors import GetQueue
 from plait.actors._conversation import Conversation
-from plait.actors._messages import GetQueue
 from plait.actors._scheduler import Scheduler
-from plait.actors.mcp._functions import FunctionTool
-from plait.actors.mcp._servers import McpServers
-from plait.events import Event, SqliteStore, TurnAborted
-from plait.events._types import AgentMessageDelta, SessionClosed, ToolCallCompleted, ToolCallStarted
+from plait.actors.mcp import FunctionTool, McpServers
+from plait.events import (
+    AgentMessageDelta,
+    Event,
+    SessionClosed,
+    SqliteStore,
+    ToolCallCompleted,
+    ToolCallStarted,
+    TurnAborted,
+)
 from plait.testing import ScriptedModelServer, Step
 
 WAIT = 30.0

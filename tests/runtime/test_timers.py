@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from plait._errors import ConfigError
+from plait import ConfigError
 from plait.runtime._timers import Timers
 
 WAIT_SEC = 10.0

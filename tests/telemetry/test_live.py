@@ -10,8 +10,7 @@ from otlp_receiver import OtlpReceiver, ReceivedSpan
 from scripted import call, crash, runtime_for
 from support import wait_for_event
 
-from plait.events import SqliteStore
-from plait.events._types import ModelRequested
+from plait.events import ModelRequested, SqliteStore
 from plait.telemetry import Span, TelemetrySettings, spans_of
 from plait.testing import ScriptedModelServer, Step
 

@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).parents[2]))  # the tests' support modules
 
 from scripted import call, record_session
 
-from plait.actors._model import ModelSettings
+from plait.actors import ModelSettings
 from plait.actors.mcp import McpServerConfig
-from plait.events._types import Event, TaskCompleted, TurnAborted
-from plait.events.stores._sqlite import SqliteStore
+from plait.events import Event, TaskCompleted, TurnAborted
+from plait.events.stores import SqliteStore
 from plait.replay import replay
 from plait.runtime import Runtime, RuntimeSettings
 from plait.testing import ScriptedModelServer, Step
